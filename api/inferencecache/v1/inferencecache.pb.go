@@ -8,7 +8,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: inferencecache/v1/inferencecache.proto
+// source: api/inferencecache/v1/inferencecache.proto
 
 package inferencecachev1
 
@@ -76,11 +76,11 @@ func (x ReasonCode) String() string {
 }
 
 func (ReasonCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_inferencecache_v1_inferencecache_proto_enumTypes[0].Descriptor()
+	return file_api_inferencecache_v1_inferencecache_proto_enumTypes[0].Descriptor()
 }
 
 func (ReasonCode) Type() protoreflect.EnumType {
-	return &file_inferencecache_v1_inferencecache_proto_enumTypes[0]
+	return &file_api_inferencecache_v1_inferencecache_proto_enumTypes[0]
 }
 
 func (x ReasonCode) Number() protoreflect.EnumNumber {
@@ -89,7 +89,7 @@ func (x ReasonCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReasonCode.Descriptor instead.
 func (ReasonCode) EnumDescriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{0}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{0}
 }
 
 type BlockEvent_Kind int32
@@ -128,11 +128,11 @@ func (x BlockEvent_Kind) String() string {
 }
 
 func (BlockEvent_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_inferencecache_v1_inferencecache_proto_enumTypes[1].Descriptor()
+	return file_api_inferencecache_v1_inferencecache_proto_enumTypes[1].Descriptor()
 }
 
 func (BlockEvent_Kind) Type() protoreflect.EnumType {
-	return &file_inferencecache_v1_inferencecache_proto_enumTypes[1]
+	return &file_api_inferencecache_v1_inferencecache_proto_enumTypes[1]
 }
 
 func (x BlockEvent_Kind) Number() protoreflect.EnumNumber {
@@ -141,7 +141,7 @@ func (x BlockEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockEvent_Kind.Descriptor instead.
 func (BlockEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{4, 0}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{4, 0}
 }
 
 // Slo is the request's latency objective: a ranking input, not enforcement.
@@ -155,7 +155,7 @@ type Slo struct {
 
 func (x *Slo) Reset() {
 	*x = Slo{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[0]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -167,7 +167,7 @@ func (x *Slo) String() string {
 func (*Slo) ProtoMessage() {}
 
 func (x *Slo) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[0]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -180,7 +180,7 @@ func (x *Slo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slo.ProtoReflect.Descriptor instead.
 func (*Slo) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{0}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Slo) GetTtftMs() uint32 {
@@ -216,7 +216,7 @@ type LookupRouteRequest struct {
 
 func (x *LookupRouteRequest) Reset() {
 	*x = LookupRouteRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[1]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -228,7 +228,7 @@ func (x *LookupRouteRequest) String() string {
 func (*LookupRouteRequest) ProtoMessage() {}
 
 func (x *LookupRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[1]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -241,7 +241,7 @@ func (x *LookupRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRouteRequest.ProtoReflect.Descriptor instead.
 func (*LookupRouteRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{1}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *LookupRouteRequest) GetPrefixHash() uint64 {
@@ -336,7 +336,7 @@ type ReplicaHint struct {
 
 func (x *ReplicaHint) Reset() {
 	*x = ReplicaHint{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[2]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +348,7 @@ func (x *ReplicaHint) String() string {
 func (*ReplicaHint) ProtoMessage() {}
 
 func (x *ReplicaHint) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[2]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +361,7 @@ func (x *ReplicaHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaHint.ProtoReflect.Descriptor instead.
 func (*ReplicaHint) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{2}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ReplicaHint) GetReplicaId() string {
@@ -428,7 +428,7 @@ type LookupRouteResponse struct {
 
 func (x *LookupRouteResponse) Reset() {
 	*x = LookupRouteResponse{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[3]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +440,7 @@ func (x *LookupRouteResponse) String() string {
 func (*LookupRouteResponse) ProtoMessage() {}
 
 func (x *LookupRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[3]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +453,7 @@ func (x *LookupRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRouteResponse.ProtoReflect.Descriptor instead.
 func (*LookupRouteResponse) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{3}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LookupRouteResponse) GetReplicas() []*ReplicaHint {
@@ -525,7 +525,7 @@ type BlockEvent struct {
 
 func (x *BlockEvent) Reset() {
 	*x = BlockEvent{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[4]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +537,7 @@ func (x *BlockEvent) String() string {
 func (*BlockEvent) ProtoMessage() {}
 
 func (x *BlockEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[4]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +550,7 @@ func (x *BlockEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockEvent.ProtoReflect.Descriptor instead.
 func (*BlockEvent) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{4}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BlockEvent) GetKind() BlockEvent_Kind {
@@ -649,7 +649,7 @@ type IngestRequest struct {
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[5]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +661,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[5]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +674,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{5}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *IngestRequest) GetEvents() []*BlockEvent {
@@ -701,7 +701,7 @@ type Rejection struct {
 
 func (x *Rejection) Reset() {
 	*x = Rejection{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[6]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +713,7 @@ func (x *Rejection) String() string {
 func (*Rejection) ProtoMessage() {}
 
 func (x *Rejection) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[6]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +726,7 @@ func (x *Rejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
 func (*Rejection) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{6}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Rejection) GetEventIndex() uint32 {
@@ -754,7 +754,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[7]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +766,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[7]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +779,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{7}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *IngestResponse) GetAppliedIndex() uint64 {
@@ -818,7 +818,7 @@ type ReplicaStats struct {
 
 func (x *ReplicaStats) Reset() {
 	*x = ReplicaStats{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[8]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +830,7 @@ func (x *ReplicaStats) String() string {
 func (*ReplicaStats) ProtoMessage() {}
 
 func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[8]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +843,7 @@ func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStats.ProtoReflect.Descriptor instead.
 func (*ReplicaStats) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{8}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReplicaStats) GetReplicaId() string {
@@ -905,7 +905,7 @@ type ReportReplicaStatsRequest struct {
 
 func (x *ReportReplicaStatsRequest) Reset() {
 	*x = ReportReplicaStatsRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[9]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +917,7 @@ func (x *ReportReplicaStatsRequest) String() string {
 func (*ReportReplicaStatsRequest) ProtoMessage() {}
 
 func (x *ReportReplicaStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[9]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +930,7 @@ func (x *ReportReplicaStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicaStatsRequest.ProtoReflect.Descriptor instead.
 func (*ReportReplicaStatsRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{9}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReportReplicaStatsRequest) GetStats() []*ReplicaStats {
@@ -958,7 +958,7 @@ type ReportReplicaStatsResponse struct {
 
 func (x *ReportReplicaStatsResponse) Reset() {
 	*x = ReportReplicaStatsResponse{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[10]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +970,7 @@ func (x *ReportReplicaStatsResponse) String() string {
 func (*ReportReplicaStatsResponse) ProtoMessage() {}
 
 func (x *ReportReplicaStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[10]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +983,7 @@ func (x *ReportReplicaStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicaStatsResponse.ProtoReflect.Descriptor instead.
 func (*ReportReplicaStatsResponse) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{10}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportReplicaStatsResponse) GetAppliedIndex() uint64 {
@@ -1016,7 +1016,7 @@ type Strategy struct {
 
 func (x *Strategy) Reset() {
 	*x = Strategy{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[11]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1028,7 @@ func (x *Strategy) String() string {
 func (*Strategy) ProtoMessage() {}
 
 func (x *Strategy) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[11]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1041,7 @@ func (x *Strategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Strategy.ProtoReflect.Descriptor instead.
 func (*Strategy) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{11}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Strategy) GetEnableTenantHot() bool {
@@ -1079,7 +1079,7 @@ type CachePolicy struct {
 
 func (x *CachePolicy) Reset() {
 	*x = CachePolicy{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[12]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1091,7 @@ func (x *CachePolicy) String() string {
 func (*CachePolicy) ProtoMessage() {}
 
 func (x *CachePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[12]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1104,7 @@ func (x *CachePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CachePolicy.ProtoReflect.Descriptor instead.
 func (*CachePolicy) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{12}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CachePolicy) GetChainMatching() bool {
@@ -1248,7 +1248,7 @@ type GetCachePolicyRequest struct {
 
 func (x *GetCachePolicyRequest) Reset() {
 	*x = GetCachePolicyRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[13]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1260,7 @@ func (x *GetCachePolicyRequest) String() string {
 func (*GetCachePolicyRequest) ProtoMessage() {}
 
 func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[13]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1273,7 @@ func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{13}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{13}
 }
 
 type SetCachePolicyRequest struct {
@@ -1285,7 +1285,7 @@ type SetCachePolicyRequest struct {
 
 func (x *SetCachePolicyRequest) Reset() {
 	*x = SetCachePolicyRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[14]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1297,7 @@ func (x *SetCachePolicyRequest) String() string {
 func (*SetCachePolicyRequest) ProtoMessage() {}
 
 func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[14]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1310,7 @@ func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{14}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetCachePolicyRequest) GetPolicy() *CachePolicy {
@@ -1328,7 +1328,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[15]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1340,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[15]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1353,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{15}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{15}
 }
 
 type Member struct {
@@ -1369,7 +1369,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1381,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1394,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Member) GetId() string {
@@ -1451,7 +1451,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1463,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1476,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -1567,7 +1567,7 @@ type AddServerRequest struct {
 
 func (x *AddServerRequest) Reset() {
 	*x = AddServerRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1579,7 @@ func (x *AddServerRequest) String() string {
 func (*AddServerRequest) ProtoMessage() {}
 
 func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1592,7 @@ func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerRequest.ProtoReflect.Descriptor instead.
 func (*AddServerRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddServerRequest) GetId() string {
@@ -1625,7 +1625,7 @@ type AddServerResponse struct {
 
 func (x *AddServerResponse) Reset() {
 	*x = AddServerResponse{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1637,7 @@ func (x *AddServerResponse) String() string {
 func (*AddServerResponse) ProtoMessage() {}
 
 func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1650,7 @@ func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerResponse.ProtoReflect.Descriptor instead.
 func (*AddServerResponse) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddServerResponse) GetIndex() uint64 {
@@ -1669,7 +1669,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1681,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1694,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -1713,7 +1713,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1725,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1738,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveServerResponse) GetIndex() uint64 {
@@ -1759,7 +1759,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1771,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1784,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -1810,7 +1810,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1822,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1835,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -1853,7 +1853,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1865,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1878,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
 }
 
 type SnapshotResponse struct {
@@ -1891,7 +1891,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +1903,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +1916,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -1941,7 +1941,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +1953,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +1966,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
 }
 
 type BackupChunk struct {
@@ -1978,7 +1978,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +1990,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2003,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2022,7 +2022,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2034,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2047,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -2067,7 +2067,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2079,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2092,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RestoreResponse) GetAppliedIndex() uint64 {
@@ -2117,7 +2117,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2129,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2142,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
 }
 
 type DigestResponse struct {
@@ -2155,7 +2155,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2167,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2180,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DigestResponse) GetAppliedIndex() uint64 {
@@ -2197,11 +2197,11 @@ func (x *DigestResponse) GetDigest() uint64 {
 	return 0
 }
 
-var File_inferencecache_v1_inferencecache_proto protoreflect.FileDescriptor
+var File_api_inferencecache_v1_inferencecache_proto protoreflect.FileDescriptor
 
-const file_inferencecache_v1_inferencecache_proto_rawDesc = "" +
+const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\n" +
-	"&inferencecache/v1/inferencecache.proto\x12\x11inferencecache.v1\"5\n" +
+	"*api/inferencecache/v1/inferencecache.proto\x12\x11inferencecache.v1\"5\n" +
 	"\x03Slo\x12\x17\n" +
 	"\attft_ms\x18\x01 \x01(\rR\x06ttftMs\x12\x15\n" +
 	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\x89\x03\n" +
@@ -2407,20 +2407,20 @@ const file_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\aRestore\x12\x1f.inferencecache.v1.RestoreChunk\x1a\".inferencecache.v1.RestoreResponse(\x01BSZQgithub.com/inference-cache/inference-cache/api/inferencecache/v1;inferencecachev1b\x06proto3"
 
 var (
-	file_inferencecache_v1_inferencecache_proto_rawDescOnce sync.Once
-	file_inferencecache_v1_inferencecache_proto_rawDescData []byte
+	file_api_inferencecache_v1_inferencecache_proto_rawDescOnce sync.Once
+	file_api_inferencecache_v1_inferencecache_proto_rawDescData []byte
 )
 
-func file_inferencecache_v1_inferencecache_proto_rawDescGZIP() []byte {
-	file_inferencecache_v1_inferencecache_proto_rawDescOnce.Do(func() {
-		file_inferencecache_v1_inferencecache_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_inferencecache_v1_inferencecache_proto_rawDesc), len(file_inferencecache_v1_inferencecache_proto_rawDesc)))
+func file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP() []byte {
+	file_api_inferencecache_v1_inferencecache_proto_rawDescOnce.Do(func() {
+		file_api_inferencecache_v1_inferencecache_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_api_inferencecache_v1_inferencecache_proto_rawDesc), len(file_api_inferencecache_v1_inferencecache_proto_rawDesc)))
 	})
-	return file_inferencecache_v1_inferencecache_proto_rawDescData
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescData
 }
 
-var file_inferencecache_v1_inferencecache_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
-var file_inferencecache_v1_inferencecache_proto_goTypes = []any{
+var file_api_inferencecache_v1_inferencecache_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(ReasonCode)(0),                    // 0: inferencecache.v1.ReasonCode
 	(BlockEvent_Kind)(0),               // 1: inferencecache.v1.BlockEvent.Kind
 	(*Slo)(nil),                        // 2: inferencecache.v1.Slo
@@ -2458,7 +2458,7 @@ var file_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	nil,                                // 34: inferencecache.v1.ReplicaStats.TenantHitRateEntry
 	nil,                                // 35: inferencecache.v1.CachePolicy.BlockSizeEntry
 }
-var file_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
+var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	2,  // 0: inferencecache.v1.LookupRouteRequest.slo:type_name -> inferencecache.v1.Slo
 	4,  // 1: inferencecache.v1.LookupRouteResponse.replicas:type_name -> inferencecache.v1.ReplicaHint
 	0,  // 2: inferencecache.v1.LookupRouteResponse.reason_code:type_name -> inferencecache.v1.ReasonCode
@@ -2507,27 +2507,27 @@ var file_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	0,  // [0:13] is the sub-list for field type_name
 }
 
-func init() { file_inferencecache_v1_inferencecache_proto_init() }
-func file_inferencecache_v1_inferencecache_proto_init() {
-	if File_inferencecache_v1_inferencecache_proto != nil {
+func init() { file_api_inferencecache_v1_inferencecache_proto_init() }
+func file_api_inferencecache_v1_inferencecache_proto_init() {
+	if File_api_inferencecache_v1_inferencecache_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inferencecache_v1_inferencecache_proto_rawDesc), len(file_inferencecache_v1_inferencecache_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inferencecache_v1_inferencecache_proto_rawDesc), len(file_api_inferencecache_v1_inferencecache_proto_rawDesc)),
 			NumEnums:      2,
 			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
-		GoTypes:           file_inferencecache_v1_inferencecache_proto_goTypes,
-		DependencyIndexes: file_inferencecache_v1_inferencecache_proto_depIdxs,
-		EnumInfos:         file_inferencecache_v1_inferencecache_proto_enumTypes,
-		MessageInfos:      file_inferencecache_v1_inferencecache_proto_msgTypes,
+		GoTypes:           file_api_inferencecache_v1_inferencecache_proto_goTypes,
+		DependencyIndexes: file_api_inferencecache_v1_inferencecache_proto_depIdxs,
+		EnumInfos:         file_api_inferencecache_v1_inferencecache_proto_enumTypes,
+		MessageInfos:      file_api_inferencecache_v1_inferencecache_proto_msgTypes,
 	}.Build()
-	File_inferencecache_v1_inferencecache_proto = out.File
-	file_inferencecache_v1_inferencecache_proto_goTypes = nil
-	file_inferencecache_v1_inferencecache_proto_depIdxs = nil
+	File_api_inferencecache_v1_inferencecache_proto = out.File
+	file_api_inferencecache_v1_inferencecache_proto_goTypes = nil
+	file_api_inferencecache_v1_inferencecache_proto_depIdxs = nil
 }

@@ -8,7 +8,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.0
 // - protoc             v3.21.12
-// source: inferencecache/v1/inferencecache.proto
+// source: api/inferencecache/v1/inferencecache.proto
 
 package inferencecachev1
 
@@ -334,7 +334,7 @@ var InferenceCache_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 	},
-	Metadata: "inferencecache/v1/inferencecache.proto",
+	Metadata: "api/inferencecache/v1/inferencecache.proto",
 }
 
 const (
@@ -719,5 +719,5 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 	},
-	Metadata: "inferencecache/v1/inferencecache.proto",
+	Metadata: "api/inferencecache/v1/inferencecache.proto",
 }

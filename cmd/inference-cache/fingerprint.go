@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inference-cache/inference-cache/fingerprint"
+)
+
+// fingerprintOutput is the JSON printed by `inference-cache fingerprint`.
+// Hashes are unsigned decimal strings because JSON numbers lose precision
+// above 2^53.
+type fingerprintOutput struct {
+	BlockSize        int      `json:"block_size"`
+	BlockHashes      []string `json:"block_hashes"`
+	BlockTokenCounts []uint32 `json:"block_token_counts"`
+	PrefixHash       *string  `json:"prefix_hash"`
+}
+
+func newFingerprintCmd() *cobra.Command {
+	var blockSize int
+	cmd := &cobra.Command{
+		Use:   "fingerprint [TOKEN_ID ...]",
+		Short: "Print the content fingerprint (block hashes, prefix hash) of token ids",
+		Long: `Computes the content fingerprint of SPEC 3: chained XXH3-64 (seed 1337) block
+hashes over little-endian token ids, partial tail dropped. Token ids come from
+the arguments or, when none are given, from a JSON array on stdin. Use it to
+check that a gateway computes the same keys as the server.`,
+		Example: `  inference-cache fingerprint --block-size 16 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16
+  echo '[1,2,3,4]' | inference-cache fingerprint --block-size 2`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if blockSize < 1 || blockSize > fingerprint.MaxBlockSize {
+				return fmt.Errorf("--block-size %d: must be between 1 and %d", blockSize, fingerprint.MaxBlockSize)
+			}
+			var ids []uint32
+			var err error
+			if len(args) > 0 {
+				ids, err = parseTokenArgs(args)
+			} else {
+				ids, err = parseTokenJSON(cmd.InOrStdin())
+			}
+			if err != nil {
+				return err
+			}
+			k, err := fingerprint.Compute(ids, blockSize)
+			if err != nil {
+				return err
+			}
+			out := fingerprintOutput{BlockSize: blockSize, BlockHashes: make([]string, len(k.BlockHashes)), BlockTokenCounts: k.BlockTokenCounts}
+			for i, h := range k.BlockHashes {
+				out.BlockHashes[i] = strconv.FormatUint(h, 10)
+			}
+			if k.HasPrefix {
+				s := strconv.FormatUint(k.PrefixHash, 10)
+				out.PrefixHash = &s
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			return enc.Encode(out)
+		},
+	}
+	cmd.Flags().IntVar(&blockSize, "block-size", 16, "tokens per block (1..4096)")
+	// A negative token id looks like a flag to the parser; report it as the
+	// bad token id it is.
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		msg := err.Error()
+		if i := strings.LastIndex(msg, " in -"); i >= 0 {
+			bad := msg[i+len(" in "):]
+			if _, perr := strconv.ParseFloat(bad, 64); perr == nil {
+				return fmt.Errorf("token id %q: must be an integer between 0 and %d", bad, uint32(math.MaxUint32))
+			}
+		}
+		return err
+	})
+	return cmd
+}
+
+// parseTokenArgs parses decimal token ids; the error names the bad value.
+func parseTokenArgs(args []string) ([]uint32, error) {
+	ids := make([]uint32, 0, len(args))
+	for i, a := range args {
+		v, err := strconv.ParseUint(strings.TrimSpace(a), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("token id #%d %q: must be an integer between 0 and %d", i, a, uint32(math.MaxUint32))
+		}
+		ids = append(ids, uint32(v))
+	}
+	return ids, nil
+}
+
+// parseTokenJSON reads one JSON array of token ids.
+func parseTokenJSON(r io.Reader) ([]uint32, error) {
+	dec := json.NewDecoder(r)
+	dec.UseNumber()
+	var raw []json.Number
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("stdin: expected a JSON array of token ids: %v", err)
+	}
+	args := make([]string, len(raw))
+	for i, n := range raw {
+		args[i] = n.String()
+	}
+	return parseTokenArgs(args)
+}
