@@ -1,102 +1,133 @@
 package index
 
-import "github.com/inference-cache/inference-cache/policy"
+import (
+	"sync"
+	"sync/atomic"
 
-// TEMPORARY SKELETON: the signatures below are the contract the FSM and API
-// code against; the index implementation replaces every body.
+	"github.com/inference-cache/inference-cache/policy"
+)
 
 // Index is the in-memory prefix index (SPEC 4, 5). One writer goroutine
-// (the FSM's apply) calls the write methods; any number of goroutines call
-// Lookup concurrently with it.
-type Index struct{ p policy.Policy }
+// (the FSM's apply) calls the write methods (SetPolicy, ApplyEvents,
+// ApplyStats, Expire, Credit, View); any number of goroutines call Lookup,
+// Digest and Sizes concurrently with it. See DESIGN.md for the layout and
+// the locking scheme.
+type Index struct {
+	shards [numShards]shard
+
+	// metaMu guards m's maps and counters (not the shards). Lookups hold
+	// the read lock for their whole run; the writer holds the write lock
+	// only for short O(1) updates, never while it holds a shard lock, so
+	// the lock order is always metaMu before shard.
+	metaMu sync.RWMutex
+	m      *meta
+
+	// pol is replaced whole by SetPolicy, so a lookup sees one consistent
+	// policy without a lock.
+	pol atomic.Pointer[polState]
+}
+
+// polState is a policy plus the values lookups derive from it, computed
+// once per SetPolicy instead of once per lookup.
+type polState struct {
+	p       policy.Policy
+	ttlMs   int64
+	freshMs int64
+	sloMs   int64
+	floor   float64
+	lfu     bool
+	digest  uint64
+}
+
+func newPolState(p policy.Policy) *polState {
+	p = p.Clone()
+	return &polState{
+		p:       p,
+		ttlMs:   p.EvictionTTL.Milliseconds(),
+		freshMs: p.StatsFreshness.Milliseconds(),
+		sloMs:   p.SLOTightThreshold.Milliseconds(),
+		floor:   p.FloorScore(),
+		lfu:     p.EvictionPolicy == policy.LFU,
+		digest:  policyDigest(&p),
+	}
+}
 
 // New returns an empty index with policy p.
-func New(p policy.Policy) *Index { return &Index{p: p} }
+func New(p policy.Policy) *Index {
+	ix := &Index{m: newMeta()}
+	for i := range ix.shards {
+		ix.shards[i].d = newShardData()
+	}
+	ix.pol.Store(newPolState(p))
+	return ix
+}
 
 // Policy returns the policy in force (a copy).
-func (ix *Index) Policy() policy.Policy { return ix.p.Clone() }
+func (ix *Index) Policy() policy.Policy { return ix.pol.Load().p.Clone() }
 
-// SetPolicy replaces the policy (writer only).
-func (ix *Index) SetPolicy(p policy.Policy) { panic("index: not implemented") }
-
-// ApplyEvents applies block events in order (writer only) and enforces
-// MaxResidencies; returns how many events changed state.
-func (ix *Index) ApplyEvents(evs []BlockEvent) int { panic("index: not implemented") }
-
-// ApplyStats records replica stats (writer only).
-func (ix *Index) ApplyStats(st []ReplicaStats) { panic("index: not implemented") }
-
-// Expire drops residencies with last_seen older than nowMs − EvictionTTL
-// (writer only); returns how many were dropped.
-func (ix *Index) Expire(nowMs int64) int { panic("index: not implemented") }
-
-// Credit increments the access counters of blocks of partition p (writer
-// only); ignored unless the policy is LFU.
-func (ix *Index) Credit(p Partition, hashes []uint64) { panic("index: not implemented") }
-
-// Lookup answers req into res (reset first). Safe concurrently with the
-// writer.
-func (ix *Index) Lookup(req *LookupRequest, res *Result) { panic("index: not implemented") }
-
-// Digest is a 64-bit order-independent digest of the whole state.
-func (ix *Index) Digest() uint64 { panic("index: not implemented") }
-
-// Sizes counts partitions, blocks, residencies and replicas.
-func (ix *Index) Sizes() Sizes { panic("index: not implemented") }
-
-// View returns a cheap, immutable, consistent point-in-time view for
-// snapshots (writer goroutine only; the writer may continue at once).
-func (ix *Index) View() *View { panic("index: not implemented") }
-
-// View is an immutable point-in-time view of an Index.
-type View struct{}
-
-// Residency is one replica holding one block.
-type Residency struct {
-	ReplicaID  string
-	LastSeenMs int64
+// SetPolicy replaces the policy (writer only). A lowered MaxResidencies is
+// enforced at once; a shorter EvictionTTL takes effect at the next Expire.
+func (ix *Index) SetPolicy(p policy.Policy) {
+	ix.pol.Store(newPolState(p))
+	ix.enforceCapacity()
 }
 
-// BlockRecord is one block of one partition with its residents, as
-// exported to and imported from snapshots.
-type BlockRecord struct {
-	Partition Partition
-	Hash      uint64
-	Tokens    uint32
-	CumTokens uint32
-	Access    uint64
-	Residents []Residency
+// Sizes counts partitions, blocks, residencies and replicas. Safe
+// concurrently with the writer (a momentary, not transactional, reading).
+func (ix *Index) Sizes() Sizes {
+	ix.metaMu.RLock()
+	defer ix.metaMu.RUnlock()
+	return ix.sizesLocked()
 }
 
-// Blocks calls fn for every block in a deterministic order.
-func (v *View) Blocks(fn func(BlockRecord) error) error { panic("index: not implemented") }
+func (ix *Index) sizesLocked() Sizes {
+	return Sizes{
+		Partitions:  len(ix.m.parts),
+		Blocks:      int(ix.m.totalBlks),
+		Residencies: int(ix.m.totalRes),
+		Replicas:    ix.m.liveReps,
+	}
+}
 
-// Stats calls fn for every replica's stats in replica id order.
-func (v *View) Stats(fn func(ReplicaStats) error) error { panic("index: not implemented") }
+// Digest is a 64-bit order-independent digest of the whole state: blocks
+// (partition, hash, token counts, access counter), residencies (partition,
+// hash, replica, last_seen), replica stats and the policy. Two indexes that
+// applied the same calls have equal digests whatever their internal layout
+// (SPEC 8 "FSM digest"). Call it on the writer goroutine (or use
+// View().Digest()) for a value consistent with an applied index.
+func (ix *Index) Digest() uint64 {
+	var h uint64
+	for i := range ix.shards {
+		s := &ix.shards[i]
+		s.mu.RLock()
+		h += s.d.digest
+		s.mu.RUnlock()
+	}
+	ix.metaMu.RLock()
+	h += ix.statsDigestLocked()
+	ix.metaMu.RUnlock()
+	return h + ix.pol.Load().digest
+}
 
-// Policy returns the view's policy.
-func (v *View) Policy() policy.Policy { panic("index: not implemented") }
+func (ix *Index) statsDigestLocked() uint64 {
+	var h uint64
+	for _, r := range ix.m.stats {
+		h += statsDigest(&r.s)
+	}
+	return h
+}
 
-// Digest equals the Digest of the index when the view was taken.
-func (v *View) Digest() uint64 { panic("index: not implemented") }
-
-// Sizes of the index when the view was taken.
-func (v *View) Sizes() Sizes { panic("index: not implemented") }
-
-// Release lets the index reclaim what the view pinned.
-func (v *View) Release() {}
-
-// Builder loads a fresh Index from snapshot records.
-type Builder struct{}
-
-// NewBuilder starts a fresh index with policy p.
-func NewBuilder(p policy.Policy) *Builder { return &Builder{} }
-
-// AddBlock adds one block record; an error names what is invalid.
-func (b *Builder) AddBlock(r BlockRecord) error { panic("index: not implemented") }
-
-// AddStats adds one replica's stats.
-func (b *Builder) AddStats(s ReplicaStats) error { panic("index: not implemented") }
-
-// Build returns the loaded index; the builder must not be used after.
-func (b *Builder) Build() *Index { panic("index: not implemented") }
+// lockW locks shard s for writing and returns data the writer may mutate:
+// if a View pins the current data, it is copied first (outside the lock:
+// pinned data is immutable, so readers keep using it meanwhile).
+func (ix *Index) lockW(s *shard) *shardData {
+	d := s.d
+	if d.pins.Load() > 0 {
+		nd := d.clone()
+		s.mu.Lock()
+		s.d = nd
+		return nd
+	}
+	s.mu.Lock()
+	return d
+}

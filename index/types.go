@@ -125,6 +125,11 @@ type Result struct {
 	// should credit for a delivered PREFIX_MATCH (empty otherwise).
 	CreditPartition Partition
 	CreditHashes    []uint64
+
+	// Scratch reused across lookups so a reused Result keeps the hot path
+	// allocation-free.
+	keyBuf []uint64
+	cands  []cand
 }
 
 // Reset empties r, keeping its buffers.

@@ -1,0 +1,243 @@
+package index
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Expiry and the capacity bound (SPEC 6). Both are scans over the shards,
+// run on the writer goroutine one shard at a time: a lookup waits at most
+// for one shard's scan (~1/256 of the index), never for the whole pass.
+
+// Expire drops residencies with last_seen older than nowMs − EvictionTTL
+// (writer only), then blocks and partitions left empty; returns how many
+// residencies were dropped.
+func (ix *Index) Expire(nowMs int64) int {
+	cutoff := nowMs - ix.pol.Load().ttlMs
+	deltas := map[partRep]int64{}
+	var dBlk int64
+	dropped := 0
+	for si := range ix.shards {
+		s := &ix.shards[si]
+		// A read-only pass first (the writer may read its own data without
+		// the lock): most shards have nothing to drop, and a pinned shard
+		// should not be copied for nothing.
+		if !s.d.anyOlder(cutoff) {
+			continue
+		}
+		d := ix.lockW(s)
+		for bi := range d.blocks {
+			b := &d.blocks[bi]
+			if b.part == 0 {
+				continue
+			}
+			pe := ix.m.partsByID[b.part]
+			for j := 0; j < int(b.resN); {
+				r := d.res[b.resOff+uint32(j)]
+				if resSeen(r) >= cutoff {
+					j++
+					continue
+				}
+				rep := resRep(r)
+				d.digest -= residencyDigest(pe.hash, b.hash, ix.m.reps.hashes[rep], resSeen(r))
+				d.removeResidentAt(bi, j) // swaps the last one into j: re-check j
+				deltas[partRep{b.part, rep}]--
+				dropped++
+			}
+			dBlk -= d.dropIfNoResidents(bi, pe.hash)
+		}
+		s.mu.Unlock()
+	}
+	ix.commitDeltas(deltas, dBlk)
+	return dropped
+}
+
+func (d *shardData) anyOlder(cutoff int64) bool {
+	for _, r := range d.res {
+		if r != 0 && resSeen(r) < cutoff {
+			return true
+		}
+	}
+	return false
+}
+
+// evictKey orders residencies for eviction, smallest first: LRU by
+// last_seen; LFU by the block's access counter, then last_seen.
+func evictKey(lfu bool, access uint32, r uint64) uint64 {
+	if lfu {
+		return uint64(access)<<44 | uint64(resSeen(r))
+	}
+	return uint64(resSeen(r))
+}
+
+// enforceCapacity evicts when the index holds more than MaxResidencies.
+// It evicts down to MaxResidencies − MaxResidencies/64 at once: the scan
+// it needs costs O(residencies), so evicting a 1/64 slack per scan keeps
+// the amortised cost per insert small (for bounds under 64 it is exact).
+// The victims are exactly the k smallest by evictKey, ties broken by
+// (partition strings, block hash, replica id): replicated state only, so
+// every node evicts the same residencies whatever its internal layout.
+func (ix *Index) enforceCapacity() {
+	ps := ix.pol.Load()
+	max := int64(ps.p.MaxResidencies)
+	if max <= 0 || ix.m.totalRes <= max {
+		return
+	}
+	target := max - max/64
+	k := int(ix.m.totalRes - target)
+
+	// Pass 1: the k-th smallest key T.
+	keys := make([]uint64, 0, ix.m.totalRes)
+	for si := range ix.shards {
+		d := ix.shards[si].d
+		for bi := range d.blocks {
+			b := &d.blocks[bi]
+			if b.part == 0 {
+				continue
+			}
+			for _, r := range d.residents(b) {
+				keys = append(keys, evictKey(ps.lfu, b.access, r))
+			}
+		}
+	}
+	t := quickselect(keys, k-1)
+	less := 0
+	for _, v := range keys {
+		if v < t {
+			less++
+		}
+	}
+	keys = nil
+
+	// Pass 2: evict every key < T; collect the ties at T.
+	type tie struct {
+		part uint32
+		hash uint64
+		rep  uint32
+	}
+	var ties []tie
+	deltas := map[partRep]int64{}
+	var dBlk int64
+	for si := range ix.shards {
+		s := &ix.shards[si]
+		d := ix.lockW(s)
+		for bi := range d.blocks {
+			b := &d.blocks[bi]
+			if b.part == 0 {
+				continue
+			}
+			pe := ix.m.partsByID[b.part]
+			for j := 0; j < int(b.resN); {
+				r := d.res[b.resOff+uint32(j)]
+				key := evictKey(ps.lfu, b.access, r)
+				if key > t {
+					j++
+					continue
+				}
+				if key == t {
+					ties = append(ties, tie{b.part, b.hash, resRep(r)})
+					j++
+					continue
+				}
+				rep := resRep(r)
+				d.digest -= residencyDigest(pe.hash, b.hash, ix.m.reps.hashes[rep], resSeen(r))
+				d.removeResidentAt(bi, j)
+				deltas[partRep{b.part, rep}]--
+			}
+			dBlk -= d.dropIfNoResidents(bi, pe.hash)
+		}
+		s.mu.Unlock()
+	}
+	need := k - less
+	if need > len(ties) {
+		need = len(ties)
+	}
+	if need > 0 {
+		slices.SortFunc(ties, func(a, b tie) int {
+			pa, pb := &ix.m.partsByID[a.part].p, &ix.m.partsByID[b.part].p
+			if c := comparePartition(pa, pb); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(a.hash, b.hash); c != 0 {
+				return c
+			}
+			return cmp.Compare(ix.m.reps.ids[a.rep], ix.m.reps.ids[b.rep])
+		})
+		for _, v := range ties[:need] {
+			pe := ix.m.partsByID[v.part]
+			mx := keyMix(v.part, v.hash)
+			s := &ix.shards[shardOf(mx)]
+			d := ix.lockW(s)
+			if bi, _ := d.find(v.part, v.hash, mx); bi >= 0 {
+				for j, r := range d.residents(&d.blocks[bi]) {
+					if resRep(r) == v.rep {
+						d.digest -= residencyDigest(pe.hash, v.hash, ix.m.reps.hashes[v.rep], resSeen(r))
+						d.removeResidentAt(bi, j)
+						deltas[partRep{v.part, v.rep}]--
+						dBlk -= d.dropIfNoResidents(bi, pe.hash)
+						break
+					}
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+	ix.commitDeltas(deltas, dBlk)
+}
+
+func comparePartition(a, b *Partition) int {
+	if c := cmp.Compare(a.Scheme, b.Scheme); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Model, b.Model); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Tenant, b.Tenant); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Adapter, b.Adapter)
+}
+
+// quickselect returns the value that would be at index k if a were sorted
+// (it reorders a). The value is unique, so the pivot choice cannot make
+// nodes disagree.
+func quickselect(a []uint64, k int) uint64 {
+	lo, hi := 0, len(a)-1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		// median of three as the pivot
+		if a[mid] < a[lo] {
+			a[mid], a[lo] = a[lo], a[mid]
+		}
+		if a[hi] < a[lo] {
+			a[hi], a[lo] = a[lo], a[hi]
+		}
+		if a[hi] < a[mid] {
+			a[hi], a[mid] = a[mid], a[hi]
+		}
+		p := a[mid]
+		i, j := lo, hi
+		for i <= j {
+			for a[i] < p {
+				i++
+			}
+			for a[j] > p {
+				j--
+			}
+			if i <= j {
+				a[i], a[j] = a[j], a[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return a[k]
+		}
+	}
+	return a[k]
+}

@@ -1,0 +1,209 @@
+package index
+
+import (
+	"github.com/inference-cache/inference-cache/fingerprint"
+)
+
+// Detail strings. They are constants: they say which rule decided the
+// answer and never echo request or other tenants' data.
+const (
+	detailNoScheme       = "empty hash_scheme: not a valid key domain"
+	detailNoKey          = "no key: no block hashes, no prefix hash and fewer tokens than one block"
+	detailCountsMismatch = "block_token_counts length differs from block_hashes length"
+	detailBadBlockSize   = "policy block size for this model is invalid"
+	detailMatch          = "prefix held warm by the listed replicas"
+	detailColdStart      = "index is empty (cold start)"
+	detailUnknownScheme  = "hash_scheme not seen in the index: check the gateway's scheme tag"
+	detailUnknownModel   = "model_id not seen for this hash_scheme: check the gateway's model id"
+	detailUnknownTenant  = "tenant_id not seen for this hash_scheme and model: check the gateway's tenant id"
+	detailUnknownAdapter = "adapter_id not seen for this tenant: check the gateway's adapter id"
+	detailTenantHot      = "no usable prefix match: replicas warm for this tenant"
+	detailAffinity       = "no usable prefix match: stable affinity replica"
+	detailNoMatch        = "no replica holds this prefix"
+	detailBelowMinTokens = "matched runs shorter than minimumMatchedTokens"
+	detailBelowFloor     = "top score below routingFloorScore"
+	detailNoServing      = "no usable prefix match and no serving replica for this scheme and model"
+	detailPanic          = "internal error in lookup: failing open"
+)
+
+// cand is one replica's run during chain matching.
+type cand struct {
+	rep     uint32
+	depth   uint32 // matched blocks
+	tokens  uint64 // matched tokens
+	minSeen int64  // weakest link: oldest last_seen on the run
+	mad     uint32 // matching_at_depth: replicas whose run reaches depth
+	alive   bool
+}
+
+// Lookup answers req into res (reset first). Safe concurrently with the
+// writer; it never panics (a recover turns an internal fault into NO_HINT)
+// and, with a reused res, does not allocate.
+func (ix *Index) Lookup(req *LookupRequest, res *Result) {
+	res.Reset()
+	defer func() {
+		if r := recover(); r != nil {
+			res.Reset()
+			res.Reason, res.Detail = NoHint, detailPanic
+		}
+	}()
+	ps := ix.pol.Load()
+	p := &req.Partition
+	if p.Scheme == "" {
+		res.Detail = detailNoScheme
+		return
+	}
+
+	// Key resolution (SPEC 5): caller's chain and/or prefix hash first,
+	// else token ids fingerprinted with the model's block size.
+	chain, counts := req.BlockHashes, req.BlockTokenCounts
+	uniform := ps.p.BlockSizeFor(p.Model)
+	if len(chain) == 0 && !req.HasPrefixHash && len(req.TokenIDs) > 0 {
+		var err error
+		res.keyBuf, err = fingerprint.AppendBlockHashes(res.keyBuf[:0], req.TokenIDs, int(uniform))
+		if err != nil {
+			res.Detail = detailBadBlockSize
+			return
+		}
+		chain, counts = res.keyBuf, nil
+	}
+	if len(counts) != 0 && len(counts) != len(chain) {
+		res.Detail = detailCountsMismatch
+		return
+	}
+	prefix, hasPrefix := req.PrefixHash, req.HasPrefixHash
+	if !hasPrefix && len(chain) > 0 {
+		prefix, hasPrefix = chain[len(chain)-1], true
+	}
+	if !hasPrefix {
+		res.Detail = detailNoKey
+		return
+	}
+
+	ix.metaMu.RLock()
+	defer ix.metaMu.RUnlock()
+	m := ix.m
+	why := detailNoMatch
+	if pe := m.parts[*p]; pe != nil {
+		var n int
+		if ps.p.ChainMatching && len(chain) > 0 {
+			n = ix.matchChain(pe, chain, counts, uniform, res)
+		} else {
+			n = ix.matchExact(pe, prefix, chain, res)
+		}
+		if n > 0 {
+			if why = ix.rank(ps, pe, req, res); res.Reason == PrefixMatch {
+				if ps.lfu {
+					res.CreditPartition = *p
+					if ps.p.ChainMatching && len(chain) > 0 {
+						res.CreditHashes = append(res.CreditHashes, chain[:res.Hints[0].MatchedBlocks]...)
+					} else {
+						res.CreditHashes = append(res.CreditHashes, prefix)
+					}
+				}
+				return
+			}
+		}
+	}
+	ix.fallback(ps, req, prefix, why, res)
+}
+
+func clampTokens(t uint64) uint32 {
+	if t > 1<<32-1 {
+		return 1<<32 - 1
+	}
+	return uint32(t)
+}
+
+// matchChain walks the chain with leading-run semantics: the candidates
+// are the holders of block 0, and a candidate missing from a block drops
+// out for good. Returns the number of candidates.
+func (ix *Index) matchChain(pe *partEnt, chain []uint64, counts []uint32, uniform uint32, res *Result) int {
+	cs := res.cands[:0]
+	alive := 0
+	for i, h := range chain {
+		cnt := uniform
+		if len(counts) > 0 {
+			cnt = counts[i]
+		}
+		mx := keyMix(pe.id, h)
+		s := &ix.shards[shardOf(mx)]
+		s.mu.RLock()
+		d := s.d
+		bi, _ := d.find(pe.id, h, mx)
+		if bi < 0 {
+			s.mu.RUnlock()
+			break
+		}
+		rs := d.residents(&d.blocks[bi])
+		if i == 0 {
+			for _, r := range rs {
+				cs = append(cs, cand{rep: resRep(r), depth: 1, tokens: uint64(cnt), minSeen: resSeen(r), alive: true})
+			}
+			alive = len(cs)
+			s.mu.RUnlock()
+			continue
+		}
+		before := uint32(alive)
+		for ci := range cs {
+			c := &cs[ci]
+			if !c.alive {
+				continue
+			}
+			found := false
+			for _, r := range rs {
+				if resRep(r) == c.rep {
+					found = true
+					c.depth++
+					c.tokens += uint64(cnt)
+					if sn := resSeen(r); sn < c.minSeen {
+						c.minSeen = sn
+					}
+					break
+				}
+			}
+			if !found {
+				// Every replica alive before this block reaches this
+				// candidate's depth.
+				c.alive, c.mad = false, before
+				alive--
+			}
+		}
+		s.mu.RUnlock()
+		if alive == 0 {
+			break
+		}
+	}
+	for ci := range cs {
+		if cs[ci].alive {
+			cs[ci].mad, cs[ci].alive = uint32(alive), false
+		}
+	}
+	res.cands = cs
+	return len(cs)
+}
+
+// matchExact matches the prefix hash alone; matched_tokens is the stored
+// cumulative count. matched_blocks is the chain length when the prefix is
+// the chain's last hash, else 1.
+func (ix *Index) matchExact(pe *partEnt, prefix uint64, chain []uint64, res *Result) int {
+	depth := uint32(1)
+	if len(chain) > 0 && chain[len(chain)-1] == prefix {
+		depth = uint32(len(chain))
+	}
+	cs := res.cands[:0]
+	mx := keyMix(pe.id, prefix)
+	s := &ix.shards[shardOf(mx)]
+	s.mu.RLock()
+	d := s.d
+	if bi, _ := d.find(pe.id, prefix, mx); bi >= 0 {
+		b := &d.blocks[bi]
+		rs := d.residents(b)
+		for _, r := range rs {
+			cs = append(cs, cand{rep: resRep(r), depth: depth, tokens: uint64(b.cum), minSeen: resSeen(r), mad: uint32(len(rs))})
+		}
+	}
+	s.mu.RUnlock()
+	res.cands = cs
+	return len(cs)
+}

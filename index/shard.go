@@ -1,0 +1,292 @@
+package index
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Storage layout. Blocks are spread over numShards shards by a mix of
+// (partition id, block hash). Each shard owns flat slices only: an
+// open-addressing table of uint32 slot words, a slab of fixed-size block
+// entries and a slab of packed residencies. No per-block or per-residency
+// pointers exist, so the garbage collector has nothing to scan, a residency
+// costs 8 bytes, and copying a shard for copy-on-write is a few memcpys.
+
+const (
+	shardBits = 8
+	numShards = 1 << shardBits
+
+	// A slot word is tag<<24 | (block index + 1); 0 is an empty slot. The
+	// 8-bit tag (from the key's mix) lets a probe reject most non-matching
+	// slots without touching the block entry.
+	slotIdxBits = 24
+	slotIdxMask = 1<<slotIdxBits - 1
+	// maxShardBlocks bounds the block entries of one shard (the slot
+	// index width): 256 shards × 16.7 M blocks.
+	maxShardBlocks = slotIdxMask - 1
+
+	minTableSize = 64
+
+	// A residency is packed as last_seen(44 bits, ms) << 20 | replica(20
+	// bits). 2^44 ms reaches the year 2527; 2^20 interned replica ids.
+	repBits     = 20
+	repMask     = 1<<repBits - 1
+	maxReplicas = repMask - 1
+	maxSeenMs   = 1<<44 - 1
+
+	// Residents of a block live in a power-of-two run of the residency
+	// slab; class c holds up to 1<<c residents.
+	numClasses  = 17
+	maxResident = 1<<16 - 1 // resN is a uint16
+)
+
+// The replica field holds index+1 so a live residency word is never 0:
+// scans of the slab can tell it from a free slot.
+func packRes(rep uint32, seen int64) uint64 { return uint64(seen)<<repBits | uint64(rep+1) }
+func resRep(r uint64) uint32               { return uint32(r&repMask) - 1 }
+func resSeen(r uint64) int64               { return int64(r >> repBits) }
+
+// clampSeen maps any int64 timestamp into the 44 bits a residency stores,
+// so odd values from an old log can never corrupt the packing.
+func clampSeen(ms int64) int64 {
+	if ms < 0 {
+		return 0
+	}
+	if ms > maxSeenMs {
+		return maxSeenMs
+	}
+	return ms
+}
+
+// blockEnt is one block of one partition: 32 bytes. part == 0 marks a free
+// entry (partition ids start at 1).
+type blockEnt struct {
+	hash   uint64
+	part   uint32
+	tokens uint32
+	cum    uint32
+	access uint32
+	resOff uint32
+	resN   uint16
+	resCls uint8
+}
+
+// keyMix spreads (partition id, block hash) over shards and slots. Block
+// hashes are usually XXH3 output, but tests and odd producers use small
+// integers, so the key is always mixed.
+func keyMix(part uint32, hash uint64) uint64 {
+	return fmix64(hash ^ fmix64(uint64(part)*0x9e3779b97f4a7c15))
+}
+
+func shardOf(m uint64) int { return int(m & (numShards - 1)) }
+
+// shard is a lock plus a pointer to its data. Readers hold mu.RLock while
+// they read d; the writer holds mu.Lock while it mutates d in place. A
+// pinned d (held by a View) is never mutated: the writer copies it first.
+type shard struct {
+	mu sync.RWMutex
+	d  *shardData
+}
+
+// shardData is the content of one shard.
+type shardData struct {
+	// pins counts Views that may still read this data. The writer checks it
+	// before mutating; View.Release decrements it from any goroutine.
+	pins atomic.Int32
+
+	table      []uint32
+	blocks     []blockEnt
+	freeBlocks []uint32
+	res        []uint64
+	freeRes    [numClasses][]uint32
+
+	nBlocks int
+	nRes    int
+	// digest is the wrapping sum of this shard's block and residency
+	// contributions (see digest.go).
+	digest uint64
+}
+
+func newShardData() *shardData {
+	return &shardData{table: make([]uint32, minTableSize)}
+}
+
+// clone deep-copies d for copy-on-write; the copy starts unpinned.
+func (d *shardData) clone() *shardData {
+	n := &shardData{
+		table:      append([]uint32(nil), d.table...),
+		blocks:     append([]blockEnt(nil), d.blocks...),
+		freeBlocks: append([]uint32(nil), d.freeBlocks...),
+		res:        append([]uint64(nil), d.res...),
+		nBlocks:    d.nBlocks,
+		nRes:       d.nRes,
+		digest:     d.digest,
+	}
+	for i := range d.freeRes {
+		n.freeRes[i] = append([]uint32(nil), d.freeRes[i]...)
+	}
+	return n
+}
+
+// find returns the block index of (part, hash), or -1 and the empty slot
+// where it would go. m is keyMix(part, hash).
+func (d *shardData) find(part uint32, hash, m uint64) (int, int) {
+	mask := uint64(len(d.table) - 1)
+	i := (m >> shardBits) & mask
+	tag := uint32(m >> 56)
+	for {
+		e := d.table[i]
+		if e == 0 {
+			return -1, int(i)
+		}
+		if e>>slotIdxBits == tag {
+			bi := int(e&slotIdxMask) - 1
+			b := &d.blocks[bi]
+			if b.hash == hash && b.part == part {
+				return bi, int(i)
+			}
+		}
+		i = (i + 1) & mask
+	}
+}
+
+// residents returns the residency words of block b (aliasing the slab).
+func (d *shardData) residents(b *blockEnt) []uint64 {
+	return d.res[b.resOff : b.resOff+uint32(b.resN)]
+}
+
+// insertBlock adds a block at the empty slot returned by find and returns
+// its index, or -1 when the shard is full.
+func (d *shardData) insertBlock(part uint32, hash, m uint64, slot int, tokens, cum uint32) int {
+	if (d.nBlocks+1)*4 > len(d.table)*3 {
+		d.grow()
+		_, slot = d.find(part, hash, m)
+	}
+	var bi int
+	if n := len(d.freeBlocks); n > 0 {
+		bi = int(d.freeBlocks[n-1])
+		d.freeBlocks = d.freeBlocks[:n-1]
+	} else {
+		if len(d.blocks) >= maxShardBlocks {
+			return -1
+		}
+		bi = len(d.blocks)
+		d.blocks = append(d.blocks, blockEnt{})
+	}
+	// Every live block owns a residency run from birth, so no entry needs
+	// a "has no run yet" state.
+	d.blocks[bi] = blockEnt{hash: hash, part: part, tokens: tokens, cum: cum, resOff: d.allocRun(0)}
+	d.table[slot] = uint32(m>>56)<<slotIdxBits | uint32(bi+1)
+	d.nBlocks++
+	return bi
+}
+
+func (d *shardData) grow() {
+	old := d.table
+	d.table = make([]uint32, len(old)*2)
+	mask := uint64(len(d.table) - 1)
+	for _, e := range old {
+		if e == 0 {
+			continue
+		}
+		b := &d.blocks[(e&slotIdxMask)-1]
+		i := (keyMix(b.part, b.hash) >> shardBits) & mask
+		for d.table[i] != 0 {
+			i = (i + 1) & mask
+		}
+		d.table[i] = e
+	}
+}
+
+// deleteBlock removes block bi (which must have no residents) from the
+// table (backward-shift deletion keeps probe chains intact without
+// tombstones) and frees its entry.
+func (d *shardData) deleteBlock(bi int) {
+	b := &d.blocks[bi]
+	mask := uint64(len(d.table) - 1)
+	m := keyMix(b.part, b.hash)
+	i := (m >> shardBits) & mask
+	for d.table[i]&slotIdxMask != uint32(bi+1) {
+		i = (i + 1) & mask
+	}
+	// Backward shift: pull later entries of the probe run into the hole
+	// when their home slot allows it.
+	j := i
+	for {
+		d.table[i] = 0
+		for {
+			j = (j + 1) & mask
+			e := d.table[j]
+			if e == 0 {
+				goto done
+			}
+			ob := &d.blocks[(e&slotIdxMask)-1]
+			k := (keyMix(ob.part, ob.hash) >> shardBits) & mask
+			// Move e into hole i unless its home k lies cyclically in (i, j].
+			if (j > i && (k <= i || k > j)) || (j < i && (k <= i && k > j)) {
+				d.table[i] = e
+				i = j
+				break
+			}
+		}
+	}
+done:
+	d.freeRun(b.resOff, b.resCls)
+	*b = blockEnt{}
+	d.freeBlocks = append(d.freeBlocks, uint32(bi))
+	d.nBlocks--
+}
+
+// allocRun returns the offset of a free run of 1<<cls residency words.
+func (d *shardData) allocRun(cls uint8) uint32 {
+	fl := d.freeRes[cls]
+	if n := len(fl); n > 0 {
+		off := fl[n-1]
+		d.freeRes[cls] = fl[:n-1]
+		return off
+	}
+	off := uint32(len(d.res))
+	for k := 0; k < 1<<cls; k++ {
+		d.res = append(d.res, 0)
+	}
+	return off
+}
+
+func (d *shardData) freeRun(off uint32, cls uint8) {
+	d.freeRes[cls] = append(d.freeRes[cls], off)
+}
+
+// addResident appends residency r to block bi, moving its run to the next
+// class when full. It reports false when the block already holds
+// maxResident residents.
+func (d *shardData) addResident(bi int, r uint64) bool {
+	b := &d.blocks[bi]
+	if int(b.resN) >= maxResident {
+		return false
+	}
+	if int(b.resN) == 1<<b.resCls {
+		nc := b.resCls + 1
+		off := d.allocRun(nc) // may reallocate d.res; b stays valid (blocks slab)
+		old := d.res[b.resOff : b.resOff+uint32(b.resN)]
+		copy(d.res[off:off+uint32(b.resN)], old)
+		clear(old) // free runs hold only zeros (see holds)
+		d.freeRun(b.resOff, b.resCls)
+		b.resOff, b.resCls = off, nc
+	}
+	d.res[b.resOff+uint32(b.resN)] = r
+	b.resN++
+	d.nRes++
+	return true
+}
+
+// removeResidentAt removes resident i of block bi (order is not kept: the
+// index never depends on resident order).
+func (d *shardData) removeResidentAt(bi, i int) {
+	b := &d.blocks[bi]
+	rs := d.residents(b)
+	last := len(rs) - 1
+	rs[i] = rs[last]
+	rs[last] = 0
+	b.resN--
+	d.nRes--
+}
