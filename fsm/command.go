@@ -1,0 +1,112 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+// EntryFormat is the version of the log entry encoding this binary writes
+// and the newest it applies. An entry with a larger format is not applied;
+// each of its commands gets an error wrapping ErrEntryFormat (every node
+// does the same, so state stays identical; upgrade the binary).
+const EntryFormat uint32 = 1
+
+var (
+	// ErrEntryFormat: a log entry was written by a newer binary.
+	ErrEntryFormat = errors.New("fsm: log entry format newer than this binary")
+	// ErrDecode: a log entry's bytes do not decode.
+	ErrDecode = errors.New("fsm: log entry does not decode")
+	// ErrRejected: apply refused a command (invalid policy, unknown
+	// command, a panic in the index); state is unchanged by it.
+	ErrRejected = errors.New("fsm: command rejected")
+)
+
+// IngestCommand builds an ingest command (SPEC 6).
+func IngestCommand(requestID string, evs []index.BlockEvent) *fsmpb.Command {
+	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_Ingest{Ingest: &fsmpb.Ingest{Events: fsmpb.EventsToPB(evs)}}}
+}
+
+// StatsCommand builds a replica stats command.
+func StatsCommand(requestID string, st []index.ReplicaStats) *fsmpb.Command {
+	s := make([]*fsmpb.ReplicaStats, len(st))
+	for i := range st {
+		s[i] = fsmpb.StatsToPB(st[i])
+	}
+	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_Stats{Stats: &fsmpb.Stats{Stats: s}}}
+}
+
+// SetPolicyCommand builds a policy change; apply validates p and sets its
+// Version to the previous Version + 1 (p.Version is ignored).
+func SetPolicyCommand(requestID string, p policy.Policy) *fsmpb.Command {
+	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_SetPolicy{SetPolicy: &fsmpb.SetPolicy{Policy: fsmpb.PolicyToPB(p)}}}
+}
+
+// ExpireCommand builds an expire command with the leader's clock nowMs (ms
+// since the Unix epoch).
+func ExpireCommand(requestID string, nowMs int64) *fsmpb.Command {
+	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_Expire{Expire: &fsmpb.Expire{NowMs: nowMs}}}
+}
+
+// CreditCommand builds an LFU credit command.
+func CreditCommand(requestID string, p index.Partition, hashes []uint64) *fsmpb.Command {
+	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_Credit{Credit: &fsmpb.Credit{Partition: fsmpb.PartitionToPB(p), Hashes: hashes}}}
+}
+
+// RestoreMarkCommand builds the marker committed after a whole-cluster
+// restore from a backup whose meta had backupIndex and backupDigest.
+func RestoreMarkCommand(requestID string, backupIndex, backupDigest uint64) *fsmpb.Command {
+	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_RestoreMark{RestoreMark: &fsmpb.RestoreMark{BackupAppliedIndex: backupIndex, BackupDigest: backupDigest}}}
+}
+
+// MarshalCommand encodes one command for AppendCommand (done by the
+// submitting goroutine, so the leader's batcher only concatenates bytes).
+func MarshalCommand(c *fsmpb.Command) ([]byte, error) {
+	b, err := proto.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: encode command %q: %w", c.GetRequestId(), err)
+	}
+	return b, nil
+}
+
+// NewEntry starts an encoded fsmpb.Entry with the format field; append
+// commands with AppendCommand. The result is what goes into raft.Apply.
+func NewEntry(buf []byte) []byte {
+	buf = protowire.AppendTag(buf[:0], 1, protowire.VarintType)
+	return protowire.AppendVarint(buf, uint64(EntryFormat))
+}
+
+// AppendCommand appends one MarshalCommand output to an entry started with
+// NewEntry (protobuf repeated fields concatenate).
+func AppendCommand(entry, cmd []byte) []byte {
+	entry = protowire.AppendTag(entry, 2, protowire.BytesType)
+	return protowire.AppendBytes(entry, cmd)
+}
+
+// EncodeEntry encodes commands as one log entry.
+func EncodeEntry(cmds ...*fsmpb.Command) ([]byte, error) {
+	e := NewEntry(nil)
+	for _, c := range cmds {
+		b, err := MarshalCommand(c)
+		if err != nil {
+			return nil, err
+		}
+		e = AppendCommand(e, b)
+	}
+	return e, nil
+}
+
+// DecodeEntry decodes a log entry.
+func DecodeEntry(b []byte) (*fsmpb.Entry, error) {
+	var e fsmpb.Entry
+	if err := proto.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	return &e, nil
+}

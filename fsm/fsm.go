@@ -1,0 +1,361 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/snapshot"
+)
+
+// Constants of the state machine. DedupWindow must be equal on every node
+// of a cluster (it decides which retries are recognised), so it is not a
+// setting.
+const (
+	// DedupWindow is how many recent request ids apply remembers. At 5 k
+	// ingest calls/s it covers ~26 s, far beyond the ~5 s a client retries.
+	DedupWindow = 1 << 17
+)
+
+// Result is the outcome of one command.
+type Result struct {
+	// RequestID is the command's request id.
+	RequestID string
+	// Index is the Raft log index at which the command took effect (for a
+	// duplicate: where the original applied).
+	Index uint64
+	// Changed is what the index reported: events that changed state
+	// (ingest), residencies dropped (expire), stats records (stats).
+	Changed int
+	// Duplicate is true when the request id was already applied; nothing
+	// changed this time and the other fields repeat the original outcome.
+	Duplicate bool
+	// Policy is the committed policy (SetPolicy only).
+	Policy *policy.Policy
+	// Err is non-nil when apply refused the command (wraps ErrRejected,
+	// ErrEntryFormat or ErrDecode); state is unchanged by it.
+	Err error
+}
+
+// EntryResult is what Apply/ApplyBatch return for a command log entry
+// (raft's ApplyFuture.Response()): one Result per command, in order.
+type EntryResult struct {
+	Index   uint64
+	Results []Result
+}
+
+// Hooks are optional observation callbacks (metrics). They run on the apply
+// goroutine and must be fast.
+type Hooks struct {
+	// OnApply reports one ApplyBatch: log entries, commands and duration.
+	OnApply func(entries, commands int, d time.Duration)
+	// OnSnapshot reports one Persist: stream bytes and duration, or err.
+	OnSnapshot func(bytes int64, d time.Duration, err error)
+	// OnRestore reports one Restore.
+	OnRestore func(bytes int64, d time.Duration, err error)
+}
+
+// Options configure an FSM.
+type Options struct {
+	// TmpDir holds temporary bbolt files of Persist and Restore ("" =
+	// os.TempDir()). Put it on the data volume: files are index-sized.
+	TmpDir string
+	// Logger for apply errors and restores (nil = discard).
+	Logger *slog.Logger
+	// Hooks for metrics.
+	Hooks Hooks
+}
+
+// FSM holds the index and applies the Raft log to it. Apply, Snapshot,
+// Restore and Digest serialise on one mutex; lookups read Index() without
+// it.
+type FSM struct {
+	mu          sync.Mutex // the writer lock: apply, snapshot view, restore swap, digest
+	ix          atomic.Pointer[index.Index]
+	applied     atomic.Uint64
+	appliedTerm atomic.Uint64
+	dd          *dedup
+	opts        Options
+	log         *slog.Logger
+}
+
+var _ raft.BatchingFSM = (*FSM)(nil)
+
+// New returns an FSM with an empty index under policy p.
+func New(p policy.Policy, opts Options) *FSM {
+	f := &FSM{dd: newDedup(), opts: opts, log: opts.Logger}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	f.ix.Store(index.New(p))
+	return f
+}
+
+// Index returns the current index for lookups. The pointer changes on
+// Restore: fetch it per lookup, never cache it.
+func (f *FSM) Index() *index.Index { return f.ix.Load() }
+
+// AppliedIndex is the last Raft log index this FSM finished applying (SPEC
+// 13: not raft.AppliedIndex, which counts what was handed over).
+func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
+
+// Policy returns the policy in force.
+func (f *FSM) Policy() policy.Policy { return f.ix.Load().Policy() }
+
+// Digest returns the applied index and the index digest as one consistent
+// pair (it waits for an in-flight apply batch).
+func (f *FSM) Digest() (appliedIndex, digest uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applied.Load(), f.ix.Load().Digest()
+}
+
+// DedupLen is the number of request ids in the window (diagnostics).
+func (f *FSM) DedupLen() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dd.len()
+}
+
+// Apply implements raft.FSM for a single log.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch implements raft.BatchingFSM. Command entries return an
+// *EntryResult; configuration entries only advance the applied index and
+// return nil.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	start := time.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]interface{}, len(logs))
+	cmds := 0
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			r := f.applyEntry(l)
+			cmds += len(r.Results)
+			out[i] = r
+		}
+		f.applied.Store(l.Index)
+		f.appliedTerm.Store(l.Term)
+	}
+	if h := f.opts.Hooks.OnApply; h != nil {
+		h(len(logs), cmds, time.Since(start))
+	}
+	return out
+}
+
+func (f *FSM) applyEntry(l *raft.Log) *EntryResult {
+	res := &EntryResult{Index: l.Index}
+	e, err := DecodeEntry(l.Data)
+	if err != nil {
+		f.log.Error("fsm: log entry does not decode", "index", l.Index, "err", err)
+		res.Results = []Result{{Index: l.Index, Err: err}}
+		return res
+	}
+	res.Results = make([]Result, len(e.Commands))
+	if e.Format > EntryFormat {
+		for i, c := range e.Commands {
+			res.Results[i] = Result{RequestID: c.GetRequestId(), Index: l.Index,
+				Err: fmt.Errorf("%w: entry %d has format %d, this binary applies ≤ %d", ErrEntryFormat, l.Index, e.Format, EntryFormat)}
+		}
+		return res
+	}
+	for i, c := range e.Commands {
+		res.Results[i] = f.applyCommand(l.Index, c)
+	}
+	return res
+}
+
+func (f *FSM) applyCommand(idx uint64, c *fsmpb.Command) (r Result) {
+	r = Result{RequestID: c.RequestId, Index: idx}
+	if c.RequestId != "" {
+		if d := f.dd.get(c.RequestId); d != nil {
+			r = Result{RequestID: c.RequestId, Index: d.Index, Changed: int(d.Changed), Duplicate: true}
+			if d.Error != "" {
+				r.Err = fmt.Errorf("%w: %s", ErrRejected, d.Error)
+			}
+			if _, ok := c.Body.(*fsmpb.Command_SetPolicy); ok {
+				p := f.ix.Load().Policy()
+				r.Policy = &p
+			}
+			return r
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			// Deterministic: every node panics on the same command. The
+			// index may be partly updated, identically everywhere.
+			f.log.Error("fsm: apply panicked", "index", idx, "request_id", c.RequestId, "panic", p)
+			r.Err = fmt.Errorf("%w: apply panicked: %v", ErrRejected, p)
+			f.remember(r, 0)
+		}
+	}()
+	ix := f.ix.Load()
+	switch b := c.Body.(type) {
+	case *fsmpb.Command_Ingest:
+		r.Changed = ix.ApplyEvents(fsmpb.EventsFromPB(b.Ingest.GetEvents()))
+	case *fsmpb.Command_Stats:
+		st := make([]index.ReplicaStats, len(b.Stats.GetStats()))
+		for i, s := range b.Stats.GetStats() {
+			st[i] = fsmpb.StatsFromPB(s)
+		}
+		ix.ApplyStats(st)
+		r.Changed = len(st)
+	case *fsmpb.Command_SetPolicy:
+		p := fsmpb.PolicyFromPB(b.SetPolicy.GetPolicy())
+		p.Version = ix.Policy().Version + 1
+		if err := p.Validate(); err != nil {
+			r.Err = fmt.Errorf("%w: %w", ErrRejected, err)
+		} else {
+			ix.SetPolicy(p)
+			r.Changed = 1
+		}
+		cur := ix.Policy()
+		r.Policy = &cur
+	case *fsmpb.Command_Expire:
+		r.Changed = ix.Expire(b.Expire.GetNowMs())
+	case *fsmpb.Command_Credit:
+		ix.Credit(fsmpb.PartitionFromPB(b.Credit.GetPartition()), b.Credit.GetHashes())
+		r.Changed = len(b.Credit.GetHashes())
+	case *fsmpb.Command_RestoreMark:
+		if d := ix.Digest(); d != b.RestoreMark.GetBackupDigest() {
+			// Writes may have landed between the restore and this mark,
+			// so a mismatch is reported, not fatal.
+			r.Err = fmt.Errorf("%w: restore mark: digest %016x differs from backup %016x (backup index %d)",
+				ErrRejected, d, b.RestoreMark.GetBackupDigest(), b.RestoreMark.GetBackupAppliedIndex())
+		}
+	default:
+		r.Err = fmt.Errorf("%w: unknown command at index %d (written by a newer binary?)", ErrRejected, idx)
+	}
+	f.remember(r, 0)
+	return r
+}
+
+func (f *FSM) remember(r Result, _ int) {
+	if r.RequestID == "" || f.dd.get(r.RequestID) != nil {
+		return
+	}
+	e := &fsmpb.DedupEntry{RequestId: r.RequestID, Index: r.Index, Changed: uint32(r.Changed)}
+	if r.Err != nil {
+		e.Error = r.Err.Error()
+	}
+	if r.Policy != nil {
+		e.PolicyVersion = r.Policy.Version
+	}
+	f.dd.add(e)
+}
+
+// Snapshot implements raft.FSM. It takes the index's immutable View and a
+// copy of the dedup window under the writer lock (cheap); Persist does the
+// slow work.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &fsmSnapshot{
+		view:    f.ix.Load().View(),
+		index:   f.applied.Load(),
+		term:    f.appliedTerm.Load(),
+		dedup:   f.dd.entries(),
+		tmpDir:  f.opts.TmpDir,
+		onDone:  f.opts.Hooks.OnSnapshot,
+		started: time.Now(),
+	}, nil
+}
+
+type fsmSnapshot struct {
+	view        *index.View
+	index, term uint64
+	dedup       []*fsmpb.DedupEntry
+	tmpDir      string
+	onDone      func(int64, time.Duration, error)
+	started     time.Time
+}
+
+// Persist writes the snapshot stream to the sink.
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	start := time.Now()
+	n, err := s.write(sink)
+	if err != nil {
+		sink.Cancel()
+	} else {
+		err = sink.Close()
+	}
+	if s.onDone != nil {
+		s.onDone(n, time.Since(start), err)
+	}
+	return err
+}
+
+func (s *fsmSnapshot) write(w io.Writer) (int64, error) {
+	dd, err := marshalDedup(s.dedup)
+	if err != nil {
+		return 0, fmt.Errorf("fsm: encode dedup window: %w", err)
+	}
+	return snapshot.Write(w, s.tmpDir, s.index, s.term, s.view, dd)
+}
+
+// Release implements raft.FSMSnapshot.
+func (s *fsmSnapshot) Release() { s.view.Release() }
+
+// Restore implements raft.FSM: it verifies the snapshot stream completely
+// and builds a fresh index with index.NewBuilder, then swaps in the index,
+// the dedup window and the applied index together — nothing of the
+// previous state survives. On error the previous state is kept and the
+// error wraps snapshot.ErrCorrupt / ErrTruncated / ErrVersion.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	start := time.Now()
+	var b *index.Builder
+	m, dd, err := snapshot.Read(rc, f.opts.TmpDir, func(p policy.Policy) snapshot.Builder {
+		b = index.NewBuilder(p)
+		return b
+	})
+	var d *dedup
+	if err == nil {
+		d, err = unmarshalDedup(dd)
+	}
+	if err != nil {
+		if h := f.opts.Hooks.OnRestore; h != nil {
+			h(0, time.Since(start), err)
+		}
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	ix := b.Build()
+	f.mu.Lock()
+	f.ix.Store(ix)
+	f.dd = d
+	f.applied.Store(m.AppliedIndex)
+	f.appliedTerm.Store(m.AppliedTerm)
+	f.mu.Unlock()
+	f.log.Info("fsm: restored snapshot", "applied_index", m.AppliedIndex, "residencies", m.Sizes.Residencies, "bytes", m.StreamBytes, "took", time.Since(start))
+	if h := f.opts.Hooks.OnRestore; h != nil {
+		h(m.StreamBytes, time.Since(start), nil)
+	}
+	return nil
+}
+
+// WriteSnapshot writes the current state as a snapshot stream to w (a
+// backup taken outside Raft, e.g. in tests); it holds the writer lock only
+// to take the view.
+func (f *FSM) WriteSnapshot(w io.Writer) (int64, error) {
+	s, err := f.Snapshot()
+	if err != nil {
+		return 0, err
+	}
+	defer s.Release()
+	return s.(*fsmSnapshot).write(w)
+}
+
+// IsRejected reports whether err is an apply-time refusal.
+func IsRejected(err error) bool { return errors.Is(err, ErrRejected) }

@@ -1,0 +1,222 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/inference-cache/inference-cache/fsm"
+	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
+	"github.com/inference-cache/inference-cache/snapshot"
+)
+
+func expireBytes(reqID string, nowMs int64) []byte {
+	b, _ := fsm.MarshalCommand(fsm.ExpireCommand(reqID, nowMs))
+	return b
+}
+
+func (n *Node) wait(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return translate(err)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %v", ErrTimeout, ctx.Err())
+	}
+}
+
+// AddServer adds (or updates the address of) a server; voter selects
+// voter or non-voter. Leader only (ErrNotLeader). Returns the index of the
+// configuration change. Servers announced by gossip are added by the
+// leader automatically; this is for operators.
+func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint64, error) {
+	if id == "" || addr == "" {
+		return 0, fmt.Errorf("%w: server id and address are required", ErrInvalid)
+	}
+	var f raft.IndexFuture
+	if voter {
+		f = n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0)
+	} else {
+		f = n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0)
+	}
+	if err := n.wait(ctx, f); err != nil {
+		return 0, err
+	}
+	return f.Index(), nil
+}
+
+// RemoveServer removes a server from the Raft configuration. Leader only.
+func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
+	if id == "" {
+		return 0, fmt.Errorf("%w: server id is required", ErrInvalid)
+	}
+	f := n.raft.RemoveServer(raft.ServerID(id), 0, 0)
+	if err := n.wait(ctx, f); err != nil {
+		return 0, err
+	}
+	return f.Index(), nil
+}
+
+// TransferLeadership hands leadership to server id at Raft address addr,
+// or to the most up-to-date follower when id is "". Leader only.
+func (n *Node) TransferLeadership(ctx context.Context, id, addr string) error {
+	var f raft.Future
+	if id == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		if addr == "" {
+			for _, m := range n.memberList() {
+				if m.ID == id {
+					addr = m.RaftAddr
+				}
+			}
+		}
+		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
+	}
+	return n.wait(ctx, f)
+}
+
+// Snapshot takes a Raft snapshot now on this node and returns its index and
+// term (when nothing was applied since the last one, that one's).
+func (n *Node) Snapshot(ctx context.Context) (uint64, uint64, error) {
+	f := n.raft.Snapshot()
+	err := n.wait(ctx, f)
+	if errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		return n.latestSnapshot()
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	meta, rc, err := f.Open()
+	if err != nil {
+		return 0, 0, fmt.Errorf("raftnode: open new snapshot: %w", err)
+	}
+	rc.Close()
+	return meta.Index, meta.Term, nil
+}
+
+func (n *Node) latestSnapshot() (uint64, uint64, error) {
+	l, err := n.snaps.List()
+	if err != nil || len(l) == 0 {
+		return 0, 0, fmt.Errorf("raftnode: no snapshot available: %v", err)
+	}
+	return l[0].Index, l[0].Term, nil
+}
+
+// Backup takes a snapshot on this node (any node) and writes the snapshot
+// stream (the package snapshot format) to w. The file restores a whole
+// cluster with Restore or `snapshot restore`.
+func (n *Node) Backup(w io.Writer) error {
+	f := n.raft.Snapshot()
+	err := translate(f.Error())
+	var rc io.ReadCloser
+	switch {
+	case err == nil:
+		_, rc, err = f.Open()
+	case errors.Is(err, raft.ErrNothingNewToSnapshot):
+		var l []*raft.SnapshotMeta
+		l, err = n.snaps.List()
+		if err == nil && len(l) == 0 {
+			err = errors.New("no snapshot")
+		}
+		if err == nil {
+			_, rc, err = n.snaps.Open(l[0].ID)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("raftnode: backup: %w", err)
+	}
+	defer rc.Close()
+	if _, err := io.Copy(w, rc); err != nil {
+		return fmt.Errorf("raftnode: backup: copy: %w", err)
+	}
+	return nil
+}
+
+// Restore replaces the whole cluster's state with the snapshot stream r
+// (a Backup file). The stream is verified first (snapshot.ErrCorrupt,
+// ErrTruncated, ErrVersion); on a follower it is forwarded to the leader.
+// The leader installs it with Raft's user restore (a new snapshot at an
+// index past its log, shipped to every follower by InstallSnapshot), then
+// commits a RestoreMark command. Returns that command's index.
+func (n *Node) Restore(ctx context.Context, r io.Reader) (uint64, error) {
+	if n.raft.State() == raft.Leader {
+		return n.restoreLocal(ctx, r)
+	}
+	c, _, err := n.leaderClient()
+	if err != nil {
+		return 0, err
+	}
+	st, err := c.Restore(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrForward, err)
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			if err := st.Send(&forwardpb.RestoreChunk{Data: buf[:k]}); err != nil {
+				break // the server ended the stream; CloseAndRecv says why
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return 0, fmt.Errorf("raftnode: restore: read input: %w", rerr)
+		}
+	}
+	resp, err := st.CloseAndRecv()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrForward, err)
+	}
+	return resp.GetIndex(), fromCode(resp.GetCode(), resp.GetMessage())
+}
+
+func (n *Node) restoreLocal(ctx context.Context, r io.Reader) (uint64, error) {
+	if n.raft.State() != raft.Leader {
+		return 0, n.notLeaderErr()
+	}
+	tmp, err := os.CreateTemp(filepath.Join(n.cfg.DataDir, "tmp"), "restore-*.snap")
+	if err != nil {
+		return 0, fmt.Errorf("raftnode: restore: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	size, err := io.Copy(tmp, r)
+	if err != nil {
+		return 0, fmt.Errorf("raftnode: restore: receive: %w", err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	meta, err := snapshot.Inspect(tmp, filepath.Join(n.cfg.DataDir, "tmp"))
+	if err != nil {
+		return 0, fmt.Errorf("%w: restore: %w", ErrInvalid, err)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	timeout := 5 * time.Minute
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	rm := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: meta.AppliedIndex, Term: meta.AppliedTerm, Size: size}
+	if err := n.raft.Restore(rm, tmp, timeout); err != nil {
+		return 0, fmt.Errorf("raftnode: restore: %w", translate(err))
+	}
+	n.log.Warn("raftnode: cluster restored from backup", "backup_index", meta.AppliedIndex, "residencies", meta.Sizes.Residencies, "bytes", size)
+	cmd, _ := fsm.MarshalCommand(fsm.RestoreMarkCommand(n.NewRequestID(), meta.AppliedIndex, meta.Digest))
+	res, err := n.submitLocal(ctx, cmd)
+	if err != nil && !errors.Is(err, ErrRejected) {
+		return 0, err
+	}
+	return res.Index, nil
+}

@@ -1,0 +1,188 @@
+package raftnode
+
+import (
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+// Constants of the Raft wiring, with the reason for each value.
+const (
+	// DefaultHeartbeatTimeout, DefaultElectionTimeout and
+	// DefaultLeaderLeaseTimeout are LAN timings. A follower that misses
+	// heartbeats for a random 500–1000 ms starts a pre-vote and election
+	// that takes a few round trips, so a dead leader is replaced in about
+	// 0.6–1.2 s (measured ~1 s in TestFailover with FastTiming scaled).
+	// A leader that cannot reach a quorum for 250 ms steps down.
+	DefaultHeartbeatTimeout   = 500 * time.Millisecond
+	DefaultElectionTimeout    = 500 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+	// DefaultCommitTimeout bounds how long a follower waits to learn the
+	// commit index when no new entries flow (heartbeat piggyback).
+	DefaultCommitTimeout = 10 * time.Millisecond
+	// DefaultSnapshotThreshold/Interval: snapshot after 16 k entries at
+	// most every 2 min; entries are group-committed batches, so this is
+	// millions of events.
+	DefaultSnapshotThreshold = 16384
+	DefaultSnapshotInterval  = 2 * time.Minute
+	// DefaultTrailingLogs kept after a snapshot so a briefly lagging
+	// follower catches up from the log, not a full snapshot install.
+	DefaultTrailingLogs = 10240
+	// DefaultSnapshotRetain: SPEC 13 asks for ≥ 2 so start-up can fall
+	// back to the older one if the newest is damaged.
+	DefaultSnapshotRetain = 2
+	// DefaultExpireInterval: how often the leader commits an expire
+	// command; small against the 600 s default TTL.
+	DefaultExpireInterval = 10 * time.Second
+	// DefaultWriteRetry is the bounded time a write retries not-leader /
+	// no-leader / transfer-in-progress / ambiguous outcomes (SPEC 8: ~5 s).
+	DefaultWriteRetry = 5 * time.Second
+	// DefaultGroupCommitLinger: when an entry is already being committed
+	// the batcher waits this long for more calls to join the next one.
+	DefaultGroupCommitLinger = 200 * time.Microsecond
+	// DefaultGroupCommitMaxBytes caps one log entry (encoded commands).
+	// Bounded so one entry never stalls replication of others for long.
+	DefaultGroupCommitMaxBytes = 4 << 20
+	// logCacheSize is the number of recent log entries raft.NewLogCache
+	// keeps in memory so replication to followers rarely reads bbolt.
+	logCacheSize = 1024
+	// maxAppendEntries: entries per AppendEntries RPC and per leader
+	// batch from BatchApplyCh (raft caps it at 1024).
+	maxAppendEntries = 256
+	// applyEnqueueTimeout bounds raft.Apply's enqueue wait.
+	applyEnqueueTimeout = 5 * time.Second
+	// barrierTimeout for the Barrier a new leader issues before acting.
+	barrierTimeout = 10 * time.Second
+	// transferTimeout bounds the leadership transfer of a graceful
+	// shutdown; past it the node shuts down anyway.
+	transferTimeout = 5 * time.Second
+	// reconcileInterval: how often the leader compares gossip membership
+	// with the Raft configuration (and on every gossip event).
+	reconcileInterval = time.Second
+	// bootstrapPoll: how often a fresh node checks gossip for
+	// bootstrap_expect peers.
+	bootstrapPoll = 100 * time.Millisecond
+	// creditFlush: LFU credits are batched for this long per command.
+	creditFlush = 100 * time.Millisecond
+	// creditQueue: credits buffered before Credit starts dropping.
+	creditQueue = 4096
+	// proposeQueue: ingest calls queued for the batcher.
+	proposeQueue = 8192
+	// inflightEntries: group-commit entries awaiting commit at once.
+	inflightEntries = 128
+	// transportPool and transportTimeout of the Raft TCP transport.
+	transportPool    = 3
+	transportTimeout = 10 * time.Second
+)
+
+// Timing holds the Raft timeouts. The zero value means the LAN defaults.
+type Timing struct {
+	// HeartbeatTimeout: a follower without leader contact for a random
+	// 1–2× this starts an election. Default 500 ms.
+	HeartbeatTimeout time.Duration
+	// ElectionTimeout: a candidate without a result for a random 1–2×
+	// this restarts the election. Default 500 ms.
+	ElectionTimeout time.Duration
+	// LeaderLeaseTimeout: a leader without quorum contact this long steps
+	// down. Must be ≤ HeartbeatTimeout. Default 250 ms.
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout: see DefaultCommitTimeout. Default 10 ms.
+	CommitTimeout time.Duration
+	// LocalGossip selects memberlist's loopback profile (fast probes) in
+	// place of the LAN profile.
+	LocalGossip bool
+}
+
+// FastTiming is for tests and the loopback `dev` cluster: ~3× faster
+// elections than the LAN defaults (failover ≈ 0.2–0.5 s).
+var FastTiming = Timing{
+	HeartbeatTimeout:   150 * time.Millisecond,
+	ElectionTimeout:    150 * time.Millisecond,
+	LeaderLeaseTimeout: 100 * time.Millisecond,
+	CommitTimeout:      5 * time.Millisecond,
+	LocalGossip:        true,
+}
+
+// Hooks are optional metric callbacks. They run on raftnode goroutines and
+// must not block.
+type Hooks struct {
+	// OnCommit: one write (any command) committed and applied on the
+	// leader; d is from submission to applied, commands the size of its
+	// group-commit entry.
+	OnCommit func(d time.Duration, commands int)
+	// OnApply: one FSM ApplyBatch (entries, commands, duration).
+	OnApply func(entries, commands int, d time.Duration)
+	// OnSnapshot: one snapshot persisted (stream bytes, duration, error).
+	OnSnapshot func(bytes int64, d time.Duration, err error)
+	// OnRestore: one snapshot restored into the FSM.
+	OnRestore func(bytes int64, d time.Duration, err error)
+	// OnLeader: this node gained (true, after its Barrier) or lost
+	// leadership.
+	OnLeader func(leader bool)
+}
+
+// Config configures a Node. Addresses are host:port.
+type Config struct {
+	// NodeID is this server's unique, stable Raft server id (required).
+	NodeID string
+	// DataDir holds raft/raft.db (log + stable store), raft/snapshots and
+	// tmp (required). Same directory on restart.
+	DataDir string
+	// RaftAddr is the Raft TCP bind address (required, port ≠ 0).
+	RaftAddr string
+	// RaftAdvertise is the Raft address peers dial; "" = RaftAddr (must
+	// then not be 0.0.0.0).
+	RaftAdvertise string
+	// GossipAddr is the memberlist bind address (TCP+UDP, required).
+	GossipAddr string
+	// GossipAdvertise is the gossip address peers use; "" = GossipAddr.
+	GossipAdvertise string
+	// GRPCAddr is this node's gRPC address advertised to peers for write
+	// forwarding (the server listens on it; raftnode does not).
+	GRPCAddr string
+	// Join lists gossip addresses of other servers; any one reachable is
+	// enough. Retried in the background until one answers.
+	Join []string
+	// BootstrapExpect: when > 0 and this node has no Raft state, bootstrap
+	// once this many servers without Raft state see each other (SPEC 8).
+	// 0 = never bootstrap (join an existing cluster).
+	BootstrapExpect int
+	// Policy is the initial policy of a fresh FSM (a restored snapshot's
+	// policy wins). Zero value = policy.Default().
+	Policy policy.Policy
+	// SnapshotThreshold, SnapshotInterval, TrailingLogs, SnapshotRetain:
+	// 0 = the Default constants above.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+	SnapshotRetain    int
+	// DeadServerCleanup: opt-in grace period after which the leader removes
+	// a server gossip reports dead; 0 = off. Never removes more than
+	// (voters−1)/2 at once, never below 3 voters.
+	DeadServerCleanup time.Duration
+	// ExpireInterval: leader expire ticker; 0 = DefaultExpireInterval,
+	// < 0 = off.
+	ExpireInterval time.Duration
+	// WriteRetry: total retry budget of a write; 0 = DefaultWriteRetry.
+	WriteRetry time.Duration
+	// GroupCommitLinger, GroupCommitMaxBytes: 0 = defaults; linger < 0 =
+	// never linger.
+	GroupCommitLinger   time.Duration
+	GroupCommitMaxBytes int
+	// Timing: Raft timeouts; zero = LAN defaults.
+	Timing Timing
+	// DialOptions for forwarding connections to the leader's gRPC address;
+	// nil = insecure (plaintext) credentials.
+	DialOptions []grpc.DialOption
+	// Logger for raftnode, raft (via an hclog adapter, level RaftLogLevel)
+	// and memberlist; nil = discard.
+	Logger *slog.Logger
+	// RaftLogLevel: the least level of hashicorp/raft logs passed to
+	// Logger (default slog.LevelWarn; raft is chatty at info).
+	RaftLogLevel slog.Level
+	// Hooks for metrics.
+	Hooks Hooks
+}

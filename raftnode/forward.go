@@ -1,0 +1,120 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/inference-cache/inference-cache/fsm"
+	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
+)
+
+// forwardServer is the leader side of write forwarding.
+type forwardServer struct {
+	forwardpb.UnimplementedForwardServer
+	n *Node
+}
+
+func registerForward(s *grpc.Server, n *Node) {
+	forwardpb.RegisterForwardServer(s, &forwardServer{n: n})
+}
+
+// Apply proposes the forwarded command locally; it never forwards again
+// (a follower that is no longer talking to the leader retries itself).
+func (f *forwardServer) Apply(ctx context.Context, req *forwardpb.ApplyRequest) (*forwardpb.ApplyResponse, error) {
+	r, err := f.n.submitLocal(ctx, req.GetCommand())
+	resp := &forwardpb.ApplyResponse{Code: toCode(err), Index: r.Index, Changed: uint32(r.Changed), Duplicate: r.Duplicate, Policy: policyBytes(r.Policy)}
+	if err != nil {
+		resp.Message = err.Error()
+	}
+	return resp, nil
+}
+
+// Restore receives a snapshot stream and restores the cluster from it.
+func (f *forwardServer) Restore(stream grpc.ClientStreamingServer[forwardpb.RestoreChunk, forwardpb.RestoreResponse]) error {
+	pr, pw := io.Pipe()
+	go func() {
+		for {
+			c, err := stream.Recv()
+			if err == io.EOF {
+				pw.Close()
+				return
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if _, err := pw.Write(c.GetData()); err != nil {
+				return
+			}
+		}
+	}()
+	idx, err := f.n.restoreLocal(stream.Context(), pr)
+	pr.Close()
+	resp := &forwardpb.RestoreResponse{Code: toCode(err), Index: idx}
+	if err != nil {
+		resp.Message = err.Error()
+	}
+	return stream.SendAndClose(resp)
+}
+
+// leaderClient returns a Forward client for the current leader.
+func (n *Node) leaderClient() (forwardpb.ForwardClient, string, error) {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return nil, "", ErrNoLeader
+	}
+	if string(id) == n.cfg.NodeID {
+		return nil, "", fmt.Errorf("%w: this node is the leader", ErrNotLeader)
+	}
+	m := n.member(string(id))
+	if m == nil || m.meta.GRPC == "" {
+		return nil, "", fmt.Errorf("%w: leader %s has no known gRPC address yet", ErrNoLeader, id)
+	}
+	addr := m.meta.GRPC
+	n.connsMu.Lock()
+	defer n.connsMu.Unlock()
+	select {
+	case <-n.shutdownCh:
+		return nil, "", ErrShutdown
+	default:
+	}
+	cc := n.conns[addr]
+	if cc == nil {
+		opts := n.cfg.DialOptions
+		if opts == nil {
+			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		}
+		var err error
+		cc, err = grpc.NewClient(addr, opts...)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: dial %s: %v", ErrForward, addr, err)
+		}
+		n.conns[addr] = cc
+	}
+	return forwardpb.NewForwardClient(cc), addr, nil
+}
+
+// forward sends one command to the leader. A transport failure is
+// ambiguous (the leader may have committed it) and wraps ErrForward, which
+// submit retries with the same request id.
+func (n *Node) forward(ctx context.Context, cmd []byte) (r fsm.Result, err error) {
+	c, addr, err := n.leaderClient()
+	if err != nil {
+		return r, err
+	}
+	n.metrics.forwarded.Add(1)
+	resp, err := c.Apply(ctx, &forwardpb.ApplyRequest{Command: cmd})
+	if err != nil {
+		if ctx.Err() != nil {
+			return r, fmt.Errorf("%w: forward to %s: %v", ErrTimeout, addr, err)
+		}
+		return r, fmt.Errorf("%w: %s: %v", ErrForward, addr, err)
+	}
+	r.Index, r.Changed, r.Duplicate = resp.GetIndex(), int(resp.GetChanged()), resp.GetDuplicate()
+	r.Policy = policyFromBytes(resp.GetPolicy())
+	return r, fromCode(resp.GetCode(), resp.GetMessage())
+}

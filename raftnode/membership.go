@@ -1,0 +1,350 @@
+package raftnode
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+)
+
+// gossipMeta is what every server advertises in memberlist (≤ 512 bytes).
+type gossipMeta struct {
+	ID    string `json:"id"`
+	Raft  string `json:"raft"`
+	GRPC  string `json:"grpc"`
+	State bool   `json:"state"` // holds Raft state (bootstrapped or joined)
+}
+
+type member struct {
+	meta  gossipMeta
+	alive bool
+	since time.Time // when alive last changed
+}
+
+type delegate struct{ n *Node }
+
+func (d delegate) NodeMeta(limit int) []byte {
+	b, _ := json.Marshal(gossipMeta{ID: d.n.cfg.NodeID, Raft: d.n.cfg.RaftAdvertise, GRPC: d.n.cfg.GRPCAddr, State: d.n.hasState.Load()})
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+func (delegate) NotifyMsg([]byte)                           {}
+func (delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (delegate) LocalState(join bool) []byte                { return nil }
+func (delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+type events struct{ n *Node }
+
+func (e events) NotifyJoin(m *memberlist.Node)   { e.n.observe(m, true) }
+func (e events) NotifyLeave(m *memberlist.Node)  { e.n.observe(m, false) }
+func (e events) NotifyUpdate(m *memberlist.Node) { e.n.observe(m, true) }
+
+func (n *Node) observe(m *memberlist.Node, alive bool) {
+	var meta gossipMeta
+	if err := json.Unmarshal(m.Meta, &meta); err != nil || meta.ID == "" {
+		return // not an inference-cache server
+	}
+	n.membersMu.Lock()
+	cur := n.members[meta.ID]
+	if cur == nil || cur.alive != alive {
+		cur = &member{alive: alive, since: time.Now()}
+		n.members[meta.ID] = cur
+	}
+	cur.meta = meta
+	n.membersMu.Unlock()
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Node) member(id string) *member {
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	if m := n.members[id]; m != nil {
+		c := *m
+		return &c
+	}
+	return nil
+}
+
+func (n *Node) gossipSnapshot() map[string]member {
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	out := make(map[string]member, len(n.members))
+	for id, m := range n.members {
+		out[id] = *m
+	}
+	return out
+}
+
+// memberList merges the Raft configuration with gossip, sorted by id.
+func (n *Node) memberList() []Member {
+	g := n.gossipSnapshot()
+	byID := map[string]*Member{}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			byID[string(s.ID)] = &Member{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String()}
+		}
+	}
+	for id, m := range g {
+		x := byID[id]
+		if x == nil {
+			x = &Member{ID: id, RaftAddr: m.meta.Raft}
+			byID[id] = x
+		}
+		x.GRPCAddr = m.meta.GRPC
+		x.Healthy = m.alive
+	}
+	out := make([]Member, 0, len(byID))
+	for _, m := range byID {
+		out = append(out, *m)
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		if a.ID < b.ID {
+			return -1
+		}
+		if a.ID > b.ID {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (n *Node) startGossip() error {
+	mc := memberlist.DefaultLANConfig()
+	if n.cfg.Timing.LocalGossip {
+		mc = memberlist.DefaultLocalConfig()
+	}
+	mc.Name = n.cfg.NodeID
+	host, port, err := splitHostPort(n.cfg.GossipAddr)
+	if err != nil {
+		return fmt.Errorf("%w: gossip address %q: %v", ErrInvalid, n.cfg.GossipAddr, err)
+	}
+	mc.BindAddr, mc.BindPort = host, port
+	ahost, aport, err := splitHostPort(n.cfg.GossipAdvertise)
+	if err != nil {
+		return fmt.Errorf("%w: gossip advertise address %q: %v", ErrInvalid, n.cfg.GossipAdvertise, err)
+	}
+	if ahost != "0.0.0.0" && ahost != "" {
+		mc.AdvertiseAddr, mc.AdvertisePort = ahost, aport
+	}
+	mc.Delegate = delegate{n}
+	mc.Events = events{n}
+	mc.LogOutput = nil
+	mc.Logger = log.New(io.Discard, "", 0)
+	if n.log.Enabled(nil, slog.LevelDebug) {
+		mc.Logger = slog.NewLogLogger(n.log.With("component", "memberlist").Handler(), slog.LevelDebug)
+	}
+	n.ml, err = memberlist.Create(mc)
+	if err != nil {
+		return fmt.Errorf("raftnode: start gossip on %s: %w", n.cfg.GossipAddr, err)
+	}
+	return nil
+}
+
+func splitHostPort(a string) (string, int, error) {
+	h, p, err := net.SplitHostPort(a)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	return h, port, err
+}
+
+// membershipLoop joins the gossip pool, bootstraps when asked to, keeps
+// the advertised "has Raft state" flag current and, on the leader,
+// reconciles the Raft configuration with gossip.
+func (n *Node) membershipLoop() {
+	defer n.wg.Done()
+	joined := len(n.cfg.Join) == 0
+	lastJoin := time.Time{}
+	t := time.NewTicker(bootstrapPoll)
+	defer t.Stop()
+	lastReconcile := time.Time{}
+	deadSince := map[string]time.Time{}
+	for {
+		kicked := false
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-t.C:
+		case <-n.kick:
+			kicked = true
+		}
+		if !joined && time.Since(lastJoin) > time.Second {
+			lastJoin = time.Now()
+			if k, err := n.ml.Join(n.cfg.Join); k > 0 {
+				joined = true
+				n.log.Info("raftnode: joined gossip", "contacted", k)
+			} else if err != nil {
+				n.log.Debug("raftnode: gossip join failed, retrying", "join", n.cfg.Join, "err", err)
+			}
+		}
+		if !n.hasState.Load() {
+			if f := n.raft.GetConfiguration(); f.Error() == nil && len(f.Configuration().Servers) > 0 {
+				n.setHasState()
+			} else if n.cfg.BootstrapExpect > 0 {
+				n.tryBootstrap()
+			}
+		}
+		if n.leaderReady.Load() && (kicked || time.Since(lastReconcile) >= reconcileInterval) {
+			lastReconcile = time.Now()
+			n.reconcile(deadSince)
+		}
+	}
+}
+
+func (n *Node) setHasState() {
+	if !n.hasState.Swap(true) {
+		n.ml.UpdateNode(time.Second)
+	}
+}
+
+// tryBootstrap bootstraps when BootstrapExpect servers without Raft state
+// (this one included) see each other and no visible server holds state.
+// Every such server bootstraps with the identical configuration: all
+// visible servers sorted by id; raft's BootstrapCluster writes the same
+// entry at index 1 on each, so they form one cluster whatever the start
+// order. A server that sees a peer with state waits to be added instead.
+func (n *Node) tryBootstrap() {
+	g := n.gossipSnapshot()
+	servers := []raft.Server{}
+	for id, m := range g {
+		if !m.alive {
+			continue
+		}
+		if m.meta.State && id != n.cfg.NodeID {
+			return // a cluster exists: its leader will add us
+		}
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(m.meta.Raft)})
+	}
+	if _, ok := g[n.cfg.NodeID]; !ok || len(servers) < n.cfg.BootstrapExpect {
+		return
+	}
+	slices.SortFunc(servers, func(a, b raft.Server) int {
+		if a.ID < b.ID {
+			return -1
+		}
+		if a.ID > b.ID {
+			return 1
+		}
+		return 0
+	})
+	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if err != nil && err != raft.ErrCantBootstrap {
+		n.log.Error("raftnode: bootstrap failed", "err", err)
+		return
+	}
+	ids := make([]string, len(servers))
+	for i, s := range servers {
+		ids[i] = string(s.ID)
+	}
+	n.log.Info("raftnode: bootstrapped cluster", "servers", ids, "already", err == raft.ErrCantBootstrap)
+	n.setHasState()
+}
+
+// reconcile (leader only) adds alive gossip servers missing from the Raft
+// configuration as voters (or updates a changed address) and, when
+// DeadServerCleanup > 0, removes servers dead for longer than the grace
+// period within the safety rules of SPEC 8.
+func (n *Node) reconcile(deadSince map[string]time.Time) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	cfg := f.Configuration()
+	inCfg := map[string]raft.Server{}
+	voters := 0
+	for _, s := range cfg.Servers {
+		inCfg[string(s.ID)] = s
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	g := n.gossipSnapshot()
+	ids := make([]string, 0, len(g))
+	for id := range g {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		m := g[id]
+		if !m.alive || m.meta.Raft == "" {
+			continue
+		}
+		s, ok := inCfg[id]
+		if ok && string(s.Address) == m.meta.Raft && s.Suffrage == raft.Voter {
+			continue
+		}
+		err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 5*time.Second).Error()
+		if err != nil {
+			n.log.Warn("raftnode: add voter failed", "id", id, "raft", m.meta.Raft, "err", err)
+			return
+		}
+		n.log.Info("raftnode: added voter from gossip", "id", id, "raft", m.meta.Raft)
+		return // one change per round; the next round sees the new config
+	}
+
+	if n.cfg.DeadServerCleanup <= 0 {
+		return
+	}
+	now := time.Now()
+	var dead []string
+	for id := range inCfg {
+		if id == n.cfg.NodeID {
+			continue
+		}
+		m, seen := g[id]
+		switch {
+		case seen && m.alive:
+			delete(deadSince, id)
+			continue
+		case seen:
+			if _, ok := deadSince[id]; !ok || m.since.Before(deadSince[id]) {
+				deadSince[id] = m.since
+			}
+		default:
+			if _, ok := deadSince[id]; !ok {
+				deadSince[id] = now
+			}
+		}
+		if now.Sub(deadSince[id]) >= n.cfg.DeadServerCleanup {
+			dead = append(dead, id)
+		}
+	}
+	for id := range deadSince {
+		if _, ok := inCfg[id]; !ok {
+			delete(deadSince, id)
+		}
+	}
+	slices.Sort(dead)
+	budget := CleanupBudget(voters, len(dead))
+	for _, id := range dead[:budget] {
+		if err := n.raft.RemoveServer(raft.ServerID(id), 0, 5*time.Second).Error(); err != nil {
+			n.log.Warn("raftnode: dead server cleanup failed", "id", id, "err", err)
+			return
+		}
+		delete(deadSince, id)
+		n.log.Warn("raftnode: removed dead server", "id", id, "grace", n.cfg.DeadServerCleanup, "voters_before", voters)
+	}
+}
+
+// CleanupBudget is how many of dead servers one cleanup round may remove
+// from a configuration with voters voters: never more than (voters−1)/2
+// at once and never below 3 voters (SPEC 8).
+func CleanupBudget(voters, dead int) int {
+	b := min(dead, (voters-1)/2, voters-3)
+	return max(b, 0)
+}

@@ -1,0 +1,33 @@
+// Package snapshot is the on-disk snapshot format of inference-cache (SPEC 8,
+// 13): a BoltDB (bbolt) file framed for streaming, used for Raft snapshots,
+// operator backups and whole-cluster restores.
+//
+// A snapshot stream is
+//
+//	header  24 bytes: magic "ICSNAP01" | format version (uint32 BE) | 0 (uint32) | body length (uint64 BE)
+//	body    the bbolt file, body-length bytes
+//	trailer 16 bytes: magic "ICSNEND0" | XXH3-64 of the body (uint64 BE)
+//
+// The framing lets a reader detect truncation (the body or trailer ends
+// early: ErrTruncated) and corruption in transit (ErrCorrupt) before bbolt
+// ever maps the file, so a damaged file can never fault the process.
+//
+// Inside the bbolt file:
+//
+//	meta        format_version, applied_index, applied_term, created_unix_ms,
+//	            policy (fsmpb.Policy), digest, sizes, chunks, checksum
+//	blocks      key chunk number (uint64 BE) → a chunk of block records
+//	partitions  key partition number (uint32 BE) → 4 length-prefixed strings
+//	replicas    key replica number (uint32 BE) → replica id
+//	stats       key sequence (uint32 BE) → fsmpb.ReplicaStats
+//	dedup       key "window" → fsmpb.Dedup (the FSM's de-duplication window)
+//
+// Block records are packed into chunks of about ChunkBytes so a 10 M
+// residency snapshot is a few thousand bbolt puts, not millions. The meta
+// checksum is XXH3-64 over every bucket's keys and values in a fixed bucket
+// order plus the meta keys other than itself; it is checked before anything
+// is loaded.
+//
+// Write persists a point-in-time Source (an *index.View); Read verifies and
+// feeds a Builder (an *index.Builder); Inspect verifies and returns Meta only.
+package snapshot

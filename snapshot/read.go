@@ -1,0 +1,333 @@
+package snapshot
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/zeebo/xxh3"
+	"go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+// Read verifies the snapshot stream r (framing, format version, content
+// checksum) and then feeds every record to the Builder returned by
+// newBuilder(policy). Nothing reaches a Builder before the whole snapshot
+// verified. It returns the meta and the opaque dedup window. Errors about
+// the input wrap ErrCorrupt, ErrTruncated or ErrVersion and say where.
+func Read(r io.Reader, tmpDir string, newBuilder func(policy.Policy) Builder) (Meta, []byte, error) {
+	db, m, cleanup, err := open(r, tmpDir)
+	if err != nil {
+		return Meta{}, nil, err
+	}
+	defer cleanup()
+	var dedup []byte
+	err = db.View(func(tx *bbolt.Tx) error {
+		b := newBuilder(m.Policy.Clone())
+		if err := load(tx, m, b); err != nil {
+			return err
+		}
+		dedup = append([]byte(nil), tx.Bucket(bucketDedup).Get(keyWindow)...)
+		return nil
+	})
+	if err != nil {
+		return Meta{}, nil, err
+	}
+	return m, dedup, nil
+}
+
+// Inspect verifies the stream like Read and returns its Meta without
+// loading anything (for `snapshot inspect` and pre-restore checks).
+func Inspect(r io.Reader, tmpDir string) (Meta, error) {
+	db, m, cleanup, err := open(r, tmpDir)
+	if err != nil {
+		return Meta{}, err
+	}
+	_ = db
+	cleanup()
+	return m, nil
+}
+
+// InspectFile is Inspect on a file path.
+func InspectFile(path string) (Meta, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Meta{}, fmt.Errorf("snapshot: open %s: %w", path, err)
+	}
+	defer f.Close()
+	return Inspect(f, "")
+}
+
+// open copies the stream body to a temp file, checks the framing, opens it
+// with bbolt read-only, reads meta and verifies the content checksum.
+func open(r io.Reader, tmpDir string) (*bbolt.DB, Meta, func(), error) {
+	var m Meta
+	br := bufio.NewReaderSize(r, 1<<20)
+	var hdr [headerLen]byte
+	if n, err := io.ReadFull(br, hdr[:]); err != nil {
+		return nil, m, nil, fmt.Errorf("%w: header ends at byte %d of %d: %v", ErrTruncated, n, headerLen, err)
+	}
+	if [8]byte(hdr[:8]) != headerMagic {
+		return nil, m, nil, fmt.Errorf("%w: bad header magic %q at byte 0 (not an inference-cache snapshot)", ErrCorrupt, hdr[:8])
+	}
+	ver := binary.BigEndian.Uint32(hdr[8:12])
+	if ver == 0 || ver > FormatVersion {
+		return nil, m, nil, fmt.Errorf("%w: header at byte 8 says format version %d, this binary reads 1..%d", ErrVersion, ver, FormatVersion)
+	}
+	bodyLen := binary.BigEndian.Uint64(hdr[16:24])
+	if bodyLen > maxBody || bodyLen < 4096 {
+		return nil, m, nil, fmt.Errorf("%w: header at byte 16 gives body length %d", ErrCorrupt, bodyLen)
+	}
+	f, err := os.CreateTemp(tmpDir, "inference-cache-restore-*.db")
+	if err != nil {
+		return nil, m, nil, fmt.Errorf("snapshot: create temp file: %w", err)
+	}
+	path := f.Name()
+	rm := func() { os.Remove(path) }
+	h := xxh3.New()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	n, err := io.CopyN(io.MultiWriter(bw, h), br, int64(bodyLen))
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		rm()
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, m, nil, fmt.Errorf("%w: body ends at byte %d, header promised %d", ErrTruncated, headerLen+n, headerLen+int64(bodyLen))
+		}
+		return nil, m, nil, fmt.Errorf("snapshot: copy body at byte %d: %w", headerLen+n, err)
+	}
+	var tr [trailerLen]byte
+	if k, err := io.ReadFull(br, tr[:]); err != nil {
+		rm()
+		return nil, m, nil, fmt.Errorf("%w: trailer ends at byte %d, expected %d", ErrTruncated, headerLen+int64(bodyLen)+int64(k), headerLen+int64(bodyLen)+trailerLen)
+	}
+	if [8]byte(tr[:8]) != trailerMagic {
+		rm()
+		return nil, m, nil, fmt.Errorf("%w: bad trailer magic at byte %d", ErrCorrupt, headerLen+bodyLen)
+	}
+	if want, got := binary.BigEndian.Uint64(tr[8:]), h.Sum64(); want != got {
+		rm()
+		return nil, m, nil, fmt.Errorf("%w: body checksum mismatch over bytes %d..%d (trailer %016x, computed %016x)", ErrCorrupt, headerLen, headerLen+bodyLen, want, got)
+	}
+	m.StreamBytes = headerLen + int64(bodyLen) + trailerLen
+
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		rm()
+		return nil, m, nil, fmt.Errorf("%w: body is not a valid bbolt file: %v", ErrCorrupt, err)
+	}
+	cleanup := func() { db.Close(); rm() }
+	err = db.View(func(tx *bbolt.Tx) error {
+		var err error
+		m, err = readMeta(tx, m)
+		if err != nil {
+			return err
+		}
+		sum, err := checksum(tx)
+		if err != nil {
+			return err
+		}
+		if sum != m.Checksum {
+			return fmt.Errorf("%w: content checksum mismatch (meta %016x, computed %016x)", ErrCorrupt, m.Checksum, sum)
+		}
+		return nil
+	})
+	if err != nil {
+		cleanup()
+		return nil, m, nil, err
+	}
+	return db, m, cleanup, nil
+}
+
+func readMeta(tx *bbolt.Tx, m Meta) (Meta, error) {
+	mb := tx.Bucket(bucketMeta)
+	if mb == nil {
+		return m, fmt.Errorf("%w: meta bucket missing", ErrCorrupt)
+	}
+	u64 := func(k []byte) (uint64, error) {
+		v := mb.Get(k)
+		if len(v) != 8 {
+			return 0, fmt.Errorf("%w: meta key %s has %d bytes, want 8", ErrCorrupt, k, len(v))
+		}
+		return binary.BigEndian.Uint64(v), nil
+	}
+	v := mb.Get(keyVersion)
+	if len(v) != 4 {
+		return m, fmt.Errorf("%w: meta key %s has %d bytes, want 4", ErrCorrupt, keyVersion, len(v))
+	}
+	m.FormatVersion = binary.BigEndian.Uint32(v)
+	if m.FormatVersion == 0 || m.FormatVersion > FormatVersion {
+		return m, fmt.Errorf("%w: meta bucket says format version %d, this binary reads 1..%d", ErrVersion, m.FormatVersion, FormatVersion)
+	}
+	var err error
+	var created uint64
+	for _, f := range []struct {
+		k   []byte
+		dst *uint64
+	}{{keyIndex, &m.AppliedIndex}, {keyTerm, &m.AppliedTerm}, {keyCreated, &created}, {keyDigest, &m.Digest}, {keyChunks, &m.Chunks}, {keyChecksum, &m.Checksum}} {
+		if *f.dst, err = u64(f.k); err != nil {
+			return m, err
+		}
+	}
+	m.CreatedAt = time.UnixMilli(int64(created))
+	var pol fsmpb.Policy
+	if err := proto.Unmarshal(mb.Get(keyPolicy), &pol); err != nil {
+		return m, fmt.Errorf("%w: meta key policy: %v", ErrCorrupt, err)
+	}
+	m.Policy = fsmpb.PolicyFromPB(&pol)
+	sz := mb.Get(keySizes)
+	if len(sz) != 32 {
+		return m, fmt.Errorf("%w: meta key sizes has %d bytes, want 32", ErrCorrupt, len(sz))
+	}
+	m.Sizes = index.Sizes{
+		Partitions:  int(binary.BigEndian.Uint64(sz[0:])),
+		Blocks:      int(binary.BigEndian.Uint64(sz[8:])),
+		Residencies: int(binary.BigEndian.Uint64(sz[16:])),
+		Replicas:    int(binary.BigEndian.Uint64(sz[24:])),
+	}
+	return m, nil
+}
+
+func load(tx *bbolt.Tx, m Meta, b Builder) error {
+	var parts []index.Partition
+	c := tx.Bucket(bucketPartitions).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 4 || binary.BigEndian.Uint32(k) != uint32(len(parts)) {
+			return fmt.Errorf("%w: partitions key %x out of sequence", ErrCorrupt, k)
+		}
+		var s [4]string
+		for i := range s {
+			n, w := binary.Uvarint(v)
+			if w <= 0 || uint64(len(v)-w) < n {
+				return fmt.Errorf("%w: partitions record %d field %d", ErrCorrupt, len(parts), i)
+			}
+			s[i] = string(v[w : w+int(n)])
+			v = v[w+int(n):]
+		}
+		parts = append(parts, index.Partition{Scheme: s[0], Model: s[1], Tenant: s[2], Adapter: s[3]})
+	}
+	var repls []string
+	c = tx.Bucket(bucketReplicas).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 4 || binary.BigEndian.Uint32(k) != uint32(len(repls)) {
+			return fmt.Errorf("%w: replicas key %x out of sequence", ErrCorrupt, k)
+		}
+		repls = append(repls, string(v))
+	}
+
+	var residencies, blocks int
+	var chunkNo uint64
+	var res []index.Residency
+	c = tx.Bucket(bucketBlocks).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 8 || binary.BigEndian.Uint64(k) != chunkNo {
+			return fmt.Errorf("%w: blocks key %x out of sequence (want chunk %d)", ErrCorrupt, k, chunkNo)
+		}
+		d := decoder{b: v}
+		nrec := d.uvarint()
+		for i := uint64(0); i < nrec && d.err == nil; i++ {
+			var r index.BlockRecord
+			pi := d.uvarint()
+			r.Hash = d.u64()
+			r.Tokens = uint32(d.uvarint())
+			r.CumTokens = uint32(d.uvarint())
+			r.Access = d.uvarint()
+			nres := d.uvarint()
+			if d.err != nil || pi >= uint64(len(parts)) || nres > uint64(len(d.b)) {
+				return fmt.Errorf("%w: blocks chunk %d record %d does not decode", ErrCorrupt, chunkNo, i)
+			}
+			r.Partition = parts[pi]
+			res = res[:0]
+			for j := uint64(0); j < nres; j++ {
+				ri := d.uvarint()
+				ls := d.varint()
+				if d.err != nil || ri >= uint64(len(repls)) {
+					return fmt.Errorf("%w: blocks chunk %d record %d resident %d does not decode", ErrCorrupt, chunkNo, i, j)
+				}
+				res = append(res, index.Residency{ReplicaID: repls[ri], LastSeenMs: ls})
+			}
+			r.Residents = append([]index.Residency(nil), res...)
+			if err := b.AddBlock(r); err != nil {
+				return fmt.Errorf("%w: blocks chunk %d record %d: %v", ErrCorrupt, chunkNo, i, err)
+			}
+			residencies += len(res)
+			blocks++
+		}
+		if d.err != nil || len(d.b) != 0 {
+			return fmt.Errorf("%w: blocks chunk %d has trailing or short data", ErrCorrupt, chunkNo)
+		}
+		chunkNo++
+	}
+	if chunkNo != m.Chunks {
+		return fmt.Errorf("%w: blocks bucket has %d chunks, meta says %d", ErrCorrupt, chunkNo, m.Chunks)
+	}
+	if blocks != m.Sizes.Blocks || residencies != m.Sizes.Residencies {
+		return fmt.Errorf("%w: blocks bucket holds %d blocks / %d residencies, meta says %d / %d", ErrCorrupt, blocks, residencies, m.Sizes.Blocks, m.Sizes.Residencies)
+	}
+	c = tx.Bucket(bucketStats).Cursor()
+	i := 0
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		var s fsmpb.ReplicaStats
+		if err := proto.Unmarshal(v, &s); err != nil {
+			return fmt.Errorf("%w: stats record %d: %v", ErrCorrupt, i, err)
+		}
+		if err := b.AddStats(fsmpb.StatsFromPB(&s)); err != nil {
+			return fmt.Errorf("%w: stats record %d: %v", ErrCorrupt, i, err)
+		}
+		i++
+	}
+	return nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = io.ErrUnexpectedEOF
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = io.ErrUnexpectedEOF
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	if d.err != nil || len(d.b) < 8 {
+		d.err = io.ErrUnexpectedEOF
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}

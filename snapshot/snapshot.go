@@ -1,0 +1,377 @@
+package snapshot
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/zeebo/xxh3"
+	"go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+// Format constants.
+const (
+	// FormatVersion is the version this binary writes and the newest it
+	// reads; a stream or meta bucket with a larger version fails with
+	// ErrVersion.
+	FormatVersion uint32 = 1
+	// ChunkBytes is the target size of one blocks-bucket value: large
+	// enough that 10 M residencies are a few thousand bbolt puts, small
+	// enough that a chunk is cheap to hold and decode.
+	ChunkBytes = 256 << 10
+	// chunksPerTx bounds the dirty pages one bbolt write transaction holds
+	// (~16 MiB) so Persist memory stays flat whatever the index size.
+	chunksPerTx = 64
+	headerLen   = 24
+	trailerLen  = 16
+	// maxBody refuses absurd header lengths (a corrupt header) before
+	// copying: 64 GiB.
+	maxBody = 64 << 30
+)
+
+var (
+	headerMagic  = [8]byte{'I', 'C', 'S', 'N', 'A', 'P', '0', '1'}
+	trailerMagic = [8]byte{'I', 'C', 'S', 'N', 'E', 'N', 'D', '0'}
+
+	bucketMeta       = []byte("meta")
+	bucketBlocks     = []byte("blocks")
+	bucketPartitions = []byte("partitions")
+	bucketReplicas   = []byte("replicas")
+	bucketStats      = []byte("stats")
+	bucketDedup      = []byte("dedup")
+	// contentBuckets is the fixed order the checksum covers.
+	contentBuckets = [][]byte{bucketBlocks, bucketPartitions, bucketReplicas, bucketStats, bucketDedup}
+
+	keyVersion  = []byte("format_version")
+	keyIndex    = []byte("applied_index")
+	keyTerm     = []byte("applied_term")
+	keyCreated  = []byte("created_unix_ms")
+	keyPolicy   = []byte("policy")
+	keyDigest   = []byte("digest")
+	keySizes    = []byte("sizes")
+	keyChunks   = []byte("chunks")
+	keyChecksum = []byte("checksum")
+	keyWindow   = []byte("window")
+)
+
+// Sentinel errors; every error from Read, Inspect and Verify that concerns
+// the input wraps exactly one of them and says where the problem is.
+var (
+	// ErrCorrupt: the bytes are damaged (bad magic, checksum mismatch, a
+	// record that does not decode).
+	ErrCorrupt = errors.New("snapshot corrupt")
+	// ErrTruncated: the stream ended before the header, body or trailer was
+	// complete.
+	ErrTruncated = errors.New("snapshot truncated")
+	// ErrVersion: the snapshot was written by a newer format version than
+	// this binary reads (or an invalid version 0).
+	ErrVersion = errors.New("snapshot format version unsupported")
+)
+
+// Meta is the snapshot's meta bucket plus what the reader measured.
+type Meta struct {
+	// FormatVersion of the file (1..FormatVersion).
+	FormatVersion uint32
+	// AppliedIndex and AppliedTerm are the last Raft log entry the FSM had
+	// applied when the view was taken.
+	AppliedIndex uint64
+	AppliedTerm  uint64
+	// CreatedAt is the wall-clock time Persist started (informational).
+	CreatedAt time.Time
+	// Policy is the replicated policy in force, with its Version.
+	Policy policy.Policy
+	// Digest is index.Index.Digest at the view.
+	Digest uint64
+	// Sizes counts what the index held.
+	Sizes index.Sizes
+	// Chunks is the number of blocks-bucket chunks.
+	Chunks uint64
+	// Checksum is the XXH3-64 content checksum stored in meta.
+	Checksum uint64
+	// StreamBytes is the framed stream length (header+body+trailer).
+	StreamBytes int64
+}
+
+// Source is what Write persists; *index.View implements it.
+type Source interface {
+	Blocks(fn func(index.BlockRecord) error) error
+	Stats(fn func(index.ReplicaStats) error) error
+	Policy() policy.Policy
+	Digest() uint64
+	Sizes() index.Sizes
+}
+
+// Builder receives a verified snapshot's records; *index.Builder
+// implements it.
+type Builder interface {
+	AddBlock(r index.BlockRecord) error
+	AddStats(s index.ReplicaStats) error
+}
+
+// Write persists src as a framed bbolt stream to w. The bbolt file is built
+// in a temporary file in tmpDir ("" = os.TempDir()) and removed afterwards.
+// appliedIndex/appliedTerm and dedup (opaque, stored in the dedup bucket)
+// come from the FSM. It returns the stream length in bytes.
+func Write(w io.Writer, tmpDir string, appliedIndex, appliedTerm uint64, src Source, dedup []byte) (int64, error) {
+	f, err := os.CreateTemp(tmpDir, "inference-cache-snapshot-*.db")
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: create temp file: %w", err)
+	}
+	path := f.Name()
+	f.Close()
+	defer os.Remove(path)
+
+	if err := writeDB(path, appliedIndex, appliedTerm, src, dedup); err != nil {
+		return 0, err
+	}
+	return frame(w, path)
+}
+
+func writeDB(path string, appliedIndex, appliedTerm uint64, src Source, dedup []byte) error {
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{NoSync: true, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType})
+	if err != nil {
+		return fmt.Errorf("snapshot: open temp bbolt %s: %w", path, err)
+	}
+	defer db.Close()
+
+	tx, err := db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("snapshot: begin: %w", err)
+	}
+	defer func() {
+		if tx != nil {
+			tx.Rollback()
+		}
+	}()
+	for _, name := range append([][]byte{bucketMeta}, contentBuckets...) {
+		if _, err := tx.CreateBucket(name); err != nil {
+			return fmt.Errorf("snapshot: create bucket %s: %w", name, err)
+		}
+	}
+
+	partIdx := map[index.Partition]uint32{}
+	var parts []index.Partition
+	replIdx := map[string]uint32{}
+	var repls []string
+	var chunkNo uint64
+	chunk := make([]byte, 0, ChunkBytes+4096)
+	var recs uint64
+	var key [8]byte
+
+	flush := func() error {
+		if recs == 0 {
+			return nil
+		}
+		val := binary.AppendUvarint(make([]byte, 0, len(chunk)+10), recs)
+		val = append(val, chunk...)
+		b := tx.Bucket(bucketBlocks)
+		b.FillPercent = 1.0
+		binary.BigEndian.PutUint64(key[:], chunkNo)
+		if err := b.Put(append([]byte(nil), key[:]...), val); err != nil {
+			return fmt.Errorf("snapshot: put chunk %d: %w", chunkNo, err)
+		}
+		chunkNo++
+		chunk = chunk[:0]
+		recs = 0
+		if chunkNo%chunksPerTx == 0 {
+			if err := tx.Commit(); err != nil {
+				return fmt.Errorf("snapshot: commit at chunk %d: %w", chunkNo, err)
+			}
+			if tx, err = db.Begin(true); err != nil {
+				return fmt.Errorf("snapshot: begin: %w", err)
+			}
+		}
+		return nil
+	}
+
+	err = src.Blocks(func(r index.BlockRecord) error {
+		pi, ok := partIdx[r.Partition]
+		if !ok {
+			pi = uint32(len(parts))
+			partIdx[r.Partition] = pi
+			parts = append(parts, r.Partition)
+		}
+		chunk = binary.AppendUvarint(chunk, uint64(pi))
+		chunk = binary.LittleEndian.AppendUint64(chunk, r.Hash)
+		chunk = binary.AppendUvarint(chunk, uint64(r.Tokens))
+		chunk = binary.AppendUvarint(chunk, uint64(r.CumTokens))
+		chunk = binary.AppendUvarint(chunk, r.Access)
+		chunk = binary.AppendUvarint(chunk, uint64(len(r.Residents)))
+		for _, res := range r.Residents {
+			ri, ok := replIdx[res.ReplicaID]
+			if !ok {
+				ri = uint32(len(repls))
+				replIdx[res.ReplicaID] = ri
+				repls = append(repls, res.ReplicaID)
+			}
+			chunk = binary.AppendUvarint(chunk, uint64(ri))
+			chunk = binary.AppendVarint(chunk, res.LastSeenMs)
+		}
+		recs++
+		if len(chunk) >= ChunkBytes {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot: write blocks: %w", err)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+
+	var k4 [4]byte
+	pb := tx.Bucket(bucketPartitions)
+	pb.FillPercent = 1.0
+	for i, p := range parts {
+		binary.BigEndian.PutUint32(k4[:], uint32(i))
+		var v []byte
+		for _, s := range []string{p.Scheme, p.Model, p.Tenant, p.Adapter} {
+			v = binary.AppendUvarint(v, uint64(len(s)))
+			v = append(v, s...)
+		}
+		if err := pb.Put(append([]byte(nil), k4[:]...), v); err != nil {
+			return fmt.Errorf("snapshot: put partition %d: %w", i, err)
+		}
+	}
+	rb := tx.Bucket(bucketReplicas)
+	rb.FillPercent = 1.0
+	for i, id := range repls {
+		binary.BigEndian.PutUint32(k4[:], uint32(i))
+		if err := rb.Put(append([]byte(nil), k4[:]...), []byte(id)); err != nil {
+			return fmt.Errorf("snapshot: put replica %d: %w", i, err)
+		}
+	}
+	sb := tx.Bucket(bucketStats)
+	sb.FillPercent = 1.0
+	var nStats uint32
+	err = src.Stats(func(s index.ReplicaStats) error {
+		v, err := proto.MarshalOptions{Deterministic: true}.Marshal(fsmpb.StatsToPB(s))
+		if err != nil {
+			return err
+		}
+		binary.BigEndian.PutUint32(k4[:], nStats)
+		nStats++
+		return sb.Put(append([]byte(nil), k4[:]...), v)
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot: write stats: %w", err)
+	}
+	if err := tx.Bucket(bucketDedup).Put(keyWindow, dedup); err != nil {
+		return fmt.Errorf("snapshot: write dedup: %w", err)
+	}
+
+	pol, err := proto.MarshalOptions{Deterministic: true}.Marshal(fsmpb.PolicyToPB(src.Policy()))
+	if err != nil {
+		return fmt.Errorf("snapshot: encode policy: %w", err)
+	}
+	sz := src.Sizes()
+	var sizes []byte
+	for _, n := range []int{sz.Partitions, sz.Blocks, sz.Residencies, sz.Replicas} {
+		sizes = binary.BigEndian.AppendUint64(sizes, uint64(n))
+	}
+	mb := tx.Bucket(bucketMeta)
+	for _, kv := range []struct {
+		k, v []byte
+	}{
+		{keyVersion, binary.BigEndian.AppendUint32(nil, FormatVersion)},
+		{keyIndex, binary.BigEndian.AppendUint64(nil, appliedIndex)},
+		{keyTerm, binary.BigEndian.AppendUint64(nil, appliedTerm)},
+		{keyCreated, binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixMilli()))},
+		{keyPolicy, pol},
+		{keyDigest, binary.BigEndian.AppendUint64(nil, src.Digest())},
+		{keySizes, sizes},
+		{keyChunks, binary.BigEndian.AppendUint64(nil, chunkNo)},
+	} {
+		if err := mb.Put(kv.k, kv.v); err != nil {
+			return fmt.Errorf("snapshot: put meta %s: %w", kv.k, err)
+		}
+	}
+	sum, err := checksum(tx)
+	if err != nil {
+		return err
+	}
+	if err := mb.Put(keyChecksum, binary.BigEndian.AppendUint64(nil, sum)); err != nil {
+		return fmt.Errorf("snapshot: put checksum: %w", err)
+	}
+	err = tx.Commit()
+	tx = nil
+	if err != nil {
+		return fmt.Errorf("snapshot: commit: %w", err)
+	}
+	return db.Close()
+}
+
+// checksum is XXH3-64 over the content buckets (fixed order) and the meta
+// keys other than the checksum itself; lengths are framed so moving bytes
+// between keys and values changes the sum.
+func checksum(tx *bbolt.Tx) (uint64, error) {
+	h := xxh3.New()
+	var lb [8]byte
+	put := func(b []byte) {
+		binary.LittleEndian.PutUint64(lb[:], uint64(len(b)))
+		h.Write(lb[:])
+		h.Write(b)
+	}
+	for _, name := range append(append([][]byte(nil), contentBuckets...), bucketMeta) {
+		b := tx.Bucket(name)
+		if b == nil {
+			return 0, fmt.Errorf("%w: bucket %q missing", ErrCorrupt, name)
+		}
+		put(name)
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if string(name) == string(bucketMeta) && string(k) == string(keyChecksum) {
+				continue
+			}
+			put(k)
+			put(v)
+		}
+	}
+	return h.Sum64(), nil
+}
+
+// frame streams header, the file at path and the trailer to w.
+func frame(w io.Writer, path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: reopen %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: stat %s: %w", path, err)
+	}
+	var hdr [headerLen]byte
+	copy(hdr[:8], headerMagic[:])
+	binary.BigEndian.PutUint32(hdr[8:12], FormatVersion)
+	binary.BigEndian.PutUint64(hdr[16:24], uint64(st.Size()))
+	bw := bufio.NewWriterSize(w, 1<<20)
+	if _, err := bw.Write(hdr[:]); err != nil {
+		return 0, fmt.Errorf("snapshot: write header: %w", err)
+	}
+	h := xxh3.New()
+	n, err := io.Copy(io.MultiWriter(bw, h), f)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot: write body at byte %d: %w", headerLen+n, err)
+	}
+	var tr [trailerLen]byte
+	copy(tr[:8], trailerMagic[:])
+	binary.BigEndian.PutUint64(tr[8:], h.Sum64())
+	if _, err := bw.Write(tr[:]); err != nil {
+		return 0, fmt.Errorf("snapshot: write trailer: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return 0, fmt.Errorf("snapshot: flush: %w", err)
+	}
+	return headerLen + n + trailerLen, nil
+}
