@@ -1,0 +1,383 @@
+package api
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/fingerprint"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+// Spellings of the string-valued CachePolicy knobs on the wire (SPEC 7, 11).
+const (
+	// AffinityEnabled and AffinityDisabled are the values of
+	// CachePolicy.affinity_routing.
+	AffinityEnabled  = "Enabled"
+	AffinityDisabled = "Disabled"
+)
+
+// PolicyToPB converts a policy to its wire form (SPEC 11 CachePolicy).
+// Durations become the proto's units: lookup_timeout_ms,
+// slo_tight_threshold_ms and max_staleness_ms in milliseconds,
+// eviction_ttl_seconds and stats_freshness_seconds in whole seconds
+// (rounded down).
+func PolicyToPB(p policy.Policy) *pb.CachePolicy {
+	bs := make(map[string]uint32, len(p.BlockSize))
+	for k, v := range p.BlockSize {
+		bs[k] = v
+	}
+	aff := AffinityDisabled
+	if p.AffinityRouting {
+		aff = AffinityEnabled
+	}
+	return &pb.CachePolicy{
+		ChainMatching:         p.ChainMatching,
+		MinimumMatchedTokens:  p.MinimumMatchedTokens,
+		RoutingFloorScore:     p.RoutingFloorScore,
+		LookupTimeoutMs:       durToU32(p.LookupTimeout, time.Millisecond),
+		EvictionTtlSeconds:    durToU32(p.EvictionTTL, time.Second),
+		EvictionPolicy:        string(p.EvictionPolicy),
+		MaxResidencies:        p.MaxResidencies,
+		PressureWeight:        p.PressureWeight,
+		SloTightThresholdMs:   durToU32(p.SLOTightThreshold, time.Millisecond),
+		SloTightBias:          p.SLOTightBias,
+		Strategy:              &pb.Strategy{EnableTenantHot: p.EnableTenantHot},
+		TenantHotMinHitRate:   p.TenantHotMinHitRate,
+		StatsFreshnessSeconds: durToU32(p.StatsFreshness, time.Second),
+		AffinityRouting:       aff,
+		MaxReplicas:           p.MaxReplicas,
+		RankingVersion:        string(p.RankingVersion),
+		BlockSize:             bs,
+		MaxStalenessMs:        durToU32(p.MaxStaleness, time.Millisecond),
+		Version:               p.Version,
+	}
+}
+
+func durToU32(d, unit time.Duration) uint32 {
+	v := d / unit
+	if v < 0 {
+		return 0
+	}
+	if v > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(v)
+}
+
+// PolicyFromPB converts a wire CachePolicy to a policy and validates it. The
+// message is a whole replacement: a field left at its zero value means zero
+// (which most knobs refuse), not "keep the current value". The version is
+// ignored (the server sets it). The error is a *policy.FieldError naming
+// the knob (camelCase, as in SPEC 7), the value and the rule.
+func PolicyFromPB(q *pb.CachePolicy) (policy.Policy, error) {
+	if q == nil {
+		return policy.Policy{}, &policy.FieldError{Field: "policy", Value: "", Reason: "is missing"}
+	}
+	var aff bool
+	switch q.GetAffinityRouting() {
+	case AffinityEnabled:
+		aff = true
+	case AffinityDisabled:
+		aff = false
+	default:
+		return policy.Policy{}, &policy.FieldError{Field: "affinityRouting", Value: q.GetAffinityRouting(), Reason: "must be Enabled or Disabled"}
+	}
+	bs := make(map[string]uint32, len(q.GetBlockSize()))
+	for k, v := range q.GetBlockSize() {
+		bs[k] = v
+	}
+	p := policy.Policy{
+		ChainMatching:        q.GetChainMatching(),
+		MinimumMatchedTokens: q.GetMinimumMatchedTokens(),
+		RoutingFloorScore:    q.GetRoutingFloorScore(),
+		LookupTimeout:        time.Duration(q.GetLookupTimeoutMs()) * time.Millisecond,
+		EvictionTTL:          time.Duration(q.GetEvictionTtlSeconds()) * time.Second,
+		EvictionPolicy:       policy.EvictionPolicy(q.GetEvictionPolicy()),
+		MaxResidencies:       q.GetMaxResidencies(),
+		PressureWeight:       q.GetPressureWeight(),
+		SLOTightThreshold:    time.Duration(q.GetSloTightThresholdMs()) * time.Millisecond,
+		SLOTightBias:         q.GetSloTightBias(),
+		EnableTenantHot:      q.GetStrategy().GetEnableTenantHot(),
+		TenantHotMinHitRate:  q.GetTenantHotMinHitRate(),
+		StatsFreshness:       time.Duration(q.GetStatsFreshnessSeconds()) * time.Second,
+		AffinityRouting:      aff,
+		MaxReplicas:          q.GetMaxReplicas(),
+		RankingVersion:       policy.RankingVersion(q.GetRankingVersion()),
+		BlockSize:            bs,
+		MaxStaleness:         time.Duration(q.GetMaxStalenessMs()) * time.Millisecond,
+	}
+	if err := p.Validate(); err != nil {
+		return policy.Policy{}, err
+	}
+	return p, nil
+}
+
+// RequestError is a write request refused whole (INVALID_ARGUMENT): Limit
+// names the limit or rule, Detail the offending value.
+type RequestError struct {
+	Limit  string
+	Detail string
+}
+
+func (e *RequestError) Error() string {
+	return "request refused: " + e.Limit + ": " + e.Detail
+}
+
+// EventsFromPB validates and converts the events of an Ingest request (SPEC
+// 6, 9). Events given as token_ids + block_size are fingerprinted here
+// (SPEC 3); events without block_token_counts count every block as the
+// model's policy block size. observed_at_ms = 0 becomes nowMs (the write
+// is stamped once, here, so apply stays deterministic).
+//
+// It returns the valid events in request order, one rejection per invalid
+// event (event_index = its position in the request), and a *RequestError
+// when the request as a whole is over a limit (then nothing is returned).
+func EventsFromPB(req *pb.IngestRequest, pol *policy.Policy, nowMs int64) ([]index.BlockEvent, []*pb.Rejection, error) {
+	evs := req.GetEvents()
+	if len(req.GetRequestId()) > MaxRequestIDBytes {
+		return nil, nil, &RequestError{Limit: "request_id at most " + strconv.Itoa(MaxRequestIDBytes) + " bytes", Detail: strconv.Itoa(len(req.GetRequestId())) + " bytes"}
+	}
+	if len(evs) > MaxEventsPerRequest {
+		return nil, nil, &RequestError{Limit: "at most " + strconv.Itoa(MaxEventsPerRequest) + " events per request (MaxEventsPerRequest)", Detail: strconv.Itoa(len(evs)) + " events"}
+	}
+	total := 0
+	for _, e := range evs {
+		n := len(e.GetBlockHashes())
+		if bs := e.GetBlockSize(); len(e.GetTokenIds()) > 0 && bs > 0 {
+			n += len(e.GetTokenIds()) / int(bs)
+		}
+		total += n
+	}
+	if total > MaxBlocksPerRequest {
+		return nil, nil, &RequestError{Limit: "at most " + strconv.Itoa(MaxBlocksPerRequest) + " blocks per request (MaxBlocksPerRequest)", Detail: strconv.Itoa(total) + " blocks"}
+	}
+	out := make([]index.BlockEvent, 0, len(evs))
+	var rej []*pb.Rejection
+	for i, e := range evs {
+		ev, reason := eventFromPB(e, pol, nowMs)
+		if reason != "" {
+			rej = append(rej, &pb.Rejection{EventIndex: uint32(i), Reason: reason})
+			continue
+		}
+		out = append(out, ev)
+	}
+	return out, rej, nil
+}
+
+// checkID returns a rejection reason for an id field, "" when it is valid.
+func checkID(field, v string, required bool) string {
+	if v == "" {
+		if required {
+			return field + " is empty"
+		}
+		return ""
+	}
+	if len(v) > MaxIDBytes {
+		return field + " is " + strconv.Itoa(len(v)) + " bytes, over the limit of " + strconv.Itoa(MaxIDBytes)
+	}
+	return ""
+}
+
+func checkObservedAt(v int64, nowMs int64) (int64, string) {
+	if v < 0 {
+		return 0, "observed_at_ms is negative (" + strconv.FormatInt(v, 10) + ")"
+	}
+	if v == 0 {
+		return nowMs, ""
+	}
+	if v > nowMs+MaxFutureSkew.Milliseconds() {
+		return 0, "observed_at_ms " + strconv.FormatInt(v, 10) + " is more than " + MaxFutureSkew.String() + " ahead of the server clock (" + strconv.FormatInt(nowMs, 10) + ")"
+	}
+	return v, ""
+}
+
+func eventFromPB(e *pb.BlockEvent, pol *policy.Policy, nowMs int64) (index.BlockEvent, string) {
+	var ev index.BlockEvent
+	switch e.GetKind() {
+	case pb.BlockEvent_STORED:
+		ev.Kind = index.Stored
+	case pb.BlockEvent_REMOVED:
+		ev.Kind = index.Removed
+	case pb.BlockEvent_CLEARED:
+		ev.Kind = index.Cleared
+	default:
+		return ev, "kind " + strconv.Itoa(int(e.GetKind())) + " is not STORED, REMOVED or CLEARED"
+	}
+	if r := checkID("replica_id", e.GetReplicaId(), true); r != "" {
+		return ev, r
+	}
+	at, r := checkObservedAt(e.GetObservedAtMs(), nowMs)
+	if r != "" {
+		return ev, r
+	}
+	ev.ReplicaID = e.GetReplicaId()
+	ev.ObservedAtMs = at
+	if ev.Kind == index.Cleared {
+		// CLEARED drops every block of the replica in every partition; the
+		// partition fields and blocks are not used.
+		if len(e.GetBlockHashes()) > 0 || len(e.GetTokenIds()) > 0 {
+			return ev, "CLEARED carries no blocks (block_hashes and token_ids must be empty)"
+		}
+		return ev, ""
+	}
+	if r := checkID("hash_scheme", e.GetHashScheme(), true); r != "" {
+		return ev, r
+	}
+	if r := checkID("model_id", e.GetModelId(), true); r != "" {
+		return ev, r
+	}
+	if r := checkID("tenant_id", e.GetTenantId(), false); r != "" {
+		return ev, r
+	}
+	if r := checkID("adapter_id", e.GetAdapterId(), false); r != "" {
+		return ev, r
+	}
+	ev.Partition = index.Partition{Scheme: e.GetHashScheme(), Model: e.GetModelId(), Tenant: e.GetTenantId(), Adapter: e.GetAdapterId()}
+	hashes, counts, toks := e.GetBlockHashes(), e.GetBlockTokenCounts(), e.GetTokenIds()
+	switch {
+	case len(hashes) > 0 && len(toks) > 0:
+		return ev, "give block_hashes or token_ids, not both"
+	case len(toks) > 0:
+		if len(toks) > MaxTokens {
+			return ev, "token_ids holds " + strconv.Itoa(len(toks)) + " tokens, over the limit of " + strconv.Itoa(MaxTokens)
+		}
+		bs := e.GetBlockSize()
+		if bs == 0 || bs > MaxBlockSize {
+			return ev, "block_size " + strconv.FormatUint(uint64(bs), 10) + " must be between 1 and " + strconv.Itoa(MaxBlockSize) + " with token_ids"
+		}
+		if len(counts) > 0 {
+			return ev, "block_token_counts must be empty with token_ids (every block counts block_size)"
+		}
+		k, err := fingerprint.Compute(toks, int(bs))
+		if err != nil {
+			return ev, "token_ids: " + err.Error()
+		}
+		if len(k.BlockHashes) == 0 {
+			return ev, "token_ids holds " + strconv.Itoa(len(toks)) + " tokens, less than one block of " + strconv.FormatUint(uint64(bs), 10)
+		}
+		if len(k.BlockHashes) > MaxChainLength {
+			return ev, "token_ids make " + strconv.Itoa(len(k.BlockHashes)) + " blocks, over the chain limit of " + strconv.Itoa(MaxChainLength)
+		}
+		ev.BlockHashes, ev.BlockTokenCounts = k.BlockHashes, k.BlockTokenCounts
+	case len(hashes) > 0:
+		if len(hashes) > MaxChainLength {
+			return ev, "block_hashes holds " + strconv.Itoa(len(hashes)) + " blocks, over the chain limit of " + strconv.Itoa(MaxChainLength)
+		}
+		if len(counts) == 0 {
+			bs := pol.BlockSizeFor(ev.Partition.Model)
+			counts = make([]uint32, len(hashes))
+			for i := range counts {
+				counts[i] = bs
+			}
+		} else if len(counts) != len(hashes) {
+			return ev, "block_token_counts has " + strconv.Itoa(len(counts)) + " entries, block_hashes " + strconv.Itoa(len(hashes)) + " (lengths must match)"
+		}
+		for i, c := range counts {
+			if c == 0 {
+				return ev, "block_token_counts[" + strconv.Itoa(i) + "] is 0"
+			}
+			if c > MaxBlockSize {
+				return ev, "block_token_counts[" + strconv.Itoa(i) + "] is " + strconv.FormatUint(uint64(c), 10) + ", over the block limit of " + strconv.Itoa(MaxBlockSize)
+			}
+		}
+		ev.BlockHashes, ev.BlockTokenCounts = hashes, counts
+	default:
+		return ev, "no blocks: give block_hashes or token_ids"
+	}
+	// The cumulative prefix tokens of the last block must fit in uint32.
+	cum := uint64(e.GetPrefixTokensBefore())
+	for _, c := range ev.BlockTokenCounts {
+		cum += uint64(c)
+	}
+	if cum > math.MaxUint32 {
+		return ev, "prefix_tokens_before + block tokens = " + strconv.FormatUint(cum, 10) + " overflows uint32"
+	}
+	ev.PrefixTokensBefore = e.GetPrefixTokensBefore()
+	return ev, ""
+}
+
+// StatsFromPB validates and converts a ReportReplicaStats request (SPEC 4,
+// 9), with the same contract as EventsFromPB: valid entries in order, one
+// rejection per invalid entry, a *RequestError for a request over a limit.
+func StatsFromPB(req *pb.ReportReplicaStatsRequest, nowMs int64) ([]index.ReplicaStats, []*pb.Rejection, error) {
+	sts := req.GetStats()
+	if len(req.GetRequestId()) > MaxRequestIDBytes {
+		return nil, nil, &RequestError{Limit: "request_id at most " + strconv.Itoa(MaxRequestIDBytes) + " bytes", Detail: strconv.Itoa(len(req.GetRequestId())) + " bytes"}
+	}
+	if len(sts) > MaxStatsPerRequest {
+		return nil, nil, &RequestError{Limit: "at most " + strconv.Itoa(MaxStatsPerRequest) + " stats entries per request (MaxStatsPerRequest)", Detail: strconv.Itoa(len(sts)) + " entries"}
+	}
+	out := make([]index.ReplicaStats, 0, len(sts))
+	var rej []*pb.Rejection
+	for i, s := range sts {
+		st, reason := statsFromPB(s, nowMs)
+		if reason != "" {
+			rej = append(rej, &pb.Rejection{EventIndex: uint32(i), Reason: reason})
+			continue
+		}
+		out = append(out, st)
+	}
+	return out, rej, nil
+}
+
+func checkUnit(field string, v float64) string {
+	if !(v >= 0 && v <= 1) { // also catches NaN
+		return field + " is " + strconv.FormatFloat(v, 'g', -1, 64) + ", must be between 0 and 1"
+	}
+	return ""
+}
+
+func statsFromPB(s *pb.ReplicaStats, nowMs int64) (index.ReplicaStats, string) {
+	var st index.ReplicaStats
+	if r := checkID("replica_id", s.GetReplicaId(), true); r != "" {
+		return st, r
+	}
+	if r := checkID("model_id", s.GetModelId(), true); r != "" {
+		return st, r
+	}
+	if n := len(s.GetHashSchemes()); n > MaxSchemesPerStats {
+		return st, "hash_schemes holds " + strconv.Itoa(n) + " entries, over the limit of " + strconv.Itoa(MaxSchemesPerStats)
+	}
+	for i, h := range s.GetHashSchemes() {
+		if r := checkID("hash_schemes["+strconv.Itoa(i)+"]", h, true); r != "" {
+			return st, r
+		}
+	}
+	if r := checkUnit("pressure", s.GetPressure()); r != "" {
+		return st, r
+	}
+	if n := len(s.GetTenantHitRate()); n > MaxTenantsPerStats {
+		return st, "tenant_hit_rate holds " + strconv.Itoa(n) + " tenants, over the limit of " + strconv.Itoa(MaxTenantsPerStats)
+	}
+	rates := make(map[string]float64, len(s.GetTenantHitRate()))
+	for t, v := range s.GetTenantHitRate() {
+		if r := checkID("tenant_hit_rate key", t, false); r != "" {
+			return st, r
+		}
+		if r := checkUnit(fmt.Sprintf("tenant_hit_rate[%q]", t), v); r != "" {
+			return st, r
+		}
+		rates[t] = v
+	}
+	if n := len(s.GetEndpoint()); n > MaxEndpointBytes {
+		return st, "endpoint is " + strconv.Itoa(n) + " bytes, over the limit of " + strconv.Itoa(MaxEndpointBytes)
+	}
+	at, r := checkObservedAt(s.GetObservedAtMs(), nowMs)
+	if r != "" {
+		return st, r
+	}
+	st = index.ReplicaStats{
+		ReplicaID:     s.GetReplicaId(),
+		ModelID:       s.GetModelId(),
+		HashSchemes:   append([]string(nil), s.GetHashSchemes()...),
+		Pressure:      s.GetPressure(),
+		TenantHitRate: rates,
+		ObservedAtMs:  at,
+		Endpoint:      s.GetEndpoint(),
+	}
+	return st, ""
+}

@@ -1,0 +1,92 @@
+package api
+
+import (
+	"time"
+
+	"github.com/inference-cache/inference-cache/fingerprint"
+)
+
+// Request limits (SPEC 9). Every request field has a bound; the bounds are
+// gathered here, with the reason for each value, so an operator or an SDK
+// author can read them in one place.
+//
+// What happens past a limit depends on the path:
+//   - LookupRoute: the answer is NO_HINT with a detail naming the limit,
+//     never a gRPC error (fail-open, SPEC 5).
+//   - Ingest, IngestStream, ReportReplicaStats: a limit on the request as a
+//     whole (MaxEventsPerRequest, MaxBlocksPerRequest, MaxStatsPerRequest,
+//     MaxRequestIDBytes) refuses the request whole with INVALID_ARGUMENT
+//     naming the limit; nothing of it is committed. A limit on one event or
+//     stats entry (chain length, tokens, id lengths, tenants) rejects only
+//     that entry, listed with its index and reason; the valid entries of the
+//     same request still commit.
+//   - Every RPC: MaxMessageBytes is enforced by gRPC itself
+//     (RESOURCE_EXHAUSTED) before any handler runs.
+const (
+	// MaxMessageBytes is the largest gRPC message the server receives or
+	// sends (16 MiB). It bounds a whole Ingest batch on the wire; the
+	// finer limits below bound what a message may decode to.
+	MaxMessageBytes = 16 << 20
+
+	// MaxIDBytes bounds replica_id, hash_scheme, model_id, tenant_id and
+	// adapter_id (bytes). Ids are map keys held per block; 256 bytes fits
+	// any Kubernetes object name (253) and any Hugging Face model path.
+	MaxIDBytes = 256
+
+	// MaxRequestIDBytes bounds the request_id of a write (bytes). Request
+	// ids are kept by the FSM for de-duplication; 128 bytes is room for a
+	// UUID or a 64-byte hex digest with a prefix.
+	MaxRequestIDBytes = 128
+
+	// MaxChainLength bounds block_hashes (and block_token_counts) of one
+	// lookup or one block event, in blocks. 8,192 blocks of 16 tokens is a
+	// 131,072-token prompt, above the context length of served models.
+	MaxChainLength = 8192
+
+	// MaxTokens bounds token_ids of one lookup or one block event. 262,144
+	// tokens (1 MiB of ids) is twice the longest context window in common
+	// use; a longer list cannot be a real prompt.
+	MaxTokens = 262144
+
+	// MaxPromptBytes bounds prompt_text of a lookup (1 MiB): about 250k
+	// tokens of English text, in line with MaxTokens.
+	MaxPromptBytes = 1 << 20
+
+	// MaxBlockSize bounds block_size and each block_token_counts entry, in
+	// tokens; it is the fingerprint package's bound (4,096).
+	MaxBlockSize = fingerprint.MaxBlockSize
+
+	// MaxReplicasRequested bounds a lookup's max_replicas; it equals the
+	// largest maxReplicas a policy may set (64).
+	MaxReplicasRequested = 64
+
+	// MaxEventsPerRequest bounds the events of one Ingest request. The
+	// leader coalesces requests into log entries anyway; 4,096 keeps one
+	// request's validation and log entry small enough not to stall others.
+	MaxEventsPerRequest = 4096
+
+	// MaxBlocksPerRequest bounds the block hashes (given or fingerprinted)
+	// summed over all events of one Ingest request: 262,144 hashes are
+	// 2 MiB of log entry, well inside MaxMessageBytes.
+	MaxBlocksPerRequest = 262144
+
+	// MaxStatsPerRequest bounds the entries of one ReportReplicaStats
+	// request: one per replica, and a fleet larger than 1,024 replicas is
+	// reported in several requests.
+	MaxStatsPerRequest = 1024
+
+	// MaxTenantsPerStats bounds tenant_hit_rate of one stats entry.
+	MaxTenantsPerStats = 1024
+
+	// MaxSchemesPerStats bounds hash_schemes of one stats entry; an engine
+	// speaks one or two schemes.
+	MaxSchemesPerStats = 16
+
+	// MaxEndpointBytes bounds the endpoint of a stats entry (a URL).
+	MaxEndpointBytes = 1024
+
+	// MaxFutureSkew is how far in the future observed_at_ms may lie
+	// relative to the server's clock (5 minutes): more is a broken clock,
+	// and a future last_seen would make a residency look fresher than new.
+	MaxFutureSkew = 5 * time.Minute
+)

@@ -1,0 +1,221 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/index"
+)
+
+// Details of NO_HINT answers produced by the API layer itself (SPEC 5
+// fail-open). They are constants so the hot path never formats a string;
+// each names the field or limit at fault.
+const (
+	DetailNoScheme        = "hash_scheme is empty"
+	DetailNoKey           = "no key: give block_hashes, prefix_hash, token_ids or prompt_text"
+	DetailSchemeTooLong   = "hash_scheme over MaxIDBytes (256)"
+	DetailModelTooLong    = "model_id over MaxIDBytes (256)"
+	DetailTenantTooLong   = "tenant_id over MaxIDBytes (256)"
+	DetailAdapterTooLong  = "adapter_id over MaxIDBytes (256)"
+	DetailChainTooLong    = "block_hashes over MaxChainLength (8192)"
+	DetailCountsTooLong   = "block_token_counts over MaxChainLength (8192)"
+	DetailCountsMismatch  = "block_token_counts length differs from block_hashes"
+	DetailCountsZero      = "block_token_counts holds a 0"
+	DetailCountsTooBig    = "block_token_counts holds a value over MaxBlockSize (4096)"
+	DetailTokensTooLong   = "token_ids over MaxTokens (262144)"
+	DetailPromptTooLong   = "prompt_text over MaxPromptBytes (1048576)"
+	DetailMaxReplicas     = "max_replicas over MaxReplicasRequested (64)"
+	DetailNoTokenizer     = "prompt_text needs a tokenizer: the server has no models directory (--models-dir)"
+	DetailTokenizeFailed  = "prompt_text could not be tokenized for this model_id"
+	DetailTokenizeTooLong = "prompt_text tokenizes to more than MaxTokens (262144)"
+	DetailTimeout         = "lookup exceeded the policy lookupTimeoutMs budget"
+	DetailPanic           = "internal error during lookup (recovered)"
+	DetailNotReady        = "node has not loaded its state yet"
+	DetailCanceled        = "request canceled by the caller"
+)
+
+// lookupScratch holds the per-call buffers of LookupRoute, pooled so that a
+// lookup allocates only its response.
+type lookupScratch struct {
+	req    index.LookupRequest
+	res    index.Result
+	counts []uint32
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(lookupScratch) }}
+
+func (sc *lookupScratch) reset() {
+	// Drop references to the caller's request slices so the pool does not
+	// pin them; keep our own buffers.
+	sc.req = index.LookupRequest{}
+	sc.res.Reset()
+	sc.counts = sc.counts[:0]
+}
+
+// LookupRoute answers the hint for one request (SPEC 5). It never returns
+// an error: every problem is a NO_HINT answer with a Detail. It recovers
+// panics, checks the policy's lookupTimeoutMs budget after key resolution
+// and after ranking (the index lookup itself is bounded by the request
+// limits and is not preempted), and fills served_by, applied_index, stale
+// and last_leader_contact_ms from the node's read state.
+func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (resp *pb.LookupRouteResponse, _ error) {
+	start := time.Now()
+	resp = &pb.LookupRouteResponse{}
+	sc := scratchPool.Get().(*lookupScratch)
+	defer func() {
+		if r := recover(); r != nil {
+			resp = &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT, Detail: DetailPanic}
+			s.log.Error("lookup panic recovered", slog.Any("panic", r))
+			func() {
+				defer func() { _ = recover() }()
+				s.fillReadState(resp)
+			}()
+			// sc may be in any state: let the collector have it.
+		} else {
+			sc.reset()
+			scratchPool.Put(sc)
+		}
+		s.metrics.LookupDone(int32(resp.ReasonCode), time.Since(start))
+	}()
+	s.lookup(ctx, req, sc, resp, start)
+	return resp, nil
+}
+
+func (s *Service) fillReadState(resp *pb.LookupRouteResponse) {
+	rs := s.node.ReadState()
+	resp.ServedBy = rs.NodeID
+	resp.AppliedIndex = rs.AppliedIndex
+	resp.Stale = rs.Stale
+	resp.LastLeaderContactMs = rs.LastLeaderContactMs
+}
+
+func noHint(resp *pb.LookupRouteResponse, detail string) {
+	resp.Replicas = nil
+	resp.ReasonCode = pb.ReasonCode_NO_HINT
+	resp.Detail = detail
+}
+
+func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lookupScratch, resp *pb.LookupRouteResponse, start time.Time) {
+	s.fillReadState(resp)
+	if d := checkLookup(req); d != "" {
+		noHint(resp, d)
+		return
+	}
+	if !s.node.Ready() {
+		noHint(resp, DetailNotReady)
+		return
+	}
+	pol := s.policy()
+	budget := pol.LookupTimeout
+
+	r := &sc.req
+	r.Partition = index.Partition{Scheme: req.GetHashScheme(), Model: req.GetModelId(), Tenant: req.GetTenantId(), Adapter: req.GetAdapterId()}
+	r.SLOTTFTMs = req.GetSlo().GetTtftMs()
+	r.MaxReplicas = req.GetMaxReplicas()
+	r.NowMs = start.UnixMilli()
+	switch {
+	case len(req.GetBlockHashes()) > 0 || req.GetPrefixHash() != 0:
+		r.BlockHashes = req.GetBlockHashes()
+		r.BlockTokenCounts = req.GetBlockTokenCounts()
+		r.PrefixHash = req.GetPrefixHash()
+		r.HasPrefixHash = req.GetPrefixHash() != 0
+	case len(req.GetTokenIds()) > 0:
+		r.TokenIDs = req.GetTokenIds()
+	case req.GetPromptText() != "":
+		if s.tok == nil {
+			noHint(resp, DetailNoTokenizer)
+			return
+		}
+		ids, err := s.tok.Encode(req.GetModelId(), req.GetPromptText())
+		if err != nil {
+			s.log.Debug("tokenize failed", slog.String("model_id", req.GetModelId()), slog.Any("err", err))
+			noHint(resp, DetailTokenizeFailed)
+			return
+		}
+		if len(ids) > MaxTokens {
+			noHint(resp, DetailTokenizeTooLong)
+			return
+		}
+		r.TokenIDs = ids
+		if time.Since(start) > budget {
+			noHint(resp, DetailTimeout)
+			return
+		}
+	default:
+		noHint(resp, DetailNoKey)
+		return
+	}
+
+	res := &sc.res
+	s.node.Lookup(r, res)
+	if time.Since(start) > budget {
+		noHint(resp, DetailTimeout)
+		return
+	}
+	if ctx.Err() != nil {
+		noHint(resp, DetailCanceled)
+		return
+	}
+	resp.ReasonCode = pb.ReasonCode(res.Reason)
+	resp.Detail = res.Detail
+	if n := len(res.Hints); n > 0 {
+		slab := make([]pb.ReplicaHint, n)
+		resp.Replicas = make([]*pb.ReplicaHint, n)
+		for i := range res.Hints {
+			h := &res.Hints[i]
+			p := &slab[i]
+			p.ReplicaId = h.ReplicaID
+			p.Score = h.Score
+			p.MatchedTokens = h.MatchedTokens
+			p.MatchedBlocks = h.MatchedBlocks
+			p.Freshness = h.Freshness
+			p.AgeMs = h.AgeMs
+			p.Pressure = h.Pressure
+			resp.Replicas[i] = p
+		}
+	}
+	if res.Reason == index.PrefixMatch && len(res.CreditHashes) > 0 {
+		s.node.Credit(res.CreditPartition, res.CreditHashes)
+	}
+}
+
+// checkLookup returns the NO_HINT detail for a request over a limit (SPEC
+// 9), "" when every field is within its limit.
+func checkLookup(req *pb.LookupRouteRequest) string {
+	switch {
+	case req.GetHashScheme() == "":
+		return DetailNoScheme
+	case len(req.GetHashScheme()) > MaxIDBytes:
+		return DetailSchemeTooLong
+	case len(req.GetModelId()) > MaxIDBytes:
+		return DetailModelTooLong
+	case len(req.GetTenantId()) > MaxIDBytes:
+		return DetailTenantTooLong
+	case len(req.GetAdapterId()) > MaxIDBytes:
+		return DetailAdapterTooLong
+	case len(req.GetBlockHashes()) > MaxChainLength:
+		return DetailChainTooLong
+	case len(req.GetBlockTokenCounts()) > MaxChainLength:
+		return DetailCountsTooLong
+	case len(req.GetBlockTokenCounts()) > 0 && len(req.GetBlockTokenCounts()) != len(req.GetBlockHashes()):
+		return DetailCountsMismatch
+	case len(req.GetTokenIds()) > MaxTokens:
+		return DetailTokensTooLong
+	case len(req.GetPromptText()) > MaxPromptBytes:
+		return DetailPromptTooLong
+	case req.GetMaxReplicas() > MaxReplicasRequested:
+		return DetailMaxReplicas
+	}
+	for _, c := range req.GetBlockTokenCounts() {
+		if c == 0 {
+			return DetailCountsZero
+		}
+		if c > MaxBlockSize {
+			return DetailCountsTooBig
+		}
+	}
+	return ""
+}

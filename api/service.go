@@ -1,0 +1,303 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/metrics"
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+// Tokenizer turns prompt text into token ids for a model (SPEC 5 key
+// resolution step 3). It is defined here, at the consumer; the tokenizer
+// package provides an implementation loaded from the models directory.
+// Encode must be safe for concurrent use; it returns an error when it has
+// no tokenizer for modelID.
+type Tokenizer interface {
+	Encode(modelID, text string) ([]uint32, error)
+}
+
+// ReadState is how stale this node's answers may be (SPEC 8 reads).
+type ReadState struct {
+	// NodeID is this node's id (served_by).
+	NodeID string
+	// AppliedIndex is the last Raft log index the FSM finished applying.
+	AppliedIndex uint64
+	// LastLeaderContactMs is ms since this node last heard from a leader
+	// (0 on the leader itself).
+	LastLeaderContactMs uint64
+	// Stale: no leader contact within the policy's maxStaleness, or none
+	// at all since start.
+	Stale bool
+}
+
+// Backend is what the InferenceCache service needs of a replicated node.
+// NewNodeBackend adapts a *raftnode.Node; tests use fakes.
+//
+// Write methods return errors the service maps to gRPC codes with
+// StatusFromError: a *status.Status error passes through unchanged.
+type Backend interface {
+	// Lookup answers req into res from the local index (never blocks on
+	// the leader).
+	Lookup(req *index.LookupRequest, res *index.Result)
+	// Credit queues an LFU access credit for hashes of p (lossy, batched).
+	// hashes may be reused by the caller after Credit returns.
+	Credit(p index.Partition, hashes []uint64)
+	// ReadState is cheap: it is called once per lookup.
+	ReadState() ReadState
+	// Ready reports whether the node has loaded its state (snapshot and
+	// log) and can answer.
+	Ready() bool
+	// Policy returns the policy in force (a copy).
+	Policy() policy.Policy
+	// Ingest commits events through the log and returns the applied index.
+	Ingest(ctx context.Context, requestID string, evs []index.BlockEvent) (uint64, error)
+	// ReportStats commits replica stats through the log.
+	ReportStats(ctx context.Context, requestID string, st []index.ReplicaStats) (uint64, error)
+	// SetPolicy commits a validated policy and returns it with its version.
+	SetPolicy(ctx context.Context, p policy.Policy) (policy.Policy, error)
+}
+
+// Config configures a Service.
+type Config struct {
+	// Backend is the node. Required.
+	Backend Backend
+	// Tokenizer resolves prompt_text; nil = prompt_text lookups answer
+	// NO_HINT with DetailNoTokenizer.
+	Tokenizer Tokenizer
+	// Metrics receives the service's counters; nil = not recorded.
+	Metrics *metrics.Metrics
+	// Logger; nil = slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for observed_at_ms defaults and skew checks; nil =
+	// time.Now. Lookups always use time.Now.
+	Now func() time.Time
+}
+
+// policyRefresh is how long LookupRoute keeps its cached copy of the policy
+// (for lookupTimeoutMs) before asking the node again. The index ranks with
+// its own replicated copy, so this only delays a new lookup budget.
+const policyRefresh = 500 * time.Millisecond
+
+// Service implements inferencecache.v1.InferenceCache (SPEC 5, 6, 7) over a
+// Backend.
+type Service struct {
+	pb.UnimplementedInferenceCacheServer
+
+	node    Backend
+	tok     Tokenizer
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	now     func() time.Time
+
+	pol   atomic.Pointer[policy.Policy]
+	polAt atomic.Int64 // unix ns of the cached policy
+}
+
+// NewService returns the InferenceCache service for cfg.Backend.
+func NewService(cfg Config) *Service {
+	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s
+}
+
+// policy returns the cached policy, refreshed every policyRefresh.
+func (s *Service) policy() *policy.Policy {
+	now := time.Now().UnixNano()
+	if p := s.pol.Load(); p != nil && now-s.polAt.Load() < int64(policyRefresh) {
+		return p
+	}
+	p := s.node.Policy()
+	s.pol.Store(&p)
+	s.polAt.Store(now)
+	return &p
+}
+
+func (s *Service) invalidatePolicy() { s.polAt.Store(0) }
+
+// newRequestID returns a random 128-bit hex id for writes that came without
+// one.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// StatusFromError maps an error of a write or admin call to a gRPC status
+// error: status errors pass through, context errors become
+// DEADLINE_EXCEEDED/CANCELED, *RequestError and *policy.FieldError become
+// INVALID_ARGUMENT, anything else INTERNAL.
+func StatusFromError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var re *RequestError
+	var fe *policy.FieldError
+	switch {
+	case errors.As(err, &re), errors.As(err, &fe):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func kindName(k index.EventKind) string {
+	switch k {
+	case index.Stored:
+		return "stored"
+	case index.Removed:
+		return "removed"
+	case index.Cleared:
+		return "cleared"
+	}
+	return "unknown"
+}
+
+func pbKindName(k pb.BlockEvent_Kind) string {
+	switch k {
+	case pb.BlockEvent_STORED:
+		return "stored"
+	case pb.BlockEvent_REMOVED:
+		return "removed"
+	case pb.BlockEvent_CLEARED:
+		return "cleared"
+	}
+	return "unknown"
+}
+
+// Ingest validates the events, rejects the invalid ones with reasons and
+// commits the rest through the Raft log (SPEC 6). A request over a size
+// limit is refused whole with INVALID_ARGUMENT. With no valid event nothing
+// is committed and applied_index is this node's current one.
+func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
+	start := time.Now()
+	pol := s.policy()
+	evs, rej, err := EventsFromPB(req, pol, s.now().UnixMilli())
+	if err != nil {
+		s.metrics.IngestRefused("events")
+		return nil, StatusFromError(err)
+	}
+	for _, r := range rej {
+		s.metrics.IngestEvents(pbKindName(req.GetEvents()[r.EventIndex].GetKind()), "rejected", 1)
+	}
+	resp := &pb.IngestResponse{Rejected: rej}
+	if len(evs) == 0 {
+		resp.AppliedIndex = s.node.ReadState().AppliedIndex
+		return resp, nil
+	}
+	id := req.GetRequestId()
+	if id == "" {
+		id = newRequestID()
+	}
+	idx, err := s.node.Ingest(ctx, id, evs)
+	s.metrics.CommitDone("ingest", time.Since(start), err == nil)
+	if err != nil {
+		for i := range evs {
+			s.metrics.IngestEvents(kindName(evs[i].Kind), "failed", 1)
+		}
+		return nil, StatusFromError(err)
+	}
+	for i := range evs {
+		s.metrics.IngestEvents(kindName(evs[i].Kind), "accepted", 1)
+	}
+	resp.AppliedIndex = idx
+	resp.Accepted = uint32(len(evs))
+	return resp, nil
+}
+
+// IngestStream answers each request with one response, in order. A request
+// refused whole or a failed commit ends the stream with that status; the
+// requests answered before it are committed, the ones after it are not
+// (resend them, with their request ids).
+func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) error {
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := s.Ingest(stream.Context(), req)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// ReportReplicaStats validates replica stats and commits the valid entries
+// through the log, with the same rules as Ingest.
+func (s *Service) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaStatsRequest) (*pb.ReportReplicaStatsResponse, error) {
+	start := time.Now()
+	sts, rej, err := StatsFromPB(req, s.now().UnixMilli())
+	if err != nil {
+		s.metrics.IngestRefused("stats")
+		return nil, StatusFromError(err)
+	}
+	s.metrics.IngestEvents("stats", "rejected", len(rej))
+	resp := &pb.ReportReplicaStatsResponse{Rejected: rej}
+	if len(sts) == 0 {
+		resp.AppliedIndex = s.node.ReadState().AppliedIndex
+		return resp, nil
+	}
+	id := req.GetRequestId()
+	if id == "" {
+		id = newRequestID()
+	}
+	idx, err := s.node.ReportStats(ctx, id, sts)
+	s.metrics.CommitDone("stats", time.Since(start), err == nil)
+	if err != nil {
+		s.metrics.IngestEvents("stats", "failed", len(sts))
+		return nil, StatusFromError(err)
+	}
+	s.metrics.IngestEvents("stats", "accepted", len(sts))
+	resp.AppliedIndex = idx
+	resp.Accepted = uint32(len(sts))
+	return resp, nil
+}
+
+// GetCachePolicy returns the policy in force on this node (SPEC 7).
+func (s *Service) GetCachePolicy(context.Context, *pb.GetCachePolicyRequest) (*pb.CachePolicy, error) {
+	return PolicyToPB(s.node.Policy()), nil
+}
+
+// SetCachePolicy validates the policy (a whole replacement, see
+// PolicyFromPB), commits it through the log and returns it with the version
+// the server set. An invalid knob is INVALID_ARGUMENT naming it.
+func (s *Service) SetCachePolicy(ctx context.Context, req *pb.SetCachePolicyRequest) (*pb.CachePolicy, error) {
+	p, err := PolicyFromPB(req.GetPolicy())
+	if err != nil {
+		return nil, StatusFromError(err)
+	}
+	got, err := s.node.SetPolicy(ctx, p)
+	if err != nil {
+		return nil, StatusFromError(err)
+	}
+	s.invalidatePolicy()
+	return PolicyToPB(got), nil
+}

@@ -1,0 +1,97 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// NodeInfo is what the node reports at scrape time: index sizes (SPEC 4)
+// and Raft state (SPEC 8).
+type NodeInfo struct {
+	// Index sizes.
+	Partitions, Blocks, Residencies, Replicas int
+	// State is "Leader", "Follower", "Candidate" or "Shutdown".
+	State string
+	Term  uint64
+	// AppliedIndex is the last index the FSM finished applying;
+	// CommitIndex and LastLogIndex are Raft's.
+	AppliedIndex, CommitIndex, LastLogIndex uint64
+	// LastLeaderContactMs: ms since the last leader contact (0 on the
+	// leader).
+	LastLeaderContactMs uint64
+	// Voters counts the voting members of the configuration.
+	Voters int
+	// LastSnapshotIndex and LastSnapshotBytes describe the newest snapshot
+	// on disk (0 when none or unknown).
+	LastSnapshotIndex, LastSnapshotBytes uint64
+}
+
+// States lists the values of NodeInfo.State, each exported as one series of
+// inferencecache_raft_state (1 for the current state, 0 for the others).
+var States = []string{"Leader", "Follower", "Candidate", "Shutdown"}
+
+type nodeCollector struct {
+	info func() NodeInfo
+	d    map[string]*prometheus.Desc
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, nil)
+}
+
+// RegisterNode registers a collector that calls info at every scrape and
+// exports index sizes and Raft state. A panic in info is recovered (the
+// scrape then lacks those series).
+func (m *Metrics) RegisterNode(info func() NodeInfo) {
+	if m == nil {
+		return
+	}
+	c := &nodeCollector{info: info, d: map[string]*prometheus.Desc{
+		"partitions":    desc("index_partitions", "Partitions holding live entries."),
+		"blocks":        desc("index_blocks", "Distinct blocks held across partitions."),
+		"residencies":   desc("index_residencies", "(block, replica) pairs held; bounded by maxResidencies."),
+		"replicas":      desc("index_replicas", "Replicas with residencies or stats."),
+		"state":         desc("raft_state", "1 for this node's current Raft state.", "state"),
+		"term":          desc("raft_term", "Current Raft term."),
+		"applied":       desc("raft_applied_index", "Last log index the FSM finished applying."),
+		"commit":        desc("raft_commit_index", "Raft commit index."),
+		"lastlog":       desc("raft_last_log_index", "Last index in the Raft log."),
+		"contact":       desc("raft_last_leader_contact_seconds", "Seconds since the last contact with a leader (0 on the leader)."),
+		"voters":        desc("raft_voters", "Voting members in the Raft configuration."),
+		"snapshotIndex": desc("snapshot_last_index", "Log index covered by the newest snapshot on disk."),
+		"snapshotBytes": desc("snapshot_last_size_bytes", "Size in bytes of the newest snapshot on disk."),
+	}}
+	m.Registry.MustRegister(c)
+}
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.d {
+		ch <- d
+	}
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	defer func() { _ = recover() }()
+	in := c.info()
+	g := func(k string, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(c.d[k], prometheus.GaugeValue, v, lv...)
+	}
+	g("partitions", float64(in.Partitions))
+	g("blocks", float64(in.Blocks))
+	g("residencies", float64(in.Residencies))
+	g("replicas", float64(in.Replicas))
+	for _, s := range States {
+		v := 0.0
+		if s == in.State {
+			v = 1
+		}
+		g("state", v, s)
+	}
+	g("term", float64(in.Term))
+	g("applied", float64(in.AppliedIndex))
+	g("commit", float64(in.CommitIndex))
+	g("lastlog", float64(in.LastLogIndex))
+	g("contact", float64(in.LastLeaderContactMs)/1000)
+	g("voters", float64(in.Voters))
+	g("snapshotIndex", float64(in.LastSnapshotIndex))
+	g("snapshotBytes", float64(in.LastSnapshotBytes))
+}
