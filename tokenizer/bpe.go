@@ -1,0 +1,344 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// bpe is the BPE model of tokenizer.json: a vocabulary, ranked merges over
+// pairs of ids, and the options of the reference implementation that
+// change ids (unk handling, byte fallback, subword prefix/suffix,
+// ignore_merges).
+type bpe struct {
+	vocab map[string]uint32
+	// runeIDs caches vocab lookups of single-rune strings, the starting
+	// symbols of almost every word.
+	runeIDs map[rune]uint32
+	// merges maps the pair (left id << 32 | right id) to its rank and the
+	// id of the merged token.
+	merges map[uint64]mergeRule
+
+	unk          *uint32
+	fuseUnk      bool
+	byteFallback bool
+	byteIDs      [256]uint32 // <0xXX> tokens, valid when hasByteIDs[b]
+	hasByteIDs   [256]bool
+	prefix       string // continuing_subword_prefix
+	suffix       string // end_of_word_suffix
+	ignoreMerges bool
+
+	cache *wordCache
+}
+
+// mergeRule is the value side of bpe.merges.
+type mergeRule struct {
+	rank uint32
+	id   uint32
+}
+
+// bpeConfig is the "model" object of tokenizer.json.
+type bpeConfig struct {
+	Type         string            `json:"type"`
+	Dropout      *float64          `json:"dropout"`
+	UnkToken     *string           `json:"unk_token"`
+	Prefix       *string           `json:"continuing_subword_prefix"`
+	Suffix       *string           `json:"end_of_word_suffix"`
+	FuseUnk      bool              `json:"fuse_unk"`
+	ByteFallback bool              `json:"byte_fallback"`
+	IgnoreMerges bool              `json:"ignore_merges"`
+	Vocab        map[string]uint32 `json:"vocab"`
+	Merges       json.RawMessage   `json:"merges"`
+}
+
+// buildBPE checks and compiles the model object.
+func buildBPE(raw json.RawMessage, where string, cacheWords int) (*bpe, error) {
+	var c bpeConfig
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("%w: %s: model: %v", ErrMalformed, where, err)
+	}
+	if c.Type == "" && c.Merges != nil {
+		c.Type = "BPE" // files from old versions of the library omit it
+	}
+	if c.Type != "BPE" {
+		return nil, fmt.Errorf("%w: %s: model type %q (only BPE is implemented)", ErrUnsupported, where, c.Type)
+	}
+	if c.Dropout != nil && *c.Dropout > 0 {
+		return nil, fmt.Errorf("%w: %s: BPE dropout %v makes ids random", ErrUnsupported, where, *c.Dropout)
+	}
+	if len(c.Vocab) == 0 {
+		return nil, fmt.Errorf("%w: %s: BPE model with an empty vocab", ErrMalformed, where)
+	}
+	m := &bpe{
+		vocab:        c.Vocab,
+		runeIDs:      make(map[rune]uint32),
+		merges:       make(map[uint64]mergeRule),
+		fuseUnk:      c.FuseUnk,
+		byteFallback: c.ByteFallback,
+		ignoreMerges: c.IgnoreMerges,
+		cache:        newWordCache(cacheWords),
+	}
+	if c.Prefix != nil {
+		m.prefix = *c.Prefix
+	}
+	if c.Suffix != nil {
+		m.suffix = *c.Suffix
+	}
+	for tok, id := range c.Vocab {
+		if r, w := utf8.DecodeRuneInString(tok); w == len(tok) && r != utf8.RuneError {
+			m.runeIDs[r] = id
+		}
+	}
+	if c.UnkToken != nil {
+		id, ok := c.Vocab[*c.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s: unk_token %q is not in the vocab", ErrMalformed, where, *c.UnkToken)
+		}
+		m.unk = &id
+	}
+	for b := 0; b < 256; b++ {
+		m.byteIDs[b], m.hasByteIDs[b] = c.Vocab[fmt.Sprintf("<0x%02X>", b)]
+	}
+	if err := m.loadMerges(c.Merges, where); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// loadMerges reads merges in either of the two layouts the library writes:
+// "a b" strings or ["a", "b"] pairs. Rank is the position in the list.
+func (m *bpe) loadMerges(raw json.RawMessage, where string) error {
+	if isNull(raw) {
+		return nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return fmt.Errorf("%w: %s: merges: %v", ErrMalformed, where, err)
+	}
+	for rank, item := range list {
+		var a, b string
+		if len(item) > 0 && item[0] == '"' {
+			var s string
+			if err := json.Unmarshal(item, &s); err != nil {
+				return fmt.Errorf("%w: %s: merge %d: %v", ErrMalformed, where, rank, err)
+			}
+			parts := strings.Split(s, " ")
+			if len(parts) != 2 {
+				return fmt.Errorf("%w: %s: merge %d %q is not two tokens", ErrMalformed, where, rank, s)
+			}
+			a, b = parts[0], parts[1]
+		} else {
+			var pair []string
+			if err := json.Unmarshal(item, &pair); err != nil || len(pair) != 2 {
+				return fmt.Errorf("%w: %s: merge %d is not a pair of strings", ErrMalformed, where, rank)
+			}
+			a, b = pair[0], pair[1]
+		}
+		aID, okA := m.vocab[a]
+		bID, okB := m.vocab[b]
+		merged := a + strings.TrimPrefix(b, m.prefix)
+		if m.prefix != "" && !strings.HasPrefix(b, m.prefix) {
+			merged = a + b
+		}
+		nID, okN := m.vocab[merged]
+		if !okA || !okB || !okN {
+			return fmt.Errorf("%w: %s: merge %d (%q, %q) uses a token missing from the vocab", ErrMalformed, where, rank, a, b)
+		}
+		m.merges[uint64(aID)<<32|uint64(bID)] = mergeRule{rank: uint32(rank), id: nID}
+	}
+	return nil
+}
+
+// tokenize appends the ids of one pre-tokenized piece to dst.
+func (m *bpe) tokenize(dst []uint32, w string) []uint32 {
+	if w == "" {
+		return dst
+	}
+	if m.ignoreMerges {
+		if id, ok := m.vocab[w]; ok {
+			return append(dst, id)
+		}
+	}
+	if ids, ok := m.cache.get(w); ok {
+		return append(dst, ids...)
+	}
+	start := len(dst)
+	dst = m.mergeWord(dst, w)
+	m.cache.put(w, dst[start:])
+	return dst
+}
+
+// symbol is one node of the doubly linked list a word is merged on.
+type symbol struct {
+	id         uint32
+	prev, next int32
+	gone       bool
+}
+
+// mergeItem is a candidate merge of symbols[pos] with its successor.
+type mergeItem struct {
+	rank uint32
+	pos  int32
+	id   uint32
+}
+
+// mergeWord applies the merges to w with a priority queue ordered by
+// (rank, position), as the reference does: O(n log n) in the number of
+// characters, without rebuilding strings. It appends the ids to dst.
+func (m *bpe) mergeWord(dst []uint32, w string) []uint32 {
+	var symBuf [64]symbol
+	syms := symBuf[:0]
+	add := func(id uint32) {
+		syms = append(syms, symbol{id: id, prev: int32(len(syms)) - 1, next: int32(len(syms)) + 1})
+	}
+	var pendingUnk bool
+	for i, r := range w {
+		size := utf8.RuneLen(r)
+		if r == utf8.RuneError {
+			_, size = utf8.DecodeRuneInString(w[i:])
+		}
+		first, last := i == 0, i+size == len(w)
+		var id uint32
+		var ok bool
+		s := ""
+		if (first || m.prefix == "") && (!last || m.suffix == "") {
+			id, ok = m.runeIDs[r]
+			if !ok {
+				s = w[i : i+size]
+			}
+		} else {
+			s = w[i : i+size]
+			if !first {
+				s = m.prefix + s
+			}
+			if last {
+				s += m.suffix
+			}
+			id, ok = m.vocab[s]
+		}
+		if ok {
+			if pendingUnk {
+				add(*m.unk)
+				pendingUnk = false
+			}
+			add(id)
+			continue
+		}
+		if m.byteFallback {
+			all := true
+			for k := 0; k < len(s); k++ {
+				all = all && m.hasByteIDs[s[k]]
+			}
+			if all {
+				for k := 0; k < len(s); k++ {
+					add(m.byteIDs[s[k]])
+				}
+				continue
+			}
+		}
+		if m.unk == nil {
+			continue // the reference drops the character
+		}
+		if pendingUnk && !m.fuseUnk {
+			add(*m.unk)
+		}
+		pendingUnk = true
+	}
+	if pendingUnk {
+		add(*m.unk)
+	}
+	if len(syms) == 0 {
+		return dst
+	}
+	syms[len(syms)-1].next = -1
+
+	var heapBuf [64]mergeItem
+	h := mergeHeap(heapBuf[:0])
+	for i := 0; i+1 < len(syms); i++ {
+		if r, ok := m.merges[uint64(syms[i].id)<<32|uint64(syms[i+1].id)]; ok {
+			h.push(mergeItem{rank: r.rank, pos: int32(i), id: r.id})
+		}
+	}
+	for len(h) > 0 {
+		top := h.pop()
+		cur := &syms[top.pos]
+		if cur.gone || cur.next < 0 {
+			continue
+		}
+		nextPos := cur.next
+		right := syms[nextPos]
+		// Skip entries made stale by an earlier merge.
+		if r, ok := m.merges[uint64(cur.id)<<32|uint64(right.id)]; !ok || r.id != top.id {
+			continue
+		}
+		cur.id = top.id
+		cur.next = right.next
+		syms[nextPos].gone = true
+		if right.next >= 0 {
+			syms[right.next].prev = top.pos
+		}
+		if cur.prev >= 0 {
+			prev := syms[cur.prev]
+			if r, ok := m.merges[uint64(prev.id)<<32|uint64(cur.id)]; ok {
+				h.push(mergeItem{rank: r.rank, pos: cur.prev, id: r.id})
+			}
+		}
+		if cur.next >= 0 {
+			if r, ok := m.merges[uint64(cur.id)<<32|uint64(syms[cur.next].id)]; ok {
+				h.push(mergeItem{rank: r.rank, pos: top.pos, id: r.id})
+			}
+		}
+	}
+	for i := int32(0); i >= 0; i = syms[i].next {
+		dst = append(dst, syms[i].id)
+	}
+	return dst
+}
+
+// mergeHeap is a binary min-heap of merge candidates ordered by rank, then
+// position (leftmost first), written out to avoid container/heap's
+// interface calls in the hot loop.
+type mergeHeap []mergeItem
+
+func (h mergeHeap) less(i, j int) bool {
+	return h[i].rank < h[j].rank || h[i].rank == h[j].rank && h[i].pos < h[j].pos
+}
+
+func (h *mergeHeap) push(it mergeItem) {
+	*h = append(*h, it)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *mergeHeap) pop() mergeItem {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		c := l
+		if r := l + 1; r < n && q.less(r, l) {
+			c = r
+		}
+		if !q.less(c, i) {
+			break
+		}
+		q[i], q[c] = q[c], q[i]
+		i = c
+	}
+	*h = q
+	return top
+}

@@ -1,0 +1,35 @@
+package tokenizer
+
+import "errors"
+
+// Sentinel errors. Every error returned by this package wraps exactly one of
+// them, so callers can branch with errors.Is and show the wrapped message
+// (which names the model, the file and the offending value) as a detail.
+var (
+	// ErrNoModelsDir is returned by Registry.Encode when the registry was
+	// built without a models directory, or when the configured path is not
+	// a readable directory.
+	ErrNoModelsDir = errors.New("tokenizer: no models directory")
+
+	// ErrUnknownModel is returned when the models directory has no
+	// <model_id>/tokenizer.json, or when the model id is not a plain
+	// relative path (empty, absolute, or containing "..").
+	ErrUnknownModel = errors.New("tokenizer: no tokenizer for model")
+
+	// ErrUnsupported is returned at load time for a tokenizer.json whose
+	// model, normalizer, pre-tokenizer or post-processor type (or one of
+	// their options) this package does not implement exactly. Refusing is
+	// deliberate: a tokenizer that is almost right produces ids that never
+	// match the engine's cache.
+	ErrUnsupported = errors.New("tokenizer: unsupported tokenizer")
+
+	// ErrMalformed is returned when tokenizer.json or tokenizer_config.json
+	// cannot be read or parsed, is larger than the configured limit, or is
+	// internally inconsistent (a merge naming a token missing from the
+	// vocabulary, a special token without an id).
+	ErrMalformed = errors.New("tokenizer: malformed tokenizer file")
+
+	// ErrInvalidUTF8 is returned by Encode for text that is not valid UTF-8;
+	// the reference implementations only ever see Unicode strings.
+	ErrInvalidUTF8 = errors.New("tokenizer: text is not valid UTF-8")
+)

@@ -1,0 +1,387 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// piece is one unit of text on its way from the normalizer to the model.
+// atStart is set for the piece that begins at offset 0 of the caller's
+// text, which Metaspace's "first" prepend scheme needs to know.
+type piece struct {
+	text    string
+	atStart bool
+}
+
+// preTokenizer splits (and may rewrite) pieces, as the "pre_tokenizer" of
+// tokenizer.json does. It appends its output to dst and returns it.
+type preTokenizer interface {
+	preTokenize(dst []piece, p piece) []piece
+}
+
+// preTokenizerSeq applies its members in order, each to every piece the
+// previous one produced.
+type preTokenizerSeq []preTokenizer
+
+func (q preTokenizerSeq) preTokenize(dst []piece, p piece) []piece {
+	cur := []piece{p}
+	var next []piece
+	for _, pt := range q {
+		next = next[:0]
+		for _, c := range cur {
+			next = pt.preTokenize(next, c)
+		}
+		cur, next = next, cur
+	}
+	return append(dst, cur...)
+}
+
+// span is a byte range of a piece with whether it matched the pattern.
+type span struct {
+	start, end int
+	match      bool
+}
+
+// splitBehavior is SplitDelimiterBehavior of the reference.
+type splitBehavior int
+
+const (
+	behaviorRemoved splitBehavior = iota
+	behaviorIsolated
+	behaviorMergedWithPrevious
+	behaviorMergedWithNext
+	behaviorContiguous
+)
+
+// parseBehavior maps the JSON names of SplitDelimiterBehavior.
+func parseBehavior(s string) (splitBehavior, bool) {
+	switch s {
+	case "Removed":
+		return behaviorRemoved, true
+	case "Isolated":
+		return behaviorIsolated, true
+	case "MergedWithPrevious":
+		return behaviorMergedWithPrevious, true
+	case "MergedWithNext":
+		return behaviorMergedWithNext, true
+	case "Contiguous":
+		return behaviorContiguous, true
+	}
+	return 0, false
+}
+
+// matcher finds the matches of a pattern in s and returns the spans that
+// cover s: matches and the gaps between them.
+type matcher func(s string, dst []span) []span
+
+// scannerMatcher covers s with the matches of a partitioning scanner.
+func scannerMatcher(sc scanner) matcher {
+	return func(s string, dst []span) []span {
+		for i := 0; i < len(s); {
+			e := sc(s, i)
+			dst = append(dst, span{i, e, true})
+			i = e
+		}
+		return dst
+	}
+}
+
+// literalMatcher matches every occurrence of lit.
+func literalMatcher(lit string) matcher {
+	return func(s string, dst []span) []span {
+		prev := 0
+		for i := 0; ; {
+			k := strings.Index(s[i:], lit)
+			if k < 0 {
+				break
+			}
+			k += i
+			if k > prev {
+				dst = append(dst, span{prev, k, false})
+			}
+			dst = append(dst, span{k, k + len(lit), true})
+			prev, i = k+len(lit), k+len(lit)
+		}
+		if prev < len(s) {
+			dst = append(dst, span{prev, len(s), false})
+		}
+		return dst
+	}
+}
+
+// runeMatcher makes every rune satisfying f a one-rune match.
+func runeMatcher(f func(rune) bool) matcher {
+	return func(s string, dst []span) []span {
+		prev := 0
+		for i, r := range s {
+			if f(r) {
+				if i > prev {
+					dst = append(dst, span{prev, i, false})
+				}
+				w := utf8.RuneLen(r)
+				dst = append(dst, span{i, i + w, true})
+				prev = i + w
+			}
+		}
+		if prev < len(s) {
+			dst = append(dst, span{prev, len(s), false})
+		}
+		return dst
+	}
+}
+
+// splitter is the Split pre-tokenizer (and the splitting step of
+// ByteLevel, Metaspace and Digits).
+type splitter struct {
+	match    matcher
+	behavior splitBehavior
+	invert   bool
+}
+
+func (sp splitter) preTokenize(dst []piece, p piece) []piece {
+	var buf [32]span
+	spans := sp.match(p.text, buf[:0])
+	if sp.invert {
+		for i := range spans {
+			spans[i].match = !spans[i].match
+		}
+	}
+	spans = applyBehavior(spans, sp.behavior)
+	for _, s := range spans {
+		if s.end > s.start {
+			dst = append(dst, piece{text: p.text[s.start:s.end], atStart: p.atStart && s.start == 0})
+		}
+	}
+	return dst
+}
+
+// applyBehavior combines match and gap spans as the reference's
+// NormalizedString::split does for each SplitDelimiterBehavior. The result
+// reuses spans' storage.
+func applyBehavior(spans []span, b splitBehavior) []span {
+	out := spans[:0]
+	switch b {
+	case behaviorIsolated:
+		return spans
+	case behaviorRemoved:
+		for _, s := range spans {
+			if !s.match {
+				out = append(out, s)
+			}
+		}
+	case behaviorMergedWithPrevious:
+		prevMatch := false
+		for _, s := range spans {
+			if s.match && !prevMatch && len(out) > 0 {
+				out[len(out)-1].end = s.end
+			} else {
+				out = append(out, span{s.start, s.end, false})
+			}
+			prevMatch = s.match
+		}
+	case behaviorMergedWithNext:
+		// Walk backwards, merging each match into the piece after it, then
+		// restore the order.
+		rev := make([]span, 0, len(spans))
+		prevMatch := false
+		for i := len(spans) - 1; i >= 0; i-- {
+			s := spans[i]
+			if s.match && !prevMatch && len(rev) > 0 {
+				rev[len(rev)-1].start = s.start
+			} else {
+				rev = append(rev, span{s.start, s.end, false})
+			}
+			prevMatch = s.match
+		}
+		for i := len(rev) - 1; i >= 0; i-- {
+			out = append(out, rev[i])
+		}
+	case behaviorContiguous:
+		prevMatch := false
+		for i, s := range spans {
+			if i > 0 && s.match == prevMatch {
+				out[len(out)-1].end = s.end
+			} else {
+				out = append(out, span{s.start, s.end, false})
+			}
+			prevMatch = s.match
+		}
+	}
+	return out
+}
+
+// byteLevel is the ByteLevel pre-tokenizer: optional prefix space, the
+// GPT-2 split when use_regex is set, then the byte-to-unicode mapping.
+type byteLevel struct {
+	addPrefixSpace bool
+	split          *splitter
+}
+
+func (bl byteLevel) preTokenize(dst []piece, p piece) []piece {
+	if bl.addPrefixSpace && !strings.HasPrefix(p.text, " ") {
+		p.text = " " + p.text
+	}
+	start := len(dst)
+	if bl.split != nil {
+		dst = bl.split.preTokenize(dst, p)
+	} else if p.text != "" {
+		dst = append(dst, p)
+	}
+	for i := start; i < len(dst); i++ {
+		dst[i].text = byteLevelEncode(dst[i].text)
+	}
+	return dst
+}
+
+// metaspace is the Metaspace pre-tokenizer of SentencePiece-style models.
+type metaspace struct {
+	replacement string
+	prepend     string // "always", "first" or "never"
+	split       bool
+}
+
+func (m metaspace) preTokenize(dst []piece, p piece) []piece {
+	t := strings.ReplaceAll(p.text, " ", m.replacement)
+	switch m.prepend {
+	case "always":
+		if !strings.HasPrefix(t, m.replacement) {
+			t = m.replacement + t
+		}
+	case "first":
+		if p.atStart && !strings.HasPrefix(t, m.replacement) {
+			t = m.replacement + t
+		}
+	}
+	p.text = t
+	if !m.split {
+		if t != "" {
+			dst = append(dst, p)
+		}
+		return dst
+	}
+	return splitter{match: literalMatcher(m.replacement), behavior: behaviorMergedWithNext}.preTokenize(dst, p)
+}
+
+// buildPreTokenizer turns the "pre_tokenizer" object of tokenizer.json into
+// a preTokenizer; nil (JSON null) means the whole segment is one piece.
+// byteLevelSeen is set when a ByteLevel pre-tokenizer is part of it.
+func buildPreTokenizer(raw json.RawMessage, where string, byteLevelSeen *bool) (preTokenizer, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var head struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return nil, fmt.Errorf("%w: %s: pre_tokenizer: %v", ErrMalformed, where, err)
+	}
+	bad := func(err error) error {
+		return fmt.Errorf("%w: %s: %s pre-tokenizer: %v", ErrMalformed, where, head.Type, err)
+	}
+	switch head.Type {
+	case "Sequence":
+		var c struct {
+			PreTokenizers []json.RawMessage `json:"pretokenizers"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, bad(err)
+		}
+		var seq preTokenizerSeq
+		for _, m := range c.PreTokenizers {
+			pt, err := buildPreTokenizer(m, where, byteLevelSeen)
+			if err != nil {
+				return nil, err
+			}
+			if pt != nil {
+				seq = append(seq, pt)
+			}
+		}
+		return seq, nil
+	case "Split":
+		var c struct {
+			Pattern  pattern `json:"pattern"`
+			Behavior string  `json:"behavior"`
+			Invert   bool    `json:"invert"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, bad(err)
+		}
+		b, ok := parseBehavior(c.Behavior)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s: Split pre-tokenizer behavior %q", ErrUnsupported, where, c.Behavior)
+		}
+		sp := splitter{behavior: b, invert: c.Invert}
+		switch {
+		case c.Pattern.Regex != nil:
+			sc, ok := scannerFor(*c.Pattern.Regex)
+			if !ok {
+				return nil, fmt.Errorf("%w: %s: Split pre-tokenizer regex %q is not one of the recognised GPT-2, cl100k/Llama-3 or Qwen2 patterns", ErrUnsupported, where, *c.Pattern.Regex)
+			}
+			sp.match = scannerMatcher(sc)
+		case c.Pattern.String != nil && *c.Pattern.String != "":
+			sp.match = literalMatcher(*c.Pattern.String)
+		default:
+			return nil, fmt.Errorf("%w: %s: Split pre-tokenizer without a pattern", ErrMalformed, where)
+		}
+		return sp, nil
+	case "ByteLevel":
+		c := struct {
+			AddPrefixSpace bool `json:"add_prefix_space"`
+			UseRegex       bool `json:"use_regex"`
+		}{UseRegex: true}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, bad(err)
+		}
+		*byteLevelSeen = true
+		bl := byteLevel{addPrefixSpace: c.AddPrefixSpace}
+		if c.UseRegex {
+			bl.split = &splitter{match: scannerMatcher(scanGPT2), behavior: behaviorIsolated}
+		}
+		return bl, nil
+	case "Metaspace":
+		var c struct {
+			Replacement    string  `json:"replacement"`
+			AddPrefixSpace *bool   `json:"add_prefix_space"`
+			PrependScheme  *string `json:"prepend_scheme"`
+			Split          *bool   `json:"split"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, bad(err)
+		}
+		if utf8.RuneCountInString(c.Replacement) != 1 {
+			return nil, fmt.Errorf("%w: %s: Metaspace replacement %q is not one character", ErrMalformed, where, c.Replacement)
+		}
+		m := metaspace{replacement: c.Replacement, prepend: "always", split: true}
+		if c.PrependScheme != nil {
+			switch *c.PrependScheme {
+			case "always", "first", "never":
+				m.prepend = *c.PrependScheme
+			default:
+				return nil, fmt.Errorf("%w: %s: Metaspace prepend_scheme %q", ErrUnsupported, where, *c.PrependScheme)
+			}
+		} else if c.AddPrefixSpace != nil && !*c.AddPrefixSpace {
+			m.prepend = "never"
+		}
+		if c.Split != nil {
+			m.split = *c.Split
+		}
+		return m, nil
+	case "Digits":
+		var c struct {
+			Individual bool `json:"individual_digits"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, bad(err)
+		}
+		sp := splitter{match: runeMatcher(unicode.IsNumber), behavior: behaviorContiguous}
+		if c.Individual {
+			sp.behavior = behaviorIsolated
+		}
+		return sp, nil
+	default:
+		return nil, fmt.Errorf("%w: %s: pre-tokenizer type %q", ErrUnsupported, where, head.Type)
+	}
+}

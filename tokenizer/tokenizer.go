@@ -1,0 +1,267 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"unicode/utf8"
+)
+
+// Defaults for loading.
+const (
+	// DefaultMaxFileBytes bounds tokenizer.json and tokenizer_config.json:
+	// the largest common tokenizer.json files (Gemma, 256k vocab) are
+	// about 35 MB; anything far beyond is not a tokenizer.
+	DefaultMaxFileBytes = 64 << 20
+	// DefaultWordCacheSize is the number of pre-token → ids entries each
+	// tokenizer keeps (at most twice that during a generation swap).
+	DefaultWordCacheSize = 16384
+)
+
+// File names inside a model directory.
+const (
+	tokenizerFile = "tokenizer.json"
+	configFile    = "tokenizer_config.json"
+)
+
+// Tokenizer encodes text into token ids exactly as the Hugging Face
+// tokenizers library does for the tokenizer.json it was loaded from.
+// It is immutable after loading and safe for concurrent use.
+type Tokenizer struct {
+	raw        *addedMatcher // added tokens matched on the raw text
+	normalized *addedMatcher // added tokens matched on normalized text
+	norm       normalizer
+	pre        preTokenizer
+	model      *bpe
+	special    frame // added around the ids when special tokens are requested
+}
+
+// LoadOptions tune Load. The zero value means the defaults.
+type LoadOptions struct {
+	// MaxFileBytes refuses larger files with ErrMalformed; 0 means
+	// DefaultMaxFileBytes.
+	MaxFileBytes int64
+	// WordCacheSize is the capacity of the pre-token cache; 0 means
+	// DefaultWordCacheSize, negative disables it.
+	WordCacheSize int
+}
+
+// tokenizerJSON is the part of tokenizer.json that determines ids.
+// truncation and padding are ignored on purpose: transformers switches both
+// off for a plain encode call, and vLLM never asks for them.
+type tokenizerJSON struct {
+	AddedTokens   []*addedToken   `json:"added_tokens"`
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Model         json.RawMessage `json:"model"`
+}
+
+// tokenizerConfig is the part of tokenizer_config.json that decides which
+// special tokens frame the ids.
+type tokenizerConfig struct {
+	AddBOS *bool           `json:"add_bos_token"`
+	AddEOS *bool           `json:"add_eos_token"`
+	BOS    json.RawMessage `json:"bos_token"`
+	EOS    json.RawMessage `json:"eos_token"`
+}
+
+// LoadDir loads dir/tokenizer.json and, when present,
+// dir/tokenizer_config.json.
+func LoadDir(dir string, opts LoadOptions) (*Tokenizer, error) {
+	cfg := filepath.Join(dir, configFile)
+	if _, err := os.Stat(cfg); errors.Is(err, fs.ErrNotExist) {
+		cfg = ""
+	}
+	return Load(filepath.Join(dir, tokenizerFile), cfg, opts)
+}
+
+// Load loads a tokenizer.json and an optional tokenizer_config.json (empty
+// configPath: none). It refuses, with ErrUnsupported naming the type and
+// the file, any component it does not reproduce exactly.
+func Load(tokenizerPath, configPath string, opts LoadOptions) (*Tokenizer, error) {
+	if opts.MaxFileBytes == 0 {
+		opts.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if opts.WordCacheSize == 0 {
+		opts.WordCacheSize = DefaultWordCacheSize
+	}
+	data, err := readLimited(tokenizerPath, opts.MaxFileBytes)
+	if err != nil {
+		return nil, err
+	}
+	var tj tokenizerJSON
+	if err := json.Unmarshal(data, &tj); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, tokenizerPath, err)
+	}
+	t := &Tokenizer{}
+	if t.model, err = buildBPE(tj.Model, tokenizerPath, opts.WordCacheSize); err != nil {
+		return nil, err
+	}
+	if t.norm, err = buildNormalizer(tj.Normalizer, tokenizerPath); err != nil {
+		return nil, err
+	}
+	var byteLevelSeen bool
+	if t.pre, err = buildPreTokenizer(tj.PreTokenizer, tokenizerPath, &byteLevelSeen); err != nil {
+		return nil, err
+	}
+	if t.special, err = buildPostProcessor(tj.PostProcessor, tokenizerPath); err != nil {
+		return nil, err
+	}
+	var raw, normalized []*addedToken
+	for _, a := range tj.AddedTokens {
+		if a.Normalized && t.norm != nil {
+			normalized = append(normalized, a)
+		} else {
+			raw = append(raw, a)
+		}
+	}
+	t.raw, t.normalized = newAddedMatcher(raw), newAddedMatcher(normalized)
+	if configPath != "" {
+		if err := t.applyConfig(configPath, tj.AddedTokens, opts.MaxFileBytes); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// applyConfig lets add_bos_token / add_eos_token in tokenizer_config.json
+// override the post-processor, as transformers' Llama-family fast
+// tokenizers do by rebuilding their post-processor from these flags.
+func (t *Tokenizer) applyConfig(path string, added []*addedToken, limit int64) error {
+	data, err := readLimited(path, limit)
+	if err != nil {
+		return err
+	}
+	var c tokenizerConfig
+	if err := json.Unmarshal(data, &c); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrMalformed, path, err)
+	}
+	if c.AddBOS == nil && c.AddEOS == nil {
+		return nil
+	}
+	lookup := func(name string, raw json.RawMessage) ([]uint32, error) {
+		tok, err := tokenName(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %s: %v", ErrMalformed, path, name, err)
+		}
+		if tok == "" {
+			return nil, fmt.Errorf("%w: %s: add_%s is true but %s is not set", ErrMalformed, path, name, name)
+		}
+		for _, a := range added {
+			if a.Content == tok {
+				return []uint32{a.ID}, nil
+			}
+		}
+		if id, ok := t.model.vocab[tok]; ok {
+			return []uint32{id}, nil
+		}
+		return nil, fmt.Errorf("%w: %s: %s %q is not a token", ErrMalformed, path, name, tok)
+	}
+	var f frame
+	if c.AddBOS != nil && *c.AddBOS {
+		if f.prefix, err = lookup("bos_token", c.BOS); err != nil {
+			return err
+		}
+	}
+	if c.AddEOS != nil && *c.AddEOS {
+		if f.suffix, err = lookup("eos_token", c.EOS); err != nil {
+			return err
+		}
+	}
+	t.special = f
+	return nil
+}
+
+// tokenName reads a special-token entry of tokenizer_config.json: a
+// string, an AddedToken object with "content", or null ("").
+func tokenName(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var obj struct {
+		Content string `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return "", err
+	}
+	return obj.Content, nil
+}
+
+// readLimited reads a whole file of at most limit bytes.
+func readLimited(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: read %s: %v", ErrMalformed, path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrMalformed, path, limit)
+	}
+	return data, nil
+}
+
+// Encode returns the ids of text. With addSpecialTokens the special tokens
+// of the post-processor (or of tokenizer_config.json's add_bos_token /
+// add_eos_token, see the package documentation) frame the ids, as
+// encode(text, add_special_tokens=True) does in transformers. Added tokens
+// written in the text (such as "<|im_start|>") are always recognised.
+// Text that is not valid UTF-8 is refused with ErrInvalidUTF8.
+func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error) {
+	if !utf8.ValidString(text) {
+		return nil, ErrInvalidUTF8
+	}
+	ids := make([]uint32, 0, len(text)/3+len(t.special.prefix)+len(t.special.suffix)+1)
+	if addSpecialTokens {
+		ids = append(ids, t.special.prefix...)
+	}
+	var segBuf, subBuf [16]segment
+	var pieces []piece
+	for _, seg := range t.raw.split(segBuf[:0], text, 0) {
+		if seg.tok != nil {
+			ids = append(ids, seg.tok.ID)
+			continue
+		}
+		s := seg.text
+		if t.norm != nil {
+			s = t.norm.normalize(s)
+		}
+		for _, sub := range t.normalized.split(subBuf[:0], s, 0) {
+			if sub.tok != nil {
+				ids = append(ids, sub.tok.ID)
+				continue
+			}
+			p := piece{text: sub.text, atStart: seg.start == 0 && sub.start == 0}
+			if t.pre == nil {
+				ids = t.model.tokenize(ids, p.text)
+				continue
+			}
+			pieces = t.pre.preTokenize(pieces[:0], p)
+			for _, q := range pieces {
+				ids = t.model.tokenize(ids, q.text)
+			}
+		}
+	}
+	if addSpecialTokens {
+		ids = append(ids, t.special.suffix...)
+	}
+	return ids, nil
+}
+
+// AddedSpecialTokens returns the ids Encode puts before and after the text
+// when addSpecialTokens is set; both may be empty. The slices are copies.
+func (t *Tokenizer) AddedSpecialTokens() (prefix, suffix []uint32) {
+	return append([]uint32(nil), t.special.prefix...), append([]uint32(nil), t.special.suffix...)
+}
