@@ -43,8 +43,8 @@ const (
 // The replica field holds index+1 so a live residency word is never 0:
 // scans of the slab can tell it from a free slot.
 func packRes(rep uint32, seen int64) uint64 { return uint64(seen)<<repBits | uint64(rep+1) }
-func resRep(r uint64) uint32               { return uint32(r&repMask) - 1 }
-func resSeen(r uint64) int64               { return int64(r >> repBits) }
+func resRep(r uint64) uint32                { return uint32(r&repMask) - 1 }
+func resSeen(r uint64) int64                { return int64(r >> repBits) }
 
 // clampSeen maps any int64 timestamp into the 44 bits a residency stores,
 // so odd values from an old log can never corrupt the packing.
