@@ -1,0 +1,290 @@
+package observe
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/inference-cache/inference-cache/fingerprint"
+)
+
+// Config is the subscriber configuration file (SPEC 12 "Subscriber
+// configuration"). Load it with LoadConfig or ParseConfig, which fill the
+// defaults and validate it.
+type Config struct {
+	// Engines are the engines to subscribe to; replica_id is unique across
+	// them. Reloading the file (SIGHUP) adds, removes and restarts engines
+	// by comparing entries with the same replica_id.
+	Engines []EngineConfig `yaml:"engines"`
+
+	// ScrapeInterval is how often each engine's metrics_url is scraped for
+	// replica stats. Default 10s; minimum 100ms. Not in SPEC 12's example;
+	// optional.
+	ScrapeInterval Duration `yaml:"scrape_interval"`
+
+	// ReplayTimeout bounds one replay exchange (dial, request, every reply
+	// up to the end marker). Past it the replay counts as failed and the
+	// replica is cleared. Default 5s.
+	ReplayTimeout Duration `yaml:"replay_timeout"`
+}
+
+// EngineConfig is one engine entry. Field names are the YAML keys of SPEC
+// 12; data_parallel_size is an addition.
+type EngineConfig struct {
+	// Endpoint is the engine's ZMQ PUB socket, tcp://HOST:PORT (required).
+	Endpoint string `yaml:"endpoint"`
+	// ReplayEndpoint is the engine's optional ROUTER replay socket,
+	// tcp://HOST:PORT. Without it a sequence gap clears the replica.
+	ReplayEndpoint string `yaml:"replay_endpoint"`
+	// Topic is the ZMQ subscription prefix ("" = every message).
+	Topic string `yaml:"topic"`
+	// ReplicaID names the replica in the index (required, at most 200
+	// bytes so the "-dp<r>" suffix still fits the server's 256-byte id
+	// limit). Data-parallel rank r > 0 becomes ReplicaID + "-dp<r>".
+	ReplicaID string `yaml:"replica_id"`
+	// ModelID is the model partition key (required).
+	ModelID string `yaml:"model_id"`
+	// TenantID is the tenant partition key (may be empty).
+	TenantID string `yaml:"tenant_id"`
+	// HashScheme is the domain tag of the partition (required; normally
+	// "vllm" or "sglang").
+	HashScheme string `yaml:"hash_scheme"`
+	// BlockSize is the engine's tokens per block (1..4096, default 16). It
+	// must equal the engine's block size and the cluster policy's blockSize
+	// for ModelID; events with another size are rejected with a loud
+	// metric.
+	BlockSize int `yaml:"block_size"`
+	// MetricsURL is the engine's Prometheus endpoint (http or https),
+	// optional; without it no replica stats are reported.
+	MetricsURL string `yaml:"metrics_url"`
+	// Media lists the storage media indexed (case-insensitive). Default
+	// [GPU]. Events of other media are ignored and counted.
+	Media []string `yaml:"media"`
+	// DataParallelSize is the number of data-parallel ranks the engine
+	// runs (default 1). Rank r publishes on Endpoint's port + r (and
+	// replays on ReplayEndpoint's port + r), as vLLM does; one subscriber
+	// stream is opened per rank.
+	DataParallelSize int `yaml:"data_parallel_size"`
+}
+
+// Duration is a time.Duration read from YAML as a Go duration string
+// ("10s", "500ms").
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Defaults of the optional settings.
+const (
+	DefaultBlockSize      = 16
+	DefaultScrapeInterval = 10 * time.Second
+	DefaultReplayTimeout  = 5 * time.Second
+	// maxReplicaIDBytes leaves room for "-dp<r>" within the server's
+	// 256-byte id limit (api.MaxIDBytes).
+	maxReplicaIDBytes = 200
+	// maxDataParallelSize bounds data_parallel_size (ports port..port+N-1).
+	maxDataParallelSize = 1024
+)
+
+// ErrConfig wraps every validation error of a configuration; the message
+// names the offending field, e.g. "engines[1].replica_id: required".
+var ErrConfig = errors.New("observe: invalid subscriber config")
+
+// LoadConfig reads and validates the YAML file at path.
+func LoadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("observe: read subscriber config: %w", err)
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig decodes YAML, rejects unknown keys (a misspelt key would
+// otherwise silently take its default), fills defaults and validates.
+func ParseConfig(b []byte) (*Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Validate fills defaults and checks every field; the error wraps ErrConfig
+// and names the field.
+func (c *Config) Validate() error {
+	bad := func(field, format string, a ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, a...))
+	}
+	if c.ScrapeInterval == 0 {
+		c.ScrapeInterval = Duration(DefaultScrapeInterval)
+	}
+	if time.Duration(c.ScrapeInterval) < 100*time.Millisecond {
+		return bad("scrape_interval", "%v is below the minimum of 100ms", time.Duration(c.ScrapeInterval))
+	}
+	if c.ReplayTimeout == 0 {
+		c.ReplayTimeout = Duration(DefaultReplayTimeout)
+	}
+	if c.ReplayTimeout < 0 {
+		return bad("replay_timeout", "negative")
+	}
+	ids := map[string]int{}
+	eps := map[string]int{}
+	for i := range c.Engines {
+		e := &c.Engines[i]
+		f := func(name string) string { return "engines[" + strconv.Itoa(i) + "]." + name }
+		if e.ReplicaID == "" {
+			return bad(f("replica_id"), "required")
+		}
+		if len(e.ReplicaID) > maxReplicaIDBytes {
+			return bad(f("replica_id"), "%d bytes, over the limit of %d", len(e.ReplicaID), maxReplicaIDBytes)
+		}
+		if j, dup := ids[e.ReplicaID]; dup {
+			return bad(f("replica_id"), "%q is also engines[%d]", e.ReplicaID, j)
+		}
+		ids[e.ReplicaID] = i
+		if err := checkTCPEndpoint(e.Endpoint); err != nil {
+			return bad(f("endpoint"), "%v", err)
+		}
+		if j, dup := eps[e.Endpoint]; dup {
+			return bad(f("endpoint"), "%q is also engines[%d]", e.Endpoint, j)
+		}
+		eps[e.Endpoint] = i
+		if e.ReplayEndpoint != "" {
+			if err := checkTCPEndpoint(e.ReplayEndpoint); err != nil {
+				return bad(f("replay_endpoint"), "%v", err)
+			}
+		}
+		if e.ModelID == "" {
+			return bad(f("model_id"), "required")
+		}
+		if e.HashScheme == "" {
+			return bad(f("hash_scheme"), "required (vllm or sglang)")
+		}
+		for name, v := range map[string]string{"model_id": e.ModelID, "tenant_id": e.TenantID, "hash_scheme": e.HashScheme} {
+			if len(v) > 256 {
+				return bad(f(name), "%d bytes, over the limit of 256", len(v))
+			}
+		}
+		if e.BlockSize == 0 {
+			e.BlockSize = DefaultBlockSize
+		}
+		if e.BlockSize < 1 || e.BlockSize > fingerprint.MaxBlockSize {
+			return bad(f("block_size"), "%d is not between 1 and %d", e.BlockSize, fingerprint.MaxBlockSize)
+		}
+		if e.MetricsURL != "" {
+			u, err := url.Parse(e.MetricsURL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return bad(f("metrics_url"), "%q is not an http(s) URL", e.MetricsURL)
+			}
+		}
+		if len(e.Media) == 0 {
+			e.Media = []string{"GPU"}
+		}
+		for k, m := range e.Media {
+			if strings.TrimSpace(m) == "" {
+				return bad(f("media["+strconv.Itoa(k)+"]"), "empty")
+			}
+			e.Media[k] = strings.ToUpper(strings.TrimSpace(m))
+		}
+		if e.DataParallelSize == 0 {
+			e.DataParallelSize = 1
+		}
+		if e.DataParallelSize < 1 || e.DataParallelSize > maxDataParallelSize {
+			return bad(f("data_parallel_size"), "%d is not between 1 and %d", e.DataParallelSize, maxDataParallelSize)
+		}
+		if e.DataParallelSize > 1 {
+			if _, err := offsetEndpoint(e.Endpoint, e.DataParallelSize-1); err != nil {
+				return bad(f("endpoint"), "%v", err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkTCPEndpoint accepts tcp://HOST:PORT with a numeric port.
+func checkTCPEndpoint(ep string) error {
+	if ep == "" {
+		return errors.New("required (tcp://HOST:PORT)")
+	}
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return fmt.Errorf("%q: only tcp://HOST:PORT is supported", ep)
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i <= 0 {
+		return fmt.Errorf("%q has no host:port", ep)
+	}
+	if p, err := strconv.Atoi(rest[i+1:]); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%q: port %q is not 1..65535", ep, rest[i+1:])
+	}
+	return nil
+}
+
+// offsetEndpoint returns ep with its port increased by r (vLLM's
+// data-parallel rank convention).
+func offsetEndpoint(ep string, r int) (string, error) {
+	if r == 0 || ep == "" {
+		return ep, nil
+	}
+	i := strings.LastIndexByte(ep, ':')
+	p, err := strconv.Atoi(ep[i+1:])
+	if err != nil {
+		return "", fmt.Errorf("%q: bad port", ep)
+	}
+	if p+r > 65535 {
+		return "", fmt.Errorf("%q: port %d + rank %d exceeds 65535", ep, p, r)
+	}
+	return ep[:i+1] + strconv.Itoa(p+r), nil
+}
+
+// ReplicaForRank returns the replica id of data-parallel rank r of the
+// engine: ReplicaID for r = 0, ReplicaID + "-dp<r>" otherwise (SPEC 12).
+func (e *EngineConfig) ReplicaForRank(r int64) string {
+	if r <= 0 {
+		return e.ReplicaID
+	}
+	return e.ReplicaID + "-dp" + strconv.FormatInt(r, 10)
+}
+
+// equal reports whether two engine entries are identical (after defaults).
+func (e *EngineConfig) equal(o *EngineConfig) bool {
+	if e.Endpoint != o.Endpoint || e.ReplayEndpoint != o.ReplayEndpoint || e.Topic != o.Topic ||
+		e.ReplicaID != o.ReplicaID || e.ModelID != o.ModelID || e.TenantID != o.TenantID ||
+		e.HashScheme != o.HashScheme || e.BlockSize != o.BlockSize || e.MetricsURL != o.MetricsURL ||
+		e.DataParallelSize != o.DataParallelSize || len(e.Media) != len(o.Media) {
+		return false
+	}
+	for i := range e.Media {
+		if e.Media[i] != o.Media[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,24 @@
+// Package observe is the observation path (issue 6, SPEC 6 and 12): it
+// subscribes to the KV-cache events of vLLM and SGLang engines over ZMQ,
+// translates them into content-fingerprinted BlockEvents, and writes them to
+// the cluster with IngestStream; it also scrapes each engine's Prometheus
+// metrics into ReportReplicaStats.
+//
+// Data flows one way through small, separately tested parts:
+//
+//	SUB socket ──frames──▶ sequencer ──batch──▶ Decoder ──events──▶ translator
+//	  (engine.go)       (sequencer.go)          (decode.go)        (translate.go)
+//	                         ▲ replay (DEALER)                          │
+//	                                                     BlockEvents    ▼
+//	                                          Forwarder (forwarder.go) ──▶ Sink
+//
+// The sequencer and translator are pure (no clock, no I/O); the stream loop
+// in engine.go owns the sockets; the Subscriber (subscriber.go) starts one
+// stream per engine socket and handles configuration reloads; the Sink
+// interface (sink.go) is all observe knows of the cluster — it never
+// imports the server packages.
+//
+// See DESIGN.md for the cases handled (restart, gap and replay, unknown
+// parents, block-size mismatch, DP ranks, LoRA partitions…) and the
+// trade-offs.
+package observe

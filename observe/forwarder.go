@@ -1,0 +1,186 @@
+package observe
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+)
+
+// Forwarder defaults.
+const (
+	// DefaultQueueCapacity bounds the block events waiting for the cluster.
+	// When it is full, Enqueue blocks: the engine loops stop reading, the
+	// engines' PUB sockets drop (their high-water mark), and the drop is
+	// seen as a sequence gap, replayed or cleared. Nothing is dropped
+	// silently in this process.
+	DefaultQueueCapacity = 65536
+	// DefaultMaxBatchEvents caps the events of one IngestRequest (the
+	// server's limit is api.MaxEventsPerRequest = 4,096).
+	DefaultMaxBatchEvents = 1024
+	// maxBatchBlocks caps the blocks of one IngestRequest (server limit
+	// api.MaxBlocksPerRequest = 262,144).
+	maxBatchBlocks = 65536
+	// batchLinger is how long the sender waits for more events after the
+	// first one of a batch: a little latency for much larger batches.
+	batchLinger = 2 * time.Millisecond
+	// Retry backoff while the cluster is unavailable.
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+type queued struct {
+	ev *pb.BlockEvent
+	at time.Time
+}
+
+// Forwarder batches block events into IngestRequests and writes them to a
+// Sink from one goroutine, in enqueue order (issue 6 "Batching and
+// backpressure"). A failed write is retried with backoff, with the same
+// request_id, until it succeeds or the forwarder stops; the next batch is
+// never sent before the current one is acknowledged, so acknowledged order
+// is never changed. Lag (the age of the oldest unacknowledged event) and
+// queue depth are exported as gauges.
+type Forwarder struct {
+	sink     Sink
+	m        *Metrics
+	log      *slog.Logger
+	ch       chan queued
+	maxBatch int
+	prefix   string
+	n        uint64
+	now      func() time.Time
+}
+
+// NewForwarder returns a forwarder with a queue of capacity events (0:
+// DefaultQueueCapacity) and batches of at most maxBatch events (0:
+// DefaultMaxBatchEvents). Start it with Run.
+func NewForwarder(sink Sink, m *Metrics, log *slog.Logger, capacity, maxBatch int) *Forwarder {
+	if capacity <= 0 {
+		capacity = DefaultQueueCapacity
+	}
+	if maxBatch <= 0 || maxBatch > 4096 {
+		maxBatch = DefaultMaxBatchEvents
+	}
+	var r [6]byte
+	_, _ = crand.Read(r[:])
+	return &Forwarder{sink: sink, m: m, log: log, ch: make(chan queued, capacity), maxBatch: maxBatch,
+		prefix: "observe-" + hex.EncodeToString(r[:]) + "-", now: time.Now}
+}
+
+// Enqueue queues evs in order; it blocks while the queue is full and
+// returns ctx.Err() if ctx ends first.
+func (f *Forwarder) Enqueue(ctx context.Context, evs []*pb.BlockEvent) error {
+	now := f.now()
+	for _, e := range evs {
+		select {
+		case f.ch <- queued{ev: e, at: now}:
+			f.m.IngestQueue.Inc()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Run sends batches until ctx ends. Events still queued then are not sent.
+func (f *Forwarder) Run(ctx context.Context) {
+	batch := make([]queued, 0, f.maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case q := <-f.ch:
+			batch = append(batch, q)
+		case <-ctx.Done():
+			return
+		}
+		blocks := len(batch[0].ev.BlockHashes)
+		linger := time.NewTimer(batchLinger)
+	fill:
+		for len(batch) < f.maxBatch && blocks < maxBatchBlocks {
+			select {
+			case q := <-f.ch:
+				batch = append(batch, q)
+				blocks += len(q.ev.BlockHashes)
+			default:
+				select {
+				case q := <-f.ch:
+					batch = append(batch, q)
+					blocks += len(q.ev.BlockHashes)
+				case <-linger.C:
+					break fill
+				case <-ctx.Done():
+					break fill
+				}
+			}
+		}
+		linger.Stop()
+		if !f.send(ctx, batch) {
+			return
+		}
+	}
+}
+
+// send writes one batch, retrying until it is acknowledged; false when ctx
+// ended first.
+func (f *Forwarder) send(ctx context.Context, batch []queued) bool {
+	f.n++
+	req := &pb.IngestRequest{RequestId: f.prefix + strconv.FormatUint(f.n, 10), Events: make([]*pb.BlockEvent, len(batch))}
+	for i, q := range batch {
+		req.Events[i] = q.ev
+	}
+	backoff := minBackoff
+	for attempt := 0; ; attempt++ {
+		f.m.IngestLag.Set(f.now().Sub(batch[0].at).Seconds())
+		resp, err := f.sink.Ingest(ctx, req)
+		if err == nil {
+			f.m.IngestBatches.WithLabelValues("ok").Inc()
+			f.m.IngestEvents.Add(float64(len(batch)))
+			f.m.IngestQueue.Sub(float64(len(batch)))
+			f.m.IngestLag.Set(0)
+			if n := len(resp.GetRejected()); n > 0 {
+				f.m.IngestRejected.Add(float64(n))
+				r := resp.GetRejected()[0]
+				f.log.Warn("cluster rejected block events", "rejected", n, "of", len(batch), "first_index", r.GetEventIndex(), "first_reason", r.GetReason())
+			}
+			if attempt > 0 {
+				f.log.Info("cluster reachable again; backlog resumed", "attempts", attempt+1)
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		f.m.IngestBatches.WithLabelValues("error").Inc()
+		if status.Code(err) == codes.InvalidArgument {
+			// The request as a whole breaks a server limit: retrying cannot
+			// succeed and would wedge every engine behind it.
+			f.log.Error("cluster refused an ingest request whole; dropping it", "events", len(batch), "err", err)
+			f.m.IngestRejected.Add(float64(len(batch)))
+			f.m.IngestQueue.Sub(float64(len(batch)))
+			return true
+		}
+		f.m.IngestRetries.Inc()
+		if attempt == 0 || attempt%20 == 0 {
+			f.log.Warn("cluster unavailable: holding block events and retrying", "err", err, "attempt", attempt+1,
+				"queued", len(f.ch)+len(batch), "lag", f.now().Sub(batch[0].at).String())
+		}
+		d := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(backoff*2, maxBackoff)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}
