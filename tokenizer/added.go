@@ -104,7 +104,9 @@ func (m *addedMatcher) split(dst []segment, s string, base int) []segment {
 // isWordBoundary reports whether s[start:stop] is not glued to a word
 // character on either side (single_word).
 func isWordBoundary(s string, start, stop int) bool {
-	isWord := func(r rune) bool { return unicode.IsLetter(r) || unicode.IsNumber(r) || r == '_' || unicode.Is(unicode.Mn, r) }
+	isWord := func(r rune) bool {
+		return unicode.IsLetter(r) || unicode.IsNumber(r) || r == '_' || unicode.Is(unicode.Mn, r)
+	}
 	if start > 0 {
 		if r, _ := utf8.DecodeLastRuneInString(s[:start]); isWord(r) {
 			return false

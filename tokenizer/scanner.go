@@ -46,7 +46,9 @@ func scannerFor(p string) (scanner, bool) {
 
 // Character classes. \s is Unicode White_Space (unicode.IsSpace), \p{L}
 // and \p{N} the general categories L and N.
-func isL(r rune) bool { return r < utf8.RuneSelf && ('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z') || r >= utf8.RuneSelf && unicode.IsLetter(r) }
+func isL(r rune) bool {
+	return r < utf8.RuneSelf && ('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z') || r >= utf8.RuneSelf && unicode.IsLetter(r)
+}
 
 func isN(r rune) bool {
 	if r < utf8.RuneSelf {
@@ -88,7 +90,7 @@ func run(s string, i int, class func(rune) bool, max int) (int, int) {
 	return i, n
 }
 
-// contraction matches 's|'t|'re|'ve|'m|'ll|'d at byte i (s[i] == '\''),
+// contraction matches 's|'t|'re|'ve|'m|'ll|'d at byte i (s[i] == '\”),
 // ASCII case-insensitively when fold is set; it returns the end or -1.
 func contraction(s string, i int, fold bool) int {
 	lower := func(c byte) byte {
