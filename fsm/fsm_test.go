@@ -1,0 +1,209 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+var part = index.Partition{Scheme: "vllm", Model: "m", Tenant: "t"}
+
+func events(replica string, base uint64, n int, at int64) []index.BlockEvent {
+	hs := make([]uint64, n)
+	tc := make([]uint32, n)
+	for i := range hs {
+		hs[i] = base + uint64(i)
+		tc[i] = 16
+	}
+	return []index.BlockEvent{{Kind: index.Stored, ReplicaID: replica, Partition: part, BlockHashes: hs, BlockTokenCounts: tc, ObservedAtMs: at}}
+}
+
+type logBuilder struct {
+	idx  uint64
+	logs []*raft.Log
+}
+
+func (b *logBuilder) add(t *testing.T, cmds ...*fsmpb.Command) *raft.Log {
+	t.Helper()
+	data, err := EncodeEntry(cmds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.idx++
+	l := &raft.Log{Index: b.idx, Term: 1, Type: raft.LogCommand, Data: data}
+	b.logs = append(b.logs, l)
+	return l
+}
+
+func sampleLog(t *testing.T) *logBuilder {
+	b := &logBuilder{}
+	b.add(t, IngestCommand("r1", events("a", 100, 8, 1_000)), IngestCommand("r2", events("b", 100, 4, 2_000)))
+	b.add(t, StatsCommand("s1", []index.ReplicaStats{{ReplicaID: "a", ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: 0.5,
+		TenantHitRate: map[string]float64{"t": 0.3, "u": 0.1, "v": 0.9}, ObservedAtMs: 1_500}}))
+	b.logs = append(b.logs, &raft.Log{Index: b.idx + 1, Term: 1, Type: raft.LogConfiguration})
+	b.idx++
+	b.add(t, IngestCommand("r3", events("c", 200, 16, 3_000)))
+	b.add(t, ExpireCommand("e1", 600_000+1_500))
+	b.add(t, CreditCommand("c1", part, []uint64{200, 201}))
+	return b
+}
+
+func TestEntry_EncodeDecodeRoundTrip(t *testing.T) {
+	cmds := []*fsmpb.Command{
+		IngestCommand("r1", events("a", 1, 3, 5)),
+		StatsCommand("s", []index.ReplicaStats{{ReplicaID: "a", TenantHitRate: map[string]float64{"x": 1}}}),
+		SetPolicyCommand("p", policy.Default()),
+		ExpireCommand("e", 42),
+		CreditCommand("c", part, []uint64{7}),
+		RestoreMarkCommand("m", 9, 10),
+	}
+	b, err := EncodeEntry(cmds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := DecodeEntry(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Format != EntryFormat || len(e.Commands) != len(cmds) {
+		t.Fatalf("format %d, %d commands", e.Format, len(e.Commands))
+	}
+	for i := range cmds {
+		if !proto.Equal(cmds[i], e.Commands[i]) {
+			t.Errorf("command %d differs after round trip", i)
+		}
+	}
+	if got := fsmpb.PolicyFromPB(e.Commands[2].GetSetPolicy().GetPolicy()); got.EvictionTTL != policy.Default().EvictionTTL || !got.ChainMatching {
+		t.Errorf("policy round trip: %+v", got)
+	}
+	if _, err := DecodeEntry([]byte{0xff, 0xff}); !errors.Is(err, ErrDecode) {
+		t.Errorf("garbage: %v", err)
+	}
+}
+
+func TestApply_DeterministicAcrossNodes(t *testing.T) {
+	b := sampleLog(t)
+	f1, f2 := New(policy.Default(), Options{}), New(policy.Default(), Options{})
+	f1.ApplyBatch(b.logs)
+	for _, l := range b.logs { // one at a time on the other "node"
+		f2.Apply(l)
+	}
+	i1, d1 := f1.Digest()
+	i2, d2 := f2.Digest()
+	if i1 != b.idx || i1 != i2 || d1 != d2 {
+		t.Fatalf("node1 (%d, %x) node2 (%d, %x)", i1, d1, i2, d2)
+	}
+}
+
+func TestApply_RetriedRequestIDAppliesOnce(t *testing.T) {
+	f := New(policy.Default(), Options{})
+	b := &logBuilder{}
+	r1 := f.Apply(b.add(t, IngestCommand("same", events("a", 1, 4, 10)))).(*EntryResult).Results[0]
+	_, d1 := f.Digest()
+	r2 := f.Apply(b.add(t, IngestCommand("same", events("a", 50, 4, 10)))).(*EntryResult).Results[0]
+	_, d2 := f.Digest()
+	if r1.Duplicate || !r2.Duplicate || r2.Index != r1.Index || d1 != d2 {
+		t.Fatalf("first %+v second %+v digests %x %x", r1, r2, d1, d2)
+	}
+	if f.AppliedIndex() != 2 {
+		t.Fatalf("applied %d", f.AppliedIndex())
+	}
+}
+
+func TestSetPolicy_VersionGrowsByOne(t *testing.T) {
+	f := New(policy.Default(), Options{})
+	b := &logBuilder{}
+	p := policy.Default()
+	p.MaxReplicas = 7
+	p.Version = 99 // ignored
+	r := f.Apply(b.add(t, SetPolicyCommand("p1", p))).(*EntryResult).Results[0]
+	if r.Err != nil || r.Policy.Version != 1 || f.Policy().MaxReplicas != 7 {
+		t.Fatalf("%+v %+v", r, f.Policy())
+	}
+	p.MaxReplicas = 0 // invalid
+	r = f.Apply(b.add(t, SetPolicyCommand("p2", p))).(*EntryResult).Results[0]
+	if !errors.Is(r.Err, ErrRejected) || f.Policy().Version != 1 {
+		t.Fatalf("invalid policy: %+v version %d", r, f.Policy().Version)
+	}
+	p.MaxReplicas = 3
+	r = f.Apply(b.add(t, SetPolicyCommand("p3", p))).(*EntryResult).Results[0]
+	if r.Policy.Version != 2 {
+		t.Fatalf("version %d", r.Policy.Version)
+	}
+}
+
+func TestApply_NewerEntryFormatRejectedEverywhere(t *testing.T) {
+	f := New(policy.Default(), Options{})
+	e := &fsmpb.Entry{Format: EntryFormat + 1, Commands: []*fsmpb.Command{IngestCommand("x", events("a", 1, 2, 1))}}
+	data, _ := proto.Marshal(e)
+	r := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data}).(*EntryResult)
+	if !errors.Is(r.Results[0].Err, ErrEntryFormat) {
+		t.Fatalf("%+v", r.Results[0])
+	}
+}
+
+func snapshotBytes(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := f.WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestRestore_DiscardsPreviousStateAndKeepsDedup(t *testing.T) {
+	src := New(policy.Default(), Options{TmpDir: t.TempDir()})
+	src.ApplyBatch(sampleLog(t).logs)
+	snap := snapshotBytes(t, src)
+
+	dst := New(policy.Default(), Options{TmpDir: t.TempDir()})
+	other := &logBuilder{}
+	other.add(t, IngestCommand("zzz", events("other", 9000, 32, 9)))
+	other.add(t, SetPolicyCommand("pol", policy.Default()))
+	dst.ApplyBatch(other.logs)
+
+	if err := dst.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	si, sd := src.Digest()
+	di, dd := dst.Digest()
+	if si != di || sd != dd {
+		t.Fatalf("after restore: src (%d,%x) dst (%d,%x)", si, sd, di, dd)
+	}
+	if dst.Policy().Version != 0 {
+		t.Fatalf("policy version %d survived restore", dst.Policy().Version)
+	}
+	if dst.DedupLen() != src.DedupLen() {
+		t.Fatalf("dedup %d vs %d", dst.DedupLen(), src.DedupLen())
+	}
+	// the dedup window came with the snapshot: r1 is a duplicate, zzz is not
+	b := &logBuilder{idx: 100}
+	res := dst.Apply(b.add(t, IngestCommand("r1", events("a", 1, 1, 1)), IngestCommand("zzz", events("x", 1, 1, 1)))).(*EntryResult)
+	if !res.Results[0].Duplicate || res.Results[1].Duplicate {
+		t.Fatalf("dedup after restore: %+v", res.Results)
+	}
+}
+
+func TestDedup_WindowIsBoundedAndOrdered(t *testing.T) {
+	d := newDedup()
+	for i := 0; i < DedupWindow+10; i++ {
+		d.add(&fsmpb.DedupEntry{RequestId: fmt.Sprint(i), Index: uint64(i)})
+	}
+	if d.len() != DedupWindow || d.get("9") != nil || d.get("10") == nil {
+		t.Fatalf("len %d", d.len())
+	}
+	b, _ := marshalDedup(d.entries())
+	d2, err := unmarshalDedup(b)
+	if err != nil || d2.len() != DedupWindow || d2.entries()[0].RequestId != "10" {
+		t.Fatalf("round trip: %v", err)
+	}
+}

@@ -1,0 +1,275 @@
+// Package clustertest starts real inference-cache raftnode clusters for
+// tests: N nodes on 127.0.0.1 with random free ports (Raft TCP, gossip
+// TCP+UDP, gRPC), real bbolt files under t.TempDir(), FastTiming. Nodes can
+// be started in any order, stopped gracefully, killed, and restarted on the
+// same addresses and data directory.
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/inference-cache/inference-cache/raftnode"
+)
+
+// Node is one cluster member's fixed identity plus its running instance.
+type Node struct {
+	ID, Dir                        string
+	RaftAddr, GossipAddr, GRPCAddr string
+	// Node is the running instance (nil while stopped).
+	*raftnode.Node
+	grpc *grpc.Server
+}
+
+// Cluster is a set of nodes that share a join list and bootstrap_expect.
+type Cluster struct {
+	T     testing.TB
+	Nodes []*Node
+	// Expect is bootstrap_expect for every node (default: initial size).
+	Expect int
+	// Configure edits each node's Config before New (may be nil).
+	Configure func(i int, c *raftnode.Config)
+}
+
+// New allocates n nodes (not started). The cluster is shut down by
+// t.Cleanup.
+func New(t testing.TB, n int, configure func(i int, c *raftnode.Config)) *Cluster {
+	c := &Cluster{T: t, Expect: n, Configure: configure}
+	for i := 0; i < n; i++ {
+		c.AddNode()
+	}
+	t.Cleanup(func() {
+		for i := range c.Nodes {
+			c.Kill(i)
+		}
+	})
+	return c
+}
+
+// AddNode allocates one more node (not started) and returns its position.
+func (c *Cluster) AddNode() int {
+	i := len(c.Nodes)
+	nd := &Node{
+		ID:         fmt.Sprintf("n%d", i+1),
+		Dir:        filepath.Join(c.T.TempDir(), fmt.Sprintf("n%d", i+1)),
+		RaftAddr:   freeAddr(c.T),
+		GossipAddr: freeAddr(c.T),
+		GRPCAddr:   freeAddr(c.T),
+	}
+	c.Nodes = append(c.Nodes, nd)
+	return i
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	for tries := 0; tries < 50; tries++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		u, err := net.ListenPacket("udp", addr) // gossip needs both
+		if err != nil {
+			continue
+		}
+		u.Close()
+		return addr
+	}
+	t.Fatal("no free port")
+	return ""
+}
+
+// Config returns node i's Config (before Configure).
+func (c *Cluster) Config(i int) raftnode.Config {
+	nd := c.Nodes[i]
+	var join []string
+	for j, o := range c.Nodes {
+		if j != i {
+			join = append(join, o.GossipAddr)
+		}
+	}
+	lvl := slog.LevelError
+	if os.Getenv("CLUSTERTEST_LOG") != "" {
+		lvl = slog.LevelInfo
+	}
+	return raftnode.Config{
+		NodeID: nd.ID, DataDir: nd.Dir, RaftAddr: nd.RaftAddr, GossipAddr: nd.GossipAddr, GRPCAddr: nd.GRPCAddr,
+		Join: join, BootstrapExpect: c.Expect, Timing: raftnode.FastTiming,
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
+		RaftLogLevel: lvl,
+	}
+}
+
+// Start starts node i (first boot or restart: same command line).
+func (c *Cluster) Start(i int) {
+	c.T.Helper()
+	if err := c.TryStart(i); err != nil {
+		c.T.Fatalf("start %s: %v", c.Nodes[i].ID, err)
+	}
+}
+
+// TryStart is Start returning the error.
+func (c *Cluster) TryStart(i int) error {
+	nd := c.Nodes[i]
+	cfg := c.Config(i)
+	if c.Configure != nil {
+		c.Configure(i, &cfg)
+	}
+	var lis net.Listener
+	var err error
+	for tries := 0; tries < 50; tries++ { // the old server may hold the port briefly
+		if lis, err = net.Listen("tcp", nd.GRPCAddr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	n, err := raftnode.New(cfg)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	s := grpc.NewServer()
+	n.RegisterGRPC(s)
+	go s.Serve(lis)
+	nd.Node, nd.grpc = n, s
+	return nil
+}
+
+// StartAll starts every node in order.
+func (c *Cluster) StartAll() {
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+}
+
+// Stop shuts node i down gracefully (leadership transfer, gossip leave).
+func (c *Cluster) Stop(i int) { c.stop(i, true) }
+
+// Kill stops node i abruptly (no transfer, no leave).
+func (c *Cluster) Kill(i int) { c.stop(i, false) }
+
+func (c *Cluster) stop(i int, graceful bool) {
+	nd := c.Nodes[i]
+	if nd.Node == nil {
+		return
+	}
+	if graceful {
+		nd.Node.Shutdown()
+	} else {
+		nd.Node.Kill()
+	}
+	nd.grpc.Stop()
+	nd.Node, nd.grpc = nil, nil
+}
+
+// Running lists the positions of running nodes.
+func (c *Cluster) Running() []int {
+	var r []int
+	for i, nd := range c.Nodes {
+		if nd.Node != nil {
+			r = append(r, i)
+		}
+	}
+	return r
+}
+
+// WaitLeader waits until every running node agrees on one leader that has
+// finished its Barrier, and returns its position.
+func (c *Cluster) WaitLeader(timeout time.Duration) int {
+	c.T.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if l := c.agreedLeader(); l >= 0 {
+			return l
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, i := range c.Running() {
+		st := c.Nodes[i].Status()
+		c.T.Logf("%s: state %s leader %q term %d members %+v", st.NodeID, st.State, st.LeaderID, st.Term, st.Members)
+	}
+	c.T.Fatalf("no agreed leader within %v", timeout)
+	return -1
+}
+
+func (c *Cluster) agreedLeader() int {
+	leader := ""
+	for _, i := range c.Running() {
+		st := c.Nodes[i].Status()
+		if st.LeaderID == "" || (leader != "" && st.LeaderID != leader) {
+			return -1
+		}
+		leader = st.LeaderID
+	}
+	for _, i := range c.Running() {
+		if c.Nodes[i].ID == leader && c.Nodes[i].ReadState().Leader && !c.Nodes[i].ReadState().Stale {
+			return i
+		}
+	}
+	return -1
+}
+
+// WaitApplied waits until every running node applied at least idx.
+func (c *Cluster) WaitApplied(idx uint64, timeout time.Duration) {
+	c.T.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, i := range c.Running() {
+			if c.Nodes[i].ReadState().AppliedIndex < idx {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, i := range c.Running() {
+		c.T.Logf("%s applied %d", c.Nodes[i].ID, c.Nodes[i].ReadState().AppliedIndex)
+	}
+	c.T.Fatalf("not every node applied %d within %v", idx, timeout)
+}
+
+// WaitVoters waits until the leader's configuration has want voters and
+// returns their ids.
+func (c *Cluster) WaitVoters(want int, timeout time.Duration) []string {
+	c.T.Helper()
+	deadline := time.Now().Add(timeout)
+	var ids []string
+	for time.Now().Before(deadline) {
+		if l := c.agreedLeader(); l >= 0 {
+			ids = ids[:0]
+			for _, m := range c.Nodes[l].Status().Members {
+				if m.Suffrage == "Voter" {
+					ids = append(ids, m.ID)
+				}
+			}
+			if len(ids) == want {
+				return ids
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.T.Fatalf("want %d voters, have %v", want, ids)
+	return nil
+}
+
+// Ctx returns a context with timeout d, cancelled at test end.
+func (c *Cluster) Ctx(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	c.T.Cleanup(cancel)
+	return ctx
+}

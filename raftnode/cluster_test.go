@@ -1,0 +1,488 @@
+package raftnode_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/raftnode"
+	"github.com/inference-cache/inference-cache/snapshot"
+)
+
+var part = index.Partition{Scheme: "vllm", Model: "m", Tenant: "t"}
+
+func evs(replica string, base uint64, n int, at int64) []index.BlockEvent {
+	hs := make([]uint64, n)
+	tc := make([]uint32, n)
+	for i := range hs {
+		hs[i] = base + uint64(i)
+		tc[i] = 16
+	}
+	bg := make([]uint64, n)
+	for i := range bg {
+		bg[i] = base + 1<<40 + uint64(i)
+	}
+	// a second replica on a disjoint chain, so the serving set has more
+	// than one replica and a match has distinguishing power (SPEC 5)
+	return []index.BlockEvent{
+		{Kind: index.Stored, ReplicaID: replica, Partition: part, BlockHashes: hs, BlockTokenCounts: tc, ObservedAtMs: at},
+		{Kind: index.Stored, ReplicaID: "bg-" + replica, Partition: part, BlockHashes: bg, BlockTokenCounts: tc, ObservedAtMs: at},
+	}
+}
+
+// lookup asks node nd for the chain base..base+n-1 and returns the hints.
+func lookup(nd *clustertest.Node, base uint64, n int, now int64) index.Result {
+	hs := make([]uint64, n)
+	for i := range hs {
+		hs[i] = base + uint64(i)
+	}
+	var res index.Result
+	nd.Lookup(&index.LookupRequest{Partition: part, BlockHashes: hs, NowMs: now}, &res)
+	return res
+}
+
+func follower(c *clustertest.Cluster, leader int) int {
+	for _, i := range c.Running() {
+		if i != leader {
+			return i
+		}
+	}
+	return -1
+}
+
+func noExpire(_ int, cfg *raftnode.Config) { cfg.ExpireInterval = -1 }
+
+// assertSameDigest waits for every running node to reach idx and compares
+// digests at equal applied index.
+func assertSameDigest(t *testing.T, c *clustertest.Cluster, idx uint64) uint64 {
+	t.Helper()
+	c.WaitApplied(idx, 10*time.Second)
+	var want uint64
+	var wantIdx uint64
+	for k, i := range c.Running() {
+		ai, d := c.Nodes[i].Digest()
+		if k == 0 {
+			want, wantIdx = d, ai
+			continue
+		}
+		if ai == wantIdx && d != want {
+			t.Fatalf("%s digest %x at %d, %s has %x", c.Nodes[i].ID, d, ai, c.Nodes[c.Running()[0]].ID, want)
+		}
+		if ai != wantIdx {
+			t.Fatalf("applied index differs: %d vs %d (writes still flowing?)", ai, wantIdx)
+		}
+	}
+	return want
+}
+
+func TestBootstrap_EveryStartOrderFormsOneCluster(t *testing.T) {
+	orders := [][]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
+	for _, order := range orders {
+		t.Run(fmt.Sprint(order), func(t *testing.T) {
+			c := clustertest.New(t, 3, noExpire)
+			for _, i := range order {
+				c.Start(i)
+				time.Sleep(150 * time.Millisecond)
+			}
+			l := c.WaitLeader(15 * time.Second)
+			c.WaitVoters(3, 10*time.Second)
+			terms := map[uint64]bool{}
+			for _, i := range c.Running() {
+				st := c.Nodes[i].Status()
+				if st.LeaderID != c.Nodes[l].ID {
+					t.Fatalf("%s follows %q, leader is %s", st.NodeID, st.LeaderID, c.Nodes[l].ID)
+				}
+				voters := 0
+				for _, m := range st.Members {
+					if m.Suffrage == "Voter" {
+						voters++
+					}
+				}
+				if voters != 3 {
+					t.Fatalf("%s sees %d voters: %+v", st.NodeID, voters, st.Members)
+				}
+				terms[st.Term] = true
+			}
+			idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 4, time.Now().UnixMilli()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertSameDigest(t, c, idx)
+		})
+	}
+}
+
+func TestIngest_ViaFollowerAckedAfterCommitVisibleEverywhere(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	f := follower(c, l)
+	now := time.Now().UnixMilli()
+	idx, err := c.Nodes[f].Ingest(c.Ctx(5*time.Second), "req-1", evs("replica-a", 100, 8, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// acknowledged: already applied on the node that answered
+	if got := c.Nodes[f].ReadState().AppliedIndex; got < idx {
+		t.Fatalf("follower acked index %d but applied only %d", idx, got)
+	}
+	if res := lookup(c.Nodes[f], 100, 8, now); res.Reason != index.PrefixMatch || res.Hints[0].ReplicaID != "replica-a" {
+		t.Fatalf("follower lookup right after ack: %+v", res)
+	}
+	assertSameDigest(t, c, idx)
+	for _, i := range c.Running() {
+		if res := lookup(c.Nodes[i], 100, 8, now); res.Reason != index.PrefixMatch {
+			t.Fatalf("%s: %+v", c.Nodes[i].ID, res)
+		}
+		if rs := c.Nodes[i].ReadState(); rs.Stale {
+			t.Fatalf("%s stale: %+v", c.Nodes[i].ID, rs)
+		}
+	}
+}
+
+func TestIngest_RetriedRequestIDAppliesOnce(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	f := follower(c, l)
+	now := time.Now().UnixMilli()
+	i1, err := c.Nodes[f].Ingest(c.Ctx(5*time.Second), "dup", evs("a", 1, 4, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, d1 := c.Nodes[l].Digest()
+	// the retry carries other content: it must not apply at all
+	i2, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "dup", evs("b", 1, 4, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i1 != i2 {
+		t.Fatalf("retry reported index %d, original %d", i2, i1)
+	}
+	ai, d2 := c.Nodes[l].Digest()
+	if d1 != d2 {
+		t.Fatal("retried request id changed the state")
+	}
+	assertSameDigest(t, c, ai)
+}
+
+// Group commit: many concurrent callers share log entries.
+func TestIngest_ConcurrentCallsAreGroupCommitted(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	var wg sync.WaitGroup
+	var maxIdx atomic.Uint64
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 20; k++ {
+				idx, err := c.Nodes[l].Ingest(c.Ctx(10*time.Second), "", evs(fmt.Sprint("r", g), uint64(g*1000+k*10), 4, time.Now().UnixMilli()))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for {
+					m := maxIdx.Load()
+					if idx <= m || maxIdx.CompareAndSwap(m, idx) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	m := c.Nodes[l].Metrics()
+	t.Logf("640 ingest calls → %d log entries (%.1f commands/entry)", m.Entries, float64(m.EntryCommands)/float64(m.Entries))
+	if m.Entries >= m.EntryCommands {
+		t.Errorf("no coalescing: %d entries for %d commands", m.Entries, m.EntryCommands)
+	}
+	assertSameDigest(t, c, maxIdx.Load())
+}
+
+func TestFailover_LeaderStopNewLeaderWritesContinueLookupsServe(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	now := time.Now().UnixMilli()
+	idx, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(5*time.Second), "", evs("a", 100, 8, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitApplied(idx, 5*time.Second)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var lookups, misses atomic.Int64
+	for _, i := range c.Running() {
+		if i == l {
+			continue
+		}
+		nd := c.Nodes[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res := lookup(nd, 100, 8, now)
+				lookups.Add(1)
+				if res.Reason != index.PrefixMatch {
+					misses.Add(1)
+				}
+				_ = nd.ReadState()
+				time.Sleep(200 * time.Microsecond)
+			}
+		}()
+	}
+	killed := time.Now()
+	c.Kill(l)
+	nl := c.WaitLeader(10 * time.Second)
+	failover := time.Since(killed)
+	t.Logf("failover: new leader %s ready %v after the leader was killed (FastTiming: heartbeat %v)", c.Nodes[nl].ID, failover, raftnode.FastTiming.HeartbeatTimeout)
+	idx, err = c.Nodes[follower(c, nl)].Ingest(c.Ctx(5*time.Second), "", evs("b", 500, 4, now))
+	if err != nil {
+		t.Fatalf("write after failover: %v", err)
+	}
+	close(stop)
+	wg.Wait()
+	if misses.Load() != 0 {
+		t.Fatalf("%d of %d lookups on survivors failed during failover", misses.Load(), lookups.Load())
+	}
+	t.Logf("%d lookups on survivors during failover, all PREFIX_MATCH", lookups.Load())
+	assertSameDigest(t, c, idx)
+}
+
+func TestRestart_RestoresFromSnapshotAndLogSameDigest(t *testing.T) {
+	c := clustertest.New(t, 3, func(_ int, cfg *raftnode.Config) {
+		cfg.ExpireInterval = -1
+		cfg.SnapshotThreshold = 16
+		cfg.TrailingLogs = 8
+	})
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	r := follower(c, l)
+	var idx uint64
+	var err error
+	for k := 0; k < 40; k++ {
+		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(k*100), 4, time.Now().UnixMilli())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := c.Nodes[r].Snapshot(c.Ctx(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for k := 40; k < 50; k++ { // a log tail after the snapshot
+		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", uint64(k*100), 4, time.Now().UnixMilli())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := assertSameDigest(t, c, idx)
+	c.Stop(r)
+	c.Start(r)
+	if !c.Nodes[r].Ready() {
+		t.Fatal("not ready after restart")
+	}
+	c.WaitApplied(idx, 10*time.Second)
+	if _, d := c.Nodes[r].Digest(); d != want {
+		t.Fatalf("digest after restart %x, want %x", d, want)
+	}
+}
+
+func TestLaggingNode_CatchesUpBySnapshotInstall(t *testing.T) {
+	var restores atomic.Int64
+	c := clustertest.New(t, 3, func(i int, cfg *raftnode.Config) {
+		cfg.ExpireInterval = -1
+		cfg.SnapshotThreshold = 16
+		cfg.TrailingLogs = 4
+		if i == 2 {
+			cfg.Hooks.OnRestore = func(int64, time.Duration, error) { restores.Add(1) }
+		}
+	})
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	if l == 2 {
+		c.Stop(2) // transfer leadership away, keep the lagging node a follower
+		c.Start(2)
+		l = c.WaitLeader(15 * time.Second)
+	}
+	c.Kill(2)
+	var idx uint64
+	var err error
+	for k := 0; k < 60; k++ {
+		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(k*100), 4, time.Now().UnixMilli())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := c.Nodes[l].Snapshot(c.Ctx(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	before := restores.Load()
+	c.Start(2)
+	want := assertSameDigest(t, c, idx)
+	if restores.Load() == before {
+		t.Fatal("lagging node caught up without a snapshot install")
+	}
+	if _, d := c.Nodes[2].Digest(); d != want {
+		t.Fatalf("digest %x want %x", d, want)
+	}
+}
+
+func TestExpireAndEviction_IdenticalEverywhere(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	now := time.Now().UnixMilli()
+	ttl := c.Nodes[l].Policy().EvictionTTL.Milliseconds()
+	if _, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("old", 1, 8, now-ttl-1000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("new", 1, 8, now)); err != nil {
+		t.Fatal(err)
+	}
+	p := c.Nodes[l].Policy()
+	p.MaxResidencies = 20 // capacity eviction inside apply
+	if _, err := c.Nodes[follower(c, l)].SetPolicy(c.Ctx(5*time.Second), p); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(5*time.Second), "", evs("more", 1000, 8, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err = c.Nodes[follower(c, l)].Expire(c.Ctx(5*time.Second), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameDigest(t, c, idx)
+	for _, i := range c.Running() {
+		sz := c.Nodes[i].Index().Sizes()
+		if sz.Residencies > 20 {
+			t.Fatalf("%s holds %d residencies over the bound", c.Nodes[i].ID, sz.Residencies)
+		}
+		if v := c.Nodes[i].Policy().Version; v != 1 {
+			t.Fatalf("%s policy version %d", c.Nodes[i].ID, v)
+		}
+	}
+}
+
+func TestFourthNodeJoinsAsVoter(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	c.WaitLeader(15 * time.Second)
+	c.WaitVoters(3, 10*time.Second)
+	c.AddNode() // same command line: bootstrap_expect=3, join list
+	c.Start(3)
+	ids := c.WaitVoters(4, 15*time.Second)
+	t.Logf("voters %v", ids)
+	l := c.WaitLeader(10 * time.Second)
+	idx, err := c.Nodes[3].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 4, time.Now().UnixMilli()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l
+	assertSameDigest(t, c, idx)
+}
+
+func TestDeadServerCleanup_NeverBelowThreeVoters(t *testing.T) {
+	c := clustertest.New(t, 3, func(_ int, cfg *raftnode.Config) {
+		cfg.ExpireInterval = -1
+		cfg.DeadServerCleanup = 500 * time.Millisecond
+	})
+	c.StartAll()
+	c.WaitLeader(15 * time.Second)
+	c.AddNode()
+	c.Start(3)
+	c.WaitVoters(4, 15*time.Second)
+	l := c.WaitLeader(10 * time.Second)
+	victims := []int{}
+	for _, i := range c.Running() {
+		if i != l && len(victims) < 2 {
+			victims = append(victims, i)
+		}
+	}
+	c.Kill(victims[0])
+	ids := c.WaitVoters(3, 15*time.Second)
+	t.Logf("after one dead: voters %v", ids)
+	c.Kill(victims[1]) // 3 voters, 1 dead: cleanup must not remove it
+	time.Sleep(2 * time.Second)
+	l = c.WaitLeader(10 * time.Second)
+	n := 0
+	for _, m := range c.Nodes[l].Status().Members {
+		if m.Suffrage == "Voter" {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("cleanup went below 3 voters: %d", n)
+	}
+}
+
+func TestCleanupBudget(t *testing.T) {
+	for _, tc := range []struct{ voters, dead, want int }{
+		{3, 1, 0}, {4, 1, 1}, {4, 2, 1}, {5, 1, 1}, {5, 2, 2}, {5, 3, 2}, {7, 3, 3}, {7, 5, 3}, {2, 1, 0},
+	} {
+		if got := raftnode.CleanupBudget(tc.voters, tc.dead); got != tc.want {
+			t.Errorf("CleanupBudget(%d voters, %d dead) = %d, want %d", tc.voters, tc.dead, got, tc.want)
+		}
+	}
+}
+
+func TestBackupRestore_WholeClusterAndBadFilesRefused(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	now := time.Now().UnixMilli()
+	idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 8, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := assertSameDigest(t, c, idx)
+	var backup bytes.Buffer
+	if err := c.Nodes[follower(c, l)].Backup(&backup); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := snapshot.Inspect(bytes.NewReader(backup.Bytes()), t.TempDir())
+	if err != nil || meta.Digest != want {
+		t.Fatalf("inspect: %+v %v", meta, err)
+	}
+	if _, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", 1000, 8, now)); err != nil {
+		t.Fatal(err)
+	}
+	// bad files are refused before anything changes
+	bad := bytes.Clone(backup.Bytes())
+	bad[len(bad)/2] ^= 1
+	if _, err := c.Nodes[follower(c, l)].Restore(c.Ctx(10*time.Second), bytes.NewReader(bad)); err == nil || !errors.Is(err, raftnode.ErrInvalid) {
+		t.Fatalf("corrupt backup: %v", err)
+	} else {
+		t.Logf("corrupt backup refused: %v", err)
+	}
+	if _, err := c.Nodes[l].Restore(c.Ctx(10*time.Second), bytes.NewReader(backup.Bytes()[:backup.Len()-5])); !errors.Is(err, snapshot.ErrTruncated) {
+		t.Fatalf("truncated backup: %v", err)
+	}
+	idx, err = c.Nodes[follower(c, l)].Restore(c.Ctx(20*time.Second), bytes.NewReader(backup.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitApplied(idx, 10*time.Second)
+	for _, i := range c.Running() {
+		if res := lookup(c.Nodes[i], 1000, 8, now); res.Reason == index.PrefixMatch {
+			t.Fatalf("%s still has data written after the backup", c.Nodes[i].ID)
+		}
+		if res := lookup(c.Nodes[i], 1, 8, now); res.Reason != index.PrefixMatch {
+			t.Fatalf("%s lost the backup's data: %+v", c.Nodes[i].ID, res)
+		}
+	}
+	if d := assertSameDigest(t, c, idx); d != want {
+		t.Fatalf("digest after restore %x, backup %x", d, want)
+	}
+}

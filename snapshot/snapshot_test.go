@@ -1,0 +1,113 @@
+package snapshot_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/snapshot"
+)
+
+func sampleIndex(t *testing.T) *index.Index {
+	t.Helper()
+	ix := index.New(policy.Default())
+	for r := 0; r < 3; r++ {
+		hs := make([]uint64, 50)
+		tc := make([]uint32, 50)
+		for i := range hs {
+			hs[i] = uint64(1000*r + i)
+			tc[i] = 16
+		}
+		ix.ApplyEvents([]index.BlockEvent{{Kind: index.Stored, ReplicaID: string(rune('a' + r)),
+			Partition: index.Partition{Scheme: "vllm", Model: "m", Tenant: "t"}, BlockHashes: hs, BlockTokenCounts: tc, ObservedAtMs: 1000}})
+	}
+	ix.ApplyStats([]index.ReplicaStats{{ReplicaID: "a", ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: 0.2, TenantHitRate: map[string]float64{"t": 0.5}, ObservedAtMs: 1000}})
+	return ix
+}
+
+func write(t *testing.T) ([]byte, *index.Index) {
+	t.Helper()
+	ix := sampleIndex(t)
+	v := ix.View()
+	defer v.Release()
+	var buf bytes.Buffer
+	n, err := snapshot.Write(&buf, t.TempDir(), 42, 3, v, []byte("dedup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(buf.Len()) {
+		t.Fatalf("returned %d, wrote %d", n, buf.Len())
+	}
+	return buf.Bytes(), ix
+}
+
+func read(t *testing.T, b []byte) (snapshot.Meta, *index.Index, error) {
+	var bld *index.Builder
+	m, dd, err := snapshot.Read(bytes.NewReader(b), t.TempDir(), func(p policy.Policy) snapshot.Builder {
+		bld = index.NewBuilder(p)
+		return bld
+	})
+	if err != nil {
+		return m, nil, err
+	}
+	if string(dd) != "dedup" {
+		t.Fatalf("dedup %q", dd)
+	}
+	return m, bld.Build(), nil
+}
+
+func TestSnapshot_RoundTripKeepsDigest(t *testing.T) {
+	b, ix := write(t)
+	m, got, err := read(t, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.AppliedIndex != 42 || m.AppliedTerm != 3 || m.FormatVersion != snapshot.FormatVersion || m.Sizes != ix.Sizes() {
+		t.Fatalf("meta %+v sizes %+v", m, ix.Sizes())
+	}
+	if got.Digest() != ix.Digest() || m.Digest != ix.Digest() {
+		t.Fatalf("digest %x want %x (meta %x)", got.Digest(), ix.Digest(), m.Digest)
+	}
+	im, err := snapshot.Inspect(bytes.NewReader(b), t.TempDir())
+	if err != nil || im.Checksum != m.Checksum || im.StreamBytes != int64(len(b)) {
+		t.Fatalf("inspect %+v %v", im, err)
+	}
+}
+
+func TestSnapshot_TruncatedRefused(t *testing.T) {
+	b, _ := write(t)
+	for _, cut := range []int{0, 10, 24, len(b) / 2, len(b) - 16, len(b) - 1} {
+		if _, _, err := read(t, b[:cut]); !errors.Is(err, snapshot.ErrTruncated) {
+			t.Errorf("cut at %d: %v", cut, err)
+		} else if cut == len(b)/2 {
+			t.Logf("cut at %d: %v", cut, err)
+		}
+	}
+}
+
+func TestSnapshot_CorruptRefused(t *testing.T) {
+	b, _ := write(t)
+	for _, off := range []int{0, 30, 4096 + 100, len(b) / 2, len(b) - 20, len(b) - 3} {
+		c := bytes.Clone(b)
+		c[off] ^= 0x5a
+		if _, _, err := read(t, c); !errors.Is(err, snapshot.ErrCorrupt) {
+			t.Errorf("flip at %d: %v", off, err)
+		} else if off == len(b)/2 {
+			t.Logf("flip at %d: %v", off, err)
+		}
+	}
+}
+
+func TestSnapshot_FutureVersionRefused(t *testing.T) {
+	b, _ := write(t)
+	c := bytes.Clone(b)
+	binary.BigEndian.PutUint32(c[8:12], snapshot.FormatVersion+1)
+	_, _, err := read(t, c)
+	if !errors.Is(err, snapshot.ErrVersion) {
+		t.Fatalf("future version: %v", err)
+	}
+	t.Log(err)
+}
