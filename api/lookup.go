@@ -8,6 +8,7 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
 )
 
 // Details of NO_HINT answers produced by the API layer itself (SPEC 5
@@ -177,7 +178,7 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 			resp.Replicas[i] = p
 		}
 	}
-	if res.Reason == index.PrefixMatch && len(res.CreditHashes) > 0 {
+	if res.Reason == index.PrefixMatch && len(res.CreditHashes) > 0 && pol.EvictionPolicy == policy.LFU {
 		s.node.Credit(res.CreditPartition, res.CreditHashes)
 	}
 }

@@ -31,6 +31,7 @@ type Metrics struct {
 	ingestEvents  *prometheus.CounterVec
 	ingestRefused *prometheus.CounterVec
 	commitLatency *prometheus.HistogramVec
+	raft          *raftMetrics
 }
 
 // LookupLatencyBuckets are the upper bounds, in seconds, of the lookup
@@ -72,6 +73,7 @@ func New() *Metrics {
 	}
 	m.lookupCalls = append(m.lookupCalls, calls.WithLabelValues("UNKNOWN"))
 	reg.MustRegister(calls, m.lookupLatency, m.ingestEvents, m.ingestRefused, m.commitLatency)
+	m.raft = newRaftMetrics(reg)
 	return m
 }
 

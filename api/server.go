@@ -1,0 +1,114 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/metrics"
+	"github.com/inference-cache/inference-cache/raftnode"
+)
+
+// ServerConfig assembles the gRPC server of one node.
+type ServerConfig struct {
+	// Node is the replicated node (required).
+	Node *raftnode.Node
+	// GRPCAddr is this node's advertised gRPC address (reported by Status).
+	GRPCAddr string
+	// Tokenizer for prompt_text lookups; nil = NO_HINT with a detail.
+	Tokenizer Tokenizer
+	// Metrics; nil = not recorded.
+	Metrics *metrics.Metrics
+	// Logger; nil = slog.Default().
+	Logger *slog.Logger
+	// TmpDir for uploaded restore files; "" = OS default.
+	TmpDir string
+	// Options are extra grpc.ServerOptions (TLS credentials, interceptors).
+	Options []grpc.ServerOption
+}
+
+// Server is a node's gRPC server: InferenceCache, Cluster, raftnode's
+// internal forwarding service, grpc.health.v1 and server reflection.
+type Server struct {
+	// GRPC is the server to Serve on a listener.
+	GRPC *grpc.Server
+	// Health is the health service; it reports SERVING for "" and both
+	// services once the node is ready, NOT_SERVING after Shutdown.
+	Health *health.Server
+	// Service is the InferenceCache implementation.
+	Service *Service
+
+	stop chan struct{}
+}
+
+// healthServices are the names whose health the server reports.
+var healthServices = []string{"", pb.InferenceCache_ServiceDesc.ServiceName, pb.Cluster_ServiceDesc.ServiceName}
+
+// NewServer builds the gRPC server of cfg.Node with the message size limit
+// MaxMessageBytes and keepalive settings suited to long-lived gateway
+// connections.
+func NewServer(cfg ServerConfig) *Server {
+	opts := append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	}, cfg.Options...)
+	gs := grpc.NewServer(opts...)
+	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger})
+	pb.RegisterInferenceCacheServer(gs, svc)
+	pb.RegisterClusterServer(gs, NewClusterService(cfg.Node, cfg.GRPCAddr, cfg.TmpDir))
+	cfg.Node.RegisterGRPC(gs)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	s := &Server{GRPC: gs, Health: hs, Service: svc, stop: make(chan struct{})}
+	for _, name := range healthServices {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	go s.watchReady(cfg.Node)
+	return s
+}
+
+func (s *Server) watchReady(n *raftnode.Node) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if n.Ready() {
+			for _, name := range healthServices {
+				s.Health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+			}
+			return
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Shutdown marks the health NOT_SERVING and stops the gRPC server
+// gracefully, forcing it after ctx ends.
+func (s *Server) Shutdown(ctx context.Context) {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	s.Health.Shutdown()
+	done := make(chan struct{})
+	go func() { s.GRPC.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.GRPC.Stop()
+	}
+}

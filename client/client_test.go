@@ -1,0 +1,224 @@
+package client
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/fingerprint"
+)
+
+// fake is an InferenceCache server whose behaviour each test sets.
+type fake struct {
+	pb.UnimplementedInferenceCacheServer
+	name string
+
+	mu        sync.Mutex
+	lookupErr error
+	delay     time.Duration
+	calls     int
+	ingestErr []error // returned in order, then success
+	ids       []string
+}
+
+func (f *fake) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (*pb.LookupRouteResponse, error) {
+	f.mu.Lock()
+	f.calls++
+	err, d := f.lookupErr, f.delay
+	f.mu.Unlock()
+	if d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_PREFIX_MATCH, ServedBy: f.name,
+		Replicas: []*pb.ReplicaHint{{ReplicaId: "r", MatchedBlocks: uint32(len(req.BlockHashes))}}}, nil
+}
+
+func (f *fake) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ids = append(f.ids, req.RequestId)
+	if len(f.ingestErr) > 0 {
+		err := f.ingestErr[0]
+		f.ingestErr = f.ingestErr[1:]
+		return nil, err
+	}
+	return &pb.IngestResponse{Accepted: uint32(len(req.Events)), AppliedIndex: 7}, nil
+}
+
+func (f *fake) callCount() int { f.mu.Lock(); defer f.mu.Unlock(); return f.calls }
+
+func serve(t *testing.T, f *fake) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	pb.RegisterInferenceCacheServer(s, f)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return lis.Addr().String()
+}
+
+func newClient(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestLookupRoute_SpreadsRoundRobin(t *testing.T) {
+	a, b := &fake{name: "a"}, &fake{name: "b"}
+	c := newClient(t, Config{Addrs: []string{serve(t, a), serve(t, b)}, LookupTimeout: 2 * time.Second})
+	for i := 0; i < 10; i++ {
+		if r := c.LookupRoute(context.Background(), &pb.LookupRouteRequest{}); r.ReasonCode != pb.ReasonCode_PREFIX_MATCH {
+			t.Fatalf("lookup %d: %v", i, r)
+		}
+	}
+	if a.callCount() != 5 || b.callCount() != 5 {
+		t.Fatalf("calls a=%d b=%d, want 5 each", a.callCount(), b.callCount())
+	}
+}
+
+// A failing node costs no failed lookup: the call moves to another node,
+// and the failing node is skipped for FailBackoff.
+func TestLookupRoute_SkipsFailingNode(t *testing.T) {
+	bad, good := &fake{name: "bad", lookupErr: status.Error(codes.Unavailable, "down")}, &fake{name: "good"}
+	c := newClient(t, Config{Addrs: []string{serve(t, bad), serve(t, good)}, LookupTimeout: 2 * time.Second, FailBackoff: time.Hour})
+	for i := 0; i < 20; i++ {
+		r := c.LookupRoute(context.Background(), &pb.LookupRouteRequest{})
+		if r.ServedBy != "good" {
+			t.Fatalf("lookup %d served by %q: %v", i, r.ServedBy, r)
+		}
+	}
+	if n := bad.callCount(); n != 1 {
+		t.Errorf("bad node called %d times, want 1 (then skipped)", n)
+	}
+	st := c.Stats()
+	if st.Lookups != 20 || st.FailOpen != 0 || st.LookupRetries != 1 {
+		t.Errorf("stats = %+v, want 20 lookups, 0 fail-open, 1 retry", st)
+	}
+}
+
+// With every node failing, lookups answer NO_HINT (never an error) and are
+// counted as fail-open.
+func TestLookupRoute_FailsOpenWhenAllNodesFail(t *testing.T) {
+	a := &fake{lookupErr: status.Error(codes.Internal, "boom")}
+	b := &fake{lookupErr: status.Error(codes.Unavailable, "down")}
+	dead := "127.0.0.1:1" // nothing listens on port 1
+	c := newClient(t, Config{Addrs: []string{serve(t, a), serve(t, b), dead}, LookupTimeout: time.Second})
+	for i := 0; i < 6; i++ {
+		r := c.LookupRoute(context.Background(), &pb.LookupRouteRequest{})
+		if r.ReasonCode != pb.ReasonCode_NO_HINT || !strings.HasPrefix(r.Detail, "client: ") || len(r.Replicas) != 0 {
+			t.Fatalf("lookup %d: %v", i, r)
+		}
+	}
+	if st := c.Stats(); st.FailOpen != 6 || st.Lookups != 6 {
+		t.Errorf("stats = %+v, want 6 fail-open of 6", st)
+	}
+}
+
+// A slow node is abandoned at the per-call budget.
+func TestLookupRoute_TimeoutFailsOpenWithinBudget(t *testing.T) {
+	slow := &fake{delay: 5 * time.Second}
+	c := newClient(t, Config{Addrs: []string{serve(t, slow)}, LookupTimeout: 100 * time.Millisecond})
+	start := time.Now()
+	r := c.LookupRoute(context.Background(), &pb.LookupRouteRequest{})
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("took %v, budget 100ms", el)
+	}
+	if r.ReasonCode != pb.ReasonCode_NO_HINT || !strings.Contains(r.Detail, "DeadlineExceeded") {
+		t.Fatalf("response %v, want client NO_HINT for DeadlineExceeded", r)
+	}
+}
+
+func TestFingerprint_MatchesServerScheme(t *testing.T) {
+	toks := make([]uint32, 50)
+	for i := range toks {
+		toks[i] = uint32(i * 7)
+	}
+	want, _ := fingerprint.Compute(toks, 16)
+	req := &pb.LookupRouteRequest{TokenIds: []uint32{1}, PromptText: "x"}
+	if err := Fingerprint(req, toks, 16); err != nil {
+		t.Fatal(err)
+	}
+	if len(req.BlockHashes) != 3 || req.PrefixHash != want.PrefixHash || req.TokenIds != nil || req.PromptText != "" {
+		t.Fatalf("req = %v, want 3 blocks, prefix %d", req, want.PrefixHash)
+	}
+	for i, h := range want.BlockHashes {
+		if req.BlockHashes[i] != h || req.BlockTokenCounts[i] != 16 {
+			t.Fatalf("block %d: %d/%d, want %d/16", i, req.BlockHashes[i], req.BlockTokenCounts[i], h)
+		}
+	}
+	if err := Fingerprint(req, toks, 0); err == nil {
+		t.Fatal("block size 0 accepted")
+	}
+}
+
+// Retriable failures are retried with the same request id on another node;
+// INVALID_ARGUMENT is not retried.
+func TestIngest_RetriesWithStableRequestID(t *testing.T) {
+	a := &fake{ingestErr: []error{status.Error(codes.Unavailable, "no leader")}}
+	b := &fake{ingestErr: []error{status.Error(codes.DeadlineExceeded, "outcome unknown")}}
+	c := newClient(t, Config{Addrs: []string{serve(t, a), serve(t, b)}})
+	resp, err := c.Ingest(context.Background(), &pb.IngestRequest{Events: []*pb.BlockEvent{{}, {}}})
+	if err != nil || resp.Accepted != 2 {
+		t.Fatalf("resp=%v err=%v", resp, err)
+	}
+	ids := append(append([]string{}, a.ids...), b.ids...)
+	if len(ids) != 3 {
+		t.Fatalf("attempts = %d (%v), want 3", len(ids), ids)
+	}
+	for _, id := range ids {
+		if id != ids[0] || len(id) != 32 {
+			t.Fatalf("request ids %v: want one 32-hex id on every attempt", ids)
+		}
+	}
+	if c.Stats().WriteRetries != 2 {
+		t.Errorf("write retries = %d, want 2", c.Stats().WriteRetries)
+	}
+
+	bad := &fake{ingestErr: []error{status.Error(codes.InvalidArgument, "too many events")}}
+	c2 := newClient(t, Config{Addrs: []string{serve(t, bad)}})
+	if _, err := c2.Ingest(context.Background(), &pb.IngestRequest{RequestId: "mine"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("err = %v, want INVALID_ARGUMENT unretried", err)
+	}
+	if len(bad.ids) != 1 || bad.ids[0] != "mine" {
+		t.Fatalf("attempts %v, want exactly one with the caller's id", bad.ids)
+	}
+}
+
+func TestIngest_GivesUpAfterRetryBudget(t *testing.T) {
+	errs := make([]error, 1000)
+	for i := range errs {
+		errs[i] = status.Error(codes.Unavailable, "no leader")
+	}
+	f := &fake{ingestErr: errs}
+	c := newClient(t, Config{Addrs: []string{serve(t, f)}, WriteRetry: 300 * time.Millisecond})
+	start := time.Now()
+	_, err := c.Ingest(context.Background(), &pb.IngestRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("err = %v", err)
+	}
+	if el := time.Since(start); el < 300*time.Millisecond || el > 3*time.Second {
+		t.Fatalf("gave up after %v, budget 300ms", el)
+	}
+}
