@@ -20,9 +20,9 @@ type nodeBackend struct{ n *raftnode.Node }
 func NewNodeBackend(n *raftnode.Node) Backend { return nodeBackend{n} }
 
 func (b nodeBackend) Lookup(req *index.LookupRequest, res *index.Result) { b.n.Lookup(req, res) }
-func (b nodeBackend) Credit(p index.Partition, hashes []uint64)         { b.n.Credit(p, hashes) }
-func (b nodeBackend) Ready() bool                                       { return b.n.Ready() }
-func (b nodeBackend) Policy() policy.Policy                             { return b.n.Policy() }
+func (b nodeBackend) Credit(p index.Partition, hashes []uint64)          { b.n.Credit(p, hashes) }
+func (b nodeBackend) Ready() bool                                        { return b.n.Ready() }
+func (b nodeBackend) Policy() policy.Policy                              { return b.n.Policy() }
 
 func (b nodeBackend) ReadState() ReadState {
 	rs := b.n.ReadState()
