@@ -1,0 +1,27 @@
+// Package index is the in-memory prefix-cache index of inference-cache
+// (SPEC 4, 5, 6, 7): which replicas hold which KV blocks, per partition
+// (hash_scheme, model_id, tenant_id, adapter_id), and the LookupRoute
+// decision made from it: chain matching with leading-run semantics,
+// ranking v1/v2, the two filters, miss classification (UNKNOWN_*),
+// TENANT_HOT, AFFINITY_HINT (rendezvous hashing) and NO_HINT.
+//
+// The package is pure: no clock (callers pass now in ms), no I/O, no
+// goroutines. Every write method is deterministic in its arguments, so the
+// Raft FSM can replay the same commands on every node and obtain the same
+// state and the same Digest.
+//
+// Concurrency: exactly one writer goroutine calls SetPolicy, ApplyEvents,
+// ApplyStats, Expire, Credit and View; any number of goroutines call Lookup,
+// Digest and Sizes at the same time. Blocks live in 256 shards of flat
+// slices, each behind its own RWMutex; the writer holds a shard's lock for
+// one block update (or one shard's part of a scan), so a lookup never waits
+// for a whole batch, an expiry pass or an eviction pass. View pins the
+// shards' current data copy-on-write: O(shards) on the writer, and the
+// writer copies a pinned shard only when it next mutates it.
+//
+// A lookup reads block by block and is not a transaction across blocks:
+// it may see a write that lands mid-walk. That is within the contract: the
+// answer is a stale-tolerant hint (SPEC 1).
+//
+// See DESIGN.md for the layout, the costs and the trade-offs.
+package index
