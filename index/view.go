@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/inference-cache/inference-cache/policy"
 )
@@ -25,7 +26,7 @@ type View struct {
 	pol      policy.Policy
 	digest   uint64
 	sizes    Sizes
-	released bool
+	released atomic.Bool
 }
 
 // Residency is one replica holding one block.
@@ -88,7 +89,7 @@ type blockRef struct {
 // digests export byte-identical snapshots. It stops at fn's first error.
 // Cost: one sort of all blocks (16 bytes each, transient).
 func (v *View) Blocks(fn func(BlockRecord) error) error {
-	if v.released {
+	if v.released.Load() {
 		return errors.New("index: view used after Release")
 	}
 	ids := make([]uint32, 0, len(v.parts))
@@ -165,10 +166,9 @@ func (v *View) Sizes() Sizes { return v.sizes }
 // Release lets the index reclaim what the view pinned; the view must not
 // be used after. Safe from any goroutine, and idempotent.
 func (v *View) Release() {
-	if v.released {
+	if v.released.Swap(true) {
 		return
 	}
-	v.released = true
 	for _, d := range v.shards {
 		if d != nil {
 			d.pins.Add(-1)
@@ -210,6 +210,8 @@ func (b *Builder) AddBlock(r BlockRecord) error {
 	s := &ix.shards[shardOf(mx)]
 	d := s.d
 	bi, slot := d.find(pe.id, r.Hash, mx)
+	// A rejected record must not leave an empty partition behind.
+	defer ix.m.dropIfEmpty(pe)
 	if bi >= 0 {
 		return fmt.Errorf("index: block %#x of %+v: duplicate record", r.Hash, r.Partition)
 	}
