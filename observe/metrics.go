@@ -93,15 +93,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // no label lookups.
 type engineMetrics struct {
 	batches, decodeErrors, unknownEvents, restarts, gaps, duplicates prometheus.Counter
-	stored, removed, cleared                                        prometheus.Counter
-	unknownParent, tokenMismatch, blockSizeMismatch                 prometheus.Counter
-	ignoredGroup, ignoredMedium, unknownRemovals, overflows         prometheus.Counter
-	reconnects                                                      prometheus.Counter
-	replayComplete, replayIncomplete, replayFailed                  prometheus.Counter
-	emitStored, emitRemoved, emitCleared                            prometheus.Counter
-	clears                                                          *prometheus.CounterVec
-	engine                                                          string
-	scrapes, reports                                                *prometheus.CounterVec
+	stored, removed, cleared                                         prometheus.Counter
+	unknownParent, tokenMismatch, blockSizeMismatch                  prometheus.Counter
+	ignoredGroup, ignoredMedium, unknownRemovals, overflows          prometheus.Counter
+	reconnects                                                       prometheus.Counter
+	replayComplete, replayIncomplete, replayFailed                   prometheus.Counter
+	emitStored, emitRemoved, emitCleared                             prometheus.Counter
+	clears                                                           *prometheus.CounterVec
+	engine                                                           string
+	scrapes, reports                                                 *prometheus.CounterVec
 }
 
 func (m *Metrics) forEngine(engine string) *engineMetrics {

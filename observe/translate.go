@@ -52,12 +52,12 @@ func (r *replica) adapterIndex(a string) uint32 {
 // (issue 6 "Correct handling of each case"). It is pure: no clock (the
 // caller passes times), no I/O, no goroutines.
 type translator struct {
-	cfg     *EngineConfig
-	rank    int64 // the stream's data-parallel rank, used when a batch carries none
-	media   map[string]bool
-	m       *engineMetrics
-	log     *slog.Logger
-	reps    map[string]*replica
+	cfg   *EngineConfig
+	rank  int64 // the stream's data-parallel rank, used when a batch carries none
+	media map[string]bool
+	m     *engineMetrics
+	log   *slog.Logger
+	reps  map[string]*replica
 	// mismatchLogged rate-limits the block-size mismatch log line.
 	mismatchLoggedAt time.Time
 }
