@@ -198,7 +198,7 @@ func (f *FSM) applyCommand(idx uint64, c *fsmpb.Command) (r Result) {
 			// index may be partly updated, identically everywhere.
 			f.log.Error("fsm: apply panicked", "index", idx, "request_id", c.RequestId, "panic", p)
 			r.Err = fmt.Errorf("%w: apply panicked: %v", ErrRejected, p)
-			f.remember(r, 0)
+			f.remember(r)
 		}
 	}()
 	ix := f.ix.Load()
@@ -238,11 +238,11 @@ func (f *FSM) applyCommand(idx uint64, c *fsmpb.Command) (r Result) {
 	default:
 		r.Err = fmt.Errorf("%w: unknown command at index %d (written by a newer binary?)", ErrRejected, idx)
 	}
-	f.remember(r, 0)
+	f.remember(r)
 	return r
 }
 
-func (f *FSM) remember(r Result, _ int) {
+func (f *FSM) remember(r Result) {
 	if r.RequestID == "" || f.dd.get(r.RequestID) != nil {
 		return
 	}

@@ -2,7 +2,6 @@ package raftnode
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -383,5 +382,3 @@ func (n *Node) Metrics() Metrics {
 		LastSnapshotTime: time.Duration(m.lastSnapshotNanos.Load()),
 	}
 }
-
-var _ = errors.Is

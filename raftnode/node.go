@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -504,5 +503,3 @@ func (n *Node) NewRequestID() string {
 }
 
 func isShutdown(err error) bool { return errors.Is(err, ErrShutdown) }
-
-var _ = io.EOF
