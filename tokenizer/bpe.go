@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -16,15 +17,27 @@ type bpe struct {
 	// runeIDs caches vocab lookups of single-rune strings, the starting
 	// symbols of almost every word.
 	runeIDs map[rune]uint32
-	// merges maps the pair (left id << 32 | right id) to its rank and the
-	// id of the merged token.
-	merges map[uint64]mergeRule
+	// merges maps a pair of ids to its rank and the id of the merged
+	// token.
+	merges *mergeTable
 
 	unk          *uint32
 	fuseUnk      bool
 	byteFallback bool
 	byteIDs      [256]uint32 // <0xXX> tokens, valid when hasByteIDs[b]
 	hasByteIDs   [256]bool
+	// byteLevelIDs holds the id of byteToRune[b] for every byte b, valid
+	// when byteLevelOK: the starting symbols of a raw-bytes piece.
+	byteLevelIDs [256]uint32
+	byteLevelOK  bool
+	// splitAtMeta is set when no vocabulary token has a "▁" after another
+	// character (true of SentencePiece vocabularies, whose pieces are
+	// split at whitespace). No merge can then produce a token spanning
+	// the boundary before such a "▁", so a word can be cut there and its
+	// parts merged (and cached) separately with identical results. This
+	// matters for models without a pre-tokenizer, where the word is the
+	// whole prompt.
+	splitAtMeta bool
 	prefix       string // continuing_subword_prefix
 	suffix       string // end_of_word_suffix
 	ignoreMerges bool
@@ -73,7 +86,6 @@ func buildBPE(raw json.RawMessage, where string, cacheWords int) (*bpe, error) {
 	m := &bpe{
 		vocab:        c.Vocab,
 		runeIDs:      make(map[rune]uint32),
-		merges:       make(map[uint64]mergeRule),
 		fuseUnk:      c.FuseUnk,
 		byteFallback: c.ByteFallback,
 		ignoreMerges: c.IgnoreMerges,
@@ -90,6 +102,21 @@ func buildBPE(raw json.RawMessage, where string, cacheWords int) (*bpe, error) {
 			m.runeIDs[r] = id
 		}
 	}
+	m.byteLevelOK = m.prefix == "" && m.suffix == "" && !m.ignoreMerges
+	for b, r := range byteToRune {
+		id, ok := m.runeIDs[r]
+		m.byteLevelIDs[b] = id
+		m.byteLevelOK = m.byteLevelOK && ok
+	}
+	if _, ok := m.runeIDs[meta]; ok && m.prefix == "" && m.suffix == "" && !m.ignoreMerges {
+		m.splitAtMeta = true
+		for tok := range c.Vocab {
+			if strings.ContainsRune(strings.TrimLeft(tok, metaString), meta) {
+				m.splitAtMeta = false
+				break
+			}
+		}
+	}
 	if c.UnkToken != nil {
 		id, ok := c.Vocab[*c.UnkToken]
 		if !ok {
@@ -99,6 +126,11 @@ func buildBPE(raw json.RawMessage, where string, cacheWords int) (*bpe, error) {
 	}
 	for b := 0; b < 256; b++ {
 		m.byteIDs[b], m.hasByteIDs[b] = c.Vocab[fmt.Sprintf("<0x%02X>", b)]
+	}
+	for tok, id := range c.Vocab {
+		if id == ^uint32(0) {
+			return nil, fmt.Errorf("%w: %s: token %q has id %d", ErrMalformed, where, tok, id)
+		}
 	}
 	if err := m.loadMerges(c.Merges, where); err != nil {
 		return nil, err
@@ -110,12 +142,14 @@ func buildBPE(raw json.RawMessage, where string, cacheWords int) (*bpe, error) {
 // "a b" strings or ["a", "b"] pairs. Rank is the position in the list.
 func (m *bpe) loadMerges(raw json.RawMessage, where string) error {
 	if isNull(raw) {
+		m.merges = newMergeTable(0)
 		return nil
 	}
 	var list []json.RawMessage
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return fmt.Errorf("%w: %s: merges: %v", ErrMalformed, where, err)
 	}
+	m.merges = newMergeTable(len(list))
 	for rank, item := range list {
 		var a, b string
 		if len(item) > 0 && item[0] == '"' {
@@ -145,26 +179,82 @@ func (m *bpe) loadMerges(raw json.RawMessage, where string) error {
 		if !okA || !okB || !okN {
 			return fmt.Errorf("%w: %s: merge %d (%q, %q) uses a token missing from the vocab", ErrMalformed, where, rank, a, b)
 		}
-		m.merges[uint64(aID)<<32|uint64(bID)] = mergeRule{rank: uint32(rank), id: nID}
+		m.merges.put(pairKey(aID, bID), mergeRule{rank: uint32(rank), id: nID})
 	}
 	return nil
 }
 
-// tokenize appends the ids of one pre-tokenized piece to dst.
-func (m *bpe) tokenize(dst []uint32, w string) []uint32 {
+// scratch holds the per-call buffers of the merge loop so that encoding
+// does not allocate per word. Encode takes one from scratchPool.
+type scratch struct {
+	syms   []symbol
+	heap   mergeHeap
+	pieces []piece
+}
+
+// scratchPool recycles scratch buffers between Encode calls.
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// meta is SentencePiece's whitespace marker.
+const (
+	meta       = '\u2581'
+	metaString = string(meta)
+)
+
+// tokenize appends the ids of one pre-tokenized piece to dst. raw says w
+// is raw bytes still to be mapped by byteToRune.
+func (m *bpe) tokenize(dst []uint32, w string, raw bool, sc *scratch) []uint32 {
 	if w == "" {
 		return dst
+	}
+	if raw && !m.byteLevelOK {
+		w, raw = byteLevelEncode(w), false
+	}
+	if raw {
+		return m.tokenizeRaw(dst, w, sc)
 	}
 	if m.ignoreMerges {
 		if id, ok := m.vocab[w]; ok {
 			return append(dst, id)
 		}
 	}
+	if m.splitAtMeta && !raw && len(w) > maxCachedWordBytes/4 {
+		// Cut before every "▁" that follows another character.
+		start := 0
+		for i := 1; i < len(w); i++ {
+			if w[i] == metaString[0] && strings.HasPrefix(w[i:], metaString) && w[i-1] != metaString[len(metaString)-1] {
+				dst = m.tokenizePart(dst, w[start:i], sc)
+				start = i
+			}
+		}
+		return m.tokenizePart(dst, w[start:], sc)
+	}
+	return m.tokenizePart(dst, w, sc)
+}
+
+// tokenizePart is tokenize for a piece that is not raw bytes and needs no
+// further cutting.
+func (m *bpe) tokenizePart(dst []uint32, w string, sc *scratch) []uint32 {
 	if ids, ok := m.cache.get(w); ok {
 		return append(dst, ids...)
 	}
 	start := len(dst)
-	dst = m.mergeWord(dst, w)
+	dst = m.mergeWord(dst, w, sc)
+	m.cache.put(w, dst[start:])
+	return dst
+}
+
+// tokenizeRaw is tokenize for a piece of raw bytes on a byte-level model.
+func (m *bpe) tokenizeRaw(dst []uint32, w string, sc *scratch) []uint32 {
+	if ids, ok := m.cache.get(w); ok {
+		return append(dst, ids...)
+	}
+	start := len(dst)
+	syms := sc.syms[:0]
+	for i := 0; i < len(w); i++ {
+		syms = append(syms, symbol{id: m.byteLevelIDs[w[i]], prev: int32(i) - 1, next: int32(i) + 1})
+	}
+	dst = m.merge(dst, syms, sc)
 	m.cache.put(w, dst[start:])
 	return dst
 }
@@ -176,19 +266,20 @@ type symbol struct {
 	gone       bool
 }
 
-// mergeItem is a candidate merge of symbols[pos] with its successor.
+// mergeItem is a candidate merge of symbols[pos] (id left) with its
+// successor (id right) into id.
 type mergeItem struct {
-	rank uint32
-	pos  int32
-	id   uint32
+	rank        uint32
+	pos         int32
+	id          uint32
+	left, right uint32
 }
 
 // mergeWord applies the merges to w with a priority queue ordered by
 // (rank, position), as the reference does: O(n log n) in the number of
 // characters, without rebuilding strings. It appends the ids to dst.
-func (m *bpe) mergeWord(dst []uint32, w string) []uint32 {
-	var symBuf [64]symbol
-	syms := symBuf[:0]
+func (m *bpe) mergeWord(dst []uint32, w string, sc *scratch) []uint32 {
+	syms := sc.syms[:0]
 	add := func(id uint32) {
 		syms = append(syms, symbol{id: id, prev: int32(len(syms)) - 1, next: int32(len(syms)) + 1})
 	}
@@ -248,16 +339,27 @@ func (m *bpe) mergeWord(dst []uint32, w string) []uint32 {
 	if pendingUnk {
 		add(*m.unk)
 	}
+	return m.merge(dst, syms, sc)
+}
+
+// merge runs the merge loop over syms (linked in order; the last next is
+// fixed here) and appends the resulting ids to dst. syms is kept as
+// sc.syms for reuse.
+func (m *bpe) merge(dst []uint32, syms []symbol, sc *scratch) []uint32 {
+	defer func() { sc.syms = syms[:0] }()
 	if len(syms) == 0 {
 		return dst
 	}
 	syms[len(syms)-1].next = -1
+	if len(syms) == 1 {
+		return append(dst, syms[0].id)
+	}
 
-	var heapBuf [64]mergeItem
-	h := mergeHeap(heapBuf[:0])
+	h := sc.heap[:0]
+	defer func() { sc.heap = h[:0] }()
 	for i := 0; i+1 < len(syms); i++ {
-		if r, ok := m.merges[uint64(syms[i].id)<<32|uint64(syms[i+1].id)]; ok {
-			h.push(mergeItem{rank: r.rank, pos: int32(i), id: r.id})
+		if r, ok := m.merges.get(syms[i].id, syms[i+1].id); ok {
+			h.push(mergeItem{rank: r.rank, pos: int32(i), id: r.id, left: syms[i].id, right: syms[i+1].id})
 		}
 	}
 	for len(h) > 0 {
@@ -268,9 +370,13 @@ func (m *bpe) mergeWord(dst []uint32, w string) []uint32 {
 		}
 		nextPos := cur.next
 		right := syms[nextPos]
-		// Skip entries made stale by an earlier merge.
-		if r, ok := m.merges[uint64(cur.id)<<32|uint64(right.id)]; !ok || r.id != top.id {
-			continue
+		// Skip entries made stale by an earlier merge. Like the reference,
+		// an entry stays valid when the pair now there merges into the same
+		// id; the map lookup is needed only when the pair changed.
+		if cur.id != top.left || right.id != top.right {
+			if r, ok := m.merges.get(cur.id, right.id); !ok || r.id != top.id {
+				continue
+			}
 		}
 		cur.id = top.id
 		cur.next = right.next
@@ -280,13 +386,13 @@ func (m *bpe) mergeWord(dst []uint32, w string) []uint32 {
 		}
 		if cur.prev >= 0 {
 			prev := syms[cur.prev]
-			if r, ok := m.merges[uint64(prev.id)<<32|uint64(cur.id)]; ok {
-				h.push(mergeItem{rank: r.rank, pos: cur.prev, id: r.id})
+			if r, ok := m.merges.get(prev.id, cur.id); ok {
+				h.push(mergeItem{rank: r.rank, pos: cur.prev, id: r.id, left: prev.id, right: cur.id})
 			}
 		}
 		if cur.next >= 0 {
-			if r, ok := m.merges[uint64(cur.id)<<32|uint64(syms[cur.next].id)]; ok {
-				h.push(mergeItem{rank: r.rank, pos: top.pos, id: r.id})
+			if r, ok := m.merges.get(cur.id, syms[cur.next].id); ok {
+				h.push(mergeItem{rank: r.rank, pos: top.pos, id: r.id, left: cur.id, right: syms[cur.next].id})
 			}
 		}
 	}

@@ -218,6 +218,10 @@ func applyBehavior(spans []span, b splitBehavior) []span {
 type byteLevel struct {
 	addPrefixSpace bool
 	split          *splitter
+	// lazy leaves the pieces as raw bytes: set when ByteLevel is the last
+	// pre-tokenizer, so that the model maps bytes to ids directly instead
+	// of building the mapped strings (see lazyByteLevel).
+	lazy bool
 }
 
 func (bl byteLevel) preTokenize(dst []piece, p piece) []piece {
@@ -230,10 +234,47 @@ func (bl byteLevel) preTokenize(dst []piece, p piece) []piece {
 	} else if p.text != "" {
 		dst = append(dst, p)
 	}
-	for i := start; i < len(dst); i++ {
-		dst[i].text = byteLevelEncode(dst[i].text)
+	if !bl.lazy {
+		for i := start; i < len(dst); i++ {
+			dst[i].text = byteLevelEncode(dst[i].text)
+		}
 	}
 	return dst
+}
+
+// lazyByteLevel makes a trailing ByteLevel pre-tokenizer lazy and reports
+// whether it did: the pieces then reach the model as raw bytes. A trailing
+// ByteLevel that neither splits nor adds a prefix space is dropped
+// altogether, and a Sequence left with one member is unwrapped.
+func lazyByteLevel(pt preTokenizer) (preTokenizer, bool) {
+	switch v := pt.(type) {
+	case byteLevel:
+		if v.split == nil && !v.addPrefixSpace {
+			return nil, true
+		}
+		v.lazy = true
+		return v, true
+	case preTokenizerSeq:
+		if len(v) == 0 {
+			return nil, false
+		}
+		last, ok := lazyByteLevel(v[len(v)-1])
+		if !ok {
+			return v, false
+		}
+		seq := append(preTokenizerSeq(nil), v[:len(v)-1]...)
+		if last != nil {
+			seq = append(seq, last)
+		}
+		switch len(seq) {
+		case 0:
+			return nil, true
+		case 1:
+			return seq[0], true
+		}
+		return seq, true
+	}
+	return pt, false
 }
 
 // metaspace is the Metaspace pre-tokenizer of SentencePiece-style models.

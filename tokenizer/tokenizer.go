@@ -37,6 +37,7 @@ type Tokenizer struct {
 	norm       normalizer
 	pre        preTokenizer
 	model      *bpe
+	rawBytes   bool // pieces are raw bytes still to be byte-level mapped
 	special    frame // added around the ids when special tokens are requested
 }
 
@@ -109,6 +110,7 @@ func Load(tokenizerPath, configPath string, opts LoadOptions) (*Tokenizer, error
 	if t.pre, err = buildPreTokenizer(tj.PreTokenizer, tokenizerPath, &byteLevelSeen); err != nil {
 		return nil, err
 	}
+	t.pre, t.rawBytes = lazyByteLevel(t.pre)
 	if t.special, err = buildPostProcessor(tj.PostProcessor, tokenizerPath); err != nil {
 		return nil, err
 	}
@@ -227,8 +229,11 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 	if addSpecialTokens {
 		ids = append(ids, t.special.prefix...)
 	}
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
 	var segBuf, subBuf [16]segment
-	var pieces []piece
+	pieces := sc.pieces[:0]
+	defer func() { sc.pieces = pieces[:0] }()
 	for _, seg := range t.raw.split(segBuf[:0], text, 0) {
 		if seg.tok != nil {
 			ids = append(ids, seg.tok.ID)
@@ -245,12 +250,12 @@ func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error)
 			}
 			p := piece{text: sub.text, atStart: seg.start == 0 && sub.start == 0}
 			if t.pre == nil {
-				ids = t.model.tokenize(ids, p.text)
+				ids = t.model.tokenize(ids, p.text, t.rawBytes, sc)
 				continue
 			}
 			pieces = t.pre.preTokenize(pieces[:0], p)
 			for _, q := range pieces {
-				ids = t.model.tokenize(ids, q.text)
+				ids = t.model.tokenize(ids, q.text, t.rawBytes, sc)
 			}
 		}
 	}
