@@ -37,7 +37,7 @@ type bpe struct {
 	// parts merged (and cached) separately with identical results. This
 	// matters for models without a pre-tokenizer, where the word is the
 	// whole prompt.
-	splitAtMeta bool
+	splitAtMeta  bool
 	prefix       string // continuing_subword_prefix
 	suffix       string // end_of_word_suffix
 	ignoreMerges bool

@@ -37,7 +37,7 @@ type Tokenizer struct {
 	norm       normalizer
 	pre        preTokenizer
 	model      *bpe
-	rawBytes   bool // pieces are raw bytes still to be byte-level mapped
+	rawBytes   bool  // pieces are raw bytes still to be byte-level mapped
 	special    frame // added around the ids when special tokens are requested
 }
 
