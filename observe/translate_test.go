@@ -176,8 +176,8 @@ func TestTranslate_GapWithReplayAppliesInSeqOrderAndNeverResurrects(t *testing.T
 	ax := append(append([]uint32{}, a...), x...)
 	b0 := ot.Batch(tTS, -1, ot.Stored(ot.Hashes(1), nil, a, 4, nil, nil, nil))
 	b1 := ot.Batch(tTS, -1, ot.Stored(ot.Hashes(2), uint64(1), x, 4, nil, nil, nil)) // store X
-	b2 := ot.Batch(tTS, -1)                                                           // nothing
-	b3 := ot.Batch(tTS, -1, ot.Removed(ot.Hashes(2), nil))                            // remove X
+	b2 := ot.Batch(tTS, -1)                                                          // nothing
+	b3 := ot.Batch(tTS, -1, ot.Removed(ot.Hashes(2), nil))                           // remove X
 	b4 := ot.Batch(tTS, -1, ot.Removed(ot.Hashes(1), nil))
 	if _, req := h.live(0, b0); req != nil {
 		t.Fatal("seq 0 must not replay")
