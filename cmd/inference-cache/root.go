@@ -17,8 +17,11 @@ the engines' KV-cache events and replicated with Raft across server nodes;
 every node answers LookupRoute from its local copy.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Every flag also reads INFERENCE_CACHE_<FLAG> (see env.go).
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return applyEnv(cmd) },
 	}
-	root.AddCommand(newVersionCmd(), newFingerprintCmd())
+	root.AddCommand(newVersionCmd(), newFingerprintCmd(), newServerCmd(), newDevCmd(),
+		newLookupCmd(), newIngestCmd(), newStatsCmd(), newStatusCmd(), newPolicyCmd(), newSnapshotCmd())
 	return root
 }
 

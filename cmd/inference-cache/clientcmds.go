@@ -1,0 +1,649 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/inference-cache/inference-cache/api"
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/snapshot"
+)
+
+// clientFlags are shared by every client subcommand.
+type clientFlags struct {
+	addrs   []string
+	json    bool
+	timeout time.Duration
+}
+
+func (c *clientFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringSliceVar(&c.addrs, "addr", []string{defaultGRPCAddr}, "gRPC address of a server node (repeatable); calls go to the first that answers")
+	cmd.Flags().BoolVar(&c.json, "json", false, "print JSON instead of a table")
+	cmd.Flags().DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the whole command")
+}
+
+func (c *clientFlags) dial() (*client.Client, error) {
+	return client.New(client.Config{Addrs: c.addrs, LookupTimeout: c.timeout})
+}
+
+var pjson = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Multiline: true, Indent: "  "}
+
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := pjson.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func parseUints(s string, bits int) ([]uint64, error) {
+	var out []uint64
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		v, err := strconv.ParseUint(f, 10, bits)
+		if err != nil {
+			return nil, fmt.Errorf("%q: must be an integer between 0 and %d", f, uint64(1)<<bits-1)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func newLookupCmd() *cobra.Command {
+	var cf clientFlags
+	var req pb.LookupRouteRequest
+	var tokens, hashes, prompt string
+	var blockSize int
+	var prefix uint64
+	var ttft uint32
+	cmd := &cobra.Command{
+		Use:   "lookup",
+		Short: "Ask LookupRoute which replicas hold a prompt's prefix",
+		Long: `Calls LookupRoute on a node and prints the ranked replicas, the reason code and
+how stale the answer may be. The key is given as token ids (--tokens; with
+--block-size the CLI fingerprints them locally like a gateway SDK, without it
+the server fingerprints with the policy's block size), as block hashes
+(--block-hashes, --prefix-hash) or as prompt text (--prompt; needs a server
+with --models-dir).`,
+		Example: `  inference-cache lookup --model qwen3-8b --tenant team-a --tokens "$(seq -s, 0 127)"
+  inference-cache lookup --model qwen3-8b --prompt "You are a helpful assistant." --json
+  inference-cache lookup --addr 127.0.0.1:7411 --model m --block-hashes 123,456`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tokens != "" {
+				ids, err := parseUints(tokens, 32)
+				if err != nil {
+					return fmt.Errorf("--tokens: %w", err)
+				}
+				for _, v := range ids {
+					req.TokenIds = append(req.TokenIds, uint32(v))
+				}
+			}
+			if hashes != "" {
+				hs, err := parseUints(hashes, 64)
+				if err != nil {
+					return fmt.Errorf("--block-hashes: %w", err)
+				}
+				req.BlockHashes = hs
+			}
+			req.PrefixHash, req.PromptText = prefix, prompt
+			if ttft > 0 {
+				req.Slo = &pb.Slo{TtftMs: ttft}
+			}
+			if blockSize > 0 && len(req.TokenIds) > 0 {
+				if err := client.Fingerprint(&req, req.TokenIds, blockSize); err != nil {
+					return fmt.Errorf("--block-size %d: %w", blockSize, err)
+				}
+			}
+			c, err := cf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp := c.LookupRoute(cmd.Context(), &req)
+			if cf.json {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			w := table(cmd.OutOrStdout())
+			fmt.Fprintf(w, "reason\t%s\n", resp.ReasonCode)
+			if resp.Detail != "" {
+				fmt.Fprintf(w, "detail\t%s\n", resp.Detail)
+			}
+			fmt.Fprintf(w, "served by\t%s (applied index %d, stale %t, last leader contact %d ms)\n", resp.ServedBy, resp.AppliedIndex, resp.Stale, resp.LastLeaderContactMs)
+			w.Flush()
+			if len(resp.Replicas) > 0 {
+				fmt.Fprintln(w)
+				fmt.Fprintln(w, "REPLICA\tSCORE\tMATCHED TOKENS\tBLOCKS\tFRESHNESS\tAGE MS\tPRESSURE")
+				for _, h := range resp.Replicas {
+					fmt.Fprintf(w, "%s\t%.2f\t%d\t%d\t%.3f\t%d\t%.2f\n", h.ReplicaId, h.Score, h.MatchedTokens, h.MatchedBlocks, h.Freshness, h.AgeMs, h.Pressure)
+				}
+			}
+			return w.Flush()
+		},
+	}
+	cf.register(cmd)
+	f := cmd.Flags()
+	f.StringVar(&req.HashScheme, "scheme", "vllm", "hash_scheme (vllm, sglang, …)")
+	f.StringVar(&req.ModelId, "model", "", "model_id")
+	f.StringVar(&req.TenantId, "tenant", "", "tenant_id")
+	f.StringVar(&req.AdapterId, "adapter", "", "adapter_id (LoRA); empty = base model")
+	f.StringVar(&tokens, "tokens", "", "token ids, comma- or space-separated")
+	f.IntVar(&blockSize, "block-size", 0, "fingerprint --tokens locally with this block size (0 = let the server do it)")
+	f.StringVar(&hashes, "block-hashes", "", "block hash chain, comma-separated decimal uint64")
+	f.Uint64Var(&prefix, "prefix-hash", 0, "prefix hash (decimal uint64)")
+	f.StringVar(&prompt, "prompt", "", "prompt text (the server tokenizes it)")
+	f.Uint32Var(&ttft, "ttft-ms", 0, "SLO time-to-first-token in ms (0 = none)")
+	f.Uint32Var(&req.MaxReplicas, "max-replicas", 0, "most hints to return (0 = policy maxReplicas)")
+	return cmd
+}
+
+// readInput reads a file, or stdin when path is "" or "-".
+func readInput(cmd *cobra.Command, path string) ([]byte, error) {
+	if path == "" || path == "-" {
+		return io.ReadAll(bufio.NewReader(cmd.InOrStdin()))
+	}
+	return os.ReadFile(path)
+}
+
+// wrapArray turns a top-level JSON array into {"<field>": [...]}.
+func wrapArray(b []byte, field string) []byte {
+	t := bytes.TrimSpace(b)
+	if len(t) > 0 && t[0] == '[' {
+		return append(append([]byte(`{"`+field+`":`), t...), '}')
+	}
+	return b
+}
+
+func printRejections(w io.Writer, accepted uint32, applied uint64, rej []*pb.Rejection, what string) error {
+	tw := table(w)
+	fmt.Fprintf(tw, "accepted\t%d %s\n", accepted, what)
+	fmt.Fprintf(tw, "applied index\t%d\n", applied)
+	fmt.Fprintf(tw, "rejected\t%d\n", len(rej))
+	if len(rej) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "INDEX\tREASON")
+		for _, r := range rej {
+			fmt.Fprintf(tw, "%d\t%s\n", r.EventIndex, r.Reason)
+		}
+	}
+	return tw.Flush()
+}
+
+func newIngestCmd() *cobra.Command {
+	var cf clientFlags
+	var file string
+	cmd := &cobra.Command{
+		Use:   "ingest",
+		Short: "Commit block events (JSON) through the Raft log",
+		Long: `Reads block events as JSON from --file or stdin, either an IngestRequest
+({"events": [...], "request_id": "..."}) or a bare array of BlockEvent objects,
+in the protobuf JSON mapping (field names snake_case or lowerCamelCase, kind as
+"STORED"/"REMOVED"/"CLEARED", uint64 hashes as strings or numbers). Valid events
+commit; invalid ones are listed with their index and reason. Retriable
+failures are retried for up to 5 s with the same request id.`,
+		Example: `  echo '[{"kind":"STORED","replica_id":"vllm-0","hash_scheme":"vllm","model_id":"qwen3-8b",
+         "tenant_id":"team-a","token_ids":[1,2,3,4],"block_size":2}]' | inference-cache ingest
+  inference-cache ingest --file events.json --addr 127.0.0.1:7401 --addr 127.0.0.1:7411`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := readInput(cmd, file)
+			if err != nil {
+				return err
+			}
+			var req pb.IngestRequest
+			if err := protojson.Unmarshal(wrapArray(b, "events"), &req); err != nil {
+				return fmt.Errorf("%s: not an IngestRequest or array of events: %v", orStdin(file), err)
+			}
+			c, err := cf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
+			defer cancel()
+			resp, err := c.Ingest(ctx, &req)
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			return printRejections(cmd.OutOrStdout(), resp.Accepted, resp.AppliedIndex, resp.Rejected, "events")
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVarP(&file, "file", "f", "-", "JSON file of events; - = stdin")
+	return cmd
+}
+
+func orStdin(p string) string {
+	if p == "" || p == "-" {
+		return "stdin"
+	}
+	return p
+}
+
+func newStatsCmd() *cobra.Command {
+	var cf clientFlags
+	var file string
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Report replica stats (JSON) through the Raft log",
+		Long: `Reads replica stats as JSON from --file or stdin, either a
+ReportReplicaStatsRequest ({"stats": [...]}) or a bare array of ReplicaStats
+(replica_id, model_id, hash_schemes, pressure 0..1, tenant_hit_rate
+{tenant: 0..1}, observed_at_ms, endpoint), and commits them. Invalid entries
+are listed with their index and reason.`,
+		Example: `  echo '[{"replica_id":"vllm-0","model_id":"qwen3-8b","hash_schemes":["vllm"],
+         "pressure":0.3,"tenant_hit_rate":{"team-a":0.6}}]' | inference-cache stats`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := readInput(cmd, file)
+			if err != nil {
+				return err
+			}
+			var req pb.ReportReplicaStatsRequest
+			if err := protojson.Unmarshal(wrapArray(b, "stats"), &req); err != nil {
+				return fmt.Errorf("%s: not a ReportReplicaStatsRequest or array of stats: %v", orStdin(file), err)
+			}
+			c, err := cf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
+			defer cancel()
+			resp, err := c.ReportReplicaStats(ctx, &req)
+			if err != nil {
+				return err
+			}
+			if cf.json {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			return printRejections(cmd.OutOrStdout(), resp.Accepted, resp.AppliedIndex, resp.Rejected, "stats entries")
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVarP(&file, "file", "f", "-", "JSON file of stats; - = stdin")
+	return cmd
+}
+
+func newStatusCmd() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show each node's Raft state, leader, indexes and members",
+		Long: `Calls Cluster.Status on every --addr and prints one row per node (state,
+leader, term, applied and commit index, last leader contact, digest), then the
+membership as seen by the first node that answered.`,
+		Example: `  inference-cache status
+  inference-cache status --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
+			defer cancel()
+			type row struct {
+				addr   string
+				st     *pb.StatusResponse
+				digest *pb.DigestResponse
+				err    error
+			}
+			var rows []row
+			for _, a := range cf.addrs {
+				one, err := client.New(client.Config{Addrs: []string{a}})
+				if err != nil {
+					return err
+				}
+				r := row{addr: a}
+				r.err = one.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
+					var err error
+					if r.st, err = cl.Status(ctx, &pb.StatusRequest{}); err != nil {
+						return err
+					}
+					r.digest, err = cl.Digest(ctx, &pb.DigestRequest{})
+					return err
+				})
+				one.Close()
+				rows = append(rows, r)
+			}
+			if cf.json {
+				out := []json.RawMessage{}
+				for _, r := range rows {
+					if r.err != nil {
+						b, _ := json.Marshal(map[string]string{"addr": r.addr, "error": r.err.Error()})
+						out = append(out, b)
+						continue
+					}
+					st, _ := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(r.st)
+					dg, _ := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(r.digest)
+					out = append(out, json.RawMessage(fmt.Sprintf(`{"addr":%q,"status":%s,"digest":%s}`, r.addr, st, dg)))
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			w := table(cmd.OutOrStdout())
+			fmt.Fprintln(w, "ADDR\tNODE\tSTATE\tLEADER\tTERM\tAPPLIED\tCOMMIT\tLAST CONTACT MS\tDIGEST")
+			var members []*pb.Member
+			failed := 0
+			for _, r := range rows {
+				if r.err != nil {
+					failed++
+					fmt.Fprintf(w, "%s\t-\tunreachable\t-\t-\t-\t-\t-\t%v\n", r.addr, r.err)
+					continue
+				}
+				s := r.st
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%016x\n", r.addr, s.NodeId, s.State, s.LeaderId, s.Term, s.AppliedIndex, s.CommitIndex, s.LastLeaderContactMs, r.digest.Digest)
+				if members == nil {
+					members = s.Members
+				}
+			}
+			if len(members) > 0 {
+				fmt.Fprintln(w)
+				fmt.Fprintln(w, "MEMBER\tRAFT ADDRESS\tGRPC ADDRESS\tSUFFRAGE\tHEALTHY")
+				for _, m := range members {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\n", m.Id, m.RaftAddress, m.GrpcAddress, m.Suffrage, m.Healthy)
+				}
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if failed == len(rows) {
+				return fmt.Errorf("no node answered (%d addresses)", failed)
+			}
+			return nil
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+func newPolicyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Get or set the replicated CachePolicy",
+		Example: `  inference-cache policy get > policy.yaml
+  inference-cache policy set policy.yaml`,
+	}
+	var gf clientFlags
+	get := &cobra.Command{
+		Use:   "get",
+		Short: "Print the policy in force as a CachePolicy YAML file (or JSON)",
+		Example: `  inference-cache policy get
+  inference-cache policy get --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := gf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), gf.timeout)
+			defer cancel()
+			var p *pb.CachePolicy
+			err = c.Do(ctx, func(ctx context.Context, _ string, ic pb.InferenceCacheClient, _ pb.ClusterClient) error {
+				p, err = ic.GetCachePolicy(ctx, &pb.GetCachePolicyRequest{})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if gf.json {
+				return printJSON(cmd.OutOrStdout(), p)
+			}
+			return writePolicyYAML(cmd.OutOrStdout(), p)
+		},
+	}
+	gf.register(get)
+	var sf clientFlags
+	set := &cobra.Command{
+		Use:   "set FILE",
+		Short: "Replace the policy with a CachePolicy YAML file (through the Raft log)",
+		Long: `Loads FILE (kind: CachePolicy, spec: with the camelCase knobs of SPEC 7;
+absent knobs take their defaults), validates it locally (errors name the file,
+line, field and reason) and commits it. Prints the policy now in force with
+its new version.`,
+		Example: `  inference-cache policy set policy.yaml
+  inference-cache policy set policy.yaml --addr 127.0.0.1:7411 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := policy.LoadFile(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := sf.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), sf.timeout)
+			defer cancel()
+			var got *pb.CachePolicy
+			err = c.Do(ctx, func(ctx context.Context, _ string, ic pb.InferenceCacheClient, _ pb.ClusterClient) error {
+				got, err = ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: api.PolicyToPB(p)})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if sf.json {
+				return printJSON(cmd.OutOrStdout(), got)
+			}
+			return writePolicyYAML(cmd.OutOrStdout(), got)
+		},
+	}
+	sf.register(set)
+	cmd.AddCommand(get, set)
+	return cmd
+}
+
+func writePolicyYAML(w io.Writer, q *pb.CachePolicy) error {
+	// The server's policy always validates; convert through the policy
+	// type so the YAML is exactly what `policy set` reads.
+	p, err := api.PolicyFromPB(q)
+	if err != nil {
+		return printJSON(w, q)
+	}
+	p.Version = q.Version
+	_, err = w.Write(policy.MarshalYAML(p))
+	return err
+}
+
+func newSnapshotCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Save, restore and inspect snapshot backups",
+		Example: `  inference-cache snapshot save backup.snap
+  inference-cache snapshot inspect backup.snap
+  inference-cache snapshot restore backup.snap`,
+	}
+	var saveF clientFlags
+	save := &cobra.Command{
+		Use:   "save FILE",
+		Short: "Take a snapshot on a node and save it to FILE",
+		Example: `  inference-cache snapshot save backup.snap --addr 127.0.0.1:7401`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := saveF.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), saveF.timeout)
+			defer cancel()
+			tmp := args[0] + ".partial"
+			err = c.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
+				st, err := cl.Backup(ctx, &pb.BackupRequest{})
+				if err != nil {
+					return err
+				}
+				f, err := os.Create(tmp)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				for {
+					ch, err := st.Recv()
+					if err == io.EOF {
+						return f.Sync()
+					}
+					if err != nil {
+						return err
+					}
+					if _, err := f.Write(ch.Data); err != nil {
+						return err
+					}
+				}
+			})
+			if err != nil {
+				os.Remove(tmp)
+				return fmt.Errorf("snapshot save: %w", err)
+			}
+			meta, err := snapshot.InspectFile(tmp)
+			if err != nil {
+				os.Remove(tmp)
+				return fmt.Errorf("snapshot save: the received file does not verify: %w", err)
+			}
+			if err := os.Rename(tmp, args[0]); err != nil {
+				return err
+			}
+			return printMeta(cmd.OutOrStdout(), args[0], meta, saveF.json)
+		},
+	}
+	saveF.register(save)
+	var restF clientFlags
+	restore := &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Replace the whole cluster's state with a saved snapshot",
+		Long: `Verifies FILE locally, uploads it to a node, which forwards it to the leader;
+the leader installs it through Raft so every node ends with the same state.
+Everything written after the snapshot was taken is lost.`,
+		Example: `  inference-cache snapshot restore backup.snap --addr 127.0.0.1:7401`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := snapshot.InspectFile(args[0]); err != nil {
+				return fmt.Errorf("snapshot restore: %s: %w", args[0], err)
+			}
+			c, err := restF.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), restF.timeout)
+			defer cancel()
+			var resp *pb.RestoreResponse
+			err = c.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				st, err := cl.Restore(ctx)
+				if err != nil {
+					return err
+				}
+				buf := make([]byte, api.BackupChunkBytes)
+				for {
+					n, rerr := f.Read(buf)
+					if n > 0 {
+						if err := st.Send(&pb.RestoreChunk{Data: buf[:n]}); err != nil {
+							break // CloseAndRecv reports why
+						}
+					}
+					if rerr == io.EOF {
+						break
+					}
+					if rerr != nil {
+						return rerr
+					}
+				}
+				resp, err = st.CloseAndRecv()
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("snapshot restore: %w", err)
+			}
+			if restF.json {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored the cluster from %s (snapshot of index %d); restore committed at index %d\n", args[0], resp.RestoredFromIndex, resp.AppliedIndex)
+			return err
+		},
+	}
+	restF.register(restore)
+	var inspJSON bool
+	inspect := &cobra.Command{
+		Use:   "inspect FILE",
+		Short: "Verify a snapshot file and print its metadata (offline)",
+		Example: `  inference-cache snapshot inspect backup.snap
+  inference-cache snapshot inspect data/raft/snapshots/2-123-456/state.bin --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			meta, err := snapshot.InspectFile(args[0])
+			if err != nil {
+				return err
+			}
+			return printMeta(cmd.OutOrStdout(), args[0], meta, inspJSON)
+		},
+	}
+	inspect.Flags().BoolVar(&inspJSON, "json", false, "print JSON instead of a table")
+	cmd.AddCommand(save, restore, inspect)
+	return cmd
+}
+
+// snapshotInfo is the JSON form of snapshot metadata.
+type snapshotInfo struct {
+	File          string `json:"file"`
+	FormatVersion uint32 `json:"format_version"`
+	AppliedIndex  uint64 `json:"applied_index"`
+	AppliedTerm   uint64 `json:"applied_term"`
+	CreatedAt     string `json:"created_at"`
+	Digest        string `json:"digest"`
+	Checksum      string `json:"checksum"`
+	Bytes         int64  `json:"bytes"`
+	Partitions    int    `json:"partitions"`
+	Blocks        int    `json:"blocks"`
+	Residencies   int    `json:"residencies"`
+	Replicas      int    `json:"replicas"`
+	PolicyVersion uint64 `json:"policy_version"`
+}
+
+func printMeta(w io.Writer, file string, m snapshot.Meta, asJSON bool) error {
+	info := snapshotInfo{File: filepath.Clean(file), FormatVersion: m.FormatVersion, AppliedIndex: m.AppliedIndex, AppliedTerm: m.AppliedTerm,
+		CreatedAt: m.CreatedAt.UTC().Format(time.RFC3339), Digest: fmt.Sprintf("%016x", m.Digest), Checksum: fmt.Sprintf("%016x", m.Checksum),
+		Bytes: m.StreamBytes, Partitions: m.Sizes.Partitions, Blocks: m.Sizes.Blocks, Residencies: m.Sizes.Residencies,
+		Replicas: m.Sizes.Replicas, PolicyVersion: m.Policy.Version}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(info)
+	}
+	tw := table(w)
+	fmt.Fprintf(tw, "file\t%s\nformat version\t%d\napplied index\t%d (term %d)\ncreated at\t%s\ndigest\t%s\nchecksum\t%s (verified)\nbytes\t%d\n",
+		info.File, info.FormatVersion, info.AppliedIndex, info.AppliedTerm, info.CreatedAt, info.Digest, info.Checksum, info.Bytes)
+	fmt.Fprintf(tw, "partitions\t%d\nblocks\t%d\nresidencies\t%d\nreplicas\t%d\npolicy version\t%d\n", info.Partitions, info.Blocks, info.Residencies, info.Replicas, info.PolicyVersion)
+	return tw.Flush()
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+)
+
+// devNode is one server of the dev cluster.
+type devNode struct {
+	id                             string
+	grpc, raft, gossip, http, data string
+	cmd                            *exec.Cmd
+	logPath                        string
+	done                           chan struct{} // closed when the process exited
+}
+
+func newDevCmd() *cobra.Command {
+	var dir, host, policyFile, modelsDir string
+	var basePort, nodes int
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local 3-node cluster on loopback (real server processes)",
+		Long: `Starts --nodes server processes of this same binary on loopback, with real
+ports and data under --dir (node1, node2, …), bootstraps them into one Raft
+cluster, and prints each node's gRPC address and metrics URL. Node i (from 0)
+uses ports base+10i+1 (gRPC), +2 (Raft), +3 (gossip), +4 (HTTP). Logs go to
+<dir>/nodeN.log. Ctrl-C stops every node cleanly; the data stays, so the next
+run restarts the same cluster (delete --dir to start empty).`,
+		Example: `  inference-cache dev
+  inference-cache dev --dir /tmp/ic --base-port 9400 --policy policy.yaml
+  # then, in another shell:
+  inference-cache status --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if nodes < 1 {
+				return fmt.Errorf("--nodes %d: must be at least 1", nodes)
+			}
+			addr := func(p int) string { return host + ":" + strconv.Itoa(p) }
+			var ns []*devNode
+			for i := 0; i < nodes; i++ {
+				p := basePort + 10*i
+				ns = append(ns, &devNode{id: "node" + strconv.Itoa(i+1), grpc: addr(p + 1), raft: addr(p + 2), gossip: addr(p + 3), http: addr(p + 4),
+					data: filepath.Join(dir, "node"+strconv.Itoa(i+1)), logPath: filepath.Join(dir, "node"+strconv.Itoa(i+1)+".log")})
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			for _, n := range ns {
+				args := []string{"server", "--node-id", n.id, "--data-dir", n.data, "--grpc-addr", n.grpc, "--raft-addr", n.raft,
+					"--gossip-addr", n.gossip, "--http-addr", n.http, "--bootstrap-expect", strconv.Itoa(nodes), "--fast-timing"}
+				for _, o := range ns {
+					if o != n {
+						args = append(args, "--join", o.gossip)
+					}
+				}
+				if policyFile != "" {
+					args = append(args, "--policy", policyFile)
+				}
+				if modelsDir != "" {
+					args = append(args, "--models-dir", modelsDir)
+				}
+				logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+				if err != nil {
+					return err
+				}
+				defer logf.Close()
+				n.cmd = exec.Command(exe, args...)
+				n.cmd.Stdout, n.cmd.Stderr = logf, logf
+				// Own process group: Ctrl-C in the terminal reaches only
+				// dev, which then stops the nodes in order.
+				n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+				n.done = make(chan struct{})
+				if err := n.cmd.Start(); err != nil {
+					n.cmd = nil
+					stopDev(ns, out)
+					return fmt.Errorf("start %s: %w", n.id, err)
+				}
+			}
+			exited := make(chan string, len(ns))
+			for _, n := range ns {
+				go func(n *devNode) { _ = n.cmd.Wait(); close(n.done); exited <- n.id }(n)
+			}
+			fmt.Fprintf(out, "inference-cache dev: %d nodes, data under %s\n", nodes, dir)
+			for _, n := range ns {
+				fmt.Fprintf(out, "  %s  grpc %s  metrics http://%s/metrics  log %s\n", n.id, n.grpc, n.http, n.logPath)
+			}
+			leader := waitLeader(ctx, ns, 30*time.Second)
+			if leader != "" {
+				fmt.Fprintf(out, "cluster ready: leader %s. Try:\n  inference-cache status --addr %s\n", leader, ns[0].grpc)
+			} else if ctx.Err() == nil {
+				fmt.Fprintf(out, "no leader yet after 30s; see the node logs\n")
+			}
+			fmt.Fprintln(out, "Ctrl-C stops the cluster.")
+			select {
+			case <-ctx.Done():
+			case id := <-exited:
+				fmt.Fprintf(out, "%s exited; stopping the cluster (see %s)\n", id, filepath.Join(dir, id+".log"))
+			}
+			stopDev(ns, out)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", ".dev-cluster", "data and log directory of the cluster")
+	f.StringVar(&host, "host", "127.0.0.1", "loopback host to bind")
+	f.IntVar(&basePort, "base-port", 7400, "node i listens on base+10i+1..4 (gRPC, Raft, gossip, HTTP)")
+	f.IntVar(&nodes, "nodes", 3, "number of server processes")
+	f.StringVar(&policyFile, "policy", "", "CachePolicy YAML file passed to every node")
+	f.StringVar(&modelsDir, "models-dir", "", "tokenizer models directory passed to every node")
+	return cmd
+}
+
+// waitLeader polls Status until some node reports a leader.
+func waitLeader(ctx context.Context, ns []*devNode, limit time.Duration) string {
+	addrs := make([]string, len(ns))
+	for i, n := range ns {
+		addrs[i] = n.grpc
+	}
+	c, err := client.New(client.Config{Addrs: addrs})
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var leader string
+		_ = c.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			st, err := cl.Status(cctx, &pb.StatusRequest{})
+			if err == nil {
+				leader = st.LeaderId
+			}
+			return err
+		})
+		if leader != "" {
+			return leader
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return ""
+}
+
+// stopDev sends SIGTERM to every started node and waits up to 15 s for
+// them to exit (a leader transfers leadership first) before killing.
+func stopDev(ns []*devNode, out interface{ Write([]byte) (int, error) }) {
+	for _, n := range ns {
+		if n.cmd != nil {
+			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.After(15 * time.Second)
+	for _, n := range ns {
+		if n.cmd == nil {
+			continue
+		}
+		select {
+		case <-n.done:
+		case <-deadline:
+			_ = n.cmd.Process.Kill()
+			<-n.done
+		}
+	}
+	fmt.Fprintln(out, "cluster stopped")
+}

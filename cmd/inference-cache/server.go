@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"reflect"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inference-cache/inference-cache/api"
+	"github.com/inference-cache/inference-cache/metrics"
+	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/raftnode"
+	"github.com/inference-cache/inference-cache/tokenizer"
+)
+
+// Default ports of a single server; `dev` offsets them by 10 per node.
+const (
+	defaultGRPCAddr   = "127.0.0.1:7401"
+	defaultRaftAddr   = "127.0.0.1:7402"
+	defaultGossipAddr = "127.0.0.1:7403"
+	defaultHTTPAddr   = "127.0.0.1:7404"
+)
+
+// serverOptions are the flags of `inference-cache server` (SPEC 12).
+type serverOptions struct {
+	nodeID, dataDir                          string
+	grpcAddr, raftAddr, gossipAddr, httpAddr string
+	join                                     []string
+	bootstrapExpect                          int
+	policyFile, modelsDir                    string
+	logFormat, logLevel                      string
+	pprof                                    bool
+	fastTiming                               bool
+	deadServerCleanup                        time.Duration
+	shutdownTimeout                          time.Duration
+}
+
+func newServerCmd() *cobra.Command {
+	o := &serverOptions{}
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run one inference-cache server node",
+		Long: `Runs one server node: the Raft-replicated prefix index, the gRPC API
+(InferenceCache, Cluster, health, reflection) on --grpc-addr and the HTTP side
+port (/metrics, /healthz, /readyz, opt-in /debug/pprof) on --http-addr.
+
+The same command line serves first boot, restart and scale-out: a node with
+no Raft state bootstraps a new cluster once --bootstrap-expect servers
+(found through --join gossip addresses) see each other; later nodes join the
+existing cluster as voters.
+
+Every flag can also be set through an environment variable named
+INFERENCE_CACHE_<FLAG>, e.g. INFERENCE_CACHE_NODE_ID=n1 or
+INFERENCE_CACHE_JOIN=10.0.0.2:7403,10.0.0.3:7403; the command line wins.`,
+		Example: `  # three servers on three hosts
+  inference-cache server --node-id n1 --data-dir /var/lib/inference-cache \
+    --grpc-addr 10.0.0.1:7401 --raft-addr 10.0.0.1:7402 --gossip-addr 10.0.0.1:7403 \
+    --http-addr 10.0.0.1:7404 --join 10.0.0.2:7403 --join 10.0.0.3:7403 --bootstrap-expect 3
+
+  # one node alone
+  inference-cache server --node-id solo --data-dir ./data --bootstrap-expect 1`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runServer(ctx, o, cmd)
+		},
+	}
+	host, _ := os.Hostname()
+	f := cmd.Flags()
+	f.StringVar(&o.nodeID, "node-id", host, "unique, stable id of this server (default: the host name)")
+	f.StringVar(&o.dataDir, "data-dir", "./data", "directory for the Raft log, stable store and snapshots; the same on every restart")
+	f.StringVar(&o.grpcAddr, "grpc-addr", defaultGRPCAddr, "gRPC listen address host:port, also advertised to peers for write forwarding")
+	f.StringVar(&o.raftAddr, "raft-addr", defaultRaftAddr, "Raft TCP address host:port (bound and advertised; not 0.0.0.0)")
+	f.StringVar(&o.gossipAddr, "gossip-addr", defaultGossipAddr, "memberlist gossip address host:port (TCP and UDP)")
+	f.StringVar(&o.httpAddr, "http-addr", defaultHTTPAddr, "HTTP side port for /metrics, /healthz, /readyz (and /debug/pprof with --pprof); empty = off")
+	f.StringSliceVar(&o.join, "join", nil, "gossip address of another server (repeatable, or comma-separated); any one reachable is enough")
+	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 3, "bootstrap a new cluster once this many servers without Raft state see each other; 0 = only join an existing cluster")
+	f.StringVar(&o.policyFile, "policy", "", "CachePolicy YAML file (kind: CachePolicy, spec: …) committed at start when it differs from the replicated policy")
+	f.StringVar(&o.modelsDir, "models-dir", "", "directory of <model_id>/tokenizer.json for prompt_text lookups; empty = prompt_text answers NO_HINT")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: json or text")
+	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
+	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on the HTTP side port")
+	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s); for dev clusters and tests, not for networks")
+	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never); never below 3 voters")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown after SIGINT/SIGTERM")
+	return cmd
+}
+
+func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error {
+	log, err := newLogger(cmd.ErrOrStderr(), o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.nodeID == "" {
+		return errors.New("--node-id is required")
+	}
+	pol := policy.Default()
+	if o.policyFile != "" {
+		if pol, err = policy.LoadFile(o.policyFile); err != nil {
+			return err
+		}
+	}
+	m := metrics.New()
+	if err := m.BridgeRaft(); err != nil {
+		log.Warn("raft metrics bridge unavailable", "err", err)
+	}
+	lis, err := net.Listen("tcp", o.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr %s: %w", o.grpcAddr, err)
+	}
+	defer lis.Close()
+	var httpLis net.Listener
+	if o.httpAddr != "" {
+		if httpLis, err = net.Listen("tcp", o.httpAddr); err != nil {
+			return fmt.Errorf("--http-addr %s: %w", o.httpAddr, err)
+		}
+		defer httpLis.Close()
+	}
+	cfg := raftnode.Config{
+		NodeID: o.nodeID, DataDir: o.dataDir, RaftAddr: o.raftAddr, GossipAddr: o.gossipAddr,
+		GRPCAddr: lis.Addr().String(), Join: o.join, BootstrapExpect: o.bootstrapExpect, Policy: pol,
+		DeadServerCleanup: o.deadServerCleanup, Logger: log,
+		Hooks: raftnode.Hooks{
+			OnCommit:   m.RaftCommit,
+			OnApply:    m.FSMApply,
+			OnSnapshot: m.SnapshotPersisted,
+			OnRestore:  m.SnapshotRestored,
+			OnLeader:   m.LeaderChanged,
+		},
+	}
+	if o.fastTiming {
+		cfg.Timing = raftnode.FastTiming
+	}
+	node, err := raftnode.New(cfg)
+	if err != nil {
+		return fmt.Errorf("start node %s: %w", o.nodeID, err)
+	}
+	var tok api.Tokenizer
+	if o.modelsDir != "" {
+		tok = tokenizer.NewRegistry(o.modelsDir, tokenizer.RegistryOptions{})
+	}
+	tmp := filepath.Join(o.dataDir, "tmp")
+	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: lis.Addr().String(), Tokenizer: tok, Metrics: m, Logger: log, TmpDir: tmp})
+	m.RegisterNode(func() metrics.NodeInfo { return nodeInfo(node) })
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- srv.GRPC.Serve(lis) }()
+	var hs *http.Server
+	if httpLis != nil {
+		hs = &http.Server{Handler: metrics.NewMux(m, node.Ready, o.pprof), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := hs.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("http: %w", err)
+			}
+		}()
+	}
+	log.Info("server started", "node", o.nodeID, "grpc", lis.Addr().String(), "raft", o.raftAddr,
+		"gossip", o.gossipAddr, "http", o.httpAddr, "bootstrap_expect", o.bootstrapExpect, "join", o.join)
+	if o.policyFile != "" {
+		go applyPolicyFile(ctx, node, pol, o.policyFile, log)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "node", o.nodeID)
+	case runErr = <-serveErr:
+		log.Error("serve failed", "err", runErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	// Hand leadership over first (raftnode does it in Shutdown), then stop
+	// serving.
+	if err := node.Shutdown(); err != nil {
+		log.Warn("node shutdown", "err", err)
+	}
+	srv.Shutdown(sctx)
+	if hs != nil {
+		_ = hs.Shutdown(sctx)
+	}
+	log.Info("stopped", "node", o.nodeID)
+	return runErr
+}
+
+func nodeInfo(n *raftnode.Node) metrics.NodeInfo {
+	st := n.Status()
+	sz := n.Index().Sizes()
+	info := metrics.NodeInfo{
+		Partitions: sz.Partitions, Blocks: sz.Blocks, Residencies: sz.Residencies, Replicas: sz.Replicas,
+		State: st.State, Term: st.Term, AppliedIndex: st.AppliedIndex, CommitIndex: st.CommitIndex,
+		LastLogIndex: st.LastLogIndex, LastLeaderContactMs: uint64(st.LastLeaderContact.Milliseconds()),
+		LastSnapshotBytes: n.Metrics().LastSnapshotBytes,
+	}
+	for _, mb := range st.Members {
+		if mb.Suffrage == "Voter" {
+			info.Voters++
+		}
+	}
+	return info
+}
+
+// samePolicy compares the knobs of two policies (not the version).
+func samePolicy(a, b policy.Policy) bool {
+	a, b = a.Clone(), b.Clone()
+	a.Version, b.Version = 0, 0
+	return reflect.DeepEqual(a, b)
+}
+
+// applyPolicyFile commits the --policy file's knobs when the replicated
+// policy differs (a restored or older state), retrying until a leader takes
+// it or ctx ends. Every node started with the same file converges on one
+// commit: a node that sees the knobs already in force does nothing.
+func applyPolicyFile(ctx context.Context, n *raftnode.Node, want policy.Policy, file string, log *slog.Logger) {
+	for attempt := 0; ; attempt++ {
+		if samePolicy(n.Policy(), want) {
+			return
+		}
+		if st := n.Status(); st.LeaderID != "" {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			got, err := n.SetPolicy(cctx, want)
+			cancel()
+			if err == nil {
+				log.Info("policy file committed", "file", file, "version", got.Version)
+				return
+			}
+			if attempt%10 == 0 {
+				log.Warn("policy file not committed yet; retrying", "file", file, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

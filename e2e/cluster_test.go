@@ -1,0 +1,280 @@
+// Package e2e runs the inference-cache binary as real server processes on
+// loopback and checks the gRPC API end to end (issue 5): replication,
+// failover under a lookup loop, restart catch-up, bad input, reason codes,
+// health and reflection.
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// The end-to-end tests build the binary and start processes.
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "ic-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "inference-cache")
+	build := exec.Command("go", "build", "-o", binPath, "../cmd/inference-cache")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a loopback port that was free a moment ago (TCP and UDP,
+// since gossip uses both).
+func freePort(t *testing.T) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return p
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// proc is one server process.
+type proc struct {
+	id                             string
+	grpc, raft, gossip, http, data string
+	args                           []string
+	env                            []string
+	logPath                        string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	conn *grpc.ClientConn
+	ic   pb.InferenceCacheClient
+	cl   pb.ClusterClient
+}
+
+type cluster struct {
+	t     *testing.T
+	procs []*proc
+}
+
+// startCluster starts n servers that bootstrap one cluster. extra flags go
+// to every server. Node 3 (when present) takes its node id and join list
+// from INFERENCE_CACHE_* variables to check the environment binding.
+func startCluster(t *testing.T, n int, extra ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t}
+	base := t.TempDir()
+	for i := 0; i < n; i++ {
+		a := func() string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
+		p := &proc{id: "n" + strconv.Itoa(i+1), grpc: a(), raft: a(), gossip: a(), http: a(),
+			data: filepath.Join(base, "n"+strconv.Itoa(i+1))}
+		p.logPath = p.data + ".log"
+		c.procs = append(c.procs, p)
+	}
+	for i, p := range c.procs {
+		args := []string{"server", "--data-dir", p.data, "--grpc-addr", p.grpc, "--raft-addr", p.raft,
+			"--gossip-addr", p.gossip, "--http-addr", p.http, "--bootstrap-expect", strconv.Itoa(n), "--fast-timing",
+			"--log-format", "json"}
+		args = append(args, extra...)
+		var joins []string
+		for _, o := range c.procs {
+			if o != p {
+				joins = append(joins, o.gossip)
+			}
+		}
+		if i == 2 {
+			p.env = []string{"INFERENCE_CACHE_NODE_ID=" + p.id, "INFERENCE_CACHE_JOIN=" + joins[0] + "," + joins[1]}
+		} else {
+			args = append(args, "--node-id", p.id)
+			for _, j := range joins {
+				args = append(args, "--join", j)
+			}
+		}
+		p.args = args
+		c.start(p)
+	}
+	t.Cleanup(c.stopAll)
+	for _, p := range c.procs {
+		cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.conn, p.ic, p.cl = cc, pb.NewInferenceCacheClient(cc), pb.NewClusterClient(cc)
+	}
+	c.waitLeader(20 * time.Second)
+	return c
+}
+
+func (c *cluster) start(p *proc) {
+	c.t.Helper()
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(binPath, p.args...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (c *cluster) kill(p *proc) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+func (c *cluster) stopAll() {
+	for _, p := range c.procs {
+		p.mu.Lock()
+		cmd, done := p.cmd, p.done
+		p.mu.Unlock()
+		if cmd != nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+		_ = done
+	}
+	for _, p := range c.procs {
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if p.conn != nil {
+			p.conn.Close()
+		}
+		if c.t.Failed() {
+			if b, err := os.ReadFile(p.logPath); err == nil {
+				if len(b) > 6000 {
+					b = b[len(b)-6000:]
+				}
+				c.t.Logf("--- log tail of %s ---\n%s", p.id, b)
+			}
+		}
+	}
+}
+
+func ctxT(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+// waitLeader waits until every live node agrees on one leader and returns it.
+func (c *cluster) waitLeader(limit time.Duration, skip ...*proc) *proc {
+	c.t.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		leader := ""
+		agree := true
+		for _, p := range c.procs {
+			if contains(skip, p) {
+				continue
+			}
+			ctx, cancel := ctxT(time.Second)
+			st, err := p.cl.Status(ctx, &pb.StatusRequest{})
+			cancel()
+			if err != nil || st.LeaderId == "" || (leader != "" && st.LeaderId != leader) {
+				agree = false
+				break
+			}
+			leader = st.LeaderId
+		}
+		if agree && leader != "" {
+			for _, p := range c.procs {
+				if p.id == leader {
+					return p
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("no agreed leader within %v", limit)
+	return nil
+}
+
+func contains(ps []*proc, p *proc) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// waitSameDigest waits until every listed node reports the same
+// (applied index, digest) pair and returns it.
+func (c *cluster) waitSameDigest(limit time.Duration, ps ...*proc) *pb.DigestResponse {
+	c.t.Helper()
+	deadline := time.Now().Add(limit)
+	var last []string
+	for time.Now().Before(deadline) {
+		var first *pb.DigestResponse
+		same := true
+		last = last[:0]
+		for _, p := range ps {
+			ctx, cancel := ctxT(time.Second)
+			d, err := p.cl.Digest(ctx, &pb.DigestRequest{})
+			cancel()
+			if err != nil {
+				same = false
+				last = append(last, p.id+": "+err.Error())
+				continue
+			}
+			last = append(last, fmt.Sprintf("%s: %d/%x", p.id, d.AppliedIndex, d.Digest))
+			if first == nil {
+				first = d
+			} else if d.AppliedIndex != first.AppliedIndex || d.Digest != first.Digest {
+				same = false
+			}
+		}
+		if same && first != nil {
+			return first
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("digests never converged: %v", last)
+	return nil
+}

@@ -1,0 +1,449 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/inference-cache/inference-cache/api"
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+)
+
+const (
+	scheme = "vllm"
+	model  = "m"
+	tenant = "t"
+)
+
+// toks returns n token ids starting at from.
+func toks(from, n int) []uint32 {
+	s := make([]uint32, n)
+	for i := range s {
+		s[i] = uint32(from + i)
+	}
+	return s
+}
+
+func stored(replica, ten string, tokens []uint32) *pb.BlockEvent {
+	return &pb.BlockEvent{Kind: pb.BlockEvent_STORED, ReplicaId: replica, HashScheme: scheme, ModelId: model,
+		TenantId: ten, TokenIds: tokens, BlockSize: 16}
+}
+
+func lookupReq(ten string, tokens []uint32) *pb.LookupRouteRequest {
+	return &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, TenantId: ten, TokenIds: tokens}
+}
+
+var (
+	chainA = toks(0, 128)    // held by r-a: 8 blocks of 16
+	chainB = toks(5000, 128) // held by r-b
+	novel  = toks(90000, 128)
+)
+
+func modelsDir() string {
+	d, _ := filepath.Abs("../../shared/data/tokenizers")
+	if _, err := os.Stat(d); err != nil {
+		return ""
+	}
+	return d
+}
+
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three server processes")
+	}
+	var extra []string
+	if d := modelsDir(); d != "" {
+		extra = append(extra, "--models-dir", d)
+	}
+	c := startCluster(t, 3, extra...)
+	n1, n2, n3 := c.procs[0], c.procs[1], c.procs[2]
+
+	// Ingest through one node: r-a holds chain A and r-b chain B in tenant
+	// t; r-b also holds chain B in tenant t2.
+	ctx, cancel := ctxT(10 * time.Second)
+	resp, err := n2.ic.Ingest(ctx, &pb.IngestRequest{RequestId: "seed-1", Events: []*pb.BlockEvent{
+		stored("r-a", tenant, chainA), stored("r-b", tenant, chainB), stored("r-b", "t2", chainB),
+	}})
+	cancel()
+	if err != nil || resp.Accepted != 3 || len(resp.Rejected) != 0 {
+		t.Fatalf("seed ingest: %v %v", resp, err)
+	}
+	c.waitSameDigest(10*time.Second, n1, n2, n3)
+
+	t.Run("SamePrefixMatchFromEveryNode", func(t *testing.T) {
+		for _, p := range c.procs {
+			r := lookup(t, p, lookupReq(tenant, chainA))
+			// Serving set {r-a, r-b}; only r-a runs 8 blocks deep, so the
+			// distinguishing power is 1 − 1/2 and the score 128 × ½ = 64.
+			if r.ReasonCode != pb.ReasonCode_PREFIX_MATCH || len(r.Replicas) != 1 || r.Replicas[0].ReplicaId != "r-a" ||
+				r.Replicas[0].MatchedTokens != 128 || r.Replicas[0].MatchedBlocks != 8 {
+				t.Fatalf("%s: %v", p.id, r)
+			}
+			if r.ServedBy != p.id || r.AppliedIndex < resp.AppliedIndex || r.Stale {
+				t.Errorf("%s: served_by=%q applied=%d (want ≥ %d) stale=%t", p.id, r.ServedBy, r.AppliedIndex, resp.AppliedIndex, r.Stale)
+			}
+			if s := r.Replicas[0].Score; s < 60 || s > 64.01 {
+				t.Errorf("%s: score %v, want ≈64 (128 tokens × freshness≈1 × ½)", p.id, s)
+			}
+		}
+	})
+
+	t.Run("HealthAndReflection", func(t *testing.T) { checkHealthReflection(t, c) })
+	t.Run("EveryReasonCode", func(t *testing.T) { checkReasonCodes(t, c) })
+	t.Run("BadRequests", func(t *testing.T) { checkBadRequests(t, c) })
+	t.Run("LeaderKilledUnderLookupLoad", func(t *testing.T) { checkFailover(t, c) })
+}
+
+func lookup(t *testing.T, p *proc, req *pb.LookupRouteRequest) *pb.LookupRouteResponse {
+	t.Helper()
+	ctx, cancel := ctxT(5 * time.Second)
+	defer cancel()
+	r, err := p.ic.LookupRoute(ctx, req)
+	if err != nil {
+		t.Fatalf("%s: LookupRoute returned an error (must fail open): %v", p.id, err)
+	}
+	return r
+}
+
+func checkHealthReflection(t *testing.T, c *cluster) {
+	for _, p := range c.procs {
+		hc := healthpb.NewHealthClient(p.conn)
+		for _, svc := range []string{"", "inferencecache.v1.InferenceCache", "inferencecache.v1.Cluster"} {
+			ctx, cancel := ctxT(5 * time.Second)
+			r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+			cancel()
+			if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("%s health(%q) = %v, %v; want SERVING", p.id, svc, r, err)
+			}
+		}
+	}
+	rc := reflectionpb.NewServerReflectionClient(c.procs[0].conn)
+	ctx, cancel := ctxT(5 * time.Second)
+	defer cancel()
+	st, err := rc.ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range r.GetListServicesResponse().GetService() {
+		names = append(names, s.Name)
+	}
+	sort.Strings(names)
+	joined := strings.Join(names, ",")
+	for _, want := range []string{"inferencecache.v1.Cluster", "inferencecache.v1.InferenceCache", "grpc.health.v1.Health"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("reflection lists %v, missing %s", names, want)
+		}
+	}
+}
+
+func checkReasonCodes(t *testing.T, c *cluster) {
+	n1, n2, n3 := c.procs[0], c.procs[1], c.procs[2]
+	ctx, cancel := ctxT(10 * time.Second)
+	defer cancel()
+	// r-a is hot for tenant t (hit rate 0.9 ≥ tenantHotMinHitRate 0.2).
+	sr, err := n3.ic.ReportReplicaStats(ctx, &pb.ReportReplicaStatsRequest{Stats: []*pb.ReplicaStats{
+		{ReplicaId: "r-a", ModelId: model, HashSchemes: []string{scheme}, Pressure: 0, TenantHitRate: map[string]float64{tenant: 0.9}},
+	}})
+	if err != nil || sr.Accepted != 1 {
+		t.Fatalf("stats: %v %v", sr, err)
+	}
+	c.waitSameDigest(10*time.Second, n1, n2, n3)
+
+	cases := []struct {
+		name    string
+		req     *pb.LookupRouteRequest
+		want    pb.ReasonCode
+		replica string
+	}{
+		{"prefix match", lookupReq(tenant, chainA), pb.ReasonCode_PREFIX_MATCH, "r-a"},
+		{"tenant hot", lookupReq(tenant, novel), pb.ReasonCode_TENANT_HOT, "r-a"},
+		{"affinity", lookupReq("t2", novel), pb.ReasonCode_AFFINITY_HINT, ""},
+		{"unknown scheme", &pb.LookupRouteRequest{HashScheme: "sglang", ModelId: model, TenantId: tenant, TokenIds: novel}, pb.ReasonCode_UNKNOWN_SCHEME, ""},
+		{"unknown model", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: "other", TenantId: tenant, TokenIds: novel}, pb.ReasonCode_UNKNOWN_MODEL, ""},
+		{"unknown tenant", lookupReq("nobody", novel), pb.ReasonCode_UNKNOWN_TENANT, ""},
+		{"unknown adapter", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, TenantId: tenant, AdapterId: "lora-x", TokenIds: novel}, pb.ReasonCode_UNKNOWN_ADAPTER, ""},
+		{"no hint (empty scheme)", &pb.LookupRouteRequest{ModelId: model, TenantId: tenant, TokenIds: chainA}, pb.ReasonCode_NO_HINT, ""},
+	}
+	for _, tc := range cases {
+		for _, p := range c.procs {
+			r := lookup(t, p, tc.req)
+			if r.ReasonCode != tc.want {
+				t.Errorf("%s on %s: reason %v (%s), want %v", tc.name, p.id, r.ReasonCode, r.Detail, tc.want)
+				continue
+			}
+			if tc.replica != "" && (len(r.Replicas) == 0 || r.Replicas[0].ReplicaId != tc.replica) {
+				t.Errorf("%s on %s: replicas %v, want %s first", tc.name, p.id, r.Replicas, tc.replica)
+			}
+			switch tc.want {
+			case pb.ReasonCode_AFFINITY_HINT:
+				if len(r.Replicas) != 1 {
+					t.Errorf("affinity on %s: %d replicas, want exactly 1", p.id, len(r.Replicas))
+				}
+			case pb.ReasonCode_TENANT_HOT:
+				if r.Replicas[0].MatchedTokens != 0 {
+					t.Errorf("tenant hot on %s: matched_tokens %d, want 0", p.id, r.Replicas[0].MatchedTokens)
+				}
+			case pb.ReasonCode_UNKNOWN_SCHEME, pb.ReasonCode_UNKNOWN_MODEL, pb.ReasonCode_UNKNOWN_TENANT, pb.ReasonCode_UNKNOWN_ADAPTER, pb.ReasonCode_NO_HINT:
+				if len(r.Replicas) != 0 {
+					t.Errorf("%s on %s: %d replicas, want none", tc.name, p.id, len(r.Replicas))
+				}
+			}
+		}
+	}
+
+	// NO_HINT from the index itself: with affinity routing disabled (a
+	// policy change through the log) a novel prefix of tenant t2 has no
+	// fallback left.
+	get, err := n1.ic.GetCachePolicy(ctx, &pb.GetCachePolicyRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get.AffinityRouting = "Disabled"
+	set, err := n2.ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: get})
+	if err != nil || set.Version != get.Version+1 || set.AffinityRouting != "Disabled" {
+		t.Fatalf("SetCachePolicy: %v %v (was version %d)", set, err, get.Version)
+	}
+	c.waitSameDigest(10*time.Second, n1, n2, n3)
+	for _, p := range c.procs {
+		if r := lookup(t, p, lookupReq("t2", novel)); r.ReasonCode != pb.ReasonCode_NO_HINT || len(r.Replicas) != 0 {
+			t.Errorf("affinity disabled on %s: %v", p.id, r)
+		}
+		got, err := p.ic.GetCachePolicy(ctx, &pb.GetCachePolicyRequest{})
+		if err != nil || got.Version != set.Version || got.AffinityRouting != "Disabled" {
+			t.Errorf("%s policy after set: %v %v", p.id, got, err)
+		}
+	}
+	// Unknown enum strings in a policy are refused naming the knob.
+	bad := proto.Clone(set).(*pb.CachePolicy)
+	bad.EvictionPolicy = "MRU"
+	if _, err := n1.ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: bad}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "evictionPolicy") {
+		t.Errorf("policy MRU: %v", err)
+	}
+	set.AffinityRouting = "Enabled"
+	if _, err := n3.ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: set}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitSameDigest(10*time.Second, n1, n2, n3)
+}
+
+func checkBadRequests(t *testing.T, c *cluster) {
+	long := strings.Repeat("x", api.MaxIDBytes+1)
+	lookups := []struct {
+		name   string
+		req    *pb.LookupRouteRequest
+		detail string
+	}{
+		{"empty scheme", &pb.LookupRouteRequest{ModelId: model, TokenIds: chainA}, api.DetailNoScheme},
+		{"no key", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model}, api.DetailNoKey},
+		{"scheme too long", &pb.LookupRouteRequest{HashScheme: long, TokenIds: chainA}, api.DetailSchemeTooLong},
+		{"model too long", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: long, TokenIds: chainA}, api.DetailModelTooLong},
+		{"tenant too long", &pb.LookupRouteRequest{HashScheme: scheme, TenantId: long, TokenIds: chainA}, api.DetailTenantTooLong},
+		{"adapter too long", &pb.LookupRouteRequest{HashScheme: scheme, AdapterId: long, TokenIds: chainA}, api.DetailAdapterTooLong},
+		{"chain too long", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, BlockHashes: make([]uint64, api.MaxChainLength+1)}, api.DetailChainTooLong},
+		{"counts too long", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, BlockHashes: []uint64{1}, BlockTokenCounts: make([]uint32, api.MaxChainLength+1)}, api.DetailCountsTooLong},
+		{"counts mismatch", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, BlockHashes: []uint64{1, 2}, BlockTokenCounts: []uint32{16}}, api.DetailCountsMismatch},
+		{"zero count", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, BlockHashes: []uint64{1, 2}, BlockTokenCounts: []uint32{16, 0}}, api.DetailCountsZero},
+		{"huge count", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, BlockHashes: []uint64{1}, BlockTokenCounts: []uint32{4294967295}}, api.DetailCountsTooBig},
+		{"too many tokens", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, TokenIds: make([]uint32, api.MaxTokens+1)}, api.DetailTokensTooLong},
+		{"prompt too long", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, PromptText: strings.Repeat("a", api.MaxPromptBytes+1)}, api.DetailPromptTooLong},
+		{"max replicas huge", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, TokenIds: chainA, MaxReplicas: 4294967295}, api.DetailMaxReplicas},
+		{"prompt for unknown model", &pb.LookupRouteRequest{HashScheme: scheme, ModelId: "no-such-model", PromptText: "hello"}, ""},
+	}
+	if modelsDir() == "" {
+		lookups[len(lookups)-1].detail = api.DetailNoTokenizer
+	} else {
+		lookups[len(lookups)-1].detail = api.DetailTokenizeFailed
+	}
+	for _, tc := range lookups {
+		r := lookup(t, c.procs[0], tc.req)
+		if r.ReasonCode != pb.ReasonCode_NO_HINT || r.Detail != tc.detail || len(r.Replicas) != 0 {
+			t.Errorf("lookup %s: %v %q, want NO_HINT %q", tc.name, r.ReasonCode, r.Detail, tc.detail)
+		}
+	}
+	// Garbage prompt text (control characters, odd scripts) never errors.
+	for _, text := range []string{"\x00\x01\x02\ufffd", "🙂🙃 ∑∫ \u202e abc \t\n", strings.Repeat("的", 3000)} {
+		r := lookup(t, c.procs[1], &pb.LookupRouteRequest{HashScheme: scheme, ModelId: "qwen3", TenantId: tenant, PromptText: text})
+		if len(r.Replicas) != 0 && r.ReasonCode == pb.ReasonCode_PREFIX_MATCH {
+			t.Errorf("garbage prompt matched: %v", r)
+		}
+	}
+
+	// Writes: per-event rejections with reasons; the valid event commits.
+	ctx, cancel := ctxT(10 * time.Second)
+	defer cancel()
+	evs := []*pb.BlockEvent{
+		{Kind: 7, ReplicaId: "r-x", HashScheme: scheme, ModelId: model, BlockHashes: []uint64{1}},
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "r-x", ModelId: model, BlockHashes: []uint64{1}},
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "r-x", HashScheme: scheme, ModelId: model, BlockHashes: []uint64{1, 2}, BlockTokenCounts: []uint32{16}},
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "r-x", HashScheme: scheme, ModelId: model, BlockHashes: []uint64{1}, BlockTokenCounts: []uint32{0}},
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "r-x", HashScheme: scheme, ModelId: model, BlockHashes: []uint64{1}, ObservedAtMs: -1},
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "r-x", HashScheme: scheme, ModelId: model, TokenIds: chainA},
+		{Kind: pb.BlockEvent_STORED, ReplicaId: long, HashScheme: scheme, ModelId: model, BlockHashes: []uint64{1}},
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "r-x", HashScheme: scheme, ModelId: model, BlockHashes: make([]uint64, api.MaxChainLength+1)},
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "r-c", HashScheme: scheme, ModelId: model, TenantId: tenant, TokenIds: toks(7000, 64), BlockSize: 16},
+	}
+	wantReasons := []string{"kind 7", "hash_scheme is empty", "lengths must match", "block_token_counts[0] is 0",
+		"observed_at_ms is negative", "block_size 0", "replica_id is 257 bytes", "over the chain limit of 8192"}
+	ir, err := c.procs[2].ic.Ingest(ctx, &pb.IngestRequest{Events: evs})
+	if err != nil {
+		t.Fatalf("ingest with bad events: %v", err)
+	}
+	if ir.Accepted != 1 || len(ir.Rejected) != len(wantReasons) {
+		t.Fatalf("accepted %d rejected %v", ir.Accepted, ir.Rejected)
+	}
+	for i, r := range ir.Rejected {
+		if int(r.EventIndex) != i || !strings.Contains(r.Reason, wantReasons[i]) {
+			t.Errorf("rejection %d: %v, want event %d %q", i, r, i, wantReasons[i])
+		}
+	}
+	// Requests over a size limit are refused whole, naming the limit.
+	many := make([]*pb.BlockEvent, api.MaxEventsPerRequest+1)
+	for i := range many {
+		many[i] = stored("r-y", tenant, chainA)
+	}
+	if _, err := c.procs[0].ic.Ingest(ctx, &pb.IngestRequest{Events: many}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "MaxEventsPerRequest") {
+		t.Errorf("oversize ingest: %v", err)
+	}
+	manyStats := make([]*pb.ReplicaStats, api.MaxStatsPerRequest+1)
+	for i := range manyStats {
+		manyStats[i] = &pb.ReplicaStats{ReplicaId: "r-y", ModelId: model}
+	}
+	if _, err := c.procs[0].ic.ReportReplicaStats(ctx, &pb.ReportReplicaStatsRequest{Stats: manyStats}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "MaxStatsPerRequest") {
+		t.Errorf("oversize stats: %v", err)
+	}
+	sr, err := c.procs[0].ic.ReportReplicaStats(ctx, &pb.ReportReplicaStatsRequest{Stats: []*pb.ReplicaStats{
+		{ReplicaId: "r-y", ModelId: model, Pressure: 2}, {ReplicaId: "", ModelId: model}, {ReplicaId: "r-y", ModelId: model, TenantHitRate: map[string]float64{"t": -1}},
+	}})
+	if err != nil || sr.Accepted != 0 || len(sr.Rejected) != 3 {
+		t.Errorf("bad stats: %v %v", sr, err)
+	}
+	// Nothing accepted earlier is lost: chain A still answers r-a on every
+	// node, and the nodes still agree.
+	c.waitSameDigest(10*time.Second, c.procs...)
+	for _, p := range c.procs {
+		if r := lookup(t, p, lookupReq(tenant, chainA)); r.ReasonCode != pb.ReasonCode_PREFIX_MATCH || r.Replicas[0].ReplicaId != "r-a" {
+			t.Errorf("%s after bad requests: %v", p.id, r)
+		}
+	}
+	// IngestStream answers each request in order.
+	st, err := c.procs[1].ic.IngestStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := st.Send(&pb.IngestRequest{Events: []*pb.BlockEvent{stored("r-s", tenant, toks(20000+1000*i, 16*(i+1)))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = st.CloseSend()
+	var prev uint64
+	for i := 0; i < 3; i++ {
+		r, err := st.Recv()
+		if err != nil || r.Accepted != 1 || r.AppliedIndex <= prev {
+			t.Fatalf("stream response %d: %v %v (previous index %d)", i, r, err, prev)
+		}
+		prev = r.AppliedIndex
+	}
+}
+
+func checkFailover(t *testing.T, c *cluster) {
+	leader := c.waitLeader(10 * time.Second)
+	var others []*proc
+	for _, p := range c.procs {
+		if p != leader {
+			others = append(others, p)
+		}
+	}
+	var calls, errs, matches atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, p := range others {
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			go func(p *proc) {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					ctx, cancel := ctxT(2 * time.Second)
+					r, err := p.ic.LookupRoute(ctx, lookupReq(tenant, chainA))
+					cancel()
+					calls.Add(1)
+					if err != nil {
+						errs.Add(1)
+						t.Logf("lookup on %s: %v", p.id, err)
+						continue
+					}
+					if r.ReasonCode == pb.ReasonCode_PREFIX_MATCH {
+						matches.Add(1)
+					}
+				}
+			}(p)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	c.kill(leader)
+	killedAt := time.Now()
+
+	// Ingest resumes after the election: the SDK retries (same request
+	// id) across the survivors.
+	sdk, err := client.New(client.Config{Addrs: []string{others[0].grpc, others[1].grpc}, WriteRetry: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdk.Close()
+	ctx, cancel := ctxT(20 * time.Second)
+	defer cancel()
+	ir, err := sdk.Ingest(ctx, &pb.IngestRequest{Events: []*pb.BlockEvent{stored("r-d", tenant, toks(30000, 128))}})
+	if err != nil || ir.Accepted != 1 {
+		t.Fatalf("ingest after leader kill: %v %v", ir, err)
+	}
+	t.Logf("ingest committed %v after the leader was killed", time.Since(killedAt).Round(time.Millisecond))
+	newLeader := c.waitLeader(10*time.Second, leader)
+	if newLeader == leader {
+		t.Fatal("killed node still leader")
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	if errs.Load() != 0 {
+		t.Errorf("%d of %d lookups failed during failover; want 0", errs.Load(), calls.Load())
+	}
+	if matches.Load() == 0 {
+		t.Errorf("no PREFIX_MATCH among %d lookups", calls.Load())
+	}
+	t.Logf("failover: %d lookups, %d errors, %d PREFIX_MATCH", calls.Load(), errs.Load(), matches.Load())
+
+	// The killed node restarts from its data and catches up to the same
+	// digest, including the write made while it was down.
+	c.start(leader)
+	d := c.waitSameDigest(30*time.Second, c.procs...)
+	t.Logf("converged at index %d digest %x", d.AppliedIndex, d.Digest)
+	r := lookup(t, leader, lookupReq(tenant, toks(30000, 128)))
+	if r.ReasonCode != pb.ReasonCode_PREFIX_MATCH || r.Replicas[0].ReplicaId != "r-d" {
+		t.Errorf("restarted node misses the write made while it was down: %v", r)
+	}
+}
