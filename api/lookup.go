@@ -66,6 +66,7 @@ func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (
 	start := time.Now()
 	resp = &pb.LookupRouteResponse{}
 	sc := scratchPool.Get().(*lookupScratch)
+	var el time.Duration // measured after ranking; saves a clock read
 	defer func() {
 		if r := recover(); r != nil {
 			resp = &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT, Detail: DetailPanic}
@@ -79,9 +80,12 @@ func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (
 			sc.reset()
 			scratchPool.Put(sc)
 		}
-		s.metrics.LookupDone(int32(resp.ReasonCode), time.Since(start))
+		if el == 0 {
+			el = time.Since(start)
+		}
+		s.metrics.LookupDone(int32(resp.ReasonCode), el)
 	}()
-	s.lookup(ctx, req, sc, resp, start)
+	s.lookup(ctx, req, sc, resp, start, &el)
 	return resp, nil
 }
 
@@ -99,7 +103,7 @@ func noHint(resp *pb.LookupRouteResponse, detail string) {
 	resp.Detail = detail
 }
 
-func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lookupScratch, resp *pb.LookupRouteResponse, start time.Time) {
+func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lookupScratch, resp *pb.LookupRouteResponse, start time.Time, el *time.Duration) {
 	s.fillReadState(resp)
 	if d := checkLookup(req); d != "" {
 		noHint(resp, d)
@@ -109,7 +113,7 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 		noHint(resp, DetailNotReady)
 		return
 	}
-	pol := s.policy()
+	pol := s.policy(start)
 	budget := pol.LookupTimeout
 
 	r := &sc.req
@@ -152,7 +156,8 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 
 	res := &sc.res
 	s.node.Lookup(r, res)
-	if time.Since(start) > budget {
+	*el = time.Since(start)
+	if *el > budget {
 		noHint(resp, DetailTimeout)
 		return
 	}

@@ -118,8 +118,8 @@ func NewService(cfg Config) *Service {
 }
 
 // policy returns the cached policy, refreshed every policyRefresh.
-func (s *Service) policy() *policy.Policy {
-	now := time.Now().UnixNano()
+func (s *Service) policy(at time.Time) *policy.Policy {
+	now := at.UnixNano()
 	if p := s.pol.Load(); p != nil && now-s.polAt.Load() < int64(policyRefresh) {
 		return p
 	}
@@ -193,7 +193,7 @@ func pbKindName(k pb.BlockEvent_Kind) string {
 // is committed and applied_index is this node's current one.
 func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
 	start := time.Now()
-	pol := s.policy()
+	pol := s.policy(start)
 	evs, rej, err := EventsFromPB(req, pol, s.now().UnixMilli())
 	if err != nil {
 		s.metrics.IngestRefused("events")

@@ -482,8 +482,8 @@ func newSnapshotCmd() *cobra.Command {
 	}
 	var saveF clientFlags
 	save := &cobra.Command{
-		Use:   "save FILE",
-		Short: "Take a snapshot on a node and save it to FILE",
+		Use:     "save FILE",
+		Short:   "Take a snapshot on a node and save it to FILE",
 		Example: `  inference-cache snapshot save backup.snap --addr 127.0.0.1:7401`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

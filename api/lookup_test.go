@@ -1,0 +1,242 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+// fakeNode is a Backend whose lookup behaviour a test sets.
+type fakeNode struct {
+	mu       sync.Mutex
+	pol      policy.Policy
+	lookup   func(req *index.LookupRequest, res *index.Result)
+	credits  [][]uint64
+	ingested []index.BlockEvent
+	ingestID string
+	err      error
+	notReady bool
+}
+
+func (f *fakeNode) Lookup(req *index.LookupRequest, res *index.Result) { f.lookup(req, res) }
+func (f *fakeNode) Credit(p index.Partition, h []uint64) {
+	f.mu.Lock()
+	f.credits = append(f.credits, append([]uint64(nil), h...))
+	f.mu.Unlock()
+}
+func (f *fakeNode) ReadState() ReadState {
+	return ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContactMs: 7, Stale: true}
+}
+func (f *fakeNode) Ready() bool           { return !f.notReady }
+func (f *fakeNode) Policy() policy.Policy { return f.pol.Clone() }
+func (f *fakeNode) Ingest(_ context.Context, id string, evs []index.BlockEvent) (uint64, error) {
+	f.ingestID, f.ingested = id, evs
+	return 43, f.err
+}
+func (f *fakeNode) ReportStats(context.Context, string, []index.ReplicaStats) (uint64, error) {
+	return 44, f.err
+}
+func (f *fakeNode) SetPolicy(_ context.Context, p policy.Policy) (policy.Policy, error) {
+	p.Version = f.pol.Version + 1
+	return p, f.err
+}
+
+func match(req *index.LookupRequest, res *index.Result) {
+	res.Reason = index.PrefixMatch
+	res.Hints = append(res.Hints, index.Hint{ReplicaID: "r1", Score: 64, MatchedTokens: 128, MatchedBlocks: 8, Freshness: 1, AgeMs: 3, Pressure: 0.5})
+	res.CreditPartition = req.Partition
+	res.CreditHashes = append(res.CreditHashes, 1, 2, 3)
+}
+
+type fakeTok struct{}
+
+func (fakeTok) Encode(model, text string) ([]uint32, error) {
+	if model != "known" {
+		return nil, errors.New("no tokenizer")
+	}
+	return make([]uint32, len(text)), nil
+}
+
+func newSvc(f *fakeNode, tok Tokenizer) *Service {
+	if f.pol.MaxReplicas == 0 {
+		f.pol = policy.Default()
+	}
+	return NewService(Config{Backend: f, Tokenizer: tok})
+}
+
+var okReq = &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m", TokenIds: []uint32{1, 2, 3}}
+
+func TestLookupRoute_ConvertsHintsAndReadState(t *testing.T) {
+	var got index.LookupRequest
+	f := &fakeNode{lookup: func(req *index.LookupRequest, res *index.Result) { got = *req; match(req, res) }}
+	s := newSvc(f, nil)
+	r, err := s.LookupRoute(context.Background(), &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m", TenantId: "t", AdapterId: "a",
+		BlockHashes: []uint64{5, 6}, BlockTokenCounts: []uint32{16, 16}, PrefixHash: 6, Slo: &pb.Slo{TtftMs: 100}, MaxReplicas: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ReasonCode != pb.ReasonCode_PREFIX_MATCH || len(r.Replicas) != 1 || r.Replicas[0].ReplicaId != "r1" || r.Replicas[0].MatchedTokens != 128 ||
+		r.Replicas[0].Pressure != 0.5 || r.ServedBy != "n1" || r.AppliedIndex != 42 || !r.Stale || r.LastLeaderContactMs != 7 {
+		t.Fatalf("response %v", r)
+	}
+	want := index.Partition{Scheme: "vllm", Model: "m", Tenant: "t", Adapter: "a"}
+	if got.Partition != want || !got.HasPrefixHash || got.PrefixHash != 6 || len(got.BlockHashes) != 2 || got.SLOTTFTMs != 100 || got.MaxReplicas != 2 || got.NowMs == 0 {
+		t.Fatalf("index request %+v", got)
+	}
+	if len(f.credits) != 0 {
+		t.Errorf("LRU policy credited %v; credits are for LFU only", f.credits)
+	}
+}
+
+func TestLookupRoute_LFUCreditsDeliveredPrefixMatch(t *testing.T) {
+	f := &fakeNode{lookup: match, pol: policy.Default()}
+	f.pol.EvictionPolicy = policy.LFU
+	s := newSvc(f, nil)
+	if _, err := s.LookupRoute(context.Background(), okReq); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.credits) != 1 || len(f.credits[0]) != 3 {
+		t.Fatalf("credits %v, want one batch of 3 hashes", f.credits)
+	}
+}
+
+// Panics and blown budgets become NO_HINT, never a gRPC error.
+func TestLookupRoute_FailsOpen(t *testing.T) {
+	cases := []struct {
+		name   string
+		node   *fakeNode
+		tok    Tokenizer
+		req    *pb.LookupRouteRequest
+		detail string
+	}{
+		{"panic in ranking", &fakeNode{lookup: func(*index.LookupRequest, *index.Result) { panic("boom") }}, nil, okReq, DetailPanic},
+		{"over budget", &fakeNode{lookup: func(req *index.LookupRequest, res *index.Result) {
+			time.Sleep(30 * time.Millisecond) // the default budget is 10 ms
+			match(req, res)
+		}}, nil, okReq, DetailTimeout},
+		{"not ready", &fakeNode{lookup: match, notReady: true}, nil, okReq, DetailNotReady},
+		{"no tokenizer", &fakeNode{lookup: match}, nil, &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m", PromptText: "hi"}, DetailNoTokenizer},
+		{"unknown model tokenizer", &fakeNode{lookup: match}, fakeTok{}, &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m", PromptText: "hi"}, DetailTokenizeFailed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSvc(c.node, c.tok)
+			r, err := s.LookupRoute(context.Background(), c.req)
+			if err != nil {
+				t.Fatalf("error %v; LookupRoute must fail open", err)
+			}
+			if r.ReasonCode != pb.ReasonCode_NO_HINT || r.Detail != c.detail || len(r.Replicas) != 0 || r.ServedBy != "n1" {
+				t.Fatalf("response %v, want NO_HINT %q from n1", r, c.detail)
+			}
+		})
+	}
+}
+
+func TestLookupRoute_PromptTextTokenizedIntoTokenIDs(t *testing.T) {
+	var got []uint32
+	f := &fakeNode{lookup: func(req *index.LookupRequest, res *index.Result) { got = req.TokenIDs; match(req, res) }}
+	s := newSvc(f, fakeTok{})
+	r, _ := s.LookupRoute(context.Background(), &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "known", PromptText: "hello"})
+	if r.ReasonCode != pb.ReasonCode_PREFIX_MATCH || len(got) != 5 {
+		t.Fatalf("reason %v, tokens %v", r.ReasonCode, got)
+	}
+}
+
+func TestIngest_MapsErrorsAndAssignsRequestID(t *testing.T) {
+	f := &fakeNode{lookup: match}
+	s := newSvc(f, nil)
+	req := &pb.IngestRequest{Events: []*pb.BlockEvent{
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "r", HashScheme: "vllm", ModelId: "m", BlockHashes: []uint64{1}},
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "", HashScheme: "vllm", ModelId: "m", BlockHashes: []uint64{1}},
+	}}
+	r, err := s.Ingest(context.Background(), req)
+	if err != nil || r.Accepted != 1 || r.AppliedIndex != 43 || len(r.Rejected) != 1 || r.Rejected[0].EventIndex != 1 {
+		t.Fatalf("%v %v", r, err)
+	}
+	if len(f.ingestID) != 32 || len(f.ingested) != 1 {
+		t.Fatalf("request id %q, %d events", f.ingestID, len(f.ingested))
+	}
+	f.err = status.Error(codes.Unavailable, "no leader")
+	if _, err := s.Ingest(context.Background(), req); status.Code(err) != codes.Unavailable {
+		t.Fatalf("err %v, want UNAVAILABLE passed through", err)
+	}
+	f.err = context.DeadlineExceeded
+	if _, err := s.Ingest(context.Background(), req); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("err %v, want DEADLINE_EXCEEDED", err)
+	}
+	// Only invalid events: nothing is committed, applied index is the node's.
+	f.err = nil
+	r, err = s.Ingest(context.Background(), &pb.IngestRequest{Events: req.Events[1:]})
+	if err != nil || r.Accepted != 0 || r.AppliedIndex != 42 {
+		t.Fatalf("%v %v", r, err)
+	}
+}
+
+func TestSetCachePolicy_ValidatesAndVersions(t *testing.T) {
+	f := &fakeNode{lookup: match, pol: policy.Default()}
+	f.pol.Version = 4
+	s := newSvc(f, nil)
+	q := PolicyToPB(policy.Default())
+	q.MaxReplicas = 9
+	got, err := s.SetCachePolicy(context.Background(), &pb.SetCachePolicyRequest{Policy: q})
+	if err != nil || got.Version != 5 || got.MaxReplicas != 9 {
+		t.Fatalf("%v %v", got, err)
+	}
+	q.RankingVersion = "v9"
+	if _, err := s.SetCachePolicy(context.Background(), &pb.SetCachePolicyRequest{Policy: q}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "rankingVersion") {
+		t.Fatalf("v9: %v", err)
+	}
+}
+
+// BenchmarkLookupRouteHandler measures the handler alone (no network) with
+// a constant index answer: the API layer's own cost and allocations.
+func BenchmarkLookupRouteHandler(b *testing.B) {
+	f := &fakeNode{lookup: match}
+	s := newSvc(f, nil)
+	req := &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m", TenantId: "t", BlockHashes: make([]uint64, 24)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = s.LookupRoute(ctx, req)
+	}
+}
+
+// startFake serves s on loopback and returns a client (helper for gRPC tests).
+func startFake(t testing.TB, s *Service) pb.InferenceCacheClient {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	pb.RegisterInferenceCacheServer(gs, s)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return pb.NewInferenceCacheClient(cc)
+}
+
+// Over gRPC a panicking index still gives a NO_HINT response.
+func TestLookupRoute_PanicOverGRPCIsNoHint(t *testing.T) {
+	c := startFake(t, newSvc(&fakeNode{lookup: func(*index.LookupRequest, *index.Result) { panic("x") }}, nil))
+	r, err := c.LookupRoute(context.Background(), okReq)
+	if err != nil || r.ReasonCode != pb.ReasonCode_NO_HINT || r.Detail != DetailPanic {
+		t.Fatalf("%v %v", r, err)
+	}
+}

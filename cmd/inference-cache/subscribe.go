@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/inference-cache/inference-cache/observe"
+)
+
+// newSubscribeCmd is `inference-cache subscribe` (SPEC 12, issue 6): the
+// KV-event subscriber, feeding any cluster node.
+func newSubscribeCmd() *cobra.Command {
+	var (
+		configFile, metricsAddr, logFormat, logLevel string
+		addrs                                        []string
+	)
+	cmd := &cobra.Command{
+		Use:   "subscribe",
+		Short: "Subscribe to vLLM/SGLang KV-cache events and feed the cluster",
+		Long: `Subscribes to the ZMQ KV-cache event streams of the engines listed in --config
+(SPEC 12 "Subscriber configuration"), turns them into content-fingerprinted
+block events and writes them to the cluster with IngestStream, through any of
+the --addr nodes (the next one is tried when a node fails). Engines with a
+metrics_url are scraped for KV pressure and prefix-cache hit rate, reported
+with ReportReplicaStats.
+
+SIGHUP reloads --config: engines added are started, engines removed are
+stopped and their replicas cleared from the index. An invalid file is logged
+and the running configuration kept.`,
+		Example: `  inference-cache subscribe --config engines.yaml --addr 10.0.0.1:7401 --addr 10.0.0.2:7401
+  # engines.yaml:
+  #   engines:
+  #     - endpoint: tcp://10.0.0.5:5557
+  #       replay_endpoint: tcp://10.0.0.5:5558
+  #       replica_id: vllm-0
+  #       model_id: qwen3-8b
+  #       tenant_id: team-a
+  #       hash_scheme: vllm
+  #       block_size: 16
+  #       metrics_url: http://10.0.0.5:8000/metrics`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			if configFile == "" {
+				return errors.New("--config is required")
+			}
+			cfg, err := observe.LoadConfig(configFile)
+			if err != nil {
+				return err
+			}
+			sink, err := observe.NewGRPCSink(addrs, log)
+			if err != nil {
+				return err
+			}
+			defer sink.Close()
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			m := observe.NewMetrics(reg)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if metricsAddr != "" {
+				ln, err := net.Listen("tcp", metricsAddr)
+				if err != nil {
+					return fmt.Errorf("--metrics-addr %s: %w", metricsAddr, err)
+				}
+				mux := http.NewServeMux()
+				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+				go func() { _ = srv.Serve(ln) }()
+				defer srv.Close()
+				log.Info("subscriber metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+			}
+			sub := observe.New(cfg, sink, observe.Options{Metrics: m, Logger: log})
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-hup:
+						c, err := observe.LoadConfig(configFile)
+						if err != nil {
+							log.Error("config reload failed; keeping the running configuration", "err", err)
+							continue
+						}
+						log.Info("config reloaded", "engines", len(c.Engines))
+						sub.Reload(c)
+					}
+				}
+			}()
+			log.Info("subscriber started", "engines", len(cfg.Engines), "cluster", addrs)
+			return sub.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "subscriber configuration YAML (SPEC 12)")
+	f.StringArrayVar(&addrs, "addr", nil, "cluster node gRPC address host:port (repeat for several nodes)")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "HTTP address serving the subscriber's /metrics; empty = off")
+	f.StringVar(&logFormat, "log-format", "text", "log format: json or text")
+	f.StringVar(&logLevel, "log-level", "info", "least log level: debug, info, warn or error")
+	return cmd
+}
