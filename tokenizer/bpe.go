@@ -402,9 +402,11 @@ func (m *bpe) merge(dst []uint32, syms []symbol, sc *scratch) []uint32 {
 	return dst
 }
 
-// mergeHeap is a binary min-heap of merge candidates ordered by rank, then
-// position (leftmost first), written out to avoid container/heap's
-// interface calls in the hot loop.
+// mergeHeap is a 4-ary min-heap of merge candidates ordered by rank, then
+// position (leftmost first). Four children per node halve the depth of a
+// binary heap and keep siblings in one or two cache lines, which matters
+// for very long words (a megabyte-long run of one letter is one word); it
+// is written out to avoid container/heap's interface calls.
 type mergeHeap []mergeItem
 
 func (h mergeHeap) less(i, j int) bool {
@@ -415,7 +417,7 @@ func (h *mergeHeap) push(it mergeItem) {
 	*h = append(*h, it)
 	q := *h
 	for i := len(q) - 1; i > 0; {
-		p := (i - 1) / 2
+		p := (i - 1) / 4
 		if !q.less(i, p) {
 			break
 		}
@@ -431,13 +433,15 @@ func (h *mergeHeap) pop() mergeItem {
 	q[0] = q[n]
 	q = q[:n]
 	for i := 0; ; {
-		l := 2*i + 1
-		if l >= n {
+		first := 4*i + 1
+		if first >= n {
 			break
 		}
-		c := l
-		if r := l + 1; r < n && q.less(r, l) {
-			c = r
+		c := first
+		for k := first + 1; k < first+4 && k < n; k++ {
+			if q.less(k, c) {
+				c = k
+			}
 		}
 		if !q.less(c, i) {
 			break
