@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,6 +107,7 @@ func TestCluster(t *testing.T) {
 	t.Run("HealthAndReflection", func(t *testing.T) { checkHealthReflection(t, c) })
 	t.Run("EveryReasonCode", func(t *testing.T) { checkReasonCodes(t, c) })
 	t.Run("BadRequests", func(t *testing.T) { checkBadRequests(t, c) })
+	t.Run("CLI", func(t *testing.T) { checkCLI(t, c) })
 	t.Run("LeaderKilledUnderLookupLoad", func(t *testing.T) { checkFailover(t, c) })
 }
 
@@ -446,4 +451,84 @@ func checkFailover(t *testing.T, c *cluster) {
 	if r.ReasonCode != pb.ReasonCode_PREFIX_MATCH || r.Replicas[0].ReplicaId != "r-d" {
 		t.Errorf("restarted node misses the write made while it was down: %v", r)
 	}
+}
+
+func runBin(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("inference-cache %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// The operator CLI against the live cluster: ingest from stdin, lookup,
+// status, policy get, and a snapshot save → inspect → restore round trip.
+func checkCLI(t *testing.T, c *cluster) {
+	addrs := []string{"--addr", c.procs[0].grpc, "--addr", c.procs[1].grpc, "--addr", c.procs[2].grpc}
+	ev := `[{"kind":"STORED","replica_id":"r-cli","hash_scheme":"vllm","model_id":"m","tenant_id":"t","token_ids":[` + joinInts(toks(40000, 128)) + `],"block_size":16},
+	        {"kind":"STORED","replica_id":"","hash_scheme":"vllm","model_id":"m","block_hashes":["1"]}]`
+	out := runBin(t, ev, append([]string{"ingest", "--json"}, addrs...)...)
+	var ir struct {
+		Accepted int `json:"accepted"`
+		Rejected []struct {
+			EventIndex int    `json:"event_index"`
+			Reason     string `json:"reason"`
+		} `json:"rejected"`
+	}
+	if err := json.Unmarshal([]byte(out), &ir); err != nil || ir.Accepted != 1 || len(ir.Rejected) != 1 || ir.Rejected[0].Reason != "replica_id is empty" {
+		t.Fatalf("ingest output %s (%v)", out, err)
+	}
+	c.waitSameDigest(10*time.Second, c.procs...)
+	out = runBin(t, "", "lookup", "--addr", c.procs[2].grpc, "--model", "m", "--tenant", "t", "--tokens", joinInts(toks(40000, 128)), "--block-size", "16")
+	if !strings.Contains(out, "PREFIX_MATCH") || !strings.Contains(out, "r-cli") {
+		t.Fatalf("lookup table:\n%s", out)
+	}
+	out = runBin(t, "", append([]string{"status"}, addrs...)...)
+	if strings.Count(out, "Leader") < 1 || strings.Count(out, "Voter") != 3 {
+		t.Fatalf("status table:\n%s", out)
+	}
+	out = runBin(t, "", "policy", "get", "--addr", c.procs[0].grpc)
+	if !strings.Contains(out, "kind: CachePolicy") || !strings.Contains(out, "maxReplicas: 4") {
+		t.Fatalf("policy get:\n%s", out)
+	}
+	snap := filepath.Join(t.TempDir(), "backup.snap")
+	before := c.waitSameDigest(10*time.Second, c.procs...)
+	runBin(t, "", "snapshot", "save", snap, "--addr", c.procs[1].grpc)
+	out = runBin(t, "", "snapshot", "inspect", snap, "--json")
+	var meta struct {
+		AppliedIndex uint64 `json:"applied_index"`
+		Digest       string `json:"digest"`
+	}
+	if err := json.Unmarshal([]byte(out), &meta); err != nil || meta.Digest != fmt.Sprintf("%016x", before.Digest) {
+		t.Fatalf("inspect %s (%v), want digest %016x", out, err, before.Digest)
+	}
+	runBin(t, "", append([]string{"snapshot", "restore", snap}, addrs...)...)
+	after := c.waitSameDigest(20*time.Second, c.procs...)
+	if after.Digest != before.Digest {
+		t.Errorf("digest after restoring the backup %x, want %x", after.Digest, before.Digest)
+	}
+	// A corrupt file is refused before anything changes.
+	b, _ := os.ReadFile(snap)
+	b[len(b)/2] ^= 0xff
+	bad := snap + ".bad"
+	_ = os.WriteFile(bad, b, 0o644)
+	if out, err := exec.Command(binPath, "snapshot", "restore", bad, "--addr", c.procs[0].grpc).CombinedOutput(); err == nil {
+		t.Errorf("corrupt snapshot restored: %s", out)
+	}
+	for _, p := range c.procs {
+		if r := lookup(t, p, lookupReq(tenant, chainA)); r.ReasonCode != pb.ReasonCode_PREFIX_MATCH {
+			t.Errorf("%s after restore: %v", p.id, r)
+		}
+	}
+}
+
+func joinInts(v []uint32) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(int(x))
+	}
+	return strings.Join(s, ",")
 }
