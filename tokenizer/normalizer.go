@@ -93,7 +93,11 @@ func buildNormalizer(raw json.RawMessage, where string) (normalizer, error) {
 			return nil, fmt.Errorf("%w: %s: Replace normalizer: %v", ErrMalformed, where, err)
 		}
 		if c.Pattern.Regex != nil {
-			return nil, fmt.Errorf("%w: %s: Replace normalizer with a Regex pattern %q", ErrUnsupported, where, *c.Pattern.Regex)
+			n, err := regexReplacer(*c.Pattern.Regex, c.Content)
+			if err != nil {
+				return nil, unsupportedRegex(where, "Replace normalizer", *c.Pattern.Regex, err)
+			}
+			return n, nil
 		}
 		if c.Pattern.String == nil || *c.Pattern.String == "" {
 			return nil, fmt.Errorf("%w: %s: Replace normalizer without a String pattern", ErrMalformed, where)

@@ -357,11 +357,15 @@ func buildPreTokenizer(raw json.RawMessage, where string, byteLevelSeen *bool) (
 		sp := splitter{behavior: b, invert: c.Invert}
 		switch {
 		case c.Pattern.Regex != nil:
-			sc, ok := scannerFor(*c.Pattern.Regex)
-			if !ok {
-				return nil, fmt.Errorf("%w: %s: Split pre-tokenizer regex %q is not one of the recognised GPT-2, cl100k/Llama-3 or Qwen2 patterns", ErrUnsupported, where, *c.Pattern.Regex)
+			if sc, ok := scannerFor(*c.Pattern.Regex); ok {
+				sp.match = scannerMatcher(sc)
+				break
 			}
-			sp.match = scannerMatcher(sc)
+			m, err := regexMatcher(*c.Pattern.Regex)
+			if err != nil {
+				return nil, unsupportedRegex(where, "Split pre-tokenizer", *c.Pattern.Regex, err)
+			}
+			sp.match = m
 		case c.Pattern.String != nil && *c.Pattern.String != "":
 			sp.match = literalMatcher(*c.Pattern.String)
 		default:

@@ -104,3 +104,49 @@ func TestByteToRune_IsGPT2Table(t *testing.T) {
 		seen[r] = true
 	}
 }
+
+// TestScanner_AgreesWithRegexp2 runs each recognised pattern through both
+// the hand-written scanner and the general regexp2 engine on random text
+// and on every golden text: the splits must be identical. This checks the
+// scanners against an independent backtracking implementation of the
+// pattern itself.
+func TestScanner_AgreesWithRegexp2(t *testing.T) {
+	var texts []string
+	for _, gt := range loadGolden(t).Tokenizers {
+		for _, c := range gt.Cases {
+			texts = append(texts, c.Text)
+		}
+	}
+	alphabet := []rune("aZé中'sStTlLdDmMrReEvV0123４ \t\r\n\u00a0\u2003\u200b\u0085\ufeff\u0301.,!?<>|🎉")
+	rng := rand.New(rand.NewPCG(3, 4))
+	n := 3000
+	if raceEnabled {
+		n = 300
+	}
+	for range n {
+		var b strings.Builder
+		for range rng.IntN(24) {
+			b.WriteRune(alphabet[rng.IntN(len(alphabet))])
+		}
+		texts = append(texts, b.String())
+	}
+	for _, p := range []string{patternGPT2, patternCL100K, patternQwen2} {
+		sc, _ := scannerFor(p)
+		re, err := regexMatcher(p)
+		if err != nil {
+			t.Fatalf("regexp2 cannot compile %q: %v", p, err)
+		}
+		fast := scannerMatcher(sc)
+		bad := 0
+		for _, s := range texts {
+			want := re(s, nil)
+			got := fast(s, nil)
+			if !cmp.Equal(want, got, cmp.AllowUnexported(span{})) {
+				bad++
+				if bad <= 3 {
+					t.Errorf("pattern %q on %q: regexp2 %v, scanner %v", p, s, want, got)
+				}
+			}
+		}
+	}
+}

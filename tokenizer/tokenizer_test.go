@@ -128,9 +128,9 @@ func TestLoad_RefusesUnsupportedTypes(t *testing.T) {
 		{"BPE dropout", "dropout", model("dropout", 0.1)},
 		{"BertNormalizer", `"BertNormalizer"`, set("normalizer", obj(`{"type":"BertNormalizer"}`))},
 		{"Precompiled in a sequence", `"Precompiled"`, set("normalizer", obj(`{"type":"Sequence","normalizers":[{"type":"NFC"},{"type":"Precompiled","precompiled_charsmap":""}]}`))},
-		{"Replace with regex", "Regex", set("normalizer", obj(`{"type":"Replace","pattern":{"Regex":" {2,}"},"content":" "}`))},
+		{"Replace with an uncompilable regex", `a++`, set("normalizer", obj(`{"type":"Replace","pattern":{"Regex":"a++"},"content":" "}`))},
 		{"Whitespace pre-tokenizer", `"Whitespace"`, set("pre_tokenizer", obj(`{"type":"Whitespace"}`))},
-		{"unknown Split regex", `\\w+`, set("pre_tokenizer", obj(`{"type":"Split","pattern":{"Regex":"\\w+"},"behavior":"Isolated","invert":false}`))},
+		{"uncompilable Split regex", `\\p{L}++`, set("pre_tokenizer", obj(`{"type":"Split","pattern":{"Regex":"\\p{L}++"},"behavior":"Isolated","invert":false}`))},
 		{"unknown Split behavior", `"Sideways"`, set("pre_tokenizer", obj(`{"type":"Split","pattern":{"String":" "},"behavior":"Sideways","invert":false}`))},
 		{"Metaspace prepend scheme", `"sometimes"`, set("pre_tokenizer", obj(`{"type":"Metaspace","replacement":"▁","prepend_scheme":"sometimes"}`))},
 		{"unknown post-processor", `"Fancy"`, set("post_processor", obj(`{"type":"Fancy"}`))},
@@ -256,5 +256,41 @@ func TestEncode_ConcurrentCallersAgree(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+	}
+}
+
+// TestLoad_OtherRegexesUseTheGeneralEngine: a Split regex without a
+// scanner (here DeepSeek-V3's digit and CJK splits) and a Replace regex
+// are compiled with regexp2 and applied.
+func TestLoad_OtherRegexesUseTheGeneralEngine(t *testing.T) {
+	dir := writeVariant(t, func(m map[string]any) {
+		m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{
+			map[string]any{"type": "Replace", "pattern": map[string]any{"Regex": " {2,}"}, "content": " "},
+			map[string]any{"type": "Prepend", "prepend": "▁"},
+			map[string]any{"type": "Replace", "pattern": map[string]any{"String": " "}, "content": "▁"},
+		}}
+		m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `\p{N}{1,3}`}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `[一-龥\x{3040}-ゟ゠-ヿ]+`}, "behavior": "Isolated", "invert": false},
+		}}
+	})
+	tok, err := Load(filepath.Join(dir, "tokenizer.json"), "", LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "hello   hello" → "▁hello▁hello" after collapsing the spaces.
+	got, err := tok.Encode("hello   hello", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]uint32{14, 14}, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	var pieces []string
+	for _, p := range tok.pre.preTokenize(nil, piece{text: "ab12345漢字カナcd"}) {
+		pieces = append(pieces, p.text)
+	}
+	if diff := cmp.Diff([]string{"ab", "123", "45", "漢字カナ", "cd"}, pieces); diff != "" {
+		t.Errorf("pieces (-want +got):\n%s", diff)
 	}
 }
