@@ -50,11 +50,9 @@ tools:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
-## run: start the service (see README)
+## run: start a local 3-node cluster on loopback (inference-cache dev; Ctrl-C stops it)
 run: build
-	$(BIN)/inference-cache version
-	@echo "The cluster command is not built yet; this prints the fingerprint of 48 token ids instead:"
-	$(BIN)/inference-cache fingerprint --block-size 16 $$(seq 0 47)
+	$(BIN)/inference-cache dev
 
 clean:
 	rm -rf $(BIN) .dev-cluster

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,7 +98,8 @@ func pct(lat []time.Duration, p float64) float64 {
 //     request on its own goroutine at its scheduled time); run with
 //     -benchtime=Nx to set the request count.
 //
-// Both report p50-us and p99-us latency.
+// Both report p50-us and p99-us latency and match-frac, the share of
+// PREFIX_MATCH answers.
 func BenchmarkLookupRouteGRPC(b *testing.B) {
 	ix, reqs := benchKeys(b)
 	servers := []struct {
@@ -115,7 +117,13 @@ func BenchmarkLookupRouteGRPC(b *testing.B) {
 	{
 		n := &indexNode{ix: ix}
 		n.pol = policy.Default()
-		r, _ := NewService(Config{Backend: n}).LookupRoute(context.Background(), reqs[0])
+		svc := NewService(Config{Backend: n})
+		var r *pb.LookupRouteResponse
+		for i := 0; i < 5; i++ { // the first call may miss the 10 ms budget on a busy machine
+			if r, _ = svc.LookupRoute(context.Background(), reqs[0]); r.ReasonCode == pb.ReasonCode_PREFIX_MATCH {
+				break
+			}
+		}
 		if r.ReasonCode != pb.ReasonCode_PREFIX_MATCH {
 			b.Fatalf("benchmark key does not match: %v", r)
 		}
@@ -130,6 +138,7 @@ func BenchmarkLookupRouteGRPC(b *testing.B) {
 				}
 				var mu sync.Mutex
 				var lat []time.Duration
+				var matched atomic.Int64
 				b.ResetTimer()
 				if mode == "saturation" {
 					const workers = 32
@@ -142,9 +151,13 @@ func BenchmarkLookupRouteGRPC(b *testing.B) {
 							local := make([]time.Duration, 0, per)
 							for i := 0; i < per; i++ {
 								t0 := time.Now()
-								if _, err := c.LookupRoute(ctx, reqs[(w*per+i)%len(reqs)]); err != nil {
+								r, err := c.LookupRoute(ctx, reqs[(w*per+i)%len(reqs)])
+								if err != nil {
 									b.Error(err)
 									return
+								}
+								if r.ReasonCode == pb.ReasonCode_PREFIX_MATCH {
+									matched.Add(1)
 								}
 								local = append(local, time.Since(t0))
 							}
@@ -167,9 +180,13 @@ func BenchmarkLookupRouteGRPC(b *testing.B) {
 						go func(i int) {
 							defer wg.Done()
 							t0 := time.Now()
-							if _, err := c.LookupRoute(ctx, reqs[i%len(reqs)]); err != nil {
+							r, err := c.LookupRoute(ctx, reqs[i%len(reqs)])
+							if err != nil {
 								b.Error(err)
 								return
+							}
+							if r.ReasonCode == pb.ReasonCode_PREFIX_MATCH {
+								matched.Add(1)
 							}
 							d := time.Since(t0)
 							mu.Lock()
@@ -182,6 +199,9 @@ func BenchmarkLookupRouteGRPC(b *testing.B) {
 				b.StopTimer()
 				b.ReportMetric(pct(lat, 0.50), "p50-us")
 				b.ReportMetric(pct(lat, 0.99), "p99-us")
+				// Share of answers that were PREFIX_MATCH (1 for the real
+				// handler unless a lookup missed its budget; 0 for empty).
+				b.ReportMetric(float64(matched.Load())/float64(max(1, len(lat))), "match-frac")
 			})
 		}
 	}
