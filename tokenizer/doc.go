@@ -6,21 +6,29 @@
 // implementation exactly for the two BPE families LLM serving uses most:
 //
 //   - byte-level BPE (GPT-2, Llama 3, Qwen): optional NFC normalizer, a
-//     Split pre-tokenizer with the GPT-2, cl100k/Llama-3 or Qwen2 regex
-//     (hand-written scanners, see scanner.go; the lookahead in these
-//     patterns is beyond Go's regexp), the ByteLevel byte-to-unicode
-//     mapping, ranked merges;
+//     Split pre-tokenizer (the lookahead in these patterns is beyond Go's
+//     regexp: the GPT-2, cl100k/Llama-3 and Qwen2 patterns run as
+//     hand-written scanners, see scanner.go, any other pattern through the
+//     backtracking engine github.com/dlclark/regexp2), the ByteLevel
+//     byte-to-unicode mapping, ranked merges;
 //   - SentencePiece-style BPE (Llama 2, Mistral): Prepend+Replace
 //     normalizers or a Metaspace pre-tokenizer, byte_fallback to <0xXX>
 //     tokens, unk with fuse_unk.
+//
+// Supported components: model BPE (unk_token, fuse_unk, byte_fallback,
+// continuing_subword_prefix, end_of_word_suffix, ignore_merges); normalizers
+// NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace, Sequence;
+// pre-tokenizers Split (all five behaviours, invert), ByteLevel, Metaspace
+// (prepend_scheme always/first/never, split), Digits, Sequence;
+// post-processors TemplateProcessing, BertProcessing, RobertaProcessing,
+// ByteLevel, Sequence. The decoder is not used.
 //
 // Added tokens ("<|im_start|>", "<s>", …) are cut out of the text before
 // anything else, leftmost-longest, honouring lstrip, rstrip, single_word
 // and normalized. Anything else in a tokenizer.json that would change the
 // ids (another model type such as WordPiece or Unigram, a normalizer,
-// pre-tokenizer or post-processor type not listed here, a Split regex that
-// is not one of the three recognised ones, BPE dropout) is refused at load
-// time with ErrUnsupported and a message naming the type and the file,
+// pre-tokenizer or post-processor type not listed here, a regex regexp2
+// cannot compile, BPE dropout) is refused at load time with ErrUnsupported and a message naming the type and the file,
 // rather than producing ids that silently never match the engine's.
 //
 // # Special tokens
