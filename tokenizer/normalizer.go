@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 
+	"golang.org/x/text/cases"
+	"golang.org/x/text/language"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -52,7 +54,10 @@ func buildNormalizer(raw json.RawMessage, where string) (normalizer, error) {
 	case "NFKD":
 		return normalizerFunc(norm.NFKD.String), nil
 	case "Lowercase":
-		return normalizerFunc(strings.ToLower), nil
+		// Full Unicode lowercasing with final sigma, like Rust's
+		// str::to_lowercase (strings.ToLower maps rune by rune). A Caser
+		// is stateful, hence one per call.
+		return normalizerFunc(func(s string) string { return cases.Lower(language.Und).String(s) }), nil
 	case "Strip":
 		var c struct {
 			Left  bool `json:"strip_left"`

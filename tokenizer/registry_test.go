@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -203,5 +204,26 @@ func TestRegistry_EncodesSharedReferenceModel(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no golden case with special tokens")
+	}
+}
+
+// TestRegistry_RetriesFailedLoadAfterTimeout: once RetryFailedAfter has
+// passed, a fixed file is picked up without a restart.
+func TestRegistry_RetriesFailedLoadAfterTimeout(t *testing.T) {
+	root := modelsDir(t, "m")
+	path := filepath.Join(root, "m", "tokenizer.json")
+	good, _ := os.ReadFile(path)
+	os.WriteFile(path, []byte("{broken"), 0o644)
+	r := NewRegistry(root, RegistryOptions{RetryFailedAfter: time.Nanosecond})
+	if _, err := r.Encode("m", "hello"); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("err = %v, want ErrMalformed", err)
+	}
+	os.WriteFile(path, good, 0o644)
+	time.Sleep(time.Millisecond)
+	if _, err := r.Encode("m", "hello"); err != nil {
+		t.Fatalf("after fixing the file: %v", err)
+	}
+	if n := r.Loads(); n != 2 {
+		t.Errorf("Loads = %d, want 2", n)
 	}
 }

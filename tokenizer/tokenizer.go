@@ -117,7 +117,11 @@ func Load(tokenizerPath, configPath string, opts LoadOptions) (*Tokenizer, error
 	var raw, normalized []*addedToken
 	for _, a := range tj.AddedTokens {
 		if a.Normalized && t.norm != nil {
-			normalized = append(normalized, a)
+			// The reference matches a normalized token by its normalized
+			// content (so a Prepend normalizer prepends to it too).
+			c := *a
+			c.Content = t.norm.normalize(a.Content)
+			normalized = append(normalized, &c)
 		} else {
 			raw = append(raw, a)
 		}

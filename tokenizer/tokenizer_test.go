@@ -294,3 +294,30 @@ func TestLoad_OtherRegexesUseTheGeneralEngine(t *testing.T) {
 		t.Errorf("pieces (-want +got):\n%s", diff)
 	}
 }
+
+// TestEncode_NormalizedAddedTokensMatchNormalizedText: an added token with
+// normalized true is matched in the normalized text by its normalized
+// content; Lowercase is full Unicode lowercasing.
+func TestEncode_NormalizedAddedTokensMatchNormalizedText(t *testing.T) {
+	dir := writeVariant(t, func(m map[string]any) {
+		m["normalizer"] = map[string]any{"type": "Lowercase"}
+		m["added_tokens"] = append(m["added_tokens"].([]any), map[string]any{
+			"id": 15, "content": "HELL", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true, "special": false,
+		})
+		m["model"].(map[string]any)["vocab"].(map[string]any)["HELL"] = 15
+	})
+	tok, err := Load(filepath.Join(dir, "tokenizer.json"), "", LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tok.Encode("HeLLo", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]uint32{15, 9}, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if got := tok.norm.normalize("ΟΔΟΣ İ"); got != "οδος i̇" {
+		t.Errorf("Lowercase = %q", got)
+	}
+}
