@@ -56,3 +56,7 @@ run: build
 
 clean:
 	rm -rf $(BIN) .dev-cluster
+
+## deps-test: Debian packages the observe integration test needs (real libzmq publisher)
+deps-test:
+	apt-get install -y python3-zmq python3-msgpack

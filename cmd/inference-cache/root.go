@@ -22,6 +22,7 @@ every node answers LookupRoute from its local copy.`,
 	}
 	root.AddCommand(newVersionCmd(), newFingerprintCmd(), newServerCmd(), newDevCmd(),
 		newLookupCmd(), newIngestCmd(), newStatsCmd(), newStatusCmd(), newPolicyCmd(), newSnapshotCmd())
+	root.AddCommand(newSubscribeCmd())
 	return root
 }
 
