@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -9,33 +10,38 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/tokenizer"
 )
 
 // Details of NO_HINT answers produced by the API layer itself (SPEC 5
 // fail-open). They are constants so the hot path never formats a string;
 // each names the field or limit at fault.
 const (
-	DetailNoScheme        = "hash_scheme is empty"
-	DetailNoKey           = "no key: give block_hashes, prefix_hash, token_ids or prompt_text"
-	DetailSchemeTooLong   = "hash_scheme over MaxIDBytes (256)"
-	DetailModelTooLong    = "model_id over MaxIDBytes (256)"
-	DetailTenantTooLong   = "tenant_id over MaxIDBytes (256)"
-	DetailAdapterTooLong  = "adapter_id over MaxIDBytes (256)"
-	DetailChainTooLong    = "block_hashes over MaxChainLength (8192)"
-	DetailCountsTooLong   = "block_token_counts over MaxChainLength (8192)"
-	DetailCountsMismatch  = "block_token_counts length differs from block_hashes"
-	DetailCountsZero      = "block_token_counts holds a 0"
-	DetailCountsTooBig    = "block_token_counts holds a value over MaxBlockSize (4096)"
-	DetailTokensTooLong   = "token_ids over MaxTokens (262144)"
-	DetailPromptTooLong   = "prompt_text over MaxPromptBytes (1048576)"
-	DetailMaxReplicas     = "max_replicas over MaxReplicasRequested (64)"
-	DetailNoTokenizer     = "prompt_text needs a tokenizer: the server has no models directory (--models-dir)"
-	DetailTokenizeFailed  = "prompt_text could not be tokenized for this model_id"
-	DetailTokenizeTooLong = "prompt_text tokenizes to more than MaxTokens (262144)"
-	DetailTimeout         = "lookup exceeded the policy lookupTimeoutMs budget"
-	DetailPanic           = "internal error during lookup (recovered)"
-	DetailNotReady        = "node has not loaded its state yet"
-	DetailCanceled        = "request canceled by the caller"
+	DetailNoScheme         = "hash_scheme is empty"
+	DetailNoKey            = "no key: give block_hashes, prefix_hash, token_ids or prompt_text"
+	DetailSchemeTooLong    = "hash_scheme over MaxIDBytes (256)"
+	DetailModelTooLong     = "model_id over MaxIDBytes (256)"
+	DetailTenantTooLong    = "tenant_id over MaxIDBytes (256)"
+	DetailAdapterTooLong   = "adapter_id over MaxIDBytes (256)"
+	DetailChainTooLong     = "block_hashes over MaxChainLength (8192)"
+	DetailCountsTooLong    = "block_token_counts over MaxChainLength (8192)"
+	DetailCountsMismatch   = "block_token_counts length differs from block_hashes"
+	DetailCountsZero       = "block_token_counts holds a 0"
+	DetailCountsTooBig     = "block_token_counts holds a value over MaxBlockSize (4096)"
+	DetailTokensTooLong    = "token_ids over MaxTokens (262144)"
+	DetailPromptTooLong    = "prompt_text over MaxPromptBytes (1048576)"
+	DetailMaxReplicas      = "max_replicas over MaxReplicasRequested (64)"
+	DetailNoTokenizer      = "prompt_text needs a tokenizer: the server has no models directory (--models-dir)"
+	DetailTokenizeFailed   = "prompt_text could not be tokenized for this model_id"
+	DetailNoModelTokenizer = "prompt_text: no tokenizer for this model_id in the models directory"
+	DetailUnsupportedTok   = "prompt_text: this model_id's tokenizer.json uses a type the server does not support"
+	DetailMalformedTok     = "prompt_text: this model_id's tokenizer.json is malformed"
+	DetailPromptUTF8       = "prompt_text is not valid UTF-8"
+	DetailTokenizeTooLong  = "prompt_text tokenizes to more than MaxTokens (262144)"
+	DetailTimeout          = "lookup exceeded the policy lookupTimeoutMs budget"
+	DetailPanic            = "internal error during lookup (recovered)"
+	DetailNotReady         = "node has not loaded its state yet"
+	DetailCanceled         = "request canceled by the caller"
 )
 
 // lookupScratch holds the per-call buffers of LookupRoute, pooled so that a
@@ -137,7 +143,7 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 		ids, err := s.tok.Encode(req.GetModelId(), req.GetPromptText())
 		if err != nil {
 			s.log.Debug("tokenize failed", slog.String("model_id", req.GetModelId()), slog.Any("err", err))
-			noHint(resp, DetailTokenizeFailed)
+			noHint(resp, tokenizeDetail(err))
 			return
 		}
 		if len(ids) > MaxTokens {
@@ -186,6 +192,24 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 	if res.Reason == index.PrefixMatch && len(res.CreditHashes) > 0 && pol.EvictionPolicy == policy.LFU {
 		s.node.Credit(res.CreditPartition, res.CreditHashes)
 	}
+}
+
+// tokenizeDetail maps a tokenizer error to its NO_HINT detail. The full
+// error (which names server file paths) goes only to the log.
+func tokenizeDetail(err error) string {
+	switch {
+	case errors.Is(err, tokenizer.ErrNoModelsDir):
+		return DetailNoTokenizer
+	case errors.Is(err, tokenizer.ErrUnknownModel):
+		return DetailNoModelTokenizer
+	case errors.Is(err, tokenizer.ErrUnsupported):
+		return DetailUnsupportedTok
+	case errors.Is(err, tokenizer.ErrMalformed):
+		return DetailMalformedTok
+	case errors.Is(err, tokenizer.ErrInvalidUTF8):
+		return DetailPromptUTF8
+	}
+	return DetailTokenizeFailed
 }
 
 // checkLookup returns the NO_HINT detail for a request over a limit (SPEC

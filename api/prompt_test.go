@@ -1,0 +1,221 @@
+package api
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/fingerprint"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/tokenizer"
+)
+
+// modelsDirWith links the shared reference tokenizer (never copied into the
+// repo) into a fresh models directory as model "qwen3".
+func modelsDirWith(t *testing.T) string {
+	t.Helper()
+	src, err := filepath.Abs(filepath.Join("..", "..", "shared", "data", "tokenizers", "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
+		t.Fatalf("shared tokenizer must be beside the repo: %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(src, filepath.Join(dir, "qwen3")); err != nil {
+		t.Fatal(err)
+	}
+	// A model whose tokenizer.json uses a type the server refuses.
+	bad := filepath.Join(dir, "wordpiece")
+	if err := os.Mkdir(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "tokenizer.json"), []byte(`{"model":{"type":"WordPiece","vocab":{"a":0}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// The third key form must reach the same answer as the token ids it stands
+// for: the server tokenizes with the model's own tokenizer and then takes the
+// token_ids path (SPEC 5 key resolution).
+func TestLookupRoute_PromptTextMatchesEquivalentTokenIDs(t *testing.T) {
+	reg := tokenizer.NewRegistry(modelsDirWith(t), tokenizer.RegistryOptions{})
+	prompt := strings.Repeat("You are a helpful assistant. Answer briefly and cite sources. ", 20)
+	ids, err := reg.Encode("qwen3", prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) < 64 {
+		t.Fatalf("prompt gives only %d tokens; the test needs several blocks", len(ids))
+	}
+	p := policy.Default()
+	p.BlockSize = map[string]uint32{"qwen3": 16}
+	ix := index.New(p)
+	hashes, _ := fingerprint.AppendBlockHashes(nil, ids, 16)
+	counts := make([]uint32, len(hashes))
+	for i := range counts {
+		counts[i] = 16
+	}
+	now := time.Now().UnixMilli()
+	part := index.Partition{Scheme: "vllm", Model: "qwen3", Tenant: "t"}
+	// r-long holds the whole prompt, r-short only its first four blocks.
+	ix.ApplyEvents([]index.BlockEvent{
+		{Kind: index.Stored, ReplicaID: "r-long", Partition: part, BlockHashes: hashes, BlockTokenCounts: counts, ObservedAtMs: now},
+		{Kind: index.Stored, ReplicaID: "r-short", Partition: part, BlockHashes: hashes[:4], BlockTokenCounts: counts[:4], ObservedAtMs: now},
+	})
+	n := &indexNode{ix: ix}
+	n.pol = p
+	s := NewService(Config{Backend: n, Tokenizer: reg})
+
+	base := &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "qwen3", TenantId: "t"}
+	byIDs := cloneReq(base)
+	byIDs.TokenIds = ids
+	byText := cloneReq(base)
+	byText.PromptText = prompt
+
+	a, _ := s.LookupRoute(context.Background(), byIDs)
+	b, _ := s.LookupRoute(context.Background(), byText)
+	if a.GetReasonCode() != pb.ReasonCode_PREFIX_MATCH || len(a.GetReplicas()) == 0 || a.GetReplicas()[0].GetReplicaId() != "r-long" {
+		t.Fatalf("token_ids lookup: %v %q %v, want PREFIX_MATCH led by r-long", a.GetReasonCode(), a.GetDetail(), a.GetReplicas())
+	}
+	if want := uint32(len(hashes) * 16); a.GetReplicas()[0].GetMatchedTokens() != want {
+		t.Errorf("matched tokens %d, want %d (every full block)", a.GetReplicas()[0].GetMatchedTokens(), want)
+	}
+	// Scores include freshness, which moves between the two calls by at
+	// most a millisecond of age: compare everything else exactly.
+	ignore := protocmp.IgnoreFields(&pb.ReplicaHint{}, "score", "freshness", "age_ms")
+	if d := cmp.Diff(a, b, protocmp.Transform(), ignore); d != "" {
+		t.Errorf("prompt_text answer differs from token_ids answer (-ids +text):\n%s", d)
+	}
+}
+
+func cloneReq(r *pb.LookupRouteRequest) *pb.LookupRouteRequest {
+	return &pb.LookupRouteRequest{HashScheme: r.HashScheme, ModelId: r.ModelId, TenantId: r.TenantId}
+}
+
+func TestLookupRoute_PromptTextFailuresAreNoHintWithDetail(t *testing.T) {
+	withDir := tokenizer.NewRegistry(modelsDirWith(t), tokenizer.RegistryOptions{})
+	noDir := tokenizer.NewRegistry("", tokenizer.RegistryOptions{})
+	cases := []struct {
+		name   string
+		tok    Tokenizer
+		model  string
+		prompt string
+		want   string
+	}{
+		{"no tokenizer configured", nil, "qwen3", "hello", DetailNoTokenizer},
+		{"registry without models dir", noDir, "qwen3", "hello", DetailNoTokenizer},
+		{"model absent from models dir", withDir, "llama-9", "hello", DetailNoModelTokenizer},
+		{"path escape in model id", withDir, "../qwen3", "hello", DetailNoModelTokenizer},
+		{"unsupported tokenizer type", withDir, "wordpiece", "hello", DetailUnsupportedTok},
+		{"invalid UTF-8", withDir, "qwen3", "ok \xff\xfe bad", DetailPromptUTF8},
+		{"over MaxPromptBytes", withDir, "qwen3", strings.Repeat("a", MaxPromptBytes+1), DetailPromptTooLong},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeNode{lookup: match}
+			s := newSvc(f, c.tok)
+			if c.tok == nil {
+				s = NewService(Config{Backend: f})
+			}
+			r, err := s.LookupRoute(context.Background(), &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: c.model, PromptText: c.prompt})
+			if err != nil {
+				t.Fatalf("LookupRoute returned an error: %v", err)
+			}
+			if r.GetReasonCode() != pb.ReasonCode_NO_HINT || r.GetDetail() != c.want {
+				t.Fatalf("got %v %q, want NO_HINT %q", r.GetReasonCode(), r.GetDetail(), c.want)
+			}
+			if strings.Contains(r.GetDetail(), "/") && c.want != DetailNoTokenizer {
+				t.Errorf("detail leaks a path: %q", r.GetDetail())
+			}
+		})
+	}
+}
+
+// BenchmarkLookupRoute_PromptText32KB measures the whole handler for a 32 KB
+// prompt_text (tokenize with the real qwen3 tokenizer, fingerprint, match)
+// next to the same lookup given as token_ids, in the same run. The first
+// iteration warms the tokenizer's word cache, as a repeated system prompt
+// would in production; the cold figure is the tokenizer's own benchmark.
+func BenchmarkLookupRoute_PromptText32KB(b *testing.B) {
+	src, _ := filepath.Abs(filepath.Join("..", "..", "shared", "data", "tokenizers", "qwen3"))
+	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
+		b.Skipf("shared tokenizer absent: %v", err)
+	}
+	dir := b.TempDir()
+	if err := os.Symlink(src, filepath.Join(dir, "qwen3")); err != nil {
+		b.Fatal(err)
+	}
+	reg := tokenizer.NewRegistry(dir, tokenizer.RegistryOptions{})
+	var sb strings.Builder
+	for i := 0; sb.Len() < 32<<10; i++ {
+		sb.WriteString("The quick brown fox jumps over the lazy dog; request number ")
+		sb.WriteString(strings.Repeat("x", i%7))
+		sb.WriteString(". ")
+	}
+	prompt := sb.String()[:32<<10]
+	ids, err := reg.Encode("qwen3", prompt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := policy.Default()
+	p.LookupTimeout = 10 * time.Second // measure, do not cut off
+	ix := index.New(p)
+	hashes, _ := fingerprint.AppendBlockHashes(nil, ids, 16)
+	counts := make([]uint32, len(hashes))
+	for i := range counts {
+		counts[i] = 16
+	}
+	// A second replica in the serving set: with one replica, distinguishing
+	// power is 1 − 1/1 = 0 and no prefix ever matches (SPEC 5).
+	part := index.Partition{Scheme: "vllm", Model: "qwen3"}
+	ix.ApplyEvents([]index.BlockEvent{
+		{Kind: index.Stored, ReplicaID: "r", Partition: part, BlockHashes: hashes, BlockTokenCounts: counts, ObservedAtMs: time.Now().UnixMilli()},
+		{Kind: index.Stored, ReplicaID: "other", Partition: part, BlockHashes: []uint64{42}, BlockTokenCounts: []uint32{16}, ObservedAtMs: time.Now().UnixMilli()},
+	})
+	n := &indexNode{ix: ix}
+	n.pol = p
+	s := NewService(Config{Backend: n, Tokenizer: reg})
+	for _, mode := range []string{"prompt_text", "token_ids"} {
+		req := &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "qwen3"}
+		if mode == "prompt_text" {
+			req.PromptText = prompt
+		} else {
+			req.TokenIds = ids
+		}
+		b.Run(mode, func(b *testing.B) {
+			b.SetBytes(int64(len(prompt)))
+			lat := make([]time.Duration, 0, 1024)
+			for b.Loop() {
+				t0 := time.Now()
+				r, _ := s.LookupRoute(context.Background(), req)
+				lat = append(lat, time.Since(t0))
+				if r.GetReasonCode() != pb.ReasonCode_PREFIX_MATCH {
+					b.Fatalf("%v %q", r.GetReasonCode(), r.GetDetail())
+				}
+			}
+			reportQuantiles(b, lat)
+		})
+	}
+}
+
+// reportQuantiles adds p50 and p99 latency metrics (µs) to a benchmark.
+func reportQuantiles(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	q := func(f float64) float64 { return float64(lat[int(f*float64(len(lat)-1))]) / 1e3 }
+	b.ReportMetric(q(0.50), "p50-µs")
+	b.ReportMetric(q(0.99), "p99-µs")
+}
