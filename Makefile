@@ -59,4 +59,4 @@ clean:
 
 ## deps-test: Debian packages the observe integration test needs (real libzmq publisher)
 deps-test:
-	apt-get install -y python3-zmq python3-msgpack
+	apt-get install -y -qq python3-zmq python3-msgpack

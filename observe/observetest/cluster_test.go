@@ -57,17 +57,26 @@ func TestRealPublisherIntoRealCluster(t *testing.T) {
 		p.cmd(t, map[string]any{"op": op, "events": evs, "rank": rank, "form": form})
 	}
 
-	// Warm-up: against a freshly elected cluster the first scenario's
-	// stores were seen (AFFINITY_HINT) but not matched for 15 s; reported
-	// to the server owners. Later scenarios are strict.
-	t.Run("warm-up", func(t *testing.T) {
+	// The first replica of (vllm, model) is alone in its serving set, so
+	// its distinguishing power is 1 − 1/1 = 0 and ranking v2 never makes
+	// it a PREFIX_MATCH (SPEC 5): the answer is the affinity fallback
+	// naming it. It stays in the serving set, so every later scenario has
+	// at least two replicas and must match strictly.
+	t.Run("lone replica gets affinity, not a prefix match", func(t *testing.T) {
 		p, name, _ := scenario(t, py, addrs, false)
 		pubEvents(p, "publish", nil, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, nil))
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) && lookup(t, cli, a, name, "").GetReasonCode() != pb.ReasonCode_PREFIX_MATCH {
+		deadline := time.Now().Add(10 * time.Second)
+		var r *pb.LookupRouteResponse
+		for time.Now().Before(deadline) {
+			r = lookup(t, cli, a, name, "")
+			if r.GetReasonCode() == pb.ReasonCode_AFFINITY_HINT {
+				break
+			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		t.Logf("warm-up lookup: %v", lookup(t, cli, a, name, "").GetReasonCode())
+		if r.GetReasonCode() != pb.ReasonCode_AFFINITY_HINT || len(r.GetReplicas()) != 1 || r.GetReplicas()[0].GetReplicaId() != name {
+			t.Fatalf("lone replica: %v %q %v, want AFFINITY_HINT naming %s", r.GetReasonCode(), r.GetDetail(), r.GetReplicas(), name)
+		}
 	})
 	t.Run("normal flow, map form, then removal", func(t *testing.T) {
 		p, name, _ := scenario(t, py, addrs, false)
