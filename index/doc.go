@@ -14,14 +14,17 @@
 // ApplyStats, Expire, Credit and View; any number of goroutines call Lookup,
 // Digest and Sizes at the same time. Blocks live in 256 shards of flat
 // slices, each behind its own RWMutex; the writer holds a shard's lock for
-// one block update (or one shard's part of a scan), so a lookup never waits
-// for a whole batch, an expiry pass or an eviction pass. View pins the
-// shards' current data copy-on-write: O(shards) on the writer, and the
-// writer copies a pinned shard only when it next mutates it.
+// one block update (or one shard's part of a scan), never two shard locks
+// at once, so a lookup never waits for a whole batch, an expiry pass or an
+// eviction pass. A lookup read-locks the shards of up to 32 chain blocks
+// together and resolves those blocks in overlapping passes (so their cache
+// misses overlap); the writer waits at most for one such batch (~1–2 µs).
+// View pins the shards' current data copy-on-write: O(shards) on the
+// writer, and the writer copies a pinned shard only when it next mutates it.
 //
-// A lookup reads block by block and is not a transaction across blocks:
-// it may see a write that lands mid-walk. That is within the contract: the
-// answer is a stale-tolerant hint (SPEC 1).
+// A lookup is consistent within each 32-block batch but not across
+// batches: a long chain may see a write that lands between two batches.
+// That is within the contract: the answer is a stale-tolerant hint (SPEC 1).
 //
 // See DESIGN.md for the layout, the costs and the trade-offs.
 package index

@@ -120,6 +120,10 @@ func (ix *Index) statsDigestLocked() uint64 {
 // lockW locks shard s for writing and returns data the writer may mutate:
 // if a View pins the current data, it is copied first (outside the lock:
 // pinned data is immutable, so readers keep using it meanwhile).
+//
+// Invariant: the writer never holds (or waits for) a shard lock while it
+// holds another one. Lookups hold the read locks of several shards at once
+// (matchChain), which is deadlock-free only because of this.
 func (ix *Index) lockW(s *shard) *shardData {
 	d := s.d
 	if d.pins.Load() > 0 {

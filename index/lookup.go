@@ -118,61 +118,132 @@ func clampTokens(t uint64) uint32 {
 // matchChain walks the chain with leading-run semantics: the candidates
 // are the holders of block 0, and a candidate missing from a block drops
 // out for good. Returns the number of candidates.
+//
+// The chain is resolved walkBatch blocks at a time, in passes with no data
+// dependency between the blocks of a pass, so the CPU overlaps their cache
+// misses (memory-level parallelism) instead of paying table slot → block
+// entry → residency run one block after another:
+//
+//  1. read-lock every distinct shard of the batch (each once: RWMutex read
+//     locks must not be taken recursively), then load each block's home
+//     table slot;
+//  2. follow each probe run in the (now cached) table to the first slot
+//     with the key's tag: the candidate entry, or proof of absence;
+//  3. load the candidate block entries;
+//  4. verify them (a tag collision falls back to the ordinary probe) and
+//     touch each block's residency run;
+//  5. walk the batch in chain order on cached data, stopping at the first
+//     missing block or when no candidate is left.
+//
+// The batch's read locks are held from 1 to 5 (one batch is ~1–2 µs), so a
+// batch is read as of one moment. The writer holds at most one shard lock
+// at a time, so holding several read locks cannot deadlock (see lockW).
 func (ix *Index) matchChain(pe *partEnt, chain []uint64, counts []uint32, uniform uint32, res *Result) int {
 	cs := res.cands[:0]
 	alive := 0
-	for i, h := range chain {
-		cnt := uniform
-		if len(counts) > 0 {
-			cnt = counts[i]
+	part, pm := pe.id, partMix(pe.id)
+	var buf [walkBatch]probe
+	var lk shardLocks
+	stop := false
+	for base := 0; base < len(chain) && !stop; base += walkBatch {
+		batch := chain[base:min(len(chain), base+walkBatch)]
+		pr := buf[:len(batch)]
+		for k, h := range batch {
+			mx := keyMixP(pm, h)
+			pr[k].mx = mx
+			lk.rlock(ix, shardOf(mx))
 		}
-		mx := keyMix(pe.id, h)
-		s := &ix.shards[shardOf(mx)]
-		s.mu.RLock()
-		d := s.d
-		bi, _ := d.find(pe.id, h, mx)
-		if bi < 0 {
-			s.mu.RUnlock()
-			break
+		// Pass 1: home slot words.
+		for k := range pr {
+			p := &pr[k]
+			d := ix.shards[shardOf(p.mx)].d
+			p.d = d
+			p.slot = (p.mx >> shardBits) & uint64(len(d.table)-1)
+			p.e = d.table[p.slot]
 		}
-		rs := d.residents(&d.blocks[bi])
-		if i == 0 {
-			for _, r := range rs {
-				cs = append(cs, cand{rep: resRep(r), depth: 1, tokens: uint64(cnt), minSeen: resSeen(r), alive: true})
+		// Pass 2: candidate entries; the walk stops at the first block
+		// proven absent, so nothing after it is loaded.
+		n := len(pr)
+		for k := range pr {
+			p := &pr[k]
+			if p.bi = p.d.candidate(p.mx, &p.slot, p.e); p.bi < 0 {
+				n = k
+				break
 			}
-			alive = len(cs)
-			s.mu.RUnlock()
-			continue
 		}
-		before := uint32(alive)
-		for ci := range cs {
-			c := &cs[ci]
-			if !c.alive {
-				continue
-			}
-			found := false
-			for _, r := range rs {
-				if resRep(r) == c.rep {
-					found = true
-					c.depth++
-					c.tokens += uint64(cnt)
-					if sn := resSeen(r); sn < c.minSeen {
-						c.minSeen = sn
-					}
+		pr = pr[:n]
+		// Pass 3: block entries.
+		for k := range pr {
+			p := &pr[k]
+			b := &p.d.blocks[p.bi]
+			p.hash, p.part, p.off, p.n = b.hash, b.part, b.resOff, uint32(b.resN)
+		}
+		// Pass 4: verify, touch the residency runs.
+		for k, h := range batch[:n] {
+			p := &pr[k]
+			if p.hash != h || p.part != part {
+				// Tag collision (1/256 per foreign slot): probe on.
+				bi := p.d.findFrom(part, h, p.mx, p.slot+1)
+				if bi < 0 {
+					n = k
 					break
 				}
+				b := &p.d.blocks[bi]
+				p.bi, p.off, p.n = int32(bi), b.resOff, uint32(b.resN)
 			}
-			if !found {
-				// Every replica alive before this block reaches this
-				// candidate's depth.
-				c.alive, c.mad = false, before
-				alive--
+			p.r0 = p.d.res[p.off]
+		}
+		pr = pr[:n]
+		if n < len(batch) {
+			stop = true
+		}
+		// Pass 5: the leading-run walk, in chain order.
+		for k := range pr {
+			p := &pr[k]
+			i := base + k
+			cnt := uniform
+			if len(counts) > 0 {
+				cnt = counts[i]
+			}
+			rs := p.d.res[p.off : p.off+p.n]
+			if i == 0 {
+				for _, r := range rs {
+					cs = append(cs, cand{rep: resRep(r), depth: 1, tokens: uint64(cnt), minSeen: resSeen(r), alive: true})
+				}
+				alive = len(cs)
+			} else {
+				before := uint32(alive)
+				for ci := range cs {
+					c := &cs[ci]
+					if !c.alive {
+						continue
+					}
+					found := false
+					for _, r := range rs {
+						if resRep(r) == c.rep {
+							found = true
+							c.depth++
+							c.tokens += uint64(cnt)
+							if sn := resSeen(r); sn < c.minSeen {
+								c.minSeen = sn
+							}
+							break
+						}
+					}
+					if !found {
+						// Every replica alive before this block reaches
+						// this candidate's depth.
+						c.alive, c.mad = false, before
+						alive--
+					}
+				}
+			}
+			if alive == 0 {
+				stop = true
+				break
 			}
 		}
-		s.mu.RUnlock()
-		if alive == 0 {
-			break
-		}
+		lk.runlockAll(ix)
 	}
 	for ci := range cs {
 		if cs[ci].alive {
@@ -181,6 +252,53 @@ func (ix *Index) matchChain(pe *partEnt, chain []uint64, counts []uint32, unifor
 	}
 	res.cands = cs
 	return len(cs)
+}
+
+// walkBatch is how many chain blocks matchChain resolves together: enough
+// to cover a typical chain (24 blocks) in one batch, small enough for the
+// CPU's out-of-order window to overlap a pass's loads.
+const walkBatch = 32
+
+// probe is one chain block's resolution state in a matchChain batch.
+type probe struct {
+	d    *shardData
+	mx   uint64 // keyMix(partition, hash)
+	slot uint64 // home slot, then the candidate's slot
+	hash uint64 // candidate entry's hash and partition, to verify
+	r0   uint64 // first residency word (loaded only to touch the run)
+	e    uint32 // home slot word
+	bi   int32  // candidate block index, -1 when absent
+	part uint32
+	off  uint32 // residency run offset and length
+	n    uint32
+}
+
+// shardLocks is the set of shards a lookup batch has read-locked, each
+// once (RWMutex read locks are not reentrant: a second RLock of a shard
+// behind a waiting writer would deadlock).
+type shardLocks struct {
+	held [numShards / 64]uint64
+	list [walkBatch]uint8
+	n    int
+}
+
+func (l *shardLocks) rlock(ix *Index, si int) {
+	w, bit := si>>6, uint64(1)<<(si&63)
+	if l.held[w]&bit != 0 {
+		return
+	}
+	l.held[w] |= bit
+	l.list[l.n] = uint8(si)
+	l.n++
+	ix.shards[si].mu.RLock()
+}
+
+func (l *shardLocks) runlockAll(ix *Index) {
+	for _, si := range l.list[:l.n] {
+		ix.shards[si].mu.RUnlock()
+	}
+	l.held = [numShards / 64]uint64{}
+	l.n = 0
 }
 
 // matchExact matches the prefix hash alone; matched_tokens is the stored

@@ -75,8 +75,12 @@ type blockEnt struct {
 // hashes are usually XXH3 output, but tests and odd producers use small
 // integers, so the key is always mixed.
 func keyMix(part uint32, hash uint64) uint64 {
-	return fmix64(hash ^ fmix64(uint64(part)*0x9e3779b97f4a7c15))
+	return keyMixP(partMix(part), hash)
 }
+
+// partMix and keyMixP split keyMix so a lookup mixes its partition once.
+func partMix(part uint32) uint64            { return fmix64(uint64(part) * 0x9e3779b97f4a7c15) }
+func keyMixP(pm uint64, hash uint64) uint64 { return fmix64(hash ^ pm) }
 
 func shardOf(m uint64) int { return int(m & (numShards - 1)) }
 
@@ -131,8 +135,39 @@ func (d *shardData) clone() *shardData {
 // find returns the block index of (part, hash), or -1 and the empty slot
 // where it would go. m is keyMix(part, hash).
 func (d *shardData) find(part uint32, hash, m uint64) (int, int) {
+	return d.probeFrom(part, hash, m, m>>shardBits)
+}
+
+// findFrom is find continuing a probe run at slot i (the block index only).
+func (d *shardData) findFrom(part uint32, hash, m, i uint64) int {
+	bi, _ := d.probeFrom(part, hash, m, i)
+	return bi
+}
+
+// candidate returns the index of the first block entry of m's probe run
+// whose slot carries m's tag, from *slot (whose word e the caller already
+// loaded) on, and leaves *slot at that slot; -1 when the run ends first,
+// which proves the key absent. The entry itself is not read (the caller
+// verifies it).
+func (d *shardData) candidate(m uint64, slot *uint64, e uint32) int32 {
 	mask := uint64(len(d.table) - 1)
-	i := (m >> shardBits) & mask
+	tag := uint32(m >> 56)
+	i := *slot
+	for e != 0 {
+		if e>>slotIdxBits == tag {
+			*slot = i
+			return int32(e&slotIdxMask) - 1
+		}
+		i = (i + 1) & mask
+		e = d.table[i]
+	}
+	*slot = i
+	return -1
+}
+
+func (d *shardData) probeFrom(part uint32, hash, m, i uint64) (int, int) {
+	mask := uint64(len(d.table) - 1)
+	i &= mask
 	tag := uint32(m >> 56)
 	for {
 		e := d.table[i]
