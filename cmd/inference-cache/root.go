@@ -23,6 +23,8 @@ every node answers LookupRoute from its local copy.`,
 	root.AddCommand(newVersionCmd(), newFingerprintCmd(), newServerCmd(), newDevCmd(),
 		newLookupCmd(), newIngestCmd(), newStatsCmd(), newStatusCmd(), newPolicyCmd(), newSnapshotCmd())
 	root.AddCommand(newSubscribeCmd())
+	root.AddCommand(newBenchCmd())
+	root.AddCommand(newHealthCmd())
 	return root
 }
 

@@ -35,6 +35,7 @@ const (
 type serverOptions struct {
 	nodeID, dataDir                          string
 	grpcAddr, raftAddr, gossipAddr, httpAddr string
+	advertiseAddr                            string
 	join                                     []string
 	bootstrapExpect                          int
 	policyFile, modelsDir                    string
@@ -81,8 +82,9 @@ INFERENCE_CACHE_JOIN=10.0.0.2:7403,10.0.0.3:7403; the command line wins.`,
 	f.StringVar(&o.nodeID, "node-id", host, "unique, stable id of this server (default: the host name)")
 	f.StringVar(&o.dataDir, "data-dir", "./data", "directory for the Raft log, stable store and snapshots; the same on every restart")
 	f.StringVar(&o.grpcAddr, "grpc-addr", defaultGRPCAddr, "gRPC listen address host:port, also advertised to peers for write forwarding")
-	f.StringVar(&o.raftAddr, "raft-addr", defaultRaftAddr, "Raft TCP address host:port (bound and advertised; not 0.0.0.0)")
+	f.StringVar(&o.raftAddr, "raft-addr", defaultRaftAddr, "Raft TCP address host:port (bound, and advertised unless --advertise-addr is set or it is 0.0.0.0)")
 	f.StringVar(&o.gossipAddr, "gossip-addr", defaultGossipAddr, "memberlist gossip address host:port (TCP and UDP)")
+	f.StringVar(&o.advertiseAddr, "advertise-addr", "", "host name or IP peers reach this node at (Raft, gossip, write forwarding), with the ports of --grpc-addr, --raft-addr and --gossip-addr; needed when those bind 0.0.0.0, as in containers (default: each bind address; for 0.0.0.0 this host's name)")
 	f.StringVar(&o.httpAddr, "http-addr", defaultHTTPAddr, "HTTP side port for /metrics, /healthz, /readyz (and /debug/pprof with --pprof); empty = off")
 	f.StringSliceVar(&o.join, "join", nil, "gossip address of another server (repeatable, or comma-separated); any one reachable is enough")
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 3, "bootstrap a new cluster once this many servers without Raft state see each other; 0 = only join an existing cluster")
@@ -127,9 +129,13 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		}
 		defer httpLis.Close()
 	}
+	adv, err := advertiseAddrs(ctx, o.advertiseAddr, lis.Addr().String(), o.raftAddr, o.gossipAddr, net.DefaultResolver, advertiseResolveWait)
+	if err != nil {
+		return err
+	}
 	cfg := raftnode.Config{
 		NodeID: o.nodeID, DataDir: o.dataDir, RaftAddr: o.raftAddr, GossipAddr: o.gossipAddr,
-		GRPCAddr: lis.Addr().String(), Join: o.join, BootstrapExpect: o.bootstrapExpect, Policy: pol,
+		RaftAdvertise: adv.raft, GossipAdvertise: adv.gossip, GRPCAddr: adv.grpc, Join: o.join, BootstrapExpect: o.bootstrapExpect, Policy: pol,
 		DeadServerCleanup: o.deadServerCleanup, Logger: log,
 		Hooks: raftnode.Hooks{
 			OnCommit:   m.RaftCommit,
@@ -151,7 +157,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		tok = tokenizer.NewRegistry(o.modelsDir, tokenizer.RegistryOptions{})
 	}
 	tmp := filepath.Join(o.dataDir, "tmp")
-	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: lis.Addr().String(), Tokenizer: tok, Metrics: m, Logger: log, TmpDir: tmp})
+	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: adv.grpc, Tokenizer: tok, Metrics: m, Logger: log, TmpDir: tmp})
 	m.RegisterNode(func() metrics.NodeInfo { return nodeInfo(node) })
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.GRPC.Serve(lis) }()
@@ -165,7 +171,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		}()
 	}
 	log.Info("server started", "node", o.nodeID, "grpc", lis.Addr().String(), "raft", o.raftAddr,
-		"gossip", o.gossipAddr, "http", o.httpAddr, "bootstrap_expect", o.bootstrapExpect, "join", o.join)
+		"gossip", o.gossipAddr, "advertise_grpc", adv.grpc, "advertise_raft", adv.raft, "advertise_gossip", adv.gossip, "http", o.httpAddr, "bootstrap_expect", o.bootstrapExpect, "join", o.join)
 	if o.policyFile != "" {
 		go applyPolicyFile(ctx, node, pol, o.policyFile, log)
 	}
