@@ -1,0 +1,357 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+)
+
+// FaultKind names a fault the harness injects.
+type FaultKind string
+
+// The faults of issue 9.
+const (
+	LeaderKill      FaultKind = "leader-kill"
+	FollowerKill    FaultKind = "follower-kill"
+	LeaderPause     FaultKind = "leader-pause"
+	Replace         FaultKind = "replace-empty"
+	FullRestart     FaultKind = "full-restart"
+	IsolateLeader   FaultKind = "isolate-leader"
+	IsolateFollower FaultKind = "isolate-follower"
+	SplitMinority   FaultKind = "split"
+)
+
+// IsPartition reports whether k needs network namespaces.
+func (k FaultKind) IsPartition() bool {
+	return k == IsolateLeader || k == IsolateFollower || k == SplitMinority
+}
+
+// FaultRec is one injected fault and what was measured during it.
+type FaultRec struct {
+	Kind   FaultKind
+	Target string
+	// Start: the fault was injected; Healed: the fault was undone (node
+	// restarted, continued, network healed); End: the cluster was healthy
+	// again.
+	Start, Healed, End time.Time
+	// FailoverMs: from the fault to a new leader (higher term) reported by
+	// a surviving node; -1 when the fault did not remove the leader.
+	FailoverMs float64
+	// WriteUnavailMs: the longest stretch in [Start, End] without an
+	// ingest acknowledgment (from Start).
+	WriteUnavailMs float64
+	// LookupP99Ms: p99 latency of the lookups started in [Start, End].
+	LookupP99Ms float64
+	Lookups     int
+	// Notes and Violations found while the fault was active.
+	Notes, Violations []string
+}
+
+// Timing of the fault schedule.
+type faultTiming struct {
+	restartPause time.Duration // a killed node stays down this long
+	pauseFor     time.Duration // SIGSTOP at least this long
+	partitionFor time.Duration // partitions held at least this long
+	maxStaleness time.Duration
+	healthy      time.Duration // bound on returning to health
+}
+
+func (r *Runner) leaderOf(ctx context.Context) (*Node, uint64, error) {
+	l, err := r.c.WaitLeader(ctx, 30*time.Second)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := r.c.Status(ctx, l)
+	if err != nil {
+		return nil, 0, err
+	}
+	return l, st.Term, nil
+}
+
+// waitNewLeader polls the nodes not in skip every 10 ms until one reports
+// state Leader in a term above oldTerm; returns the time it took.
+func (r *Runner) waitNewLeader(ctx context.Context, since time.Time, oldTerm uint64, limit time.Duration, skip ...*Node) (*Node, time.Duration, error) {
+	deadline := since.Add(limit)
+	for time.Now().Before(deadline) {
+		for _, n := range r.c.Nodes {
+			if contains(skip, n) {
+				continue
+			}
+			if s, _ := n.State(); s != Up {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			st, err := n.CL.Status(cctx, &pb.StatusRequest{})
+			cancel()
+			if err == nil && st.State == "Leader" && st.Term > oldTerm {
+				return n, time.Since(since), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil, 0, fmt.Errorf("no new leader within %v", limit)
+}
+
+func (r *Runner) randomFollower(leader *Node) *Node {
+	var fs []*Node
+	for _, n := range r.c.Nodes {
+		if n != leader {
+			fs = append(fs, n)
+		}
+	}
+	return fs[rand.IntN(len(fs))]
+}
+
+// inject runs one fault to completion (including the return to health).
+func (r *Runner) inject(ctx context.Context, kind FaultKind) (*FaultRec, error) {
+	f := &FaultRec{Kind: kind, FailoverMs: -1}
+	leader, term, err := r.leaderOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tm := r.timing
+	switch kind {
+	case LeaderKill:
+		f.Target = leader.ID
+		f.Start = time.Now()
+		r.c.Kill(leader)
+		if _, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, leader); err != nil {
+			f.Violations = append(f.Violations, "leader kill: "+err.Error())
+		} else {
+			f.FailoverMs = ms(d)
+		}
+		sleepCtx(ctx, tm.restartPause)
+		f.Healed = time.Now()
+		if err := r.c.Start(leader); err != nil {
+			return f, err
+		}
+
+	case FollowerKill:
+		n := r.randomFollower(leader)
+		f.Target = n.ID
+		f.Start = time.Now()
+		r.c.Kill(n)
+		sleepCtx(ctx, tm.restartPause)
+		f.Healed = time.Now()
+		if err := r.c.Start(n); err != nil {
+			return f, err
+		}
+
+	case LeaderPause:
+		f.Target = leader.ID
+		f.Start = time.Now()
+		if err := r.c.Pause(leader); err != nil {
+			return f, err
+		}
+		newL, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, leader)
+		if err != nil {
+			f.Violations = append(f.Violations, "leader pause: "+err.Error())
+		} else {
+			f.FailoverMs = ms(d)
+			f.Notes = append(f.Notes, fmt.Sprintf("new leader %s after %.0f ms", newL.ID, ms(d)))
+		}
+		if rest := tm.pauseFor - time.Since(f.Start); rest > 0 {
+			sleepCtx(ctx, rest)
+		}
+		f.Healed = time.Now()
+		if err := r.c.Resume(leader); err != nil {
+			return f, err
+		}
+		if err := r.c.WaitUp(ctx, leader, 10*time.Second); err != nil {
+			return f, err
+		}
+		// The resumed node must step down: within 5 s it reports a state
+		// other than Leader, or Leader in a newer term (re-elected).
+		stepped := false
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			if st, err := r.c.Status(ctx, leader); err == nil && (st.State != "Leader" || st.Term > term) {
+				stepped = true
+				f.Notes = append(f.Notes, fmt.Sprintf("resumed %s reports %s in term %d after %.0f ms", leader.ID, st.State, st.Term, ms(time.Since(f.Healed))))
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !stepped {
+			f.Violations = append(f.Violations, fmt.Sprintf("resumed %s still Leader of term %d after 5 s", leader.ID, term))
+		}
+
+	case Replace:
+		n := r.randomFollower(leader)
+		f.Target = n.ID
+		f.Start = time.Now()
+		r.c.Kill(n)
+		if err := r.removeServer(ctx, n); err != nil {
+			return f, err
+		}
+		if err := r.c.Wipe(n); err != nil {
+			return f, err
+		}
+		f.Notes = append(f.Notes, fmt.Sprintf("%s removed from the configuration and its data directory wiped after %.0f ms", n.ID, ms(time.Since(f.Start))))
+		f.Healed = time.Now()
+		if err := r.c.Start(n); err != nil {
+			return f, err
+		}
+
+	case FullRestart:
+		f.Target = "all"
+		f.Start = time.Now()
+		for _, n := range r.c.Nodes {
+			r.c.Kill(n)
+		}
+		sleepCtx(ctx, tm.restartPause)
+		f.Healed = time.Now()
+		for _, n := range r.c.Nodes {
+			if err := r.c.Start(n); err != nil {
+				return f, err
+			}
+		}
+
+	case IsolateLeader, IsolateFollower, SplitMinority:
+		var minority []*Node
+		switch kind {
+		case IsolateLeader:
+			minority = []*Node{leader}
+		case IsolateFollower:
+			minority = []*Node{r.randomFollower(leader)}
+		default:
+			perm := rand.Perm(len(r.c.Nodes))
+			for _, i := range perm[:len(r.c.Nodes)/2] {
+				minority = append(minority, r.c.Nodes[i])
+			}
+		}
+		var majority []*Node
+		var a, b []int
+		for _, n := range r.c.Nodes {
+			if contains(minority, n) {
+				a = append(a, n.Index)
+				f.Target += n.ID + " "
+			} else {
+				majority = append(majority, n)
+				b = append(b, n.Index)
+			}
+		}
+		f.Target = "{" + f.Target[:len(f.Target)-1] + "} cut off"
+		f.Start = time.Now()
+		if err := r.c.Network().Isolate(a, b); err != nil {
+			return f, err
+		}
+		leaderCut := contains(minority, leader)
+		if leaderCut {
+			if newL, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, minority...); err != nil {
+				f.Violations = append(f.Violations, "partition: majority elected no leader: "+err.Error())
+			} else {
+				f.FailoverMs = ms(d)
+				f.Notes = append(f.Notes, fmt.Sprintf("majority elected %s after %.0f ms", newL.ID, ms(d)))
+			}
+		}
+		if rest := tm.partitionFor - time.Since(f.Start); rest > 0 {
+			sleepCtx(ctx, rest)
+		}
+		// Every minority node is reachable by the harness and must answer
+		// lookups without error, marked stale (maxStaleness has passed).
+		for _, n := range minority {
+			r.checkStale(ctx, f, n)
+		}
+		if leaderCut {
+			if st, err := r.c.Status(ctx, leader); err == nil && st.State == "Leader" && st.Term == term {
+				f.Violations = append(f.Violations, fmt.Sprintf("cut-off leader %s still Leader of term %d after %v", leader.ID, term, time.Since(f.Start).Round(time.Millisecond)))
+			}
+		}
+		f.Healed = time.Now()
+		if err := r.c.Network().Heal(); err != nil {
+			return f, err
+		}
+		if !leaderCut {
+			if st, err := r.c.Status(ctx, majority[0]); err == nil && st.Term != term {
+				f.Notes = append(f.Notes, fmt.Sprintf("term moved %d → %d while only followers were cut off", term, st.Term))
+			}
+		}
+	default:
+		return nil, fmt.Errorf("chaos: unknown fault %q", kind)
+	}
+	if err := r.c.WaitHealthy(ctx, tm.healthy); err != nil {
+		return f, err
+	}
+	f.End = time.Now()
+	return f, nil
+}
+
+// checkStale asks n for a lookup until it answers stale = true (it must
+// within 2 s, since maxStaleness has passed) and records a violation
+// otherwise; an error from the reachable minority node is one too.
+func (r *Runner) checkStale(ctx context.Context, f *FaultRec, n *Node) {
+	req := &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, TenantId: tenant, TokenIds: r.w.seeded}
+	var last string
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := n.IC.LookupRoute(cctx, req)
+		cancel()
+		if err != nil {
+			f.Violations = append(f.Violations, fmt.Sprintf("partitioned %s: LookupRoute error %v", n.ID, err))
+			return
+		}
+		if resp.Stale {
+			f.Notes = append(f.Notes, fmt.Sprintf("%s stale=true (last leader contact %d ms, %s)", n.ID, resp.LastLeaderContactMs, resp.ReasonCode))
+			r.staleChecks++
+			return
+		}
+		last = fmt.Sprintf("stale=false, last leader contact %d ms", resp.LastLeaderContactMs)
+		time.Sleep(100 * time.Millisecond)
+	}
+	f.Violations = append(f.Violations, fmt.Sprintf("partitioned %s after %v: %s", n.ID, time.Since(f.Start).Round(time.Millisecond), last))
+}
+
+// removeServer removes n (down) from the Raft configuration through the
+// leader once gossip reports n unhealthy there, so the leader does not add
+// it right back; a replacement with an empty data directory then joins as
+// a new voter instead of voting with a log it forgot.
+func (r *Runner) removeServer(ctx context.Context, n *Node) error {
+	deadline := time.Now().Add(60 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		l, err := r.c.WaitLeader(ctx, 10*time.Second, n)
+		if err != nil {
+			last = err
+			continue
+		}
+		st, err := r.c.Status(ctx, l)
+		if err != nil {
+			last = err
+			continue
+		}
+		healthy, inCfg := false, false
+		for _, m := range st.Members {
+			if m.Id == n.ID {
+				healthy = m.Healthy
+				inCfg = m.Suffrage != ""
+			}
+		}
+		if !inCfg {
+			return nil
+		}
+		if healthy {
+			last = errors.New("gossip still reports it healthy")
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = l.CL.RemoveServer(cctx, &pb.RemoveServerRequest{Id: n.ID})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("chaos: remove %s: %v", n.ID, last)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,213 @@
+package chaos
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Report is the outcome of one run: what was injected, what the workload
+// did, and every invariant held or broken.
+type Report struct {
+	Nodes      int
+	FastTiming bool
+	Netns      bool
+	// PartitionsSkipped says why partitions did not run ("" = they did).
+	PartitionsSkipped string
+	SkippedFaults     int
+	Duration          time.Duration
+	// LoadBefore and LoadAfter: `uptime` at start and end (the machine is
+	// shared).
+	LoadBefore, LoadAfter string
+
+	Faults []*FaultRec
+	Count  map[FaultKind]int
+	// FailoverMs: per leader kill, fault → new leader.
+	FailoverMs []float64
+
+	Writes, Acked, Lost int
+	LostSamples         []string
+
+	Lookups, LookupErrors, LookupErrorsUnreachable int
+	LookupErrorSamples                             []string
+	LookupP99Ms                                    float64
+	StaleChecks                                    int
+
+	RegSets, RegGets, RegLeaderGets, RegHistory int
+	// Linearizable is porcupine's result: Ok, Illegal or Unknown.
+	Linearizable      string
+	Visualization     string
+	RegisterAnomalies []string
+	// StaleLeaderReads: Gets sent to the believed leader that returned a
+	// version older than a Set completed before the Get started.
+	StaleLeaderReads       int
+	StaleLeaderReadSamples []string
+
+	TwoLeaders, DigestClashes       []string
+	Terms, StatusPolls, DigestPolls int
+	FinalIndex, FinalDigest         uint64
+	Violations                      []string
+	HarnessError                    string
+}
+
+// newReport returns an empty report.
+func newReport() *Report { return &Report{Count: map[FaultKind]int{}} }
+
+// Partitions is the number of partitions injected.
+func (r *Report) Partitions() int {
+	return r.Count[IsolateLeader] + r.Count[IsolateFollower] + r.Count[SplitMinority]
+}
+
+// FailoverMedianMs and FailoverP99Ms summarize FailoverMs (nearest rank).
+func (r *Report) FailoverMedianMs() float64 { return percentileF(r.FailoverMs, 0.5) }
+
+// FailoverP99Ms is the nearest-rank p99 of FailoverMs.
+func (r *Report) FailoverP99Ms() float64 { return percentileF(r.FailoverMs, 0.99) }
+
+// LinearizableYes is true when porcupine found the register history
+// linearizable.
+func (r *Report) LinearizableYes() bool { return r.Linearizable == "Ok" }
+
+// Passed reports whether every invariant held and the harness finished.
+func (r *Report) Passed() bool {
+	return r.HarnessError == "" && r.Lost == 0 && r.LookupErrors == 0 && r.LinearizableYes() &&
+		len(r.TwoLeaders) == 0 && len(r.DigestClashes) == 0 && len(r.Violations) == 0 && len(r.RegisterAnomalies) == 0
+}
+
+// SummaryLines are the comparable lines of issue 9, exactly.
+func (r *Report) SummaryLines() []string {
+	lin := "no"
+	if r.LinearizableYes() {
+		lin = "yes"
+	}
+	return []string{
+		fmt.Sprintf("leader kills: %d", r.Count[LeaderKill]),
+		fmt.Sprintf("leader pauses: %d", r.Count[LeaderPause]),
+		fmt.Sprintf("partitions: %d", r.Partitions()),
+		fmt.Sprintf("acknowledged writes: %d", r.Acked),
+		fmt.Sprintf("lost acknowledged writes: %d", r.Lost),
+		fmt.Sprintf("lookup errors: %d", r.LookupErrors),
+		fmt.Sprintf("failover median ms: %.0f", r.FailoverMedianMs()),
+		fmt.Sprintf("failover p99 ms: %.0f", r.FailoverP99Ms()),
+		"linearizable: " + lin,
+	}
+}
+
+func held(ok bool) string {
+	if ok {
+		return "held"
+	}
+	return "**BROKEN**"
+}
+
+// Markdown renders the report (CHAOS.md). command is how the run was
+// started.
+func (r *Report) Markdown(command string) string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	p("# Chaos run report")
+	p("")
+	p("Written by `%s` (package `chaos`, issue 9): real `inference-cache server` processes, real faults, a recorded history and checkers. Rerun to compare; the lines below are stable.", command)
+	p("")
+	p("```")
+	for _, l := range r.SummaryLines() {
+		p("%s", l)
+	}
+	p("```")
+	p("")
+	p("## Setup")
+	p("")
+	timing := "LAN defaults (heartbeat 500 ms, election 500 ms, lease 250 ms: a follower starts an election after 0.5–1 s of silence)"
+	if r.FastTiming {
+		timing = "`--fast-timing` (heartbeat/election 150 ms)"
+	}
+	p("- %d server nodes, Raft timing: %s.", r.Nodes, timing)
+	if r.Netns {
+		p("- Each node in its own network namespace on a private bridge (veth pairs); partitions are blackhole routes between namespaces.")
+	} else {
+		p("- Nodes on 127.0.0.1; partitions skipped: %s.", r.PartitionsSkipped)
+	}
+	p("- Duration %v. Load (`uptime`) at start: `%s`; at end: `%s`. The machine has 2 cores shared with other builds and tests.", r.Duration.Round(time.Second), r.LoadBefore, r.LoadAfter)
+	p("- Workload: 4 ingest writers (one unique 8-block chain and request id per write, SDK retries with the same id), one LookupRoute reader per node, 2 SetCachePolicy writers and 3 GetCachePolicy readers (every other read sent to the node the status poller last saw as leader).")
+	p("")
+	p("## Faults injected")
+	p("")
+	p("| kind | count |")
+	p("|---|---|")
+	for _, k := range []FaultKind{LeaderKill, FollowerKill, LeaderPause, Replace, FullRestart, IsolateLeader, IsolateFollower, SplitMinority} {
+		p("| %s | %d |", k, r.Count[k])
+	}
+	if r.SkippedFaults > 0 {
+		p("")
+		p("%d partition faults skipped: %s.", r.SkippedFaults, r.PartitionsSkipped)
+	}
+	p("")
+	p("## Invariants")
+	p("")
+	p("| invariant | result | detail |")
+	p("|---|---|---|")
+	p("| every acknowledged ingest present on every node after heal (LookupRoute, exact chain) | %s | %d acknowledged of %d writes, %d lost, checked on %d nodes |", held(r.Lost == 0), r.Acked, r.Writes, r.Lost, r.Nodes)
+	p("| equal digests at equal applied index (sampled during the run and at the end) | %s | %d digest samples, final index %d digest %016x, %d clashes |", held(len(r.DigestClashes) == 0 && r.FinalIndex > 0), r.DigestPolls, r.FinalIndex, r.FinalDigest, len(r.DigestClashes))
+	p("| zero LookupRoute errors from reachable nodes | %s | %d lookups, %d errors from reachable nodes (%d more while the node was down, paused or starting), p99 %.1f ms |", held(r.LookupErrors == 0), r.Lookups, r.LookupErrors, r.LookupErrorsUnreachable, r.LookupP99Ms)
+	p("| stale = true on a partitioned minority after maxStaleness (2 s) | %s | %d minority nodes checked |", held(!hasViolation(r.Violations, "partitioned")), r.StaleChecks)
+	p("| never two leaders in one term (Cluster.Status on every node every 50 ms) | %s | %d terms seen, %d status polls |", held(len(r.TwoLeaders) == 0), r.Terms, r.StatusPolls)
+	p("| policy register linearizable (porcupine) | %s | %d sets, %d gets (%d to the leader); history checked: %d ops; result %s |", held(r.LinearizableYes()), r.RegSets, r.RegGets, r.RegLeaderGets, r.RegHistory, r.Linearizable)
+	p("| reads from the believed leader never older than a completed set | %s | %d stale leader reads |", held(r.StaleLeaderReads == 0), r.StaleLeaderReads)
+	p("| local policy reads: no phantom values, monotonic per node process | %s | %d anomalies |", held(len(r.RegisterAnomalies) == 0), len(r.RegisterAnomalies))
+	p("| every fault's own checks (new leader elected, paused/cut-off leader steps down) | %s | %d violations |", held(len(r.Violations) == 0), len(r.Violations))
+	if r.Visualization != "" {
+		p("")
+		p("Linearizability visualization: `%s`.", r.Visualization)
+	}
+	if r.HarnessError != "" {
+		p("")
+		p("Harness stopped early: %s", r.HarnessError)
+	}
+	for _, l := range [][]string{r.LostSamples, r.LookupErrorSamples, r.StaleLeaderReadSamples, r.TwoLeaders, r.DigestClashes, r.Violations, r.RegisterAnomalies} {
+		for i, s := range l {
+			if i == 0 {
+				p("")
+			}
+			if i >= 20 {
+				p("- … %d more", len(l)-20)
+				break
+			}
+			p("- %s", s)
+		}
+	}
+	p("")
+	p("## Failover")
+	p("")
+	p("Failover = SIGKILL of the leader → a surviving node reports state Leader in a newer term (Status polled every 10 ms). Over %d leader kills: median %.0f ms, p99 %.0f ms, max %.0f ms (targets: median ≤ 1500 ms, p99 ≤ 3000 ms).", len(r.FailoverMs), r.FailoverMedianMs(), r.FailoverP99Ms(), percentileF(r.FailoverMs, 1))
+	p("")
+	p("## Per fault")
+	p("")
+	p("Write unavailability = the longest stretch between the fault and the return to health with no ingest acknowledged; lookup p99 over the lookups started in that window.")
+	p("")
+	p("| # | fault | target | failover ms | write unavailability ms | lookup p99 ms | lookups | healthy after ms | notes |")
+	p("|---|---|---|---|---|---|---|---|---|")
+	for i, f := range r.Faults {
+		fo := "–"
+		if f.FailoverMs >= 0 {
+			fo = fmt.Sprintf("%.0f", f.FailoverMs)
+		}
+		notes := strings.Join(append(append([]string{}, f.Notes...), f.Violations...), "; ")
+		p("| %d | %s | %s | %s | %.0f | %.1f | %d | %.0f | %s |", i+1, f.Kind, f.Target, fo, f.WriteUnavailMs, f.LookupP99Ms, f.Lookups, ms(f.End.Sub(f.Start)), strings.ReplaceAll(notes, "|", "/"))
+	}
+	return b.String()
+}
+
+func hasViolation(v []string, sub string) bool {
+	for _, s := range v {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteFile writes the Markdown report to path.
+func (r *Report) WriteFile(path, command string) error {
+	return os.WriteFile(path, []byte(r.Markdown(command)), 0o644)
+}

@@ -1,0 +1,204 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config is one chaos run.
+type Config struct {
+	// Nodes: 3 (default) or 5.
+	Nodes int
+	// Binary: the inference-cache binary (BuildBinary makes one).
+	Binary string
+	// Dir: data directories, logs and the linearizability visualization.
+	Dir string
+	// Counts of each fault. Partition counts are ignored (and reported as
+	// skipped) when network namespaces are unavailable.
+	Counts map[FaultKind]int
+	// MinDuration: when the counted faults finish earlier, leader kills
+	// and pauses continue until the run has lasted this long (0 = off).
+	MinDuration time.Duration
+	// Settle: normal operation between two faults.
+	Settle time.Duration
+	// FastTiming: run the servers with --fast-timing (loopback Raft
+	// timings) instead of the LAN defaults.
+	FastTiming bool
+	// NoNetns forces loopback mode (no partitions) even as root.
+	NoNetns bool
+	// Logger for harness progress.
+	Logger *slog.Logger
+}
+
+// Runner holds the state of one run.
+type Runner struct {
+	cfg    Config
+	c      *Cluster
+	w      *Workload
+	mon    *Monitor
+	log    *slog.Logger
+	timing faultTiming
+
+	faults      []*FaultRec
+	staleChecks int
+}
+
+// BuildBinary builds ./cmd/inference-cache of the module at root into dir.
+func BuildBinary(root, dir string) (string, error) {
+	bin := filepath.Join(dir, "inference-cache")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/inference-cache")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("chaos: go build: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Schedule orders the faults: round robin over the kinds, so every kind
+// recurs throughout the run rather than in one block.
+func Schedule(counts map[FaultKind]int) []FaultKind {
+	order := []FaultKind{LeaderKill, LeaderPause, IsolateLeader, LeaderKill, FollowerKill, IsolateFollower,
+		LeaderKill, Replace, SplitMinority, LeaderKill, FullRestart}
+	left := map[FaultKind]int{}
+	total := 0
+	for k, v := range counts {
+		left[k] = v
+		total += v
+	}
+	var out []FaultKind
+	for len(out) < total {
+		for _, k := range order {
+			if left[k] > 0 {
+				left[k]--
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// Run starts the cluster and the workload, injects the scheduled faults,
+// heals, checks every invariant and returns the report. An error means
+// the harness itself could not proceed (the report then holds what was
+// measured so far).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 3
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = 2 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	rep := newReport()
+	rep.Nodes, rep.FastTiming, rep.LoadBefore = cfg.Nodes, cfg.FastTiming, loadAvg()
+	netns := false
+	if cfg.NoNetns {
+		rep.PartitionsSkipped = "disabled by configuration"
+	} else if ok, why := NetnsAvailable(); ok {
+		netns = true
+	} else {
+		rep.PartitionsSkipped = why
+		log.Warn("chaos: partitions skipped", "reason", why)
+	}
+	rep.Netns = netns
+	c, err := NewCluster(ctx, Options{Nodes: cfg.Nodes, Binary: cfg.Binary, Dir: cfg.Dir, FastTiming: cfg.FastTiming, Netns: netns, Logger: log})
+	if err != nil {
+		return rep, err
+	}
+	defer c.Close()
+	if err := c.WaitHealthy(ctx, 60*time.Second); err != nil {
+		return rep, err
+	}
+	r := &Runner{cfg: cfg, c: c, log: log, timing: faultTiming{
+		restartPause: 1500 * time.Millisecond, pauseFor: 4 * time.Second, partitionFor: 5 * time.Second,
+		maxStaleness: 2 * time.Second, healthy: 90 * time.Second,
+	}}
+	if cfg.FastTiming {
+		r.timing.pauseFor = 2 * time.Second
+	}
+	r.mon = NewMonitor(c)
+	w, err := NewWorkload(ctx, c, r.mon)
+	if err != nil {
+		return rep, err
+	}
+	defer w.Close()
+	r.w = w
+	r.mon.Start(ctx, w)
+	w.Start(ctx)
+	start := time.Now()
+
+	sched := Schedule(cfg.Counts)
+	for i := 0; ; i++ {
+		var kind FaultKind
+		switch {
+		case i < len(sched):
+			kind = sched[i]
+		case cfg.MinDuration > 0 && time.Since(start) < cfg.MinDuration:
+			kind = []FaultKind{LeaderKill, LeaderPause}[i%2]
+		default:
+		}
+		if kind == "" {
+			break
+		}
+		if kind.IsPartition() && !netns {
+			rep.SkippedFaults++
+			continue
+		}
+		if !sleepCtx(ctx, cfg.Settle) {
+			break
+		}
+		log.Info("chaos: fault", "n", i+1, "kind", kind)
+		f, err := r.inject(ctx, kind)
+		if f != nil {
+			if f.End.IsZero() {
+				f.End = time.Now()
+			}
+			r.faults = append(r.faults, f)
+			log.Info("chaos: fault done", "kind", kind, "target", f.Target, "failover_ms", f.FailoverMs,
+				"took", f.End.Sub(f.Start).Round(time.Millisecond), "violations", len(f.Violations))
+		}
+		if err != nil {
+			rep.HarnessError = fmt.Sprintf("fault %d (%s): %v", i+1, kind, err)
+			log.Error("chaos: fault failed", "kind", kind, "err", err)
+			break
+		}
+	}
+	sleepCtx(ctx, cfg.Settle)
+	// Heal everything, stop the load, and check.
+	if c.Netns() {
+		_ = c.Network().Heal()
+	}
+	for _, n := range c.Nodes {
+		switch s, _ := n.State(); s {
+		case Paused:
+			_ = c.Resume(n)
+		case Down:
+			_ = c.Start(n)
+		}
+	}
+	w.Stop()
+	r.mon.Stop()
+	rep.Duration = time.Since(start)
+	r.check(ctx, rep)
+	rep.LoadAfter = loadAvg()
+	return rep, nil
+}
+
+// loadAvg returns the output of uptime (load averages), for the report.
+func loadAvg() string {
+	out, err := exec.Command("uptime").Output()
+	if err != nil {
+		b, _ := os.ReadFile("/proc/loadavg")
+		return strings.TrimSpace(string(b))
+	}
+	return strings.TrimSpace(string(out))
+}
