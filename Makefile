@@ -85,3 +85,28 @@ compose-down:
 ## compose-test: build the image, then run the compose cluster test (kills, partitions, restarts; needs docker)
 compose-test: docker
 	IC_IMAGE=$(IMAGE) IC_COMPOSE="$(COMPOSE)" $(GO) test -count=1 -timeout 15m -tags compose -run TestCompose -v ./deploy/compose/
+
+## chaos-smoke: bounded chaos run against real server processes (≤ 5 min on
+## 2 cores): 3 leader kills, a pause, a follower kill, a replacement, a full
+## restart and, as root with iproute2, one of each partition (skipped with a
+## message otherwise). Fails on any broken invariant.
+CHAOS_SMOKE_TIMEOUT ?= 5m
+chaos-smoke: chaos-deps
+	CHAOS=smoke $(GO) test -count=1 -run '^TestChaos$$' -timeout $(CHAOS_SMOKE_TIMEOUT) -v ./chaos
+
+## chaos: the long chaos run; writes CHAOS.md. Knobs (environment or make
+## variables): CHAOS_NODES (3|5), CHAOS_LEADER_KILLS, CHAOS_PAUSES,
+## CHAOS_PARTITIONS (per kind), CHAOS_FOLLOWER_KILLS, CHAOS_REPLACES,
+## CHAOS_FULL_RESTARTS, CHAOS_MIN_DURATION (e.g. 30m), CHAOS_FAST=1.
+CHAOS_TIMEOUT ?= 120m
+CHAOS_REPORT  ?= $(CURDIR)/CHAOS.md
+chaos: chaos-deps
+	CHAOS=long CHAOS_REPORT=$(CHAOS_REPORT) $(GO) test -count=1 -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) -v ./chaos
+
+# Partitions need iproute2 (ip netns, veth) and root; without either the
+# harness skips them and says why.
+chaos-deps:
+	@if [ "$$(id -u)" = 0 ] && ! command -v ip >/dev/null; then \
+	  apt-get update && apt-get install -y iproute2 || echo "chaos: iproute2 unavailable; partitions will be skipped"; fi
+
+.PHONY: chaos chaos-smoke chaos-deps
