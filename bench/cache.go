@@ -1,0 +1,172 @@
+package bench
+
+// Cache is one engine's KV cache model: at most Capacity blocks (keyed by
+// trace hash id), evicted least recently used first.
+//
+// Recency follows vLLM's prefix cache: when a request's blocks are
+// admitted, its first block becomes the most recently used and its last
+// block the least of them (vLLM frees a finished request's blocks tail
+// first), so a prefix is evicted from its end and a shared head (a system
+// prompt) outlives the tails that hang off it. Not safe for concurrent use.
+type Cache struct {
+	capacity int
+	idx      map[uint64]int32
+	nodes    []lruNode
+	free     []int32
+	head     int32 // most recently used; -1 when empty
+	tail     int32 // least recently used
+	stamp    uint64
+}
+
+type lruNode struct {
+	key        uint64
+	prev, next int32
+	mark       uint64 // == Cache.stamp while it belongs to the request being admitted
+}
+
+// NewCache returns an empty cache of capacity blocks (at least 1).
+func NewCache(capacity int) *Cache {
+	capacity = max(capacity, 1)
+	return &Cache{capacity: capacity, idx: make(map[uint64]int32, capacity), head: -1, tail: -1}
+}
+
+// Capacity is the cache's size in blocks.
+func (c *Cache) Capacity() int { return c.capacity }
+
+// Len is the number of cached blocks.
+func (c *Cache) Len() int { return len(c.idx) }
+
+// Contains reports whether block h is cached (without touching it).
+func (c *Cache) Contains(h uint64) bool { _, ok := c.idx[h]; return ok }
+
+// CachedRun returns the length of the leading run of blocks present in the
+// cache: the prefix a request with these blocks would not recompute.
+func (c *Cache) CachedRun(blocks []uint64) int {
+	for i, h := range blocks {
+		if _, ok := c.idx[h]; !ok {
+			return i
+		}
+	}
+	return len(blocks)
+}
+
+// Admission is what admitting a request's blocks changed.
+type Admission struct {
+	// Evicted are the blocks removed to make room, least recent first.
+	Evicted []uint64
+	// Stored are the runs of newly stored blocks, as half-open index
+	// ranges [Start, End) into the admitted blocks; block Start−1 (when
+	// Start > 0) was present, so it is the run's parent.
+	Stored []BlockRun
+}
+
+// BlockRun is a half-open range of block positions.
+type BlockRun struct{ Start, End int }
+
+// Admit inserts a request's blocks (beyond Capacity only the first
+// Capacity are cached) and makes them the most recently used, block 0
+// first. Blocks already present are kept; missing ones are stored, evicting
+// least recently used blocks that are not part of this request. The
+// result's slices are appended to a's (pass a reused Admission to avoid
+// allocations; its slices are truncated first).
+func (c *Cache) Admit(blocks []uint64, a *Admission) {
+	a.Evicted, a.Stored = a.Evicted[:0], a.Stored[:0]
+	if len(blocks) > c.capacity {
+		blocks = blocks[:c.capacity]
+	}
+	c.stamp++
+	missing := 0
+	runStart := -1
+	for i, h := range blocks {
+		if n, ok := c.idx[h]; ok {
+			c.nodes[n].mark = c.stamp
+			if runStart >= 0 {
+				a.Stored = append(a.Stored, BlockRun{runStart, i})
+				runStart = -1
+			}
+			continue
+		}
+		missing++
+		if runStart < 0 {
+			runStart = i
+		}
+	}
+	if runStart >= 0 {
+		a.Stored = append(a.Stored, BlockRun{runStart, len(blocks)})
+	}
+	// Evict from the tail, skipping (never evicting) this request's blocks.
+	for n := c.tail; len(c.idx)+missing > c.capacity && n >= 0; {
+		prev := c.nodes[n].prev
+		if c.nodes[n].mark != c.stamp {
+			a.Evicted = append(a.Evicted, c.nodes[n].key)
+			c.remove(n)
+		}
+		n = prev
+	}
+	// Relink (or insert) in reverse so block 0 ends up at the head.
+	for i := len(blocks) - 1; i >= 0; i-- {
+		h := blocks[i]
+		if n, ok := c.idx[h]; ok {
+			c.unlink(n)
+			c.pushFront(n)
+			continue
+		}
+		n := c.alloc(h)
+		c.nodes[n].mark = c.stamp
+		c.idx[h] = n
+		c.pushFront(n)
+	}
+}
+
+// Keys returns the cached blocks from most to least recently used (for
+// tests and diagnostics).
+func (c *Cache) Keys() []uint64 {
+	out := make([]uint64, 0, len(c.idx))
+	for n := c.head; n >= 0; n = c.nodes[n].next {
+		out = append(out, c.nodes[n].key)
+	}
+	return out
+}
+
+func (c *Cache) alloc(h uint64) int32 {
+	if k := len(c.free); k > 0 {
+		n := c.free[k-1]
+		c.free = c.free[:k-1]
+		c.nodes[n] = lruNode{key: h, prev: -1, next: -1}
+		return n
+	}
+	c.nodes = append(c.nodes, lruNode{key: h, prev: -1, next: -1})
+	return int32(len(c.nodes) - 1)
+}
+
+func (c *Cache) remove(n int32) {
+	c.unlink(n)
+	delete(c.idx, c.nodes[n].key)
+	c.free = append(c.free, n)
+}
+
+func (c *Cache) unlink(n int32) {
+	p, x := c.nodes[n].prev, c.nodes[n].next
+	if p >= 0 {
+		c.nodes[p].next = x
+	} else {
+		c.head = x
+	}
+	if x >= 0 {
+		c.nodes[x].prev = p
+	} else {
+		c.tail = p
+	}
+	c.nodes[n].prev, c.nodes[n].next = -1, -1
+}
+
+func (c *Cache) pushFront(n int32) {
+	c.nodes[n].prev, c.nodes[n].next = -1, c.head
+	if c.head >= 0 {
+		c.nodes[c.head].prev = n
+	}
+	c.head = n
+	if c.tail < 0 {
+		c.tail = n
+	}
+}

@@ -1,0 +1,250 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/observe"
+)
+
+// Partition keys of the simulated fleet's blocks. The replica ids are
+// ReplicaPrefix + "e<i>".
+const (
+	BenchModel  = "bench"
+	BenchTenant = "bench"
+	BenchScheme = "vllm"
+)
+
+// Observation timing.
+const (
+	// DefaultScrapeInterval is how often the subscriber scrapes each
+	// engine's /metrics for replica stats (pressure, hit rate).
+	DefaultScrapeInterval = 250 * time.Millisecond
+	// barrierTimeout bounds one visibility wait; past it the request is
+	// routed anyway and the miss counted (Result.BarrierTimeouts).
+	barrierTimeout = 10 * time.Second
+)
+
+// ackSink is the Sink the subscriber writes to: it passes every call to
+// the cluster and counts, per replica, the block hashes of acknowledged
+// STORED and REMOVED events and the highest applied index acknowledged, so
+// the gateway can wait for the events of earlier requests.
+type ackSink struct {
+	inner   observe.Sink
+	replica map[string]int
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every acknowledgement
+	acked   []int64
+	applied uint64
+}
+
+func newAckSink(inner observe.Sink, replicas []string) *ackSink {
+	s := &ackSink{inner: inner, replica: map[string]int{}, changed: make(chan struct{}), acked: make([]int64, len(replicas))}
+	for i, r := range replicas {
+		s.replica[r] = i
+	}
+	return s
+}
+
+func (s *ackSink) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
+	resp, err := s.inner.Ingest(ctx, req)
+	if err != nil {
+		return resp, err
+	}
+	s.mu.Lock()
+	for _, ev := range req.GetEvents() {
+		if ev.GetKind() == pb.BlockEvent_STORED || ev.GetKind() == pb.BlockEvent_REMOVED {
+			if i, ok := s.replica[ev.GetReplicaId()]; ok {
+				s.acked[i] += int64(len(ev.GetBlockHashes()))
+			}
+		}
+	}
+	s.applied = max(s.applied, resp.GetAppliedIndex())
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	return resp, nil
+}
+
+func (s *ackSink) ReportStats(ctx context.Context, req *pb.ReportReplicaStatsRequest) (*pb.ReportReplicaStatsResponse, error) {
+	return s.inner.ReportStats(ctx, req)
+}
+
+// waitAcked waits until every replica's acknowledged count reaches want
+// and returns the applied index acknowledged by then.
+func (s *ackSink) waitAcked(ctx context.Context, want []int64) (uint64, error) {
+	for {
+		s.mu.Lock()
+		done := true
+		for i, w := range want {
+			if s.acked[i] < w {
+				done = false
+				break
+			}
+		}
+		applied, ch := s.applied, s.changed
+		s.mu.Unlock()
+		if done {
+			return applied, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// observation is the observation path of one strategy's fleet: a
+// publisher and a /metrics server per engine, the observe Subscriber
+// reading them and writing to the cluster through ackSink.
+type observation struct {
+	pubs      []*Publisher
+	http      []*http.Server
+	sink      *ackSink
+	published []int64
+	status    []pb.ClusterClient
+	conns     []*grpc.ClientConn
+	verified  uint64
+	cancel    context.CancelFunc
+	done      chan struct{}
+	grpcSink  *observe.GRPCSink
+	metrics   *observe.Metrics
+}
+
+// startObservation starts publishers for the fleet's engines (wiring
+// Engine.onAdmit), their /metrics, and a Subscriber feeding addrs.
+func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encoding, scrape time.Duration, seed uint64, log *slog.Logger) (o *observation, err error) {
+	o = &observation{published: make([]int64, len(f.Engines)), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			o.stop()
+		}
+	}()
+	cfg := &observe.Config{ScrapeInterval: observe.Duration(scrape), ReplayTimeout: observe.Duration(5 * time.Second)}
+	replicas := make([]string, len(f.Engines))
+	for i, e := range f.Engines {
+		p, err := NewPublisher(enc, mix64(seed^uint64(i+1)*0x9e3779b97f4a7c15))
+		if err != nil {
+			return o, err
+		}
+		o.pubs = append(o.pubs, p)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return o, fmt.Errorf("bench: engine metrics: %w", err)
+		}
+		eng := e
+		hs := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			_ = eng.WriteMetrics(w, f.Model)
+		})}
+		go func() { _ = hs.Serve(ln) }()
+		o.http = append(o.http, hs)
+		replicas[i] = f.ReplicaID(i)
+		cfg.Engines = append(cfg.Engines, observe.EngineConfig{
+			Endpoint: p.Endpoint(), ReplayEndpoint: p.ReplayEndpoint(), ReplicaID: replicas[i],
+			ModelID: f.Model, TenantID: BenchTenant, HashScheme: BenchScheme, BlockSize: TraceBlockTokens,
+			MetricsURL: "http://" + ln.Addr().String() + "/metrics",
+		})
+		idx := i
+		e.onAdmit = func(blocks []uint64, a *Admission) {
+			n, err := p.PublishAdmission(blocks, a, time.Now())
+			if err != nil {
+				log.Warn("publish failed", "engine", idx, "err", err)
+				return
+			}
+			o.published[idx] += int64(n)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return o, err
+	}
+	gs, err := observe.NewGRPCSink(addrs, log)
+	if err != nil {
+		return o, err
+	}
+	o.grpcSink = gs
+	o.sink = newAckSink(gs, replicas)
+	for _, a := range addrs {
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return o, fmt.Errorf("bench: cluster address %q: %w", a, err)
+		}
+		o.conns = append(o.conns, cc)
+		o.status = append(o.status, pb.NewClusterClient(cc))
+	}
+	o.metrics = observe.NewMetrics(nil)
+	sub := observe.New(cfg, o.sink, observe.Options{Logger: log, Metrics: o.metrics})
+	sctx, cancel := context.WithCancel(context.Background())
+	o.cancel = cancel
+	go func() { defer close(o.done); _ = sub.Run(sctx) }()
+	for _, p := range o.pubs {
+		if err := p.WaitSubscribed(ctx, 15*time.Second); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// barrier waits until the cluster acknowledged every event published so
+// far and every node applied them: the events of earlier requests are
+// then visible to a lookup on any node.
+func (o *observation) barrier(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, barrierTimeout)
+	defer cancel()
+	applied, err := o.sink.waitAcked(ctx, o.published)
+	if err != nil {
+		return fmt.Errorf("bench: waiting for the subscriber: %w", err)
+	}
+	if applied <= o.verified {
+		return nil
+	}
+	for _, st := range o.status {
+		for {
+			r, err := st.Status(ctx, &pb.StatusRequest{})
+			if err == nil && r.GetAppliedIndex() >= applied {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("bench: waiting for every node to apply %d: %w", applied, ctx.Err())
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+	}
+	o.verified = applied
+	return nil
+}
+
+// stop ends the subscriber and closes the sockets and servers.
+func (o *observation) stop() {
+	if o.cancel != nil {
+		o.cancel()
+		<-o.done
+	}
+	for _, p := range o.pubs {
+		p.Close()
+	}
+	for _, h := range o.http {
+		_ = h.Close()
+	}
+	for _, c := range o.conns {
+		c.Close()
+	}
+	if o.grpcSink != nil {
+		o.grpcSink.Close()
+	}
+}
+
+// errBarrier marks a visibility wait that timed out.
+var errBarrier = errors.New("bench: visibility barrier timed out")

@@ -1,0 +1,362 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+)
+
+// Visibility says when the events of earlier requests must be visible to
+// a hint strategy's lookup (see the package doc).
+type Visibility string
+
+// Visibility modes.
+const (
+	// VisibilityTimestamp: events of requests with an earlier trace
+	// timestamp are applied on every node before the lookup; requests
+	// with the same timestamp are concurrent.
+	VisibilityTimestamp Visibility = "timestamp"
+	// VisibilityRequest: events of every earlier request are applied
+	// before the lookup.
+	VisibilityRequest Visibility = "request"
+)
+
+// Config is one bench run.
+type Config struct {
+	// Trace is the request trace (required).
+	Trace *Trace
+	// Fleet is the simulated fleet, the same for every strategy.
+	Fleet FleetConfig
+	// Strategies to run, in order (default AllStrategies).
+	Strategies []string
+	// Addrs are the cluster's gRPC addresses (required when a hint
+	// strategy runs).
+	Addrs []string
+	// Encoding of the engines' KV-event batches (default positional).
+	Encoding Encoding
+	// Visibility of KV events to lookups (default VisibilityTimestamp).
+	Visibility Visibility
+	// Seed drives the random strategy and the engines' hash seeds.
+	Seed uint64
+	// ScrapeInterval of the engines' /metrics by the subscriber (default
+	// DefaultScrapeInterval).
+	ScrapeInterval time.Duration
+	// LookupTimeout is the gateway's LookupRoute budget (client SDK;
+	// default 100ms). Past it the lookup fails open to NO_HINT.
+	LookupTimeout time.Duration
+	// Logger (default: discard).
+	Logger *slog.Logger
+	// Progress, when set, is called every few dozen requests and at the
+	// end of each strategy.
+	Progress func(strategy string, done, total int)
+}
+
+// DefaultLookupTimeout is the gateway's default LookupRoute budget.
+const DefaultLookupTimeout = 100 * time.Millisecond
+
+// Result is one strategy's outcome.
+type Result struct {
+	// Name is the strategy.
+	Name string
+	// PromptTokens and CachedTokens sum the trace's prompts and the
+	// prefixes found cached on the chosen engines.
+	PromptTokens, CachedTokens int64
+	// TokenHitRate = CachedTokens / PromptTokens.
+	TokenHitRate float64
+	// FractionOfIdeal = TokenHitRate / the trace's ideal bound.
+	FractionOfIdeal float64
+	// PerEngine are the requests each engine served.
+	PerEngine []int64
+	// MaxOverMeanRequests = max(PerEngine) / mean(PerEngine).
+	MaxOverMeanRequests float64
+	// TTFTModelP50Ms and TTFTModelP99Ms are percentiles of the modelled
+	// TTFT.
+	TTFTModelP50Ms, TTFTModelP99Ms float64
+	// LookupP50Us and LookupP99Us are LookupRoute latency percentiles as
+	// seen by the gateway (0 for strategies that do not ask).
+	LookupP50Us, LookupP99Us float64
+	// ReasonCodes counts the lookups' reason codes (empty for strategies
+	// that do not ask).
+	ReasonCodes map[string]int64
+	// Wall is the replay's wall time.
+	Wall time.Duration
+	// Barriers counts visibility waits, BarrierWall their total time,
+	// BarrierTimeouts those that gave up.
+	Barriers, BarrierTimeouts int
+	BarrierWall               time.Duration
+	// FailOpen counts lookups the client answered NO_HINT itself (error
+	// or timeout); UnknownReplica hints naming a replica outside the fleet.
+	FailOpen, UnknownReplica int64
+	// Published counts block hashes the engines published (hint
+	// strategies only; the others do not run the observation path).
+	Published int64
+	// Policy describes the CachePolicy used (hint strategies).
+	Policy string
+}
+
+// Report is a whole run.
+type Report struct {
+	// Trace is the trace's name.
+	Trace string
+	// Requests is the number of requests replayed.
+	Requests int
+	// IdealTokenHitRate is the trace's ideal bound (Trace.IdealHitRate).
+	IdealTokenHitRate float64
+	// DistinctBlocks and SpanMs describe the trace.
+	DistinctBlocks int
+	SpanMs         int64
+	// Fleet, Encoding, Visibility: the settings used.
+	Fleet      FleetConfig
+	Encoding   Encoding
+	Visibility Visibility
+	// Cluster describes the cluster the hint strategies used.
+	Cluster string
+	// Strategies are the results in run order.
+	Strategies []Result
+}
+
+// Run replays cfg.Trace once per strategy, each on a fresh fleet of the
+// same settings. Hint strategies run the observation path (engine
+// publishers, the observe Subscriber, the cluster) with the index reset:
+// a fresh subscriber clears its replicas when it starts, so no strategy
+// sees another's blocks. Their CachePolicy is set with SetCachePolicy
+// before the replay and the cluster's original policy is restored at the
+// end.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Trace == nil || len(cfg.Trace.Requests) == 0 {
+		return nil, errors.New("bench: empty trace")
+	}
+	if err := cfg.Fleet.fill(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Strategies) == 0 {
+		cfg.Strategies = AllStrategies
+	}
+	if cfg.Encoding == "" {
+		cfg.Encoding = EncodingPositional
+	}
+	if cfg.Visibility == "" {
+		cfg.Visibility = VisibilityTimestamp
+	}
+	if cfg.Visibility != VisibilityTimestamp && cfg.Visibility != VisibilityRequest {
+		return nil, fmt.Errorf("bench: visibility %q: want timestamp or request", cfg.Visibility)
+	}
+	if cfg.ScrapeInterval <= 0 {
+		cfg.ScrapeInterval = DefaultScrapeInterval
+	}
+	if cfg.LookupTimeout <= 0 {
+		cfg.LookupTimeout = DefaultLookupTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	needCluster := false
+	for _, s := range cfg.Strategies {
+		if !slices.Contains(AllStrategies, s) {
+			return nil, fmt.Errorf("bench: unknown strategy %q (want one of %v)", s, AllStrategies)
+		}
+		needCluster = needCluster || UsesCluster(s)
+	}
+	rep := &Report{Trace: cfg.Trace.Name, Requests: len(cfg.Trace.Requests), IdealTokenHitRate: cfg.Trace.IdealHitRate(),
+		DistinctBlocks: cfg.Trace.DistinctBlocks(), SpanMs: cfg.Trace.SpanMs(), Fleet: cfg.Fleet,
+		Encoding: cfg.Encoding, Visibility: cfg.Visibility}
+	var cl *client.Client
+	if needCluster {
+		if len(cfg.Addrs) == 0 {
+			return nil, errors.New("bench: hint strategies need cluster addresses")
+		}
+		var err error
+		if cl, err = client.New(client.Config{Addrs: cfg.Addrs, LookupTimeout: cfg.LookupTimeout}); err != nil {
+			return nil, err
+		}
+		defer cl.Close()
+		orig, err := getPolicy(ctx, cl)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := setPolicy(rctx, cl, orig); err != nil {
+				cfg.Logger.Warn("could not restore the cluster's CachePolicy", "err", err)
+			}
+		}()
+	}
+	for _, name := range cfg.Strategies {
+		res, err := runStrategy(ctx, &cfg, name, cl, rep.IdealTokenHitRate)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s: %w", name, err)
+		}
+		rep.Strategies = append(rep.Strategies, *res)
+	}
+	return rep, nil
+}
+
+func getPolicy(ctx context.Context, cl *client.Client) (*pb.CachePolicy, error) {
+	var p *pb.CachePolicy
+	err := cl.Do(ctx, func(ctx context.Context, _ string, ic pb.InferenceCacheClient, _ pb.ClusterClient) (err error) {
+		p, err = ic.GetCachePolicy(ctx, &pb.GetCachePolicyRequest{})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: GetCachePolicy: %w", err)
+	}
+	return p, nil
+}
+
+func setPolicy(ctx context.Context, cl *client.Client, p *pb.CachePolicy) error {
+	err := cl.Do(ctx, func(ctx context.Context, _ string, ic pb.InferenceCacheClient, _ pb.ClusterClient) error {
+		_, err := ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: p})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("bench: SetCachePolicy: %w", err)
+	}
+	return nil
+}
+
+// strategyPolicy sets the policy of a hint strategy: the current policy
+// with blockSize[model] = 512 and, for v1, rankingVersion v1 without the
+// TENANT_HOT and AFFINITY fallbacks (v2 keeps the defaults: ranking v2
+// with both fallbacks). It returns a description.
+func strategyPolicy(ctx context.Context, cl *client.Client, name, model string) (string, error) {
+	p, err := getPolicy(ctx, cl)
+	if err != nil {
+		return "", err
+	}
+	p = proto.Clone(p).(*pb.CachePolicy)
+	if p.BlockSize == nil {
+		p.BlockSize = map[string]uint32{}
+	}
+	p.BlockSize[model] = TraceBlockTokens
+	if p.Strategy == nil {
+		p.Strategy = &pb.Strategy{}
+	}
+	if name == StrategyLookupRouteV1 {
+		p.RankingVersion, p.Strategy.EnableTenantHot, p.AffinityRouting = "v1", false, "Disabled"
+	} else {
+		p.RankingVersion, p.Strategy.EnableTenantHot, p.AffinityRouting = "v2", true, "Enabled"
+	}
+	if err := setPolicy(ctx, cl, p); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("rankingVersion %s, enableTenantHot %v, affinityRouting %s, blockSize[%s] %d, minimumMatchedTokens %d, routingFloorScore %s",
+		p.RankingVersion, p.Strategy.EnableTenantHot, p.AffinityRouting, model, TraceBlockTokens, p.MinimumMatchedTokens, p.RoutingFloorScore), nil
+}
+
+func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Client, ideal float64) (*Result, error) {
+	f := NewFleet(cfg.Fleet, BenchModel, "bench-")
+	res := &Result{Name: name, ReasonCodes: map[string]int64{}}
+	var router Router
+	var lr *lookupRouter
+	var obs *observation
+	if UsesCluster(name) {
+		desc, err := strategyPolicy(ctx, cl, name, f.Model)
+		if err != nil {
+			return nil, err
+		}
+		res.Policy = desc
+		if obs, err = startObservation(ctx, f, cfg.Addrs, cfg.Encoding, cfg.ScrapeInterval, cfg.Seed, cfg.Logger); err != nil {
+			return nil, err
+		}
+		defer obs.stop()
+		lr = newLookupRouter(f, cl)
+		router = lr
+	} else {
+		var err error
+		if router, err = newRouter(name, f, cfg.Seed); err != nil {
+			return nil, err
+		}
+	}
+	reqs := cfg.Trace.Requests
+	t0 := reqs[0].Timestamp
+	ttft := make([]float64, 0, len(reqs))
+	failOpen0 := int64(0)
+	if cl != nil {
+		failOpen0 = int64(cl.Stats().FailOpen)
+	}
+	start := time.Now()
+	for i := range reqs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		q := &reqs[i]
+		if obs != nil && i > 0 && (cfg.Visibility == VisibilityRequest || q.Timestamp > reqs[i-1].Timestamp) {
+			bs := time.Now()
+			res.Barriers++
+			if err := obs.barrier(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				res.BarrierTimeouts++
+				cfg.Logger.Warn("visibility barrier", "request", i, "err", err)
+			}
+			res.BarrierWall += time.Since(bs)
+		}
+		t := float64(q.Timestamp-t0) / 1000
+		e := router.Route(ctx, i, q, t)
+		s := f.Engines[e].Serve(q, t)
+		res.PromptTokens += int64(q.InputLength)
+		res.CachedTokens += int64(s.CachedTokens)
+		ttft = append(ttft, s.TTFTS*1000)
+		if cfg.Progress != nil && (i%64 == 63 || i == len(reqs)-1) {
+			cfg.Progress(name, i+1, len(reqs))
+		}
+	}
+	if obs != nil {
+		// Drain: the last events reach the cluster before the next
+		// strategy's subscriber clears the replicas.
+		if err := obs.barrier(ctx); err != nil {
+			res.BarrierTimeouts++
+		}
+		for _, n := range obs.published {
+			res.Published += n
+		}
+	}
+	res.Wall = time.Since(start)
+	if res.PromptTokens > 0 {
+		res.TokenHitRate = float64(res.CachedTokens) / float64(res.PromptTokens)
+	}
+	if ideal > 0 {
+		res.FractionOfIdeal = res.TokenHitRate / ideal
+	}
+	var maxReq, sum int64
+	for _, e := range f.Engines {
+		n := e.Requests()
+		res.PerEngine = append(res.PerEngine, n)
+		maxReq = max(maxReq, n)
+		sum += n
+	}
+	if sum > 0 {
+		res.MaxOverMeanRequests = float64(maxReq) / (float64(sum) / float64(len(f.Engines)))
+	}
+	res.TTFTModelP50Ms, res.TTFTModelP99Ms = Percentile(ttft, 0.50), Percentile(ttft, 0.99)
+	if lr != nil {
+		res.LookupP50Us, res.LookupP99Us = Percentile(lr.lat, 0.50), Percentile(lr.lat, 0.99)
+		res.ReasonCodes = lr.reasons
+		res.UnknownReplica = lr.unknown
+		res.FailOpen = int64(cl.Stats().FailOpen) - failOpen0
+	}
+	return res, nil
+}
+
+// Percentile returns the nearest-rank p-quantile (0 < p ≤ 1) of v (which
+// it sorts); 0 for an empty slice.
+func Percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	k := int(math.Ceil(p*float64(len(v)))) - 1
+	return v[min(max(k, 0), len(v)-1)]
+}

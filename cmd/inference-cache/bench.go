@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/inference-cache/inference-cache/bench"
+	"github.com/inference-cache/inference-cache/bench/localcluster"
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+type benchOptions struct {
+	trace, encoding, visibility, plot string
+	engines, cacheBlocks, requests    int
+	cacheFraction                     float64
+	prefillTPS, decodeTPS             float64
+	strategies, addrs                 []string
+	sweep                             []int
+	jsonOut, noProgress               bool
+	seed                              uint64
+	genRequests                       int
+	lookupTimeout, scrape             time.Duration
+	logLevel                          string
+}
+
+// newBenchCmd is `inference-cache bench` (SPEC 12 "Benchmark gateway",
+// issue 7).
+func newBenchCmd() *cobra.Command {
+	o := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Replay a request trace through a simulated fleet and compare routing strategies",
+		Long: `Plays a gateway in front of a simulated fleet of inference engines: replays a
+Mooncake JSONL trace (--trace; without it the built-in generator), asks the
+cluster for hints, routes, and reports per strategy the token-weighted
+prefix-cache hit rate, its fraction of the trace's ideal bound, requests per
+engine max/mean, modelled TTFT p50/p99, LookupRoute latency p50/p99 as the
+gateway saw it, and the reason codes.
+
+Every strategy replays the same trace on a fresh fleet with the same
+settings (--engines, --cache-blocks per engine, --prefill-tps, --decode-tps).
+The hint strategies (lookuproute-v1, lookuproute-v2) ask a real cluster,
+which learns what each engine caches only from the engines' vLLM-format KV
+events over ZMQ, read by the observe subscriber. Without --addr an embedded
+3-node cluster (real Raft over loopback TCP, a gRPC server per node) is
+started for the run. With --addr the cluster's CachePolicy is changed for
+the run (ranking version, blockSize of model "bench") and restored at the end.
+
+TTFT is modelled (queue wait + uncached tokens / prefill speed in the
+trace's virtual time), never measured; the output says how time was
+compressed.`,
+		Example: `  inference-cache bench --trace ../shared/data/mooncake/conversation_trace.jsonl --engines 8 --cache-blocks 5712
+  inference-cache bench --requests 2000 --strategies round-robin,lookuproute-v2,oracle --json
+  inference-cache bench --trace trace.jsonl --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --plot out.png
+  inference-cache bench --trace trace.jsonl --sweep 1000,2000,4000,8000 --plot sweep.png`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runBench(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.trace, "trace", "", "Mooncake JSONL trace file (timestamp, input_length, output_length, hash_ids); empty = the built-in generator")
+	f.IntVar(&o.requests, "requests", 0, "replay only the first N requests of the trace (0 = all)")
+	f.IntVar(&o.genRequests, "gen-requests", 4000, "requests the built-in generator produces (without --trace)")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the generator, the random strategy and the engines' hash seeds")
+	f.IntVar(&o.engines, "engines", 8, "number of simulated engines")
+	f.IntVar(&o.cacheBlocks, "cache-blocks", 0, "KV cache per engine in 512-token blocks (0 = --cache-fraction of the trace's distinct blocks / engines)")
+	f.Float64Var(&o.cacheFraction, "cache-fraction", 0.25, "when --cache-blocks is 0: the fleet's total cache as a fraction of the trace's distinct blocks")
+	f.Float64Var(&o.prefillTPS, "prefill-tps", bench.DefaultPrefillTPS, "engine prefill speed, prompt tokens per second")
+	f.Float64Var(&o.decodeTPS, "decode-tps", bench.DefaultDecodeTPS, "decode speed of one request, output tokens per second")
+	f.StringSliceVar(&o.strategies, "strategies", nil, "strategies to run, comma-separated (default all): "+strings.Join(bench.AllStrategies, ","))
+	f.StringArrayVar(&o.addrs, "addr", nil, "gRPC address of an existing cluster node (repeatable); none = start an embedded 3-node cluster")
+	f.BoolVar(&o.jsonOut, "json", false, "print the SPEC 12 JSON object instead of the table")
+	f.StringVar(&o.plot, "plot", "", "write a PNG of hit rate and modelled TTFT per strategy (with --sweep: hit rate against cache size)")
+	f.IntSliceVar(&o.sweep, "sweep", nil, "cache sizes (blocks per engine) to sweep; one full run per size")
+	f.StringVar(&o.encoding, "event-encoding", string(bench.EncodingPositional), "msgpack form of the engines' KV-event batches: positional or map")
+	f.StringVar(&o.visibility, "visibility", string(bench.VisibilityTimestamp), "when lookups see earlier requests' events: timestamp (earlier trace timestamps) or request (every earlier request)")
+	f.DurationVar(&o.lookupTimeout, "lookup-timeout", bench.DefaultLookupTimeout, "the gateway's LookupRoute budget; past it the lookup fails open to NO_HINT")
+	f.DurationVar(&o.scrape, "scrape-interval", bench.DefaultScrapeInterval, "how often the subscriber scrapes each engine's /metrics")
+	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar on stderr")
+	f.StringVar(&o.logLevel, "log-level", "error", "least log level of the embedded cluster and subscriber: debug, info, warn or error")
+	return cmd
+}
+
+func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
+	log, err := newLogger(errw, "text", o.logLevel)
+	if err != nil {
+		return err
+	}
+	var tr *bench.Trace
+	if o.trace != "" {
+		if tr, err = bench.LoadMooncake(o.trace); err != nil {
+			return err
+		}
+	} else {
+		tr = bench.Generate(bench.GeneratorConfig{Seed: o.seed, Requests: o.genRequests})
+	}
+	tr = tr.Head(o.requests)
+	sizes := o.sweep
+	if len(sizes) == 0 {
+		c := o.cacheBlocks
+		if c == 0 {
+			if o.engines < 1 {
+				return fmt.Errorf("--engines %d: must be at least 1", o.engines)
+			}
+			c = max(1, int(o.cacheFraction*float64(tr.DistinctBlocks())/float64(o.engines)))
+		}
+		sizes = []int{c}
+	}
+	addrs := o.addrs
+	clusterDesc := "--addr " + strings.Join(addrs, ",")
+	needCluster := len(o.strategies) == 0
+	for _, s := range o.strategies {
+		needCluster = needCluster || bench.UsesCluster(s)
+	}
+	if len(addrs) == 0 && needCluster {
+		pol := policy.Default()
+		pol.BlockSize = map[string]uint32{bench.BenchModel: bench.TraceBlockTokens}
+		fmt.Fprintln(errw, "bench: starting an embedded 3-node cluster (in-process Raft nodes over loopback TCP, one gRPC server each)")
+		lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: 3, Policy: &pol, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer lc.Close()
+		addrs = lc.Addrs()
+		clusterDesc = "embedded 3-node (" + strings.Join(addrs, ",") + ")"
+	}
+	var reports []*bench.Report
+	for _, c := range sizes {
+		cfg := bench.Config{
+			Trace: tr, Strategies: o.strategies, Addrs: addrs, Seed: o.seed,
+			Fleet:    bench.FleetConfig{Engines: o.engines, CacheBlocks: c, PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS},
+			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
+			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, Logger: log,
+		}
+		if !o.noProgress {
+			cfg.Progress = newProgress(errw)
+		}
+		rep, err := bench.Run(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		rep.Cluster = clusterDesc
+		reports = append(reports, rep)
+		if !o.jsonOut {
+			if err := rep.WriteTable(out); err != nil {
+				return err
+			}
+			fmt.Fprintln(out)
+		}
+	}
+	if o.jsonOut {
+		for _, rep := range reports {
+			if err := rep.WriteJSON(out); err != nil {
+				return err
+			}
+			for i := range rep.Strategies {
+				if bench.UsesCluster(rep.Strategies[i].Name) {
+					fmt.Fprintf(errw, "bench: %s: %s; TTFT is modelled\n", rep.Strategies[i].Name, rep.TimeCompression(&rep.Strategies[i]))
+				}
+			}
+		}
+	}
+	if o.plot != "" {
+		var perr error
+		if len(reports) > 1 {
+			perr = bench.PlotSweep(o.plot, reports)
+		} else {
+			perr = bench.PlotReport(o.plot, reports[0])
+		}
+		if perr != nil {
+			return perr
+		}
+		fmt.Fprintf(errw, "bench: plot written to %s\n", o.plot)
+	}
+	return nil
+}
+
+// newProgress returns a Progress callback drawing one progress bar per
+// strategy on w.
+func newProgress(w io.Writer) func(strategy string, done, total int) {
+	var bar *progressbar.ProgressBar
+	var cur string
+	return func(strategy string, done, total int) {
+		if strategy != cur || bar == nil {
+			cur = strategy
+			bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(fmt.Sprintf("%-16s", strategy)),
+				progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("req"),
+				progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(30),
+				progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
+		}
+		_ = bar.Set(done)
+	}
+}
