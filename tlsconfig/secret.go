@@ -1,0 +1,121 @@
+package tlsconfig
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"sync/atomic"
+)
+
+// SecretFile holds the non-empty, trimmed lines of a file (bearer tokens,
+// gossip keys) and re-reads it when its modification time or size changes
+// (checked at most once per Options.CheckInterval, on use). Several lines
+// allow rotation: accept the old and the new secret during the change.
+// A file that becomes empty or unreadable keeps the previous secrets in
+// force (logged, without the secrets). Safe for concurrent use.
+type SecretFile struct {
+	path string
+	w    *watcher
+	cur  atomic.Pointer[[][]byte]
+}
+
+// NewSecretFile reads path at once; a missing, unreadable or empty file is
+// an error wrapping ErrConfig.
+func NewSecretFile(path string, opts Options) (*SecretFile, error) {
+	opts.fill()
+	s := &SecretFile{path: path, w: &watcher{opts: opts, paths: []string{path}}}
+	st, _ := s.w.changed()
+	lines, err := readLines(path)
+	if err != nil {
+		return nil, err
+	}
+	s.cur.Store(&lines)
+	s.w.commit(st)
+	return s, nil
+}
+
+// StaticSecrets returns a SecretFile that holds secrets and never reloads
+// (for secrets given through the environment, and for tests). Empty
+// secrets are dropped.
+func StaticSecrets(secrets ...string) *SecretFile {
+	var l [][]byte
+	for _, v := range secrets {
+		if v = string(bytes.TrimSpace([]byte(v))); v != "" {
+			l = append(l, []byte(v))
+		}
+	}
+	s := &SecretFile{}
+	s.cur.Store(&l)
+	return s
+}
+
+func readLines(path string) ([][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: secret file: %v", ErrConfig, err)
+	}
+	var out [][]byte
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if l = bytes.TrimSpace(l); len(l) > 0 && l[0] != '#' {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: secret file %s holds no secret", ErrConfig, path)
+	}
+	return out, nil
+}
+
+// Secrets returns the secrets in force, reloading the file first when it
+// changed. The slices must not be modified.
+func (s *SecretFile) Secrets() [][]byte {
+	if s.w != nil {
+		if st, ok := s.w.changed(); ok {
+			lines, err := readLines(s.path)
+			if err != nil {
+				s.w.opts.Logger.Warn("secret file changed but does not load; keeping the previous secrets", "file", s.path, "err", err)
+			} else {
+				s.cur.Store(&lines)
+				s.w.opts.Logger.Info("secret file reloaded", "file", s.path, "secrets", len(lines))
+			}
+			s.w.commit(st)
+		}
+	}
+	return *s.cur.Load()
+}
+
+// First returns the first secret in force ("" when there is none): what a
+// client sends.
+func (s *SecretFile) First() string {
+	if l := s.Secrets(); len(l) > 0 {
+		return string(l[0])
+	}
+	return ""
+}
+
+// ReadGossipKeys reads memberlist encryption keys from path: one base64
+// key per line (16, 24 or 32 bytes decoded: AES-128/192/256; `head -c 32
+// /dev/urandom | base64` makes one). The first line is the primary key,
+// used to encrypt; every line is accepted to decrypt, which allows a
+// rolling key change. Errors wrap ErrConfig and never quote a key.
+func ReadGossipKeys(path string) ([][]byte, error) {
+	lines, err := readLines(path)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([][]byte, 0, len(lines))
+	for i, l := range lines {
+		k, err := base64.StdEncoding.DecodeString(string(l))
+		if err != nil {
+			return nil, fmt.Errorf("%w: gossip key file %s line %d is not base64", ErrConfig, path, i+1)
+		}
+		switch len(k) {
+		case 16, 24, 32:
+		default:
+			return nil, fmt.Errorf("%w: gossip key file %s line %d decodes to %d bytes; want 16, 24 or 32", ErrConfig, path, i+1, len(k))
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
