@@ -128,7 +128,7 @@ func TestServerTLS_ClientRefusesWrongCAExpiredAndWrongName(t *testing.T) {
 	for name, c := range map[string]struct {
 		addr, serverName string
 	}{
-		"expired server cert": {expired, ""},
+		"expired server cert":  {expired, ""},
 		"server of another CA": {other, ""},
 		"wrong server name":    {good, "evil.example"},
 	} {
