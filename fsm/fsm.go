@@ -157,37 +157,47 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 
 func (f *FSM) applyEntry(l *raft.Log) *EntryResult {
 	res := &EntryResult{Index: l.Index}
-	e, err := DecodeEntry(l.Data)
-	if err != nil {
-		f.log.Error("fsm: log entry does not decode", "index", l.Index, "err", err)
-		res.Results = []Result{{Index: l.Index, Err: err}}
-		return res
-	}
-	res.Results = make([]Result, len(e.Commands))
-	if e.Format > EntryFormat {
+	format, cmds, ok := decodeEntryFast(l.Data)
+	if !ok {
+		e, err := DecodeEntry(l.Data)
+		if err != nil {
+			f.log.Error("fsm: log entry does not decode", "index", l.Index, "err", err)
+			res.Results = []Result{{Index: l.Index, Err: err}}
+			return res
+		}
+		format = e.Format
+		cmds = make([]decodedCommand, len(e.Commands))
 		for i, c := range e.Commands {
-			res.Results[i] = Result{RequestID: c.GetRequestId(), Index: l.Index,
-				Err: fmt.Errorf("%w: entry %d has format %d, this binary applies ≤ %d", ErrEntryFormat, l.Index, e.Format, EntryFormat)}
+			cmds[i] = decodedCommand{requestID: c.GetRequestId(), pb: c}
+		}
+	}
+	res.Results = make([]Result, len(cmds))
+	if format > EntryFormat {
+		for i, c := range cmds {
+			res.Results[i] = Result{RequestID: c.requestID, Index: l.Index,
+				Err: fmt.Errorf("%w: entry %d has format %d, this binary applies ≤ %d", ErrEntryFormat, l.Index, format, EntryFormat)}
 		}
 		return res
 	}
-	for i, c := range e.Commands {
-		res.Results[i] = f.applyCommand(l.Index, c)
+	for i := range cmds {
+		res.Results[i] = f.applyCommand(l.Index, &cmds[i])
 	}
 	return res
 }
 
-func (f *FSM) applyCommand(idx uint64, c *fsmpb.Command) (r Result) {
-	r = Result{RequestID: c.RequestId, Index: idx}
-	if c.RequestId != "" {
-		if d := f.dd.get(c.RequestId); d != nil {
-			r = Result{RequestID: c.RequestId, Index: d.Index, Changed: int(d.Changed), Duplicate: true}
+func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
+	r = Result{RequestID: dc.requestID, Index: idx}
+	if dc.requestID != "" {
+		if d := f.dd.get(dc.requestID); d != nil {
+			r = Result{RequestID: dc.requestID, Index: d.Index, Changed: int(d.Changed), Duplicate: true}
 			if d.Error != "" {
 				r.Err = fmt.Errorf("%w: %s", ErrRejected, d.Error)
 			}
-			if _, ok := c.Body.(*fsmpb.Command_SetPolicy); ok {
-				p := f.ix.Load().Policy()
-				r.Policy = &p
+			if dc.pb != nil {
+				if _, ok := dc.pb.Body.(*fsmpb.Command_SetPolicy); ok {
+					p := f.ix.Load().Policy()
+					r.Policy = &p
+				}
 			}
 			return r
 		}
@@ -196,12 +206,18 @@ func (f *FSM) applyCommand(idx uint64, c *fsmpb.Command) (r Result) {
 		if p := recover(); p != nil {
 			// Deterministic: every node panics on the same command. The
 			// index may be partly updated, identically everywhere.
-			f.log.Error("fsm: apply panicked", "index", idx, "request_id", c.RequestId, "panic", p)
+			f.log.Error("fsm: apply panicked", "index", idx, "request_id", dc.requestID, "panic", p)
 			r.Err = fmt.Errorf("%w: apply panicked: %v", ErrRejected, p)
 			f.remember(r)
 		}
 	}()
 	ix := f.ix.Load()
+	if dc.pb == nil { // fast-decoded ingest
+		r.Changed = ix.ApplyEvents(dc.events)
+		f.remember(r)
+		return r
+	}
+	c := dc.pb
 	switch b := c.Body.(type) {
 	case *fsmpb.Command_Ingest:
 		r.Changed = ix.ApplyEvents(fsmpb.EventsFromPB(b.Ingest.GetEvents()))

@@ -11,9 +11,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,15 +37,75 @@ func benchOn(t *testing.T) {
 	if os.Getenv("RAFTNODE_BENCH") == "" {
 		t.Skip("set RAFTNODE_BENCH=1")
 	}
+	t.Logf("machine: %d CPUs, load average %s", runtimeNumCPU(), loadAvg())
+}
+
+// envInt reads a positive integer knob (RAFTNODE_BENCH_WORKERS, …).
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// runQueueWait sums, over the process's threads, the time they were
+// runnable but waiting for a CPU (/proc/self/task/*/schedstat, field 2):
+// on a shared machine it tells CPU starvation apart from waiting on I/O
+// or on the protocol. Threads that exited are not counted.
+func runQueueWait() time.Duration {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				sum += time.Duration(v)
+			}
+		}
+	}
+	return sum
+}
+
+// cpuTime is the process's user+system CPU time so far. The machine is
+// shared, so rates are also reported per CPU-second used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchEvents: one ingest call = eventsPerCall STORED events of 4 blocks.
 const (
 	eventsPerCall = 64
 	blocksPerEv   = 4
-	benchWorkers  = 64
 	benchDuration = 5 * time.Second
 )
+
+// benchWorkers: concurrent Ingest callers on the leader (default 256;
+// RAFTNODE_BENCH_WORKERS overrides). By Little's law the offered load caps
+// throughput at workers × eventsPerCall / commit latency, so too few
+// callers measure the latency, not the throughput, of the write path.
+var benchWorkers = envInt("RAFTNODE_BENCH_WORKERS", 256)
 
 func benchCall(w, k int) []index.BlockEvent {
 	out := make([]index.BlockEvent, eventsPerCall)
@@ -76,6 +141,8 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), benchDuration)
 	defer cancel()
 	var wg sync.WaitGroup
+	term0 := c.Nodes[l].Status().Term
+	cpu0, rq0 := cpuTime(), runQueueWait()
 	start := time.Now()
 	for w := 0; w < benchWorkers; w++ {
 		wg.Add(1)
@@ -99,6 +166,13 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	}
 	wg.Wait()
 	el := time.Since(start)
+	cpu, rq := cpuTime()-cpu0, runQueueWait()-rq0
+	if st := c.Nodes[l].Status(); st.Term != term0 || st.State != "Leader" {
+		// on a starved machine FastTiming elections can fire; entries
+		// and calls/entry below then cover only this node's terms
+		t.Logf("cluster: leadership changed during the run (term %d → %d, node %s now %s, %d retries)",
+			term0, st.Term, c.Nodes[l].ID, st.State, c.Nodes[l].Metrics().Retries)
+	}
 	slices.Sort(lat)
 	m := c.Nodes[l].Metrics()
 	rate := float64(events.Load()) / el.Seconds()
@@ -106,6 +180,8 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	t.Logf("cluster: %d events in %v = %.0f block events/s (%d blocks each); %d entries, %.1f calls/entry; commit latency p50 %v p99 %v",
 		events.Load(), el.Round(time.Millisecond), rate, blocksPerEv, m.Entries, float64(m.EntryCommands)/float64(m.Entries),
 		lat[len(lat)/2], lat[len(lat)*99/100])
+	t.Logf("cluster: %d callers; process CPU %.2f s = %.2f cores busy of %d; threads runnable but waiting for a CPU %.2f s; %.0f block events per CPU-second (all 3 nodes apply every event in this process); load %s",
+		benchWorkers, cpu.Seconds(), cpu.Seconds()/el.Seconds(), runtimeNumCPU(), rq.Seconds(), float64(events.Load())/cpu.Seconds(), loadAvg())
 
 	// Baseline: the same entry bytes appended to one raft-boltdb store
 	// (same bbolt options, fsync on), 256 entries per StoreLogs like
@@ -195,8 +271,14 @@ func TestBench_Snapshot10MResidencies(t *testing.T) {
 
 	// Apply stall: a writer applies small entries continuously while the
 	// snapshot is taken; the longest gap between applies is the stall.
+	// The gap is split into time inside f.Apply (the writer lock, the
+	// index's copy-on-write of shards the view pins) and time outside it
+	// (sleep overshoot, waiting for a CPU, GC stop-the-world), and the
+	// first Apply after Snapshot (the one that meets every pinned shard
+	// first) is reported on its own.
 	stop := make(chan struct{})
-	var maxGap atomic.Int64
+	var maxGap, maxInApply, firstAfter atomic.Int64
+	var snapTaken atomic.Bool
 	var wg sync.WaitGroup
 	wg.Add(1)
 	small, _ := fsm.EncodeEntry(fsm.IngestCommand("", benchCall(1, 1)))
@@ -211,8 +293,16 @@ func TestBench_Snapshot10MResidencies(t *testing.T) {
 			default:
 			}
 			applyIdx++
+			pinned := snapTaken.Load()
+			a0 := time.Now()
 			f.Apply(&raft.Log{Index: applyIdx, Term: 1, Type: raft.LogCommand, Data: small})
 			now := time.Now()
+			if d := int64(now.Sub(a0)); d > maxInApply.Load() {
+				maxInApply.Store(d)
+			}
+			if pinned && firstAfter.Load() == 0 {
+				firstAfter.Store(int64(now.Sub(a0)))
+			}
 			if g := now.Sub(last); int64(g) > maxGap.Load() {
 				maxGap.Store(int64(g))
 			}
@@ -222,33 +312,56 @@ func TestBench_Snapshot10MResidencies(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	maxGap.Store(0)
+	maxInApply.Store(0)
+	var gc0 debug.GCStats
+	debug.ReadGCStats(&gc0)
+	win0 := time.Now()
 	t0 := time.Now()
 	s, err := f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
+	snapTaken.Store(true)
 	snapCall := time.Since(t0)
 	path := filepath.Join(t.TempDir(), "snap.bin")
 	out, _ := os.Create(path)
+	c1, q1 := cpuTime(), runQueueWait()
 	t1 := time.Now()
 	if err := s.Persist(fileSink{out}); err != nil {
 		t.Fatal(err)
 	}
 	persist := time.Since(t1)
+	persistCPU, persistRQ := cpuTime()-c1, runQueueWait()-q1
 	s.Release()
 	time.Sleep(20 * time.Millisecond)
 	close(stop)
 	wg.Wait()
 	fi, _ := os.Stat(path)
-	t.Logf("FSM.Snapshot() %v; longest Apply stall while snapshotting %v; Persist %v; file %.1f MiB",
-		snapCall, time.Duration(maxGap.Load()), persist.Round(time.Millisecond), float64(fi.Size())/(1<<20))
+	var gc1 debug.GCStats
+	debug.ReadGCStats(&gc1)
+	var maxPause time.Duration
+	for i, p := range gc1.Pause {
+		if i < len(gc1.PauseEnd) && gc1.PauseEnd[i].After(win0) && p > maxPause {
+			maxPause = p
+		}
+	}
+	t.Logf("FSM.Snapshot() %v; longest Apply stall while snapshotting %v (longest time inside one Apply %v; first Apply after the snapshot %v; %d GCs, longest STW pause %v); Persist %v; file %.1f MiB",
+		snapCall, time.Duration(maxGap.Load()), time.Duration(maxInApply.Load()), time.Duration(firstAfter.Load()),
+		gc1.NumGC-gc0.NumGC, maxPause, persist.Round(time.Millisecond), float64(fi.Size())/(1<<20))
+	t.Logf("during Persist (the applier above keeps running): process CPU %.2f s, threads waiting for a CPU %.2f s; load %s",
+		persistCPU.Seconds(), persistRQ.Seconds(), loadAvg())
 
 	g := fsm.New(policy.Default(), fsm.Options{TmpDir: t.TempDir()})
 	in, _ := os.Open(path)
+	c2, q2 := cpuTime(), runQueueWait()
 	t2 := time.Now()
 	if err := g.Restore(in); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Restore %v (%d residencies)", time.Since(t2).Round(time.Millisecond), g.Index().Sizes().Residencies)
+	t.Logf("Restore %v (%d residencies); process CPU %.2f s, threads waiting for a CPU %.2f s; load %s",
+		time.Since(t2).Round(time.Millisecond), g.Index().Sizes().Residencies,
+		(cpuTime() - c2).Seconds(), (runQueueWait() - q2).Seconds(), loadAvg())
 	var _ io.Reader = in
 }
+
+func runtimeNumCPU() int { return runtime.NumCPU() }

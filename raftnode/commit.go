@@ -53,8 +53,9 @@ func (n *Node) batcher() {
 		batch = append(batch[:0], first)
 		size := len(first.cmd)
 		lingered := false
+		limit := min(n.cfg.GroupCommitMaxBytes, entryTargetBytes)
 	collect:
-		for size < n.cfg.GroupCommitMaxBytes {
+		for size < limit {
 			select {
 			case p := <-n.proposeCh:
 				batch = append(batch, p)

@@ -161,7 +161,14 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: raft advertise address %q: %v", ErrInvalid, cfg.RaftAdvertise, err)
 	}
-	n.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, transportPool, transportTimeout, hl.Named("transport"))
+	n.trans, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, &raft.NetworkTransportConfig{
+		Logger:  hl.Named("transport"),
+		MaxPool: transportPool,
+		Timeout: transportTimeout,
+		// Pipelining depth of AppendEntries to each follower (raft's
+		// default 2 leaves no request queued behind the one in flight).
+		MaxRPCsInFlight: transportInFlight,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: raft transport on %s: %w", cfg.RaftAddr, err)
 	}

@@ -30,4 +30,12 @@
 //
 // Write persists a point-in-time Source (an *index.View); Read verifies and
 // feeds a Builder (an *index.Builder); Inspect verifies and returns Meta only.
+//
+// Both directions are two-stage pipelines so the single-threaded index
+// work overlaps the rest: Write encodes records on the goroutine that
+// walks the view while a writer goroutine puts finished chunks into bbolt
+// and commits; Read decodes chunks on a goroutine that owns the blocks
+// cursor while the caller's goroutine feeds the Builder. Replica ids are
+// numbered through a small cache keyed by the id string's data pointer
+// (the index hands out the same few strings for millions of residencies).
 package snapshot

@@ -227,48 +227,119 @@ func load(tx *bbolt.Tx, m Meta, b Builder) error {
 		repls = append(repls, string(v))
 	}
 
-	var residencies, blocks int
+	// A decoder goroutine walks the blocks bucket and decodes whole chunks
+	// into record batches while this goroutine feeds the builder (the
+	// index's insert is single-threaded); the two overlap. The decoder owns
+	// the blocks cursor; the read transaction stays open until both end.
+	type batch struct {
+		recs  []index.BlockRecord
+		ends  []int // Residents of recs[i] is res[ends[i-1]:ends[i]]
+		res   []index.Residency
+		chunk uint64
+		err   error
+	}
+	out := make(chan *batch, 2)
+	free := make(chan *batch, 3)
+	stop := make(chan struct{})
 	var chunkNo uint64
-	var res []index.Residency
-	c = tx.Bucket(bucketBlocks).Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if len(k) != 8 || binary.BigEndian.Uint64(k) != chunkNo {
-			return fmt.Errorf("%w: blocks key %x out of sequence (want chunk %d)", ErrCorrupt, k, chunkNo)
+	go func() {
+		defer close(out)
+		send := func(b *batch) bool {
+			select {
+			case out <- b:
+				return true
+			case <-stop:
+				return false
+			}
 		}
-		d := decoder{b: v}
-		nrec := d.uvarint()
-		for i := uint64(0); i < nrec && d.err == nil; i++ {
-			var r index.BlockRecord
-			pi := d.uvarint()
-			r.Hash = d.u64()
-			r.Tokens = uint32(d.uvarint())
-			r.CumTokens = uint32(d.uvarint())
-			r.Access = d.uvarint()
-			nres := d.uvarint()
-			if d.err != nil || pi >= uint64(len(parts)) || nres > uint64(len(d.b)) {
-				return fmt.Errorf("%w: blocks chunk %d record %d does not decode", ErrCorrupt, chunkNo, i)
+		c := tx.Bucket(bucketBlocks).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			var bt *batch
+			select {
+			case bt = <-free:
+				bt.recs, bt.ends, bt.res, bt.err = bt.recs[:0], bt.ends[:0], bt.res[:0], nil
+			default:
+				bt = &batch{}
 			}
-			r.Partition = parts[pi]
-			res = res[:0]
-			for j := uint64(0); j < nres; j++ {
-				ri := d.uvarint()
-				ls := d.varint()
-				if d.err != nil || ri >= uint64(len(repls)) {
-					return fmt.Errorf("%w: blocks chunk %d record %d resident %d does not decode", ErrCorrupt, chunkNo, i, j)
+			bt.chunk = chunkNo
+			if len(k) != 8 || binary.BigEndian.Uint64(k) != chunkNo {
+				bt.err = fmt.Errorf("%w: blocks key %x out of sequence (want chunk %d)", ErrCorrupt, k, chunkNo)
+				send(bt)
+				return
+			}
+			d := decoder{b: v}
+			nrec := d.uvarint()
+			for i := uint64(0); i < nrec && d.err == nil; i++ {
+				var r index.BlockRecord
+				pi := d.uvarint()
+				r.Hash = d.u64()
+				r.Tokens = uint32(d.uvarint())
+				r.CumTokens = uint32(d.uvarint())
+				r.Access = d.uvarint()
+				nres := d.uvarint()
+				if d.err != nil || pi >= uint64(len(parts)) || nres > uint64(len(d.b)) {
+					bt.err = fmt.Errorf("%w: blocks chunk %d record %d does not decode", ErrCorrupt, chunkNo, i)
+					break
 				}
-				res = append(res, index.Residency{ReplicaID: repls[ri], LastSeenMs: ls})
+				r.Partition = parts[pi]
+				for j := uint64(0); j < nres; j++ {
+					ri := d.uvarint()
+					ls := d.varint()
+					if d.err != nil || ri >= uint64(len(repls)) {
+						bt.err = fmt.Errorf("%w: blocks chunk %d record %d resident %d does not decode", ErrCorrupt, chunkNo, i, j)
+						break
+					}
+					bt.res = append(bt.res, index.Residency{ReplicaID: repls[ri], LastSeenMs: ls})
+				}
+				if bt.err != nil {
+					break
+				}
+				bt.recs = append(bt.recs, r)
+				bt.ends = append(bt.ends, len(bt.res))
 			}
-			r.Residents = append([]index.Residency(nil), res...)
+			if bt.err == nil && (d.err != nil || len(d.b) != 0) {
+				bt.err = fmt.Errorf("%w: blocks chunk %d has trailing or short data", ErrCorrupt, chunkNo)
+			}
+			// records decoded before an error are still added, as the
+			// sequential loader did, then the error is reported
+			if !send(bt) || bt.err != nil {
+				return
+			}
+			chunkNo++
+		}
+	}()
+	var residencies, blocks int
+	var lerr error
+	for bt := range out {
+		if lerr != nil {
+			continue
+		}
+		start := 0
+		for i := range bt.recs {
+			r := bt.recs[i]
+			r.Residents = bt.res[start:bt.ends[i]:bt.ends[i]]
+			start = bt.ends[i]
 			if err := b.AddBlock(r); err != nil {
-				return fmt.Errorf("%w: blocks chunk %d record %d: %v", ErrCorrupt, chunkNo, i, err)
+				lerr = fmt.Errorf("%w: blocks chunk %d record %d: %v", ErrCorrupt, bt.chunk, i, err)
+				break
 			}
-			residencies += len(res)
+			residencies += len(r.Residents)
 			blocks++
 		}
-		if d.err != nil || len(d.b) != 0 {
-			return fmt.Errorf("%w: blocks chunk %d has trailing or short data", ErrCorrupt, chunkNo)
+		if lerr == nil && bt.err != nil {
+			lerr = bt.err
 		}
-		chunkNo++
+		if lerr != nil {
+			close(stop)
+			continue
+		}
+		select {
+		case free <- bt:
+		default:
+		}
+	}
+	if lerr != nil {
+		return lerr
 	}
 	if chunkNo != m.Chunks {
 		return fmt.Errorf("%w: blocks bucket has %d chunks, meta says %d", ErrCorrupt, chunkNo, m.Chunks)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"time"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 	"go.etcd.io/bbolt"
@@ -33,6 +34,9 @@ const (
 	chunksPerTx = 64
 	headerLen   = 24
 	trailerLen  = 16
+	// chunkHeadroom is reserved in front of each chunk buffer for the
+	// record count (a uvarint), so a chunk is put without copying.
+	chunkHeadroom = binary.MaxVarintLen64
 	// maxBody refuses absurd header lengths (a corrupt header) before
 	// copying: 64 GiB.
 	maxBody = 64 << 30
@@ -111,7 +115,9 @@ type Source interface {
 }
 
 // Builder receives a verified snapshot's records; *index.Builder
-// implements it.
+// implements it. AddBlock is called from one goroutine; r.Residents is
+// only valid during the call (Read reuses its backing array), so a
+// Builder that keeps it must copy it.
 type Builder interface {
 	AddBlock(r index.BlockRecord) error
 	AddStats(s index.ReplicaStats) error
@@ -158,41 +164,75 @@ func writeDB(path string, appliedIndex, appliedTerm uint64, src Source, dedup []
 		}
 	}
 
-	partIdx := map[index.Partition]uint32{}
+	// Blocks are exported by the index (single-threaded: a sort and a walk)
+	// and encoded on this goroutine, while a writer goroutine puts finished
+	// chunks into bbolt and commits every chunksPerTx; the two overlap.
+	// The write transaction belongs to the writer goroutine until it
+	// returns (handed over through channels, never used concurrently).
 	var parts []index.Partition
-	replIdx := map[string]uint32{}
-	var repls []string
+	partIdx := map[index.Partition]uint32{}
+	var repls replicaInterner
 	var chunkNo uint64
-	chunk := make([]byte, 0, ChunkBytes+4096)
-	var recs uint64
-	var key [8]byte
 
-	flush := func() error {
-		if recs == 0 {
-			return nil
-		}
-		val := binary.AppendUvarint(make([]byte, 0, len(chunk)+10), recs)
-		val = append(val, chunk...)
-		b := tx.Bucket(bucketBlocks)
-		b.FillPercent = 1.0
-		binary.BigEndian.PutUint64(key[:], chunkNo)
-		if err := b.Put(append([]byte(nil), key[:]...), val); err != nil {
-			return fmt.Errorf("snapshot: put chunk %d: %w", chunkNo, err)
-		}
-		chunkNo++
-		chunk = chunk[:0]
-		recs = 0
-		if chunkNo%chunksPerTx == 0 {
-			if err := tx.Commit(); err != nil {
-				return fmt.Errorf("snapshot: commit at chunk %d: %w", chunkNo, err)
-			}
-			if tx, err = db.Begin(true); err != nil {
-				return fmt.Errorf("snapshot: begin: %w", err)
-			}
-		}
-		return nil
+	type chunkBuf struct {
+		b    []byte // chunkHeadroom bytes reserved for the record count
+		recs uint64
 	}
-
+	full := make(chan *chunkBuf, 4)
+	free := make(chan *chunkBuf, chunksPerTx+8)
+	writerDone := make(chan error, 1)
+	go func() {
+		var werr error
+		var inTx []*chunkBuf // values bbolt references until commit
+		var key [8]byte
+		for c := range full {
+			if werr != nil {
+				continue // drain
+			}
+			n := binary.PutUvarint(key[:], c.recs)
+			val := c.b[chunkHeadroom-n:]
+			copy(val, key[:n])
+			b := tx.Bucket(bucketBlocks)
+			b.FillPercent = 1.0
+			k := binary.BigEndian.AppendUint64(nil, chunkNo)
+			if err := b.Put(k, val); err != nil {
+				werr = fmt.Errorf("snapshot: put chunk %d: %w", chunkNo, err)
+				continue
+			}
+			inTx = append(inTx, c)
+			chunkNo++
+			if chunkNo%chunksPerTx == 0 {
+				if err := tx.Commit(); err != nil {
+					tx = nil
+					werr = fmt.Errorf("snapshot: commit at chunk %d: %w", chunkNo, err)
+					continue
+				}
+				if tx, werr = db.Begin(true); werr != nil {
+					tx = nil
+					werr = fmt.Errorf("snapshot: begin: %w", werr)
+					continue
+				}
+				for _, c := range inTx {
+					select {
+					case free <- c:
+					default:
+					}
+				}
+				inTx = inTx[:0]
+			}
+		}
+		writerDone <- werr
+	}()
+	newChunk := func() *chunkBuf {
+		select {
+		case c := <-free:
+			c.b, c.recs = c.b[:chunkHeadroom], 0
+			return c
+		default:
+			return &chunkBuf{b: make([]byte, chunkHeadroom, chunkHeadroom+ChunkBytes+4096)}
+		}
+	}
+	cur := newChunk()
 	err = src.Blocks(func(r index.BlockRecord) error {
 		pi, ok := partIdx[r.Partition]
 		if !ok {
@@ -200,6 +240,7 @@ func writeDB(path string, appliedIndex, appliedTerm uint64, src Source, dedup []
 			partIdx[r.Partition] = pi
 			parts = append(parts, r.Partition)
 		}
+		chunk := cur.b
 		chunk = binary.AppendUvarint(chunk, uint64(pi))
 		chunk = binary.LittleEndian.AppendUint64(chunk, r.Hash)
 		chunk = binary.AppendUvarint(chunk, uint64(r.Tokens))
@@ -207,26 +248,32 @@ func writeDB(path string, appliedIndex, appliedTerm uint64, src Source, dedup []
 		chunk = binary.AppendUvarint(chunk, r.Access)
 		chunk = binary.AppendUvarint(chunk, uint64(len(r.Residents)))
 		for _, res := range r.Residents {
-			ri, ok := replIdx[res.ReplicaID]
-			if !ok {
-				ri = uint32(len(repls))
-				replIdx[res.ReplicaID] = ri
-				repls = append(repls, res.ReplicaID)
-			}
-			chunk = binary.AppendUvarint(chunk, uint64(ri))
+			chunk = binary.AppendUvarint(chunk, uint64(repls.id(res.ReplicaID)))
 			chunk = binary.AppendVarint(chunk, res.LastSeenMs)
 		}
-		recs++
-		if len(chunk) >= ChunkBytes {
-			return flush()
+		cur.b = chunk
+		cur.recs++
+		if len(chunk)-chunkHeadroom >= ChunkBytes {
+			select {
+			case full <- cur:
+			case werr := <-writerDone:
+				writerDone <- werr // the writer stopped early: report below
+				return errWriterStopped
+			}
+			cur = newChunk()
 		}
 		return nil
 	})
+	if err == nil && cur.recs > 0 {
+		full <- cur
+	}
+	close(full)
+	werr := <-writerDone
+	if werr != nil {
+		return werr
+	}
 	if err != nil {
 		return fmt.Errorf("snapshot: write blocks: %w", err)
-	}
-	if err := flush(); err != nil {
-		return err
 	}
 
 	var k4 [4]byte
@@ -245,7 +292,7 @@ func writeDB(path string, appliedIndex, appliedTerm uint64, src Source, dedup []
 	}
 	rb := tx.Bucket(bucketReplicas)
 	rb.FillPercent = 1.0
-	for i, id := range repls {
+	for i, id := range repls.ids {
 		binary.BigEndian.PutUint32(k4[:], uint32(i))
 		if err := rb.Put(append([]byte(nil), k4[:]...), []byte(id)); err != nil {
 			return fmt.Errorf("snapshot: put replica %d: %w", i, err)
@@ -374,4 +421,43 @@ func frame(w io.Writer, path string) (int64, error) {
 		return 0, fmt.Errorf("snapshot: flush: %w", err)
 	}
 	return headerLen + n + trailerLen, nil
+}
+
+var errWriterStopped = errors.New("snapshot: chunk writer stopped")
+
+// replicaInterner numbers replica ids in first-seen order. The index hands
+// out the same few id strings for millions of residencies, so a small
+// cache keyed by the string's data pointer answers almost every lookup
+// without hashing the id.
+type replicaInterner struct {
+	ids   []string
+	byID  map[string]uint32
+	cache [8]struct {
+		p   *byte
+		n   int
+		idx uint32
+	}
+	next int
+}
+
+func (r *replicaInterner) id(s string) uint32 {
+	p, n := unsafe.StringData(s), len(s)
+	for i := range r.cache {
+		if c := &r.cache[i]; c.p == p && c.n == n && p != nil {
+			return c.idx
+		}
+	}
+	if r.byID == nil {
+		r.byID = map[string]uint32{}
+	}
+	idx, ok := r.byID[s]
+	if !ok {
+		idx = uint32(len(r.ids))
+		r.byID[s] = idx
+		r.ids = append(r.ids, s)
+	}
+	c := &r.cache[r.next%len(r.cache)]
+	r.next++
+	c.p, c.n, c.idx = p, n, idx
+	return idx
 }

@@ -111,3 +111,64 @@ func TestSnapshot_FutureVersionRefused(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+func bigIndex(t *testing.T, blocks int) *index.Index {
+	t.Helper()
+	ix := index.New(policy.Default())
+	const per = 500
+	for c := 0; c < blocks/per; c++ {
+		hs := make([]uint64, per)
+		tc := make([]uint32, per)
+		for i := range hs {
+			hs[i] = uint64(c)<<20 | uint64(i)
+			tc[i] = 16
+		}
+		for r := 0; r < 2; r++ {
+			ix.ApplyEvents([]index.BlockEvent{{Kind: index.Stored, ReplicaID: string(rune('a' + (c+r)%5)),
+				Partition: index.Partition{Scheme: "vllm", Model: "m"}, BlockHashes: hs, BlockTokenCounts: tc, ObservedAtMs: int64(1000 + c)}})
+		}
+	}
+	return ix
+}
+
+// failingBuilder fails at the n-th block.
+type failingBuilder struct {
+	*index.Builder
+	n, seen int
+}
+
+func (f *failingBuilder) AddBlock(r index.BlockRecord) error {
+	if f.seen++; f.seen == f.n {
+		return errors.New("builder says no")
+	}
+	return f.Builder.AddBlock(r)
+}
+
+// Many chunks go through the pipelined writer and reader intact, and a
+// builder error in the middle of the stream stops the reader cleanly with
+// an error naming the chunk and record.
+func TestSnapshot_ManyChunksPipelined(t *testing.T) {
+	ix := bigIndex(t, 60000)
+	v := ix.View()
+	var buf bytes.Buffer
+	if _, err := snapshot.Write(&buf, t.TempDir(), 7, 1, v, []byte("dedup")); err != nil {
+		t.Fatal(err)
+	}
+	v.Release()
+	m, got, err := read(t, buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Chunks < 3 {
+		t.Fatalf("only %d chunks: the test does not exercise the pipeline", m.Chunks)
+	}
+	if got.Digest() != ix.Digest() || got.Sizes() != ix.Sizes() {
+		t.Fatalf("round trip: digest %x/%x sizes %+v/%+v", got.Digest(), ix.Digest(), got.Sizes(), ix.Sizes())
+	}
+	_, _, err = snapshot.Read(bytes.NewReader(buf.Bytes()), t.TempDir(), func(p policy.Policy) snapshot.Builder {
+		return &failingBuilder{Builder: index.NewBuilder(p), n: 45000}
+	})
+	if !errors.Is(err, snapshot.ErrCorrupt) || !bytes.Contains([]byte(err.Error()), []byte("builder says no")) {
+		t.Fatalf("builder failure: %v", err)
+	}
+}
