@@ -84,7 +84,7 @@ compose-down:
 
 ## compose-test: build the image, then run the compose cluster test (kills, partitions, restarts; needs docker)
 compose-test: docker
-	IC_IMAGE=$(IMAGE) IC_COMPOSE="$(COMPOSE)" $(GO) test -count=1 -timeout 15m -tags compose -run TestCompose -v ./deploy/compose/
+	IC_COMPOSE_TEST=1 IC_IMAGE=$(IMAGE) IC_COMPOSE="$(COMPOSE)" $(GO) test -count=1 -timeout 15m -run TestCompose -v ./deploy/compose/
 
 ## chaos-smoke: bounded chaos run against real server processes (≤ 5 min on
 ## 2 cores): 3 leader kills, a pause, a follower kill, a replacement, a full
