@@ -68,10 +68,13 @@ IMAGE         ?= inference-cache:dev
 DOCKER_CTX    := $(BIN)/docker-context
 COMPOSE       ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 COMPOSE_FILE  := deploy/compose/docker-compose.yml
+CA_BUNDLE     ?= /etc/ssl/certs/ca-certificates.crt
 docker:
 	rm -rf $(DOCKER_CTX) && mkdir -p $(DOCKER_CTX)/data
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(DOCKER_CTX)/inference-cache ./cmd/inference-cache
-	cp /etc/ssl/certs/ca-certificates.crt deploy/docker/passwd deploy/docker/group $(DOCKER_CTX)/
+	@test -r $(CA_BUNDLE) || { echo "docker: no CA bundle at $(CA_BUNDLE) (install ca-certificates or set CA_BUNDLE=)"; exit 1; }
+	cp $(CA_BUNDLE) $(DOCKER_CTX)/ca-certificates.crt
+	cp deploy/docker/passwd deploy/docker/group $(DOCKER_CTX)/
 	DOCKER_BUILDKIT=$${DOCKER_BUILDKIT:-0} docker build --build-arg VERSION=$(VERSION) -f deploy/docker/Dockerfile -t $(IMAGE) $(DOCKER_CTX)
 
 ## compose-up: build the image, then start the 3-node cluster of deploy/compose (gRPC on 127.0.0.1:7401/7411/7421)
@@ -92,7 +95,7 @@ compose-test: docker
 ## message otherwise). Fails on any broken invariant.
 CHAOS_SMOKE_TIMEOUT ?= 5m
 chaos-smoke: chaos-deps
-	CHAOS=smoke $(GO) test -count=1 -run '^TestChaos$$' -timeout $(CHAOS_SMOKE_TIMEOUT) -v ./chaos
+	CHAOS=smoke $(GO) test -count=1 -run '^(TestChaos|TestRegression_.*)$$' -timeout $(CHAOS_SMOKE_TIMEOUT) -v ./chaos
 
 ## chaos: the long chaos run; writes CHAOS.md. Knobs (environment or make
 ## variables): CHAOS_NODES (3|5), CHAOS_LEADER_KILLS, CHAOS_PAUSES,

@@ -26,7 +26,7 @@ func (b nodeBackend) Policy() policy.Policy                              { retur
 
 func (b nodeBackend) ReadState() ReadState {
 	rs := b.n.ReadState()
-	return ReadState{NodeID: rs.NodeID, AppliedIndex: rs.AppliedIndex, Stale: rs.Stale,
+	return ReadState{NodeID: rs.NodeID, AppliedIndex: rs.AppliedIndex, Stale: rs.Stale, Leader: rs.Leader,
 		LastLeaderContactMs: uint64(rs.LastLeaderContact.Milliseconds())}
 }
 

@@ -38,8 +38,11 @@ type ReadState struct {
 	// (0 on the leader itself).
 	LastLeaderContactMs uint64
 	// Stale: no leader contact within the policy's maxStaleness, or none
-	// at all since start.
+	// at all since start. On the leader: it has not finished the Barrier
+	// it issues after winning an election.
 	Stale bool
+	// Leader: this node is the Raft leader.
+	Leader bool
 }
 
 // Backend is what the InferenceCache service needs of a replicated node.
@@ -281,8 +284,20 @@ func (s *Service) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaS
 	return resp, nil
 }
 
-// GetCachePolicy returns the policy in force on this node (SPEC 7).
-func (s *Service) GetCachePolicy(context.Context, *pb.GetCachePolicyRequest) (*pb.CachePolicy, error) {
+// GetCachePolicy returns the policy in force on this node (SPEC 7). A
+// leader that has not finished its post-election Barrier (it may not have
+// applied entries committed in earlier terms yet, e.g. right after a
+// restart) first waits for it, within the call's deadline, so the leader
+// never answers an older policy than one already acknowledged (found by
+// the chaos register check). Followers answer their local copy.
+func (s *Service) GetCachePolicy(ctx context.Context, _ *pb.GetCachePolicyRequest) (*pb.CachePolicy, error) {
+	for rs := s.node.ReadState(); rs.Leader && rs.Stale; rs = s.node.ReadState() {
+		select {
+		case <-ctx.Done():
+			return nil, status.Error(codes.Unavailable, "leader has not applied the committed log yet; retry")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	return PolicyToPB(s.node.Policy()), nil
 }
 
