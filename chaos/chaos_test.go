@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -69,13 +70,7 @@ func TestChaos(t *testing.T) {
 	} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	binDir := t.TempDir()
-	root, _ := filepath.Abs("..")
-	bin, err := BuildBinary(root, binDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Binary = bin
+	cfg.Binary = testBinary(t)
 
 	ctx := context.Background()
 	if dl, ok := t.Deadline(); ok {
@@ -126,4 +121,40 @@ func keepLogs(t *testing.T, dir string) {
 		}
 	}
 	t.Logf("node logs and visualization kept in %s", dst)
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// testBinary builds the server binary once per test process (into a
+// directory removed by TestMain).
+func testBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "chaos-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binDirs = append(binDirs, dir)
+		root, _ := filepath.Abs("..")
+		binPath, binErr = BuildBinary(root, dir)
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+var binDirs []string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range binDirs {
+		os.RemoveAll(d)
+	}
+	os.Exit(code)
 }

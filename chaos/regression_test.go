@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -24,11 +23,7 @@ func TestRegression_LeaderGetPolicyNotBeforeBarrier(t *testing.T) {
 	if os.Getenv("CHAOS") == "" {
 		t.Skip("starts server processes; set CHAOS=smoke (make chaos-smoke)")
 	}
-	root, _ := filepath.Abs("..")
-	bin, err := BuildBinary(root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
