@@ -50,7 +50,7 @@ tools:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
-## run: start a local 3-node cluster on loopback (inference-cache dev; Ctrl-C stops it)
+## run: start a local 3-node cluster on loopback plus a demo fleet (inference-cache dev; Ctrl-C stops it)
 run: build
 	$(BIN)/inference-cache dev
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/bench"
 	"github.com/inference-cache/inference-cache/client"
 )
 
@@ -29,6 +32,7 @@ type devNode struct {
 func newDevCmd() *cobra.Command {
 	var dir, host, policyFile, modelsDir string
 	var basePort, nodes int
+	var demoFleet bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local 3-node cluster on loopback (real server processes)",
@@ -110,11 +114,32 @@ run restarts the same cluster (delete --dir to start empty).`,
 				fmt.Fprintf(out, "no leader yet after 30s; see the node logs\n")
 			}
 			fmt.Fprintln(out, "Ctrl-C stops the cluster.")
+			demoDone := make(chan struct{})
+			demoCtx, demoStop := context.WithCancel(ctx)
+			defer demoStop()
+			if demoFleet && leader != "" {
+				addrs := make([]string, len(ns))
+				for i, n := range ns {
+					addrs[i] = n.grpc
+				}
+				fmt.Fprintln(out, "demo fleet: 4 simulated engines (model \"demo\") publish vLLM KV events over ZMQ to a subscriber feeding the cluster;\n"+
+					"  a gateway routes generated chat traffic with LookupRoute (--demo-fleet=false turns it off)")
+				go func() {
+					defer close(demoDone)
+					if err := bench.RunDemo(demoCtx, bench.DemoConfig{Addrs: addrs, Out: out, Live: isTerminal(out)}); err != nil && demoCtx.Err() == nil {
+						fmt.Fprintf(out, "\ndemo fleet stopped: %v (the cluster keeps serving)\n", err)
+					}
+				}()
+			} else {
+				close(demoDone)
+			}
 			select {
 			case <-ctx.Done():
 			case id := <-exited:
 				fmt.Fprintf(out, "%s exited; stopping the cluster (see %s)\n", id, filepath.Join(dir, id+".log"))
 			}
+			demoStop()
+			<-demoDone
 			stopDev(ns, out)
 			return nil
 		},
@@ -126,6 +151,7 @@ run restarts the same cluster (delete --dir to start empty).`,
 	f.IntVar(&nodes, "nodes", 3, "number of server processes")
 	f.StringVar(&policyFile, "policy", "", "CachePolicy YAML file passed to every node")
 	f.StringVar(&modelsDir, "models-dir", "", "tokenizer models directory passed to every node")
+	f.BoolVar(&demoFleet, "demo-fleet", true, "also run a demo fleet: simulated engines publishing KV events and a gateway routing generated traffic, with a live line of hit rate and reason codes")
 	return cmd
 }
 
@@ -184,4 +210,11 @@ func stopDev(ns []*devNode, out interface{ Write([]byte) (int, error) }) {
 		}
 	}
 	fmt.Fprintln(out, "cluster stopped")
+}
+
+// isTerminal reports whether w is a terminal (the demo line is then
+// rewritten in place).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

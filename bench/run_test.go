@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inference-cache/inference-cache/bench/localcluster"
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+func keys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// --json is exactly the object of SPEC 12.
+func TestReport_JSONShapeIsSPEC12(t *testing.T) {
+	r := &Report{Trace: "t.jsonl", Requests: 3, IdealTokenHitRate: 0.5, Strategies: []Result{
+		{Name: StrategyRoundRobin, TokenHitRate: 0.1, FractionOfIdeal: 0.2},
+		{Name: StrategyLookupRouteV2, TokenHitRate: 0.4, FractionOfIdeal: 0.8, ReasonCodes: map[string]int64{"PREFIX_MATCH": 2, "NO_HINT": 1}},
+	}}
+	var buf bytes.Buffer
+	if err := r.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var top map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &top); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := keys(top), []string{"ideal_token_hit_rate", "requests", "strategies", "trace"}; !slices.Equal(got, want) {
+		t.Fatalf("top-level keys %v, want %v", got, want)
+	}
+	ss := top["strategies"].([]any)
+	if len(ss) != 2 {
+		t.Fatalf("%d strategies", len(ss))
+	}
+	want := []string{"fraction_of_ideal", "lookup_p50_us", "lookup_p99_us", "max_over_mean_requests", "name", "reason_codes",
+		"token_hit_rate", "ttft_model_p50_ms", "ttft_model_p99_ms"}
+	for _, s := range ss {
+		m := s.(map[string]any)
+		if got := keys(m); !slices.Equal(got, want) {
+			t.Fatalf("strategy keys %v, want %v", got, want)
+		}
+		if _, ok := m["reason_codes"].(map[string]any); !ok {
+			t.Fatalf("reason_codes is %T, want an object (empty for strategies that do not ask)", m["reason_codes"])
+		}
+	}
+	if rc := ss[1].(map[string]any)["reason_codes"].(map[string]any); rc["PREFIX_MATCH"] != 2.0 || rc["NO_HINT"] != 1.0 {
+		t.Fatalf("reason codes %v", rc)
+	}
+}
+
+// End to end: a few hundred generated requests through every strategy,
+// the hint strategies against an embedded 3-node cluster fed only by the
+// engines' ZMQ KV events through the observe subscriber.
+func TestRun_SmokeEmbeddedCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	pol := policy.Default()
+	lc, err := localcluster.Start(ctx, localcluster.Options{Policy: &pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	tr := Generate(GeneratorConfig{Seed: 5, Requests: 300, RatePerSec: 8})
+	start := time.Now()
+	rep, err := Run(ctx, Config{Trace: tr, Fleet: FleetConfig{Engines: 4, CacheBlocks: 64}, Addrs: lc.Addrs(), Seed: 1,
+		Encoding: EncodingMap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("300 requests × 7 strategies in %v", time.Since(start))
+	var buf strings.Builder
+	_ = rep.WriteTable(&buf)
+	t.Log("\n" + buf.String())
+	if len(rep.Strategies) != len(AllStrategies) || rep.Requests != 300 {
+		t.Fatalf("%d strategies, %d requests", len(rep.Strategies), rep.Requests)
+	}
+	by := map[string]*Result{}
+	for i := range rep.Strategies {
+		s := &rep.Strategies[i]
+		by[s.Name] = s
+		if s.TokenHitRate > rep.IdealTokenHitRate+1e-12 {
+			t.Errorf("%s: hit rate %.4f above the ideal bound %.4f", s.Name, s.TokenHitRate, rep.IdealTokenHitRate)
+		}
+		var n int64
+		for _, c := range s.PerEngine {
+			n += c
+		}
+		if n != 300 {
+			t.Errorf("%s: engines served %d requests, want 300", s.Name, n)
+		}
+	}
+	for _, name := range []string{StrategyLookupRouteV1, StrategyLookupRouteV2} {
+		s := by[name]
+		var n int64
+		for _, c := range s.ReasonCodes {
+			n += c
+		}
+		if n != 300 || s.ReasonCodes["PREFIX_MATCH"] == 0 {
+			t.Errorf("%s: reason codes %v: want 300 lookups with some PREFIX_MATCH (events reached the cluster)", name, s.ReasonCodes)
+		}
+		if s.Published == 0 || s.BarrierTimeouts != 0 {
+			t.Errorf("%s: %d hashes published, %d barrier timeouts", name, s.Published, s.BarrierTimeouts)
+		}
+		if s.LookupP50Us <= 0 {
+			t.Errorf("%s: no lookup latency", name)
+		}
+	}
+	// The cluster's policy is restored after the run.
+	if hr := by[StrategyLookupRouteV2].TokenHitRate; hr <= by[StrategyRoundRobin].TokenHitRate {
+		t.Errorf("lookuproute-v2 %.3f not above round-robin %.3f on a session-heavy trace", hr, by[StrategyRoundRobin].TokenHitRate)
+	}
+}
