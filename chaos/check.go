@@ -240,7 +240,7 @@ func (r *Runner) checkRegister(rep *Report, ops []RegOp) {
 			rep.StaleLeaderReads++
 			if len(rep.StaleLeaderReadSamples) < 10 {
 				rep.StaleLeaderReadSamples = append(rep.StaleLeaderReadSamples, fmt.Sprintf(
-					"get on believed leader %s at %s returned value %d (version %d), but set(%d) → version %d on %s had completed %v earlier",
+					"get on confirmed leader %s at %s returned value %d (version %d), but set(%d) → version %d on %s had completed %v earlier",
 					op.Node, op.Call.Format("15:04:05.000"), op.Out.Value, op.Out.Version, newest.In.Value, newest.Out.Version, newest.Node, op.Call.Sub(newest.Ret).Round(time.Millisecond)))
 			}
 		}

@@ -39,7 +39,7 @@ type Report struct {
 	Linearizable      string
 	Visualization     string
 	RegisterAnomalies []string
-	// StaleLeaderReads: Gets sent to the believed leader that returned a
+	// StaleLeaderReads: Gets answered by a confirmed leader that returned a
 	// version older than a Set completed before the Get started.
 	StaleLeaderReads       int
 	StaleLeaderReadSamples []string
@@ -129,7 +129,7 @@ func (r *Report) Markdown(command string) string {
 		p("- Nodes on 127.0.0.1; partitions skipped: %s.", r.PartitionsSkipped)
 	}
 	p("- Duration %v. Load (`uptime`) at start: `%s`; at end: `%s`. The machine has 2 cores shared with other builds and tests.", r.Duration.Round(time.Second), r.LoadBefore, r.LoadAfter)
-	p("- Workload: 4 ingest writers (one unique 8-block chain and request id per write, SDK retries with the same id), one LookupRoute reader per node, 2 SetCachePolicy writers and 3 GetCachePolicy readers (every other read sent to the node the status poller last saw as leader).")
+	p("- Workload: 4 ingest writers (one unique 8-block chain and request id per write, SDK retries with the same id), one LookupRoute reader per node, 2 SetCachePolicy writers and 3 GetCachePolicy readers (every other read sent to the node the status poller last saw as leader; it counts as a leader read when that node reports Leader in the same term right before and after the call, and only those enter the linearizability check — reads from other nodes are local reads, stale by design (SPEC 8), checked for no phantom values and per-process monotonic versions).")
 	p("")
 	p("## Faults injected")
 	p("")
@@ -153,7 +153,7 @@ func (r *Report) Markdown(command string) string {
 	p("| stale = true on a partitioned minority after maxStaleness (2 s) | %s | %d minority nodes checked |", held(!hasViolation(r.Violations, "partitioned")), r.StaleChecks)
 	p("| never two leaders in one term (Cluster.Status on every node every 50 ms) | %s | %d terms seen, %d status polls |", held(len(r.TwoLeaders) == 0), r.Terms, r.StatusPolls)
 	p("| policy register linearizable (porcupine) | %s | %d sets, %d gets (%d to the leader); history checked: %d ops; result %s |", held(r.LinearizableYes()), r.RegSets, r.RegGets, r.RegLeaderGets, r.RegHistory, r.Linearizable)
-	p("| reads from the believed leader never older than a completed set | %s | %d stale leader reads |", held(r.StaleLeaderReads == 0), r.StaleLeaderReads)
+	p("| reads from the confirmed leader never older than a completed set | %s | %d stale leader reads |", held(r.StaleLeaderReads == 0), r.StaleLeaderReads)
 	p("| local policy reads: no phantom values, monotonic per node process | %s | %d anomalies |", held(len(r.RegisterAnomalies) == 0), len(r.RegisterAnomalies))
 	p("| every fault's own checks (new leader elected, paused/cut-off leader steps down) | %s | %d violations |", held(len(r.Violations) == 0), len(r.Violations))
 	if r.Visualization != "" {

@@ -87,8 +87,9 @@ type RegOutput struct {
 type RegOp struct {
 	Client int
 	Node   string
-	// Leader: a Get sent to the node the status poller believed to be
-	// the leader (only those enter the linearizability check).
+	// Leader: a Get answered by a node that reported itself Leader in
+	// the same term right before and right after the call (only those
+	// enter the linearizability check).
 	Leader     bool
 	In         RegInput
 	Out        RegOutput
@@ -350,7 +351,7 @@ func (w *Workload) regSetter(ctx context.Context, client int) {
 func (w *Workload) regGetter(ctx context.Context, client int) {
 	defer w.wg.Done()
 	for i := 0; ctx.Err() == nil; i++ {
-		// Every other read goes to the believed leader (these form the
+		// Every other read goes to the believed leader (confirmed ones form the
 		// linearizable history); the rest go to any node (local reads:
 		// SPEC 8 lets them be stale, checked for no phantom values and
 		// per-process monotonic versions).
@@ -371,11 +372,27 @@ func (w *Workload) regGetter(ctx context.Context, client int) {
 			continue
 		}
 		_, gen := n.State()
-		op := RegOp{Client: client, Node: fmt.Sprintf("%s#%d", n.ID, gen), Leader: leader, In: RegInput{}, Call: time.Now()}
+		// A leader read counts as one only when the node reports itself
+		// Leader in the same term right before and right after the read
+		// (the hint alone may be stale: the leader may have been killed,
+		// restarted or cut off since the poller saw it).
+		var term uint64
+		if leader {
+			st, err := w.c.Status(ctx, n)
+			leader = err == nil && st.State == "Leader"
+			if leader {
+				term = st.Term
+			}
+		}
+		op := RegOp{Client: client, Node: fmt.Sprintf("%s#%d", n.ID, gen), In: RegInput{}, Call: time.Now()}
 		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		got, err := n.IC.GetCachePolicy(cctx, &pb.GetCachePolicyRequest{})
 		cancel()
 		op.Ret = time.Now()
+		if leader {
+			st, err := w.c.Status(ctx, n)
+			op.Leader = err == nil && st.State == "Leader" && st.Term == term
+		}
 		if err != nil {
 			op.Failed, op.FailReason = true, err.Error()
 		} else {
@@ -402,7 +419,7 @@ func (w *Workload) History() ([]*WriteRec, []LookupRec, []RegOp) {
 // (unknown outcomes stay open to the end of the history unless no read
 // ever saw their value, in which case they are dropped: an unobserved
 // write of a unique value can always be linearized last) and the Gets
-// sent to the believed leader. Failed Gets are dropped (a read with no
+// answered by a confirmed leader. Failed Gets are dropped (a read with no
 // answer constrains nothing).
 func porcupineOps(ops []RegOp, t0 time.Time) []porcupine.Operation {
 	seen := map[uint32]bool{}
