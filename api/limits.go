@@ -85,6 +85,23 @@ const (
 	// MaxEndpointBytes bounds the endpoint of a stats entry (a URL).
 	MaxEndpointBytes = 1024
 
+	// MaxConcurrentStreams bounds the RPCs one client connection may have
+	// open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). Further calls
+	// queue in the client until a stream frees, so one connection cannot
+	// hold an unbounded number of handler goroutines; a lookup takes
+	// microseconds, so 256 in flight per connection is far above what a
+	// gateway needs.
+	MaxConcurrentStreams = 256
+
+	// KeepaliveMinTime is the shortest client keepalive ping interval the
+	// server tolerates; a client pinging more often is sent GOAWAY
+	// (ENHANCE_YOUR_CALM) and disconnected.
+	KeepaliveMinTime = 10 * time.Second
+
+	// MaxConnectionIdle closes a client connection idle this long; the
+	// client reconnects transparently on its next call.
+	MaxConnectionIdle = 30 * time.Minute
+
 	// MaxFutureSkew is how far in the future observed_at_ms may lie
 	// relative to the server's clock (5 minutes): more is a broken clock,
 	// and a future last_seen would make a residency look fresher than new.

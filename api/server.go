@@ -32,6 +32,9 @@ type ServerConfig struct {
 	TmpDir string
 	// Options are extra grpc.ServerOptions (TLS credentials, interceptors).
 	Options []grpc.ServerOption
+	// Auth checks bearer tokens per RPC class (auth.go); nil or without
+	// any token = every RPC open (the local quick start).
+	Auth *Auth
 }
 
 // Server is a node's gRPC server: InferenceCache, Cluster, raftnode's
@@ -52,15 +55,20 @@ type Server struct {
 var healthServices = []string{"", pb.InferenceCache_ServiceDesc.ServiceName, pb.Cluster_ServiceDesc.ServiceName}
 
 // NewServer builds the gRPC server of cfg.Node with the message size limit
-// MaxMessageBytes and keepalive settings suited to long-lived gateway
-// connections.
+// MaxMessageBytes, at most MaxConcurrentStreams RPCs per connection,
+// keepalive enforcement (KeepaliveMinTime) and settings suited to
+// long-lived gateway connections, and cfg.Auth's token interceptors.
 func NewServer(cfg ServerConfig) *Server {
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: MaxConnectionIdle}),
 	}, cfg.Options...)
+	if cfg.Auth != nil && cfg.Auth.Enabled() {
+		opts = append(opts, cfg.Auth.ServerOptions()...)
+	}
 	gs := grpc.NewServer(opts...)
 	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger})
 	pb.RegisterInferenceCacheServer(gs, svc)
