@@ -24,6 +24,8 @@
 //	              settings, each on a fresh fleet and a reset index
 //	report.go     the table and the --json shape of SPEC 12
 //	plot.go       --plot with gonum.org/v1/plot
+//	demo.go       the demo fleet of `inference-cache dev` (make run)
+//	localcluster/ the embedded 3-node cluster used without --addr
 //
 // The engines are simulated, the rest is real: the hint strategies call a
 // real cluster through the client SDK, and the cluster learns what the
@@ -50,6 +52,23 @@
 // events. In a real fleet requests a trace tick apart are seconds apart and
 // the observation path takes milliseconds, so this is the realistic lag;
 // VisibilityRequest waits before every request instead.
+//
+// # Strategies and the cluster
+//
+// round-robin, random (seeded), least-loaded (fewest requests in flight,
+// then the shorter prefill backlog), consistent-hash (rendezvous hashing
+// of the first block's hash id), oracle (every engine's true cache: the
+// longest cached leading run, ties by load), lookuproute-v1 and
+// lookuproute-v2. The two hint strategies run one after the other against
+// the same cluster; before each, the CachePolicy is set with
+// SetCachePolicy (v1: rankingVersion v1 with the TENANT_HOT and
+// AFFINITY_HINT fallbacks off; v2: the default policy, ranking v2 with
+// both fallbacks; both with blockSize 512 for the bench model), and the
+// cluster's original policy is restored at the end. The index is reset
+// between them through the observation path itself: every hint strategy
+// gets a fresh fleet and a fresh subscriber, which clears its replicas
+// when it starts. The gateway routes to the first replica of any hint and
+// round-robins on NO_HINT.
 //
 // # TTFT model
 //

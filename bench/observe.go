@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -170,12 +169,6 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encodin
 	if err := cfg.Validate(); err != nil {
 		return o, err
 	}
-	gs, err := observe.NewGRPCSink(addrs, log)
-	if err != nil {
-		return o, err
-	}
-	o.grpcSink = gs
-	o.sink = newAckSink(gs, replicas)
 	for _, a := range addrs {
 		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -184,6 +177,12 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encodin
 		o.conns = append(o.conns, cc)
 		o.status = append(o.status, pb.NewClusterClient(cc))
 	}
+	gs, err := observe.NewGRPCSink(leaderFirst(ctx, addrs, o.status), log)
+	if err != nil {
+		return o, err
+	}
+	o.grpcSink = gs
+	o.sink = newAckSink(gs, replicas)
 	o.metrics = observe.NewMetrics(nil)
 	sub := observe.New(cfg, o.sink, observe.Options{Logger: log, Metrics: o.metrics})
 	sctx, cancel := context.WithCancel(context.Background())
@@ -195,6 +194,30 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encodin
 		}
 	}
 	return o, nil
+}
+
+// leaderFirst returns addrs with the current leader's address first when
+// a node names it and it is one of addrs: the subscriber writes there
+// first, saving the follower's forwarding hop (any node accepts writes, so
+// this is only an optimisation).
+func leaderFirst(ctx context.Context, addrs []string, status []pb.ClusterClient) []string {
+	out := append([]string(nil), addrs...)
+	for _, st := range status {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		r, err := st.Status(sctx, &pb.StatusRequest{})
+		cancel()
+		if err != nil || r.GetLeaderAddress() == "" {
+			continue
+		}
+		for i, a := range out {
+			if a == r.GetLeaderAddress() {
+				out[0], out[i] = out[i], out[0]
+				return out
+			}
+		}
+		return out
+	}
+	return out
 }
 
 // barrier waits until the cluster acknowledged every event published so
@@ -245,6 +268,3 @@ func (o *observation) stop() {
 		o.grpcSink.Close()
 	}
 }
-
-// errBarrier marks a visibility wait that timed out.
-var errBarrier = errors.New("bench: visibility barrier timed out")

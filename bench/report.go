@@ -12,6 +12,8 @@ import (
 
 // JSONReport is the --json object of SPEC 12, field for field.
 type JSONReport struct {
+	// Trace, Requests, IdealTokenHitRate and Strategies are SPEC 12's
+	// trace, requests, ideal_token_hit_rate and strategies.
 	Trace             string         `json:"trace"`
 	Requests          int            `json:"requests"`
 	IdealTokenHitRate float64        `json:"ideal_token_hit_rate"`
@@ -21,6 +23,8 @@ type JSONReport struct {
 // JSONStrategy is one strategy of JSONReport (rates in 0..1; the TTFT is
 // modelled, as the field names say).
 type JSONStrategy struct {
+	// The fields are SPEC 12's, named by their JSON keys; see Result for
+	// their meaning.
 	Name                string           `json:"name"`
 	TokenHitRate        float64          `json:"token_hit_rate"`
 	FractionOfIdeal     float64          `json:"fraction_of_ideal"`

@@ -54,6 +54,10 @@ type Config struct {
 	// LookupTimeout is the gateway's LookupRoute budget (client SDK;
 	// default 100ms). Past it the lookup fails open to NO_HINT.
 	LookupTimeout time.Duration
+	// V2NoTenantHot and V2NoAffinity turn the TENANT_HOT and
+	// AFFINITY_HINT fallbacks off for lookuproute-v2 (an ablation; the
+	// default keeps both, as the default policy does).
+	V2NoTenantHot, V2NoAffinity bool
 	// Logger (default: discard).
 	Logger *slog.Logger
 	// Progress, when set, is called every few dozen requests and at the
@@ -229,7 +233,7 @@ func setPolicy(ctx context.Context, cl *client.Client, p *pb.CachePolicy) error 
 // with blockSize[model] = 512 and, for v1, rankingVersion v1 without the
 // TENANT_HOT and AFFINITY fallbacks (v2 keeps the defaults: ranking v2
 // with both fallbacks). It returns a description.
-func strategyPolicy(ctx context.Context, cl *client.Client, name, model string) (string, error) {
+func strategyPolicy(ctx context.Context, cl *client.Client, cfg *Config, name, model string) (string, error) {
 	p, err := getPolicy(ctx, cl)
 	if err != nil {
 		return "", err
@@ -245,7 +249,10 @@ func strategyPolicy(ctx context.Context, cl *client.Client, name, model string) 
 	if name == StrategyLookupRouteV1 {
 		p.RankingVersion, p.Strategy.EnableTenantHot, p.AffinityRouting = "v1", false, "Disabled"
 	} else {
-		p.RankingVersion, p.Strategy.EnableTenantHot, p.AffinityRouting = "v2", true, "Enabled"
+		p.RankingVersion, p.Strategy.EnableTenantHot, p.AffinityRouting = "v2", !cfg.V2NoTenantHot, "Enabled"
+		if cfg.V2NoAffinity {
+			p.AffinityRouting = "Disabled"
+		}
 	}
 	if err := setPolicy(ctx, cl, p); err != nil {
 		return "", err
@@ -261,7 +268,7 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 	var lr *lookupRouter
 	var obs *observation
 	if UsesCluster(name) {
-		desc, err := strategyPolicy(ctx, cl, name, f.Model)
+		desc, err := strategyPolicy(ctx, cl, cfg, name, f.Model)
 		if err != nil {
 			return nil, err
 		}

@@ -26,6 +26,7 @@ type benchOptions struct {
 	strategies, addrs                 []string
 	sweep                             []int
 	jsonOut, noProgress               bool
+	v2Fallbacks                       []string
 	seed                              uint64
 	genRequests                       int
 	lookupTimeout, scrape             time.Duration
@@ -88,6 +89,7 @@ compressed.`,
 	f.StringVar(&o.visibility, "visibility", string(bench.VisibilityTimestamp), "when lookups see earlier requests' events: timestamp (earlier trace timestamps) or request (every earlier request)")
 	f.DurationVar(&o.lookupTimeout, "lookup-timeout", bench.DefaultLookupTimeout, "the gateway's LookupRoute budget; past it the lookup fails open to NO_HINT")
 	f.DurationVar(&o.scrape, "scrape-interval", bench.DefaultScrapeInterval, "how often the subscriber scrapes each engine's /metrics")
+	f.StringSliceVar(&o.v2Fallbacks, "v2-fallbacks", []string{"tenant-hot", "affinity"}, "fallbacks lookuproute-v2 runs with (ablation): tenant-hot, affinity, or none")
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar on stderr")
 	f.StringVar(&o.logLevel, "log-level", "error", "least log level of the embedded cluster and subscriber: debug, info, warn or error")
 	return cmd
@@ -136,6 +138,18 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 		addrs = lc.Addrs()
 		clusterDesc = "embedded 3-node (" + strings.Join(addrs, ",") + ")"
 	}
+	noTenantHot, noAffinity := true, true
+	for _, fb := range o.v2Fallbacks {
+		switch fb {
+		case "tenant-hot":
+			noTenantHot = false
+		case "affinity":
+			noAffinity = false
+		case "none":
+		default:
+			return fmt.Errorf("--v2-fallbacks %q: want tenant-hot, affinity or none", fb)
+		}
+	}
 	var reports []*bench.Report
 	for _, c := range sizes {
 		cfg := bench.Config{
@@ -143,6 +157,7 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			Fleet:    bench.FleetConfig{Engines: o.engines, CacheBlocks: c, PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS},
 			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
 			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, Logger: log,
+			V2NoTenantHot: noTenantHot, V2NoAffinity: noAffinity,
 		}
 		if !o.noProgress {
 			cfg.Progress = newProgress(errw)
