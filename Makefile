@@ -63,12 +63,13 @@ deps-test:
 
 .PHONY: docker compose-up compose-down compose-test
 
-## docker: build the FROM-scratch server image $(IMAGE) (static binary, CA bundle, non-root user; pulls nothing)
 IMAGE         ?= inference-cache:dev
 DOCKER_CTX    := $(BIN)/docker-context
 COMPOSE       ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 COMPOSE_FILE  := deploy/compose/docker-compose.yml
 CA_BUNDLE     ?= /etc/ssl/certs/ca-certificates.crt
+
+## docker: build the FROM-scratch server image $(IMAGE) (static binary, CA bundle, non-root user; pulls nothing)
 docker:
 	rm -rf $(DOCKER_CTX) && mkdir -p $(DOCKER_CTX)/data
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(DOCKER_CTX)/inference-cache ./cmd/inference-cache
