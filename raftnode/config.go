@@ -190,6 +190,16 @@ type Config struct {
 	// DialOptions for forwarding connections to the leader's gRPC address;
 	// nil = insecure (plaintext) credentials.
 	DialOptions []grpc.DialOption
+	// RaftTLS, when set, carries Raft RPCs over mutual TLS (tls.go); nil =
+	// plain TCP. Every server of a cluster must agree.
+	RaftTLS *RaftTLS
+	// GossipKeys, when set, encrypt and authenticate memberlist gossip
+	// (AES-GCM; each key 16, 24 or 32 bytes). The first key encrypts,
+	// every key is accepted to decrypt, so a key change is rolled out by
+	// adding the new key second, then first, then removing the old one,
+	// one rolling restart each. nil = plaintext gossip. Every server must
+	// hold the primary key of the others.
+	GossipKeys [][]byte
 	// Logger for raftnode, raft (via an hclog adapter, level RaftLogLevel)
 	// and memberlist; nil = discard.
 	Logger *slog.Logger

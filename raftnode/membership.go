@@ -147,6 +147,9 @@ func (n *Node) startGossip() error {
 	if n.log.Enabled(nil, slog.LevelDebug) {
 		mc.Logger = slog.NewLogLogger(n.log.With("component", "memberlist").Handler(), slog.LevelDebug)
 	}
+	if err := n.gossipEncryption(mc); err != nil {
+		return err
+	}
 	n.ml, err = memberlist.Create(mc)
 	if err != nil {
 		return fmt.Errorf("raftnode: start gossip on %s: %w", n.cfg.GossipAddr, err)

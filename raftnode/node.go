@@ -161,14 +161,19 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: raft advertise address %q: %v", ErrInvalid, cfg.RaftAdvertise, err)
 	}
-	n.trans, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, &raft.NetworkTransportConfig{
+	ntc := &raft.NetworkTransportConfig{
 		Logger:  hl.Named("transport"),
 		MaxPool: transportPool,
 		Timeout: transportTimeout,
 		// Pipelining depth of AppendEntries to each follower (raft's
 		// default 2 leaves no request queued behind the one in flight).
 		MaxRPCsInFlight: transportInFlight,
-	})
+	}
+	if cfg.RaftTLS != nil {
+		n.trans, err = newTLSTransport(cfg.RaftAddr, adv, cfg.RaftTLS, ntc)
+	} else {
+		n.trans, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, ntc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: raft transport on %s: %w", cfg.RaftAddr, err)
 	}
