@@ -14,6 +14,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -55,6 +57,12 @@ type Config struct {
 	// DialOptions replace the default (plaintext) transport credentials;
 	// add grpc.WithTransportCredentials for TLS.
 	DialOptions []grpc.DialOption
+	// TLS, when set, dials every node over TLS with this config (see
+	// TLSFiles); nil = plaintext (the local quick start).
+	TLS *tls.Config
+	// Credentials, when set, are sent on every call (see BearerToken and
+	// BearerTokenFile for the server's write/admin/lookup tokens).
+	Credentials credentials.PerRPCCredentials
 	// LookupTimeout is the per-call budget of LookupRoute; 0 = default.
 	LookupTimeout time.Duration
 	// FailBackoff is how long a failed node is skipped; 0 = default.
@@ -115,6 +123,12 @@ func New(cfg Config) (*Client, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes), grpc.MaxCallSendMsgSize(DefaultMaxMessageBytes)),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))
+	}
+	if cfg.Credentials != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(cfg.Credentials))
 	}
 	opts = append(opts, cfg.DialOptions...)
 	c := &Client{cfg: cfg}

@@ -37,6 +37,9 @@ type Cluster struct {
 	Expect int
 	// Configure edits each node's Config before New (may be nil).
 	Configure func(i int, c *raftnode.Config)
+	// ServerOptions, when set, gives the options of node i's gRPC server
+	// (the forwarding service), e.g. TLS credentials or interceptors.
+	ServerOptions func(i int) []grpc.ServerOption
 }
 
 // New allocates n nodes (not started). The cluster is shut down by
@@ -140,7 +143,11 @@ func (c *Cluster) TryStart(i int) error {
 		lis.Close()
 		return err
 	}
-	s := grpc.NewServer()
+	var sopts []grpc.ServerOption
+	if c.ServerOptions != nil {
+		sopts = c.ServerOptions(i)
+	}
+	s := grpc.NewServer(sopts...)
 	n.RegisterGRPC(s)
 	go s.Serve(lis)
 	nd.Node, nd.grpc = n, s
