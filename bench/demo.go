@@ -93,7 +93,7 @@ func RunDemo(ctx context.Context, cfg DemoConfig) error {
 		return err
 	}
 	f := NewFleet(fc, DemoModel, "demo-")
-	obs, err := startObservation(ctx, f, cfg.Addrs, EncodingPositional, time.Second, cfg.Seed, cfg.Logger)
+	obs, err := startObservation(ctx, f, cfg.Addrs, EncodingPositional, time.Second, cfg.Seed, false, cfg.Logger)
 	if err != nil {
 		return err
 	}

@@ -48,10 +48,12 @@
 // for the hint of a request whose trace timestamp is later than the
 // previous request's, waits until the events of every earlier request are
 // acknowledged by the cluster and applied on every node. Requests with the
-// same timestamp are concurrent arrivals and do not see each other's
-// events. In a real fleet requests a trace tick apart are seconds apart and
-// the observation path takes milliseconds, so this is the realistic lag;
-// VisibilityRequest waits before every request instead.
+// same timestamp are concurrent arrivals and never see each other's
+// events: the engines hold their events and publish them at the next wait,
+// so the outcome does not depend on how fast the observation path
+// happened to be. In a real fleet requests a trace tick apart are seconds
+// apart and the observation path takes milliseconds, so this is the
+// realistic lag; VisibilityRequest waits before every request instead.
 //
 // # Strategies and the cluster
 //

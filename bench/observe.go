@@ -120,12 +120,35 @@ type observation struct {
 	done      chan struct{}
 	grpcSink  *observe.GRPCSink
 	metrics   *observe.Metrics
+	pending   []pendingAdmission
+	log       *slog.Logger
+}
+
+// pendingAdmission is an admission not yet published (deferred mode).
+type pendingAdmission struct {
+	engine int
+	blocks []uint64
+	adm    Admission
+}
+
+func (o *observation) publish(engine int, blocks []uint64, a *Admission, log *slog.Logger) {
+	n, err := o.pubs[engine].PublishAdmission(blocks, a, time.Now())
+	if err != nil {
+		log.Warn("publish failed", "engine", engine, "err", err)
+		return
+	}
+	o.published[engine] += int64(n)
 }
 
 // startObservation starts publishers for the fleet's engines (wiring
 // Engine.onAdmit), their /metrics, and a Subscriber feeding addrs.
-func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encoding, scrape time.Duration, seed uint64, log *slog.Logger) (o *observation, err error) {
-	o = &observation{published: make([]int64, len(f.Engines)), done: make(chan struct{})}
+//
+// With deferred, admissions are held and published by the next barrier
+// (so requests between two barriers — concurrent arrivals — cannot see
+// each other's events, whatever the timing); otherwise they are published
+// at once.
+func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encoding, scrape time.Duration, seed uint64, deferred bool, log *slog.Logger) (o *observation, err error) {
+	o = &observation{published: make([]int64, len(f.Engines)), done: make(chan struct{}), log: log}
 	defer func() {
 		if err != nil {
 			o.stop()
@@ -158,12 +181,12 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encodin
 		})
 		idx := i
 		e.onAdmit = func(blocks []uint64, a *Admission) {
-			n, err := p.PublishAdmission(blocks, a, time.Now())
-			if err != nil {
-				log.Warn("publish failed", "engine", idx, "err", err)
+			if deferred {
+				o.pending = append(o.pending, pendingAdmission{engine: idx, blocks: append([]uint64(nil), blocks...),
+					adm: Admission{Evicted: append([]uint64(nil), a.Evicted...), Stored: append([]BlockRun(nil), a.Stored...)}})
 				return
 			}
-			o.published[idx] += int64(n)
+			o.publish(idx, blocks, a, log)
 		}
 	}
 	if err := cfg.Validate(); err != nil {
@@ -220,10 +243,15 @@ func leaderFirst(ctx context.Context, addrs []string, status []pb.ClusterClient)
 	return out
 }
 
-// barrier waits until the cluster acknowledged every event published so
-// far and every node applied them: the events of earlier requests are
-// then visible to a lookup on any node.
+// barrier publishes the held admissions, then waits until the cluster
+// acknowledged every event published so far and every node applied them:
+// the events of earlier requests are then visible to a lookup on any node.
 func (o *observation) barrier(ctx context.Context) error {
+	for i := range o.pending {
+		pa := &o.pending[i]
+		o.publish(pa.engine, pa.blocks, &pa.adm, o.log)
+	}
+	o.pending = o.pending[:0]
 	ctx, cancel := context.WithTimeout(ctx, barrierTimeout)
 	defer cancel()
 	applied, err := o.sink.waitAcked(ctx, o.published)

@@ -110,7 +110,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Visibility == VisibilityRequest {
 		b.WriteString("every lookup sees the events of every earlier request, applied on every node.\n")
 	} else {
-		b.WriteString("a lookup sees the events of every request with an earlier trace timestamp, applied on every node; same-timestamp requests are concurrent.\n")
+		b.WriteString("a lookup sees the events of every request with an earlier trace timestamp, applied on every node; same-timestamp requests are concurrent and never see each other's events.\n")
 	}
 	b.WriteString("Engines publish KV events stamped with wall-clock time; cluster calls run as fast as the cluster allows, in trace order.\n")
 	_, err := io.WriteString(w, b.String())

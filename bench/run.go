@@ -273,7 +273,7 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 			return nil, err
 		}
 		res.Policy = desc
-		if obs, err = startObservation(ctx, f, cfg.Addrs, cfg.Encoding, cfg.ScrapeInterval, cfg.Seed, cfg.Logger); err != nil {
+		if obs, err = startObservation(ctx, f, cfg.Addrs, cfg.Encoding, cfg.ScrapeInterval, cfg.Seed, true, cfg.Logger); err != nil {
 			return nil, err
 		}
 		defer obs.stop()
