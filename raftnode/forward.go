@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -61,6 +63,12 @@ func (f *forwardServer) Restore(stream grpc.ClientStreamingServer[forwardpb.Rest
 	return stream.SendAndClose(resp)
 }
 
+// forwardLeaderPoll is how often a forwarded write checks whether the
+// leader it was sent to is still this node's leader. Well under the LAN
+// election timeout, so a write abandons a dead leader about as soon as a new
+// one is known.
+const forwardLeaderPoll = 50 * time.Millisecond
+
 // leaderClient returns a Forward client for the current leader.
 func (n *Node) leaderClient() (forwardpb.ForwardClient, string, error) {
 	_, id := n.raft.LeaderWithID()
@@ -107,8 +115,36 @@ func (n *Node) forward(ctx context.Context, cmd []byte) (r fsm.Result, err error
 		return r, err
 	}
 	n.metrics.forwarded.Add(1)
-	resp, err := c.Apply(ctx, &forwardpb.ApplyRequest{Command: cmd})
+	// A leader that died without closing its connections (a host or
+	// container gone, a partition) leaves the call hanging until the
+	// caller's whole retry budget is spent. Abandon the attempt as soon as
+	// this node sees a different leader (or none): the retry then goes to
+	// the new leader with the same request id, so it cannot apply twice.
+	_, leaderID := n.raft.LeaderWithID()
+	attempt, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var moved atomic.Bool
+	go func() {
+		t := time.NewTicker(forwardLeaderPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-attempt.Done():
+				return
+			case <-t.C:
+				if _, id := n.raft.LeaderWithID(); id != leaderID {
+					moved.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	resp, err := c.Apply(attempt, &forwardpb.ApplyRequest{Command: cmd})
 	if err != nil {
+		if moved.Load() && ctx.Err() == nil {
+			return r, fmt.Errorf("%w: leader changed from %s during forward to %s: %v", ErrForward, leaderID, addr, err)
+		}
 		if ctx.Err() != nil {
 			return r, fmt.Errorf("%w: forward to %s: %v", ErrTimeout, addr, err)
 		}
