@@ -323,3 +323,103 @@ func BenchmarkLookupLatency(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkViewFirstApply measures the writer stall after a snapshot: take
+// View() (which pins every shard copy-on-write), then time the first
+// ApplyEvents, which must copy every pinned shard (or page) it touches.
+// "blocks=256" is one ingest call's worth (64 events of 4 blocks, as in
+// the raftnode snapshot-stall bench); "blocks=24576" (1,024 events of 24
+// blocks) touches every shard. Events refresh stored chains with a newer
+// last_seen, so the index does not grow between iterations. Reports the
+// call's wall time (ns/op), its thread CPU time (cpu-ns/op) and the
+// process CPU time of the call (proc-cpu-ns/op: also the GC work and page
+// faults it causes on other threads).
+func BenchmarkViewFirstApply(b *testing.B) {
+	for _, shape := range []struct{ events, per int }{{64, 4}, {1024, 24}} {
+		b.Run(fmt.Sprintf("blocks=%d", shape.events*shape.per), func(b *testing.B) {
+			forSizes(b, func(b *testing.B, bi *benchIndex) {
+				counts := make([]uint32, benchChain)
+				for i := range counts {
+					counts[i] = 16
+				}
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				var wall, cpu, proc time.Duration
+				seen := t0 + 1_000_000
+				b.ResetTimer()
+				for it := range b.N {
+					b.StopTimer()
+					evs := make([]BlockEvent, shape.events)
+					for e := range evs {
+						ch := bi.chains[(it*shape.events+e)*7919%len(bi.chains)]
+						evs[e] = storeEvent(e%benchReplicas, ch[:shape.per], counts, seen)
+					}
+					seen++
+					runtime.GC()
+					v := bi.ix.View()
+					c0, _ := threadCPU()
+					p0, _ := processCPU()
+					st := time.Now()
+					b.StartTimer()
+					bi.ix.ApplyEvents(evs)
+					b.StopTimer()
+					wall += time.Since(st)
+					c1, _ := threadCPU()
+					p1, _ := processCPU()
+					cpu += c1 - c0
+					proc += p1 - p0
+					v.Release()
+				}
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(proc.Nanoseconds())/float64(b.N), "proc-cpu-ns/op")
+				b.ReportMetric(float64(wall.Nanoseconds())/float64(b.N)/1e6, "ms/apply")
+			})
+		})
+	}
+}
+
+// BenchmarkExport is View.Blocks over the whole index with a callback that
+// only reads the record (what snapshot.Write does before encoding);
+// BenchmarkExportBuild feeds the records to a Builder (restore). CPU is the
+// process's (the GC's work included).
+func BenchmarkExport(b *testing.B) {
+	forSizes(b, func(b *testing.B, bi *benchIndex) { benchExport(b, bi, false) })
+}
+
+func BenchmarkExportBuild(b *testing.B) {
+	forSizes(b, func(b *testing.B, bi *benchIndex) { benchExport(b, bi, true) })
+}
+
+func benchExport(b *testing.B, bi *benchIndex, build bool) {
+	b.ReportAllocs()
+	var proc time.Duration
+	for range b.N {
+		b.StopTimer()
+		runtime.GC()
+		v := bi.ix.View()
+		p0, _ := processCPU()
+		b.StartTimer()
+		var n int
+		var err error
+		if build {
+			bl := NewBuilder(v.Policy())
+			err = v.Blocks(bl.AddBlock)
+			if got := bl.Build(); err == nil && got.Digest() != v.Digest() {
+				b.Fatal("rebuilt digest differs")
+			}
+		} else {
+			err = v.Blocks(func(r BlockRecord) error { n += len(r.Residents); return nil })
+		}
+		b.StopTimer()
+		p1, _ := processCPU()
+		proc += p1 - p0
+		v.Release()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if want := v.Sizes().Residencies; !build && n != want {
+			b.Fatalf("exported %d residencies, want %d", n, want)
+		}
+	}
+	b.ReportMetric(float64(proc.Nanoseconds())/float64(b.N), "proc-cpu-ns/op")
+}

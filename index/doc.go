@@ -12,7 +12,7 @@
 //
 // Concurrency: exactly one writer goroutine calls SetPolicy, ApplyEvents,
 // ApplyStats, Expire, Credit and View; any number of goroutines call Lookup,
-// Digest and Sizes at the same time. Blocks live in 256 shards of flat
+// Digest and Sizes at the same time. Blocks live in 4,096 shards of flat
 // slices, each behind its own RWMutex; the writer holds a shard's lock for
 // one block update (or one shard's part of a scan), never two shard locks
 // at once, so a lookup never waits for a whole batch, an expiry pass or an
@@ -20,7 +20,10 @@
 // together and resolves those blocks in overlapping passes (so their cache
 // misses overlap); the writer waits at most for one such batch (~1–2 µs).
 // View pins the shards' current data copy-on-write: O(shards) on the
-// writer, and the writer copies a pinned shard only when it next mutates it.
+// writer, and the writer copies a pinned shard only when it next mutates it
+// (a shard is ~1/4,096 of the index, so the first write after a snapshot
+// copies only the shards its blocks land in; see DESIGN.md for the bound
+// and what a batch touching every shard still costs).
 //
 // A lookup is consistent within each 32-block batch but not across
 // batches: a long chain may see a write that lands between two batches.

@@ -7,7 +7,7 @@ import (
 
 // Expiry and the capacity bound (SPEC 6). Both are scans over the shards,
 // run on the writer goroutine one shard at a time: a lookup waits at most
-// for one shard's scan (~1/256 of the index), never for the whole pass.
+// for one shard's scan (~1/4,096 of the index), never for the whole pass.
 
 // Expire drops residencies with last_seen older than nowMs − EvictionTTL
 // (writer only), then blocks and partitions left empty; returns how many

@@ -278,7 +278,7 @@ type probe struct {
 // behind a waiting writer would deadlock).
 type shardLocks struct {
 	held [numShards / 64]uint64
-	list [walkBatch]uint8
+	list [walkBatch]uint16
 	n    int
 }
 
@@ -288,16 +288,18 @@ func (l *shardLocks) rlock(ix *Index, si int) {
 		return
 	}
 	l.held[w] |= bit
-	l.list[l.n] = uint8(si)
+	l.list[l.n] = uint16(si)
 	l.n++
 	ix.shards[si].mu.RLock()
 }
 
 func (l *shardLocks) runlockAll(ix *Index) {
+	// Clear only the bits set (the bitmap is 512 bytes; a batch locks at
+	// most walkBatch shards).
 	for _, si := range l.list[:l.n] {
 		ix.shards[si].mu.RUnlock()
+		l.held[si>>6] = 0
 	}
-	l.held = [numShards / 64]uint64{}
 	l.n = 0
 }
 

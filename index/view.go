@@ -38,6 +38,12 @@ type Residency struct {
 // BlockRecord is one block of one partition with its residents, as
 // exported to and imported from snapshots. Residents are in replica id
 // order.
+//
+// Ownership: in a record passed to View.Blocks' callback, Residents is
+// valid only during that call (Blocks reuses its backing array for the
+// next record), so a callback that keeps it must copy it. Builder.AddBlock
+// does not keep r.Residents either (it copies what it stores), so callers
+// may reuse it after the call (snapshot.Read does).
 type BlockRecord struct {
 	Partition Partition
 	Hash      uint64
@@ -78,10 +84,17 @@ func (ix *Index) View() *View {
 
 // blockRef locates one block of a view for the sorted export.
 type blockRef struct {
-	rank uint32 // partition rank in (scheme, model, tenant, adapter) order
-	loc  uint32 // shard << slotIdxBits | block index
 	hash uint64
+	loc  uint64 // rank << 48 | shard << slotIdxBits | block index
 }
+
+// A blockRef's loc packs the partition rank above the shard and the block
+// index (36 bits with 4,096 shards): 2^28 partitions, far more than a view
+// can hold in memory.
+const (
+	refRankShift = shardBits + slotIdxBits
+	refLocMask   = 1<<refRankShift - 1
+)
 
 // Blocks calls fn for every block in a deterministic order: partitions by
 // (scheme, model, tenant, adapter), then block hash; residents by replica
@@ -93,16 +106,42 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 		return errors.New("index: view used after Release")
 	}
 	ids := make([]uint32, 0, len(v.parts))
+	maxID := uint32(0)
 	for id := range v.parts {
 		ids = append(ids, id)
+		maxID = max(maxID, id)
 	}
 	slices.SortFunc(ids, func(a, b uint32) int {
 		pa, pb := v.parts[a], v.parts[b]
 		return comparePartition(&pa, &pb)
 	})
-	rank := make(map[uint32]uint32, len(ids))
+	if uint64(len(ids)) > 1<<(64-refRankShift) {
+		return fmt.Errorf("index: %d partitions in a view, more than the export supports", len(ids))
+	}
+	// A slice indexed by partition id replaces a map lookup per block.
+	// Ids are never reused, so after heavy partition churn they can be
+	// sparse: then fall back to the map.
+	var rankSlice []uint64
+	var rankMap map[uint32]uint64
+	if int(maxID) <= 4*len(ids)+4096 {
+		rankSlice = make([]uint64, maxID+1)
+	} else {
+		rankMap = make(map[uint32]uint64, len(ids))
+	}
+	parts := make([]Partition, len(ids))
 	for i, id := range ids {
-		rank[id] = uint32(i)
+		if rankSlice != nil {
+			rankSlice[id] = uint64(i) << refRankShift
+		} else {
+			rankMap[id] = uint64(i) << refRankShift
+		}
+		parts[i] = v.parts[id]
+	}
+	rankOf := func(id uint32) uint64 {
+		if rankSlice != nil {
+			return rankSlice[id]
+		}
+		return rankMap[id]
 	}
 	refs := make([]blockRef, 0, v.sizes.Blocks)
 	for si, d := range v.shards {
@@ -111,31 +150,38 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 			if b.part == 0 {
 				continue
 			}
-			refs = append(refs, blockRef{rank: rank[b.part], loc: uint32(si)<<slotIdxBits | uint32(bi), hash: b.hash})
+			refs = append(refs, blockRef{hash: b.hash, loc: rankOf(b.part) | uint64(si)<<slotIdxBits | uint64(bi)})
 		}
 	}
+	// Rank order first (the high bits of loc), then hash; (rank, hash) is
+	// unique, so the shard and block bits never decide.
 	slices.SortFunc(refs, func(a, b blockRef) int {
-		if c := cmp.Compare(a.rank, b.rank); c != 0 {
+		if c := cmp.Compare(a.loc>>refRankShift, b.loc>>refRankShift); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.hash, b.hash)
 	})
+	// resBuf is reused for every record (see BlockRecord: Residents is
+	// valid only during fn).
 	var resBuf []Residency
 	for _, r := range refs {
-		d := v.shards[r.loc>>slotIdxBits]
-		b := &d.blocks[r.loc&slotIdxMask]
+		loc := r.loc & refLocMask
+		d := v.shards[loc>>slotIdxBits]
+		b := &d.blocks[loc&slotIdxMask]
 		resBuf = resBuf[:0]
 		for _, w := range d.residents(b) {
 			resBuf = append(resBuf, Residency{ReplicaID: v.ids[resRep(w)], LastSeenMs: resSeen(w)})
 		}
-		slices.SortFunc(resBuf, func(a, b Residency) int { return cmp.Compare(a.ReplicaID, b.ReplicaID) })
+		if len(resBuf) > 1 {
+			slices.SortFunc(resBuf, func(a, b Residency) int { return cmp.Compare(a.ReplicaID, b.ReplicaID) })
+		}
 		rec := BlockRecord{
-			Partition: v.parts[b.part],
+			Partition: parts[r.loc>>refRankShift],
 			Hash:      b.hash,
 			Tokens:    b.tokens,
 			CumTokens: b.cum,
 			Access:    uint64(b.access),
-			Residents: slices.Clone(resBuf),
+			Residents: resBuf[:len(resBuf):len(resBuf)],
 		}
 		if err := fn(rec); err != nil {
 			return err
@@ -177,9 +223,31 @@ func (v *View) Release() {
 }
 
 // Builder loads a fresh Index from snapshot records (SPEC 8 restore).
+//
+// The index under construction is not visible to any other goroutine until
+// Build, so the builder writes it without taking the shard and meta locks,
+// and batches the meta count updates of consecutive records of one
+// partition (records arrive grouped by partition): they are flushed when the
+// partition changes, before a rejected record's cleanup, before AddStats and
+// in Build.
 type Builder struct {
 	ix  *Index
 	err error
+
+	reps []uint32 // the current record's interned replicas (reused)
+	// repCache maps a caller's replica id string to its interned index
+	// without hashing it: snapshot readers pass the same few strings
+	// again and again, and comparing equal strings that share their bytes
+	// is one pointer comparison.
+	repCache [64]struct {
+		id  string
+		rep uint32
+	}
+	// Pending residency counts of partition pendPE, per replica.
+	pendPE   *partEnt
+	pend     []int64
+	pendReps []uint32
+	pendBlks int64
 }
 
 // NewBuilder starts a fresh index with policy p.
@@ -188,9 +256,34 @@ func NewBuilder(p policy.Policy) *Builder { return &Builder{ix: New(p)} }
 // ErrBuilderUsed is returned by a Builder after Build.
 var ErrBuilderUsed = errors.New("index: builder used after Build")
 
+// replica interns id through the cache.
+func (b *Builder) replica(id string) (uint32, bool) {
+	c := &b.repCache[(uint(len(id))*31+uint(id[0])*7+uint(id[len(id)-1]))&63]
+	if c.id == id && c.id != "" {
+		return c.rep, true
+	}
+	rep, ok := b.ix.m.replicaIdx(id)
+	if ok {
+		c.id, c.rep = id, rep
+	}
+	return rep, ok
+}
+
+// flush publishes the pending meta counts.
+func (b *Builder) flush() {
+	m := b.ix.m
+	m.totalBlks += b.pendBlks
+	b.pendBlks = 0
+	for _, rep := range b.pendReps {
+		m.addRes(b.pendPE, rep, b.pend[rep])
+		b.pend[rep] = 0
+	}
+	b.pendReps = b.pendReps[:0]
+}
+
 // AddBlock adds one block record; an error names what is invalid (empty
 // scheme, model or replica id, zero tokens, a duplicate block or resident,
-// no residents).
+// no residents). It does not keep r.Residents (see BlockRecord).
 func (b *Builder) AddBlock(r BlockRecord) error {
 	if b.ix == nil {
 		return ErrBuilderUsed
@@ -204,56 +297,82 @@ func (b *Builder) AddBlock(r BlockRecord) error {
 	if len(r.Residents) == 0 {
 		return fmt.Errorf("index: block %#x of %+v: no residents", r.Hash, r.Partition)
 	}
-	ix := b.ix
-	pe := ix.writerPartition(r.Partition)
-	mx := keyMix(pe.id, r.Hash)
-	s := &ix.shards[shardOf(mx)]
-	d := s.d
-	bi, slot := d.find(pe.id, r.Hash, mx)
-	// A rejected record must not leave an empty partition behind.
-	defer ix.m.dropIfEmpty(pe)
-	if bi >= 0 {
-		return fmt.Errorf("index: block %#x of %+v: duplicate record", r.Hash, r.Partition)
-	}
-	reps := make([]uint32, len(r.Residents))
-	for i, rs := range r.Residents {
-		if rs.ReplicaID == "" {
-			return fmt.Errorf("index: block %#x of %+v: empty replica id", r.Hash, r.Partition)
-		}
-		rep, ok := ix.writerReplica(rs.ReplicaID)
-		if !ok {
-			return fmt.Errorf("index: block %#x: more than %d replicas", r.Hash, maxReplicas)
-		}
-		if slices.Contains(reps[:i], rep) {
-			return fmt.Errorf("index: block %#x of %+v: replica %q listed twice", r.Hash, r.Partition, rs.ReplicaID)
-		}
-		reps[i] = rep
-	}
-	if len(reps) > maxResident {
+	if len(r.Residents) > maxResident {
 		return fmt.Errorf("index: block %#x: more than %d residents", r.Hash, maxResident)
 	}
+	ix := b.ix
+	m := ix.m
+	pe := b.pendPE
+	if pe == nil || pe.p != r.Partition {
+		if pe = m.parts[r.Partition]; pe == nil {
+			pe = m.partition(r.Partition)
+		}
+	}
+	mx := keyMix(pe.id, r.Hash)
+	d := ix.shards[shardOf(mx)].d
+	bi, slot := d.find(pe.id, r.Hash, mx)
+	if bi >= 0 {
+		return b.reject(pe, fmt.Errorf("index: block %#x of %+v: duplicate record", r.Hash, r.Partition))
+	}
+	reps := b.reps[:0]
+	for i := range r.Residents {
+		id := r.Residents[i].ReplicaID
+		if id == "" {
+			return b.reject(pe, fmt.Errorf("index: block %#x of %+v: empty replica id", r.Hash, r.Partition))
+		}
+		rep, ok := b.replica(id)
+		if !ok {
+			return b.reject(pe, fmt.Errorf("index: block %#x: more than %d replicas", r.Hash, maxReplicas))
+		}
+		if slices.Contains(reps, rep) {
+			return b.reject(pe, fmt.Errorf("index: block %#x of %+v: replica %q listed twice", r.Hash, r.Partition, id))
+		}
+		reps = append(reps, rep)
+	}
+	b.reps = reps
 	access := uint32(min(r.Access, maxAccess))
-	s.mu.Lock()
-	bi = d.insertBlock(pe.id, r.Hash, mx, slot, r.Tokens, r.CumTokens)
-	if bi < 0 {
-		s.mu.Unlock()
-		return fmt.Errorf("index: block %#x: shard full", r.Hash)
+	if bi = d.insertBlockN(pe.id, r.Hash, mx, slot, r.Tokens, r.CumTokens, len(reps)); bi < 0 {
+		return b.reject(pe, fmt.Errorf("index: block %#x: shard full", r.Hash))
 	}
-	d.blocks[bi].access = access
-	d.digest += blockDigest(pe.hash, r.Hash, r.Tokens, r.CumTokens, access)
-	for i, rs := range r.Residents {
-		seen := clampSeen(rs.LastSeenMs)
-		d.addResident(bi, packRes(reps[i], seen))
-		d.digest += residencyDigest(pe.hash, r.Hash, ix.m.reps.hashes[reps[i]], seen)
+	blk := &d.blocks[bi]
+	blk.access = access
+	dg := blockDigest(pe.hash, r.Hash, r.Tokens, r.CumTokens, access)
+	run := d.res[blk.resOff : blk.resOff+uint32(len(reps))]
+	for i, rep := range reps {
+		seen := clampSeen(r.Residents[i].LastSeenMs)
+		run[i] = packRes(rep, seen)
+		dg += residencyDigest(pe.hash, r.Hash, m.reps.hashes[rep], seen)
 	}
-	s.mu.Unlock()
-	ix.metaMu.Lock()
-	ix.m.totalBlks++
+	blk.resN = uint16(len(reps))
+	d.nRes += len(reps)
+	d.digest += dg
+
+	if pe != b.pendPE {
+		b.flush()
+		b.pendPE = pe
+	}
+	b.pendBlks++
 	for _, rep := range reps {
-		ix.m.addRes(pe, rep, 1)
+		if int(rep) >= len(b.pend) {
+			b.pend = append(b.pend, make([]int64, int(rep)+1-len(b.pend))...)
+		}
+		if b.pend[rep] == 0 {
+			b.pendReps = append(b.pendReps, rep)
+		}
+		b.pend[rep]++
 	}
-	ix.metaMu.Unlock()
 	return nil
+}
+
+// reject cleans up after an invalid record: a partition the record created
+// must not stay behind empty.
+func (b *Builder) reject(pe *partEnt, err error) error {
+	b.flush()
+	b.ix.m.dropIfEmpty(pe)
+	if pe == b.pendPE && b.ix.m.parts[pe.p] != pe {
+		b.pendPE = nil
+	}
+	return err
 }
 
 // AddStats adds one replica's stats.
@@ -264,12 +383,16 @@ func (b *Builder) AddStats(s ReplicaStats) error {
 	if s.ReplicaID == "" {
 		return errors.New("index: stats with empty replica id")
 	}
+	b.flush()
 	b.ix.ApplyStats([]ReplicaStats{s})
 	return nil
 }
 
 // Build returns the loaded index; the builder must not be used after.
 func (b *Builder) Build() *Index {
+	if b.ix != nil {
+		b.flush()
+	}
 	ix := b.ix
 	b.ix = nil
 	return ix
