@@ -176,7 +176,7 @@ func (a *Auth) Check(ctx context.Context, c Class) error {
 	}
 	got, ok := bearer(ctx)
 	if !ok {
-		return status.Errorf(codes.Unauthenticated, "this call needs a %s token: send metadata \"authorization: Bearer <token>\"", c)
+		return status.Errorf(codes.Unauthenticated, "this call needs the %s token: send metadata \"authorization: Bearer <token>\"", c)
 	}
 	for _, s := range need {
 		if matchAny(got, s) {

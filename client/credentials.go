@@ -54,3 +54,9 @@ func TLSFiles(caFile, certFile, keyFile, serverName string) (*tls.Config, error)
 	}
 	return r.ClientConfig(serverName), nil
 }
+
+// BearerTokenFunc is BearerToken with a token read on every call (for a
+// token that rotates); an empty token sends no authorization metadata.
+func BearerTokenFunc(get func() string) credentials.PerRPCCredentials {
+	return bearer{get}
+}

@@ -27,19 +27,30 @@ import (
 
 // clientFlags are shared by every client subcommand.
 type clientFlags struct {
-	addrs   []string
-	json    bool
-	timeout time.Duration
+	addrs    []string
+	json     bool
+	timeout  time.Duration
+	security clientSecurityFlags
 }
 
 func (c *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&c.addrs, "addr", []string{defaultGRPCAddr}, "gRPC address of a server node (repeatable); calls go to the first that answers")
 	cmd.Flags().BoolVar(&c.json, "json", false, "print JSON instead of a table")
 	cmd.Flags().DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the whole command")
+	c.security.register(cmd)
 }
 
 func (c *clientFlags) dial() (*client.Client, error) {
-	return client.New(client.Config{Addrs: c.addrs, LookupTimeout: c.timeout})
+	return c.dialAddrs(c.addrs)
+}
+
+// dialAddrs is dial to addrs instead of --addr.
+func (c *clientFlags) dialAddrs(addrs []string) (*client.Client, error) {
+	cfg := client.Config{Addrs: addrs, LookupTimeout: c.timeout}
+	if err := c.security.apply(&cfg); err != nil {
+		return nil, err
+	}
+	return client.New(cfg)
 }
 
 var pjson = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Multiline: true, Indent: "  "}
@@ -313,7 +324,7 @@ membership as seen by the first node that answered.`,
 			}
 			var rows []row
 			for _, a := range cf.addrs {
-				one, err := client.New(client.Config{Addrs: []string{a}})
+				one, err := cf.dialAddrs([]string{a})
 				if err != nil {
 					return err
 				}

@@ -7,8 +7,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/inference-cache/inference-cache/client"
 )
 
 // newHealthCmd is the container health check: one grpc.health.v1 Check
@@ -17,6 +20,7 @@ import (
 func newHealthCmd() *cobra.Command {
 	var addr, service string
 	var timeout time.Duration
+	var sec clientSecurityFlags
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "Check a node's gRPC health service (exit 0 when SERVING)",
@@ -31,7 +35,15 @@ Kubernetes probes the same service natively.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+			var cc client.Config
+			if err := sec.apply(&cc); err != nil {
+				return err
+			}
+			if cc.TLS != nil {
+				opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cc.TLS)))
+			}
+			conn, err := grpc.NewClient(addr, opts...)
 			if err != nil {
 				return fmt.Errorf("health %s: %w", addr, err)
 			}
@@ -51,5 +63,6 @@ Kubernetes probes the same service natively.`,
 	f.StringVar(&addr, "addr", defaultGRPCAddr, "gRPC address of the node to check")
 	f.StringVar(&service, "service", "", `service name to check ("" = the whole server)`)
 	f.DurationVar(&timeout, "timeout", 3*time.Second, "bound on the check")
+	sec.register(cmd)
 	return cmd
 }

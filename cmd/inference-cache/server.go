@@ -44,6 +44,7 @@ type serverOptions struct {
 	fastTiming                               bool
 	deadServerCleanup                        time.Duration
 	shutdownTimeout                          time.Duration
+	security                                 serverSecurityFlags
 }
 
 func newServerCmd() *cobra.Command {
@@ -62,14 +63,21 @@ existing cluster as voters.
 
 Every flag can also be set through an environment variable named
 INFERENCE_CACHE_<FLAG>, e.g. INFERENCE_CACHE_NODE_ID=n1 or
-INFERENCE_CACHE_JOIN=10.0.0.2:7403,10.0.0.3:7403; the command line wins.`,
+INFERENCE_CACHE_JOIN=10.0.0.2:7403,10.0.0.3:7403; the command line wins.
+
+TLS, mutual TLS, Raft over TLS, gossip encryption and bearer tokens are off
+by default (the local quick start); see docs/security.md for production.`,
 		Example: `  # three servers on three hosts
   inference-cache server --node-id n1 --data-dir /var/lib/inference-cache \
     --grpc-addr 10.0.0.1:7401 --raft-addr 10.0.0.1:7402 --gossip-addr 10.0.0.1:7403 \
     --http-addr 10.0.0.1:7404 --join 10.0.0.2:7403 --join 10.0.0.3:7403 --bootstrap-expect 3
 
   # one node alone
-  inference-cache server --node-id solo --data-dir ./data --bootstrap-expect 1`,
+  inference-cache server --node-id solo --data-dir ./data --bootstrap-expect 1
+
+  # TLS everywhere, tokens for writes and admin (make certs writes test files)
+  inference-cache server --node-id n1 ... --tls-cert node.pem --tls-key node-key.pem --tls-ca ca.pem \
+    --raft-tls --gossip-key-file gossip.key --write-token-file write.token --admin-token-file admin.token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -96,6 +104,7 @@ INFERENCE_CACHE_JOIN=10.0.0.2:7403,10.0.0.3:7403; the command line wins.`,
 	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s); for dev clusters and tests, not for networks")
 	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never); never below 3 voters")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown after SIGINT/SIGTERM")
+	o.security.register(f)
 	return cmd
 }
 
@@ -112,6 +121,10 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		if pol, err = policy.LoadFile(o.policyFile); err != nil {
 			return err
 		}
+	}
+	sec, err := o.security.build(log)
+	if err != nil {
+		return err
 	}
 	m := metrics.New()
 	if err := m.BridgeRaft(); err != nil {
@@ -137,6 +150,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		NodeID: o.nodeID, DataDir: o.dataDir, RaftAddr: o.raftAddr, GossipAddr: o.gossipAddr,
 		RaftAdvertise: adv.raft, GossipAdvertise: adv.gossip, GRPCAddr: adv.grpc, Join: o.join, BootstrapExpect: o.bootstrapExpect, Policy: pol,
 		DeadServerCleanup: o.deadServerCleanup, Logger: log,
+		RaftTLS: sec.raftTLS, GossipKeys: sec.gossipKeys, DialOptions: sec.dial,
 		Hooks: raftnode.Hooks{
 			OnCommit:   m.RaftCommit,
 			OnApply:    m.FSMApply,
@@ -157,7 +171,8 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		tok = tokenizer.NewRegistry(o.modelsDir, tokenizer.RegistryOptions{})
 	}
 	tmp := filepath.Join(o.dataDir, "tmp")
-	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: adv.grpc, Tokenizer: tok, Metrics: m, Logger: log, TmpDir: tmp})
+	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: adv.grpc, Tokenizer: tok, Metrics: m, Logger: log, TmpDir: tmp,
+		Options: sec.grpcOptions, Auth: sec.auth})
 	m.RegisterNode(func() metrics.NodeInfo { return nodeInfo(node) })
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.GRPC.Serve(lis) }()
@@ -172,6 +187,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	}
 	log.Info("server started", "node", o.nodeID, "grpc", lis.Addr().String(), "raft", o.raftAddr,
 		"gossip", o.gossipAddr, "advertise_grpc", adv.grpc, "advertise_raft", adv.raft, "advertise_gossip", adv.gossip, "http", o.httpAddr, "bootstrap_expect", o.bootstrapExpect, "join", o.join)
+	log.Info("security", sec.summary...)
 	if o.policyFile != "" {
 		go applyPolicyFile(ctx, node, pol, o.policyFile, log)
 	}
