@@ -112,7 +112,8 @@ func PlotSweep(path string, reps []*Report) error {
 	ideal.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 	p.Add(ideal)
 	p.Legend.Add("ideal bound (infinite cache)", ideal)
-	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.Top, p.Legend.Left = false, false
+	p.Y.Max = 100 * max(reps[0].IdealTokenHitRate, 0.01) * 1.1
 	return savePanels(path, []*plot.Plot{p})
 }
 
