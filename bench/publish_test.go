@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/binary"
 	"slices"
 	"strings"
 	"testing"
@@ -110,5 +111,52 @@ func TestEngine_MetricsUseVLLMNames(t *testing.T) {
 	// In flight: ceil((1100+10)/512) + ceil((600+10)/512) = 3 + 2 blocks of 10.
 	if u := val("vllm:kv_cache_usage_perc"); u != 0.5 {
 		t.Fatalf("usage %v, want 0.5", u)
+	}
+}
+
+// The replay socket answers [identity, "", start] with every buffered
+// batch from start, in order, then the end marker (seq −1), as vLLM's does.
+func TestPublisher_ReplaySocket(t *testing.T) {
+	p, err := NewPublisher(EncodingPositional, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	blocks := []uint64{1, 2, 3}
+	for i := range blocks {
+		a := &Admission{Stored: []BlockRun{{i, i + 1}}}
+		if _, err := p.PublishAdmission(blocks, a, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := zmq4.NewDealer(t.Context())
+	defer d.Close()
+	if err := d.Dial(p.ReplayEndpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SendMulti(zmq4.NewMsgFrom([]byte{}, be64(1))); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for {
+		msg, err := d.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msg.Frames) != 2 {
+			t.Fatalf("reply of %d frames, want [seq, payload]", len(msg.Frames))
+		}
+		seq := binary.BigEndian.Uint64(msg.Frames[0])
+		if seq == ^uint64(0) {
+			break
+		}
+		b, err := observe.DecodeBatch(msg.Frames[1])
+		if err != nil || len(b.Events) != 1 || b.Events[0].BlockHashes[0] != p.EngineHash(blocks[seq]) {
+			t.Fatalf("replayed seq %d: %+v, %v", seq, b, err)
+		}
+		seqs = append(seqs, seq)
+	}
+	if !slices.Equal(seqs, []uint64{1, 2}) {
+		t.Fatalf("replayed %v, want [1 2]", seqs)
 	}
 }
