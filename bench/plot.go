@@ -54,22 +54,30 @@ func PlotReport(path string, r *Report) error {
 	hp.NominalX(names...)
 
 	tp := plot.New()
-	tp.Title.Text = "Modelled TTFT (queue wait + uncached tokens / prefill speed)"
+	tp.Title.Text = "Modelled TTFT (queue wait + uncached tokens / prefill speed), log scale"
 	tp.Y.Label.Text = "ms (modelled)"
-	b50, err := plotter.NewBarChart(p50, w)
-	if err != nil {
-		return err
+	tp.Y.Scale = plot.LogScale{}
+	tp.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	for k, pc := range []struct {
+		label string
+		v     plotter.Values
+	}{{"p50", p50}, {"p99", p99}} {
+		pts := make(plotter.XYs, len(pc.v))
+		for i, y := range pc.v {
+			pts[i] = plotter.XY{X: float64(i), Y: max(y, 1)} // log scale: at least 1 ms
+		}
+		sc, err := plotter.NewScatter(pts)
+		if err != nil {
+			return err
+		}
+		sc.GlyphStyle.Color = plotutil.Color(k + 1)
+		sc.GlyphStyle.Shape = plotutil.Shape(k)
+		sc.GlyphStyle.Radius = vg.Points(5)
+		tp.Add(sc)
+		tp.Legend.Add(pc.label, sc)
 	}
-	b50.Color, b50.LineStyle.Width, b50.Offset = plotutil.Color(1), 0, -w/2
-	b99, err := plotter.NewBarChart(p99, w)
-	if err != nil {
-		return err
-	}
-	b99.Color, b99.LineStyle.Width, b99.Offset = plotutil.Color(2), 0, w/2
-	tp.Add(b50, b99)
-	tp.Legend.Add("p50", b50)
-	tp.Legend.Add("p99", b99)
-	tp.Legend.Top = true
+	tp.Add(plotter.NewGrid())
+	tp.Legend.Top, tp.Legend.Left = true, true
 	tp.NominalX(names...)
 
 	return savePanels(path, []*plot.Plot{hp, tp})
