@@ -277,7 +277,7 @@ func checkBadRequests(t *testing.T, c *cluster) {
 	if modelsDir() == "" {
 		lookups[len(lookups)-1].detail = api.DetailNoTokenizer
 	} else {
-		lookups[len(lookups)-1].detail = api.DetailTokenizeFailed
+		lookups[len(lookups)-1].detail = api.DetailNoModelTokenizer
 	}
 	for _, tc := range lookups {
 		r := lookup(t, c.procs[0], tc.req)
