@@ -18,6 +18,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/api"
 	"github.com/inference-cache/inference-cache/metrics"
+	"github.com/inference-cache/inference-cache/observe"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/raftnode"
 	"github.com/inference-cache/inference-cache/tokenizer"
@@ -44,6 +45,7 @@ type serverOptions struct {
 	fastTiming                               bool
 	deadServerCleanup                        time.Duration
 	shutdownTimeout                          time.Duration
+	subscribeConfig                          string
 	security                                 serverSecurityFlags
 }
 
@@ -103,6 +105,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on the HTTP side port")
 	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s); for dev clusters and tests, not for networks")
 	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never); never below 3 voters")
+	f.StringVar(&o.subscribeConfig, "subscribe-config", "", "run the KV-event subscriber inside this server with this engines YAML (SPEC 12; same format as `subscribe --config`); SIGHUP reloads it")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown after SIGINT/SIGTERM")
 	o.security.register(f)
 	return cmd
@@ -120,6 +123,12 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	if o.policyFile != "" {
 		if pol, err = policy.LoadFile(o.policyFile); err != nil {
 			return err
+		}
+	}
+	var subCfg *observe.Config
+	if o.subscribeConfig != "" {
+		if subCfg, err = observe.LoadConfig(o.subscribeConfig); err != nil {
+			return fmt.Errorf("--subscribe-config: %w", err)
 		}
 	}
 	sec, err := o.security.build(log)
@@ -191,6 +200,22 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	if o.policyFile != "" {
 		go applyPolicyFile(ctx, node, pol, o.policyFile, log)
 	}
+	subDone := make(chan struct{})
+	subCtx, stopSub := context.WithCancel(ctx)
+	defer stopSub()
+	if subCfg != nil {
+		sub := observe.New(subCfg, serviceSink{srv.Service}, observe.Options{Metrics: observe.NewMetrics(m.Registry), Logger: log.With("component", "subscriber")})
+		go reloadOnHUP(subCtx, sub, o.subscribeConfig, log)
+		go func() {
+			defer close(subDone)
+			if err := sub.Run(subCtx); err != nil && subCtx.Err() == nil {
+				log.Error("subscriber stopped", "err", err)
+			}
+		}()
+		log.Info("subscriber started", "engines", len(subCfg.Engines), "config", o.subscribeConfig)
+	} else {
+		close(subDone)
+	}
 
 	var runErr error
 	select {
@@ -201,6 +226,12 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
+	// The embedded subscriber writes through this node: stop it first.
+	stopSub()
+	select {
+	case <-subDone:
+	case <-sctx.Done():
+	}
 	// Hand leadership over first (raftnode does it in Shutdown), then stop
 	// serving.
 	if err := node.Shutdown(); err != nil {

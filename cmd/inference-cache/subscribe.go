@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/inference-cache/inference-cache/api"
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/observe"
 )
 
@@ -85,25 +89,7 @@ and the running configuration kept.`,
 				log.Info("subscriber metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 			}
 			sub := observe.New(cfg, sink, observe.Options{Metrics: m, Logger: log})
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-			go func() {
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-hup:
-						c, err := observe.LoadConfig(configFile)
-						if err != nil {
-							log.Error("config reload failed; keeping the running configuration", "err", err)
-							continue
-						}
-						log.Info("config reloaded", "engines", len(c.Engines))
-						sub.Reload(c)
-					}
-				}
-			}()
+			go reloadOnHUP(ctx, sub, configFile, log)
 			log.Info("subscriber started", "engines", len(cfg.Engines), "cluster", addrs)
 			return sub.Run(ctx)
 		},
@@ -115,4 +101,42 @@ and the running configuration kept.`,
 	f.StringVar(&logFormat, "log-format", "text", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "least log level: debug, info, warn or error")
 	return cmd
+}
+
+// reloadOnHUP reloads the subscriber configuration file on every SIGHUP
+// until ctx ends: engines added start, engines removed stop and have their
+// replicas cleared. An invalid file is logged and the running
+// configuration kept.
+func reloadOnHUP(ctx context.Context, sub *observe.Subscriber, configFile string, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			c, err := observe.LoadConfig(configFile)
+			if err != nil {
+				log.Error("config reload failed; keeping the running configuration", "err", err)
+				continue
+			}
+			log.Info("config reloaded", "engines", len(c.Engines))
+			sub.Reload(c)
+		}
+	}
+}
+
+// serviceSink is the observe.Sink of a subscriber embedded in the server
+// (`server --subscribe-config`): it calls this node's own InferenceCache
+// service in process, so writes take the same validation, forwarding and
+// retry path as a remote subscriber's without a network hop.
+type serviceSink struct{ s *api.Service }
+
+func (k serviceSink) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
+	return k.s.Ingest(ctx, req)
+}
+
+func (k serviceSink) ReportStats(ctx context.Context, req *pb.ReportReplicaStatsRequest) (*pb.ReportReplicaStatsResponse, error) {
+	return k.s.ReportReplicaStats(ctx, req)
 }

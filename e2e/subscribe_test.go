@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	ot "github.com/inference-cache/inference-cache/observe/observetest"
+)
+
+// engineYAML is a subscriber configuration (SPEC 12) for the publishers.
+func engineYAML(pubs map[string]*ot.Publisher) string {
+	s := "engines:\n"
+	for id, p := range pubs {
+		s += fmt.Sprintf("  - endpoint: %s\n    replica_id: %s\n    model_id: %s\n    tenant_id: %s\n    hash_scheme: %s\n    block_size: 16\n",
+			p.Endpoint(), id, model, tenant, scheme)
+	}
+	return s
+}
+
+// `server --subscribe-config` runs the KV-event subscriber inside the
+// server: engine events published over ZMQ reach the index through the
+// node's own write path, and SIGHUP reloads the engine list (a removed
+// engine's blocks are cleared).
+func TestServer_EmbeddedSubscriberFeedsTheIndexAndReloadsOnSIGHUP(t *testing.T) {
+	pubs := map[string]*ot.Publisher{}
+	for _, id := range []string{"eng-a", "eng-b"} {
+		p, err := ot.NewPublisher(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		pubs[id] = p
+	}
+	cfgPath := filepath.Join(t.TempDir(), "engines.yaml")
+	if err := os.WriteFile(cfgPath, []byte(engineYAML(pubs)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 1, "--subscribe-config", cfgPath)
+	n := c.procs[0]
+	for id, p := range pubs {
+		if err := p.WaitSubscribed(15 * time.Second); err != nil {
+			t.Fatalf("%s: the server's subscriber never connected: %v", id, err)
+		}
+	}
+	ts := float64(time.Now().UnixMilli()) / 1000
+	// eng-a caches chainA (8 blocks), eng-b caches chainB.
+	for id, chain := range map[string][]uint32{"eng-a": chainA, "eng-b": chainB} {
+		hs := make([]uint64, 8)
+		for i := range hs {
+			hs[i] = uint64(1000 + i)
+		}
+		if _, err := pubs[id].Publish(ot.Batch(ts, -1, ot.Stored(ot.Hashes(hs...), nil, chain, 16, nil, "GPU", nil))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(chain []uint32, replica string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		var r *pb.LookupRouteResponse
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			r, _ = n.ic.LookupRoute(ctx, lookupReq(tenant, chain))
+			cancel()
+			top := ""
+			if len(r.GetReplicas()) > 0 {
+				top = r.GetReplicas()[0].GetReplicaId()
+			}
+			if replica == "" && r.GetReasonCode() != pb.ReasonCode_PREFIX_MATCH {
+				return
+			}
+			if replica != "" && r.GetReasonCode() == pb.ReasonCode_PREFIX_MATCH && top == replica && r.GetReplicas()[0].GetMatchedTokens() == 128 {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("lookup: %v %q %v, want PREFIX_MATCH led by %q with 128 tokens (\"\" = no match)", r.GetReasonCode(), r.GetDetail(), r.GetReplicas(), replica)
+	}
+	want(chainA, "eng-a")
+	want(chainB, "eng-b")
+
+	// Drop eng-a from the file and reload: its replica is cleared.
+	delete(pubs, "eng-a")
+	if err := os.WriteFile(cfgPath, []byte(engineYAML(pubs)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	proc := n.cmd.Process
+	n.mu.Unlock()
+	if err := proc.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	want(chainA, "")
+	if r, _ := n.ic.LookupRoute(context.Background(), lookupReq(tenant, chainB)); r.GetReasonCode() == pb.ReasonCode_PREFIX_MATCH {
+		t.Fatalf("eng-b alone in the serving set cannot be a prefix match (distinguishing power 0), got %v", r.GetReplicas())
+	}
+}
