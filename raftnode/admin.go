@@ -53,9 +53,23 @@ func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint
 }
 
 // RemoveServer removes a server from the Raft configuration. Leader only.
+// An id that is not in the configuration is ErrInvalid.
 func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 	if id == "" {
 		return 0, fmt.Errorf("%w: server id is required", ErrInvalid)
+	}
+	// raft accepts the removal of an id it does not know as a no-op
+	// configuration change; an operator who mistyped an id should hear so.
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return 0, fmt.Errorf("%w: read configuration: %v", ErrInvalid, err)
+	}
+	known := false
+	for _, s := range cf.Configuration().Servers {
+		known = known || s.ID == raft.ServerID(id)
+	}
+	if !known {
+		return 0, fmt.Errorf("%w: server %q is not in the Raft configuration", ErrInvalid, id)
 	}
 	f := n.raft.RemoveServer(raft.ServerID(id), 0, 0)
 	if err := n.wait(ctx, f); err != nil {

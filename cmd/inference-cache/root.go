@@ -25,6 +25,7 @@ every node answers LookupRoute from its local copy.`,
 	root.AddCommand(newSubscribeCmd())
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newHealthCmd())
+	root.AddCommand(newClusterCmd())
 	return root
 }
 

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+)
+
+// The operator's membership commands reach the leader from any node's
+// address: transfer-leadership moves it, remove-server drops a server
+// from the voters (and the survivors keep a leader).
+func TestClusterCommands_TransferLeadershipAndRemoveServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three server processes")
+	}
+	c := startCluster(t, 3)
+	old := c.waitLeader(20 * time.Second)
+	var via *proc
+	for _, p := range c.procs {
+		if p != old {
+			via = p // a follower: the command must find the leader itself
+			break
+		}
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(binPath, append(args, "--addr", via.grpc)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+
+	out := run("cluster", "transfer-leadership")
+	nl := c.waitLeader(10 * time.Second)
+	if nl == old {
+		t.Fatalf("leader still %s after transfer-leadership (%s)", old.id, out)
+	}
+
+	// Remove a follower that is not the one we talk through.
+	var gone *proc
+	for _, p := range c.procs {
+		if p != nl && p != via {
+			gone = p
+		}
+	}
+	if gone == nil { // via is the new leader: remove the other follower
+		for _, p := range c.procs {
+			if p != nl {
+				gone = p
+			}
+		}
+	}
+	out = run("cluster", "remove-server", gone.id)
+	if !strings.Contains(out, "removed "+gone.id) {
+		t.Fatalf("remove-server output: %q", out)
+	}
+	c.kill(gone)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := ctxT(2 * time.Second)
+		st, err := nl.cl.Status(ctx, &pb.StatusRequest{})
+		cancel()
+		voters := 0
+		for _, m := range st.GetMembers() {
+			if m.GetSuffrage() == "Voter" && m.GetId() != gone.id {
+				voters++
+			}
+			if m.GetId() == gone.id && m.GetSuffrage() == "Voter" {
+				voters = -100
+			}
+		}
+		if err == nil && voters == 2 && st.GetState() == "Leader" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after remove-server: %v %v", st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, err := exec.Command(binPath, "cluster", "remove-server", "no-such-node", "--addr", nl.grpc).CombinedOutput(); err == nil {
+		t.Errorf("removing an unknown server succeeded: %s", out)
+	}
+}
