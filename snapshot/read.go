@@ -23,7 +23,9 @@ import (
 // newBuilder(policy). Nothing reaches a Builder before the whole snapshot
 // verified. It returns the meta and the opaque dedup window. Errors about
 // the input wrap ErrCorrupt, ErrTruncated or ErrVersion and say where.
-func Read(r io.Reader, tmpDir string, newBuilder func(policy.Policy) Builder) (Meta, []byte, error) {
+func Read(r io.Reader, tmpDir string, newBuilder func(policy.Policy) Builder) (_ Meta, _ []byte, err error) {
+	defer faultGuard()()
+	defer recoverCorrupt(&err)
 	db, m, cleanup, err := open(r, tmpDir)
 	if err != nil {
 		return Meta{}, nil, err
@@ -46,7 +48,9 @@ func Read(r io.Reader, tmpDir string, newBuilder func(policy.Policy) Builder) (M
 
 // Inspect verifies the stream like Read and returns its Meta without
 // loading anything (for `snapshot inspect` and pre-restore checks).
-func Inspect(r io.Reader, tmpDir string) (Meta, error) {
+func Inspect(r io.Reader, tmpDir string) (_ Meta, err error) {
+	defer faultGuard()()
+	defer recoverCorrupt(&err)
 	db, m, cleanup, err := open(r, tmpDir)
 	if err != nil {
 		return Meta{}, err
@@ -244,6 +248,15 @@ func load(tx *bbolt.Tx, m Meta, b Builder) error {
 	var chunkNo uint64
 	go func() {
 		defer close(out)
+		defer faultGuard()()
+		defer func() { // a fault here would otherwise kill the process (guard.go)
+			if r := recover(); r != nil {
+				select {
+				case out <- &batch{err: fmt.Errorf("%w: malformed bbolt file: %v", ErrCorrupt, r)}:
+				case <-stop:
+				}
+			}
+		}()
 		send := func(b *batch) bool {
 			select {
 			case out <- b:
