@@ -92,6 +92,9 @@ const (
 	// microseconds, so 256 in flight per connection is far above what a
 	// gateway needs.
 	MaxConcurrentStreams = 256
+	// StreamWorkers is the size of the gRPC server's pool of stream
+	// worker goroutines; calls beyond it get a goroutine of their own.
+	StreamWorkers = 64
 
 	// KeepaliveMinTime is the shortest client keepalive ping interval the
 	// server tolerates; a client pinging more often is sent GOAWAY
