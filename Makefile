@@ -114,3 +114,23 @@ chaos-deps:
 	  apt-get update && apt-get install -y iproute2 || echo "chaos: iproute2 unavailable; partitions will be skipped"; fi
 
 .PHONY: chaos chaos-smoke chaos-deps
+
+.PHONY: certs fuzz vulncheck
+GOVULNCHECK_VERSION := v1.1.4
+FUZZTIME      ?= 10s
+# Every fuzz target as package:Name; CI runs each for $(FUZZTIME).
+FUZZ_TARGETS  := ./api:FuzzValidateRequest ./observe:FuzzDecodeBatch ./fsm:FuzzApplyEntry ./snapshot:FuzzRead ./tokenizer:FuzzEncode_NeverPanics
+
+## certs: a throwaway CA, node/client/expired/other-CA certificates, a gossip key and tokens in .certs/ (tests and local TLS trials only)
+certs:
+	$(GO) run ./internal/certgen -out .certs
+
+## fuzz: run every fuzz target for FUZZTIME each (seed corpora in testdata/fuzz run in make test)
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "== fuzz $$name ($$pkg, $(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; done
+
+## vulncheck: govulncheck (pinned); needs https://vuln.go.dev
+vulncheck:
+	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) ./...
