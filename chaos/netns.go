@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -220,13 +219,3 @@ func (w *Network) Close() {
 
 // HarnessAddr is the harness's own address on the private network.
 func (w *Network) HarnessAddr() string { return w.subnet + ".1" }
-
-// reachable is a quick TCP dial check used when waiting for a node's port.
-func reachable(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, 200e6)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
-}

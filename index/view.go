@@ -231,8 +231,7 @@ func (v *View) Release() {
 // partition changes, before a rejected record's cleanup, before AddStats and
 // in Build.
 type Builder struct {
-	ix  *Index
-	err error
+	ix *Index
 
 	reps []uint32 // the current record's interned replicas (reused)
 	// repCache maps a caller's replica id string to its interned index

@@ -355,7 +355,7 @@ func TestExpireAndEviction_IdenticalEverywhere(t *testing.T) {
 	if _, err := c.Nodes[follower(c, l)].SetPolicy(c.Ctx(5*time.Second), p); err != nil {
 		t.Fatal(err)
 	}
-	idx, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(5*time.Second), "", evs("more", 1000, 8, now))
+	_, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(5*time.Second), "", evs("more", 1000, 8, now))
 	if err != nil {
 		t.Fatal(err)
 	}

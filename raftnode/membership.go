@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -144,7 +145,7 @@ func (n *Node) startGossip() error {
 	mc.Events = events{n}
 	mc.LogOutput = nil
 	mc.Logger = log.New(io.Discard, "", 0)
-	if n.log.Enabled(nil, slog.LevelDebug) {
+	if n.log.Enabled(context.Background(), slog.LevelDebug) {
 		mc.Logger = slog.NewLogLogger(n.log.With("component", "memberlist").Handler(), slog.LevelDebug)
 	}
 	if err := n.gossipEncryption(mc); err != nil {

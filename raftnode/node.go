@@ -2,7 +2,6 @@ package raftnode
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -513,5 +512,3 @@ func (n *Node) voters() int {
 func (n *Node) NewRequestID() string {
 	return n.reqPrefix + fmt.Sprint(n.reqSeq.Add(1))
 }
-
-func isShutdown(err error) bool { return errors.Is(err, ErrShutdown) }
