@@ -359,7 +359,7 @@ func TestExpireAndEviction_IdenticalEverywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err = c.Nodes[follower(c, l)].Expire(c.Ctx(5*time.Second), now)
+	idx, err := c.Nodes[follower(c, l)].Expire(c.Ctx(5*time.Second), now)
 	if err != nil {
 		t.Fatal(err)
 	}
