@@ -100,3 +100,29 @@ func TestServer_EmbeddedSubscriberFeedsTheIndexAndReloadsOnSIGHUP(t *testing.T) 
 		t.Fatalf("eng-b alone in the serving set cannot be a prefix match (distinguishing power 0), got %v", r.GetReplicas())
 	}
 }
+
+// SIGHUP is the reload signal; a server with nothing to reload must keep
+// serving, not die of the signal's default action.
+func TestServer_SIGHUPWithoutSubscriberKeepsServing(t *testing.T) {
+	c := startCluster(t, 1)
+	n := c.procs[0]
+	n.mu.Lock()
+	proc, done := n.cmd.Process, n.done
+	n.mu.Unlock()
+	for i := 0; i < 3; i++ {
+		if err := proc.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case <-done:
+		t.Fatal("the server exited on SIGHUP")
+	case <-time.After(500 * time.Millisecond):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := n.cl.Status(ctx, &pb.StatusRequest{}); err != nil {
+		t.Fatalf("status after SIGHUP: %v", err)
+	}
+}

@@ -215,6 +215,22 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		log.Info("subscriber started", "engines", len(subCfg.Engines), "config", o.subscribeConfig)
 	} else {
 		close(subDone)
+		// SIGHUP's default action ends the process. Operators send it to
+		// reload; without --subscribe-config there is nothing to reload
+		// (TLS files reload on change by themselves), so say so and serve on.
+		go func() {
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					log.Info("SIGHUP: nothing to reload without --subscribe-config")
+				}
+			}
+		}()
 	}
 
 	var runErr error
