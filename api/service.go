@@ -230,10 +230,16 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 	return resp, nil
 }
 
+// WholeRequestRefused prefixes the one rejection IngestStream answers for a
+// request refused whole (over a size limit); the rest names the limit.
+const WholeRequestRefused = "whole request refused: "
+
 // IngestStream answers each request with one response, in order. A request
-// refused whole or a failed commit ends the stream with that status; the
-// requests answered before it are committed, the ones after it are not
-// (resend them, with their request ids).
+// refused whole (over a size limit) is answered with accepted = 0 and one
+// rejection (event_index 0) whose reason starts with WholeRequestRefused,
+// and the stream goes on. A failed commit (no leader, timeout) ends the
+// stream with that status; the requests answered before it are committed,
+// the ones after it are not (resend them, with their request ids).
 func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) error {
 	for {
 		req, err := stream.Recv()
@@ -244,6 +250,13 @@ func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) erro
 			return err
 		}
 		resp, err := s.Ingest(stream.Context(), req)
+		if status.Code(err) == codes.InvalidArgument {
+			// A request refused whole (over a size limit) must not end the
+			// stream: the requests behind it are valid and are owed their
+			// answers, in order. The refusal travels as the response.
+			resp, err = &pb.IngestResponse{AppliedIndex: s.node.ReadState().AppliedIndex,
+				Rejected: []*pb.Rejection{{EventIndex: 0, Reason: WholeRequestRefused + status.Convert(err).Message()}}}, nil
+		}
 		if err != nil {
 			return err
 		}

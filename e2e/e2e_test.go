@@ -350,22 +350,44 @@ func checkBadRequests(t *testing.T, c *cluster) {
 			t.Errorf("%s after bad requests: %v", p.id, r)
 		}
 	}
-	// IngestStream answers each request in order.
+	// IngestStream answers each request in order; a request refused whole
+	// (over MaxEventsPerRequest) is answered as a refusal and the stream
+	// goes on to the requests behind it.
 	st, err := c.procs[1].ic.IngestStream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 3; i++ {
-		if err := st.Send(&pb.IngestRequest{Events: []*pb.BlockEvent{stored("r-s", tenant, toks(20000+1000*i, 16*(i+1)))}}); err != nil {
+	oversize := &pb.IngestRequest{Events: make([]*pb.BlockEvent, api.MaxEventsPerRequest+1)}
+	for i := range oversize.Events {
+		oversize.Events[i] = stored("r-big", tenant, toks(0, 16))
+	}
+	reqs := []*pb.IngestRequest{
+		{Events: []*pb.BlockEvent{stored("r-s", tenant, toks(20000, 16))}},
+		oversize,
+		{Events: []*pb.BlockEvent{stored("r-s", tenant, toks(21000, 32))}},
+		{Events: []*pb.BlockEvent{stored("r-s", tenant, toks(22000, 48))}},
+	}
+	for _, r := range reqs {
+		if err := st.Send(r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	_ = st.CloseSend()
 	var prev uint64
-	for i := 0; i < 3; i++ {
+	for i := range reqs {
 		r, err := st.Recv()
-		if err != nil || r.Accepted != 1 || r.AppliedIndex <= prev {
-			t.Fatalf("stream response %d: %v %v (previous index %d)", i, r, err, prev)
+		if err != nil {
+			t.Fatalf("stream response %d: %v", i, err)
+		}
+		if i == 1 {
+			if r.Accepted != 0 || len(r.Rejected) != 1 || !strings.HasPrefix(r.Rejected[0].Reason, api.WholeRequestRefused) ||
+				!strings.Contains(r.Rejected[0].Reason, "MaxEventsPerRequest") {
+				t.Fatalf("oversize request in the stream: %v", r)
+			}
+			continue
+		}
+		if r.Accepted != 1 || r.AppliedIndex <= prev {
+			t.Fatalf("stream response %d: %v (previous index %d)", i, r, prev)
 		}
 		prev = r.AppliedIndex
 	}

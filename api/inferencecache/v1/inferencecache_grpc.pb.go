@@ -48,6 +48,9 @@ type InferenceCacheClient interface {
 	// after a quorum has committed and this node has applied it (SPEC 6).
 	Ingest(ctx context.Context, in *IngestRequest, opts ...grpc.CallOption) (*IngestResponse, error)
 	// IngestStream is Ingest over a stream: one response per request, in order.
+	// A request refused whole (over a size limit) is answered with accepted = 0
+	// and one rejection whose reason starts "whole request refused: "; the
+	// stream goes on. A failed commit ends the stream with its status.
 	IngestStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[IngestRequest, IngestResponse], error)
 	// ReportReplicaStats commits replica stats (pressure, schemes, hit rates).
 	ReportReplicaStats(ctx context.Context, in *ReportReplicaStatsRequest, opts ...grpc.CallOption) (*ReportReplicaStatsResponse, error)
@@ -144,6 +147,9 @@ type InferenceCacheServer interface {
 	// after a quorum has committed and this node has applied it (SPEC 6).
 	Ingest(context.Context, *IngestRequest) (*IngestResponse, error)
 	// IngestStream is Ingest over a stream: one response per request, in order.
+	// A request refused whole (over a size limit) is answered with accepted = 0
+	// and one rejection whose reason starts "whole request refused: "; the
+	// stream goes on. A failed commit ends the stream with its status.
 	IngestStream(grpc.BidiStreamingServer[IngestRequest, IngestResponse]) error
 	// ReportReplicaStats commits replica stats (pressure, schemes, hit rates).
 	ReportReplicaStats(context.Context, *ReportReplicaStatsRequest) (*ReportReplicaStatsResponse, error)
