@@ -81,7 +81,34 @@ func TestClusterCommands_TransferLeadershipAndRemoveServer(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if out, err := exec.Command(binPath, "cluster", "remove-server", "no-such-node", "--addr", nl.grpc).CombinedOutput(); err == nil {
-		t.Errorf("removing an unknown server succeeded: %s", out)
+	// Operator mistakes are refused with the reason, and change nothing.
+	refused := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cluster", "remove-server", "no-such-node"}, "not in the Raft configuration"},
+		{[]string{"cluster", "add-server", "x", "not an address"}, "want host:port"},
+		{[]string{"cluster", "add-server", "y", "127.0.0.1:99999"}, "port in 1..65535"},
+		{[]string{"cluster", "add-server", nl.id, "127.0.0.1:5555"}, "already a member"},
+		{[]string{"cluster", "transfer-leadership", "nope", "127.0.0.1:5555"}, "not in the Raft configuration"},
+		{[]string{"cluster", "transfer-leadership", nl.id, nl.raft}, "this node"},
+	}
+	for _, r := range refused {
+		out, err := exec.Command(binPath, append(r.args, "--addr", nl.grpc)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), r.want) {
+			t.Errorf("%v: err=%v, want a refusal naming %q:\n%s", r.args, err, r.want, out)
+		}
+	}
+	ctx, cancel := ctxT(2 * time.Second)
+	st, err := nl.cl.Status(ctx, &pb.StatusRequest{})
+	cancel()
+	voters := 0
+	for _, m := range st.GetMembers() {
+		if m.GetSuffrage() == "Voter" {
+			voters++
+		}
+	}
+	if err != nil || voters != 2 {
+		t.Fatalf("membership changed by refused commands: %v %v", st.GetMembers(), err)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -32,13 +34,31 @@ func (n *Node) wait(ctx context.Context, f raft.Future) error {
 	}
 }
 
-// AddServer adds (or updates the address of) a server; voter selects
-// voter or non-voter. Leader only (ErrNotLeader). Returns the index of the
-// configuration change. Servers announced by gossip are added by the
-// leader automatically; this is for operators.
+// AddServer adds a server; voter selects voter or non-voter. Leader only
+// (ErrNotLeader). Returns the index of the configuration change. addr must
+// be host:port with a port in 1..65535. Adding a server that is already a
+// member at the same address with the same suffrage changes nothing and
+// returns the latest index; a member id at another address is ErrInvalid
+// (remove it first: silently re-pointing a live voter would cost quorum).
+// Servers announced by gossip are added by the leader automatically; this
+// is for operators.
 func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint64, error) {
 	if id == "" || addr == "" {
 		return 0, fmt.Errorf("%w: server id and address are required", ErrInvalid)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+		return 0, fmt.Errorf("%w: raft address %q: want host:port with a port in 1..65535", ErrInvalid, addr)
+	}
+	if s, ok, err := n.configServer(id); err != nil {
+		return 0, err
+	} else if ok {
+		if string(s.Address) != addr {
+			return 0, fmt.Errorf("%w: server %q is already a member at %s; remove it before adding it at %s", ErrInvalid, id, s.Address, addr)
+		}
+		if (s.Suffrage == raft.Voter) == voter {
+			return n.raft.LastIndex(), nil
+		}
 	}
 	var f raft.IndexFuture
 	if voter {
@@ -52,6 +72,21 @@ func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint
 	return f.Index(), nil
 }
 
+// configServer returns the server with this id in the local copy of the
+// Raft configuration.
+func (n *Node) configServer(id string) (raft.Server, bool, error) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return raft.Server{}, false, fmt.Errorf("%w: read configuration: %v", ErrInvalid, err)
+	}
+	for _, s := range cf.Configuration().Servers {
+		if s.ID == raft.ServerID(id) {
+			return s, true, nil
+		}
+	}
+	return raft.Server{}, false, nil
+}
+
 // RemoveServer removes a server from the Raft configuration. Leader only.
 // An id that is not in the configuration is ErrInvalid.
 func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
@@ -60,15 +95,9 @@ func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 	}
 	// raft accepts the removal of an id it does not know as a no-op
 	// configuration change; an operator who mistyped an id should hear so.
-	cf := n.raft.GetConfiguration()
-	if err := cf.Error(); err != nil {
-		return 0, fmt.Errorf("%w: read configuration: %v", ErrInvalid, err)
-	}
-	known := false
-	for _, s := range cf.Configuration().Servers {
-		known = known || s.ID == raft.ServerID(id)
-	}
-	if !known {
+	if _, ok, err := n.configServer(id); err != nil {
+		return 0, err
+	} else if !ok {
 		return 0, fmt.Errorf("%w: server %q is not in the Raft configuration", ErrInvalid, id)
 	}
 	f := n.raft.RemoveServer(raft.ServerID(id), 0, 0)
@@ -79,18 +108,28 @@ func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 }
 
 // TransferLeadership hands leadership to server id at Raft address addr,
-// or to the most up-to-date follower when id is "". Leader only.
+// or to the most up-to-date follower when id is "". Leader only. An id that
+// is not in the configuration, or this node's own, is ErrInvalid.
 func (n *Node) TransferLeadership(ctx context.Context, id, addr string) error {
+	if n.raft.State() != raft.Leader {
+		return fmt.Errorf("%w: leadership transfer starts on the leader", ErrNotLeader)
+	}
 	var f raft.Future
 	if id == "" {
 		f = n.raft.LeadershipTransfer()
 	} else {
+		srv, ok, err := n.configServer(id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: server %q is not in the Raft configuration", ErrInvalid, id)
+		}
+		if id == n.cfg.NodeID {
+			return fmt.Errorf("%w: server %q is this node; transfer from the leader to another server", ErrInvalid, id)
+		}
 		if addr == "" {
-			for _, m := range n.memberList() {
-				if m.ID == id {
-					addr = m.RaftAddr
-				}
-			}
+			addr = string(srv.Address)
 		}
 		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
 	}
