@@ -130,6 +130,11 @@ with --models-dir).`,
 			}
 			defer c.Close()
 			resp := c.LookupRoute(cmd.Context(), &req)
+			// The SDK fails open for gateways; an operator asking a node
+			// must hear that no node answered.
+			if c.Stats().FailOpen > 0 {
+				return fmt.Errorf("no node answered LookupRoute (%s): %s", strings.Join(cf.addrs, ", "), resp.Detail)
+			}
 			if cf.json {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -25,5 +26,14 @@ func TestEveryRunnableCommandHasAnExample(t *testing.T) {
 	walk(newRootCmd())
 	if seen < 15 {
 		t.Fatalf("walked only %d runnable commands; the tree is not what this test expects", seen)
+	}
+}
+
+// The SDK fails open for gateways, but an operator's lookup against nodes
+// that do not answer must fail, not print a NO_HINT as if one had.
+func TestLookupCmd_FailsWhenNoNodeAnswers(t *testing.T) {
+	_, err := runCLI(t, "", "lookup", "--addr", "127.0.0.1:1", "--model", "m", "--tokens", "1,2,3", "--timeout", "2s")
+	if err == nil || !strings.Contains(err.Error(), "no node answered") {
+		t.Fatalf("err = %v, want one saying no node answered", err)
 	}
 }
