@@ -89,7 +89,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	}
 	host, _ := os.Hostname()
 	f := cmd.Flags()
-	f.StringVar(&o.nodeID, "node-id", host, "unique, stable id of this server (default: the host name)")
+	f.StringVar(&o.nodeID, "node-id", host, "unique, stable id of this server; defaults to the host name")
 	f.StringVar(&o.dataDir, "data-dir", "./data", "directory for the Raft log, stable store and snapshots; the same on every restart")
 	f.StringVar(&o.grpcAddr, "grpc-addr", defaultGRPCAddr, "gRPC listen address host:port, also advertised to peers for write forwarding")
 	f.StringVar(&o.raftAddr, "raft-addr", defaultRaftAddr, "Raft TCP address host:port (bound, and advertised unless --advertise-addr is set or it is 0.0.0.0)")
@@ -105,7 +105,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on the HTTP side port")
 	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s); for dev clusters and tests, not for networks")
 	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never); never below 3 voters")
-	f.StringVar(&o.subscribeConfig, "subscribe-config", "", "run the KV-event subscriber inside this server with this engines YAML (SPEC 12; same format as `subscribe --config`); SIGHUP reloads it")
+	f.StringVar(&o.subscribeConfig, "subscribe-config", "", "run the KV-event subscriber inside this server with this engines YAML (SPEC 12; same format as subscribe --config); SIGHUP reloads it")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown after SIGINT/SIGTERM")
 	o.security.register(f)
 	return cmd
