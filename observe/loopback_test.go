@@ -170,7 +170,16 @@ func TestLoopback_GapIsReplayed(t *testing.T) {
 			if got, want := kinds(evs[2:]), []string{"STORED:e0", "REMOVED:e0", "REMOVED:e0"}; !equalStrings(got, want) {
 				t.Fatalf("after the gap %v, want %v", got, want)
 			}
-			if c, g := testutil.ToFloat64(m.Replays.WithLabelValues("e0", "complete")), testutil.ToFloat64(m.Clears.WithLabelValues("e0", "gap")); c != 1 || g != 0 {
+			// The replay is counted when it finishes, which may be just after
+			// its events reach the sink: wait for the count, briefly.
+			var c, g float64
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				c, g = testutil.ToFloat64(m.Replays.WithLabelValues("e0", "complete")), testutil.ToFloat64(m.Clears.WithLabelValues("e0", "gap"))
+				if c == 1 || time.Now().After(deadline) {
+					break
+				}
+			}
+			if c != 1 || g != 0 {
 				t.Fatalf("complete replays = %v, gap clears = %v; want 1, 0", c, g)
 			}
 		})
