@@ -42,6 +42,7 @@ const (
 	DetailPanic            = "internal error during lookup (recovered)"
 	DetailNotReady         = "node has not loaded its state yet"
 	DetailCanceled         = "request canceled by the caller"
+	DetailUndecodable      = "request bytes are not a LookupRouteRequest (protobuf decode failed)"
 )
 
 // lookupScratch holds the per-call buffers of LookupRoute, pooled so that a
@@ -215,6 +216,9 @@ func tokenizeDetail(err error) string {
 // checkLookup returns the NO_HINT detail for a request over a limit (SPEC
 // 9), "" when every field is within its limit.
 func checkLookup(req *pb.LookupRouteRequest) string {
+	if d := checkUTF8(req); d != "" {
+		return d
+	}
 	switch {
 	case req.GetHashScheme() == "":
 		return DetailNoScheme

@@ -68,6 +68,9 @@ func BaseServerOptions() []grpc.ServerOption {
 		// stacks) across RPCs: with a fresh goroutine per call, every
 		// lookup paid for growing its stack (~5 % of CPU at saturation).
 		grpc.NumStreamWorkers(StreamWorkers),
+		// Lets a lookup whose bytes protobuf refuses reach the handler,
+		// which fails open (see lookupCodec).
+		grpc.ForceServerCodec(lookupCodec{}),
 	}
 }
 

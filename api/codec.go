@@ -1,0 +1,141 @@
+package api
+
+import (
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+)
+
+// lookupCodec is the server's gRPC codec: standard protobuf, except that a
+// LookupRouteRequest the protobuf runtime refuses (a string field that is
+// not valid UTF-8, or bytes that are not protobuf at all) still reaches the
+// handler, which answers NO_HINT with a detail. Without it gRPC answers
+// such a lookup with an INTERNAL error before any handler runs, and
+// LookupRoute must never error (SPEC 5 fail-open).
+type lookupCodec struct{}
+
+// undecodable marks a LookupRouteRequest whose bytes are not protobuf; it is
+// not valid UTF-8, so no real request can carry it.
+const undecodable = "\xff\x00undecodable"
+
+func (lookupCodec) Name() string { return "proto" }
+
+func (lookupCodec) Marshal(v any) ([]byte, error) { return proto.Marshal(v.(proto.Message)) }
+
+func (lookupCodec) Unmarshal(data []byte, v any) error {
+	err := proto.Unmarshal(data, v.(proto.Message))
+	if err == nil {
+		return nil
+	}
+	req, ok := v.(*pb.LookupRouteRequest)
+	if !ok {
+		return err
+	}
+	req.Reset()
+	if !decodeLookupLenient(data, req) {
+		req.Reset()
+		req.HashScheme = undecodable
+	}
+	return nil
+}
+
+// decodeLookupLenient decodes a LookupRouteRequest keeping string fields
+// as their raw bytes, valid UTF-8 or not; false when data is not protobuf.
+func decodeLookupLenient(b []byte, r *pb.LookupRouteRequest) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			switch num {
+			case 1:
+				r.PrefixHash = v
+			case 2:
+				r.BlockHashes = append(r.BlockHashes, v)
+			case 3:
+				r.BlockTokenCounts = append(r.BlockTokenCounts, uint32(v))
+			case 4:
+				r.TokenIds = append(r.TokenIds, uint32(v))
+			case 11:
+				r.MaxReplicas = uint32(v)
+			}
+		case typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			switch num {
+			case 2, 3, 4: // packed repeated varints
+				for len(v) > 0 {
+					x, m := protowire.ConsumeVarint(v)
+					if m < 0 {
+						return false
+					}
+					v = v[m:]
+					switch num {
+					case 2:
+						r.BlockHashes = append(r.BlockHashes, x)
+					case 3:
+						r.BlockTokenCounts = append(r.BlockTokenCounts, uint32(x))
+					default:
+						r.TokenIds = append(r.TokenIds, uint32(x))
+					}
+				}
+			case 5:
+				r.PromptText = string(v)
+			case 6:
+				r.ModelId = string(v)
+			case 7:
+				r.TenantId = string(v)
+			case 8:
+				r.AdapterId = string(v)
+			case 9:
+				r.HashScheme = string(v)
+			case 10:
+				slo := &pb.Slo{}
+				if proto.Unmarshal(v, slo) != nil {
+					return false
+				}
+				r.Slo = slo
+			}
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+		}
+	}
+	return true
+}
+
+// checkUTF8 returns the NO_HINT detail for a request the codec let through
+// with bytes protobuf refuses, "" otherwise. prompt_text is left to the
+// tokenizer, which checks it anyway.
+func checkUTF8(req *pb.LookupRouteRequest) string {
+	switch {
+	case req.HashScheme == undecodable:
+		return DetailUndecodable
+	case !utf8.ValidString(req.HashScheme):
+		return "hash_scheme is not valid UTF-8"
+	case !utf8.ValidString(req.ModelId):
+		return "model_id is not valid UTF-8"
+	case !utf8.ValidString(req.TenantId):
+		return "tenant_id is not valid UTF-8"
+	case !utf8.ValidString(req.AdapterId):
+		return "adapter_id is not valid UTF-8"
+	}
+	return ""
+}
