@@ -641,7 +641,10 @@ type IngestRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Events []*BlockEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
 	// request_id identifies a write for de-duplication of retries (SPEC 8);
-	// empty = the server assigns one.
+	// empty = the server assigns one. Use a fresh id per logical write: an id
+	// already applied within the de-duplication window (the last 131,072
+	// writes) is taken as a retry, acknowledged with the original applied
+	// index, and its events are not applied again.
 	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
