@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -503,6 +504,14 @@ func newSnapshotCmd() *cobra.Command {
 		Example: `  inference-cache snapshot save backup.snap --addr 127.0.0.1:7401`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Check the destination before the node does the work: a
+			// directory or an empty name would only fail at the rename.
+			if args[0] == "" {
+				return errors.New("snapshot save: FILE is empty")
+			}
+			if fi, err := os.Stat(args[0]); err == nil && fi.IsDir() {
+				return fmt.Errorf("snapshot save: %s is a directory; give a file name", args[0])
+			}
 			c, err := saveF.dial()
 			if err != nil {
 				return err
@@ -544,7 +553,8 @@ func newSnapshotCmd() *cobra.Command {
 				return fmt.Errorf("snapshot save: the received file does not verify: %w", err)
 			}
 			if err := os.Rename(tmp, args[0]); err != nil {
-				return err
+				os.Remove(tmp)
+				return fmt.Errorf("snapshot save: %w", err)
 			}
 			return printMeta(cmd.OutOrStdout(), args[0], meta, saveF.json)
 		},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -35,5 +36,20 @@ func TestLookupCmd_FailsWhenNoNodeAnswers(t *testing.T) {
 	_, err := runCLI(t, "", "lookup", "--addr", "127.0.0.1:1", "--model", "m", "--tokens", "1,2,3", "--timeout", "2s")
 	if err == nil || !strings.Contains(err.Error(), "no node answered") {
 		t.Fatalf("err = %v, want one saying no node answered", err)
+	}
+}
+
+// snapshot save refuses a destination it could never rename onto before
+// asking any node, and leaves no .partial file behind.
+func TestSnapshotSave_RefusesBadDestinationFirst(t *testing.T) {
+	dir := t.TempDir()
+	for _, dest := range []string{"", dir} {
+		_, err := runCLI(t, "", "snapshot", "save", dest, "--addr", "127.0.0.1:1", "--timeout", "2s")
+		if err == nil || !strings.Contains(err.Error(), "snapshot save") {
+			t.Errorf("save %q: err = %v", dest, err)
+		}
+		if _, serr := os.Stat(dest + ".partial"); serr == nil {
+			t.Errorf("save %q left %s.partial behind", dest, dest)
+		}
 	}
 }
