@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -124,5 +126,15 @@ func TestServer_SIGHUPWithoutSubscriberKeepsServing(t *testing.T) {
 	defer cancel()
 	if _, err := n.cl.Status(ctx, &pb.StatusRequest{}); err != nil {
 		t.Fatalf("status after SIGHUP: %v", err)
+	}
+}
+
+// A mistyped --models-dir would silently turn every prompt_text lookup
+// into NO_HINT: the server refuses to start with it.
+func TestServer_RefusesMissingModelsDir(t *testing.T) {
+	out, err := exec.Command(binPath, "server", "--node-id", "x", "--data-dir", t.TempDir(), "--bootstrap-expect", "1",
+		"--grpc-addr", "127.0.0.1:0", "--models-dir", filepath.Join(t.TempDir(), "nope")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--models-dir") {
+		t.Fatalf("err = %v, output %q: want a refusal naming --models-dir", err, out)
 	}
 }

@@ -125,6 +125,13 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 			return err
 		}
 	}
+	if o.modelsDir != "" {
+		// A mistyped directory would silently turn every prompt_text
+		// lookup into NO_HINT: refuse it at start.
+		if fi, err := os.Stat(o.modelsDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--models-dir %s: not a readable directory (want <dir>/<model_id>/tokenizer.json)", o.modelsDir)
+		}
+	}
 	var subCfg *observe.Config
 	if o.subscribeConfig != "" {
 		if subCfg, err = observe.LoadConfig(o.subscribeConfig); err != nil {
