@@ -19,13 +19,13 @@ func (b isoNode) Credit(index.Partition, []uint64)                   {}
 func (b isoNode) ReadState() ReadState                               { return ReadState{NodeID: "n1"} }
 func (b isoNode) Ready() bool                                        { return true }
 func (b isoNode) Policy() policy.Policy                              { return b.ix.Policy() }
-func (b isoNode) Ingest(_ context.Context, _ string, evs []index.BlockEvent) (uint64, error) {
+func (b isoNode) Ingest(_ context.Context, _ string, evs []index.BlockEvent) (WriteResult, error) {
 	b.ix.ApplyEvents(evs)
-	return 1, nil
+	return WriteResult{AppliedIndex: 1}, nil
 }
-func (b isoNode) ReportStats(_ context.Context, _ string, st []index.ReplicaStats) (uint64, error) {
+func (b isoNode) ReportStats(_ context.Context, _ string, st []index.ReplicaStats) (WriteResult, error) {
 	b.ix.ApplyStats(st)
-	return 1, nil
+	return WriteResult{AppliedIndex: 1}, nil
 }
 func (b isoNode) SetPolicy(_ context.Context, p policy.Policy) (policy.Policy, error) {
 	b.ix.SetPolicy(p)

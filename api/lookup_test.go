@@ -42,12 +42,12 @@ func (f *fakeNode) ReadState() ReadState {
 }
 func (f *fakeNode) Ready() bool           { return !f.notReady }
 func (f *fakeNode) Policy() policy.Policy { return f.pol.Clone() }
-func (f *fakeNode) Ingest(_ context.Context, id string, evs []index.BlockEvent) (uint64, error) {
+func (f *fakeNode) Ingest(_ context.Context, id string, evs []index.BlockEvent) (WriteResult, error) {
 	f.ingestID, f.ingested = id, evs
-	return 43, f.err
+	return WriteResult{AppliedIndex: 43}, f.err
 }
-func (f *fakeNode) ReportStats(context.Context, string, []index.ReplicaStats) (uint64, error) {
-	return 44, f.err
+func (f *fakeNode) ReportStats(context.Context, string, []index.ReplicaStats) (WriteResult, error) {
+	return WriteResult{AppliedIndex: 44}, f.err
 }
 func (f *fakeNode) SetPolicy(_ context.Context, p policy.Policy) (policy.Policy, error) {
 	p.Version = f.pol.Version + 1

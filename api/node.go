@@ -30,14 +30,14 @@ func (b nodeBackend) ReadState() ReadState {
 		LastLeaderContactMs: uint64(rs.LastLeaderContact.Milliseconds())}
 }
 
-func (b nodeBackend) Ingest(ctx context.Context, id string, evs []index.BlockEvent) (uint64, error) {
-	idx, err := b.n.Ingest(ctx, id, evs)
-	return idx, NodeError(err)
+func (b nodeBackend) Ingest(ctx context.Context, id string, evs []index.BlockEvent) (WriteResult, error) {
+	r, err := b.n.IngestWrite(ctx, id, evs)
+	return WriteResult{AppliedIndex: r.Index, Duplicate: r.Duplicate}, NodeError(err)
 }
 
-func (b nodeBackend) ReportStats(ctx context.Context, id string, st []index.ReplicaStats) (uint64, error) {
-	idx, err := b.n.ReportStats(ctx, id, st)
-	return idx, NodeError(err)
+func (b nodeBackend) ReportStats(ctx context.Context, id string, st []index.ReplicaStats) (WriteResult, error) {
+	r, err := b.n.ReportStatsWrite(ctx, id, st)
+	return WriteResult{AppliedIndex: r.Index, Duplicate: r.Duplicate}, NodeError(err)
 }
 
 func (b nodeBackend) SetPolicy(ctx context.Context, p policy.Policy) (policy.Policy, error) {

@@ -64,12 +64,21 @@ type Backend interface {
 	Ready() bool
 	// Policy returns the policy in force (a copy).
 	Policy() policy.Policy
-	// Ingest commits events through the log and returns the applied index.
-	Ingest(ctx context.Context, requestID string, evs []index.BlockEvent) (uint64, error)
+	// Ingest commits events through the log and returns the applied index
+	// and whether the request id was a duplicate (a retry).
+	Ingest(ctx context.Context, requestID string, evs []index.BlockEvent) (WriteResult, error)
 	// ReportStats commits replica stats through the log.
-	ReportStats(ctx context.Context, requestID string, st []index.ReplicaStats) (uint64, error)
+	ReportStats(ctx context.Context, requestID string, st []index.ReplicaStats) (WriteResult, error)
 	// SetPolicy commits a validated policy and returns it with its version.
 	SetPolicy(ctx context.Context, p policy.Policy) (policy.Policy, error)
+}
+
+// WriteResult is a committed write's outcome: the applied index and
+// whether its request id had already been applied (SPEC 8 de-duplication:
+// a retry is acknowledged, not applied again).
+type WriteResult struct {
+	AppliedIndex uint64
+	Duplicate    bool
 }
 
 // Config configures a Service.
@@ -214,7 +223,7 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 	if id == "" {
 		id = newRequestID()
 	}
-	idx, err := s.node.Ingest(ctx, id, evs)
+	wr, err := s.node.Ingest(ctx, id, evs)
 	s.metrics.CommitDone("ingest", time.Since(start), err == nil)
 	if err != nil {
 		for i := range evs {
@@ -225,7 +234,7 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 	for i := range evs {
 		s.metrics.IngestEvents(kindName(evs[i].Kind), "accepted", 1)
 	}
-	resp.AppliedIndex = idx
+	resp.AppliedIndex, resp.Duplicate = wr.AppliedIndex, wr.Duplicate
 	resp.Accepted = uint32(len(evs))
 	return resp, nil
 }
@@ -285,14 +294,14 @@ func (s *Service) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaS
 	if id == "" {
 		id = newRequestID()
 	}
-	idx, err := s.node.ReportStats(ctx, id, sts)
+	wr, err := s.node.ReportStats(ctx, id, sts)
 	s.metrics.CommitDone("stats", time.Since(start), err == nil)
 	if err != nil {
 		s.metrics.IngestEvents("stats", "failed", len(sts))
 		return nil, StatusFromError(err)
 	}
 	s.metrics.IngestEvents("stats", "accepted", len(sts))
-	resp.AppliedIndex = idx
+	resp.AppliedIndex, resp.Duplicate = wr.AppliedIndex, wr.Duplicate
 	resp.Accepted = uint32(len(sts))
 	return resp, nil
 }

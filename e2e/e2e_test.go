@@ -86,6 +86,24 @@ func TestCluster(t *testing.T) {
 	}
 	c.waitSameDigest(10*time.Second, n1, n2, n3)
 
+	t.Run("ReusedRequestIDIsReportedAsDuplicate", func(t *testing.T) {
+		// Sent through another node, with a different payload: it is a
+		// retry by its id, acknowledged at the original index, not applied,
+		// and the response says so.
+		ctx, cancel := ctxT(10 * time.Second)
+		defer cancel()
+		dup, err := n3.ic.Ingest(ctx, &pb.IngestRequest{RequestId: "seed-1", Events: []*pb.BlockEvent{stored("r-z", tenant, novel)}})
+		if err != nil || !dup.Duplicate || dup.AppliedIndex != resp.AppliedIndex {
+			t.Fatalf("reused request id: %v %v, want duplicate at index %d", dup, err, resp.AppliedIndex)
+		}
+		if resp.Duplicate {
+			t.Fatal("the first write of an id must not be reported as a duplicate")
+		}
+		if r := lookup(t, n3, lookupReq(tenant, novel)); r.ReasonCode == pb.ReasonCode_PREFIX_MATCH {
+			t.Fatalf("the duplicate's events were applied: %v", r)
+		}
+	})
+
 	t.Run("SamePrefixMatchFromEveryNode", func(t *testing.T) {
 		for _, p := range c.procs {
 			r := lookup(t, p, lookupReq(tenant, chainA))

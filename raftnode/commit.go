@@ -234,20 +234,44 @@ func (n *Node) submit(ctx context.Context, c *fsmpb.Command) (fsm.Result, error)
 // a retried requestID applies once. Errors: ErrTimeout, ErrNoLeader (no
 // leader within the retry budget), ErrRejected, ErrShutdown.
 func (n *Node) Ingest(ctx context.Context, requestID string, evs []index.BlockEvent) (uint64, error) {
+	r, err := n.IngestWrite(ctx, requestID, evs)
+	return r.Index, err
+}
+
+// WriteResult is the outcome of a committed write.
+type WriteResult struct {
+	// Index is the log index the write applied at (for a duplicate, the
+	// index of the original application).
+	Index uint64
+	// Duplicate is true when the request id had already been applied
+	// within the de-duplication window: the write was acknowledged as a
+	// retry and its payload not applied again (SPEC 8).
+	Duplicate bool
+}
+
+// IngestWrite is Ingest reporting whether the request id was a duplicate.
+func (n *Node) IngestWrite(ctx context.Context, requestID string, evs []index.BlockEvent) (WriteResult, error) {
 	if requestID == "" {
 		requestID = n.NewRequestID()
 	}
 	r, err := n.submit(ctx, fsm.IngestCommand(requestID, evs))
-	return r.Index, err
+	return WriteResult{Index: r.Index, Duplicate: r.Duplicate}, err
 }
 
 // ReportStats commits replica stats like Ingest.
 func (n *Node) ReportStats(ctx context.Context, requestID string, st []index.ReplicaStats) (uint64, error) {
+	r, err := n.ReportStatsWrite(ctx, requestID, st)
+	return r.Index, err
+}
+
+// ReportStatsWrite is ReportStats reporting whether the request id was a
+// duplicate.
+func (n *Node) ReportStatsWrite(ctx context.Context, requestID string, st []index.ReplicaStats) (WriteResult, error) {
 	if requestID == "" {
 		requestID = n.NewRequestID()
 	}
 	r, err := n.submit(ctx, fsm.StatsCommand(requestID, st))
-	return r.Index, err
+	return WriteResult{Index: r.Index, Duplicate: r.Duplicate}, err
 }
 
 // SetPolicy validates p (ErrInvalid wrapping *policy.FieldError), commits

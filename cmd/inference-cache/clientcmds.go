@@ -189,10 +189,13 @@ func wrapArray(b []byte, field string) []byte {
 	return b
 }
 
-func printRejections(w io.Writer, accepted uint32, applied uint64, rej []*pb.Rejection, what string) error {
+func printRejections(w io.Writer, accepted uint32, applied uint64, duplicate bool, rej []*pb.Rejection, what string) error {
 	tw := table(w)
 	fmt.Fprintf(tw, "accepted\t%d %s\n", accepted, what)
 	fmt.Fprintf(tw, "applied index\t%d\n", applied)
+	if duplicate {
+		fmt.Fprintf(tw, "duplicate\tthis request_id was already applied at index %d: these %s were NOT applied again (use a fresh request_id for a new write)\n", applied, what)
+	}
 	fmt.Fprintf(tw, "rejected\t%d\n", len(rej))
 	if len(rej) > 0 {
 		fmt.Fprintln(tw)
@@ -243,7 +246,7 @@ failures are retried for up to 5 s with the same request id.`,
 			if cf.json {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
-			return printRejections(cmd.OutOrStdout(), resp.Accepted, resp.AppliedIndex, resp.Rejected, "events")
+			return printRejections(cmd.OutOrStdout(), resp.Accepted, resp.AppliedIndex, resp.Duplicate, resp.Rejected, "events")
 		},
 	}
 	cf.register(cmd)
@@ -295,7 +298,7 @@ are listed with their index and reason.`,
 			if cf.json {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
-			return printRejections(cmd.OutOrStdout(), resp.Accepted, resp.AppliedIndex, resp.Rejected, "stats entries")
+			return printRejections(cmd.OutOrStdout(), resp.Accepted, resp.AppliedIndex, resp.Duplicate, resp.Rejected, "stats entries")
 		},
 	}
 	cf.register(cmd)

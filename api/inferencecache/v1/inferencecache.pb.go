@@ -747,10 +747,14 @@ func (x *Rejection) GetReason() string {
 }
 
 type IngestResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AppliedIndex  uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	Accepted      uint32                 `protobuf:"varint,2,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	Rejected      []*Rejection           `protobuf:"bytes,3,rep,name=rejected,proto3" json:"rejected,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	AppliedIndex uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Accepted     uint32                 `protobuf:"varint,2,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Rejected     []*Rejection           `protobuf:"bytes,3,rep,name=rejected,proto3" json:"rejected,omitempty"`
+	// duplicate: request_id had already been applied (this was a retry); the
+	// events were acknowledged, not applied again; applied_index is the
+	// original application's.
+	Duplicate     bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -804,6 +808,13 @@ func (x *IngestResponse) GetRejected() []*Rejection {
 		return x.Rejected
 	}
 	return nil
+}
+
+func (x *IngestResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
 }
 
 type ReplicaStats struct {
@@ -955,6 +966,7 @@ type ReportReplicaStatsResponse struct {
 	AppliedIndex  uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	Accepted      uint32                 `protobuf:"varint,2,opt,name=accepted,proto3" json:"accepted,omitempty"`
 	Rejected      []*Rejection           `protobuf:"bytes,3,rep,name=rejected,proto3" json:"rejected,omitempty"`
+	Duplicate     bool                   `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"` // as IngestResponse.duplicate
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1008,6 +1020,13 @@ func (x *ReportReplicaStatsResponse) GetRejected() []*Rejection {
 		return x.Rejected
 	}
 	return nil
+}
+
+func (x *ReportReplicaStatsResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
 }
 
 type Strategy struct {
@@ -2275,11 +2294,12 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\tRejection\x12\x1f\n" +
 	"\vevent_index\x18\x01 \x01(\rR\n" +
 	"eventIndex\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x8b\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa9\x01\n" +
 	"\x0eIngestResponse\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12\x1a\n" +
 	"\baccepted\x18\x02 \x01(\rR\baccepted\x128\n" +
-	"\brejected\x18\x03 \x03(\v2\x1c.inferencecache.v1.RejectionR\brejected\"\xe7\x02\n" +
+	"\brejected\x18\x03 \x03(\v2\x1c.inferencecache.v1.RejectionR\brejected\x12\x1c\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xe7\x02\n" +
 	"\fReplicaStats\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x19\n" +
@@ -2295,11 +2315,12 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x19ReportReplicaStatsRequest\x125\n" +
 	"\x05stats\x18\x01 \x03(\v2\x1f.inferencecache.v1.ReplicaStatsR\x05stats\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"\x97\x01\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xb5\x01\n" +
 	"\x1aReportReplicaStatsResponse\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12\x1a\n" +
 	"\baccepted\x18\x02 \x01(\rR\baccepted\x128\n" +
-	"\brejected\x18\x03 \x03(\v2\x1c.inferencecache.v1.RejectionR\brejected\"6\n" +
+	"\brejected\x18\x03 \x03(\v2\x1c.inferencecache.v1.RejectionR\brejected\x12\x1c\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"6\n" +
 	"\bStrategy\x12*\n" +
 	"\x11enable_tenant_hot\x18\x01 \x01(\bR\x0fenableTenantHot\"\xbc\a\n" +
 	"\vCachePolicy\x12%\n" +
