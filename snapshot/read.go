@@ -126,6 +126,15 @@ func open(r io.Reader, tmpDir string) (*bbolt.DB, Meta, func(), error) {
 		return nil, m, nil, fmt.Errorf("%w: body checksum mismatch over bytes %d..%d (trailer %016x, computed %016x)", ErrCorrupt, headerLen, headerLen+bodyLen, want, got)
 	}
 	m.StreamBytes = headerLen + int64(bodyLen) + trailerLen
+	// The frame says where the snapshot ends; anything after it means the
+	// file is not what was written (two files concatenated, an append).
+	if _, err := br.ReadByte(); err != io.EOF {
+		rm()
+		if err != nil {
+			return nil, m, nil, fmt.Errorf("snapshot: read past the trailer at byte %d: %w", m.StreamBytes, err)
+		}
+		return nil, m, nil, fmt.Errorf("%w: unexpected bytes after the trailer at byte %d", ErrCorrupt, m.StreamBytes)
+	}
 
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/inference-cache/inference-cache/index"
@@ -98,6 +99,19 @@ func TestSnapshot_CorruptRefused(t *testing.T) {
 		} else if off == len(b)/2 {
 			t.Logf("flip at %d: %v", off, err)
 		}
+	}
+}
+
+// Bytes after the trailer mean the file is not what was written (two
+// files concatenated, an append): refused, not silently ignored.
+func TestSnapshot_TrailingBytesRefused(t *testing.T) {
+	b, _ := write(t)
+	_, _, err := read(t, append(bytes.Clone(b), "JUNK"...))
+	if !errors.Is(err, snapshot.ErrCorrupt) || !strings.Contains(err.Error(), "after the trailer") {
+		t.Fatalf("trailing bytes: %v", err)
+	}
+	if _, err := snapshot.Inspect(bytes.NewReader(append(bytes.Clone(b), 0)), t.TempDir()); !errors.Is(err, snapshot.ErrCorrupt) {
+		t.Fatalf("inspect with a trailing byte: %v", err)
 	}
 }
 
