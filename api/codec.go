@@ -7,14 +7,16 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/api/internal/lenientpb"
 )
 
-// lookupCodec is the server's gRPC codec: standard protobuf, except that a
-// LookupRouteRequest the protobuf runtime refuses (a string field that is
-// not valid UTF-8, or bytes that are not protobuf at all) still reaches the
-// handler, which answers NO_HINT with a detail. Without it gRPC answers
-// such a lookup with an INTERNAL error before any handler runs, and
-// LookupRoute must never error (SPEC 5 fail-open).
+// lookupCodec is the server's gRPC codec: standard protobuf, except for
+// requests the protobuf runtime refuses (a string field that is not valid
+// UTF-8, or bytes that are not protobuf at all), which gRPC would answer
+// with INTERNAL before any handler runs. A LookupRouteRequest still
+// reaches the handler, which answers NO_HINT with a detail (SPEC 5
+// fail-open); a write request with non-UTF-8 strings is decoded leniently
+// so the validator rejects the offending events naming the field (SPEC 9).
 type lookupCodec struct{}
 
 // undecodable marks a LookupRouteRequest whose bytes are not protobuf; it is
@@ -29,6 +31,12 @@ func (lookupCodec) Unmarshal(data []byte, v any) error {
 	err := proto.Unmarshal(data, v.(proto.Message))
 	if err == nil {
 		return nil
+	}
+	switch w := v.(type) {
+	case *pb.IngestRequest:
+		return decodeIngestLenient(data, w, err)
+	case *pb.ReportReplicaStatsRequest:
+		return decodeStatsLenient(data, w, err)
 	}
 	req, ok := v.(*pb.LookupRouteRequest)
 	if !ok {
@@ -138,4 +146,51 @@ func checkUTF8(req *pb.LookupRouteRequest) string {
 		return "adapter_id is not valid UTF-8"
 	}
 	return ""
+}
+
+// decodeIngestLenient decodes a write the protobuf runtime refused through
+// its bytes-typed twin, keeping strings that are not UTF-8 as they are; the
+// validator then rejects those events one by one, naming the field. Bytes
+// that are not protobuf at all still fail with orig.
+func decodeIngestLenient(data []byte, w *pb.IngestRequest, orig error) error {
+	var l lenientpb.IngestRequest
+	if proto.Unmarshal(data, &l) != nil {
+		return orig
+	}
+	w.Reset()
+	w.RequestId = string(l.RequestId)
+	w.Events = make([]*pb.BlockEvent, len(l.Events))
+	for i, e := range l.Events {
+		w.Events[i] = &pb.BlockEvent{Kind: pb.BlockEvent_Kind(e.Kind), ReplicaId: string(e.ReplicaId), HashScheme: string(e.HashScheme),
+			ModelId: string(e.ModelId), TenantId: string(e.TenantId), AdapterId: string(e.AdapterId),
+			BlockHashes: e.BlockHashes, BlockTokenCounts: e.BlockTokenCounts, TokenIds: e.TokenIds, BlockSize: e.BlockSize,
+			PrefixTokensBefore: e.PrefixTokensBefore, ObservedAtMs: e.ObservedAtMs}
+	}
+	return nil
+}
+
+// decodeStatsLenient is decodeIngestLenient for replica stats.
+func decodeStatsLenient(data []byte, w *pb.ReportReplicaStatsRequest, orig error) error {
+	var l lenientpb.ReportReplicaStatsRequest
+	if proto.Unmarshal(data, &l) != nil {
+		return orig
+	}
+	w.Reset()
+	w.RequestId = string(l.RequestId)
+	w.Stats = make([]*pb.ReplicaStats, len(l.Stats))
+	for i, s := range l.Stats {
+		st := &pb.ReplicaStats{ReplicaId: string(s.ReplicaId), ModelId: string(s.ModelId), Pressure: s.Pressure,
+			ObservedAtMs: s.ObservedAtMs, Endpoint: string(s.Endpoint)}
+		for _, h := range s.HashSchemes {
+			st.HashSchemes = append(st.HashSchemes, string(h))
+		}
+		if len(s.TenantHitRate) > 0 {
+			st.TenantHitRate = make(map[string]float64, len(s.TenantHitRate))
+			for _, hr := range s.TenantHitRate {
+				st.TenantHitRate[string(hr.Key)] = hr.Value
+			}
+		}
+		w.Stats[i] = st
+	}
+	return nil
 }

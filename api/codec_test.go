@@ -85,3 +85,58 @@ func TestLookupRoute_UndecodableBytesAreNoHintNotAnError(t *testing.T) {
 		})
 	}
 }
+
+// A write carrying a string that is not UTF-8 used to fail in the gRPC
+// codec with INTERNAL, losing the valid events beside it. It is decoded
+// leniently and the offending event is rejected naming the field, while
+// the valid events of the same request commit (SPEC 6, 9).
+func TestIngest_NonUTF8FieldIsRejectedPerEventOverGRPC(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeNode{lookup: match}
+	gs := grpc.NewServer(BaseServerOptions()...)
+	pb.RegisterInferenceCacheServer(gs, newSvc(f, nil))
+	go gs.Serve(lis)
+	defer gs.Stop()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+
+	event := func(replica string) []byte {
+		var e []byte
+		e = protowire.AppendTag(e, 1, protowire.VarintType)
+		e = protowire.AppendVarint(e, uint64(pb.BlockEvent_STORED))
+		e = appendString(e, 2, replica)
+		e = appendString(e, 3, "vllm")
+		e = appendString(e, 4, "m")
+		e = protowire.AppendTag(e, 7, protowire.BytesType)
+		e = protowire.AppendBytes(e, protowire.AppendVarint(nil, 42))
+		e = protowire.AppendTag(e, 8, protowire.BytesType)
+		e = protowire.AppendBytes(e, protowire.AppendVarint(nil, 16))
+		return e
+	}
+	var body []byte
+	for _, r := range []string{"good-0", "bad-\xff", "good-2"} {
+		body = protowire.AppendTag(body, 1, protowire.BytesType)
+		body = protowire.AppendBytes(body, event(r))
+	}
+	var resp pb.IngestResponse
+	if err := cc.Invoke(context.Background(), "/inferencecache.v1.InferenceCache/Ingest", body, &resp, grpc.ForceCodec(rawCodec{})); err != nil {
+		t.Fatalf("Ingest returned a gRPC error: %v", err)
+	}
+	if resp.Accepted != 2 || len(resp.Rejected) != 1 || resp.Rejected[0].EventIndex != 1 || resp.Rejected[0].Reason != "replica_id is not valid UTF-8" {
+		t.Fatalf("response %v: want 2 accepted and event 1 rejected for replica_id", &resp)
+	}
+	if len(f.ingested) != 2 || f.ingested[0].ReplicaID != "good-0" || f.ingested[1].ReplicaID != "good-2" {
+		t.Fatalf("committed %v, want the two valid events", f.ingested)
+	}
+
+	// Bytes that are not protobuf at all stay a decode failure.
+	if err := cc.Invoke(context.Background(), "/inferencecache.v1.InferenceCache/Ingest", []byte{0xff, 0xff}, &resp, grpc.ForceCodec(rawCodec{})); err == nil {
+		t.Fatal("undecodable ingest bytes were accepted")
+	}
+}

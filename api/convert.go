@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/fingerprint"
@@ -138,6 +139,9 @@ func (e *RequestError) Error() string {
 // when the request as a whole is over a limit (then nothing is returned).
 func EventsFromPB(req *pb.IngestRequest, pol *policy.Policy, nowMs int64) ([]index.BlockEvent, []*pb.Rejection, error) {
 	evs := req.GetEvents()
+	if !utf8.ValidString(req.GetRequestId()) {
+		return nil, nil, &RequestError{Limit: "request_id must be valid UTF-8", Detail: strconv.Quote(req.GetRequestId())}
+	}
 	if len(req.GetRequestId()) > MaxRequestIDBytes {
 		return nil, nil, &RequestError{Limit: "request_id at most " + strconv.Itoa(MaxRequestIDBytes) + " bytes", Detail: strconv.Itoa(len(req.GetRequestId())) + " bytes"}
 	}
@@ -170,6 +174,9 @@ func EventsFromPB(req *pb.IngestRequest, pol *policy.Policy, nowMs int64) ([]ind
 
 // checkID returns a rejection reason for an id field, "" when it is valid.
 func checkID(field, v string, required bool) string {
+	if !utf8.ValidString(v) {
+		return field + " is not valid UTF-8"
+	}
 	if v == "" {
 		if required {
 			return field + " is empty"
@@ -305,6 +312,9 @@ func eventFromPB(e *pb.BlockEvent, pol *policy.Policy, nowMs int64) (index.Block
 // rejection per invalid entry, a *RequestError for a request over a limit.
 func StatsFromPB(req *pb.ReportReplicaStatsRequest, nowMs int64) ([]index.ReplicaStats, []*pb.Rejection, error) {
 	sts := req.GetStats()
+	if !utf8.ValidString(req.GetRequestId()) {
+		return nil, nil, &RequestError{Limit: "request_id must be valid UTF-8", Detail: strconv.Quote(req.GetRequestId())}
+	}
 	if len(req.GetRequestId()) > MaxRequestIDBytes {
 		return nil, nil, &RequestError{Limit: "request_id at most " + strconv.Itoa(MaxRequestIDBytes) + " bytes", Detail: strconv.Itoa(len(req.GetRequestId())) + " bytes"}
 	}
@@ -355,13 +365,16 @@ func statsFromPB(s *pb.ReplicaStats, nowMs int64) (index.ReplicaStats, string) {
 	}
 	rates := make(map[string]float64, len(s.GetTenantHitRate()))
 	for t, v := range s.GetTenantHitRate() {
-		if r := checkID("tenant_hit_rate key", t, false); r != "" {
+		if r := checkID("tenant_hit_rate key", t, true); r != "" {
 			return st, r
 		}
 		if r := checkUnit(fmt.Sprintf("tenant_hit_rate[%q]", t), v); r != "" {
 			return st, r
 		}
 		rates[t] = v
+	}
+	if !utf8.ValidString(s.GetEndpoint()) {
+		return st, "endpoint is not valid UTF-8"
 	}
 	if n := len(s.GetEndpoint()); n > MaxEndpointBytes {
 		return st, "endpoint is " + strconv.Itoa(n) + " bytes, over the limit of " + strconv.Itoa(MaxEndpointBytes)
