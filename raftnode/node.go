@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -279,8 +280,13 @@ func (c *Config) fill() error {
 	return nil
 }
 
-// hclog adapts cfg.Logger for hashicorp/raft.
+// hclog adapts cfg.Logger for hashicorp/raft: each raft line becomes one
+// slog record at raft's own level (an [ERROR] from raft is an ERROR
+// record, not an INFO line with the level in its text), with raft's
+// key/value pairs as attributes.
 func (n *Node) hclog() hclog.Logger {
+	// The base logger writes nowhere; its level only answers raft's
+	// IsDebug-style questions. The sink does the writing.
 	lvl := hclog.Warn
 	switch {
 	case n.cfg.RaftLogLevel <= slog.LevelDebug:
@@ -290,8 +296,33 @@ func (n *Node) hclog() hclog.Logger {
 	case n.cfg.RaftLogLevel >= slog.LevelError:
 		lvl = hclog.Error
 	}
-	return hclog.FromStandardLogger(slog.NewLogLogger(n.log.Handler(), slog.LevelInfo),
-		&hclog.LoggerOptions{Name: "raft", Level: lvl})
+	il := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "raft", Level: lvl, Output: io.Discard})
+	il.RegisterSink(slogSink{log: n.log, min: n.cfg.RaftLogLevel})
+	return il
+}
+
+// slogSink forwards hclog records at or above min to a slog.Logger.
+type slogSink struct {
+	log *slog.Logger
+	min slog.Level
+}
+
+func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...interface{}) {
+	var l slog.Level
+	switch level {
+	case hclog.Trace, hclog.Debug:
+		l = slog.LevelDebug
+	case hclog.Info, hclog.NoLevel:
+		l = slog.LevelInfo
+	case hclog.Warn:
+		l = slog.LevelWarn
+	default:
+		l = slog.LevelError
+	}
+	if l < s.min {
+		return
+	}
+	s.log.Log(context.Background(), l, msg, append([]any{"component", name}, args...)...)
 }
 
 func (n *Node) signalApplied() {
