@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -510,7 +511,16 @@ func checkCLI(t *testing.T, c *cluster) {
 	addrs := []string{"--addr", c.procs[0].grpc, "--addr", c.procs[1].grpc, "--addr", c.procs[2].grpc}
 	ev := `[{"kind":"STORED","replica_id":"r-cli","hash_scheme":"vllm","model_id":"m","tenant_id":"t","token_ids":[` + joinInts(toks(40000, 128)) + `],"block_size":16},
 	        {"kind":"STORED","replica_id":"","hash_scheme":"vllm","model_id":"m","block_hashes":["1"]}]`
-	out := runBin(t, ev, append([]string{"ingest", "--json"}, addrs...)...)
+	// One of the two events is invalid: the JSON lists it and the exit
+	// status says part of the input was refused.
+	ic := exec.Command(binPath, append([]string{"ingest", "--json"}, addrs...)...)
+	ic.Stdin = strings.NewReader(ev)
+	outB, err := ic.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(ee.Stderr), "1 events rejected") {
+		t.Fatalf("ingest with a rejected event: err %v, want exit 1 naming the rejection", err)
+	}
+	out := string(outB)
 	var ir struct {
 		Accepted int `json:"accepted"`
 		Rejected []struct {

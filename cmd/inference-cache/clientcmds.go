@@ -204,7 +204,19 @@ func printRejections(w io.Writer, accepted uint32, applied uint64, duplicate boo
 			fmt.Fprintf(tw, "%d\t%s\n", r.EventIndex, r.Reason)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return rejectedErr(len(rej), accepted, what)
+}
+
+// rejectedErr makes the exit status say that part of the input was
+// refused (the accepted part is committed either way).
+func rejectedErr(rejected int, accepted uint32, what string) error {
+	if rejected == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d %s rejected (listed in the output); the %d accepted are committed", rejected, what, accepted)
 }
 
 func newIngestCmd() *cobra.Command {
@@ -217,8 +229,9 @@ func newIngestCmd() *cobra.Command {
 ({"events": [...], "request_id": "..."}) or a bare array of BlockEvent objects,
 in the protobuf JSON mapping (field names snake_case or lowerCamelCase, kind as
 "STORED"/"REMOVED"/"CLEARED", uint64 hashes as strings or numbers). Valid events
-commit; invalid ones are listed with their index and reason. Retriable
-failures are retried for up to 5 s with the same request id.`,
+commit; invalid ones are listed with their index and reason, and the exit
+status is then 1. Retriable failures are retried for up to 5 s with the same
+request id.`,
 		Example: `  echo '[{"kind":"STORED","replica_id":"vllm-0","hash_scheme":"vllm","model_id":"qwen3-8b",
          "tenant_id":"team-a","token_ids":[1,2,3,4],"block_size":2}]' | inference-cache ingest
   inference-cache ingest --file events.json --addr 127.0.0.1:7401 --addr 127.0.0.1:7411`,
@@ -244,7 +257,10 @@ failures are retried for up to 5 s with the same request id.`,
 				return err
 			}
 			if cf.json {
-				return printJSON(cmd.OutOrStdout(), resp)
+				if err := printJSON(cmd.OutOrStdout(), resp); err != nil {
+					return err
+				}
+				return rejectedErr(len(resp.Rejected), resp.Accepted, "events")
 			}
 			return printRejections(cmd.OutOrStdout(), resp.Accepted, resp.AppliedIndex, resp.Duplicate, resp.Rejected, "events")
 		},
@@ -271,7 +287,7 @@ func newStatsCmd() *cobra.Command {
 ReportReplicaStatsRequest ({"stats": [...]}) or a bare array of ReplicaStats
 (replica_id, model_id, hash_schemes, pressure 0..1, tenant_hit_rate
 {tenant: 0..1}, observed_at_ms, endpoint), and commits them. Invalid entries
-are listed with their index and reason.`,
+are listed with their index and reason (exit status 1; the valid ones commit).`,
 		Example: `  echo '[{"replica_id":"vllm-0","model_id":"qwen3-8b","hash_schemes":["vllm"],
          "pressure":0.3,"tenant_hit_rate":{"team-a":0.6}}]' | inference-cache stats`,
 		Args: cobra.NoArgs,
@@ -296,7 +312,10 @@ are listed with their index and reason.`,
 				return err
 			}
 			if cf.json {
-				return printJSON(cmd.OutOrStdout(), resp)
+				if err := printJSON(cmd.OutOrStdout(), resp); err != nil {
+					return err
+				}
+				return rejectedErr(len(resp.Rejected), resp.Accepted, "stats entries")
 			}
 			return printRejections(cmd.OutOrStdout(), resp.Accepted, resp.AppliedIndex, resp.Duplicate, resp.Rejected, "stats entries")
 		},
