@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/inference-cache/inference-cache/api"
@@ -69,8 +70,24 @@ func freeAddr() (string, error) {
 }
 
 // Start starts the nodes with loopback timings (raftnode.FastTiming) and
-// waits until they agree on a leader.
-func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+// waits until they agree on a leader. The free ports it picks can be taken
+// by another process before the nodes bind them; such a start is retried
+// on fresh ports (three tries).
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	var err error
+	for try := 0; try < 3; try++ {
+		var c *Cluster
+		if c, err = start(ctx, o); err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	return nil, err
+}
+
+func start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if o.Nodes <= 0 {
 		o.Nodes = 3
 	}
@@ -91,9 +108,12 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		}
 		c.owned = true
 	}
+	// The error returns below set the named result c to nil: close what
+	// was started through a copy.
+	started := c
 	defer func() {
 		if err != nil {
-			c.Close()
+			started.Close()
 		}
 	}()
 	type addrs struct{ raft, gossip string }
