@@ -72,7 +72,7 @@ func freeAddr() (string, error) {
 // Start starts the nodes with loopback timings (raftnode.FastTiming) and
 // waits until they agree on a leader. The free ports it picks can be taken
 // by another process before the nodes bind them; such a start is retried
-// on fresh ports (three tries).
+// on fresh ports (three tries) when Options.Dir is empty.
 func Start(ctx context.Context, o Options) (*Cluster, error) {
 	var err error
 	for try := 0; try < 3; try++ {
@@ -80,7 +80,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		if c, err = start(ctx, o); err == nil {
 			return c, nil
 		}
-		if ctx.Err() != nil || !strings.Contains(err.Error(), "address already in use") {
+		// A caller's own data directory may hold the failed try's state:
+		// retry only in a fresh temporary one.
+		if o.Dir != "" || ctx.Err() != nil || !strings.Contains(err.Error(), "address already in use") {
 			break
 		}
 	}
