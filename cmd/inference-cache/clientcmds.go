@@ -237,37 +237,54 @@ request id.`,
   inference-cache ingest --file events.json --addr 127.0.0.1:7401 --addr 127.0.0.1:7411`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := readInput(cmd, file)
-			if err != nil {
-				return err
-			}
-			var req pb.IngestRequest
-			if err := protojson.Unmarshal(wrapArray(b, "events"), &req); err != nil {
-				return fmt.Errorf("%s: not an IngestRequest or array of events: %v", orStdin(file), err)
-			}
-			c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			resp, err := c.Ingest(ctx, &req)
-			if err != nil {
-				return err
-			}
-			if cf.json {
-				if err := printJSON(cmd.OutOrStdout(), resp); err != nil {
-					return err
-				}
-				return rejectedErr(len(resp.Rejected), resp.Accepted, "events")
-			}
-			return printRejections(cmd.OutOrStdout(), resp.Accepted, resp.AppliedIndex, resp.Duplicate, resp.Rejected, "events")
+			return runWrite(cmd, &cf, file, "events", "events", "an IngestRequest or array of events", &pb.IngestRequest{}, (*client.Client).Ingest)
 		},
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "-", "JSON file of events; - = stdin")
 	return cmd
+}
+
+// writeResponse is what both write RPCs answer.
+type writeResponse interface {
+	proto.Message
+	GetAccepted() uint32
+	GetAppliedIndex() uint64
+	GetDuplicate() bool
+	GetRejected() []*pb.Rejection
+}
+
+// runWrite is the body of `ingest` and `stats`: read the JSON request (or
+// a bare array of its items, wrapped under field), send it with call, and
+// print the outcome (what names the items); the exit status is 1 when any
+// item was rejected.
+func runWrite[Req proto.Message, Resp writeResponse](cmd *cobra.Command, cf *clientFlags, file, field, what, shape string,
+	req Req, call func(*client.Client, context.Context, Req) (Resp, error)) error {
+	b, err := readInput(cmd, file)
+	if err != nil {
+		return err
+	}
+	if err := protojson.Unmarshal(wrapArray(b, field), req); err != nil {
+		return fmt.Errorf("%s: not %s: %v", orStdin(file), shape, err)
+	}
+	c, err := cf.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
+	defer cancel()
+	resp, err := call(c, ctx, req)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		if err := printJSON(cmd.OutOrStdout(), resp); err != nil {
+			return err
+		}
+		return rejectedErr(len(resp.GetRejected()), resp.GetAccepted(), what)
+	}
+	return printRejections(cmd.OutOrStdout(), resp.GetAccepted(), resp.GetAppliedIndex(), resp.GetDuplicate(), resp.GetRejected(), what)
 }
 
 func orStdin(p string) string {
@@ -292,32 +309,7 @@ are listed with their index and reason (exit status 1; the valid ones commit).`,
          "pressure":0.3,"tenant_hit_rate":{"team-a":0.6}}]' | inference-cache stats`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := readInput(cmd, file)
-			if err != nil {
-				return err
-			}
-			var req pb.ReportReplicaStatsRequest
-			if err := protojson.Unmarshal(wrapArray(b, "stats"), &req); err != nil {
-				return fmt.Errorf("%s: not a ReportReplicaStatsRequest or array of stats: %v", orStdin(file), err)
-			}
-			c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
-			defer cancel()
-			resp, err := c.ReportReplicaStats(ctx, &req)
-			if err != nil {
-				return err
-			}
-			if cf.json {
-				if err := printJSON(cmd.OutOrStdout(), resp); err != nil {
-					return err
-				}
-				return rejectedErr(len(resp.Rejected), resp.Accepted, "stats entries")
-			}
-			return printRejections(cmd.OutOrStdout(), resp.Accepted, resp.AppliedIndex, resp.Duplicate, resp.Rejected, "stats entries")
+			return runWrite(cmd, &cf, file, "stats", "stats entries", "a ReportReplicaStatsRequest or array of stats", &pb.ReportReplicaStatsRequest{}, (*client.Client).ReportReplicaStats)
 		},
 	}
 	cf.register(cmd)
