@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/inference-cache/inference-cache/internal/freeport"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -127,11 +128,15 @@ func NewCluster(ctx context.Context, opts Options) (*Cluster, error) {
 			h := c.net.Addr(i)
 			n.GRPC, n.Raft, n.Gossip = h+":7401", h+":7402", h+":7403"
 		} else {
-			ports, err := freePorts(3)
-			if err != nil {
-				return nil, err
+			var addrs [3]string
+			for j := range addrs {
+				a, err := freeport.Addr()
+				if err != nil {
+					return nil, err
+				}
+				addrs[j] = a
 			}
-			n.GRPC, n.Raft, n.Gossip = "127.0.0.1:"+ports[0], "127.0.0.1:"+ports[1], "127.0.0.1:"+ports[2]
+			n.GRPC, n.Raft, n.Gossip = addrs[0], addrs[1], addrs[2]
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
@@ -174,24 +179,6 @@ func (c *Cluster) Netns() bool { return c.net != nil }
 
 // Network returns the namespaces (nil without Netns).
 func (c *Cluster) Network() *Network { return c.net }
-
-func freePorts(k int) ([]string, error) {
-	var out []string
-	for len(out) < k {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
-		l.Close()
-		if err == nil {
-			u.Close()
-			out = append(out, strconv.Itoa(p))
-		}
-	}
-	return out, nil
-}
 
 // Start starts n's process (state Starting until WaitUp sees it answer).
 func (c *Cluster) Start(n *Node) error {

@@ -8,11 +8,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/freeport"
 )
 
 var binPath string
@@ -49,27 +50,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a loopback port that was free a moment ago (TCP and UDP,
-// since gossip uses both).
-func freePort(t *testing.T) int {
-	t.Helper()
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return p
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
 // proc is one server process.
 type proc struct {
 	id                             string
@@ -94,12 +74,35 @@ type cluster struct {
 // startCluster starts n servers that bootstrap one cluster. extra flags go
 // to every server. Node 3 (when present) takes its node id and join list
 // from INFERENCE_CACHE_* variables to check the environment binding.
+//
+// The ports are picked free but bound later by the servers; when a server
+// lost one to another process ("address already in use"), the whole start
+// is retried on fresh ports (three tries), since a half-started cluster
+// would fail the test for a reason that has nothing to do with it.
 func startCluster(t *testing.T, n int, extra ...string) *cluster {
+	t.Helper()
+	for try := 1; ; try++ {
+		c, err := tryStartCluster(t, n, extra...)
+		if err == nil {
+			t.Cleanup(c.stopAll)
+			return c
+		}
+		lostPort := c.anyLogContains("address already in use")
+		c.stopAll()
+		if !lostPort || try == 3 {
+			c.dumpLogs()
+			t.Fatalf("start %d-node cluster (try %d): %v", n, try, err)
+		}
+		t.Logf("start %d-node cluster, try %d: a port was taken before a server bound it; retrying on fresh ports", n, try)
+	}
+}
+
+func tryStartCluster(t *testing.T, n int, extra ...string) (*cluster, error) {
 	t.Helper()
 	c := &cluster{t: t}
 	base := t.TempDir()
 	for i := 0; i < n; i++ {
-		a := func() string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
+		a := func() string { return freeport.MustAddr(t) }
 		p := &proc{id: "n" + strconv.Itoa(i+1), grpc: a(), raft: a(), gossip: a(), http: a(),
 			data: filepath.Join(base, "n"+strconv.Itoa(i+1))}
 		p.logPath = p.data + ".log"
@@ -127,16 +130,25 @@ func startCluster(t *testing.T, n int, extra ...string) *cluster {
 		p.args = args
 		c.start(p)
 	}
-	t.Cleanup(c.stopAll)
 	for _, p := range c.procs {
 		cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
-			t.Fatal(err)
+			return c, err
 		}
 		p.conn, p.ic, p.cl = cc, pb.NewInferenceCacheClient(cc), pb.NewClusterClient(cc)
 	}
-	c.waitLeader(20 * time.Second)
-	return c
+	_, err := c.leader(20 * time.Second)
+	return c, err
+}
+
+// anyLogContains reports whether some server's log holds s.
+func (c *cluster) anyLogContains(s string) bool {
+	for _, p := range c.procs {
+		if b, err := os.ReadFile(p.logPath); err == nil && strings.Contains(string(b), s) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *cluster) start(p *proc) {
@@ -167,33 +179,49 @@ func (c *cluster) kill(p *proc) {
 	<-done
 }
 
+// stopAll stops every server (SIGTERM, then SIGKILL after 10 s) and, when
+// the test failed, logs the tail of each server's log. It may run more
+// than once.
 func (c *cluster) stopAll() {
 	for _, p := range c.procs {
 		p.mu.Lock()
-		cmd, done := p.cmd, p.done
+		cmd := p.cmd
 		p.mu.Unlock()
 		if cmd != nil {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 		}
-		_ = done
 	}
 	for _, p := range c.procs {
+		p.mu.Lock()
+		cmd, done := p.cmd, p.done
+		p.mu.Unlock()
+		if cmd == nil {
+			continue
+		}
 		select {
-		case <-p.done:
+		case <-done:
 		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
+			_ = cmd.Process.Kill()
+			<-done
 		}
 		if p.conn != nil {
 			p.conn.Close()
+			p.conn = nil
 		}
-		if c.t.Failed() {
-			if b, err := os.ReadFile(p.logPath); err == nil {
-				if len(b) > 6000 {
-					b = b[len(b)-6000:]
-				}
-				c.t.Logf("--- log tail of %s ---\n%s", p.id, b)
+	}
+	if c.t.Failed() {
+		c.dumpLogs()
+	}
+}
+
+// dumpLogs logs the last 6000 bytes of each server's log.
+func (c *cluster) dumpLogs() {
+	for _, p := range c.procs {
+		if b, err := os.ReadFile(p.logPath); err == nil {
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
 			}
+			c.t.Logf("--- log tail of %s ---\n%s", p.id, b)
 		}
 	}
 }
@@ -202,9 +230,19 @@ func ctxT(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
 
-// waitLeader waits until every live node agrees on one leader and returns it.
+// waitLeader waits until every live node agrees on one leader and returns
+// it; it fails the test after limit.
 func (c *cluster) waitLeader(limit time.Duration, skip ...*proc) *proc {
 	c.t.Helper()
+	p, err := c.leader(limit, skip...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return p
+}
+
+// leader is waitLeader returning an error instead of failing the test.
+func (c *cluster) leader(limit time.Duration, skip ...*proc) (*proc, error) {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		leader := ""
@@ -225,14 +263,13 @@ func (c *cluster) waitLeader(limit time.Duration, skip ...*proc) *proc {
 		if agree && leader != "" {
 			for _, p := range c.procs {
 				if p.id == leader {
-					return p
+					return p, nil
 				}
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.t.Fatalf("no agreed leader within %v", limit)
-	return nil
+	return nil, fmt.Errorf("no agreed leader within %v", limit)
 }
 
 func contains(ps []*proc, p *proc) bool {

@@ -9,7 +9,6 @@ package localcluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/inference-cache/inference-cache/internal/freeport"
 
 	"github.com/inference-cache/inference-cache/api"
 	"github.com/inference-cache/inference-cache/policy"
@@ -47,26 +48,6 @@ type Options struct {
 	Dir string
 	// ReadyTimeout bounds the wait for an elected leader (default 30s).
 	ReadyTimeout time.Duration
-}
-
-// freeAddr returns a loopback address free for both TCP and UDP (gossip
-// needs both).
-func freeAddr() (string, error) {
-	for tries := 0; tries < 50; tries++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		addr := l.Addr().String()
-		l.Close()
-		u, err := net.ListenPacket("udp", addr)
-		if err != nil {
-			continue
-		}
-		u.Close()
-		return addr, nil
-	}
-	return "", errors.New("localcluster: no free loopback port")
 }
 
 // Start starts the nodes with loopback timings (raftnode.FastTiming) and
@@ -121,10 +102,10 @@ func start(ctx context.Context, o Options) (c *Cluster, err error) {
 	type addrs struct{ raft, gossip string }
 	as := make([]addrs, o.Nodes)
 	for i := range as {
-		if as[i].raft, err = freeAddr(); err != nil {
+		if as[i].raft, err = freeport.Addr(); err != nil {
 			return nil, err
 		}
-		if as[i].gossip, err = freeAddr(); err != nil {
+		if as[i].gossip, err = freeport.Addr(); err != nil {
 			return nil, err
 		}
 		l, lerr := net.Listen("tcp", "127.0.0.1:0")

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/freeport"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -590,12 +592,11 @@ func without(ns []*node, x *node) []*node {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // freeSubnet returns the first three octets of a /24 in 172.30.0.0/16 that

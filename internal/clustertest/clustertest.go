@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/freeport"
+
 	"google.golang.org/grpc"
 
 	"github.com/inference-cache/inference-cache/raftnode"
@@ -63,32 +65,12 @@ func (c *Cluster) AddNode() int {
 	nd := &Node{
 		ID:         fmt.Sprintf("n%d", i+1),
 		Dir:        filepath.Join(c.T.TempDir(), fmt.Sprintf("n%d", i+1)),
-		RaftAddr:   freeAddr(c.T),
-		GossipAddr: freeAddr(c.T),
-		GRPCAddr:   freeAddr(c.T),
+		RaftAddr:   freeport.MustAddr(c.T),
+		GossipAddr: freeport.MustAddr(c.T),
+		GRPCAddr:   freeport.MustAddr(c.T),
 	}
 	c.Nodes = append(c.Nodes, nd)
 	return i
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	for tries := 0; tries < 50; tries++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		u, err := net.ListenPacket("udp", addr) // gossip needs both
-		if err != nil {
-			continue
-		}
-		u.Close()
-		return addr
-	}
-	t.Fatal("no free port")
-	return ""
 }
 
 // Config returns node i's Config (before Configure).

@@ -1,0 +1,43 @@
+package freeport
+
+import (
+	"net"
+	"strconv"
+	"testing"
+)
+
+func TestPortIsBelowEphemeralRangeAndBindable(t *testing.T) {
+	lo := ephemeralLow()
+	for i := 0; i < 20; i++ {
+		p, err := Port()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < lowest || p >= lo {
+			t.Fatalf("port %d outside [%d, %d)", p, lowest, lo)
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(p)
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("picked port %d cannot be bound: %v", p, err)
+		}
+		u, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			l.Close()
+			t.Fatalf("picked port %d cannot be bound for UDP: %v", p, err)
+		}
+		u.Close()
+		l.Close()
+	}
+}
+
+func TestFreeRefusesABoundPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if free(l.Addr().(*net.TCPAddr).Port) {
+		t.Fatal("a port with a live TCP listener was reported free")
+	}
+}
