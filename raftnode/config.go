@@ -196,9 +196,9 @@ type Config struct {
 	// GossipKeys, when set, encrypt and authenticate memberlist gossip
 	// (AES-GCM; each key 16, 24 or 32 bytes). The first key encrypts,
 	// every key is accepted to decrypt, so a key change is rolled out by
-	// adding the new key second, then first, then removing the old one,
-	// one rolling restart each. nil = plaintext gossip. Every server must
-	// hold the primary key of the others.
+	// adding the new key second, then first, then removing the old one
+	// (Node.SetGossipKeys applies each step at runtime). nil = plaintext
+	// gossip. Every server must hold the primary key of the others.
 	GossipKeys [][]byte
 	// Logger for raftnode, raft (via an hclog adapter, level RaftLogLevel)
 	// and memberlist; nil = discard.

@@ -36,6 +36,9 @@ type Node struct {
 	snaps *raft.FileSnapshotStore
 	trans *raft.NetworkTransport
 	ml    *memberlist.Memberlist
+	// mlKeyring is memberlist's keyring (nil without gossip encryption);
+	// set before memberlist starts, safe for concurrent use after.
+	mlKeyring *memberlist.Keyring
 
 	started     time.Time
 	ready       atomic.Bool

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -126,6 +127,53 @@ func (n *Node) gossipEncryption(mc *memberlist.Config) error {
 		return fmt.Errorf("%w: gossip keys: %v", ErrInvalid, err)
 	}
 	mc.Keyring = kr
+	n.mlKeyring = kr
 	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	return nil
+}
+
+// SetGossipKeys replaces the memberlist keyring's keys at runtime, without a
+// restart: keys[0] becomes the primary (encrypting) key, every listed key
+// decrypts, and keys no longer listed are dropped. A rolling key change is
+// three calls on every server, each after all servers took the previous
+// one: add the new key second, make it first, drop the old one. Each key is
+// 16, 24 or 32 bytes. Errors (wrapping ErrInvalid, the keyring unchanged)
+// when keys is empty or malformed, or when the node started without gossip
+// encryption (turning it on needs a restart of every server: a node that
+// encrypts cannot gossip with one that does not).
+func (n *Node) SetGossipKeys(keys [][]byte) error {
+	if n.mlKeyring == nil {
+		return fmt.Errorf("%w: gossip encryption is off on this node (started without gossip keys); it can only be turned on at start", ErrInvalid)
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: gossip keys: none given; a primary key is required", ErrInvalid)
+	}
+	// Validate all keys first so a bad one leaves the keyring as it was.
+	if _, err := memberlist.NewKeyring(keys, keys[0]); err != nil {
+		return fmt.Errorf("%w: gossip keys: %v", ErrInvalid, err)
+	}
+	kr := n.mlKeyring
+	for _, k := range keys {
+		if err := kr.AddKey(k); err != nil {
+			return fmt.Errorf("%w: gossip keys: %v", ErrInvalid, err)
+		}
+	}
+	if err := kr.UseKey(keys[0]); err != nil {
+		return fmt.Errorf("%w: gossip keys: %v", ErrInvalid, err)
+	}
+	for _, old := range kr.GetKeys() {
+		keep := false
+		for _, k := range keys {
+			if bytes.Equal(k, old) {
+				keep = true
+				break
+			}
+		}
+		if !keep {
+			if err := kr.RemoveKey(old); err != nil {
+				return fmt.Errorf("%w: gossip keys: %v", ErrInvalid, err)
+			}
+		}
+	}
 	return nil
 }

@@ -1,8 +1,11 @@
 package raftnode
 
 import (
+	"bytes"
+	"errors"
 	"io"
 	"log"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +98,14 @@ func TestRaftTLS_TransportRPCsOnlyBetweenCertificatesOfTheCA(t *testing.T) {
 
 func gossipMember(t *testing.T, name string, keys [][]byte) *memberlist.Memberlist {
 	t.Helper()
+	ml, _ := gossipNode(t, name, keys)
+	return ml
+}
+
+// gossipNode is gossipMember that also returns the Node whose keyring the
+// memberlist uses (for SetGossipKeys).
+func gossipNode(t *testing.T, name string, keys [][]byte) (*memberlist.Memberlist, *Node) {
+	t.Helper()
 	mc := memberlist.DefaultLocalConfig()
 	mc.Name, mc.BindAddr, mc.BindPort = name, "127.0.0.1", 0
 	mc.Logger = log.New(io.Discard, "", 0)
@@ -107,7 +118,7 @@ func gossipMember(t *testing.T, name string, keys [][]byte) *memberlist.Memberli
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ml.Shutdown() })
-	return ml
+	return ml, n
 }
 
 func TestGossipKeys_OnlyMembersWithAMatchingKeyJoin(t *testing.T) {
@@ -147,5 +158,76 @@ func TestGossipKeys_OnlyMembersWithAMatchingKeyJoin(t *testing.T) {
 	}
 	if err := (&Node{cfg: Config{GossipKeys: [][]byte{[]byte("short")}}}).gossipEncryption(memberlist.DefaultLocalConfig()); err == nil {
 		t.Error("a 5-byte key was accepted")
+	}
+}
+
+// A key change at runtime: every member takes the new key second, then
+// first, then drops the old one, with no restart. Afterwards a newcomer
+// holding only the new key joins and is gossiped to everyone, and one
+// holding only the old key is refused.
+func TestSetGossipKeys_RotatesWithoutRestart(t *testing.T) {
+	k := func(b byte) []byte {
+		key := make([]byte, 32)
+		for i := range key {
+			key[i] = b
+		}
+		return key
+	}
+	oldK, newK := k(1), k(2)
+	seed, seedN := gossipNode(t, "seed", [][]byte{oldK})
+	m, mN := gossipNode(t, "m", [][]byte{oldK})
+	if _, err := m.Join([]string{seed.LocalNode().Address()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range [][][]byte{{oldK, newK}, {newK, oldK}, {newK}} {
+		for _, n := range []*Node{seedN, mN} {
+			if err := n.SetGossipKeys(step); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := seedN.mlKeyring.GetPrimaryKey(); !bytes.Equal(got, newK) {
+		t.Fatal("primary key is not the new key after the rotation")
+	}
+	if n := len(seedN.mlKeyring.GetKeys()); n != 1 {
+		t.Fatalf("keyring holds %d keys after dropping the old one, want 1", n)
+	}
+	stale := gossipMember(t, "stale", [][]byte{oldK})
+	if _, err := stale.Join([]string{seed.LocalNode().Address()}); err == nil {
+		t.Fatal("a member holding only the dropped key joined")
+	}
+	fresh := gossipMember(t, "fresh", [][]byte{newK})
+	if _, err := fresh.Join([]string{seed.LocalNode().Address()}); err != nil {
+		t.Fatalf("a member holding only the new key could not join: %v", err)
+	}
+	// m learns of fresh only through gossip encrypted with the new key.
+	deadline := time.Now().Add(10 * time.Second)
+	for m.NumMembers() != 3 || seed.NumMembers() != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("members after rotation: seed sees %d, m sees %d; want 3 each", seed.NumMembers(), m.NumMembers())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestSetGossipKeys_RefusalsLeaveTheKeyringAsItWas(t *testing.T) {
+	key := make([]byte, 16)
+	_, n := gossipNode(t, "a", [][]byte{key})
+	for name, keys := range map[string][][]byte{
+		"none":            nil,
+		"short key":       {key, []byte("short")},
+		"short primary":   {[]byte("short")},
+		"33-byte key too": {make([]byte, 33)},
+	} {
+		if err := n.SetGossipKeys(keys); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+		if ks := n.mlKeyring.GetKeys(); len(ks) != 1 || !bytes.Equal(ks[0], key) {
+			t.Errorf("%s: keyring changed by a refused call", name)
+		}
+	}
+	_, plain := gossipNode(t, "b", nil)
+	if err := plain.SetGossipKeys([][]byte{key}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "off") {
+		t.Errorf("node without gossip encryption: err = %v, want ErrInvalid saying encryption is off", err)
 	}
 }

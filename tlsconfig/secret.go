@@ -94,6 +94,65 @@ func (s *SecretFile) First() string {
 	return ""
 }
 
+// GossipKeyFile is a gossip key file (the ReadGossipKeys format) watched
+// for changes, so a key rotation takes effect without a restart: Reload
+// re-reads the file when its modification time or size changed (at most
+// once per Options.CheckInterval) and reports new keys for the caller to
+// hand to raftnode.Node.SetGossipKeys. A file that stops loading keeps the
+// previous keys in force (logged, without the keys). Safe for concurrent
+// use.
+type GossipKeyFile struct {
+	path string
+	w    *watcher
+	cur  atomic.Pointer[[][]byte]
+}
+
+// NewGossipKeyFile reads path at once; errors as ReadGossipKeys.
+func NewGossipKeyFile(path string, opts Options) (*GossipKeyFile, error) {
+	opts.fill()
+	g := &GossipKeyFile{path: path, w: &watcher{opts: opts, paths: []string{path}}}
+	st, _ := g.w.changed()
+	keys, err := ReadGossipKeys(path)
+	if err != nil {
+		return nil, err
+	}
+	g.cur.Store(&keys)
+	g.w.commit(st)
+	return g, nil
+}
+
+// Keys returns the keys in force (primary first). The slices must not be
+// modified.
+func (g *GossipKeyFile) Keys() [][]byte { return *g.cur.Load() }
+
+// Reload re-reads the file if it changed since the last load and returns
+// the keys in force and whether they differ from before. A changed file
+// that does not load (bad base64, wrong key length, empty) is logged and
+// leaves the previous keys in force (changed = false).
+func (g *GossipKeyFile) Reload() (keys [][]byte, changed bool) {
+	st, ok := g.w.changed()
+	if !ok {
+		return g.Keys(), false
+	}
+	defer g.w.commit(st)
+	next, err := ReadGossipKeys(g.path)
+	if err != nil {
+		g.w.opts.Logger.Warn("gossip key file changed but does not load; keeping the previous keys", "file", g.path, "err", err)
+		return g.Keys(), false
+	}
+	prev := g.Keys()
+	same := len(prev) == len(next)
+	for i := 0; same && i < len(next); i++ {
+		same = bytes.Equal(prev[i], next[i])
+	}
+	if same {
+		return prev, false
+	}
+	g.cur.Store(&next)
+	g.w.opts.Logger.Info("gossip key file reloaded", "file", g.path, "keys", len(next))
+	return next, true
+}
+
 // ReadGossipKeys reads memberlist encryption keys from path: one base64
 // key per line (16, 24 or 32 bytes decoded: AES-128/192/256; `head -c 32
 // /dev/urandom | base64` makes one). The first line is the primary key,

@@ -1,6 +1,7 @@
 package tlsconfig_test
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -282,5 +283,53 @@ func TestReadGossipKeys(t *testing.T) {
 		if !errors.Is(err, tlsconfig.ErrConfig) || strings.Contains(err.Error(), body) && body != "\n" {
 			t.Errorf("%s: err = %v", name, err)
 		}
+	}
+}
+
+func TestGossipKeyFile_ReloadReportsNewKeysAndKeepsOldOnBadFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gossip.keys")
+	key := func(b byte) (string, []byte) {
+		k := make([]byte, 32)
+		for i := range k {
+			k[i] = b
+		}
+		return base64.StdEncoding.EncodeToString(k), k
+	}
+	s1, k1 := key(1)
+	s2, k2 := key(2)
+	os.WriteFile(p, []byte(s1+"\n"), 0o600)
+	g, err := tlsconfig.NewGossipKeyFile(p, tlsconfig.Options{CheckInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys, changed := g.Reload(); changed || len(keys) != 1 || !bytes.Equal(keys[0], k1) {
+		t.Fatalf("unchanged file: changed=%v keys=%d", changed, len(keys))
+	}
+	steps := []struct {
+		body    string
+		changed bool
+		want    [][]byte
+	}{
+		{s1 + "\n" + s2 + "\n", true, [][]byte{k1, k2}},
+		{s2 + "\n" + s1 + "\n", true, [][]byte{k2, k1}},
+		{"not base64!\n", false, [][]byte{k2, k1}},
+		{"\n", false, [][]byte{k2, k1}},
+		{s2 + "\n", true, [][]byte{k2}},
+	}
+	for i, st := range steps {
+		time.Sleep(10 * time.Millisecond) // a new mtime even on coarse clocks
+		os.WriteFile(p, []byte(st.body), 0o600)
+		keys, changed := g.Reload()
+		if changed != st.changed || len(keys) != len(st.want) {
+			t.Fatalf("step %d: changed=%v keys=%d, want changed=%v keys=%d", i, changed, len(keys), st.changed, len(st.want))
+		}
+		for j := range keys {
+			if !bytes.Equal(keys[j], st.want[j]) {
+				t.Fatalf("step %d: key %d differs", i, j)
+			}
+		}
+	}
+	if _, err := tlsconfig.NewGossipKeyFile(filepath.Join(t.TempDir(), "none"), tlsconfig.Options{}); !errors.Is(err, tlsconfig.ErrConfig) {
+		t.Fatalf("missing file: %v", err)
 	}
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -45,7 +47,7 @@ func (s *serverSecurityFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&s.tlsClientAuth, "tls-client-auth", "none", "client certificates on the gRPC API: none, request (verified when sent) or require-and-verify (mutual TLS; gateways and the CLI then need --tls-cert too)")
 	f.StringVar(&s.tlsServerName, "tls-server-name", "", "name peers' certificates must carry on node-to-node connections (forwarding, Raft) instead of the dialed host, e.g. server.inference-cache")
 	f.BoolVar(&s.raftTLS, "raft-tls", false, "carry Raft over mutual TLS with --tls-cert, --tls-key and --tls-ca (every server of the cluster must agree)")
-	f.StringVar(&s.gossipKeyFile, "gossip-key-file", "", "file of base64 memberlist keys (16, 24 or 32 bytes; first line encrypts, every line decrypts): encrypts and authenticates gossip; empty = plaintext gossip")
+	f.StringVar(&s.gossipKeyFile, "gossip-key-file", "", "file of base64 memberlist keys (16, 24 or 32 bytes; first line encrypts, every line decrypts): encrypts and authenticates gossip; re-read on change (rotation without restart); empty = plaintext gossip")
 	f.StringVar(&s.writeTokenFile, "write-token-file", "", "file of bearer tokens (one per line, reloaded on change) required by Ingest, IngestStream, ReportReplicaStats and SetCachePolicy; or set "+envWriteToken+"; empty = writes open")
 	f.StringVar(&s.adminTokenFile, "admin-token-file", "", "file of bearer tokens required by the Cluster service (status, membership, snapshots, backup, restore) and node-to-node forwarding, accepted everywhere; or set "+envAdminToken+"; empty = admin open")
 	f.StringVar(&s.lookupTokenFile, "lookup-token-file", "", "file of bearer tokens required by LookupRoute and GetCachePolicy (write and admin tokens are accepted too); or set "+envLookupToken+"; empty = lookups open to the gateway network")
@@ -58,7 +60,8 @@ type serverSecurity struct {
 	dial        []grpc.DialOption // forwarding to the leader
 	raftTLS     *raftnode.RaftTLS
 	gossipKeys  [][]byte
-	summary     []any // for the start-up log line: modes, never secrets
+	gossipFile  *tlsconfig.GossipKeyFile // nil without --gossip-key-file
+	summary     []any                    // for the start-up log line: modes, never secrets
 }
 
 func tokenSource(file, env string, log *slog.Logger) (api.TokenSource, string, error) {
@@ -115,9 +118,10 @@ func (s *serverSecurityFlags) build(log *slog.Logger) (*serverSecurity, error) {
 		}
 	}
 	if s.gossipKeyFile != "" {
-		if out.gossipKeys, err = tlsconfig.ReadGossipKeys(s.gossipKeyFile); err != nil {
+		if out.gossipFile, err = tlsconfig.NewGossipKeyFile(s.gossipKeyFile, tlsconfig.Options{Logger: log}); err != nil {
 			return nil, fmt.Errorf("--gossip-key-file: %w", err)
 		}
+		out.gossipKeys = out.gossipFile.Keys()
 	}
 	out.summary = append(out.summary, "gossip_encryption", len(out.gossipKeys) > 0)
 	var cfg api.AuthConfig
@@ -185,4 +189,32 @@ func (s *clientSecurityFlags) apply(cfg *client.Config) error {
 		cfg.Credentials = client.BearerToken(os.Getenv(envToken))
 	}
 	return nil
+}
+
+// gossipKeyCheckInterval is how often the server looks at
+// --gossip-key-file for a rotation.
+const gossipKeyCheckInterval = tlsconfig.DefaultCheckInterval
+
+// watchGossipKeys hands the keys of a changed --gossip-key-file to the
+// node's memberlist keyring until ctx ends. A file that does not load, or
+// keys the keyring refuses, leave the keys in force (logged).
+func watchGossipKeys(ctx context.Context, f *tlsconfig.GossipKeyFile, node *raftnode.Node, log *slog.Logger) {
+	t := time.NewTicker(gossipKeyCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		keys, changed := f.Reload()
+		if !changed {
+			continue
+		}
+		if err := node.SetGossipKeys(keys); err != nil {
+			log.Warn("gossip keys not applied; the previous keys stay in force", "err", err)
+			continue
+		}
+		log.Info("gossip keys applied", "keys", len(keys))
+	}
 }

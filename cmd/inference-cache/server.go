@@ -204,6 +204,9 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	log.Info("server started", "node", o.nodeID, "grpc", lis.Addr().String(), "raft", o.raftAddr,
 		"gossip", o.gossipAddr, "advertise_grpc", adv.grpc, "advertise_raft", adv.raft, "advertise_gossip", adv.gossip, "http", o.httpAddr, "bootstrap_expect", o.bootstrapExpect, "join", o.join)
 	log.Info("security", sec.summary...)
+	if sec.gossipFile != nil {
+		go watchGossipKeys(ctx, sec.gossipFile, node, log)
+	}
 	if o.policyFile != "" {
 		go applyPolicyFile(ctx, node, pol, o.policyFile, log)
 	}
