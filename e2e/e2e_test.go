@@ -87,21 +87,33 @@ func TestCluster(t *testing.T) {
 	}
 	c.waitSameDigest(10*time.Second, n1, n2, n3)
 
-	t.Run("ReusedRequestIDIsReportedAsDuplicate", func(t *testing.T) {
-		// Sent through another node, with a different payload: it is a
-		// retry by its id, acknowledged at the original index, not applied,
-		// and the response says so.
+	t.Run("RetriedRequestIDIsReportedAsDuplicate", func(t *testing.T) {
+		// The same write retried through another node is acknowledged at
+		// the original index, not applied again, and the response says so.
 		ctx, cancel := ctxT(10 * time.Second)
 		defer cancel()
-		dup, err := n3.ic.Ingest(ctx, &pb.IngestRequest{RequestId: "seed-1", Events: []*pb.BlockEvent{stored("r-z", tenant, novel)}})
+		dup, err := n3.ic.Ingest(ctx, &pb.IngestRequest{RequestId: "seed-1", Events: []*pb.BlockEvent{
+			stored("r-a", tenant, chainA), stored("r-b", tenant, chainB), stored("r-b", "t2", chainB),
+		}})
 		if err != nil || !dup.Duplicate || dup.AppliedIndex != resp.AppliedIndex {
-			t.Fatalf("reused request id: %v %v, want duplicate at index %d", dup, err, resp.AppliedIndex)
+			t.Fatalf("retried request id: %v %v, want duplicate at index %d", dup, err, resp.AppliedIndex)
 		}
 		if resp.Duplicate {
 			t.Fatal("the first write of an id must not be reported as a duplicate")
 		}
+	})
+
+	t.Run("ReusedRequestIDWithOtherEventsIsRefused", func(t *testing.T) {
+		// The id reused for another write is not a retry: refused, with a
+		// message that says why, and nothing of it applied.
+		ctx, cancel := ctxT(10 * time.Second)
+		defer cancel()
+		_, err := n3.ic.Ingest(ctx, &pb.IngestRequest{RequestId: "seed-1", Events: []*pb.BlockEvent{stored("r-z", tenant, novel)}})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "request id reused for a different payload") {
+			t.Fatalf("reused request id: %v, want INVALID_ARGUMENT naming the reuse", err)
+		}
 		if r := lookup(t, n3, lookupReq(tenant, novel)); r.ReasonCode == pb.ReasonCode_PREFIX_MATCH {
-			t.Fatalf("the duplicate's events were applied: %v", r)
+			t.Fatalf("the refused write's events were applied: %v", r)
 		}
 	})
 

@@ -26,6 +26,11 @@ var (
 	// ErrRejected: apply refused a command (invalid policy, unknown
 	// command, a panic in the index); state is unchanged by it.
 	ErrRejected = errors.New("fsm: command rejected")
+	// ErrRequestIDReused: a command carried a request id still in the
+	// dedup window (DedupWindow ids) that was first used for a command
+	// with different bytes; it is refused (and wraps ErrRejected too), so
+	// a client bug reusing ids never silently drops a write.
+	ErrRequestIDReused = errors.New("request id reused for a different payload")
 )
 
 // IngestCommand builds an ingest command (SPEC 6).
@@ -68,7 +73,9 @@ func RestoreMarkCommand(requestID string, backupIndex, backupDigest uint64) *fsm
 // MarshalCommand encodes one command for AppendCommand (done by the
 // submitting goroutine, so the leader's batcher only concatenates bytes).
 func MarshalCommand(c *fsmpb.Command) ([]byte, error) {
-	b, err := proto.Marshal(c)
+	// Deterministic (map keys sorted): a retry must encode to the same
+	// bytes, since the dedup window compares payloads by hash.
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: encode command %q: %w", c.GetRequestId(), err)
 	}

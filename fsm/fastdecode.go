@@ -27,6 +27,12 @@ type decodedCommand struct {
 	requestID string
 	pb        *fsmpb.Command // nil for a fast-decoded ingest
 	events    []index.BlockEvent
+	// raw is the command's bytes in the log entry (aliasing it; nil when
+	// the entry's framing did not allow finding them), for payloadHash.
+	raw []byte
+	// stats is a stats command's body, converted before apply so that
+	// payloadHash and apply share one conversion.
+	stats []index.ReplicaStats
 }
 
 // decodeEntryFast returns the entry's format and commands; ok=false means
@@ -61,6 +67,7 @@ func decodeEntryFast(b []byte) (format uint32, cmds []decodedCommand, ok bool) {
 				}
 				dc = decodedCommand{requestID: c.RequestId, pb: &c}
 			}
+			dc.raw = v
 			cmds = append(cmds, dc)
 		default:
 			return 0, nil, false
@@ -258,4 +265,33 @@ func (in *interner) str(slot int, b []byte) (string, bool) {
 	s := string(b)
 	in.last[slot] = s
 	return s, true
+}
+
+// entryCommandBytes returns the raw bytes of each command (field 2) of an
+// entry in order, or nil when the framing does not parse: for the
+// generic decoding path, which proto.Unmarshal gives no raw bytes for.
+func entryCommandBytes(b []byte) [][]byte {
+	var out [][]byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		if num == 2 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil
+			}
+			out = append(out, v)
+			b = b[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+	}
+	return out
 }

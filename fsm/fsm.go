@@ -84,6 +84,7 @@ type FSM struct {
 	applied     atomic.Uint64
 	appliedTerm atomic.Uint64
 	dd          *dedup
+	hashBuf     []byte // payloadHash scratch (apply is single-threaded)
 	opts        Options
 	log         *slog.Logger
 }
@@ -166,9 +167,16 @@ func (f *FSM) applyEntry(l *raft.Log) *EntryResult {
 			return res
 		}
 		format = e.Format
+		raws := entryCommandBytes(l.Data)
+		if len(raws) != len(e.Commands) {
+			raws = nil // no payload check for this entry's commands
+		}
 		cmds = make([]decodedCommand, len(e.Commands))
 		for i, c := range e.Commands {
 			cmds[i] = decodedCommand{requestID: c.GetRequestId(), pb: c}
+			if raws != nil {
+				cmds[i].raw = raws[i]
+			}
 		}
 	}
 	res.Results = make([]Result, len(cmds))
@@ -187,8 +195,20 @@ func (f *FSM) applyEntry(l *raft.Log) *EntryResult {
 
 func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
 	r = Result{RequestID: dc.requestID, Index: idx}
+	prepareCommand(dc)
+	var hash uint64
 	if dc.requestID != "" {
+		hash, f.hashBuf = payloadHash(dc, f.hashBuf)
 		if d := f.dd.get(dc.requestID); d != nil {
+			if d.PayloadHash != 0 && hash != 0 && d.PayloadHash != hash {
+				// Not a retry: the client reused the id for another
+				// write. Taking it for one would silently drop this
+				// write; applying it would break "a request id applies
+				// once". Refuse it, on every node alike.
+				r.Err = fmt.Errorf("%w: %w: request_id %q was already used at log index %d for a different payload",
+					ErrRejected, ErrRequestIDReused, dc.requestID, d.Index)
+				return r
+			}
 			r = Result{RequestID: dc.requestID, Index: d.Index, Changed: int(d.Changed), Duplicate: true}
 			if d.Error != "" {
 				r.Err = fmt.Errorf("%w: %s", ErrRejected, d.Error)
@@ -208,26 +228,20 @@ func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
 			// index may be partly updated, identically everywhere.
 			f.log.Error("fsm: apply panicked", "index", idx, "request_id", dc.requestID, "panic", p)
 			r.Err = fmt.Errorf("%w: apply panicked: %v", ErrRejected, p)
-			f.remember(r)
+			f.remember(r, hash)
 		}
 	}()
 	ix := f.ix.Load()
-	if dc.pb == nil { // fast-decoded ingest
+	if dc.pb == nil { // ingest (fast-decoded or prepared)
 		r.Changed = ix.ApplyEvents(dc.events)
-		f.remember(r)
+		f.remember(r, hash)
 		return r
 	}
 	c := dc.pb
 	switch b := c.Body.(type) {
-	case *fsmpb.Command_Ingest:
-		r.Changed = ix.ApplyEvents(fsmpb.EventsFromPB(b.Ingest.GetEvents()))
 	case *fsmpb.Command_Stats:
-		st := make([]index.ReplicaStats, len(b.Stats.GetStats()))
-		for i, s := range b.Stats.GetStats() {
-			st[i] = fsmpb.StatsFromPB(s)
-		}
-		ix.ApplyStats(st)
-		r.Changed = len(st)
+		ix.ApplyStats(dc.stats)
+		r.Changed = len(dc.stats)
 	case *fsmpb.Command_SetPolicy:
 		p := fsmpb.PolicyFromPB(b.SetPolicy.GetPolicy())
 		p.Version = ix.Policy().Version + 1
@@ -254,15 +268,15 @@ func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
 	default:
 		r.Err = fmt.Errorf("%w: unknown command at index %d (written by a newer binary?)", ErrRejected, idx)
 	}
-	f.remember(r)
+	f.remember(r, hash)
 	return r
 }
 
-func (f *FSM) remember(r Result) {
+func (f *FSM) remember(r Result, payloadHash uint64) {
 	if r.RequestID == "" || f.dd.get(r.RequestID) != nil {
 		return
 	}
-	e := &fsmpb.DedupEntry{RequestId: r.RequestID, Index: r.Index, Changed: uint32(r.Changed)}
+	e := &fsmpb.DedupEntry{RequestId: r.RequestID, Index: r.Index, Changed: uint32(r.Changed), PayloadHash: payloadHash}
 	if r.Err != nil {
 		e.Error = r.Err.Error()
 	}

@@ -32,7 +32,7 @@ type logBuilder struct {
 	logs []*raft.Log
 }
 
-func (b *logBuilder) add(t *testing.T, cmds ...*fsmpb.Command) *raft.Log {
+func (b *logBuilder) add(t testing.TB, cmds ...*fsmpb.Command) *raft.Log {
 	t.Helper()
 	data, err := EncodeEntry(cmds...)
 	if err != nil {
@@ -109,13 +109,97 @@ func TestApply_RetriedRequestIDAppliesOnce(t *testing.T) {
 	b := &logBuilder{}
 	r1 := f.Apply(b.add(t, IngestCommand("same", events("a", 1, 4, 10)))).(*EntryResult).Results[0]
 	_, d1 := f.Digest()
-	r2 := f.Apply(b.add(t, IngestCommand("same", events("a", 50, 4, 10)))).(*EntryResult).Results[0]
+	r2 := f.Apply(b.add(t, IngestCommand("same", events("a", 1, 4, 10)))).(*EntryResult).Results[0]
 	_, d2 := f.Digest()
-	if r1.Duplicate || !r2.Duplicate || r2.Index != r1.Index || d1 != d2 {
+	if r1.Duplicate || !r2.Duplicate || r2.Index != r1.Index || r2.Err != nil || d1 != d2 {
 		t.Fatalf("first %+v second %+v digests %x %x", r1, r2, d1, d2)
 	}
 	if f.AppliedIndex() != 2 {
 		t.Fatalf("applied %d", f.AppliedIndex())
+	}
+}
+
+// A request id reused for other bytes is not a retry: taking it for one
+// would drop the write silently. It is refused, changes nothing, and the
+// original stays remembered (its own retry is still a duplicate).
+func TestApply_ReusedRequestIDWithOtherPayloadIsRefused(t *testing.T) {
+	stats := func(rate float64) *fsmpb.Command {
+		return StatsCommand("st", []index.ReplicaStats{{ReplicaID: "a", Pressure: 0.5,
+			TenantHitRate: map[string]float64{"t1": rate, "t2": 0.1, "t3": 0.2, "t4": 0.3}}})
+	}
+	for _, c := range []struct {
+		name          string
+		first, reused *fsmpb.Command
+	}{
+		{"ingest, other blocks", IngestCommand("same", events("a", 1, 4, 10)), IngestCommand("same", events("a", 50, 4, 10))},
+		{"ingest, other replica", IngestCommand("same", events("a", 1, 4, 10)), IngestCommand("same", events("b", 1, 4, 10))},
+		{"stats", stats(0.5), stats(0.9)},
+		{"policy", SetPolicyCommand("p", policy.Default()), func() *fsmpb.Command {
+			p := policy.Default()
+			p.MinimumMatchedTokens++
+			return SetPolicyCommand("p", p)
+		}()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := New(policy.Default(), Options{})
+			b := &logBuilder{}
+			r1 := f.Apply(b.add(t, c.first)).(*EntryResult).Results[0]
+			_, d1 := f.Digest()
+			r2 := f.Apply(b.add(t, c.reused)).(*EntryResult).Results[0]
+			_, d2 := f.Digest()
+			if !errors.Is(r2.Err, ErrRequestIDReused) || !errors.Is(r2.Err, ErrRejected) || r2.Duplicate || d1 != d2 {
+				t.Fatalf("reused id: %+v (digest %x → %x); want ErrRequestIDReused and no change", r2, d1, d2)
+			}
+			r3 := f.Apply(b.add(t, c.first)).(*EntryResult).Results[0]
+			if !r3.Duplicate || r3.Index != r1.Index || r3.Err != nil {
+				t.Fatalf("retry of the original after a refused reuse: %+v", r3)
+			}
+		})
+	}
+}
+
+// The receiving node stamps observed_at_ms = 0 with its own clock, so a
+// retry through another node (or later) carries another timestamp: it is
+// still the same write.
+func TestApply_RetryWithAnotherServerTimestampIsADuplicate(t *testing.T) {
+	f := New(policy.Default(), Options{})
+	b := &logBuilder{}
+	st := func(at int64) *fsmpb.Command {
+		return StatsCommand("st", []index.ReplicaStats{{ReplicaID: "a", Pressure: 0.5, TenantHitRate: map[string]float64{"t": 0.2}, ObservedAtMs: at}})
+	}
+	for _, pair := range [][2]*fsmpb.Command{
+		{IngestCommand("in", events("a", 1, 4, 1_000)), IngestCommand("in", events("a", 1, 4, 2_000))},
+		{st(1_000), st(2_000)},
+	} {
+		r1 := f.Apply(b.add(t, pair[0])).(*EntryResult).Results[0]
+		r2 := f.Apply(b.add(t, pair[1])).(*EntryResult).Results[0]
+		if r1.Duplicate || !r2.Duplicate || r2.Err != nil || r2.Index != r1.Index {
+			t.Fatalf("%s: first %+v retry %+v; want the retry a duplicate", r1.RequestID, r1, r2)
+		}
+	}
+}
+
+// Map fields encode in random order unless marshalled deterministically;
+// a retried stats command must encode to the same bytes or it would be
+// refused as a reuse.
+func TestMarshalCommand_IsDeterministicForMaps(t *testing.T) {
+	rates := map[string]float64{}
+	for i := 0; i < 64; i++ {
+		rates[fmt.Sprintf("tenant-%d", i)] = float64(i) / 64
+	}
+	c := StatsCommand("s", []index.ReplicaStats{{ReplicaID: "a", TenantHitRate: rates}})
+	first, err := MarshalCommand(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		again, err := MarshalCommand(StatsCommand("s", []index.ReplicaStats{{ReplicaID: "a", TenantHitRate: rates}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(first, again) {
+			t.Fatal("the same stats command encoded to different bytes")
+		}
 	}
 }
 
@@ -185,11 +269,16 @@ func TestRestore_DiscardsPreviousStateAndKeepsDedup(t *testing.T) {
 	if dst.DedupLen() != src.DedupLen() {
 		t.Fatalf("dedup %d vs %d", dst.DedupLen(), src.DedupLen())
 	}
-	// the dedup window came with the snapshot: r1 is a duplicate, zzz is not
+	// the dedup window came with the snapshot: r1 (retried with its bytes) is a duplicate, zzz is not
 	b := &logBuilder{idx: 100}
-	res := dst.Apply(b.add(t, IngestCommand("r1", events("a", 1, 1, 1)), IngestCommand("zzz", events("x", 1, 1, 1)))).(*EntryResult)
+	res := dst.Apply(b.add(t, IngestCommand("r1", events("a", 100, 8, 1_000)), IngestCommand("zzz", events("x", 1, 1, 1)))).(*EntryResult)
 	if !res.Results[0].Duplicate || res.Results[1].Duplicate {
 		t.Fatalf("dedup after restore: %+v", res.Results)
+	}
+	// ... and so did the payload hashes: r1 reused for other events is refused.
+	res = dst.Apply(b.add(t, IngestCommand("r1", events("a", 7, 2, 1_000)))).(*EntryResult)
+	if !errors.Is(res.Results[0].Err, ErrRequestIDReused) {
+		t.Fatalf("reuse after restore: %+v", res.Results[0])
 	}
 }
 

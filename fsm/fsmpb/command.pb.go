@@ -1035,6 +1035,12 @@ type DedupEntry struct {
 	Changed       uint32                 `protobuf:"varint,3,opt,name=changed,proto3" json:"changed,omitempty"`
 	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	PolicyVersion uint64                 `protobuf:"varint,5,opt,name=policy_version,json=policyVersion,proto3" json:"policy_version,omitempty"`
+	// payload_hash is the xxh3 hash of the command's bytes as they stood in
+	// the log entry (request id included), never 0: a later command reusing
+	// the request id with other bytes is refused instead of being taken for
+	// a retry. 0 in snapshots written before the field existed: unknown,
+	// any payload counts as a retry.
+	PayloadHash   uint64 `protobuf:"fixed64,6,opt,name=payload_hash,json=payloadHash,proto3" json:"payload_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1100,6 +1106,13 @@ func (x *DedupEntry) GetError() string {
 func (x *DedupEntry) GetPolicyVersion() uint64 {
 	if x != nil {
 		return x.PolicyVersion
+	}
+	return 0
+}
+
+func (x *DedupEntry) GetPayloadHash() uint64 {
+	if x != nil {
+		return x.PayloadHash
 	}
 	return 0
 }
@@ -1185,7 +1198,7 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\x14backup_applied_index\x18\x01 \x01(\x04R\x12backupAppliedIndex\x12#\n" +
 	"\rbackup_digest\x18\x02 \x01(\x04R\fbackupDigest\"D\n" +
 	"\x05Dedup\x12;\n" +
-	"\aentries\x18\x01 \x03(\v2!.inferencecache.fsm.v1.DedupEntryR\aentries\"\x98\x01\n" +
+	"\aentries\x18\x01 \x03(\v2!.inferencecache.fsm.v1.DedupEntryR\aentries\"\xbb\x01\n" +
 	"\n" +
 	"DedupEntry\x12\x1d\n" +
 	"\n" +
@@ -1193,7 +1206,8 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x18\n" +
 	"\achanged\x18\x03 \x01(\rR\achanged\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12%\n" +
-	"\x0epolicy_version\x18\x05 \x01(\x04R\rpolicyVersionB6Z4github.com/inference-cache/inference-cache/fsm/fsmpbb\x06proto3"
+	"\x0epolicy_version\x18\x05 \x01(\x04R\rpolicyVersion\x12!\n" +
+	"\fpayload_hash\x18\x06 \x01(\x06R\vpayloadHashB6Z4github.com/inference-cache/inference-cache/fsm/fsmpbb\x06proto3"
 
 var (
 	file_fsm_fsmpb_command_proto_rawDescOnce sync.Once

@@ -643,8 +643,10 @@ type IngestRequest struct {
 	// request_id identifies a write for de-duplication of retries (SPEC 8);
 	// empty = the server assigns one. Use a fresh id per logical write: an id
 	// already applied within the de-duplication window (the last 131,072
-	// writes) is taken as a retry, acknowledged with the original applied
-	// index, and its events are not applied again.
+	// writes) with the same events is taken as a retry, acknowledged with the
+	// original applied index, and its events are not applied again; with
+	// other events it is refused with INVALID_ARGUMENT ("request id reused
+	// for a different payload") and nothing is applied.
 	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

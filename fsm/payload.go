@@ -1,0 +1,127 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"math"
+	"sort"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/index"
+)
+
+// The dedup window remembers, with each request id, a hash of what the
+// command asked for, so that an id reused for a different write is refused
+// instead of being taken for a retry (which would drop the write
+// silently). A retry must hash the same although the server may have
+// stamped it afresh: the API fills observed_at_ms = 0 with the receiving
+// node's clock, so a retry of such a write carries another timestamp.
+// Ingest and stats commands are therefore hashed over their content
+// without ObservedAtMs, in a fixed encoding of our own (not the protobuf
+// bytes, whose map order and field set depend on the encoder); other
+// commands carry server-made request ids and are hashed over their bytes.
+// The hash is the same on every node since it depends only on the log
+// entry.
+
+// prepareCommand converts a generic ingest command into the fast path's
+// events and a stats command into index stats, once, for both payloadHash
+// and apply.
+func prepareCommand(dc *decodedCommand) {
+	if dc.pb == nil {
+		return
+	}
+	switch b := dc.pb.Body.(type) {
+	case *fsmpb.Command_Ingest:
+		dc.events = fsmpb.EventsFromPB(b.Ingest.GetEvents())
+		dc.pb = nil
+	case *fsmpb.Command_Stats:
+		dc.stats = make([]index.ReplicaStats, len(b.Stats.GetStats()))
+		for i, s := range b.Stats.GetStats() {
+			dc.stats[i] = fsmpb.StatsFromPB(s)
+		}
+	}
+}
+
+// payloadHash is the dedup fingerprint of a prepared command, never 0
+// except when it is unknown (a non-ingest, non-stats command whose raw
+// bytes were not found), which skips the check. buf is scratch space,
+// returned for reuse.
+func payloadHash(dc *decodedCommand, buf []byte) (uint64, []byte) {
+	var h uint64
+	switch {
+	case dc.pb == nil:
+		buf = appendEvents(buf[:0], dc.events)
+		h = xxh3.Hash(buf)
+	case dc.stats != nil:
+		buf = appendStats(buf[:0], dc.stats)
+		h = xxh3.Hash(buf)
+	case dc.raw != nil:
+		h = xxh3.Hash(dc.raw)
+	default:
+		return 0, buf
+	}
+	if h == 0 {
+		h = 1
+	}
+	return h, buf
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// appendEvents encodes events without ObservedAtMs.
+func appendEvents(b []byte, evs []index.BlockEvent) []byte {
+	b = append(b, 'E')
+	b = binary.AppendUvarint(b, uint64(len(evs)))
+	for i := range evs {
+		e := &evs[i]
+		b = append(b, byte(e.Kind))
+		b = appendString(b, e.ReplicaID)
+		b = appendString(b, e.Partition.Scheme)
+		b = appendString(b, e.Partition.Model)
+		b = appendString(b, e.Partition.Tenant)
+		b = appendString(b, e.Partition.Adapter)
+		b = binary.AppendUvarint(b, uint64(len(e.BlockHashes)))
+		for _, h := range e.BlockHashes {
+			b = binary.LittleEndian.AppendUint64(b, h)
+		}
+		b = binary.AppendUvarint(b, uint64(len(e.BlockTokenCounts)))
+		for _, c := range e.BlockTokenCounts {
+			b = binary.AppendUvarint(b, uint64(c))
+		}
+		b = binary.AppendUvarint(b, uint64(e.PrefixTokensBefore))
+	}
+	return b
+}
+
+// appendStats encodes stats without ObservedAtMs, map keys sorted.
+func appendStats(b []byte, st []index.ReplicaStats) []byte {
+	b = append(b, 'S')
+	b = binary.AppendUvarint(b, uint64(len(st)))
+	var keys []string
+	for i := range st {
+		s := &st[i]
+		b = appendString(b, s.ReplicaID)
+		b = appendString(b, s.ModelID)
+		b = appendString(b, s.Endpoint)
+		b = binary.AppendUvarint(b, uint64(len(s.HashSchemes)))
+		for _, h := range s.HashSchemes {
+			b = appendString(b, h)
+		}
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.Pressure))
+		keys = keys[:0]
+		for k := range s.TenantHitRate {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b = binary.AppendUvarint(b, uint64(len(keys)))
+		for _, k := range keys {
+			b = appendString(b, k)
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.TenantHitRate[k]))
+		}
+	}
+	return b
+}
