@@ -121,15 +121,11 @@ func gossipNode(t *testing.T, name string, keys [][]byte) (*memberlist.Memberlis
 	return ml, n
 }
 
+// gossipKey is a 32-byte key of b repeated.
+func gossipKey(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+
 func TestGossipKeys_OnlyMembersWithAMatchingKeyJoin(t *testing.T) {
-	k := func(b byte) []byte {
-		key := make([]byte, 32)
-		for i := range key {
-			key[i] = b
-		}
-		return key
-	}
-	k1, k2 := k(1), k(2)
+	k1, k2 := gossipKey(1), gossipKey(2)
 	seed := gossipMember(t, "seed", [][]byte{k1})
 	addr := seed.LocalNode().Address()
 	cases := []struct {
@@ -166,14 +162,7 @@ func TestGossipKeys_OnlyMembersWithAMatchingKeyJoin(t *testing.T) {
 // holding only the new key joins and is gossiped to everyone, and one
 // holding only the old key is refused.
 func TestSetGossipKeys_RotatesWithoutRestart(t *testing.T) {
-	k := func(b byte) []byte {
-		key := make([]byte, 32)
-		for i := range key {
-			key[i] = b
-		}
-		return key
-	}
-	oldK, newK := k(1), k(2)
+	oldK, newK := gossipKey(1), gossipKey(2)
 	seed, seedN := gossipNode(t, "seed", [][]byte{oldK})
 	m, mN := gossipNode(t, "m", [][]byte{oldK})
 	if _, err := m.Join([]string{seed.LocalNode().Address()}); err != nil {
