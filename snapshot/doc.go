@@ -10,7 +10,25 @@
 //
 // The framing lets a reader detect truncation (the body or trailer ends
 // early: ErrTruncated) and corruption in transit (ErrCorrupt) before bbolt
-// ever maps the file, so a damaged file can never fault the process.
+// ever maps the file.
+//
+// The frame's XXH3 is not a MAC: a crafted body with a matching checksum
+// reaches bbolt, and bbolt trusts the file's page graph. A branch element
+// pointing back at its own page or an ancestor makes bbolt's cursor
+// descend forever (its stack grows until the process runs out of memory,
+// a fatal error no recover catches), and a deep enough chain overflows
+// the goroutine stack; bbolt's tx.Check has no cycle detection either.
+// So before bbolt opens the body, Read and Inspect walk its page graph
+// themselves from bbolt's documented on-disk layout (pagecheck.go): the
+// meta page bbolt would use, then every bucket tree with a visited set,
+// refusing as ErrCorrupt (naming the page) a page reached twice, a page id
+// beyond the high-water mark or the file, a header that names another
+// page, wrong page flags, an element, key or value outside its page, a
+// malformed inline bucket, or a tree or bucket nesting deeper than a
+// fixed bound. The walk reads only page, element and bucket headers, so
+// its cost is a small fraction of a Read (BenchmarkRead_PageCheck).
+// Memory faults and bbolt's own panics on what the walk does not cover
+// (guard.go) still become ErrCorrupt.
 //
 // Inside the bbolt file:
 //

@@ -136,6 +136,12 @@ func open(r io.Reader, tmpDir string) (*bbolt.DB, Meta, func(), error) {
 		return nil, m, nil, fmt.Errorf("%w: unexpected bytes after the trailer at byte %d", ErrCorrupt, m.StreamBytes)
 	}
 
+	// bbolt follows page ids without cycle or depth checks; a crafted body
+	// could make it loop or recurse until the process dies (pagecheck.go).
+	if err := checkPages(path); err != nil {
+		rm()
+		return nil, m, nil, err
+	}
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		rm()
