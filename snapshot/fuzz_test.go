@@ -66,11 +66,10 @@ func snapshotSeeds(t testing.TB) [][]byte {
 }
 
 // branchySeed is the stream of an index with many partitions and
-// replicas, small enough to fuzz (a 64 KiB body once cut at the
-// high-water mark, bodySeeds), whose partitions bucket
-// is a branch page over leaf pages and whose replicas bucket is a page of
-// its own: the page walk has more than inline buckets and one leaf to
-// work on.
+// replicas, small enough to fuzz (a 64 KiB body once bodySeeds cuts it at
+// the high-water mark), whose partitions and replicas buckets are branch
+// pages over leaf pages: the page walk has more than inline buckets and
+// one leaf to work on.
 func branchySeed(t testing.TB) []byte {
 	ix := index.New(policy.Default())
 	for i := range 400 {

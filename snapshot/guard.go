@@ -12,7 +12,9 @@ import (
 // block decoder goroutine therefore turn faults into panics
 // (debug.SetPanicOnFault, per goroutine) and panics into ErrCorrupt. A
 // refused file of that kind may leave its temporary file behind (the node
-// clears its tmp directory at start).
+// clears its tmp directory at start). The page-graph check (pagecheck.go)
+// now refuses such pages before bbolt opens the file; the guard stays for
+// whatever reaches bbolt anyway.
 
 // faultGuard makes a memory fault in the calling goroutine a panic; the
 // returned func restores the previous setting.
