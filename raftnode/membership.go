@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log"
 	"log/slog"
 	"net"
 	"slices"
@@ -144,10 +142,7 @@ func (n *Node) startGossip() error {
 	mc.Delegate = delegate{n}
 	mc.Events = events{n}
 	mc.LogOutput = nil
-	mc.Logger = log.New(io.Discard, "", 0)
-	if n.log.Enabled(context.Background(), slog.LevelDebug) {
-		mc.Logger = slog.NewLogLogger(n.log.With("component", "memberlist").Handler(), slog.LevelDebug)
-	}
+	mc.Logger = n.memberlistLogger()
 	if err := n.gossipEncryption(mc); err != nil {
 		return err
 	}
@@ -167,13 +162,20 @@ func splitHostPort(a string) (string, int, error) {
 	return h, port, err
 }
 
+// A gossip join still failing joinQuietFor after start is logged as a
+// warning, at most once per joinWarnEvery.
+const (
+	joinQuietFor  = 10 * time.Second
+	joinWarnEvery = 30 * time.Second
+)
+
 // membershipLoop joins the gossip pool, bootstraps when asked to, keeps
 // the advertised "has Raft state" flag current and, on the leader,
 // reconciles the Raft configuration with gossip.
 func (n *Node) membershipLoop() {
 	defer n.wg.Done()
 	joined := len(n.cfg.Join) == 0
-	lastJoin := time.Time{}
+	lastJoin, lastJoinWarn := time.Time{}, time.Time{}
 	t := time.NewTicker(bootstrapPoll)
 	defer t.Stop()
 	lastReconcile := time.Time{}
@@ -193,7 +195,14 @@ func (n *Node) membershipLoop() {
 				joined = true
 				n.log.Info("raftnode: joined gossip", "contacted", k)
 			} else if err != nil {
-				n.log.Debug("raftnode: gossip join failed, retrying", "join", n.cfg.Join, "err", err)
+				// Peers not up yet is normal at first boot; still
+				// failing after joinQuietFor is worth an operator's
+				// attention (a wrong gossip key says so here).
+				lvl := slog.LevelDebug
+				if time.Since(n.started) > joinQuietFor && time.Since(lastJoinWarn) >= joinWarnEvery {
+					lvl, lastJoinWarn = slog.LevelWarn, time.Now()
+				}
+				n.log.Log(context.Background(), lvl, "raftnode: gossip join failed, retrying", "join", n.cfg.Join, "err", err)
 			}
 		}
 		if !n.hasState.Load() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"os"
@@ -288,19 +289,35 @@ func (c *Config) fill() error {
 // record, not an INFO line with the level in its text), with raft's
 // key/value pairs as attributes.
 func (n *Node) hclog() hclog.Logger {
-	// The base logger writes nowhere; its level only answers raft's
-	// IsDebug-style questions. The sink does the writing.
+	return n.interceptLogger("raft", n.cfg.RaftLogLevel)
+}
+
+// memberlistLogger adapts cfg.Logger for memberlist, which logs through a
+// *log.Logger with the level in the text ("[ERR] memberlist: ..."): hclog
+// infers each line's level from that prefix, so a gossip failure such as
+// "no installed keys could decrypt the message" is a WARN/ERROR record at
+// the default log level, not hidden at DEBUG.
+func (n *Node) memberlistLogger() *log.Logger {
+	return n.interceptLogger("memberlist", slog.LevelDebug).StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+}
+
+// interceptLogger is an hclog.Logger named name whose records at or above
+// min go to cfg.Logger (which applies its own level too).
+func (n *Node) interceptLogger(name string, min slog.Level) hclog.InterceptLogger {
+	// The base logger writes nowhere; its level only answers IsDebug-style
+	// questions and drops what the sink would drop anyway. The sink does
+	// the writing.
 	lvl := hclog.Warn
 	switch {
-	case n.cfg.RaftLogLevel <= slog.LevelDebug:
+	case min <= slog.LevelDebug:
 		lvl = hclog.Debug
-	case n.cfg.RaftLogLevel <= slog.LevelInfo:
+	case min <= slog.LevelInfo:
 		lvl = hclog.Info
-	case n.cfg.RaftLogLevel >= slog.LevelError:
+	case min >= slog.LevelError:
 		lvl = hclog.Error
 	}
-	il := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: "raft", Level: lvl, Output: io.Discard})
-	il.RegisterSink(slogSink{log: n.log, min: n.cfg.RaftLogLevel})
+	il := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: name, Level: lvl, Output: io.Discard})
+	il.RegisterSink(slogSink{log: n.log, min: min})
 	return il
 }
 

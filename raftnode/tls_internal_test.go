@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +219,30 @@ func TestSetGossipKeys_RefusalsLeaveTheKeyringAsItWas(t *testing.T) {
 	_, plain := gossipNode(t, "b", nil)
 	if err := plain.SetGossipKeys([][]byte{key}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "off") {
 		t.Errorf("node without gossip encryption: err = %v, want ErrInvalid saying encryption is off", err)
+	}
+}
+
+// memberlist logs through a *log.Logger with the level in the text; those
+// lines must arrive at their own level (a wrong gossip key is an [ERR]
+// line, which at the default level used to be dropped as DEBUG).
+func TestMemberlistLogger_KeepsMemberlistLevels(t *testing.T) {
+	var buf bytes.Buffer
+	n := &Node{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	ml := n.memberlistLogger()
+	ml.Printf("[ERR] memberlist: failed to join 127.0.0.1:1: no installed keys could decrypt the message")
+	ml.Printf("[WARN] memberlist: refuting a suspect message")
+	ml.Printf("[DEBUG] memberlist: stream connection from=127.0.0.1:2")
+	out := buf.String()
+	for _, want := range []string{
+		`level=ERROR msg="memberlist: failed to join 127.0.0.1:1: no installed keys could decrypt the message"`,
+		`level=WARN msg="memberlist: refuting a suspect message"`,
+		"component=memberlist",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "stream connection") {
+		t.Errorf("a [DEBUG] line passed an info-level logger:\n%s", out)
 	}
 }

@@ -2,7 +2,9 @@ package tlsconfig
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -26,7 +28,7 @@ func NewSecretFile(path string, opts Options) (*SecretFile, error) {
 	opts.fill()
 	s := &SecretFile{path: path, w: &watcher{opts: opts, paths: []string{path}}}
 	st, _ := s.w.changed()
-	lines, err := readLines(path)
+	lines, err := readLines(path, "secret file")
 	if err != nil {
 		return nil, err
 	}
@@ -50,10 +52,12 @@ func StaticSecrets(secrets ...string) *SecretFile {
 	return s
 }
 
-func readLines(path string) ([][]byte, error) {
+// readLines reads the non-empty, non-comment, trimmed lines of path; what
+// names the file's kind in errors ("secret file", "gossip key file").
+func readLines(path, what string) ([][]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: secret file: %v", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrConfig, what, err)
 	}
 	var out [][]byte
 	for _, l := range bytes.Split(b, []byte("\n")) {
@@ -62,7 +66,7 @@ func readLines(path string) ([][]byte, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: secret file %s holds no secret", ErrConfig, path)
+		return nil, fmt.Errorf("%w: %s %s holds no key or secret (only blank or # comment lines)", ErrConfig, what, path)
 	}
 	return out, nil
 }
@@ -72,7 +76,7 @@ func readLines(path string) ([][]byte, error) {
 func (s *SecretFile) Secrets() [][]byte {
 	if s.w != nil {
 		if st, ok := s.w.changed(); ok {
-			lines, err := readLines(s.path)
+			lines, err := readLines(s.path, "secret file")
 			if err != nil {
 				s.w.opts.Logger.Warn("secret file changed but does not load; keeping the previous secrets", "file", s.path, "err", err)
 			} else {
@@ -146,10 +150,13 @@ func (g *GossipKeyFile) Reload() (keys [][]byte, changed bool) {
 		same = bytes.Equal(prev[i], next[i])
 	}
 	if same {
+		// Say so: after a warning about a bad file, this is the
+		// operator's confirmation that the fixed file is in force.
+		g.w.opts.Logger.Info("gossip key file re-read; the keys in force are unchanged", "file", g.path, "keys", len(next), "primary", KeyFingerprint(next[0]))
 		return prev, false
 	}
 	g.cur.Store(&next)
-	g.w.opts.Logger.Info("gossip key file reloaded", "file", g.path, "keys", len(next))
+	g.w.opts.Logger.Info("gossip key file reloaded", "file", g.path, "keys", len(next), "primary", KeyFingerprint(next[0]))
 	return next, true
 }
 
@@ -159,7 +166,7 @@ func (g *GossipKeyFile) Reload() (keys [][]byte, changed bool) {
 // used to encrypt; every line is accepted to decrypt, which allows a
 // rolling key change. Errors wrap ErrConfig and never quote a key.
 func ReadGossipKeys(path string) ([][]byte, error) {
-	lines, err := readLines(path)
+	lines, err := readLines(path, "gossip key file")
 	if err != nil {
 		return nil, err
 	}
@@ -167,14 +174,27 @@ func ReadGossipKeys(path string) ([][]byte, error) {
 	for i, l := range lines {
 		k, err := base64.StdEncoding.DecodeString(string(l))
 		if err != nil {
-			return nil, fmt.Errorf("%w: gossip key file %s line %d is not base64", ErrConfig, path, i+1)
+			return nil, fmt.Errorf("%w: gossip key file %s: key %d (blank and # lines not counted) is not base64", ErrConfig, path, i+1)
 		}
 		switch len(k) {
 		case 16, 24, 32:
 		default:
-			return nil, fmt.Errorf("%w: gossip key file %s line %d decodes to %d bytes; want 16, 24 or 32", ErrConfig, path, i+1, len(k))
+			return nil, fmt.Errorf("%w: gossip key file %s: key %d (blank and # lines not counted) decodes to %d bytes; want 16, 24 or 32", ErrConfig, path, i+1, len(k))
 		}
-		keys = append(keys, k)
+		dup := false
+		for _, o := range keys {
+			dup = dup || bytes.Equal(o, k)
+		}
+		if !dup { // a key listed twice is one key in the keyring
+			keys = append(keys, k)
+		}
 	}
 	return keys, nil
+}
+
+// KeyFingerprint names a key in logs without revealing it: the first 8
+// hex digits of its SHA-256.
+func KeyFingerprint(k []byte) string {
+	sum := sha256.Sum256(k)
+	return hex.EncodeToString(sum[:4])
 }

@@ -139,6 +139,9 @@ type watcher struct {
 	mu        sync.Mutex
 	stamps    []fileStamp
 	nextCheck atomic.Int64 // unix ns
+	// missing counts consecutive checks that could not stat a file; the
+	// second one is logged (a rename gap lasts less than one interval).
+	missing int
 }
 
 // changed reports whether any file's stamp differs from the last load;
@@ -158,8 +161,14 @@ func (w *watcher) changed() ([]fileStamp, bool) {
 	for i, p := range w.paths {
 		s, err := stamp(p)
 		if err != nil {
-			// A file briefly missing during an atomic rename: keep the
-			// old material and look again next interval.
+			// A file briefly missing while it is replaced: keep the old
+			// material and look again next interval. Still missing at
+			// the next check: say so once, since a deleted file would
+			// otherwise go unnoticed until the next restart fails.
+			w.missing++
+			if w.missing == 2 {
+				w.opts.Logger.Warn("watched file cannot be read; keeping what was loaded from it", "file", p, "err", err)
+			}
 			return nil, false
 		}
 		cur[i] = s
@@ -167,6 +176,10 @@ func (w *watcher) changed() ([]fileStamp, bool) {
 			diff = true
 		}
 	}
+	if w.missing >= 2 {
+		w.opts.Logger.Info("watched files readable again", "files", w.paths)
+	}
+	w.missing = 0
 	return cur, diff
 }
 

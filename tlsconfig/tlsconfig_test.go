@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -331,5 +332,49 @@ func TestGossipKeyFile_ReloadReportsNewKeysAndKeepsOldOnBadFile(t *testing.T) {
 	}
 	if _, err := tlsconfig.NewGossipKeyFile(filepath.Join(t.TempDir(), "none"), tlsconfig.Options{}); !errors.Is(err, tlsconfig.ErrConfig) {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// What an operator sees in the log during a rotation: a deleted file is
+// reported (once), a file fixed back to the keys in force is confirmed,
+// a key listed twice counts once, and keys are named by fingerprint only.
+func TestGossipKeyFile_LogsWhatTheOperatorNeeds(t *testing.T) {
+	var logBuf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logBuf, nil))
+	p := filepath.Join(t.TempDir(), "gossip.keys")
+	k := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	os.WriteFile(p, []byte(k+"\n"+k+"\n"), 0o600)
+	g, err := tlsconfig.NewGossipKeyFile(p, tlsconfig.Options{CheckInterval: -1, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(g.Keys()); n != 1 {
+		t.Fatalf("a key listed twice gave %d keys, want 1", n)
+	}
+	os.Remove(p)
+	for i := 0; i < 4; i++ {
+		if _, changed := g.Reload(); changed {
+			t.Fatal("a deleted file changed the keys")
+		}
+	}
+	if c := strings.Count(logBuf.String(), "watched file cannot be read"); c != 1 {
+		t.Fatalf("deleted file logged %d times, want once:\n%s", c, logBuf.String())
+	}
+	os.WriteFile(p, []byte(k+"\n"), 0o600)
+	if _, changed := g.Reload(); changed {
+		t.Fatal("the same key re-written changed the keys")
+	}
+	out := logBuf.String()
+	fp := tlsconfig.KeyFingerprint(bytes.Repeat([]byte{7}, 32))
+	for _, want := range []string{"watched files readable again", "the keys in force are unchanged", "primary=" + fp} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, k) {
+		t.Error("a key appeared in the log")
+	}
+	if len(fp) != 8 || fp == tlsconfig.KeyFingerprint(bytes.Repeat([]byte{8}, 32)) {
+		t.Errorf("fingerprint %q: want 8 hex digits that differ between keys", fp)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -65,6 +66,9 @@ run restarts the same cluster (delete --dir to start empty).`,
 					data: filepath.Join(dir, "node"+strconv.Itoa(i+1)), logPath: filepath.Join(dir, "node"+strconv.Itoa(i+1)+".log")})
 			}
 			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			if err := checkDevLayout(dir, host, basePort, nodes); err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -217,4 +221,27 @@ func stopDev(ns []*devNode, out interface{ Write([]byte) (int, error) }) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// devLayoutFile records, in a dev cluster's --dir, the addresses its Raft
+// configuration was made with.
+const devLayoutFile = "dev-layout"
+
+// checkDevLayout refuses to restart a dev cluster's data on other
+// addresses: Raft keeps its peers' addresses in its stored configuration,
+// so the nodes would vote for peers at the old ports forever and no
+// leader would ever be elected. A new --dir (or an emptied one) records
+// the layout for next time.
+func checkDevLayout(dir, host string, basePort, nodes int) error {
+	want := fmt.Sprintf("host=%s base-port=%d nodes=%d\n", host, basePort, nodes)
+	path := filepath.Join(dir, devLayoutFile)
+	b, err := os.ReadFile(path)
+	if err == nil && string(b) != want {
+		return fmt.Errorf("--dir %s holds a cluster made with %s; its Raft configuration keeps those addresses, so restart it with the same --host, --base-port and --nodes, or delete %s to start an empty cluster",
+			dir, strings.TrimSpace(string(b)), dir)
+	}
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return os.WriteFile(path, []byte(want), 0o644)
 }

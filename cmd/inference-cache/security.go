@@ -215,6 +215,6 @@ func watchGossipKeys(ctx context.Context, f *tlsconfig.GossipKeyFile, node *raft
 			log.Warn("gossip keys not applied; the previous keys stay in force", "err", err)
 			continue
 		}
-		log.Info("gossip keys applied", "keys", len(keys))
+		log.Info("gossip keys applied", "keys", len(keys), "primary", tlsconfig.KeyFingerprint(keys[0]))
 	}
 }

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// A dev cluster's data restarted on other ports would never elect a
+// leader (Raft keeps the old peer addresses): the second layout is refused
+// with a message that says what the data was made with and what to do.
+func TestCheckDevLayout_RefusesOtherAddressesForExistingData(t *testing.T) {
+	dir := t.TempDir()
+	if err := checkDevLayout(dir, "127.0.0.1", 41000, 3); err != nil {
+		t.Fatalf("new dir: %v", err)
+	}
+	if err := checkDevLayout(dir, "127.0.0.1", 41000, 3); err != nil {
+		t.Fatalf("same layout again: %v", err)
+	}
+	for _, c := range []struct {
+		host        string
+		port, nodes int
+	}{
+		{"127.0.0.1", 42000, 3},
+		{"127.0.0.1", 41000, 5},
+		{"0.0.0.0", 41000, 3},
+	} {
+		err := checkDevLayout(dir, c.host, c.port, c.nodes)
+		if err == nil || !strings.Contains(err.Error(), "base-port=41000") || !strings.Contains(err.Error(), "delete "+dir) {
+			t.Errorf("%+v: err = %v; want a refusal naming the stored layout and the way out", c, err)
+		}
+	}
+}
