@@ -10,6 +10,7 @@ package index
 // mismatched lengths, zero token counts, unknown kind) are skipped. It
 // returns how many events changed state.
 func (ix *Index) ApplyEvents(evs []BlockEvent) int {
+	ix.reclaimViews()
 	n := 0
 	for i := range evs {
 		ev := &evs[i]
@@ -106,8 +107,9 @@ func (ix *Index) applyStored(ev *BlockEvent) bool {
 		cnt := ev.BlockTokenCounts[i]
 		cum = satAdd(cum, cnt)
 		mx := keyMix(pe.id, h)
-		s := &ix.shards[shardOf(mx)]
-		d := ix.lockW(s)
+		si := shardOf(mx)
+		s := &ix.shards[si]
+		d := ix.lockW(si)
 		bi, slot := d.find(pe.id, h, mx)
 		if bi < 0 {
 			if bi = d.insertBlock(pe.id, h, mx, slot, cnt, cum); bi < 0 {
@@ -119,6 +121,7 @@ func (ix *Index) applyStored(ev *BlockEvent) bool {
 			changed = true
 		} else if b := &d.blocks[bi]; b.tokens != cnt || b.cum != cum {
 			// The newest report of a block's counts wins.
+			d.pre(bi)
 			d.digest -= blockDigest(pe.hash, h, b.tokens, b.cum, b.access)
 			b.tokens, b.cum = cnt, cum
 			d.digest += blockDigest(pe.hash, h, b.tokens, b.cum, b.access)
@@ -133,6 +136,7 @@ func (ix *Index) applyStored(ev *BlockEvent) bool {
 			found = true
 			// last_seen only moves forward, so replays are idempotent.
 			if old := resSeen(r); seen > old {
+				d.pre(bi)
 				d.digest -= residencyDigest(pe.hash, h, repH, old)
 				rs[j] = packRes(rep, seen)
 				d.digest += residencyDigest(pe.hash, h, repH, seen)
@@ -164,8 +168,9 @@ func (ix *Index) applyRemoved(ev *BlockEvent) bool {
 	var dRes, dBlk int64
 	for _, h := range ev.BlockHashes {
 		mx := keyMix(pe.id, h)
-		s := &ix.shards[shardOf(mx)]
-		d := ix.lockW(s)
+		si := shardOf(mx)
+		s := &ix.shards[si]
+		d := ix.lockW(si)
 		if bi, _ := d.find(pe.id, h, mx); bi >= 0 {
 			for j, r := range d.residents(&d.blocks[bi]) {
 				if resRep(r) == rep {
@@ -217,7 +222,7 @@ func (ix *Index) applyCleared(replicaID string) bool {
 		if !s.d.holds(rep) {
 			continue
 		}
-		d := ix.lockW(s)
+		d := ix.lockW(si)
 		for bi := range d.blocks {
 			b := &d.blocks[bi]
 			if b.part == 0 {
@@ -271,6 +276,7 @@ func (ix *Index) commitDeltas(deltas map[partRep]int64, dBlk int64) {
 // replica's current one is ignored, so replays and reordered reports
 // converge on the newest; stats without a replica id are skipped.
 func (ix *Index) ApplyStats(st []ReplicaStats) {
+	ix.reclaimViews()
 	for i := range st {
 		s := &st[i]
 		if s.ReplicaID == "" {
@@ -296,6 +302,7 @@ const maxAccess = 1<<20 - 1
 // only); ignored unless the policy is LFU (SPEC 5: only a delivered
 // PREFIX_MATCH under LFU credits).
 func (ix *Index) Credit(p Partition, hashes []uint64) {
+	ix.reclaimViews()
 	if !ix.pol.Load().lfu {
 		return
 	}
@@ -305,11 +312,13 @@ func (ix *Index) Credit(p Partition, hashes []uint64) {
 	}
 	for _, h := range hashes {
 		mx := keyMix(pe.id, h)
-		s := &ix.shards[shardOf(mx)]
-		d := ix.lockW(s)
+		si := shardOf(mx)
+		s := &ix.shards[si]
+		d := ix.lockW(si)
 		if bi, _ := d.find(pe.id, h, mx); bi >= 0 {
 			b := &d.blocks[bi]
 			if b.access < maxAccess {
+				d.pre(bi)
 				d.digest -= blockDigest(pe.hash, h, b.tokens, b.cum, b.access)
 				b.access++
 				d.digest += blockDigest(pe.hash, h, b.tokens, b.cum, b.access)

@@ -334,7 +334,14 @@ func BenchmarkLookupLatency(b *testing.B) {
 // call's wall time (ns/op), its thread CPU time (cpu-ns/op) and the
 // process CPU time of the call (proc-cpu-ns/op: also the GC work and page
 // faults it causes on other threads).
-func BenchmarkViewFirstApply(b *testing.B) {
+func BenchmarkViewFirstApply(b *testing.B) { benchFirstApply(b, true) }
+
+// BenchmarkApplyNoView is BenchmarkViewFirstApply without the View: the
+// cost of the same ApplyEvents call when no snapshot is open (the floor
+// the first write after a View is compared with).
+func BenchmarkApplyNoView(b *testing.B) { benchFirstApply(b, false) }
+
+func benchFirstApply(b *testing.B, view bool) {
 	for _, shape := range []struct{ events, per int }{{64, 4}, {1024, 24}} {
 		b.Run(fmt.Sprintf("blocks=%d", shape.events*shape.per), func(b *testing.B) {
 			forSizes(b, func(b *testing.B, bi *benchIndex) {
@@ -356,7 +363,10 @@ func BenchmarkViewFirstApply(b *testing.B) {
 					}
 					seen++
 					runtime.GC()
-					v := bi.ix.View()
+					var v *View
+					if view {
+						v = bi.ix.View()
+					}
 					c0, _ := threadCPU()
 					p0, _ := processCPU()
 					st := time.Now()
@@ -368,7 +378,9 @@ func BenchmarkViewFirstApply(b *testing.B) {
 					p1, _ := processCPU()
 					cpu += c1 - c0
 					proc += p1 - p0
-					v.Release()
+					if v != nil {
+						v.Release()
+					}
 				}
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 				b.ReportMetric(float64(proc.Nanoseconds())/float64(b.N), "proc-cpu-ns/op")

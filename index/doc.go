@@ -19,11 +19,12 @@
 // eviction pass. A lookup read-locks the shards of up to 32 chain blocks
 // together and resolves those blocks in overlapping passes (so their cache
 // misses overlap); the writer waits at most for one such batch (~1–2 µs).
-// View pins the shards' current data copy-on-write: O(shards) on the
-// writer, and the writer copies a pinned shard only when it next mutates it
-// (a shard is ~1/4,096 of the index, so the first write after a snapshot
-// copies only the shards its blocks land in; see DESIGN.md for the bound
-// and what a batch touching every shard still costs).
+// View copies only the small meta state and opens an epoch: the writer
+// keeps mutating in place and, before its first change of a block since
+// the newest open view, saves that block's pre-image in its shard's undo
+// log, which the view's export substitutes for the live block. So the
+// first write after a snapshot costs a copy of each block it changes,
+// never a copy of a shard or of the index (see DESIGN.md).
 //
 // A lookup is consistent within each 32-block batch but not across
 // batches: a long chain may see a write that lands between two batches.

@@ -13,6 +13,7 @@ import (
 // (writer only), then blocks and partitions left empty; returns how many
 // residencies were dropped.
 func (ix *Index) Expire(nowMs int64) int {
+	ix.reclaimViews()
 	cutoff := nowMs - ix.pol.Load().ttlMs
 	deltas := map[partRep]int64{}
 	var dBlk int64
@@ -20,12 +21,12 @@ func (ix *Index) Expire(nowMs int64) int {
 	for si := range ix.shards {
 		s := &ix.shards[si]
 		// A read-only pass first (the writer may read its own data without
-		// the lock): most shards have nothing to drop, and a pinned shard
-		// should not be copied for nothing.
+		// the lock): most shards have nothing to drop, and need neither the
+		// write lock nor an undo log.
 		if !s.d.anyOlder(cutoff) {
 			continue
 		}
-		d := ix.lockW(s)
+		d := ix.lockW(si)
 		for bi := range d.blocks {
 			b := &d.blocks[bi]
 			if b.part == 0 {
@@ -120,7 +121,7 @@ func (ix *Index) enforceCapacity() {
 	var dBlk int64
 	for si := range ix.shards {
 		s := &ix.shards[si]
-		d := ix.lockW(s)
+		d := ix.lockW(si)
 		for bi := range d.blocks {
 			b := &d.blocks[bi]
 			if b.part == 0 {
@@ -166,8 +167,9 @@ func (ix *Index) enforceCapacity() {
 		for _, v := range ties[:need] {
 			pe := ix.m.partsByID[v.part]
 			mx := keyMix(v.part, v.hash)
-			s := &ix.shards[shardOf(mx)]
-			d := ix.lockW(s)
+			si := shardOf(mx)
+			s := &ix.shards[si]
+			d := ix.lockW(si)
 			if bi, _ := d.find(v.part, v.hash, mx); bi >= 0 {
 				for j, r := range d.residents(&d.blocks[bi]) {
 					if resRep(r) == v.rep {

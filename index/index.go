@@ -25,6 +25,9 @@ type Index struct {
 	// pol is replaced whole by SetPolicy, so a lookup sees one consistent
 	// policy without a lock.
 	pol atomic.Pointer[polState]
+
+	// views tracks open Views for the shards' undo logs (undo.go).
+	views viewSet
 }
 
 // polState is a policy plus the values lookups derive from it, computed
@@ -68,6 +71,7 @@ func (ix *Index) Policy() policy.Policy { return ix.pol.Load().p.Clone() }
 // SetPolicy replaces the policy (writer only). A lowered MaxResidencies is
 // enforced at once; a shorter EvictionTTL takes effect at the next Expire.
 func (ix *Index) SetPolicy(p policy.Policy) {
+	ix.reclaimViews()
 	ix.pol.Store(newPolState(p))
 	ix.enforceCapacity()
 }
@@ -117,21 +121,21 @@ func (ix *Index) statsDigestLocked() uint64 {
 	return h
 }
 
-// lockW locks shard s for writing and returns data the writer may mutate:
-// if a View pins the current data, it is copied first (outside the lock:
-// pinned data is immutable, so readers keep using it meanwhile).
+// lockW locks shard si for writing and returns its data, which the writer
+// mutates in place. While a view is open it points the shard's undo state
+// at the newest view's log: every change of a block then saves the
+// block's pre-image first (shardData.pre), so the cost of a write after
+// View is bounded by the blocks it changes, never by the size of a shard.
 //
 // Invariant: the writer never holds (or waits for) a shard lock while it
 // holds another one. Lookups hold the read locks of several shards at once
 // (matchChain), which is deadlock-free only because of this.
-func (ix *Index) lockW(s *shard) *shardData {
-	d := s.d
-	if d.pins.Load() > 0 {
-		nd := d.clone()
-		s.mu.Lock()
-		s.d = nd
-		return nd
-	}
+func (ix *Index) lockW(si int) *shardData {
+	s := &ix.shards[si]
 	s.mu.Lock()
+	d := s.d
+	if lg := ix.views.log; lg != nil {
+		d.beginUndo(si, lg)
+	}
 	return d
 }

@@ -3,7 +3,6 @@ package index
 import (
 	"math/bits"
 	"sync"
-	"sync/atomic"
 )
 
 // Storage layout. Blocks are spread over numShards shards by a mix of
@@ -11,13 +10,12 @@ import (
 // open-addressing table of uint32 slot words, a slab of fixed-size block
 // entries and a slab of packed residencies. No per-block or per-residency
 // pointers exist, so the garbage collector has nothing to scan, a residency
-// costs 8 bytes, and copying a shard for copy-on-write is a few memcpys.
+// costs 8 bytes, and a scan is a walk over a few flat arrays.
 
 const (
-	// 4,096 shards: small enough (~90 KB at 10 M residencies) that the
-	// copy-on-write of a pinned shard after View costs ~10–20 µs, so the
-	// first write after a snapshot copies only the shards it touches
-	// (DESIGN.md "Views and restore").
+	// 4,096 shards (~90 KB at 10 M residencies): a scan (expiry, eviction,
+	// CLEARED) holds one shard's lock for ~1/4,096 of the pass, and a
+	// view's export read-locks one shard's blocks at a time.
 	shardBits = 12
 	numShards = 1 << shardBits
 
@@ -93,8 +91,8 @@ func shardOf(m uint64) int { return int(m & (numShards - 1)) }
 const _ = uint16(numShards - 1)
 
 // shard is a lock plus a pointer to its data. Readers hold mu.RLock while
-// they read d; the writer holds mu.Lock while it mutates d in place. A
-// pinned d (held by a View) is never mutated: the writer copies it first.
+// they read d; the writer holds mu.Lock while it mutates d in place (after
+// saving the pre-image of what it changes for open views: undo.go).
 type shard struct {
 	mu sync.RWMutex
 	d  *shardData
@@ -109,12 +107,11 @@ type shardData struct {
 	blocks []blockEnt
 	res    []uint64
 
-	// pins counts Views that may still read this data. The writer checks it
-	// before mutating; View.Release decrements it from any goroutine.
-	pins atomic.Int32
-
 	freeBlocks []uint32
 	free       *freeRuns
+	// undo holds pre-images of blocks changed since open views were taken
+	// (undo.go); nil while no view is open.
+	undo *shardUndo
 
 	nBlocks int
 	nRes    int
@@ -128,24 +125,6 @@ type freeRuns [numClasses][]uint32
 
 func newShardData() *shardData {
 	return &shardData{table: make([]uint32, minTableSize), free: new(freeRuns)}
-}
-
-// clone deep-copies d for copy-on-write; the copy starts unpinned.
-func (d *shardData) clone() *shardData {
-	n := &shardData{
-		table:      append([]uint32(nil), d.table...),
-		blocks:     append([]blockEnt(nil), d.blocks...),
-		freeBlocks: append([]uint32(nil), d.freeBlocks...),
-		res:        append([]uint64(nil), d.res...),
-		free:       new(freeRuns),
-		nBlocks:    d.nBlocks,
-		nRes:       d.nRes,
-		digest:     d.digest,
-	}
-	for i := range d.free {
-		n.free[i] = append([]uint32(nil), d.free[i]...)
-	}
-	return n
 }
 
 // find returns the block index of (part, hash), or -1 and the empty slot
@@ -216,12 +195,14 @@ func (d *shardData) insertBlock(part uint32, hash, m uint64, slot int, tokens, c
 	var bi int
 	if n := len(d.freeBlocks); n > 0 {
 		bi = int(d.freeBlocks[n-1])
+		d.pre(bi)
 		d.freeBlocks = d.freeBlocks[:n-1]
 	} else {
 		if len(d.blocks) >= maxShardBlocks {
 			return -1
 		}
 		bi = len(d.blocks)
+		d.pre(bi)
 		d.blocks = append(d.blocks, blockEnt{})
 	}
 	// Every live block owns a residency run from birth, so no entry needs
@@ -269,6 +250,7 @@ func (d *shardData) grow() {
 // table (backward-shift deletion keeps probe chains intact without
 // tombstones) and frees its entry.
 func (d *shardData) deleteBlock(bi int) {
+	d.pre(bi)
 	b := &d.blocks[bi]
 	mask := uint64(len(d.table) - 1)
 	m := keyMix(b.part, b.hash)
@@ -329,6 +311,7 @@ func (d *shardData) addResident(bi int, r uint64) bool {
 	if int(b.resN) >= maxResident {
 		return false
 	}
+	d.pre(bi)
 	if int(b.resN) == 1<<b.resCls {
 		nc := b.resCls + 1
 		off := d.allocRun(nc) // may reallocate d.res; b stays valid (blocks slab)
@@ -347,6 +330,7 @@ func (d *shardData) addResident(bi int, r uint64) bool {
 // removeResidentAt removes resident i of block bi (order is not kept: the
 // index never depends on resident order).
 func (d *shardData) removeResidentAt(bi, i int) {
+	d.pre(bi)
 	b := &d.blocks[bi]
 	rs := d.residents(b)
 	last := len(rs) - 1

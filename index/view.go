@@ -14,12 +14,16 @@ import (
 // (SPEC 8, 13: Apply is blocked while FSM.Snapshot runs, so taking the view
 // must be cheap and the slow export happens later, in Persist).
 //
-// Taking a view pins every shard's current data (O(numShards)) and copies
-// only the small meta state (partitions, replica ids, stats). The writer
-// copies a pinned shard before its next mutation of it, so the view's data
-// never changes; Release unpins what the writer has not copied yet.
+// Taking a view copies only the small meta state (partitions, replica ids,
+// stats, policy, digest, sizes) and opens an epoch; block data is neither
+// copied nor pinned. The writer keeps mutating the shards in place and,
+// before its first change of a block since the view, saves the block's
+// pre-image in the shard's undo log; the view's export reads the live
+// shards and substitutes those pre-images (undo.go). Release lets the
+// writer free the pre-images no open view needs any more.
 type View struct {
-	shards   [numShards]*shardData
+	ix       *Index
+	epoch    uint64
 	parts    map[uint32]Partition
 	ids      []string
 	stats    []ReplicaStats // sorted by replica id
@@ -56,13 +60,13 @@ type BlockRecord struct {
 // View returns a cheap, immutable, consistent point-in-time view for
 // snapshots (writer goroutine only; the writer may continue at once).
 func (ix *Index) View() *View {
-	v := &View{parts: make(map[uint32]Partition, len(ix.m.partsByID))}
+	ix.reclaimViews()
+	v := &View{ix: ix, parts: make(map[uint32]Partition, len(ix.m.partsByID))}
+	v.epoch = ix.openView()
 	var digest uint64
 	for i := range ix.shards {
-		d := ix.shards[i].d
-		d.pins.Add(1)
-		v.shards[i] = d
-		digest += d.digest
+		// The writer reads its own data without the lock.
+		digest += ix.shards[i].d.digest
 	}
 	for id, pe := range ix.m.partsByID {
 		v.parts[id] = pe.p
@@ -143,14 +147,35 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 		}
 		return rankMap[id]
 	}
+	// Pass 1, shard by shard under its read lock: the blocks of the view
+	// are the live ones without a pre-image plus the pre-images of blocks
+	// (part != 0). xs is this export's private index of the pre-images.
+	ix := v.ix
+	xs := &viewIdx{epoch: v.epoch, shards: make([]*viewShard, numShards)}
 	refs := make([]blockRef, 0, v.sizes.Blocks)
-	for si, d := range v.shards {
+	for si := range ix.shards {
+		s := &ix.shards[si]
+		s.mu.RLock()
+		xs.sync(&ix.views)
+		x := xs.shards[si]
+		d := s.d
 		for bi := range d.blocks {
 			b := &d.blocks[bi]
-			if b.part == 0 {
+			if b.part == 0 || x.has(uint32(bi)) {
 				continue
 			}
 			refs = append(refs, blockRef{hash: b.hash, loc: rankOf(b.part) | uint64(si)<<slotIdxBits | uint64(bi)})
+		}
+		s.mu.RUnlock()
+		// The shard's pre-images indexed so far; any indexed later belong
+		// to blocks this scan already read live (unchanged until then).
+		if x == nil {
+			continue
+		}
+		for bi, e := range x.pre {
+			if e.b.part != 0 {
+				refs = append(refs, blockRef{hash: e.b.hash, loc: rankOf(e.b.part) | uint64(si)<<slotIdxBits | uint64(bi)})
+			}
 		}
 	}
 	// Rank order first (the high bits of loc), then hash; (rank, hash) is
@@ -161,16 +186,37 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 		}
 		return cmp.Compare(a.hash, b.hash)
 	})
+	// Pass 2, in export order. A block with a pre-image is read from it
+	// (immutable: no lock). Any other block is read live under its shard's
+	// read lock, after indexing the pre-images saved since pass 1: if the
+	// writer has changed the block since, its pre-image is there.
 	// resBuf is reused for every record (see BlockRecord: Residents is
 	// valid only during fn).
 	var resBuf []Residency
-	for _, r := range refs {
+	for i, r := range refs {
+		if i&4095 == 4095 && v.released.Load() {
+			return errors.New("index: view released during export")
+		}
 		loc := r.loc & refLocMask
-		d := v.shards[loc>>slotIdxBits]
-		b := &d.blocks[loc&slotIdxMask]
+		si, bi := int(loc>>slotIdxBits), uint32(loc&slotIdxMask)
+		var b blockEnt
 		resBuf = resBuf[:0]
-		for _, w := range d.residents(b) {
-			resBuf = append(resBuf, Residency{ReplicaID: v.ids[resRep(w)], LastSeenMs: resSeen(w)})
+		if x := xs.shards[si]; x.has(bi) {
+			e := x.pre[bi]
+			b, resBuf = e.b, v.appendResidents(resBuf, e.res)
+		} else {
+			s := &ix.shards[si]
+			s.mu.RLock()
+			xs.sync(&ix.views)
+			if x = xs.shards[si]; x.has(bi) {
+				e := x.pre[bi]
+				b, resBuf = e.b, v.appendResidents(resBuf, e.res)
+			} else {
+				d := s.d
+				b = d.blocks[bi]
+				resBuf = v.appendResidents(resBuf, d.residents(&b))
+			}
+			s.mu.RUnlock()
 		}
 		if len(resBuf) > 1 {
 			slices.SortFunc(resBuf, func(a, b Residency) int { return cmp.Compare(a.ReplicaID, b.ReplicaID) })
@@ -188,6 +234,13 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 		}
 	}
 	return nil
+}
+
+func (v *View) appendResidents(out []Residency, rs []uint64) []Residency {
+	for _, w := range rs {
+		out = append(out, Residency{ReplicaID: v.ids[resRep(w)], LastSeenMs: resSeen(w)})
+	}
+	return out
 }
 
 // Stats calls fn for every replica's stats in replica id order.
@@ -209,17 +262,14 @@ func (v *View) Digest() uint64 { return v.digest }
 // Sizes of the index when the view was taken.
 func (v *View) Sizes() Sizes { return v.sizes }
 
-// Release lets the index reclaim what the view pinned; the view must not
-// be used after. Safe from any goroutine, and idempotent.
+// Release lets the index free the pre-images only this view needed (the
+// writer does it at its next call); the view must not be used after.
+// Safe from any goroutine, and idempotent.
 func (v *View) Release() {
-	if v.released.Swap(true) {
+	if v.released.Swap(true) || v.ix == nil {
 		return
 	}
-	for _, d := range v.shards {
-		if d != nil {
-			d.pins.Add(-1)
-		}
-	}
+	v.ix.closeView(v.epoch)
 }
 
 // Builder loads a fresh Index from snapshot records (SPEC 8 restore).
