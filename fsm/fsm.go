@@ -205,7 +205,7 @@ func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
 				// write. Taking it for one would silently drop this
 				// write; applying it would break "a request id applies
 				// once". Refuse it, on every node alike.
-				r.Err = fmt.Errorf("%w: %w: request_id %q was already used at log index %d for a different payload",
+				r.Err = fmt.Errorf("%w: %w: request_id %q was first used at log index %d",
 					ErrRejected, ErrRequestIDReused, dc.requestID, d.Index)
 				return r
 			}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/fsm"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/internal/clustertest"
 	"github.com/inference-cache/inference-cache/raftnode"
@@ -157,13 +159,25 @@ func TestIngest_RetriedRequestIDAppliesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, d1 := c.Nodes[l].Digest()
-	// the retry carries other content: it must not apply at all
-	i2, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "dup", evs("b", 1, 4, now))
+	// the retry, through another node, is acknowledged at the original
+	// index and does not apply again
+	w2, err := c.Nodes[l].IngestWrite(c.Ctx(5*time.Second), "dup", evs("a", 1, 4, now))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if i1 != i2 {
-		t.Fatalf("retry reported index %d, original %d", i2, i1)
+	if w2.Index != i1 || !w2.Duplicate {
+		t.Fatalf("retry reported %+v, original index %d", w2, i1)
+	}
+	// the id reused for other content is refused and applies nothing, on
+	// the leader (the FSM's sentinel in the chain) and through a follower
+	// (the leader's text), saying "rejected" once
+	_, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "dup", evs("b", 1, 4, now))
+	if !errors.Is(err, raftnode.ErrRejected) || !errors.Is(err, fsm.ErrRequestIDReused) || strings.Count(err.Error(), "rejected") != 1 {
+		t.Fatalf("reused id on the leader: %v; want ErrRejected and fsm.ErrRequestIDReused, 'rejected' said once", err)
+	}
+	_, err = c.Nodes[f].Ingest(c.Ctx(5*time.Second), "dup", evs("c", 1, 4, now))
+	if !errors.Is(err, raftnode.ErrRejected) || !strings.Contains(err.Error(), fsm.ErrRequestIDReused.Error()) || strings.Count(err.Error(), "rejected") != 1 {
+		t.Fatalf("reused id through a follower: %v; want ErrRejected naming the reuse, 'rejected' said once", err)
 	}
 	ai, d2 := c.Nodes[l].Digest()
 	if d1 != d2 {

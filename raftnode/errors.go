@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/raft"
 
@@ -55,10 +56,22 @@ func translate(err error) error {
 	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: %v", ErrTimeout, err)
 	case errors.Is(err, fsm.ErrRejected), errors.Is(err, fsm.ErrEntryFormat), errors.Is(err, fsm.ErrDecode):
-		return fmt.Errorf("%w: %w", ErrRejected, err)
+		return rejectedError{cause: err}
 	}
 	return err
 }
+
+// rejectedError is ErrRejected wrapping the FSM's refusal (both stay in
+// the chain for errors.Is) with the text said once: "raftnode: command
+// rejected: <the FSM's reason>", not "... rejected: fsm: command rejected:
+// ...".
+type rejectedError struct{ cause error }
+
+func (e rejectedError) Error() string {
+	return ErrRejected.Error() + ": " + strings.TrimPrefix(e.cause.Error(), fsm.ErrRejected.Error()+": ")
+}
+
+func (e rejectedError) Unwrap() []error { return []error{ErrRejected, e.cause} }
 
 // retriable reports whether a write may be retried (same request id).
 func retriable(err error) bool {
@@ -114,5 +127,6 @@ func fromCode(c forwardpb.Code, msg string) error {
 	default:
 		return fmt.Errorf("raftnode: leader: %s", msg)
 	}
-	return fmt.Errorf("%w (at leader): %s", base, msg)
+	// The leader's text starts with the same sentinel: say it once.
+	return fmt.Errorf("%w (at leader): %s", base, strings.TrimPrefix(msg, base.Error()+": "))
 }
