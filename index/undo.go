@@ -37,8 +37,8 @@ import (
 // undoChunk entries (64 B each) per chunk of a log; residents are copied
 // into chunks of undoResChunk words (or a dedicated slice for a larger run).
 const (
-	undoChunk    = 1024
-	undoResChunk = 8192
+	undoChunk    = 256
+	undoResChunk = 2048
 )
 
 // undoEnt is the pre-image of one block index of one shard.
