@@ -109,9 +109,12 @@ type shardData struct {
 
 	freeBlocks []uint32
 	free       *freeRuns
-	// undo holds pre-images of blocks changed since open views were taken
-	// (undo.go); nil while no view is open.
+	// undo is the writer's undo state (undo.go), nil until the first view.
 	undo *shardUndo
+	// saves counts the pre-images ever saved from this shard (written
+	// under the write lock, read by exports under the read lock: an
+	// unchanged count means no block of the shard changed since).
+	saves uint64
 
 	nBlocks int
 	nRes    int

@@ -129,6 +129,7 @@ func (u *shardUndo) save(d *shardData, bi int) {
 	}
 	lg.w++
 	lg.n.Store(int64(lg.w))
+	d.saves++
 }
 
 // viewSet tracks the open views and their undo logs. Release runs on any
@@ -224,6 +225,9 @@ func (ix *Index) closeView(e uint64) {
 type viewIdx struct {
 	epoch  uint64
 	shards []*viewShard
+	// saves[si] is shard si's save count when the index last covered all
+	// of its pre-images.
+	saves []uint64
 	// The logs are indexed up to entry n of the log of epoch cur.
 	cur uint64
 	n   int64
@@ -237,6 +241,16 @@ type viewShard struct {
 func (x *viewShard) has(bi uint32) bool {
 	w := int(bi >> 6)
 	return x != nil && w < len(x.bits) && x.bits[w]&(1<<(bi&63)) != 0
+}
+
+// syncShard makes x cover every pre-image of shard si saved so far; the
+// caller holds the shard's read lock. Cheap when the shard saved nothing
+// since the last call.
+func (x *viewIdx) syncShard(vs *viewSet, si int, d *shardData) {
+	if d.saves != x.saves[si] {
+		x.sync(vs)
+		x.saves[si] = d.saves
+	}
 }
 
 // sync indexes the pre-images saved since its last call. Called with a

@@ -151,14 +151,14 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 	// are the live ones without a pre-image plus the pre-images of blocks
 	// (part != 0). xs is this export's private index of the pre-images.
 	ix := v.ix
-	xs := &viewIdx{epoch: v.epoch, shards: make([]*viewShard, numShards)}
+	xs := &viewIdx{epoch: v.epoch, shards: make([]*viewShard, numShards), saves: make([]uint64, numShards)}
 	refs := make([]blockRef, 0, v.sizes.Blocks)
 	for si := range ix.shards {
 		s := &ix.shards[si]
 		s.mu.RLock()
-		xs.sync(&ix.views)
-		x := xs.shards[si]
 		d := s.d
+		xs.syncShard(&ix.views, si, d)
+		x := xs.shards[si]
 		for bi := range d.blocks {
 			b := &d.blocks[bi]
 			if b.part == 0 || x.has(uint32(bi)) {
@@ -207,12 +207,12 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 		} else {
 			s := &ix.shards[si]
 			s.mu.RLock()
-			xs.sync(&ix.views)
+			d := s.d
+			xs.syncShard(&ix.views, si, d)
 			if x = xs.shards[si]; x.has(bi) {
 				e := x.pre[bi]
 				b, resBuf = e.b, v.appendResidents(resBuf, e.res)
 			} else {
-				d := s.d
 				b = d.blocks[bi]
 				resBuf = v.appendResidents(resBuf, d.residents(&b))
 			}
