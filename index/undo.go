@@ -68,7 +68,11 @@ type shardUndo struct {
 	si    uint32
 	epoch uint64   // the epoch bits belong to
 	bits  []uint64 // block indices already saved in epoch
-	log   *undoLog // the log saves go to; nil while no view is open
+	// base is the block slab length when epoch's view was taken: entries
+	// at or past it were born after every open view and need no
+	// pre-image.
+	base int
+	log  *undoLog // the log saves go to; nil while no view is open
 }
 
 // beginUndo points d's undo state at the newest log (writer, shard
@@ -81,8 +85,10 @@ func (d *shardData) beginUndo(si int, lg *undoLog) {
 	}
 	u.log = lg
 	if u.epoch != lg.epoch {
+		// The shard's first write lock in the epoch: nothing changed it
+		// since the view was taken, so its length is the view's.
 		clear(u.bits)
-		u.epoch = lg.epoch
+		u.epoch, u.base = lg.epoch, len(d.blocks)
 	}
 }
 
@@ -97,9 +103,12 @@ func (d *shardData) pre(bi int) {
 }
 
 func (u *shardUndo) save(d *shardData, bi int) {
+	if bi >= u.base {
+		return // born after every open view
+	}
 	w, bit := bi>>6, uint64(1)<<(bi&63)
 	if w >= len(u.bits) {
-		n := max(w+1, (len(d.blocks)+64)>>6)
+		n := max(w+1, (u.base+63)>>6)
 		u.bits = append(u.bits, make([]uint64, n-len(u.bits))...)
 	} else if u.bits[w]&bit != 0 {
 		return
@@ -115,17 +124,15 @@ func (u *shardUndo) save(d *shardData, bi int) {
 	}
 	e := &lg.chunks[ci][off]
 	e.si, e.bi = u.si, uint32(bi)
-	if bi < len(d.blocks) {
-		e.b = d.blocks[bi]
-		if e.b.part != 0 {
-			rs := d.residents(&e.b)
-			if cap(lg.res)-len(lg.res) < len(rs) {
-				lg.res = make([]uint64, 0, max(undoResChunk, len(rs)))
-			}
-			k := len(lg.res)
-			lg.res = append(lg.res, rs...)
-			e.res = lg.res[k:len(lg.res):len(lg.res)]
+	e.b = d.blocks[bi]
+	if e.b.part != 0 {
+		rs := d.residents(&e.b)
+		if cap(lg.res)-len(lg.res) < len(rs) {
+			lg.res = make([]uint64, 0, max(undoResChunk, len(rs)))
 		}
+		k := len(lg.res)
+		lg.res = append(lg.res, rs...)
+		e.res = lg.res[k:len(lg.res):len(lg.res)]
 	}
 	lg.w++
 	lg.n.Store(int64(lg.w))
@@ -224,6 +231,7 @@ func (ix *Index) closeView(e uint64) {
 // per shard, which block indices have one, and the pre-image itself.
 type viewIdx struct {
 	epoch  uint64
+	lens   *[numShards]uint32 // the view's slab lengths
 	shards []*viewShard
 	// saves[si] is shard si's save count when the index last covered all
 	// of its pre-images.
@@ -289,6 +297,10 @@ func (x *viewIdx) sync(vs *viewSet) {
 }
 
 func (x *viewIdx) add(e *undoEnt) {
+	if e.bi >= x.lens[e.si] {
+		// Born after this view (saved for a newer one).
+		return
+	}
 	s := x.shards[e.si]
 	if s.has(e.bi) {
 		return // the older pre-image wins

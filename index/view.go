@@ -22,8 +22,12 @@ import (
 // shards and substitutes those pre-images (undo.go). Release lets the
 // writer free the pre-images no open view needs any more.
 type View struct {
-	ix       *Index
-	epoch    uint64
+	ix    *Index
+	epoch uint64
+	// lens[si] is shard si's block slab length at the view: entries at or
+	// past it were born after the view (the slab never shrinks), so the
+	// writer saves no pre-image for them and the export skips them.
+	lens     [numShards]uint32
 	parts    map[uint32]Partition
 	ids      []string
 	stats    []ReplicaStats // sorted by replica id
@@ -66,7 +70,9 @@ func (ix *Index) View() *View {
 	var digest uint64
 	for i := range ix.shards {
 		// The writer reads its own data without the lock.
-		digest += ix.shards[i].d.digest
+		d := ix.shards[i].d
+		digest += d.digest
+		v.lens[i] = uint32(len(d.blocks))
 	}
 	for id, pe := range ix.m.partsByID {
 		v.parts[id] = pe.p
@@ -151,7 +157,7 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 	// are the live ones without a pre-image plus the pre-images of blocks
 	// (part != 0). xs is this export's private index of the pre-images.
 	ix := v.ix
-	xs := &viewIdx{epoch: v.epoch, shards: make([]*viewShard, numShards), saves: make([]uint64, numShards)}
+	xs := &viewIdx{epoch: v.epoch, lens: &v.lens, shards: make([]*viewShard, numShards), saves: make([]uint64, numShards)}
 	refs := make([]blockRef, 0, v.sizes.Blocks)
 	for si := range ix.shards {
 		s := &ix.shards[si]
@@ -159,7 +165,7 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 		d := s.d
 		xs.syncShard(&ix.views, si, d)
 		x := xs.shards[si]
-		for bi := range d.blocks {
+		for bi := range d.blocks[:v.lens[si]] {
 			b := &d.blocks[bi]
 			if b.part == 0 || x.has(uint32(bi)) {
 				continue
