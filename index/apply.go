@@ -217,8 +217,7 @@ func (ix *Index) applyCleared(replicaID string) bool {
 	blkDeltas := int64(0)
 	for si := range ix.shards {
 		s := &ix.shards[si]
-		// Skip shards without this replica before paying for a lock or a
-		// copy-on-write.
+		// Skip shards without this replica before paying for a lock.
 		if !s.d.holds(rep) {
 			continue
 		}

@@ -21,7 +21,7 @@
 // misses overlap); the writer waits at most for one such batch (~1–2 µs).
 // View copies only the small meta state and opens an epoch: the writer
 // keeps mutating in place and, before its first change of a block since
-// the newest open view, saves that block's pre-image in its shard's undo
+// the newest open view, appends that block's pre-image to the view's undo
 // log, which the view's export substitutes for the live block. So the
 // first write after a snapshot costs a copy of each block it changes,
 // never a copy of a shard or of the index (see DESIGN.md).

@@ -33,6 +33,10 @@ import (
 // shard's write lock, an export that read-locks a shard and then loads the
 // count sees every pre-image saved for that shard before the live data it
 // reads. Chunk directories and the list of logs change under viewSet.mu.
+//
+// Lock order: a shard lock, then viewSet.mu (the writer appends a chunk
+// under its shard's write lock; an export syncs under a shard's read lock).
+// Nothing takes a shard lock while holding viewSet.mu.
 
 // undoChunk entries (64 B each) per chunk of a log; residents are copied
 // into chunks of undoResChunk words (or a dedicated slice for a larger run).

@@ -81,9 +81,9 @@ func TestView_BlocksWithEveryShardPopulated(t *testing.T) {
 	}
 }
 
-// A view must not change while the writer keeps mutating the shards it
-// pinned (copy-on-write): every kind of write, over every shard, including
-// a second view taken and released in between.
+// A view must not change while the writer keeps mutating the shards in
+// place (undo log): every kind of write, over every shard, including a
+// second view taken and released in between.
 func TestView_UnchangedByLaterWrites(t *testing.T) {
 	p := testPolicy()
 	p.EvictionPolicy = policy.LFU

@@ -170,7 +170,7 @@ func TestMatchChain_TagCollision(t *testing.T) {
 // TestMatchChain_ConcurrentWriterMovesTables runs long-chain lookups
 // (several batches, repeated blocks) while the writer grows and shrinks
 // tables (inserts, backward-shift deletes), moves residency runs between
-// size classes, copies pinned shards (View) and expires. A chain held by
+// size classes, saves pre-images for open views and expires. A chain held by
 // "stable" and never written must always match in full.
 func TestMatchChain_ConcurrentWriterMovesTables(t *testing.T) {
 	ix := New(testPolicy())
