@@ -16,8 +16,10 @@ import (
 // order, or, when there is none, as the live entry, which then has not
 // changed since the view was taken (its first change would have saved it).
 // "No block at bi" is a pre-image too (part == 0), so a block born after the
-// view is skipped, and one deleted (or whose entry was reused) after the
-// view is exported from its pre-image.
+// view in a reused entry is skipped, and one deleted (or whose entry was
+// reused) after the view is exported from its pre-image. Entries appended
+// after the view (at or past its slab length, View.lens) get no pre-image:
+// the view skips them.
 //
 // Why the first pre-image at epoch ≥ e is the state at view e: the first
 // change of (si, bi) after view e was taken happens while some epoch E ≥ e

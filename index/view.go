@@ -110,7 +110,11 @@ const (
 // (scheme, model, tenant, adapter), then block hash; residents by replica
 // id. The order depends only on the content, so two nodes with equal
 // digests export byte-identical snapshots. It stops at fn's first error.
-// Cost: one sort of all blocks (16 bytes each, transient).
+// It runs concurrently with the writer (and other exports): the records
+// are the index as it was at View, whatever was written since. No lock is
+// held while fn runs. Cost: one sort of all blocks (16 bytes each,
+// transient), a shard read lock per block read from live data, and a
+// private index of the pre-images the view needs.
 func (v *View) Blocks(fn func(BlockRecord) error) error {
 	if v.released.Load() {
 		return errors.New("index: view used after Release")
