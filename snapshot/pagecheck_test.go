@@ -370,20 +370,7 @@ func TestCheckPages_FollowsTheMetaBboltUses(t *testing.T) {
 // residencySnapshot is a snapshot of about residencies residencies (two
 // per block).
 func residencySnapshot(t testing.TB, residencies int) ([]byte, index.Sizes) {
-	ix := index.New(policy.Default())
-	const per = 500
-	for c := 0; c < residencies/2/per; c++ {
-		hs := make([]uint64, per)
-		tc := make([]uint32, per)
-		for i := range hs {
-			hs[i] = uint64(c)<<20 | uint64(i)
-			tc[i] = 16
-		}
-		for r := 0; r < 2; r++ {
-			ix.ApplyEvents([]index.BlockEvent{{Kind: index.Stored, ReplicaID: string(rune('a' + (c+r)%5)),
-				Partition: index.Partition{Scheme: "vllm", Model: "m"}, BlockHashes: hs, BlockTokenCounts: tc, ObservedAtMs: int64(1000 + c)}})
-		}
-	}
+	ix := bigIndex(t, residencies/2)
 	v := ix.View()
 	defer v.Release()
 	var buf bytes.Buffer

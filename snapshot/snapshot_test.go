@@ -126,7 +126,8 @@ func TestSnapshot_FutureVersionRefused(t *testing.T) {
 	t.Log(err)
 }
 
-func bigIndex(t *testing.T, blocks int) *index.Index {
+// bigIndex holds blocks blocks, each on two replicas.
+func bigIndex(t testing.TB, blocks int) *index.Index {
 	t.Helper()
 	ix := index.New(policy.Default())
 	const per = 500
