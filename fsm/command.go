@@ -96,7 +96,9 @@ func AppendCommand(entry, cmd []byte) []byte {
 	return protowire.AppendBytes(entry, cmd)
 }
 
-// EncodeEntry encodes commands as one log entry.
+// EncodeEntry encodes commands as one log entry body, unsealed (what
+// SealEntry takes; an unsealed entry also applies, as entries written
+// before sealing do).
 func EncodeEntry(cmds ...*fsmpb.Command) ([]byte, error) {
 	e := NewEntry(nil)
 	for _, c := range cmds {

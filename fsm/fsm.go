@@ -73,6 +73,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Hooks for metrics.
 	Hooks Hooks
+	// OnCorrupt is called (once, under the apply lock: do not call back
+	// into the FSM) when a log entry fails its checksum (ErrCorrupt). The
+	// FSM applies nothing from then on and refuses snapshots, so the node
+	// never serves or ships state built from a damaged log; the owner
+	// should stop the node. nil = only logged.
+	OnCorrupt func(index uint64, err error)
 }
 
 // FSM holds the index and applies the Raft log to it. Apply, Snapshot,
@@ -85,6 +91,7 @@ type FSM struct {
 	appliedTerm atomic.Uint64
 	dd          *dedup
 	hashBuf     []byte // payloadHash scratch (apply is single-threaded)
+	broken      error  // set by a corrupt entry; apply and snapshot stop
 	opts        Options
 	log         *slog.Logger
 }
@@ -142,8 +149,26 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	cmds := 0
 	for i, l := range logs {
+		var data []byte
+		if f.broken == nil && l.Type == raft.LogCommand {
+			var err error
+			if data, err = VerifyEntry(l.Data); err != nil {
+				f.broken = fmt.Errorf("log entry %d (term %d): %w", l.Index, l.Term, err)
+				f.log.Error("fsm: log entry fails its checksum; applying nothing more (this node's log is damaged: replace its data)",
+					"index", l.Index, "err", err)
+				if h := f.opts.OnCorrupt; h != nil {
+					h(l.Index, f.broken)
+				}
+			}
+		}
+		if f.broken != nil {
+			// Nothing applies and the applied index stays put, so a
+			// snapshot or digest never claims state past the damage.
+			out[i] = &EntryResult{Index: l.Index, Results: []Result{{Index: l.Index, Err: f.broken}}}
+			continue
+		}
 		if l.Type == raft.LogCommand {
-			r := f.applyEntry(l)
+			r := f.applyEntry(l, data)
 			cmds += len(r.Results)
 			out[i] = r
 		}
@@ -156,18 +181,20 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	return out
 }
 
-func (f *FSM) applyEntry(l *raft.Log) *EntryResult {
+// applyEntry applies command entry l; data is its verified body
+// (VerifyEntry).
+func (f *FSM) applyEntry(l *raft.Log, data []byte) *EntryResult {
 	res := &EntryResult{Index: l.Index}
-	format, cmds, ok := decodeEntryFast(l.Data)
+	format, cmds, ok := decodeEntryFast(data)
 	if !ok {
-		e, err := DecodeEntry(l.Data)
+		e, err := DecodeEntry(data)
 		if err != nil {
 			f.log.Error("fsm: log entry does not decode", "index", l.Index, "err", err)
 			res.Results = []Result{{Index: l.Index, Err: err}}
 			return res
 		}
 		format = e.Format
-		raws := entryCommandBytes(l.Data)
+		raws := entryCommandBytes(data)
 		if len(raws) != len(e.Commands) {
 			raws = nil // no payload check for this entry's commands
 		}
@@ -292,6 +319,9 @@ func (f *FSM) remember(r Result, payloadHash uint64) {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.broken != nil {
+		return nil, fmt.Errorf("fsm: no snapshot of a state that stopped at a damaged log: %w", f.broken)
+	}
 	return &fsmSnapshot{
 		view:    f.ix.Load().View(),
 		index:   f.applied.Load(),

@@ -84,7 +84,7 @@ func (n *Node) batcher() {
 		for _, p := range batch {
 			buf = fsm.AppendCommand(buf, p.cmd)
 		}
-		entry := append([]byte(nil), buf...) // raft keeps the slice
+		entry := fsm.SealEntry(make([]byte, 0, len(buf)+9), buf) // a new slice: raft keeps it
 		props := slices.Clone(batch)
 		n.metrics.entries.Add(1)
 		n.metrics.entryCommands.Add(uint64(len(props)))

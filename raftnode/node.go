@@ -66,6 +66,9 @@ type Node struct {
 
 	shutdownCh   chan struct{}
 	shutdownOnce sync.Once
+	fatalCh      chan struct{} // closed when the node's state can no longer be trusted
+	fatalOnce    sync.Once
+	fatalErr     error // set before fatalCh closes
 	shutdownErr  error
 	wg           sync.WaitGroup
 }
@@ -110,9 +113,11 @@ func New(cfg Config) (*Node, error) {
 	}
 
 	hooks := cfg.Hooks
+	n.fatalCh = make(chan struct{})
 	n.fsm = fsm.New(cfg.Policy, fsm.Options{
-		TmpDir: tmpDir,
-		Logger: n.log,
+		TmpDir:    tmpDir,
+		Logger:    n.log,
+		OnCorrupt: func(_ uint64, err error) { n.fail(err) },
 		Hooks: fsm.Hooks{
 			OnApply: func(entries, commands int, d time.Duration) {
 				n.metrics.applyBatches.Add(1)
@@ -186,6 +191,9 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: inspect raft state: %w", err)
 	}
 	n.hasState.Store(has)
+	if err := checkRaftState(n.store, n.snaps); err != nil {
+		return nil, err
+	}
 
 	notify := make(chan bool, 16)
 	rc := raft.DefaultConfig()
@@ -201,7 +209,7 @@ func New(cfg Config) (*Node, error) {
 	rc.MaxAppendEntries = maxAppendEntries
 	rc.NotifyCh = notify
 	rc.Logger = hl
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, n.snaps, n.trans)
+	n.raft, err = newRaft(rc, n.fsm, logs, n.store, n.snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}

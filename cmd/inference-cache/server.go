@@ -249,6 +249,11 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		log.Info("shutting down", "node", o.nodeID)
 	case runErr = <-serveErr:
 		log.Error("serve failed", "err", runErr)
+	case <-node.Fatal():
+		// A damaged log entry: serving on would answer from state that
+		// stopped at the damage while the cluster moves on.
+		runErr = node.FatalErr()
+		log.Error("stopping: damaged raft data", "err", runErr)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()

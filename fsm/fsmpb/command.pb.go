@@ -30,8 +30,13 @@ type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// format is the entry encoding version (fsm.EntryFormat); an apply that
 	// meets a newer format rejects the entry's commands with an error.
-	Format        uint32     `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
-	Commands      []*Command `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
+	Format   uint32     `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
+	Commands []*Command `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
+	// checksum, written first by fsm.SealEntry: xxh3 of every byte of the
+	// entry after it, so a log entry damaged on disk is detected (SPEC 9)
+	// instead of applied. Entries written before it existed start with
+	// field 1 and carry none.
+	Checksum      uint64 `protobuf:"fixed64,15,opt,name=checksum,proto3" json:"checksum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -78,6 +83,13 @@ func (x *Entry) GetCommands() []*Command {
 		return x.Commands
 	}
 	return nil
+}
+
+func (x *Entry) GetChecksum() uint64 {
+	if x != nil {
+		return x.Checksum
+	}
+	return 0
 }
 
 // Command is one client write with its de-duplication id.
@@ -1121,10 +1133,11 @@ var File_fsm_fsmpb_command_proto protoreflect.FileDescriptor
 
 const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\n" +
-	"\x17fsm/fsmpb/command.proto\x12\x15inferencecache.fsm.v1\"[\n" +
+	"\x17fsm/fsmpb/command.proto\x12\x15inferencecache.fsm.v1\"w\n" +
 	"\x05Entry\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12:\n" +
-	"\bcommands\x18\x02 \x03(\v2\x1e.inferencecache.fsm.v1.CommandR\bcommands\"\x9d\x03\n" +
+	"\bcommands\x18\x02 \x03(\v2\x1e.inferencecache.fsm.v1.CommandR\bcommands\x12\x1a\n" +
+	"\bchecksum\x18\x0f \x01(\x06R\bchecksum\"\x9d\x03\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x127\n" +

@@ -1,0 +1,110 @@
+package raftnode
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/inference-cache/inference-cache/fsm"
+)
+
+// SPEC 9: a corrupt snapshot or log is detected and refused with a clear
+// error; the node does not start with silently wrong state. Snapshots
+// carry their own checksums (snapshot package, and raft's CRC of the
+// file store); log entries carry fsm.SealEntry's. What is checked here:
+// at start, every sealed entry of the local log, and that a node with
+// snapshots still has its Raft term and vote (a lost raft.db would let
+// it vote twice in one term); while running, a damaged entry reaching the
+// FSM stops the node (Fatal).
+
+// ErrCorruptState: the node's Raft data on disk is damaged; it does not
+// start (or stops). Replace its data directory: the cluster re-sends the
+// state (docs/operations.md, "Replacing a dead node").
+var ErrCorruptState = errors.New("raftnode: raft data on disk is damaged")
+
+// keyCurrentTerm is where hashicorp/raft keeps the current term in the
+// stable store.
+var keyCurrentTerm = []byte("CurrentTerm")
+
+// checkRaftState verifies the local log's sealed entries and that the
+// stable store still holds a term when snapshots exist.
+func checkRaftState(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error {
+	metas, err := snaps.List()
+	if err != nil {
+		return fmt.Errorf("%w: list snapshots: %v", ErrCorruptState, err)
+	}
+	if len(metas) > 0 {
+		term, err := store.GetUint64(keyCurrentTerm)
+		if err != nil || term == 0 {
+			return fmt.Errorf("%w: snapshots up to index %d exist but raft.db holds no current term (err %v): the log and stable store were lost or truncated",
+				ErrCorruptState, metas[0].Index, err)
+		}
+	}
+	first, err := store.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("%w: read the log's first index: %v", ErrCorruptState, err)
+	}
+	last, err := store.LastIndex()
+	if err != nil {
+		return fmt.Errorf("%w: read the log's last index: %v", ErrCorruptState, err)
+	}
+	if first == 0 {
+		return nil
+	}
+	var l raft.Log
+	for i := first; i <= last; i++ {
+		if err := store.GetLog(i, &l); errors.Is(err, raft.ErrLogNotFound) {
+			continue // a user restore leaves a gap below its index
+		} else if err != nil {
+			return fmt.Errorf("%w: log entry %d of %d..%d: %v", ErrCorruptState, i, first, last, err)
+		}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		if _, err := fsm.VerifyEntry(l.Data); err != nil {
+			return fmt.Errorf("%w: log entry %d (term %d): %v", ErrCorruptState, i, l.Term, err)
+		}
+	}
+	return nil
+}
+
+// newRaft is raft.NewRaft with its panics (it panics on some damaged
+// snapshot stores and logs, e.g. "log not found" after falling back to an
+// older snapshot) turned into ErrCorruptState.
+func newRaft(rc *raft.Config, f raft.FSM, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore, trans raft.Transport) (r *raft.Raft, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("%w: raft could not load its state: %v", ErrCorruptState, p)
+		}
+	}()
+	return raft.NewRaft(rc, f, logs, stable, snaps, trans)
+}
+
+// fail marks the node's state untrustworthy: Fatal closes, Ready turns
+// false, and the owner is expected to stop the node.
+func (n *Node) fail(err error) {
+	n.fatalOnce.Do(func() {
+		n.fatalErr = fmt.Errorf("%w: %w", ErrCorruptState, err)
+		n.ready.Store(false)
+		n.log.Error("raftnode: stopping: this node's state can no longer be trusted; replace its data directory", "err", err)
+		close(n.fatalCh)
+	})
+}
+
+// Fatal is closed when the node hit damaged Raft data while running (a
+// log entry failing its checksum); FatalErr then says what. The node
+// applies nothing more; stop it (the server exits non-zero).
+func (n *Node) Fatal() <-chan struct{} { return n.fatalCh }
+
+// FatalErr is the error that closed Fatal (nil before), wrapping
+// ErrCorruptState.
+func (n *Node) FatalErr() error {
+	select {
+	case <-n.fatalCh:
+		return n.fatalErr
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,87 @@
+package raftnode_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/raftnode"
+)
+
+// damagedCluster runs 3 nodes, writes a few entries (taking a snapshot
+// on a follower first when snap is set), stops that follower gracefully
+// and returns the cluster, the follower and its raft.db path.
+func damagedCluster(t *testing.T, snap bool) (*clustertest.Cluster, int, string) {
+	t.Helper()
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	f := follower(c, l)
+	var idx uint64
+	var err error
+	for k := 0; k < 5; k++ {
+		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(k*100), 4, time.Now().UnixMilli())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertSameDigest(t, c, idx)
+	if snap {
+		if _, _, err := c.Nodes[f].Snapshot(c.Ctx(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Stop(f)
+	return c, f, filepath.Join(c.Nodes[f].Dir, "raft", "raft.db")
+}
+
+// A bit flipped in a stored log entry (raft-boltdb keeps no checksum, nor
+// does bbolt for data pages) is found at start: the node refuses to start
+// and names the entry, instead of applying a different write.
+func TestStart_RefusesALogEntryDamagedOnDisk(t *testing.T) {
+	c, f, path := damagedCluster(t, false)
+	store, err := raftboltdb.NewBoltStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := store.LastIndex()
+	var l raft.Log
+	damaged := uint64(0)
+	for i := last; i > 0 && damaged == 0; i-- {
+		if err := store.GetLog(i, &l); err == nil && l.Type == raft.LogCommand && len(l.Data) > 20 {
+			l.Data[len(l.Data)-5] ^= 0x04
+			if err := store.StoreLog(&l); err != nil {
+				t.Fatal(err)
+			}
+			damaged = i
+		}
+	}
+	store.Close()
+	if damaged == 0 {
+		t.Fatal("no command entry in the follower's log")
+	}
+	err = c.TryStart(f)
+	if !errors.Is(err, raftnode.ErrCorruptState) || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("start with a damaged log entry %d: %v; want ErrCorruptState naming the checksum", damaged, err)
+	}
+	t.Log(err)
+}
+
+// raft.db lost (here: emptied) beside existing snapshots: the node's term
+// and vote are gone, and it could vote twice in one term; it refuses.
+func TestStart_RefusesSnapshotsWithoutTheirRaftDB(t *testing.T) {
+	c, f, path := damagedCluster(t, true)
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	err := c.TryStart(f)
+	if !errors.Is(err, raftnode.ErrCorruptState) || !strings.Contains(err.Error(), "current term") {
+		t.Fatalf("start with an emptied raft.db: %v; want ErrCorruptState about the lost term", err)
+	}
+}
