@@ -3,11 +3,14 @@ package raftnode
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/inference-cache/inference-cache/fsm"
+	"github.com/inference-cache/inference-cache/snapshot"
 )
 
 // SPEC 9: a corrupt snapshot or log is detected and refused with a clear
@@ -66,6 +69,23 @@ func checkRaftState(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error
 		if _, err := fsm.VerifyEntry(l.Data); err != nil {
 			return fmt.Errorf("%w: log entry %d (term %d): %v", ErrCorruptState, i, l.Term, err)
 		}
+	}
+	return nil
+}
+
+// checkBoltFile walks raft.db's page graph before raft-boltdb opens it:
+// bbolt trusts its pages, and a damaged file (a torn write, a truncation)
+// made it panic with an assertion in a background goroutine, which no
+// recover can catch. A missing or empty file is a new node's.
+func checkBoltFile(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() == 0 {
+		return nil
+	}
+	if err := snapshot.CheckBoltFile(path); err != nil {
+		// The check is the snapshot package's; "snapshot corrupt" would
+		// mislead about which file is damaged.
+		return fmt.Errorf("%w: %s: %s", ErrCorruptState, path, strings.TrimPrefix(err.Error(), snapshot.ErrCorrupt.Error()+": "))
 	}
 	return nil
 }

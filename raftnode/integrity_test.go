@@ -85,3 +85,22 @@ func TestStart_RefusesSnapshotsWithoutTheirRaftDB(t *testing.T) {
 		t.Fatalf("start with an emptied raft.db: %v; want ErrCorruptState about the lost term", err)
 	}
 }
+
+// A torn or truncated raft.db made bbolt panic in a background goroutine
+// (an unrecoverable crash with a stack trace); its pages are checked
+// first and the start is refused with a clear error.
+func TestStart_RefusesATruncatedRaftDB(t *testing.T) {
+	c, f, path := damagedCluster(t, true)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	err = c.TryStart(f)
+	if !errors.Is(err, raftnode.ErrCorruptState) || !strings.Contains(err.Error(), "raft.db") {
+		t.Fatalf("start with a raft.db cut in half: %v; want ErrCorruptState naming raft.db", err)
+	}
+	t.Log(err)
+}

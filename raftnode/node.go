@@ -147,6 +147,9 @@ func New(cfg Config) (*Node, error) {
 		},
 	})
 
+	if err := checkBoltFile(filepath.Join(raftDir, "raft.db")); err != nil {
+		return nil, err
+	}
 	var err error
 	n.store, err = raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(raftDir, "raft.db"),

@@ -49,6 +49,14 @@ import (
 // the number of elements inspected, inline ones included, is capped by
 // the file size over the element size, which a real file cannot exceed
 // because every element header occupies bytes of its own.
+// CheckBoltFile validates the page graph of any bbolt file at path (a
+// snapshot body, or a node's raft.db before raft-boltdb opens it), as
+// checkPages describes, so a damaged file is refused with an error
+// wrapping ErrCorrupt that names the page, instead of making bbolt loop,
+// exhaust memory or panic in a goroutine nobody can recover. Work is
+// bounded by the file size (page headers only).
+func CheckBoltFile(path string) error { return checkPages(path) }
+
 func checkPages(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
