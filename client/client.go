@@ -189,9 +189,13 @@ func (c *Client) markDown(n *node) {
 }
 
 // LookupRoute asks one node for the hint of req (SPEC 5). It never fails:
-// on an error it tries one other node within the budget, and when that
-// fails too (or the budget LookupTimeout ends) it returns a NO_HINT
-// response whose Detail starts with "client:" (counted in Stats.FailOpen).
+// when the node fails (Unavailable, DeadlineExceeded, ResourceExhausted,
+// Aborted) it skips that node for FailBackoff and tries one other node
+// within the budget; when that fails too, the budget LookupTimeout ends,
+// or the request itself fails (e.g. invalid UTF-8 the encoder refuses, a
+// refused token: no retry, no node blamed), it returns a NO_HINT response
+// whose Detail is "client: <code>: <message>; failing open" (counted in
+// Stats.FailOpen).
 func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *pb.LookupRouteResponse {
 	c.lookups.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.LookupTimeout)
@@ -208,6 +212,12 @@ func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *p
 			return resp
 		}
 		lastErr = err
+		if !nodeFault(err) {
+			// The request itself failed (it could not be encoded, or the
+			// node refused it): another node would do the same, and this
+			// one is not down.
+			break
+		}
 		c.markDown(n)
 		prev = n
 		if ctx.Err() != nil || len(c.nodes) == 1 {
@@ -215,7 +225,19 @@ func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *p
 		}
 	}
 	c.failOpen.Add(1)
-	return &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT, Detail: "client: " + status.Code(lastErr).String() + ": lookup failed, failing open"}
+	st := status.Convert(lastErr)
+	return &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT,
+		Detail: "client: " + st.Code().String() + ": " + st.Message() + "; failing open"}
+}
+
+// nodeFault reports whether a LookupRoute error says the node (or the way
+// to it) failed, so another node may answer, rather than the request.
+func nodeFault(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+		return true
+	}
+	return false
 }
 
 // Fingerprint fills req's block_hashes, block_token_counts and prefix_hash

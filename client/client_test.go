@@ -222,3 +222,26 @@ func TestIngest_GivesUpAfterRetryBudget(t *testing.T) {
 		t.Fatalf("gave up after %v, budget 300ms", el)
 	}
 }
+
+// A request that cannot be sent (here: invalid UTF-8, which the client's
+// own encoder refuses) fails open at once: no retry on another node, and
+// no healthy node marked down for it.
+func TestLookupRoute_BadRequestFailsOpenWithoutBlamingNodes(t *testing.T) {
+	a, b := &fake{name: "a"}, &fake{name: "b"}
+	c := newClient(t, Config{Addrs: []string{serve(t, a), serve(t, b)}, LookupTimeout: 2 * time.Second, FailBackoff: time.Hour})
+	r := c.LookupRoute(context.Background(), &pb.LookupRouteRequest{ModelId: "m\xff\xfe"})
+	if r.ReasonCode != pb.ReasonCode_NO_HINT || !strings.Contains(r.Detail, "UTF-8") {
+		t.Fatalf("bad request: %v; want NO_HINT whose detail names the encoding error", r)
+	}
+	if st := c.Stats(); st.LookupRetries != 0 || st.FailOpen != 1 {
+		t.Fatalf("stats %+v: want no retry and one fail-open", st)
+	}
+	for i := 0; i < 4; i++ {
+		if r := c.LookupRoute(context.Background(), &pb.LookupRouteRequest{}); r.ReasonCode != pb.ReasonCode_PREFIX_MATCH {
+			t.Fatalf("a good lookup after the bad one: %v (a node was marked down)", r)
+		}
+	}
+	if a.callCount() != 2 || b.callCount() != 2 {
+		t.Fatalf("calls a=%d b=%d, want 2 each (neither node skipped)", a.callCount(), b.callCount())
+	}
+}

@@ -134,6 +134,9 @@ with --models-dir).`,
 			// The SDK fails open for gateways; an operator asking a node
 			// must hear that no node answered.
 			if c.Stats().FailOpen > 0 {
+				if !strings.Contains(resp.Detail, "Unavailable") && !strings.Contains(resp.Detail, "DeadlineExceeded") {
+					return fmt.Errorf("LookupRoute request failed (%s): %s", strings.Join(cf.addrs, ", "), resp.Detail)
+				}
 				return fmt.Errorf("no node answered LookupRoute (%s): %s", strings.Join(cf.addrs, ", "), resp.Detail)
 			}
 			if cf.json {
