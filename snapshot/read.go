@@ -86,6 +86,10 @@ func open(r io.Reader, tmpDir string) (*bbolt.DB, Meta, func(), error) {
 	if ver == 0 || ver > FormatVersion {
 		return nil, m, nil, fmt.Errorf("%w: header at byte 8 says format version %d, this binary reads 1..%d", ErrVersion, ver, FormatVersion)
 	}
+	if r := binary.BigEndian.Uint32(hdr[12:16]); r != 0 {
+		// Reserved (written 0): a flag this binary does not know, or damage.
+		return nil, m, nil, fmt.Errorf("%w: header bytes 12..15 are reserved and must be 0, found %#x", ErrCorrupt, r)
+	}
 	bodyLen := binary.BigEndian.Uint64(hdr[16:24])
 	if bodyLen > maxBody || bodyLen < 4096 {
 		return nil, m, nil, fmt.Errorf("%w: header at byte 16 gives body length %d", ErrCorrupt, bodyLen)

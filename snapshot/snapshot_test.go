@@ -126,6 +126,16 @@ func TestSnapshot_FutureVersionRefused(t *testing.T) {
 	t.Log(err)
 }
 
+// A set reserved header byte is refused, not ignored.
+func TestRead_RefusesReservedHeaderBytes(t *testing.T) {
+	b, _ := write(t)
+	c := bytes.Clone(b)
+	c[15] = 7
+	if _, _, err := read(t, c); !errors.Is(err, snapshot.ErrCorrupt) || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("reserved byte set: %v", err)
+	}
+}
+
 // bigIndex holds blocks blocks, each on two replicas.
 func bigIndex(t testing.TB, blocks int) *index.Index {
 	t.Helper()
