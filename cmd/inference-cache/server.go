@@ -11,8 +11,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -116,8 +118,8 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	if err != nil {
 		return err
 	}
-	if o.nodeID == "" {
-		return errors.New("--node-id is required")
+	if err := o.validate(); err != nil {
+		return err
 	}
 	pol := policy.Default()
 	if o.policyFile != "" {
@@ -327,4 +329,26 @@ func applyPolicyFile(ctx context.Context, n *raftnode.Node, want policy.Policy, 
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// maxNodeIDBytes bounds --node-id (it travels in gossip metadata and the
+// Raft configuration).
+const maxNodeIDBytes = 128
+
+// validate refuses flag values that would start a server that cannot work
+// (or only wait forever), naming the flag and the rule.
+func (o *serverOptions) validate() error {
+	switch {
+	case o.nodeID == "":
+		return errors.New("--node-id is required")
+	case len(o.nodeID) > maxNodeIDBytes:
+		return fmt.Errorf("--node-id is %d bytes, over the limit of %d", len(o.nodeID), maxNodeIDBytes)
+	case strings.IndexFunc(o.nodeID, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0:
+		return fmt.Errorf("--node-id %q: only printable characters without spaces", o.nodeID)
+	case o.bootstrapExpect < 0:
+		return fmt.Errorf("--bootstrap-expect %d: must be 0 (join only) or the number of servers to bootstrap with", o.bootstrapExpect)
+	case o.shutdownTimeout <= 0:
+		return fmt.Errorf("--shutdown-timeout %v: must be positive", o.shutdownTimeout)
+	}
+	return nil
 }
