@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -145,7 +146,7 @@ with --models-dir).`,
 			w := table(cmd.OutOrStdout())
 			fmt.Fprintf(w, "reason\t%s\n", resp.ReasonCode)
 			if resp.Detail != "" {
-				fmt.Fprintf(w, "detail\t%s\n", resp.Detail)
+				fmt.Fprintf(w, "detail\t%s\n", printable(resp.Detail))
 			}
 			fmt.Fprintf(w, "served by\t%s (applied index %d, stale %t, last leader contact %d ms)\n", resp.ServedBy, resp.AppliedIndex, resp.Stale, resp.LastLeaderContactMs)
 			w.Flush()
@@ -153,7 +154,7 @@ with --models-dir).`,
 				fmt.Fprintln(w)
 				fmt.Fprintln(w, "REPLICA\tSCORE\tMATCHED TOKENS\tBLOCKS\tFRESHNESS\tAGE MS\tPRESSURE")
 				for _, h := range resp.Replicas {
-					fmt.Fprintf(w, "%s\t%.2f\t%d\t%d\t%.3f\t%d\t%.2f\n", h.ReplicaId, h.Score, h.MatchedTokens, h.MatchedBlocks, h.Freshness, h.AgeMs, h.Pressure)
+					fmt.Fprintf(w, "%s\t%.2f\t%d\t%d\t%.3f\t%d\t%.2f\n", printable(h.ReplicaId), h.Score, h.MatchedTokens, h.MatchedBlocks, h.Freshness, h.AgeMs, h.Pressure)
 				}
 			}
 			return w.Flush()
@@ -689,4 +690,14 @@ func printMeta(w io.Writer, file string, m snapshot.Meta, asJSON bool) error {
 		info.File, info.FormatVersion, info.AppliedIndex, info.AppliedTerm, info.CreatedAt, info.Digest, info.Checksum, info.Bytes)
 	fmt.Fprintf(tw, "partitions\t%d\nblocks\t%d\nresidencies\t%d\nreplicas\t%d\npolicy version\t%d\n", info.Partitions, info.Blocks, info.Residencies, info.Replicas, info.PolicyVersion)
 	return tw.Flush()
+}
+
+// printable returns s as is when every rune is printable, else quoted
+// with escapes: ids come from the engines, and a control character (a
+// terminal escape, a NUL) must not reach the operator's terminal raw.
+func printable(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }
