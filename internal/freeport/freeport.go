@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // lowest is the bottom of the range picked from: above the well-known and
@@ -37,13 +38,23 @@ func ephemeralLow() int {
 	return lo
 }
 
+// given holds every port this process handed out: a port probed free is
+// closed again at once, so without it two picks (say one node's Raft and
+// gossip ports) could return the same port, which the kernel's own :0
+// allocation never does in quick succession.
+var given sync.Map // int → struct{}
+
 // Port returns a loopback port in [20000, ephemeral range start) that was
-// free for both TCP and UDP a moment ago. Errors when 100 random tries all
-// found the port taken.
+// free for both TCP and UDP a moment ago and that this process has not
+// handed out before. Errors when 100 random tries all found the port
+// taken.
 func Port() (int, error) {
 	hi := ephemeralLow()
 	for tries := 0; tries < 100; tries++ {
 		p := lowest + rand.IntN(hi-lowest)
+		if _, dup := given.LoadOrStore(p, struct{}{}); dup {
+			continue
+		}
 		if free(p) {
 			return p, nil
 		}

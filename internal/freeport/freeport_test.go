@@ -41,3 +41,19 @@ func TestFreeRefusesABoundPort(t *testing.T) {
 		t.Fatal("a port with a live TCP listener was reported free")
 	}
 }
+
+// A port probed free is released at once; the next pick must still not
+// return it (one node's Raft and gossip ports once came out equal).
+func TestPortNeverRepeatsInAProcess(t *testing.T) {
+	seen := map[int]bool{}
+	for i := 0; i < 2000; i++ {
+		p, err := Port()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice (pick %d)", p, i)
+		}
+		seen[p] = true
+	}
+}
