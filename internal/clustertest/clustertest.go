@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +29,8 @@ type Node struct {
 	RaftAddr, GossipAddr, GRPCAddr string
 	// Node is the running instance (nil while stopped).
 	*raftnode.Node
-	grpc *grpc.Server
+	grpc   *grpc.Server
+	booted bool // started once: its addresses are in the Raft configuration
 }
 
 // Cluster is a set of nodes that share a join list and bootstrap_expect.
@@ -94,11 +96,24 @@ func (c *Cluster) Config(i int) raftnode.Config {
 	}
 }
 
-// Start starts node i (first boot or restart: same command line).
+// Start starts node i (first boot or restart: same command line). A
+// first boot that lost one of its probed-free ports to another process
+// ("address already in use") is retried on fresh ports, twice at most;
+// a restart keeps its addresses, which the Raft configuration holds.
 func (c *Cluster) Start(i int) {
 	c.T.Helper()
-	if err := c.TryStart(i); err != nil {
-		c.T.Fatalf("start %s: %v", c.Nodes[i].ID, err)
+	nd := c.Nodes[i]
+	for try := 1; ; try++ {
+		err := c.TryStart(i)
+		if err == nil {
+			return
+		}
+		if nd.booted || try == 3 || !strings.Contains(err.Error(), "address already in use") {
+			c.T.Fatalf("start %s: %v", nd.ID, err)
+		}
+		c.T.Logf("start %s (try %d): a port was taken before the node bound it; retrying on fresh ports: %v", nd.ID, try, err)
+		os.RemoveAll(nd.Dir)
+		nd.RaftAddr, nd.GossipAddr, nd.GRPCAddr = freeport.MustAddr(c.T), freeport.MustAddr(c.T), freeport.MustAddr(c.T)
 	}
 }
 
@@ -132,7 +147,7 @@ func (c *Cluster) TryStart(i int) error {
 	s := grpc.NewServer(sopts...)
 	n.RegisterGRPC(s)
 	go s.Serve(lis)
-	nd.Node, nd.grpc = n, s
+	nd.Node, nd.grpc, nd.booted = n, s, true
 	return nil
 }
 
