@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/digestwait"
+
 	"github.com/inference-cache/inference-cache/internal/freeport"
 
 	"google.golang.org/grpc"
@@ -360,34 +362,15 @@ func (c *Cluster) WaitLeader(ctx context.Context, limit time.Duration, skip ...*
 // WaitSameDigest waits until every node reports the same applied index
 // and digest and returns them.
 func (c *Cluster) WaitSameDigest(ctx context.Context, limit time.Duration) (*pb.DigestResponse, error) {
-	deadline := time.Now().Add(limit)
-	var last []string
-	for time.Now().Before(deadline) {
-		var first *pb.DigestResponse
-		same := true
-		last = last[:0]
-		for _, n := range c.Nodes {
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			d, err := n.CL.Digest(cctx, &pb.DigestRequest{})
-			cancel()
-			if err != nil {
-				same = false
-				last = append(last, n.ID+": "+err.Error())
-				continue
-			}
-			last = append(last, fmt.Sprintf("%s: %d/%016x", n.ID, d.AppliedIndex, d.Digest))
-			if first == nil {
-				first = d
-			} else if d.AppliedIndex != first.AppliedIndex || d.Digest != first.Digest {
-				same = false
-			}
-		}
-		if same && first != nil {
-			return first, nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	ms := make([]digestwait.Member, len(c.Nodes))
+	for i, n := range c.Nodes {
+		ms[i] = digestwait.Member{Name: n.ID, CL: n.CL}
 	}
-	return nil, fmt.Errorf("chaos: digests did not converge within %v: %v", limit, last)
+	d, err := digestwait.Wait(ctx, ms, limit, 50*time.Millisecond)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	return d, nil
 }
 
 // WaitHealthy waits until every node is Up, one leader is agreed, every

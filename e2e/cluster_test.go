@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/digestwait"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -285,33 +287,13 @@ func contains(ps []*proc, p *proc) bool {
 // (applied index, digest) pair and returns it.
 func (c *cluster) waitSameDigest(limit time.Duration, ps ...*proc) *pb.DigestResponse {
 	c.t.Helper()
-	deadline := time.Now().Add(limit)
-	var last []string
-	for time.Now().Before(deadline) {
-		var first *pb.DigestResponse
-		same := true
-		last = last[:0]
-		for _, p := range ps {
-			ctx, cancel := ctxT(time.Second)
-			d, err := p.cl.Digest(ctx, &pb.DigestRequest{})
-			cancel()
-			if err != nil {
-				same = false
-				last = append(last, p.id+": "+err.Error())
-				continue
-			}
-			last = append(last, fmt.Sprintf("%s: %d/%x", p.id, d.AppliedIndex, d.Digest))
-			if first == nil {
-				first = d
-			} else if d.AppliedIndex != first.AppliedIndex || d.Digest != first.Digest {
-				same = false
-			}
-		}
-		if same && first != nil {
-			return first
-		}
-		time.Sleep(50 * time.Millisecond)
+	ms := make([]digestwait.Member, len(ps))
+	for i, p := range ps {
+		ms[i] = digestwait.Member{Name: p.id, CL: p.cl}
 	}
-	c.t.Fatalf("digests never converged: %v", last)
-	return nil
+	d, err := digestwait.Wait(context.Background(), ms, limit, 50*time.Millisecond)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return d
 }

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/digestwait"
+
 	"github.com/inference-cache/inference-cache/internal/freeport"
 
 	"google.golang.org/grpc"
@@ -450,35 +452,15 @@ func (s *stack) waitApplied(limit time.Duration, index uint64, ns ...*node) {
 // digest) pair.
 func (s *stack) waitSameDigest(limit time.Duration, ns ...*node) *pb.DigestResponse {
 	s.t.Helper()
-	deadline := time.Now().Add(limit)
-	var last []string
-	for time.Now().Before(deadline) {
-		var first *pb.DigestResponse
-		same := true
-		last = last[:0]
-		for _, n := range ns {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			d, err := n.cl.Digest(ctx, &pb.DigestRequest{})
-			cancel()
-			if err != nil {
-				same = false
-				last = append(last, n.service+": "+err.Error())
-				continue
-			}
-			last = append(last, fmt.Sprintf("%s: %d/%x", n.service, d.AppliedIndex, d.Digest))
-			if first == nil {
-				first = d
-			} else if d.AppliedIndex != first.AppliedIndex || d.Digest != first.Digest {
-				same = false
-			}
-		}
-		if same && first != nil {
-			return first
-		}
-		time.Sleep(100 * time.Millisecond)
+	ms := make([]digestwait.Member, len(ns))
+	for i, n := range ns {
+		ms[i] = digestwait.Member{Name: n.service, CL: n.cl}
 	}
-	s.t.Fatalf("digests never converged within %v: %v", limit, last)
-	return nil
+	d, err := digestwait.Wait(context.Background(), ms, limit, 100*time.Millisecond)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return d
 }
 
 // waitHealthy waits for Docker's health check (the image's `health`
