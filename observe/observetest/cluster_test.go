@@ -261,8 +261,17 @@ func (p *pyPub) cmd(t *testing.T, c map[string]any) {
 	if _, err := p.in.Write(append(b, '\n')); err != nil {
 		t.Fatal(err)
 	}
-	if !p.out.Scan() || p.out.Text() != "ok" {
-		t.Fatalf("publisher answered %q to %s", p.out.Text(), b)
+	// Bounded: a publisher that never answers must fail this test, not
+	// hang the whole test run until its timeout.
+	scanned := make(chan bool, 1)
+	go func() { scanned <- p.out.Scan() }()
+	select {
+	case ok := <-scanned:
+		if !ok || p.out.Text() != "ok" {
+			t.Fatalf("publisher answered %q to %s", p.out.Text(), b)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("publisher did not answer %s within 30 s", b)
 	}
 }
 

@@ -20,6 +20,7 @@ h|null, "token_ids": [...], "block_size": n, "lora_id": n|null, "medium":
 "medium": "GPU"} / {"type": "AllBlocksCleared"}.
 """
 import json
+import os
 import sys
 import time
 
@@ -49,7 +50,12 @@ def main():
     subscribed = False
     print("ready tcp://127.0.0.1:%d tcp://127.0.0.1:%d" % (pub_port, router_port), flush=True)
     poller = zmq.Poller()
-    poller.register(sys.stdin, zmq.POLLIN)
+    # stdin is read from its file descriptor with our own line buffer:
+    # sys.stdin's buffered reader can hold a line poll() no longer reports
+    # as readable, which once left a command unanswered until EOF.
+    stdin_fd = sys.stdin.fileno()
+    pending = b""
+    poller.register(stdin_fd, zmq.POLLIN)
     poller.register(router, zmq.POLLIN)
     poller.register(pub, zmq.POLLIN)
     while True:
@@ -67,41 +73,47 @@ def main():
                         router.send_multipart([ident, sb, payload] if frames == 2 else [ident, topic, sb, payload])
                 router.send_multipart([ident, END_SEQ, b""] if frames == 2 else [ident, topic, END_SEQ, b""])
             else:
-                line = sys.stdin.readline()
-                if not line:
+                chunk = os.read(stdin_fd, 1 << 16)
+                if not chunk:
                     return
-                cmd = json.loads(line)
-                op = cmd["op"]
-                if op in ("publish", "skip"):
-                    form = cmd.get("form", "array")
-                    events = [encode_event(e, form) for e in cmd["events"]]
-                    rank = cmd.get("rank")
-                    if form == "map":
-                        batch = {"ts": time.time(), "events": events}
-                        if rank is not None:
-                            batch["data_parallel_rank"] = rank
-                    else:
-                        batch = [time.time(), events] + ([rank] if rank is not None else [])
-                    payload = msgpack.packb(batch, use_bin_type=True)
-                    buf.append((seq, payload))
-                    buf = buf[-10000:]
-                    if op == "publish":
-                        pub.send_multipart([topic, seq.to_bytes(8, "big"), payload])
-                    seq += 1
-                elif op == "restart":
-                    seq, buf = 0, []
-                elif op == "style":
-                    frames = cmd["frames"]
-                elif op == "wait_subscriber":
-                    deadline = time.time() + 10
-                    while not subscribed and time.time() < deadline:
-                        if pub.poll(100):
-                            if pub.recv()[:1] == b"\x01":
-                                subscribed = True
-                    if not subscribed:
-                        print("error no subscriber", flush=True)
+                pending += chunk
+                lines = pending.split(b"\n")
+                pending = lines.pop()  # an incomplete last line waits
+                for line in lines:
+                    if not line.strip():
                         continue
-                print("ok", flush=True)
+                    cmd = json.loads(line)
+                    op = cmd["op"]
+                    if op in ("publish", "skip"):
+                        form = cmd.get("form", "array")
+                        events = [encode_event(e, form) for e in cmd["events"]]
+                        rank = cmd.get("rank")
+                        if form == "map":
+                            batch = {"ts": time.time(), "events": events}
+                            if rank is not None:
+                                batch["data_parallel_rank"] = rank
+                        else:
+                            batch = [time.time(), events] + ([rank] if rank is not None else [])
+                        payload = msgpack.packb(batch, use_bin_type=True)
+                        buf.append((seq, payload))
+                        buf = buf[-10000:]
+                        if op == "publish":
+                            pub.send_multipart([topic, seq.to_bytes(8, "big"), payload])
+                        seq += 1
+                    elif op == "restart":
+                        seq, buf = 0, []
+                    elif op == "style":
+                        frames = cmd["frames"]
+                    elif op == "wait_subscriber":
+                        deadline = time.time() + 10
+                        while not subscribed and time.time() < deadline:
+                            if pub.poll(100):
+                                if pub.recv()[:1] == b"\x01":
+                                    subscribed = True
+                        if not subscribed:
+                            print("error no subscriber", flush=True)
+                            continue
+                    print("ok", flush=True)
 
 
 if __name__ == "__main__":
