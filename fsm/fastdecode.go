@@ -35,9 +35,36 @@ type decodedCommand struct {
 	stats []index.ReplicaStats
 }
 
+// decodeArena holds the slices fast-decoded commands live in. The FSM
+// keeps one and reuses it for every entry, because decoded commands never
+// outlive their entry's apply (the index copies what it keeps): an ingest
+// entry then decodes without allocating, where growing fresh slices per
+// command was most of decoding's cost. A nil *decodeArena allocates.
+type decodeArena struct {
+	cmds   []decodedCommand
+	evs    []index.BlockEvent
+	spans  []evSpan
+	hashes []uint64
+	counts []uint32
+}
+
+// reset empties a for the next entry, dropping its string references so
+// a reused arena does not keep old ids alive.
+func (a *decodeArena) reset() {
+	clear(a.cmds)
+	clear(a.evs)
+	a.cmds, a.evs, a.spans = a.cmds[:0], a.evs[:0], a.spans[:0]
+	a.hashes, a.counts = a.hashes[:0], a.counts[:0]
+}
+
 // decodeEntryFast returns the entry's format and commands; ok=false means
 // "use DecodeEntry" (unusual framing or a command that does not decode).
-func decodeEntryFast(b []byte) (format uint32, cmds []decodedCommand, ok bool) {
+// The commands live in a (see decodeArena) until its next reset.
+func decodeEntryFast(b []byte, a *decodeArena) (format uint32, cmds []decodedCommand, ok bool) {
+	if a == nil {
+		a = new(decodeArena)
+	}
+	a.reset()
 	var in interner
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -59,7 +86,7 @@ func decodeEntryFast(b []byte) (format uint32, cmds []decodedCommand, ok bool) {
 				return 0, nil, false
 			}
 			b = b[n:]
-			dc, fast := decodeIngestFast(v, &in)
+			dc, fast := decodeIngestFast(v, &in, a)
 			if !fast {
 				var c fsmpb.Command
 				if err := proto.Unmarshal(v, &c); err != nil {
@@ -68,16 +95,16 @@ func decodeEntryFast(b []byte) (format uint32, cmds []decodedCommand, ok bool) {
 				dc = decodedCommand{requestID: c.RequestId, pb: &c}
 			}
 			dc.raw = v
-			cmds = append(cmds, dc)
+			a.cmds = append(a.cmds, dc)
 		default:
 			return 0, nil, false
 		}
 	}
-	return format, cmds, true
+	return format, a.cmds, true
 }
 
 // decodeIngestFast decodes a Command that is exactly {request_id?, ingest}.
-func decodeIngestFast(b []byte, in *interner) (decodedCommand, bool) {
+func decodeIngestFast(b []byte, in *interner, a *decodeArena) (decodedCommand, bool) {
 	var dc decodedCommand
 	var ingest []byte
 	seenID, seenIngest := false, false
@@ -109,7 +136,7 @@ func decodeIngestFast(b []byte, in *interner) (decodedCommand, bool) {
 	if !seenIngest {
 		return dc, false
 	}
-	evs, ok := decodeEventsFast(ingest, in)
+	evs, ok := decodeEventsFast(ingest, in, a)
 	if !ok {
 		return dc, false
 	}
@@ -119,11 +146,15 @@ func decodeIngestFast(b []byte, in *interner) (decodedCommand, bool) {
 
 type evSpan struct{ h0, h1, t0, t1 int }
 
-func decodeEventsFast(b []byte, in *interner) ([]index.BlockEvent, bool) {
-	var evs []index.BlockEvent
-	var spans []evSpan
-	var hashes []uint64
-	var counts []uint32
+// decodeEventsFast appends the events of an IngestCommand body to a and
+// returns them (a slice of a.evs whose block slices alias a.hashes and
+// a.counts). On failure a's contents past what earlier commands hold are
+// garbage, and the caller falls back to proto.Unmarshal.
+func decodeEventsFast(b []byte, in *interner, a *decodeArena) ([]index.BlockEvent, bool) {
+	e0 := len(a.evs)
+	evs, spans, hashes, counts := a.evs, a.spans[:0], a.hashes, a.counts
+	// The slices are put back on every return so growth is kept.
+	defer func() { a.evs, a.spans, a.hashes, a.counts = evs, spans, hashes, counts }()
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 || num != 1 || typ != protowire.BytesType {
@@ -217,15 +248,16 @@ func decodeEventsFast(b []byte, in *interner) ([]index.BlockEvent, bool) {
 		evs = append(evs, e)
 		spans = append(spans, sp)
 	}
+	out := evs[e0:len(evs):len(evs)]
 	for i, sp := range spans {
 		if sp.h1 > sp.h0 {
-			evs[i].BlockHashes = hashes[sp.h0:sp.h1:sp.h1]
+			out[i].BlockHashes = hashes[sp.h0:sp.h1:sp.h1]
 		}
 		if sp.t1 > sp.t0 {
-			evs[i].BlockTokenCounts = counts[sp.t0:sp.t1:sp.t1]
+			out[i].BlockTokenCounts = counts[sp.t0:sp.t1:sp.t1]
 		}
 	}
-	return evs, true
+	return out, true
 }
 
 func decodePartitionFast(b []byte, in *interner) (index.Partition, bool) {

@@ -98,7 +98,7 @@ func TestDecodeEntryFast_MatchesProto(t *testing.T) {
 	for i, b := range entries {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			wf, wc, werr := slowDecode(t, b)
-			gf, gc, ok := decodeEntryFast(b)
+			gf, gc, ok := decodeEntryFast(b, nil)
 			if i == 0 && (!ok || gc[0].pb != nil || gc[1].pb == nil || gc[4].pb != nil) {
 				t.Fatalf("canonical entry did not take the fast path (ok=%v)", ok)
 			}
@@ -129,5 +129,25 @@ func TestDecodeEntryFast_MatchesProto(t *testing.T) {
 				}
 			}
 		})
-	}
+	} // The FSM reuses one arena for every entry: each entry must decode
+	// exactly as with a fresh arena, whatever was decoded (or half
+	// decoded, for the entries that fall back) before it.
+	t.Run("reused-arena", func(t *testing.T) {
+		var a decodeArena
+		for round := 0; round < 2; round++ {
+			for i, b := range entries {
+				wf, wc, wok := decodeEntryFast(b, nil)
+				gf, gc, gok := decodeEntryFast(b, &a)
+				if wok != gok || wf != gf || len(wc) != len(gc) {
+					t.Fatalf("entry %d: reused arena ok/format/commands %v/%d/%d, fresh %v/%d/%d", i, gok, gf, len(gc), wok, wf, len(wc))
+				}
+				for j := range wc {
+					if gc[j].requestID != wc[j].requestID || (gc[j].pb == nil) != (wc[j].pb == nil) ||
+						!reflect.DeepEqual(gc[j].events, wc[j].events) || !reflect.DeepEqual(gc[j].raw, wc[j].raw) {
+						t.Fatalf("entry %d cmd %d: reused arena decoded %+v, fresh %+v", i, j, gc[j], wc[j])
+					}
+				}
+			}
+		}
+	})
 }

@@ -90,8 +90,9 @@ type FSM struct {
 	applied     atomic.Uint64
 	appliedTerm atomic.Uint64
 	dd          *dedup
-	hashBuf     []byte // payloadHash scratch (apply is single-threaded)
-	broken      error  // set by a corrupt entry; apply and snapshot stop
+	hashBuf     []byte      // payloadHash scratch (apply is single-threaded)
+	arena       decodeArena // decodeEntryFast's reused slices (ditto)
+	broken      error       // set by a corrupt entry; apply and snapshot stop
 	opts        Options
 	log         *slog.Logger
 }
@@ -185,7 +186,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 // (VerifyEntry).
 func (f *FSM) applyEntry(l *raft.Log, data []byte) *EntryResult {
 	res := &EntryResult{Index: l.Index}
-	format, cmds, ok := decodeEntryFast(data)
+	format, cmds, ok := decodeEntryFast(data, &f.arena)
 	if !ok {
 		e, err := DecodeEntry(data)
 		if err != nil {

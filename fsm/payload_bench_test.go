@@ -44,7 +44,7 @@ func BenchmarkApplyIngestEntry(b *testing.B) {
 	})
 	b.Run("payload-hash-only", func(b *testing.B) {
 		l := benchEntry(b, 1)
-		_, cmds, ok := decodeEntryFast(l.Data)
+		_, cmds, ok := decodeEntryFast(l.Data, nil)
 		if !ok {
 			b.Fatal("entry does not fast-decode")
 		}
