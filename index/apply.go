@@ -12,7 +12,11 @@ package index
 func (ix *Index) ApplyEvents(evs []BlockEvent) int {
 	ix.reclaimViews()
 	n := 0
+	next := 0 // evs[:next] are touched (prefetch.go)
 	for i := range evs {
+		if i == next {
+			next = ix.touchAhead(evs, i)
+		}
 		ev := &evs[i]
 		var changed bool
 		switch ev.Kind {

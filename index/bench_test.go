@@ -444,3 +444,71 @@ func benchExport(b *testing.B, bi *benchIndex, build bool) {
 	}
 	b.ReportMetric(float64(proc.Nanoseconds())/float64(b.N), "proc-cpu-ns/op")
 }
+
+// BenchmarkApplyBatch measures one ingest command's apply the way the FSM
+// calls it (64 STORED events of 4 blocks, 256 blocks per op) into an index
+// that already holds INDEX_BENCH_RESIDENCIES (default 1 M) residencies:
+// "new" stores blocks never seen, "refresh" re-stores held blocks with a
+// newer last_seen, "other-replica" adds a second replica to held blocks.
+func BenchmarkApplyBatch(b *testing.B) {
+	const events, perEvent = 64, 4
+	counts := []uint32{16, 16, 16, 16}
+	for _, mode := range []string{"new", "refresh", "other-replica"} {
+		for _, n := range benchResidencies {
+			b.Run(fmt.Sprintf("%s/res=%dM", mode, n/1_000_000), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(7, 7))
+				ix := New(benchPolicy())
+				var held []uint64
+				for ix.Sizes().Residencies < n {
+					ch := make([]uint64, 1024)
+					for j := range ch {
+						ch[j] = rng.Uint64()
+					}
+					evs := make([]BlockEvent, 0, len(ch)/perEvent)
+					for j := 0; j < len(ch); j += perEvent {
+						evs = append(evs, storeEvent(0, ch[j:j+perEvent], counts, t0))
+					}
+					ix.ApplyEvents(evs)
+					held = append(held, ch...)
+				}
+				batches := make([][]BlockEvent, 256)
+				for k := range batches {
+					evs := make([]BlockEvent, events)
+					for e := range evs {
+						ch := make([]uint64, perEvent)
+						for j := range ch {
+							if mode == "new" {
+								ch[j] = rng.Uint64()
+							} else {
+								ch[j] = held[rng.IntN(len(held))]
+							}
+						}
+						rep := 0
+						if mode == "other-replica" {
+							rep = 1 + k%(benchReplicas-1)
+						}
+						evs[e] = storeEvent(rep, ch, counts, t0+1+int64(k))
+					}
+					batches[k] = evs
+				}
+				b.ReportAllocs()
+				cpuLoop(b, func(i int) {
+					evs := batches[i%len(batches)]
+					if mode == "new" && i >= len(batches) {
+						for e := range evs { // fresh blocks again
+							for j := range evs[e].BlockHashes {
+								evs[e].BlockHashes[j] = rng.Uint64()
+							}
+						}
+					} else if i >= len(batches) {
+						for e := range evs {
+							evs[e].ObservedAtMs++
+						}
+					}
+					ix.ApplyEvents(evs)
+				})
+				b.ReportMetric(float64(b.N*events*perEvent)/b.Elapsed().Seconds(), "blocks/s")
+			})
+		}
+	}
+}

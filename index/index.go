@@ -28,6 +28,9 @@ type Index struct {
 
 	// views tracks open Views for the shards' undo logs (undo.go).
 	views viewSet
+
+	// sink keeps touchAhead's loads alive (writer only; prefetch.go).
+	sink uint64
 }
 
 // polState is a policy plus the values lookups derive from it, computed

@@ -1,0 +1,90 @@
+package index
+
+// Memory-level parallelism for ApplyEvents. Applying a block is a chain of
+// dependent loads into a large index (slot word → block entry → residency
+// run), each a likely cache miss, and a block's chain cannot start before
+// the previous block's has finished because its lock and probe come first.
+// touchAhead walks the next window of blocks first with plain loads that
+// do not depend on each other across blocks, so the CPU overlaps their
+// misses; the apply that follows then finds its lines in cache.
+//
+// It only reads, and only on the writer goroutine: the writer is the sole
+// mutator of shard data, so reading without the shard locks cannot race
+// (lookups read under read locks, which exclude only writes). The loaded
+// values are hints and are never trusted: apply re-reads everything under
+// the lock. Partitions that do not exist yet are skipped (their ids are
+// assigned by apply, in order).
+
+// touchBlocks is the window of blocks touched ahead: enough to overlap
+// many misses, small enough (3 lines a block) to stay in L1/L2 until
+// apply reaches them.
+const touchBlocks = 64
+
+// touchAhead touches the lines apply will need for the STORED and REMOVED
+// events evs[from:end] (at least one event, at most about touchBlocks
+// blocks) and returns end.
+func (ix *Index) touchAhead(evs []BlockEvent, from int) int {
+	var slots [touchBlocks]uint64 // keyMix of each touched block
+	n, end := 0, from
+	var lastPart *Partition
+	var pid uint32
+	for end < len(evs) && n < touchBlocks {
+		ev := &evs[end]
+		end++
+		if (ev.Kind != Stored && ev.Kind != Removed) || len(ev.BlockHashes) > touchBlocks-n {
+			if n == 0 {
+				continue // nothing touched yet: apply this event alone
+			}
+			end-- // does not fit the window: it starts the next one
+			break
+		}
+		if lastPart == nil || *lastPart != ev.Partition {
+			pe := ix.m.parts[ev.Partition]
+			if pe == nil {
+				lastPart = nil
+				continue
+			}
+			lastPart, pid = &ev.Partition, pe.id
+		}
+		for _, h := range ev.BlockHashes {
+			slots[n] = keyMix(pid, h)
+			n++
+		}
+	}
+	if n == 0 {
+		return end
+	}
+	// Level 1: each block's home slot word (and its shard's headers).
+	var sink uint64
+	for _, m := range slots[:n] {
+		d := ix.shards[shardOf(m)].d
+		sink += uint64(d.table[(m>>shardBits)&uint64(len(d.table)-1)])
+	}
+	// Level 2: the block entry the slot points at, or, for an empty home
+	// slot (a new block), the slab tails an insert appends to.
+	var runs [touchBlocks]uint32 // residency run offset + 1 of a found block
+	for i, m := range slots[:n] {
+		d := ix.shards[shardOf(m)].d
+		runs[i] = 0
+		if e := d.table[(m>>shardBits)&uint64(len(d.table)-1)]; e != 0 {
+			b := &d.blocks[(e&slotIdxMask)-1]
+			runs[i] = b.resOff + 1
+			sink += b.hash
+		} else {
+			// A new block: the slab tails and the run free list (behind
+			// its own pointer) that insertBlock and allocRun use.
+			sink += uint64(len(d.free[0]))
+			if len(d.blocks) > 0 && len(d.res) > 0 {
+				sink += d.blocks[len(d.blocks)-1].hash + d.res[len(d.res)-1]
+			}
+		}
+	}
+	// Level 3: the residency run of a found block.
+	for i, m := range slots[:n] {
+		if r := runs[i]; r != 0 {
+			sink += ix.shards[shardOf(m)].d.res[r-1]
+		}
+	}
+	ix.sink = sink
+	return end
+}
