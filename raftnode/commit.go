@@ -195,6 +195,13 @@ func (n *Node) submit(ctx context.Context, c *fsmpb.Command) (fsm.Result, error)
 	if err != nil {
 		return fsm.Result{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	return n.submitEncoded(ctx, cmd)
+}
+
+// submitEncoded is submit for a command already encoded (MarshalCommand or
+// MarshalIngest).
+func (n *Node) submitEncoded(ctx context.Context, cmd []byte) (fsm.Result, error) {
+	var err error
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.WriteRetry)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
@@ -254,7 +261,11 @@ func (n *Node) IngestWrite(ctx context.Context, requestID string, evs []index.Bl
 	if requestID == "" {
 		requestID = n.NewRequestID()
 	}
-	r, err := n.submit(ctx, fsm.IngestCommand(requestID, evs))
+	cmd, err := fsm.MarshalIngest(requestID, evs)
+	if err != nil {
+		return WriteResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	r, err := n.submitEncoded(ctx, cmd)
 	return WriteResult{Index: r.Index, Duplicate: r.Duplicate}, err
 }
 
