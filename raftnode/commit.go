@@ -394,6 +394,12 @@ type Metrics struct {
 	Snapshots         uint64
 	LastSnapshotBytes uint64
 	LastSnapshotTime  time.Duration
+	// LogAppends/LogAppendEntries: appends to the local Raft log store
+	// (one bbolt transaction and fsync each) and the entries they wrote.
+	// Their ratio is the entries per transaction; an append rewrites the
+	// log's last bbolt leaf, so the write amplification of large entries
+	// is about (3 + ratio) / ratio (raftnode/DESIGN.md).
+	LogAppends, LogAppendEntries uint64
 }
 
 type metrics struct {
@@ -403,6 +409,7 @@ type metrics struct {
 	forwarded, retries, creditsDropped      atomic.Uint64
 	snapshots, lastSnapshotBytes            atomic.Uint64
 	lastSnapshotNanos                       atomic.Uint64
+	logAppends, logAppendEntries            atomic.Uint64
 }
 
 // Metrics returns the counters.
@@ -416,5 +423,6 @@ func (n *Node) Metrics() Metrics {
 		Forwarded: m.forwarded.Load(), Retries: m.retries.Load(), CreditsDropped: m.creditsDropped.Load(),
 		Snapshots: m.snapshots.Load(), LastSnapshotBytes: m.lastSnapshotBytes.Load(),
 		LastSnapshotTime: time.Duration(m.lastSnapshotNanos.Load()),
+		LogAppends:       m.logAppends.Load(), LogAppendEntries: m.logAppendEntries.Load(),
 	}
 }

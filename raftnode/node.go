@@ -160,7 +160,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: open log store %s: %w", raftDir, err)
 	}
-	logs, err := raft.NewLogCache(logCacheSize, n.store)
+	logs, err := raft.NewLogCache(logCacheSize, countingLogStore{n.store, &n.metrics})
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: log cache: %w", err)
 	}
