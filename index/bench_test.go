@@ -449,27 +449,41 @@ func benchExport(b *testing.B, bi *benchIndex, build bool) {
 // calls it (64 STORED events of 4 blocks, 256 blocks per op) into an index
 // that already holds INDEX_BENCH_RESIDENCIES (default 1 M) residencies:
 // "new" stores blocks never seen, "refresh" re-stores held blocks with a
-// newer last_seen, "other-replica" adds a second replica to held blocks.
+// newer last_seen, "other-replica" adds a second replica to held blocks,
+// "new-at-capacity" stores new blocks into an index at MaxResidencies,
+// where every block stored evicts one (LRU).
 func BenchmarkApplyBatch(b *testing.B) {
 	const events, perEvent = 64, 4
 	counts := []uint32{16, 16, 16, 16}
-	for _, mode := range []string{"new", "refresh", "other-replica"} {
+	for _, mode := range []string{"new", "refresh", "other-replica", "new-at-capacity"} {
 		for _, n := range benchResidencies {
 			b.Run(fmt.Sprintf("%s/res=%dM", mode, n/1_000_000), func(b *testing.B) {
 				rng := rand.New(rand.NewPCG(7, 7))
 				ix := New(benchPolicy())
 				var held []uint64
+				// Each prefill call (256 events) and each batch gets its
+				// own millisecond, like live traffic, so LRU keys mostly
+				// differ (an eviction's ties at its threshold are few).
+				now := t0
 				for ix.Sizes().Residencies < n {
+					now++
 					ch := make([]uint64, 1024)
 					for j := range ch {
 						ch[j] = rng.Uint64()
 					}
 					evs := make([]BlockEvent, 0, len(ch)/perEvent)
 					for j := 0; j < len(ch); j += perEvent {
-						evs = append(evs, storeEvent(0, ch[j:j+perEvent], counts, t0))
+						evs = append(evs, storeEvent(0, ch[j:j+perEvent], counts, now))
 					}
 					ix.ApplyEvents(evs)
 					held = append(held, ch...)
+				}
+				if mode == "new-at-capacity" {
+					// MaxResidencies = the prefill: every new block
+					// evicts (LRU), as in a cluster that is full.
+					p := benchPolicy()
+					p.MaxResidencies = uint64(ix.Sizes().Residencies)
+					ix.SetPolicy(p)
 				}
 				batches := make([][]BlockEvent, 256)
 				for k := range batches {
@@ -477,7 +491,7 @@ func BenchmarkApplyBatch(b *testing.B) {
 					for e := range evs {
 						ch := make([]uint64, perEvent)
 						for j := range ch {
-							if mode == "new" {
+							if mode == "new" || mode == "new-at-capacity" {
 								ch[j] = rng.Uint64()
 							} else {
 								ch[j] = held[rng.IntN(len(held))]
@@ -487,22 +501,21 @@ func BenchmarkApplyBatch(b *testing.B) {
 						if mode == "other-replica" {
 							rep = 1 + k%(benchReplicas-1)
 						}
-						evs[e] = storeEvent(rep, ch, counts, t0+1+int64(k))
+						evs[e] = storeEvent(rep, ch, counts, now+1+int64(k))
 					}
 					batches[k] = evs
 				}
 				b.ReportAllocs()
 				cpuLoop(b, func(i int) {
 					evs := batches[i%len(batches)]
-					if mode == "new" && i >= len(batches) {
-						for e := range evs { // fresh blocks again
-							for j := range evs[e].BlockHashes {
-								evs[e].BlockHashes[j] = rng.Uint64()
-							}
-						}
-					} else if i >= len(batches) {
+					if i >= len(batches) { // time moves on
 						for e := range evs {
-							evs[e].ObservedAtMs++
+							evs[e].ObservedAtMs += int64(len(batches))
+							if mode == "new" || mode == "new-at-capacity" {
+								for j := range evs[e].BlockHashes { // fresh blocks again
+									evs[e].BlockHashes[j] = rng.Uint64()
+								}
+							}
 						}
 					}
 					ix.ApplyEvents(evs)
