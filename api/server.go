@@ -42,8 +42,11 @@ type ServerConfig struct {
 type Server struct {
 	// GRPC is the server to Serve on a listener.
 	GRPC *grpc.Server
-	// Health is the health service; it reports SERVING for "" and both
-	// services once the node is ready, NOT_SERVING after Shutdown.
+	// Health is the health service; for "" and both services it reports
+	// SERVING while the node is Serving (state loaded, its log appends
+	// succeed, its applies keep up; raftnode.Node.Serving), NOT_SERVING
+	// otherwise and after Shutdown. It follows the node within
+	// healthPoll. A NOT_SERVING node still answers lookups, marked stale.
 	Health *health.Server
 	// Service is the InferenceCache implementation.
 	Service *Service
@@ -95,19 +98,29 @@ func NewServer(cfg ServerConfig) *Server {
 	for _, name := range healthServices {
 		hs.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
-	go s.watchReady(cfg.Node)
+	go s.watchHealth(cfg.Node)
 	return s
 }
 
-func (s *Server) watchReady(n *raftnode.Node) {
-	t := time.NewTicker(50 * time.Millisecond)
+// healthPoll is how often the health service re-reads Node.Serving.
+const healthPoll = 50 * time.Millisecond
+
+// watchHealth keeps the health service's status equal to n.Serving()
+// until Shutdown.
+func (s *Server) watchHealth(n *raftnode.Node) {
+	t := time.NewTicker(healthPoll)
 	defer t.Stop()
+	serving := false // NewServer starts NOT_SERVING
 	for {
-		if n.Ready() {
-			for _, name := range healthServices {
-				s.Health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		if now := n.Serving(); now != serving {
+			serving = now
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if now {
+				st = healthpb.HealthCheckResponse_SERVING
 			}
-			return
+			for _, name := range healthServices {
+				s.Health.SetServingStatus(name, st)
+			}
 		}
 		select {
 		case <-s.stop:

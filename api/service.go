@@ -39,7 +39,10 @@ type ReadState struct {
 	LastLeaderContactMs uint64
 	// Stale: no leader contact within the policy's maxStaleness, or none
 	// at all since start. On the leader: it has not finished the Barrier
-	// it issues after winning an election.
+	// it issues after winning an election. On any node: appends to its
+	// local log are failing (e.g. a full disk), it is replaying the log
+	// it found at start, or committed entries have waited longer than
+	// maxStaleness to be applied (raftnode.ReadState.StaleReason).
 	Stale bool
 	// Leader: this node is the Raft leader.
 	Leader bool

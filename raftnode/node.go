@@ -34,6 +34,7 @@ type Node struct {
 	fsm   *fsm.FSM
 	raft  *raft.Raft
 	store *raftboltdb.BoltStore
+	logs  raft.LogStore // the log cache over store, as raft uses it
 	snaps *raft.FileSnapshotStore
 	trans *raft.NetworkTransport
 	ml    *memberlist.Memberlist
@@ -63,6 +64,7 @@ type Node struct {
 	conns   map[string]*grpc.ClientConn // by gRPC address
 
 	metrics metrics
+	health  health // local log and apply health (health.go)
 
 	shutdownCh   chan struct{}
 	shutdownOnce sync.Once
@@ -160,10 +162,15 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: open log store %s: %w", raftDir, err)
 	}
-	logs, err := raft.NewLogCache(logCacheSize, countingLogStore{n.store, &n.metrics})
+	var base raft.LogStore = n.store
+	if wrapLogStore != nil {
+		base = wrapLogStore(cfg.NodeID, base)
+	}
+	logs, err := raft.NewLogCache(logCacheSize, countingLogStore{base, &n.metrics, &n.health})
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: log cache: %w", err)
 	}
+	n.logs = logs
 	hl := n.hclog()
 	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(raftDir, cfg.SnapshotRetain, hl.Named("snapshot"))
 	if err != nil {
@@ -217,11 +224,20 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
 	n.ready.Store(true)
+	// A log tail the FSM has not applied yet (a restart) is replayed once
+	// a leader confirms the commit index: until then reads are stale and
+	// the node is not Serving (health.go).
+	lt := &lagTracker{bootLast: n.raft.LastIndex()}
+	lt.caughtUp = lt.bootLast <= n.fsm.AppliedIndex()
+	if !lt.caughtUp {
+		n.health.setLag(StaleCatchingUp)
+	}
 
 	if err := n.startGossip(); err != nil {
 		return nil, err
 	}
-	n.wg.Add(5)
+	n.wg.Add(6)
+	go n.healthLoop(lt)
 	go n.leaderLoop(notify)
 	go n.batcher()
 	go n.committer()
@@ -399,8 +415,10 @@ func (n *Node) Lookup(req *index.LookupRequest, res *index.Result) { n.fsm.Index
 func (n *Node) Policy() policy.Policy { return n.fsm.Policy() }
 
 // Ready reports that the node's state is loaded (snapshot restored, Raft
-// running); use it for gRPC health SERVING. Log entries after the
-// snapshot are replayed once a leader confirms the commit index.
+// running) and trustworthy: lookups are answered from it. Log entries
+// after the snapshot are replayed once a leader confirms the commit
+// index. For readiness (gRPC health SERVING, /readyz) use Serving, which
+// also requires the local log and state machine to keep up.
 func (n *Node) Ready() bool { return n.ready.Load() }
 
 // ReadState says how fresh this node's local reads are (SPEC 5, 8).
@@ -412,9 +430,16 @@ type ReadState struct {
 	// LastLeaderContact is the time since this node last heard from a
 	// leader (0 on the leader; since start when never).
 	LastLeaderContact time.Duration
-	// Stale: never heard from a leader since start, or longer ago than the
-	// policy's MaxStaleness.
+	// Stale: this node's answers may be out of date: never heard from a
+	// leader since start, or longer ago than the policy's MaxStaleness; a
+	// leader that has not finished its Barrier; or a local fault: appends
+	// to its log failing, replaying the log found at start, or committed
+	// entries unapplied for longer than MaxStaleness (health.go; the node
+	// is then not Serving).
 	Stale bool
+	// StaleReason says why Stale is set (one of the Stale* constants; ""
+	// when not stale). A local fault takes precedence.
+	StaleReason string
 	// Leader: this node is the leader.
 	Leader bool
 }
@@ -424,17 +449,22 @@ func (n *Node) ReadState() ReadState {
 	rs := ReadState{NodeID: n.cfg.NodeID, AppliedIndex: n.fsm.AppliedIndex()}
 	if n.raft.State() == raft.Leader {
 		rs.Leader = true
-		rs.Stale = !n.leaderReady.Load()
-		return rs
-	}
-	lc := n.raft.LastContact()
-	if lc.IsZero() {
+		if !n.leaderReady.Load() {
+			rs.StaleReason = StaleLeaderBarrier
+		}
+	} else if lc := n.raft.LastContact(); lc.IsZero() {
 		rs.LastLeaderContact = time.Since(n.started)
-		rs.Stale = true
-		return rs
+		rs.StaleReason = StaleNoLeaderYet
+	} else {
+		rs.LastLeaderContact = time.Since(lc)
+		if rs.LastLeaderContact > n.fsm.Index().Policy().MaxStaleness {
+			rs.StaleReason = StaleNoLeader
+		}
 	}
-	rs.LastLeaderContact = time.Since(lc)
-	rs.Stale = rs.LastLeaderContact > n.fsm.Index().Policy().MaxStaleness
+	if r := n.health.reason(); r != "" {
+		rs.StaleReason = r
+	}
+	rs.Stale = rs.StaleReason != ""
 	return rs
 }
 

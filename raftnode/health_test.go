@@ -1,0 +1,234 @@
+package raftnode_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/inference-cache/inference-cache/api"
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/metrics"
+	"github.com/inference-cache/inference-cache/raftnode"
+)
+
+// fullDiskStore fails every append with ENOSPC while full is set, as
+// raft-boltdb does on a full file system.
+type fullDiskStore struct {
+	raft.LogStore
+	full *atomic.Bool
+}
+
+func (s fullDiskStore) StoreLog(l *raft.Log) error {
+	if s.full.Load() {
+		return fmt.Errorf("write raft.db: %w", syscall.ENOSPC)
+	}
+	return s.LogStore.StoreLog(l)
+}
+
+func (s fullDiskStore) StoreLogs(ls []*raft.Log) error {
+	if s.full.Load() {
+		return fmt.Errorf("write raft.db: %w", syscall.ENOSPC)
+	}
+	return s.LogStore.StoreLogs(ls)
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// surface is one node's readiness and reads as a load balancer and the
+// gateway see them: gRPC health, /readyz and LookupRoute.
+type surface struct {
+	hc     healthpb.HealthClient
+	ic     pb.InferenceCacheClient
+	readyz string
+}
+
+func serve(t *testing.T, n *raftnode.Node) surface {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.NewServer(api.ServerConfig{Node: n, GRPCAddr: lis.Addr().String()})
+	go srv.GRPC.Serve(lis)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	hs := httptest.NewServer(metrics.NewMux(nil, n.Serving, false))
+	t.Cleanup(hs.Close)
+	return surface{hc: healthpb.NewHealthClient(cc), ic: pb.NewInferenceCacheClient(cc), readyz: hs.URL + "/readyz"}
+}
+
+func (s surface) serving(t *testing.T) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	r, err := s.hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "inferencecache.v1.InferenceCache"})
+	if err != nil {
+		t.Fatalf("health check: %v", err)
+	}
+	return r.Status == healthpb.HealthCheckResponse_SERVING
+}
+
+func (s surface) readyzCode(t *testing.T) int {
+	r, err := http.Get(s.readyz)
+	if err != nil {
+		t.Fatalf("readyz: %v", err)
+	}
+	r.Body.Close()
+	return r.StatusCode
+}
+
+func (s surface) lookup(t *testing.T, base uint64) *pb.LookupRouteResponse {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	hs := make([]uint64, 4)
+	for i := range hs {
+		hs[i] = base + uint64(i)
+	}
+	r, err := s.ic.LookupRoute(ctx, &pb.LookupRouteRequest{HashScheme: part.Scheme, ModelId: part.Model, TenantId: part.Tenant, BlockHashes: hs})
+	if err != nil {
+		t.Fatalf("LookupRoute returned an error (must fail open): %v", err)
+	}
+	return r
+}
+
+// TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed is the fault
+// trial's full disk: a follower whose log appends fail with ENOSPC still
+// gets the leader's heartbeats (last contact stays fresh), but its
+// lookups say stale (answered, never an error), gRPC health is
+// NOT_SERVING and /readyz 503 until appends succeed and it catches up.
+func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
+	var full [3]atomic.Bool
+	defer raftnode.SetWrapLogStoreForTest(func(id string, s raft.LogStore) raft.LogStore {
+		var i int
+		fmt.Sscanf(id, "n%d", &i)
+		return fullDiskStore{s, &full[i-1]}
+	})()
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	f := follower(c, l)
+	nf := c.Nodes[f]
+	now := time.Now().UnixMilli()
+	idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 100, 4, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitApplied(idx, 10*time.Second)
+	s := serve(t, nf.Node)
+	waitFor(t, "follower serving before the fault", 10*time.Second, func() bool {
+		return nf.Serving() && !nf.ReadState().Stale && s.serving(t) && s.readyzCode(t) == http.StatusOK
+	})
+
+	full[f].Store(true)
+	for k := 0; k < 5; k++ { // the leader and the other follower commit
+		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", uint64(1000+100*k), 4, now)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "full-disk follower stale and not serving", 10*time.Second, func() bool {
+		rs := nf.ReadState()
+		return rs.Stale && rs.StaleReason == raftnode.StaleAppendFailing && !nf.Serving() &&
+			!s.serving(t) && s.readyzCode(t) == http.StatusServiceUnavailable
+	})
+	rs := nf.ReadState()
+	if rs.AppliedIndex >= idx {
+		t.Fatalf("full-disk follower applied %d, the cluster committed %d: the fault did not bite", rs.AppliedIndex, idx)
+	}
+	if rs.LastLeaderContact > time.Second {
+		t.Fatalf("last leader contact %v: the heartbeats should still arrive (the trial's case)", rs.LastLeaderContact)
+	}
+	if h := nf.Health(); h.Reason != raftnode.StaleAppendFailing || h.AppendFailures == 0 || !errors.Is(h.LastAppendError, syscall.ENOSPC) {
+		t.Fatalf("Health() = %+v, want append failures with ENOSPC", h)
+	}
+	if !nf.Ready() {
+		t.Fatal("Ready false: lookups would answer NO_HINT instead of stale hints")
+	}
+	r := s.lookup(t, 100)
+	if !r.Stale || r.ServedBy != nf.ID || len(r.Replicas) == 0 {
+		t.Fatalf("lookup on the full-disk follower = %v, want stale hints from its state", r)
+	}
+
+	full[f].Store(false) // space freed: the leader's next retry succeeds
+	if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("c", 5000, 4, now)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "follower caught up and serving again", 30*time.Second, func() bool {
+		rs := nf.ReadState()
+		return rs.AppliedIndex >= idx && !rs.Stale && nf.Serving() && s.serving(t) && s.readyzCode(t) == http.StatusOK
+	})
+	if r := s.lookup(t, 5000); r.Stale || len(r.Replicas) == 0 {
+		t.Fatalf("lookup after recovery = %v, want fresh hints", r)
+	}
+	assertSameDigest(t, c, idx)
+}
+
+// TestRestart_StaleAndNotServingUntilItsLogIsApplied: a node restarted
+// with a log tail its snapshot does not cover reports stale reads and is
+// not Serving while it cannot apply that tail (here: no leader yet), and
+// serves again once it has.
+func TestRestart_StaleAndNotServingUntilItsLogIsApplied(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	var idx uint64
+	var err error
+	for k := 0; k < 5; k++ {
+		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(100*k), 4, time.Now().UnixMilli())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.WaitApplied(idx, 10*time.Second)
+	r := follower(c, l)
+	for _, i := range c.Running() {
+		c.Stop(i)
+	}
+	c.Start(r) // alone: no leader to confirm the commit index
+	nr := c.Nodes[r]
+	for k := 0; k < 5; k++ {
+		rs := nr.ReadState()
+		if !nr.Ready() || nr.Serving() || !rs.Stale || rs.StaleReason != raftnode.StaleCatchingUp || rs.AppliedIndex >= idx {
+			t.Fatalf("restarted node without a leader: ready %v serving %v read state %+v; want ready, not serving, stale (%q)",
+				nr.Ready(), nr.Serving(), rs, raftnode.StaleCatchingUp)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i := range c.Nodes {
+		if i != r {
+			c.Start(i)
+		}
+	}
+	c.WaitLeader(15 * time.Second)
+	waitFor(t, "restarted node applied its log and serving", 15*time.Second, func() bool {
+		rs := nr.ReadState()
+		return rs.AppliedIndex >= idx && !rs.Stale && nr.Serving()
+	})
+}
