@@ -26,9 +26,12 @@ func newHealthCmd() *cobra.Command {
 		Short: "Check a node's gRPC health service (exit 0 when SERVING)",
 		Long: `Calls grpc.health.v1.Health/Check on --addr and exits 0 when the node reports
 SERVING, 1 otherwise (not serving, unreachable or slower than --timeout).
-A node reports SERVING once its Raft node has started, NOT_SERVING while it
-shuts down. Meant for container health checks (Docker HEALTHCHECK, compose);
-Kubernetes probes the same service natively.`,
+A node reports SERVING once its Raft node has started and while its own log
+and state machine keep up; NOT_SERVING while appends to its log fail (e.g. a
+full disk), while it replays the log found at start, while committed entries
+wait longer than maxStaleness to be applied, and while it shuts down.
+Meant for container health checks (Docker HEALTHCHECK, compose); Kubernetes
+probes the same service natively.`,
 		Example: `  inference-cache health
   inference-cache health --addr 10.0.0.1:7401 --service inferencecache.v1.InferenceCache`,
 		Args: cobra.NoArgs,

@@ -196,7 +196,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	go func() { serveErr <- srv.GRPC.Serve(lis) }()
 	var hs *http.Server
 	if httpLis != nil {
-		hs = &http.Server{Handler: metrics.NewMux(m, node.Ready, o.pprof), ReadHeaderTimeout: 10 * time.Second}
+		hs = &http.Server{Handler: metrics.NewMux(m, node.Serving, o.pprof), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := hs.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("http: %w", err)
