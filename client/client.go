@@ -8,7 +8,11 @@
 // locally from token ids (LookupTokens). Writes (Ingest,
 // ReportReplicaStats) carry a stable request id per logical write and are
 // retried with jitter on the SPEC 8 retriable outcomes, rotating nodes, so
-// a retry never double-applies.
+// a retry never double-applies. A write attempt on a node that stops
+// answering (a paused or hung process) is abandoned within about a second
+// (a health check after WriteProbeAfter fails) or at WriteAttemptTimeout,
+// and retried on another node; a node that failed is skipped for a while
+// and probed again later (Config.FailBackoff).
 package client
 
 import (
@@ -26,6 +30,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -33,24 +38,38 @@ import (
 )
 
 // Defaults of Config.
+//
+// The write defaults fit together: a node that stops answering (a paused
+// or hung process, a dead host whose connection was never closed) is
+// detected within WriteProbeAfter + ProbeTimeout (1 s) and the write moves
+// on; an attempt on a node that answers health checks but not the write
+// ends at WriteAttemptTimeout (2 s); both leave room for further attempts
+// within WriteRetry (5 s).
 const (
 	// DefaultLookupTimeout is the per-call budget of LookupRoute, including
 	// one retry on another node. A hint that arrives later than this is
 	// worth less than routing at once.
 	DefaultLookupTimeout = 50 * time.Millisecond
-	// DefaultFailBackoff is how long a node whose call failed is skipped by
-	// lookups (unless every node is failing).
+	// DefaultFailBackoff is how long a node whose call failed is first
+	// skipped (unless every node is skipped); it doubles per failed probe.
 	DefaultFailBackoff = time.Second
 	// DefaultWriteRetry is the total time a write is retried (SPEC 8: ~5 s).
 	DefaultWriteRetry = 5 * time.Second
 	// DefaultWriteAttemptTimeout bounds one write attempt; an attempt that
-	// times out has an unknown outcome and is retried with the same id.
-	DefaultWriteAttemptTimeout = 10 * time.Second
+	// times out has an unknown outcome and is retried with the same id on
+	// another node. It covers a follower's forward during a leader
+	// election (the server moves it to the new leader within ~1-2 s).
+	DefaultWriteAttemptTimeout = 2 * time.Second
+	// DefaultWriteProbeAfter is how long a write attempt waits for its
+	// answer before health-checking the node it went to.
+	DefaultWriteProbeAfter = 500 * time.Millisecond
+	// DefaultProbeTimeout bounds that health check.
+	DefaultProbeTimeout = 500 * time.Millisecond
 	// DefaultMaxMessageBytes matches the server's api.MaxMessageBytes.
 	DefaultMaxMessageBytes = 16 << 20
 )
 
-// Config configures a Client.
+// Config configures a Client. Fields are read once by New.
 type Config struct {
 	// Addrs are the nodes' gRPC addresses, host:port (at least one).
 	Addrs []string
@@ -63,22 +82,40 @@ type Config struct {
 	// Credentials, when set, are sent on every call (see BearerToken and
 	// BearerTokenFile for the server's write/admin/lookup tokens).
 	Credentials credentials.PerRPCCredentials
-	// LookupTimeout is the per-call budget of LookupRoute; 0 = default.
+	// LookupTimeout is the per-call budget of LookupRoute, including its
+	// one retry on another node; 0 = DefaultLookupTimeout (50 ms).
 	LookupTimeout time.Duration
-	// FailBackoff is how long a failed node is skipped; 0 = default.
+	// FailBackoff is how long a node is skipped after a call to it failed
+	// for the node's own sake (UNAVAILABLE, DEADLINE_EXCEEDED or no answer;
+	// for lookups also RESOURCE_EXHAUSTED and ABORTED), never for a
+	// refused request (INVALID_ARGUMENT etc.). When the period ends one
+	// call probes the node while the others keep skipping it; each failed
+	// probe doubles the period, up to 8x FailBackoff; a success ends it.
+	// Lookups and writes skip nodes separately. A node is still called
+	// when every node is skipped. 0 = DefaultFailBackoff (1 s).
 	FailBackoff time.Duration
-	// WriteRetry is the total retry budget of a write; 0 = default.
+	// WriteRetry is the total budget of one write (Ingest,
+	// ReportReplicaStats), all attempts and the jittered pauses between
+	// them included: no attempt runs past it. 0 = DefaultWriteRetry (5 s).
 	WriteRetry time.Duration
-	// WriteAttemptTimeout bounds one write attempt; 0 = default.
+	// WriteAttemptTimeout bounds one write attempt; the attempt's outcome
+	// is then unknown and the write is retried on another node with the
+	// same request id (the server de-duplicates it). Keep it well below
+	// WriteRetry so a timed-out attempt can be retried.
+	// 0 = DefaultWriteAttemptTimeout (2 s).
 	WriteAttemptTimeout time.Duration
-}
-
-type node struct {
-	addr      string
-	cc        *grpc.ClientConn
-	ic        pb.InferenceCacheClient
-	cl        pb.ClusterClient
-	downUntil atomic.Int64 // unix ns; skipped by lookups until then
+	// WriteProbeAfter: a write attempt still unanswered after this long
+	// health-checks its node (grpc.health.v1, bounded by ProbeTimeout). A
+	// node that does not answer the check is hung or gone: the attempt is
+	// abandoned and retried at once with the same request id on another
+	// node, so a paused node costs a write about WriteProbeAfter +
+	// ProbeTimeout instead of WriteAttemptTimeout. A node that answers is
+	// left to finish the write (it may be waiting for a leader election).
+	// 0 = DefaultWriteProbeAfter (500 ms); negative = no health checks.
+	WriteProbeAfter time.Duration
+	// ProbeTimeout bounds the health check of WriteProbeAfter.
+	// 0 = DefaultProbeTimeout (500 ms).
+	ProbeTimeout time.Duration
 }
 
 // Client is safe for concurrent use.
@@ -87,7 +124,7 @@ type Client struct {
 	nodes []*node
 	next  atomic.Uint64
 
-	lookups, failOpen, lookupRetries, writeRetries atomic.Uint64
+	lookups, failOpen, lookupRetries, writeRetries, writeTimeouts atomic.Uint64
 }
 
 // Stats are the client's cumulative counters.
@@ -101,6 +138,11 @@ type Stats struct {
 	LookupRetries uint64
 	// WriteRetries is write attempts retried.
 	WriteRetries uint64
+	// WriteTimeouts is write attempts that ended without an answer: they
+	// reached WriteAttemptTimeout or were abandoned because their node
+	// did not answer a health check (included in WriteRetries when the
+	// write was retried).
+	WriteTimeouts uint64
 }
 
 // New dials every address (lazily: no I/O happens until the first call).
@@ -120,6 +162,12 @@ func New(cfg Config) (*Client, error) {
 	if cfg.WriteAttemptTimeout <= 0 {
 		cfg.WriteAttemptTimeout = DefaultWriteAttemptTimeout
 	}
+	if cfg.WriteProbeAfter == 0 {
+		cfg.WriteProbeAfter = DefaultWriteProbeAfter
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = DefaultProbeTimeout
+	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes), grpc.MaxCallSendMsgSize(DefaultMaxMessageBytes)),
@@ -138,7 +186,8 @@ func New(cfg Config) (*Client, error) {
 			c.Close()
 			return nil, fmt.Errorf("client: dial %s: %w", a, err)
 		}
-		c.nodes = append(c.nodes, &node{addr: a, cc: cc, ic: pb.NewInferenceCacheClient(cc), cl: pb.NewClusterClient(cc)})
+		c.nodes = append(c.nodes, &node{addr: a, cc: cc, ic: pb.NewInferenceCacheClient(cc),
+			cl: pb.NewClusterClient(cc), hc: healthpb.NewHealthClient(cc)})
 	}
 	return c, nil
 }
@@ -156,43 +205,15 @@ func (c *Client) Close() error {
 
 // Stats returns the counters.
 func (c *Client) Stats() Stats {
-	return Stats{Lookups: c.lookups.Load(), FailOpen: c.failOpen.Load(), LookupRetries: c.lookupRetries.Load(), WriteRetries: c.writeRetries.Load()}
-}
-
-// pick returns the next node round robin that is not backing off, or the
-// plain round-robin choice when all are. skip (may be nil) is avoided
-// unless it is the only node.
-func (c *Client) pick(skip *node) *node {
-	now := time.Now().UnixNano()
-	start := c.next.Add(1)
-	var fallback *node
-	for i := range c.nodes {
-		n := c.nodes[(start+uint64(i))%uint64(len(c.nodes))]
-		if n == skip {
-			continue
-		}
-		if fallback == nil {
-			fallback = n
-		}
-		if n.downUntil.Load() <= now {
-			return n
-		}
-	}
-	if fallback == nil {
-		return skip // the only node
-	}
-	return fallback
-}
-
-func (c *Client) markDown(n *node) {
-	n.downUntil.Store(time.Now().Add(c.cfg.FailBackoff).UnixNano())
+	return Stats{Lookups: c.lookups.Load(), FailOpen: c.failOpen.Load(), LookupRetries: c.lookupRetries.Load(),
+		WriteRetries: c.writeRetries.Load(), WriteTimeouts: c.writeTimeouts.Load()}
 }
 
 // LookupRoute asks one node for the hint of req (SPEC 5). It never fails:
 // when the node fails (Unavailable, DeadlineExceeded, ResourceExhausted,
-// Aborted) it skips that node for FailBackoff and tries one other node
-// within the budget; when that fails too, the budget LookupTimeout ends,
-// or the request itself fails (e.g. invalid UTF-8 the encoder refuses, a
+// Aborted) it skips that node for lookups (see Config.FailBackoff) and
+// tries one other node within the budget; when that fails too, the budget
+// LookupTimeout ends, or the request itself fails (e.g. invalid UTF-8 the encoder refuses, a
 // refused token: no retry, no node blamed), it returns a NO_HINT response
 // whose Detail is "client: <code>: <message>; failing open" (counted in
 // Stats.FailOpen).
@@ -203,12 +224,13 @@ func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *p
 	var lastErr error
 	var prev *node
 	for attempt := 0; attempt < 2; attempt++ {
-		n := c.pick(prev)
+		n, probe := c.pick(lookupTrack, prev, c.cfg.LookupTimeout)
 		if attempt > 0 {
 			c.lookupRetries.Add(1)
 		}
 		resp, err := n.ic.LookupRoute(ctx, req)
 		if err == nil {
+			n.lookup.ok()
 			return resp
 		}
 		lastErr = err
@@ -218,7 +240,7 @@ func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *p
 			// one is not down.
 			break
 		}
-		c.markDown(n)
+		n.lookup.failed(time.Now(), c.cfg.FailBackoff, probe)
 		prev = n
 		if ctx.Err() != nil || len(c.nodes) == 1 {
 			break
@@ -292,37 +314,92 @@ func Retriable(err error) bool {
 	return false
 }
 
+// errUnresponsive is the cause an attempt is abandoned with when its node
+// does not answer a health check.
+var errUnresponsive = errors.New("node did not answer a health check")
+
 // write runs one logical write with retries: each attempt goes to the next
-// node round robin; retriable failures back off 25 ms doubling to 500 ms,
-// with full jitter, for at most WriteRetry in total.
+// node round robin that writes are not skipping. Retriable failures
+// (UNAVAILABLE; DEADLINE_EXCEEDED, also of an attempt that timed out or
+// whose node stopped answering) skip the node for writes (see
+// Config.FailBackoff) and are retried on another node after a pause of
+// 25 ms doubling to 500 ms, with full jitter; everything within
+// WriteRetry. Other errors (the request refused) end the write at once
+// and blame no node.
 func (c *Client) write(ctx context.Context, call func(ctx context.Context, n *node) error) error {
 	deadline := time.Now().Add(c.cfg.WriteRetry)
 	backoff := 25 * time.Millisecond
 	var prev *node
 	for {
-		n := c.pick(prev)
-		actx, cancel := context.WithTimeout(ctx, c.cfg.WriteAttemptTimeout)
-		err := call(actx, n)
-		cancel()
+		n, probe := c.pick(writeTrack, prev, c.cfg.WriteAttemptTimeout)
+		err := c.attempt(ctx, n, deadline, call)
 		if err == nil {
+			n.write.ok()
 			return nil
 		}
-		if !Retriable(err) || ctx.Err() != nil || time.Now().After(deadline) {
+		if !Retriable(err) || ctx.Err() != nil {
 			return err
 		}
-		if status.Code(err) == codes.Unavailable {
-			c.markDown(n)
-		}
-		prev = n
-		c.writeRetries.Add(1)
+		now := time.Now()
+		n.write.failed(now, c.cfg.FailBackoff, probe)
 		sleep := time.Duration(mrand.Int64N(int64(backoff))) + time.Millisecond
 		backoff = min(2*backoff, 500*time.Millisecond)
+		left := deadline.Sub(now)
+		if left <= 0 {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(sleep):
+		case <-time.After(min(sleep, left)):
 		}
+		if !time.Now().Before(deadline) {
+			return err // the budget ran out while pausing
+		}
+		prev = n
+		c.writeRetries.Add(1)
 	}
+}
+
+// attempt makes one write call to n, bounded by WriteAttemptTimeout and
+// the write's deadline, and abandons it early when n does not answer a
+// health check started WriteProbeAfter into the call. A call that ends
+// without an answer returns DEADLINE_EXCEEDED naming the node.
+func (c *Client) attempt(ctx context.Context, n *node, deadline time.Time, call func(ctx context.Context, n *node) error) error {
+	start := time.Now()
+	if d := start.Add(c.cfg.WriteAttemptTimeout); d.Before(deadline) {
+		deadline = d
+	}
+	tctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	actx, abandon := context.WithCancelCause(tctx)
+	defer abandon(nil)
+	if c.cfg.WriteProbeAfter > 0 {
+		t := time.AfterFunc(c.cfg.WriteProbeAfter, func() {
+			if c.unresponsive(actx, n) {
+				abandon(errUnresponsive)
+			}
+		})
+		defer t.Stop()
+	}
+	err := call(actx, n)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if code := status.Code(err); code != codes.DeadlineExceeded && code != codes.Canceled {
+		return err // an answer, even if it came as the attempt ended
+	}
+	switch {
+	case errors.Is(context.Cause(actx), errUnresponsive):
+		c.writeTimeouts.Add(1)
+		return status.Errorf(codes.DeadlineExceeded, "client: write to %s abandoned after %v: %v (outcome unknown): %v",
+			n.addr, time.Since(start).Round(time.Millisecond), errUnresponsive, err)
+	case tctx.Err() != nil:
+		c.writeTimeouts.Add(1)
+		return status.Errorf(codes.DeadlineExceeded, "client: write to %s timed out after %v (outcome unknown): %v",
+			n.addr, time.Since(start).Round(time.Millisecond), err)
+	}
+	return err
 }
 
 // Ingest commits a batch of block events (SPEC 6). When req has no

@@ -10,6 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -21,12 +23,13 @@ type fake struct {
 	pb.UnimplementedInferenceCacheServer
 	name string
 
-	mu        sync.Mutex
-	lookupErr error
-	delay     time.Duration
-	calls     int
-	ingestErr []error // returned in order, then success
-	ids       []string
+	mu         sync.Mutex
+	lookupErr  error
+	delay      time.Duration
+	calls      int
+	ingestErr  []error // returned in order, then success
+	hangIngest bool    // Ingest blocks until the caller gives up
+	ids        []string
 }
 
 func (f *fake) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (*pb.LookupRouteResponse, error) {
@@ -52,6 +55,12 @@ func (f *fake) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestRes
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ids = append(f.ids, req.RequestId)
+	if f.hangIngest {
+		f.mu.Unlock()
+		<-ctx.Done() // a write stuck behind a leader that never answers
+		f.mu.Lock()
+		return nil, ctx.Err()
+	}
 	if len(f.ingestErr) > 0 {
 		err := f.ingestErr[0]
 		f.ingestErr = f.ingestErr[1:]
@@ -62,6 +71,12 @@ func (f *fake) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestRes
 
 func (f *fake) callCount() int { f.mu.Lock(); defer f.mu.Unlock(); return f.calls }
 
+func (f *fake) ingestIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.ids...)
+}
+
 func serve(t *testing.T, f *fake) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -70,6 +85,7 @@ func serve(t *testing.T, f *fake) string {
 	}
 	s := grpc.NewServer()
 	pb.RegisterInferenceCacheServer(s, f)
+	healthpb.RegisterHealthServer(s, health.NewServer()) // SERVING, like the real server
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
 	return lis.Addr().String()
