@@ -38,6 +38,7 @@ const (
 	DetailMalformedTok     = "prompt_text: this model_id's tokenizer.json is malformed"
 	DetailPromptUTF8       = "prompt_text is not valid UTF-8"
 	DetailTokenizeTooLong  = "prompt_text tokenizes to more than MaxTokens (262144)"
+	DetailTokenizeTimeout  = "prompt_text tokenization stopped at the policy lookupTimeoutMs budget"
 	DetailTimeout          = "lookup exceeded the policy lookupTimeoutMs budget"
 	DetailPanic            = "internal error during lookup (recovered)"
 	DetailNotReady         = "node has not loaded its state yet"
@@ -65,10 +66,13 @@ func (sc *lookupScratch) reset() {
 
 // LookupRoute answers the hint for one request (SPEC 5). It never returns
 // an error: every problem is a NO_HINT answer with a Detail. It recovers
-// panics, checks the policy's lookupTimeoutMs budget after key resolution
-// and after ranking (the index lookup itself is bounded by the request
-// limits and is not preempted), and fills served_by, applied_index, stale
-// and last_leader_contact_ms from the node's read state.
+// panics, and enforces the policy's lookupTimeoutMs budget: tokenizing
+// prompt_text stops when the budget (or the caller's context) ends, or as
+// soon as the ids exceed MaxTokens, and the budget is checked again after
+// key resolution and after ranking (the index lookup itself is bounded by
+// the request limits and is not preempted). It fills served_by,
+// applied_index, stale and last_leader_contact_ms from the node's read
+// state.
 func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (resp *pb.LookupRouteResponse, _ error) {
 	start := time.Now()
 	resp = &pb.LookupRouteResponse{}
@@ -141,10 +145,16 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 			noHint(resp, DetailNoTokenizer)
 			return
 		}
-		ids, err := s.tok.Encode(req.GetModelId(), req.GetPromptText())
+		tctx, cancel := context.WithDeadline(ctx, start.Add(budget))
+		ids, err := s.tok.EncodeContext(tctx, req.GetModelId(), req.GetPromptText(), MaxTokens)
+		cancel()
 		if err != nil {
 			s.log.Debug("tokenize failed", slog.String("model_id", req.GetModelId()), slog.Any("err", err))
-			noHint(resp, tokenizeDetail(err))
+			d := tokenizeDetail(err)
+			if d == DetailTokenizeTimeout && time.Since(start) < budget {
+				d = DetailCanceled // the caller's context ended first
+			}
+			noHint(resp, d)
 			return
 		}
 		if len(ids) > MaxTokens {
@@ -209,6 +219,10 @@ func tokenizeDetail(err error) string {
 		return DetailMalformedTok
 	case errors.Is(err, tokenizer.ErrInvalidUTF8):
 		return DetailPromptUTF8
+	case errors.Is(err, tokenizer.ErrTooManyTokens):
+		return DetailTokenizeTooLong
+	case errors.Is(err, tokenizer.ErrStopped):
+		return DetailTokenizeTimeout
 	}
 	return DetailTokenizeFailed
 }

@@ -63,7 +63,7 @@ func match(req *index.LookupRequest, res *index.Result) {
 
 type fakeTok struct{}
 
-func (fakeTok) Encode(model, text string) ([]uint32, error) {
+func (fakeTok) EncodeContext(_ context.Context, model, text string, _ int) ([]uint32, error) {
 	if model != "known" {
 		return nil, errors.New("no tokenizer")
 	}

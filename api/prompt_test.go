@@ -219,3 +219,102 @@ func reportQuantiles(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(q(0.50), "p50-µs")
 	b.ReportMetric(q(0.99), "p99-µs")
 }
+
+// Tokenizing prompt_text is bounded by the lookup's budget (SPEC 5: the
+// policy's lookupTimeoutMs is the server's own budget for one lookup) and
+// by the caller's context: a prompt that takes far longer to tokenize (a
+// fault trial's 1 MiB of spaces took 0.35–0.87 s) is cut off and answered
+// NO_HINT soon after the budget, and a prompt past MaxTokens tokens is
+// answered NO_HINT naming the limit.
+func TestLookupRoute_PromptTextTokenizingStopsAtTheBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("tokenizes megabyte prompts")
+	}
+	reg := tokenizer.NewRegistry(modelsDirWith(t), tokenizer.RegistryOptions{})
+	spaces := strings.Repeat(" ", MaxPromptBytes)
+	digits := strings.Repeat("1", MaxPromptBytes) // one token per byte: 4× MaxTokens
+	full := time.Now()
+	if _, err := reg.Encode("qwen3", spaces); err != nil { // also loads the tokenizer
+		t.Fatal(err)
+	}
+	fullTook := time.Since(full)
+	cases := []struct {
+		name    string
+		prompt  string
+		budget  time.Duration
+		callerT time.Duration // the caller's own deadline; 0 = none
+		want    string
+		fast    bool // must answer in well under the time a full tokenization takes
+	}{
+		{"1 MiB of spaces over a 5 ms budget", spaces, 5 * time.Millisecond, 0, DetailTokenizeTimeout, true},
+		{"1 MiB of digits over a 5 ms budget", digits, 5 * time.Millisecond, 0, DetailTokenizeTimeout, true},
+		{"caller's deadline before the budget", spaces, 10 * time.Second, 5 * time.Millisecond, DetailCanceled, true},
+		{"more tokens than MaxTokens", digits, 10 * time.Second, 0, DetailTokenizeTooLong, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeNode{lookup: match}
+			f.pol = policy.Default()
+			f.pol.LookupTimeout = c.budget
+			s := newSvc(f, reg)
+			ctx := context.Background()
+			if c.callerT > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.callerT)
+				defer cancel()
+			}
+			start := time.Now()
+			r, err := s.LookupRoute(ctx, &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "qwen3", PromptText: c.prompt})
+			took := time.Since(start)
+			if err != nil || r.GetReasonCode() != pb.ReasonCode_NO_HINT || r.GetDetail() != c.want {
+				t.Fatalf("got %v %q (err %v) after %v, want NO_HINT %q", r.GetReasonCode(), r.GetDetail(), err, took, c.want)
+			}
+			if c.fast && took > fullTook/2 {
+				t.Errorf("answered after %v; tokenizing the whole prompt takes %v: it was not cut off", took, fullTook)
+			}
+		})
+	}
+
+	// A first use waits for the tokenizer's load (a parse of an 11 MB
+	// file) only as long as the budget.
+	fresh := tokenizer.NewRegistry(modelsDirWith(t), tokenizer.RegistryOptions{})
+	s := newSvc(&fakeNode{lookup: match}, fresh)
+	start := time.Now()
+	r, _ := s.LookupRoute(context.Background(), &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "qwen3", PromptText: "hello"})
+	if r.GetDetail() != DetailTokenizeTimeout || time.Since(start) > 200*time.Millisecond {
+		t.Errorf("first use while loading: %v %q after %v, want NO_HINT %q at the budget", r.GetReasonCode(), r.GetDetail(), time.Since(start), DetailTokenizeTimeout)
+	}
+}
+
+// recordingTok records what LookupRoute asks of its tokenizer.
+type recordingTok struct {
+	deadline  time.Time
+	hasDL     bool
+	maxTokens int
+}
+
+func (r *recordingTok) EncodeContext(ctx context.Context, _, text string, maxTokens int) ([]uint32, error) {
+	r.deadline, r.hasDL = ctx.Deadline()
+	r.maxTokens = maxTokens
+	return make([]uint32, len(text)), nil
+}
+
+// The tokenizer gets the lookup's budget as its context's deadline and
+// MaxTokens as its cap, so it can stop instead of finishing work the
+// lookup cannot use.
+func TestLookupRoute_PromptTextTokenizerGetsBudgetAndTokenCap(t *testing.T) {
+	rec := &recordingTok{}
+	s := newSvc(&fakeNode{lookup: match}, rec)
+	start := time.Now()
+	r, _ := s.LookupRoute(context.Background(), &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m", PromptText: "hello"})
+	if r.GetReasonCode() != pb.ReasonCode_PREFIX_MATCH {
+		t.Fatalf("got %v %q", r.GetReasonCode(), r.GetDetail())
+	}
+	budget := policy.Default().LookupTimeout
+	if !rec.hasDL || rec.deadline.Before(start.Add(budget)) || rec.deadline.After(time.Now().Add(budget)) {
+		t.Errorf("tokenizer deadline %v (set %v), want start + %v", rec.deadline, rec.hasDL, budget)
+	}
+	if rec.maxTokens != MaxTokens {
+		t.Errorf("maxTokens %d, want MaxTokens (%d)", rec.maxTokens, MaxTokens)
+	}
+}

@@ -21,11 +21,16 @@ import (
 
 // Tokenizer turns prompt text into token ids for a model (SPEC 5 key
 // resolution step 3). It is defined here, at the consumer; the tokenizer
-// package provides an implementation loaded from the models directory.
-// Encode must be safe for concurrent use; it returns an error when it has
-// no tokenizer for modelID.
+// package's Registry implements it from the models directory.
+// EncodeContext must be safe for concurrent use; it returns an error when
+// it has no tokenizer for modelID. It must stop early, with an error, once
+// ctx ends (LookupRoute gives it the lookup's budget as a deadline) and
+// once the ids exceed maxTokens: the lookup could not use them anyway, and
+// a prompt of MaxPromptBytes can cost far more than the budget to encode.
+// Errors wrapping tokenizer.ErrStopped and tokenizer.ErrTooManyTokens are
+// told apart in the NO_HINT detail.
 type Tokenizer interface {
-	Encode(modelID, text string) ([]uint32, error)
+	EncodeContext(ctx context.Context, modelID, text string, maxTokens int) ([]uint32, error)
 }
 
 // ReadState is how stale this node's answers may be (SPEC 8 reads).

@@ -57,16 +57,24 @@ type segment struct {
 
 // split cuts s into text segments and added-token segments, applying each
 // token's lstrip, rstrip and single_word options. Empty text segments are
-// dropped.
-func (m *addedMatcher) split(dst []segment, s string, base int) []segment {
+// dropped. It spends lim (which may be nil) per checkEvery bytes scanned,
+// counts each added token against lim's token cap (each is one id), and
+// returns early, with dst incomplete, once lim says stop.
+func (m *addedMatcher) split(dst []segment, s string, base int, lim *limits) []segment {
 	if m == nil || !m.any {
 		if s != "" {
 			dst = append(dst, segment{text: s, start: base})
 		}
 		return dst
 	}
-	prevEnd := 0
+	prevEnd, spent, hits := 0, 0, 0
 	for i := 0; i < len(s); {
+		if i-spent >= checkEvery {
+			if lim.spend(i - spent) {
+				return dst
+			}
+			spent = i
+		}
 		var hit *addedToken
 		for _, t := range m.byFirst[s[i]] {
 			if strings.HasPrefix(s[i:], t.Content) {
@@ -94,6 +102,9 @@ func (m *addedMatcher) split(dst []segment, s string, base int) []segment {
 		}
 		dst = append(dst, segment{text: s[start:stop], tok: hit, start: base + start})
 		prevEnd, i = stop, stop
+		if hits++; lim.over(hits) {
+			return dst
+		}
 	}
 	if prevEnd < len(s) {
 		dst = append(dst, segment{text: s[prevEnd:], start: base + prevEnd})

@@ -41,6 +41,10 @@ type bpe struct {
 	prefix       string // continuing_subword_prefix
 	suffix       string // end_of_word_suffix
 	ignoreMerges bool
+	// longWord is the number of symbols above which a word is merged with
+	// a rankQueue instead of a mergeHeap (defaultLongWord; tests lower it
+	// to run every word through the rankQueue).
+	longWord int
 
 	cache *wordCache
 }
@@ -90,6 +94,7 @@ func buildBPE(raw json.RawMessage, where string, cacheWords int) (*bpe, error) {
 		byteFallback: c.ByteFallback,
 		ignoreMerges: c.IgnoreMerges,
 		cache:        newWordCache(cacheWords),
+		longWord:     defaultLongWord,
 	}
 	if c.Prefix != nil {
 		m.prefix = *c.Prefix
@@ -189,7 +194,10 @@ func (m *bpe) loadMerges(raw json.RawMessage, where string) error {
 type scratch struct {
 	syms   []symbol
 	heap   mergeHeap
+	rq     rankQueue
 	pieces []piece
+	lim    *limits // the bounds of the current call (&limits inside encode)
+	limits limits
 }
 
 // scratchPool recycles scratch buffers between Encode calls.
@@ -224,6 +232,9 @@ func (m *bpe) tokenize(dst []uint32, w string, raw bool, sc *scratch) []uint32 {
 		for i := 1; i < len(w); i++ {
 			if w[i] == metaString[0] && strings.HasPrefix(w[i:], metaString) && w[i-1] != metaString[len(metaString)-1] {
 				dst = m.tokenizePart(dst, w[start:i], sc)
+				if sc.lim.spend(i-start) || sc.lim.over(len(dst)) {
+					return dst
+				}
 				start = i
 			}
 		}
@@ -240,7 +251,9 @@ func (m *bpe) tokenizePart(dst []uint32, w string, sc *scratch) []uint32 {
 	}
 	start := len(dst)
 	dst = m.mergeWord(dst, w, sc)
-	m.cache.put(w, dst[start:])
+	if !sc.lim.stopped() {
+		m.cache.put(w, dst[start:])
+	}
 	return dst
 }
 
@@ -250,13 +263,24 @@ func (m *bpe) tokenizeRaw(dst []uint32, w string, sc *scratch) []uint32 {
 		return append(dst, ids...)
 	}
 	start := len(dst)
-	syms := sc.syms[:0]
+	syms := growSyms(sc.syms, len(w))
 	for i := 0; i < len(w); i++ {
 		syms = append(syms, symbol{id: m.byteLevelIDs[w[i]], prev: int32(i) - 1, next: int32(i) + 1})
 	}
 	dst = m.merge(dst, syms, sc)
-	m.cache.put(w, dst[start:])
+	if !sc.lim.stopped() {
+		m.cache.put(w, dst[start:])
+	}
 	return dst
+}
+
+// growSyms returns syms emptied, with room for n symbols: a long word
+// then costs one allocation instead of a series of doublings and copies.
+func growSyms(syms []symbol, n int) []symbol {
+	if cap(syms) < n {
+		return make([]symbol, 0, n)
+	}
+	return syms[:0]
 }
 
 // symbol is one node of the doubly linked list a word is merged on.
@@ -279,12 +303,19 @@ type mergeItem struct {
 // (rank, position), as the reference does: O(n log n) in the number of
 // characters, without rebuilding strings. It appends the ids to dst.
 func (m *bpe) mergeWord(dst []uint32, w string, sc *scratch) []uint32 {
-	syms := sc.syms[:0]
+	syms := growSyms(sc.syms, len(w)) // a rune is at least a byte; byte fallback gives a symbol per byte
 	add := func(id uint32) {
 		syms = append(syms, symbol{id: id, prev: int32(len(syms)) - 1, next: int32(len(syms)) + 1})
 	}
 	var pendingUnk bool
+	spent := 0
 	for i, r := range w {
+		if i-spent >= checkEvery {
+			if sc.lim.spend(i - spent) {
+				return dst
+			}
+			spent = i
+		}
 		size := utf8.RuneLen(r)
 		if r == utf8.RuneError {
 			_, size = utf8.DecodeRuneInString(w[i:])
@@ -344,7 +375,8 @@ func (m *bpe) mergeWord(dst []uint32, w string, sc *scratch) []uint32 {
 
 // merge runs the merge loop over syms (linked in order; the last next is
 // fixed here) and appends the resulting ids to dst. syms is kept as
-// sc.syms for reuse.
+// sc.syms for reuse. It spends one unit of sc.lim per merge step and
+// returns early, with dst incomplete, once sc.lim says stop.
 func (m *bpe) merge(dst []uint32, syms []symbol, sc *scratch) []uint32 {
 	defer func() { sc.syms = syms[:0] }()
 	if len(syms) == 0 {
@@ -355,15 +387,29 @@ func (m *bpe) merge(dst []uint32, syms []symbol, sc *scratch) []uint32 {
 		return append(dst, syms[0].id)
 	}
 
-	h := sc.heap[:0]
-	defer func() { sc.heap = h[:0] }()
+	q := mergeQueue{h: sc.heap[:0]}
+	if len(syms) > m.longWord {
+		q.rq = &sc.rq
+		q.rq.reset()
+	}
+	defer func() { sc.heap = q.h[:0] }()
 	for i := 0; i+1 < len(syms); i++ {
+		if i%checkEvery == checkEvery-1 && sc.lim.spend(checkEvery) {
+			return dst
+		}
 		if r, ok := m.merges.get(syms[i].id, syms[i+1].id); ok {
-			h.push(mergeItem{rank: r.rank, pos: int32(i), id: r.id, left: syms[i].id, right: syms[i+1].id})
+			q.push(mergeItem{rank: r.rank, pos: int32(i), id: r.id, left: syms[i].id, right: syms[i+1].id})
 		}
 	}
-	for len(h) > 0 {
-		top := h.pop()
+	steps := 0
+	for !q.empty() {
+		if steps++; steps == checkEvery {
+			steps = 0
+			if sc.lim.spend(checkEvery) {
+				return dst
+			}
+		}
+		top := q.pop()
 		cur := &syms[top.pos]
 		if cur.gone || cur.next < 0 {
 			continue
@@ -387,12 +433,12 @@ func (m *bpe) merge(dst []uint32, syms []symbol, sc *scratch) []uint32 {
 		if cur.prev >= 0 {
 			prev := syms[cur.prev]
 			if r, ok := m.merges.get(prev.id, cur.id); ok {
-				h.push(mergeItem{rank: r.rank, pos: cur.prev, id: r.id, left: prev.id, right: cur.id})
+				q.push(mergeItem{rank: r.rank, pos: cur.prev, id: r.id, left: prev.id, right: cur.id})
 			}
 		}
 		if cur.next >= 0 {
 			if r, ok := m.merges.get(cur.id, syms[cur.next].id); ok {
-				h.push(mergeItem{rank: r.rank, pos: top.pos, id: r.id, left: cur.id, right: syms[cur.next].id})
+				q.push(mergeItem{rank: r.rank, pos: top.pos, id: r.id, left: cur.id, right: syms[cur.next].id})
 			}
 		}
 	}
@@ -400,6 +446,46 @@ func (m *bpe) merge(dst []uint32, syms []symbol, sc *scratch) []uint32 {
 		dst = append(dst, syms[i].id)
 	}
 	return dst
+}
+
+// mergeQueue is the merge loop's priority queue: a mergeHeap for ordinary
+// words, a rankQueue (rq non-nil) for long ones. Both pop candidates in
+// the same (rank, position) order, so the choice never changes the ids.
+type mergeQueue struct {
+	h  mergeHeap
+	rq *rankQueue
+}
+
+func (q *mergeQueue) push(it mergeItem) {
+	if q.rq != nil {
+		q.rq.push(it)
+		return
+	}
+	q.h.push(it)
+}
+
+// pop removes the least candidate. Its rank is not returned: the merge
+// loop does not need it, and leaving it out keeps the result in registers.
+func (q *mergeQueue) pop() mergeTop {
+	if q.rq != nil {
+		return q.rq.pop()
+	}
+	it := q.h.pop()
+	return mergeTop{pos: it.pos, id: it.id, left: it.left, right: it.right}
+}
+
+// mergeTop is a popped candidate: mergeItem without its rank.
+type mergeTop struct {
+	pos         int32
+	id          uint32
+	left, right uint32
+}
+
+func (q *mergeQueue) empty() bool {
+	if q.rq != nil {
+		return len(q.rq.ranks) == 0
+	}
+	return len(q.h) == 0
 }
 
 // mergeHeap is a 4-ary min-heap of merge candidates ordered by rank, then

@@ -61,6 +61,26 @@
 // of recent pre-token → ids results, so repeated system prompts cost a
 // map lookup per word.
 //
+// # Bounded encoding
+//
+// Tokenizer.EncodeContext and Registry.EncodeContext stop early, without
+// ids, once their context ends or its deadline passes (ErrStopped, also
+// wrapping the context's error) and once the ids exceed a cap
+// (ErrTooManyTokens). Every stage that can take milliseconds on a long
+// text looks at the limits at least every checkEvery units of work: the
+// added-token split, Unicode normalization (chunk by chunk), the
+// pre-tokenizer's split, the merge loop of one long pre-token, and the
+// loop over pre-tokens; a Registry's first load of a model is waited for
+// only until the context ends. A stop is noticed within about a
+// millisecond of work; the rare exception is the allocation of a
+// megabyte-long word's symbols, which can stall on the garbage collector.
+// When ids are returned they are exactly Encode's.
+//
+// Long pre-tokens (a run of spaces or of one letter is one pre-token for
+// the byte-level patterns) are merged with a queue bucketed by merge rank
+// (rankqueue.go) rather than a heap: it pops in the same order, so the ids
+// are the same, in a fraction of the time.
+//
 // # Known differences from the reference
 //
 // The golden vectors come from the JavaScript port of the library; where

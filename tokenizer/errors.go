@@ -32,4 +32,15 @@ var (
 	// ErrInvalidUTF8 is returned by Encode for text that is not valid UTF-8;
 	// the reference implementations only ever see Unicode strings.
 	ErrInvalidUTF8 = errors.New("tokenizer: text is not valid UTF-8")
+
+	// ErrTooManyTokens is returned by EncodeContext when the text encodes
+	// to more ids than its maxTokens; it stops as soon as the ids so far
+	// exceed the cap, without encoding the rest of the text.
+	ErrTooManyTokens = errors.New("tokenizer: text encodes to more tokens than the limit")
+
+	// ErrStopped is returned by EncodeContext when its context ends (or
+	// its deadline passes) before the text is encoded. The error also
+	// wraps the context's error (context.Canceled or
+	// context.DeadlineExceeded), so a caller can tell which.
+	ErrStopped = errors.New("tokenizer: encoding stopped before the end of the text")
 )

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/cases"
 	"golang.org/x/text/language"
@@ -12,24 +13,62 @@ import (
 )
 
 // normalizer rewrites one segment of text (the text between added tokens)
-// before pre-tokenization, as the "normalizer" of tokenizer.json does.
+// before pre-tokenization, as the "normalizer" of tokenizer.json does. A
+// normalizer whose cost can reach milliseconds on a long segment (the
+// Unicode forms) spends lim as it goes and returns early, with s
+// incomplete, once lim says stop; lim may be nil.
 type normalizer interface {
-	normalize(s string) string
+	normalize(s string, lim *limits) string
 }
 
-// normalizerFunc adapts a function to normalizer.
+// normalizerFunc adapts a function that runs at memory speed to normalizer.
 type normalizerFunc func(string) string
 
-func (f normalizerFunc) normalize(s string) string { return f(s) }
+func (f normalizerFunc) normalize(s string, _ *limits) string { return f(s) }
 
 // normalizerSeq applies its members in order.
 type normalizerSeq []normalizer
 
-func (q normalizerSeq) normalize(s string) string {
+func (q normalizerSeq) normalize(s string, lim *limits) string {
 	for _, n := range q {
-		s = n.normalize(s)
+		s = n.normalize(s, lim)
 	}
 	return s
+}
+
+// normChunk is how much text a Unicode form normalizes between two looks
+// at the limits: composing 16 KiB of decomposed text takes about 1 ms.
+const normChunk = 16 << 10
+
+// unicodeForm is the NFC, NFD, NFKC or NFKD normalizer.
+type unicodeForm struct{ f norm.Form }
+
+// normalize returns f(s). A long s that is not already normalized is
+// normalized chunk by chunk with AppendString, which the norm package
+// defines as f(append(out, chunk)) for an out that is already normalized:
+// the same result as one call, with a look at lim between chunks.
+func (u unicodeForm) normalize(s string, lim *limits) string {
+	if len(s) <= normChunk || lim == nil || lim.ctx == nil {
+		return u.f.String(s)
+	}
+	n := u.f.QuickSpanString(s)
+	if n == len(s) {
+		return s
+	}
+	out := make([]byte, n, len(s)+len(s)/8)
+	copy(out, s[:n])
+	for i := n; i < len(s); {
+		j := min(i+normChunk, len(s))
+		for j < len(s) && !utf8.RuneStart(s[j]) {
+			j++
+		}
+		out = u.f.AppendString(out, s[i:j])
+		if lim.spend(j - i) {
+			return ""
+		}
+		i = j
+	}
+	return string(out)
 }
 
 // buildNormalizer turns the "normalizer" object of tokenizer.json into a
@@ -46,13 +85,13 @@ func buildNormalizer(raw json.RawMessage, where string) (normalizer, error) {
 	}
 	switch head.Type {
 	case "NFC":
-		return normalizerFunc(norm.NFC.String), nil
+		return unicodeForm{norm.NFC}, nil
 	case "NFD":
-		return normalizerFunc(norm.NFD.String), nil
+		return unicodeForm{norm.NFD}, nil
 	case "NFKC":
-		return normalizerFunc(norm.NFKC.String), nil
+		return unicodeForm{norm.NFKC}, nil
 	case "NFKD":
-		return normalizerFunc(norm.NFKD.String), nil
+		return unicodeForm{norm.NFKD}, nil
 	case "Lowercase":
 		// Full Unicode lowercasing with final sigma, like Rust's
 		// str::to_lowercase (strings.ToLower maps rune by rune). A Caser

@@ -17,22 +17,27 @@ type piece struct {
 }
 
 // preTokenizer splits (and may rewrite) pieces, as the "pre_tokenizer" of
-// tokenizer.json does. It appends its output to dst and returns it.
+// tokenizer.json does. It appends its output to dst and returns it. It
+// spends lim (which may be nil) as it goes, and returns early, with dst
+// incomplete, once lim says stop: splitting a megabyte into a million
+// one-digit pieces takes tens of milliseconds.
 type preTokenizer interface {
-	preTokenize(dst []piece, p piece) []piece
+	preTokenize(dst []piece, p piece, lim *limits) []piece
 }
 
 // preTokenizerSeq applies its members in order, each to every piece the
 // previous one produced.
 type preTokenizerSeq []preTokenizer
 
-func (q preTokenizerSeq) preTokenize(dst []piece, p piece) []piece {
+func (q preTokenizerSeq) preTokenize(dst []piece, p piece, lim *limits) []piece {
 	cur := []piece{p}
 	var next []piece
 	for _, pt := range q {
 		next = next[:0]
 		for _, c := range cur {
-			next = pt.preTokenize(next, c)
+			if next = pt.preTokenize(next, c, lim); lim.stopped() {
+				return dst
+			}
 		}
 		cur, next = next, cur
 	}
@@ -74,15 +79,19 @@ func parseBehavior(s string) (splitBehavior, bool) {
 }
 
 // matcher finds the matches of a pattern in s and returns the spans that
-// cover s: matches and the gaps between them.
-type matcher func(s string, dst []span) []span
+// cover s: matches and the gaps between them. It spends lim (which may be
+// nil) per match and returns early once lim says stop.
+type matcher func(s string, dst []span, lim *limits) []span
 
 // scannerMatcher covers s with the matches of a partitioning scanner.
 func scannerMatcher(sc scanner) matcher {
-	return func(s string, dst []span) []span {
+	return func(s string, dst []span, lim *limits) []span {
 		for i := 0; i < len(s); {
 			e := sc(s, i)
 			dst = append(dst, span{i, e, true})
+			if lim.spend(e - i) {
+				return dst
+			}
 			i = e
 		}
 		return dst
@@ -91,12 +100,15 @@ func scannerMatcher(sc scanner) matcher {
 
 // literalMatcher matches every occurrence of lit.
 func literalMatcher(lit string) matcher {
-	return func(s string, dst []span) []span {
+	return func(s string, dst []span, lim *limits) []span {
 		prev := 0
 		for i := 0; ; {
 			k := strings.Index(s[i:], lit)
 			if k < 0 {
 				break
+			}
+			if lim.spend(k + len(lit)) {
+				return dst
 			}
 			k += i
 			if k > prev {
@@ -114,10 +126,13 @@ func literalMatcher(lit string) matcher {
 
 // runeMatcher makes every rune satisfying f a one-rune match.
 func runeMatcher(f func(rune) bool) matcher {
-	return func(s string, dst []span) []span {
+	return func(s string, dst []span, lim *limits) []span {
 		prev := 0
 		for i, r := range s {
 			if f(r) {
+				if lim.spend(i + 1 - prev) {
+					return dst
+				}
 				if i > prev {
 					dst = append(dst, span{prev, i, false})
 				}
@@ -139,11 +154,41 @@ type splitter struct {
 	match    matcher
 	behavior splitBehavior
 	invert   bool
+	// scan is the scanner behind match when there is one (scannerMatcher).
+	scan scanner
 }
 
-func (sp splitter) preTokenize(dst []piece, p piece) []piece {
+// streamer is a preTokenizer whose pieces can be produced one at a time,
+// without materializing them: scan(s, i) is the end of the piece starting
+// at byte i of a piece s, and the pieces of s are exactly those. Encode
+// then tokenizes each piece as it is found, so a megabyte of one-digit
+// pieces costs no megabytes of piece lists, and a stop is noticed between
+// any two pieces.
+type streamer interface {
+	streamScanner() (scanner, bool)
+}
+
+// streamScanner: an isolated, non-inverted scanner split has the scanner's
+// matches as its pieces (a scanner never matches empty text).
+func (sp splitter) streamScanner() (scanner, bool) {
+	return sp.scan, sp.scan != nil && sp.behavior == behaviorIsolated && !sp.invert
+}
+
+// streamScanner: a lazy ByteLevel without a prefix space passes its split's
+// pieces through unchanged.
+func (bl byteLevel) streamScanner() (scanner, bool) {
+	if !bl.lazy || bl.addPrefixSpace || bl.split == nil {
+		return nil, false
+	}
+	return bl.split.streamScanner()
+}
+
+func (sp splitter) preTokenize(dst []piece, p piece, lim *limits) []piece {
 	var buf [32]span
-	spans := sp.match(p.text, buf[:0])
+	spans := sp.match(p.text, buf[:0], lim)
+	if lim.stopped() {
+		return dst
+	}
 	if sp.invert {
 		for i := range spans {
 			spans[i].match = !spans[i].match
@@ -224,13 +269,13 @@ type byteLevel struct {
 	lazy bool
 }
 
-func (bl byteLevel) preTokenize(dst []piece, p piece) []piece {
+func (bl byteLevel) preTokenize(dst []piece, p piece, lim *limits) []piece {
 	if bl.addPrefixSpace && !strings.HasPrefix(p.text, " ") {
 		p.text = " " + p.text
 	}
 	start := len(dst)
 	if bl.split != nil {
-		dst = bl.split.preTokenize(dst, p)
+		dst = bl.split.preTokenize(dst, p, lim)
 	} else if p.text != "" {
 		dst = append(dst, p)
 	}
@@ -284,7 +329,7 @@ type metaspace struct {
 	split       bool
 }
 
-func (m metaspace) preTokenize(dst []piece, p piece) []piece {
+func (m metaspace) preTokenize(dst []piece, p piece, lim *limits) []piece {
 	t := strings.ReplaceAll(p.text, " ", m.replacement)
 	switch m.prepend {
 	case "always":
@@ -303,7 +348,7 @@ func (m metaspace) preTokenize(dst []piece, p piece) []piece {
 		}
 		return dst
 	}
-	return splitter{match: literalMatcher(m.replacement), behavior: behaviorMergedWithNext}.preTokenize(dst, p)
+	return splitter{match: literalMatcher(m.replacement), behavior: behaviorMergedWithNext}.preTokenize(dst, p, lim)
 }
 
 // buildPreTokenizer turns the "pre_tokenizer" object of tokenizer.json into
@@ -358,7 +403,7 @@ func buildPreTokenizer(raw json.RawMessage, where string, byteLevelSeen *bool) (
 		switch {
 		case c.Pattern.Regex != nil:
 			if sc, ok := scannerFor(*c.Pattern.Regex); ok {
-				sp.match = scannerMatcher(sc)
+				sp.match, sp.scan = scannerMatcher(sc), sc
 				break
 			}
 			m, err := regexMatcher(*c.Pattern.Regex)
@@ -383,7 +428,7 @@ func buildPreTokenizer(raw json.RawMessage, where string, byteLevelSeen *bool) (
 		*byteLevelSeen = true
 		bl := byteLevel{addPrefixSpace: c.AddPrefixSpace}
 		if c.UseRegex {
-			bl.split = &splitter{match: scannerMatcher(scanGPT2), behavior: behaviorIsolated}
+			bl.split = &splitter{match: scannerMatcher(scanGPT2), behavior: behaviorIsolated, scan: scanGPT2}
 		}
 		return bl, nil
 	case "Metaspace":

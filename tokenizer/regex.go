@@ -20,7 +20,7 @@ func regexMatcher(pat string) (matcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(s string, dst []span) []span {
+	return func(s string, dst []span, lim *limits) []span {
 		if s == "" {
 			return dst
 		}
@@ -34,6 +34,9 @@ func regexMatcher(pat string) (matcher, error) {
 		m, err := re.FindStringMatch(s)
 		for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
 			start, end := offsets[m.Index], offsets[m.Index+m.Length]
+			if lim.spend(end - prev) {
+				return dst
+			}
 			if start > prev {
 				dst = append(dst, span{prev, start, false})
 			}

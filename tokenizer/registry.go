@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Registry defaults.
@@ -100,8 +102,34 @@ func (r *Registry) Encode(modelID, text string) ([]uint32, error) {
 	return ids, nil
 }
 
+// EncodeContext is Encode bounded as Tokenizer.EncodeContext is: it stops
+// with an error wrapping ErrStopped once ctx ends, and with
+// ErrTooManyTokens once the ids exceed maxTokens (0: no cap). When the
+// model's tokenizer is still loading (a first use takes a parse of a file
+// of tens of MB), it waits for the load only until ctx ends; the load
+// itself goes on for the callers after it.
+func (r *Registry) EncodeContext(ctx context.Context, modelID, text string, maxTokens int) ([]uint32, error) {
+	if !utf8.ValidString(text) {
+		return nil, fmt.Errorf("model %q: %w", modelID, ErrInvalidUTF8) // no need to wait for a load
+	}
+	tok, err := r.tokenizer(ctx, modelID)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := tok.EncodeContext(ctx, text, true, maxTokens)
+	if err != nil {
+		return nil, fmt.Errorf("model %q: %w", modelID, err)
+	}
+	return ids, nil
+}
+
 // Tokenizer returns modelID's tokenizer, loading it on first use.
 func (r *Registry) Tokenizer(modelID string) (*Tokenizer, error) {
+	return r.tokenizer(context.Background(), modelID)
+}
+
+// tokenizer is Tokenizer waiting for a load only until ctx ends.
+func (r *Registry) tokenizer(ctx context.Context, modelID string) (*Tokenizer, error) {
 	if r.dir == "" {
 		return nil, ErrNoModelsDir
 	}
@@ -114,7 +142,9 @@ func (r *Registry) Tokenizer(modelID string) (*Tokenizer, error) {
 	r.mu.RUnlock()
 	if ok {
 		e.lastUsed.Store(now)
-		<-e.ready
+		if err := wait(ctx, e, modelID); err != nil {
+			return nil, err
+		}
 		if e.err == nil || time.Since(e.loadedAt) < r.opts.RetryFailedAfter {
 			return e.tok, e.err
 		}
@@ -125,7 +155,9 @@ func (r *Registry) Tokenizer(modelID string) (*Tokenizer, error) {
 		// Another caller started (or finished) a load meanwhile.
 		r.mu.Unlock()
 		cur.lastUsed.Store(now)
-		<-cur.ready
+		if err := wait(ctx, cur, modelID); err != nil {
+			return nil, err
+		}
 		return cur.tok, cur.err
 	}
 	e = &entry{ready: make(chan struct{})}
@@ -134,6 +166,19 @@ func (r *Registry) Tokenizer(modelID string) (*Tokenizer, error) {
 	r.entries[modelID] = e
 	r.mu.Unlock()
 
+	if ctx.Done() == nil {
+		r.fill(modelID, e)
+	} else {
+		go r.fill(modelID, e)
+		if err := wait(ctx, e, modelID); err != nil {
+			return nil, err
+		}
+	}
+	return e.tok, e.err
+}
+
+// fill loads modelID into its new entry e and publishes the result.
+func (r *Registry) fill(modelID string, e *entry) {
 	e.tok, e.err = r.load(modelID)
 	e.loadedAt = time.Now()
 	close(e.ready)
@@ -144,7 +189,21 @@ func (r *Registry) Tokenizer(modelID string) (*Tokenizer, error) {
 		}
 		r.mu.Unlock()
 	}
-	return e.tok, e.err
+}
+
+// wait blocks until e is loaded or ctx ends, whichever is first.
+func wait(ctx context.Context, e *entry, modelID string) error {
+	select {
+	case <-e.ready:
+		return nil
+	default:
+	}
+	select {
+	case <-e.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("model %q: %w while its tokenizer loads: %w", modelID, ErrStopped, ctx.Err())
+	}
 }
 
 // load reads one model directory, classifying a missing file.

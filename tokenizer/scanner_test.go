@@ -139,8 +139,8 @@ func TestScanner_AgreesWithRegexp2(t *testing.T) {
 		fast := scannerMatcher(sc)
 		bad := 0
 		for _, s := range texts {
-			want := re(s, nil)
-			got := fast(s, nil)
+			want := re(s, nil, nil)
+			got := fast(s, nil, nil)
 			if !cmp.Equal(want, got, cmp.AllowUnexported(span{})) {
 				bad++
 				if bad <= 3 {

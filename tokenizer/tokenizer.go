@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,8 +38,10 @@ type Tokenizer struct {
 	norm       normalizer
 	pre        preTokenizer
 	model      *bpe
-	rawBytes   bool  // pieces are raw bytes still to be byte-level mapped
-	special    frame // added around the ids when special tokens are requested
+	rawBytes   bool // pieces are raw bytes still to be byte-level mapped
+	// stream, when set, produces pre's pieces one at a time (see streamer).
+	stream  scanner
+	special frame // added around the ids when special tokens are requested
 }
 
 // LoadOptions tune Load. The zero value means the defaults.
@@ -111,6 +114,11 @@ func Load(tokenizerPath, configPath string, opts LoadOptions) (*Tokenizer, error
 		return nil, err
 	}
 	t.pre, t.rawBytes = lazyByteLevel(t.pre)
+	if st, ok := t.pre.(streamer); ok {
+		if sc, ok := st.streamScanner(); ok {
+			t.stream = sc
+		}
+	}
 	if t.special, err = buildPostProcessor(tj.PostProcessor, tokenizerPath); err != nil {
 		return nil, err
 	}
@@ -120,7 +128,7 @@ func Load(tokenizerPath, configPath string, opts LoadOptions) (*Tokenizer, error
 			// The reference matches a normalized token by its normalized
 			// content (so a Prepend normalizer prepends to it too).
 			c := *a
-			c.Content = t.norm.normalize(a.Content)
+			c.Content = t.norm.normalize(a.Content, nil)
 			normalized = append(normalized, &c)
 		} else {
 			raw = append(raw, a)
@@ -226,45 +234,121 @@ func readLimited(path string, limit int64) ([]byte, error) {
 // written in the text (such as "<|im_start|>") are always recognised.
 // Text that is not valid UTF-8 is refused with ErrInvalidUTF8.
 func (t *Tokenizer) Encode(text string, addSpecialTokens bool) ([]uint32, error) {
+	return t.encode(text, addSpecialTokens, limits{})
+}
+
+// EncodeContext is Encode with bounds on the work: it stops with an error
+// wrapping ErrStopped (and ctx's error) once ctx ends or its deadline
+// passes, and with ErrTooManyTokens as soon as the ids exceed maxTokens
+// (0: no cap), rather than encoding the rest of a text whose ids the
+// caller cannot use. A stop is noticed within about a millisecond of work,
+// even inside one megabyte-long pre-token (see the package documentation
+// for the exception), and a context that has ended by the time the ids
+// are ready still gives ErrStopped. When it returns ids, they are exactly
+// Encode's.
+func (t *Tokenizer) EncodeContext(ctx context.Context, text string, addSpecialTokens bool, maxTokens int) ([]uint32, error) {
+	lim := newLimits(ctx, maxTokens)
+	if lim.check() {
+		return nil, lim.err
+	}
+	return t.encode(text, addSpecialTokens, lim)
+}
+
+// encode is Encode within the limits l (kept in the pooled scratch, so
+// that a call does not allocate them).
+func (t *Tokenizer) encode(text string, addSpecialTokens bool, l limits) ([]uint32, error) {
 	if !utf8.ValidString(text) {
 		return nil, ErrInvalidUTF8
 	}
-	ids := make([]uint32, 0, len(text)/3+len(t.special.prefix)+len(t.special.suffix)+1)
+	sc := scratchPool.Get().(*scratch)
+	sc.limits = l
+	lim := &sc.limits
+	sc.lim = lim
+	defer func() { sc.lim, sc.limits = nil, limits{}; scratchPool.Put(sc) }()
+	capacity := len(text)/3 + len(t.special.prefix) + len(t.special.suffix) + 1
+	if lim.maxTokens > 0 {
+		capacity = min(capacity, lim.maxTokens+1)
+	}
+	ids := make([]uint32, 0, capacity)
 	if addSpecialTokens {
 		ids = append(ids, t.special.prefix...)
 	}
-	sc := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(sc)
 	var segBuf, subBuf [16]segment
 	pieces := sc.pieces[:0]
 	defer func() { sc.pieces = pieces[:0] }()
-	for _, seg := range t.raw.split(segBuf[:0], text, 0) {
+	segs := t.raw.split(segBuf[:0], text, 0, lim)
+	if lim.stopped() {
+		return nil, lim.err
+	}
+	for _, seg := range segs {
 		if seg.tok != nil {
 			ids = append(ids, seg.tok.ID)
 			continue
 		}
 		s := seg.text
 		if t.norm != nil {
-			s = t.norm.normalize(s)
+			if s = t.norm.normalize(s, lim); lim.stopped() {
+				return nil, lim.err
+			}
 		}
-		for _, sub := range t.normalized.split(subBuf[:0], s, 0) {
+		subs := t.normalized.split(subBuf[:0], s, 0, lim)
+		if lim.stopped() {
+			return nil, lim.err
+		}
+		for _, sub := range subs {
 			if sub.tok != nil {
 				ids = append(ids, sub.tok.ID)
 				continue
 			}
 			p := piece{text: sub.text, atStart: seg.start == 0 && sub.start == 0}
 			if t.pre == nil {
+				if lim.spend(len(p.text)) {
+					return nil, lim.err
+				}
 				ids = t.model.tokenize(ids, p.text, t.rawBytes, sc)
+				if lim.err != nil || lim.over(len(ids)) {
+					return nil, lim.err
+				}
 				continue
 			}
-			pieces = t.pre.preTokenize(pieces[:0], p)
-			for _, q := range pieces {
-				ids = t.model.tokenize(ids, q.text, t.rawBytes, sc)
+			if t.stream != nil {
+				for i := 0; i < len(p.text); {
+					e := t.stream(p.text, i)
+					if lim.spend(e - i) {
+						return nil, lim.err
+					}
+					ids = t.model.tokenize(ids, p.text[i:e], t.rawBytes, sc)
+					if lim.err != nil || lim.over(len(ids)) {
+						return nil, lim.err
+					}
+					i = e
+				}
+				continue
 			}
+			if pieces = t.pre.preTokenize(pieces[:0], p, lim); lim.stopped() {
+				return nil, lim.err
+			}
+			for _, q := range pieces {
+				if lim.spend(len(q.text)) {
+					return nil, lim.err
+				}
+				ids = t.model.tokenize(ids, q.text, t.rawBytes, sc)
+				if lim.err != nil || lim.over(len(ids)) {
+					return nil, lim.err
+				}
+			}
+		}
+		if lim.check() {
+			return nil, lim.err
 		}
 	}
 	if addSpecialTokens {
 		ids = append(ids, t.special.suffix...)
+	}
+	// A context that ended during the last stretch of work still ends the
+	// call: its caller has stopped waiting for the ids.
+	if lim.over(len(ids)) || lim.check() {
+		return nil, lim.err
 	}
 	return ids, nil
 }

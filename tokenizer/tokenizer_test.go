@@ -287,7 +287,7 @@ func TestLoad_OtherRegexesUseTheGeneralEngine(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	var pieces []string
-	for _, p := range tok.pre.preTokenize(nil, piece{text: "ab12345漢字カナcd"}) {
+	for _, p := range tok.pre.preTokenize(nil, piece{text: "ab12345漢字カナcd"}, nil) {
 		pieces = append(pieces, p.text)
 	}
 	if diff := cmp.Diff([]string{"ab", "123", "45", "漢字カナ", "cd"}, pieces); diff != "" {
@@ -317,7 +317,7 @@ func TestEncode_NormalizedAddedTokensMatchNormalizedText(t *testing.T) {
 	if diff := cmp.Diff([]uint32{15, 9}, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if got := tok.norm.normalize("ΟΔΟΣ İ"); got != "οδος i̇" {
+	if got := tok.norm.normalize("ΟΔΟΣ İ", nil); got != "οδος i̇" {
 		t.Errorf("Lowercase = %q", got)
 	}
 }
