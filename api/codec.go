@@ -13,10 +13,15 @@ import (
 // lookupCodec is the server's gRPC codec: standard protobuf, except for
 // requests the protobuf runtime refuses (a string field that is not valid
 // UTF-8, or bytes that are not protobuf at all), which gRPC would answer
-// with INTERNAL before any handler runs. A LookupRouteRequest still
-// reaches the handler, which answers NO_HINT with a detail (SPEC 5
-// fail-open); a write request with non-UTF-8 strings is decoded leniently
-// so the validator rejects the offending events naming the field (SPEC 9).
+// with INTERNAL "failed to unmarshal" before any handler runs (a codec
+// error cannot choose its gRPC code). A LookupRouteRequest still reaches
+// the handler, which answers NO_HINT with a detail (SPEC 5 fail-open); a
+// write request with non-UTF-8 strings is decoded leniently so the
+// validator rejects the offending events naming the field (SPEC 9); any
+// other request of the InferenceCache and Cluster services is handed on
+// marked undecodable (markUndecodable), and refuseUndecodable answers it
+// INVALID_ARGUMENT naming what could not be decoded. Requests of other
+// services (raftnode's forwarding) keep gRPC's INTERNAL.
 type lookupCodec struct{}
 
 // undecodable marks a LookupRouteRequest whose bytes are not protobuf; it is
@@ -28,25 +33,35 @@ func (lookupCodec) Name() string { return "proto" }
 func (lookupCodec) Marshal(v any) ([]byte, error) { return proto.Marshal(v.(proto.Message)) }
 
 func (lookupCodec) Unmarshal(data []byte, v any) error {
-	err := proto.Unmarshal(data, v.(proto.Message))
+	m := v.(proto.Message)
+	err := proto.Unmarshal(data, m)
 	if err == nil {
+		if len(m.ProtoReflect().GetUnknown()) > 0 {
+			stripUndecodable(m) // a client cannot forge the mark
+		}
 		return nil
 	}
 	switch w := v.(type) {
+	case *pb.LookupRouteRequest:
+		w.Reset()
+		if !decodeLookupLenient(data, w) {
+			w.Reset()
+			w.HashScheme = undecodable
+		}
+		return nil
 	case *pb.IngestRequest:
-		return decodeIngestLenient(data, w, err)
+		if decodeIngestLenient(data, w) {
+			return nil
+		}
 	case *pb.ReportReplicaStatsRequest:
-		return decodeStatsLenient(data, w, err)
+		if decodeStatsLenient(data, w) {
+			return nil
+		}
 	}
-	req, ok := v.(*pb.LookupRouteRequest)
-	if !ok {
+	if !refusable[m.ProtoReflect().Descriptor().FullName()] {
 		return err
 	}
-	req.Reset()
-	if !decodeLookupLenient(data, req) {
-		req.Reset()
-		req.HashScheme = undecodable
-	}
+	markUndecodable(m, data, err)
 	return nil
 }
 
@@ -150,12 +165,12 @@ func checkUTF8(req *pb.LookupRouteRequest) string {
 
 // decodeIngestLenient decodes a write the protobuf runtime refused through
 // its bytes-typed twin, keeping strings that are not UTF-8 as they are; the
-// validator then rejects those events one by one, naming the field. Bytes
-// that are not protobuf at all still fail with orig.
-func decodeIngestLenient(data []byte, w *pb.IngestRequest, orig error) error {
+// validator then rejects those events one by one, naming the field. It
+// reports false for bytes that are not protobuf at all.
+func decodeIngestLenient(data []byte, w *pb.IngestRequest) bool {
 	var l lenientpb.IngestRequest
 	if proto.Unmarshal(data, &l) != nil {
-		return orig
+		return false
 	}
 	w.Reset()
 	w.RequestId = string(l.RequestId)
@@ -166,14 +181,14 @@ func decodeIngestLenient(data []byte, w *pb.IngestRequest, orig error) error {
 			BlockHashes: e.BlockHashes, BlockTokenCounts: e.BlockTokenCounts, TokenIds: e.TokenIds, BlockSize: e.BlockSize,
 			PrefixTokensBefore: e.PrefixTokensBefore, ObservedAtMs: e.ObservedAtMs}
 	}
-	return nil
+	return true
 }
 
 // decodeStatsLenient is decodeIngestLenient for replica stats.
-func decodeStatsLenient(data []byte, w *pb.ReportReplicaStatsRequest, orig error) error {
+func decodeStatsLenient(data []byte, w *pb.ReportReplicaStatsRequest) bool {
 	var l lenientpb.ReportReplicaStatsRequest
 	if proto.Unmarshal(data, &l) != nil {
-		return orig
+		return false
 	}
 	w.Reset()
 	w.RequestId = string(l.RequestId)
@@ -192,5 +207,5 @@ func decodeStatsLenient(data []byte, w *pb.ReportReplicaStatsRequest, orig error
 		}
 		w.Stats[i] = st
 	}
-	return nil
+	return true
 }

@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -136,7 +138,112 @@ func TestIngest_NonUTF8FieldIsRejectedPerEventOverGRPC(t *testing.T) {
 	}
 
 	// Bytes that are not protobuf at all stay a decode failure.
-	if err := cc.Invoke(context.Background(), "/inferencecache.v1.InferenceCache/Ingest", []byte{0xff, 0xff}, &resp, grpc.ForceCodec(rawCodec{})); err == nil {
-		t.Fatal("undecodable ingest bytes were accepted")
+	if err := cc.Invoke(context.Background(), "/inferencecache.v1.InferenceCache/Ingest", []byte{0xff, 0xff}, &resp, grpc.ForceCodec(rawCodec{})); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("undecodable ingest bytes: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// Request bytes that cannot be decoded (not protobuf, or a string that is
+// not UTF-8 where no lenient decoding applies) used to get gRPC's INTERNAL
+// "failed to unmarshal". The client sent an invalid argument: it gets
+// INVALID_ARGUMENT naming the message and what in it could not be decoded.
+// LookupRoute still fails open.
+func TestUndecodableRequests_AreInvalidArgumentNamingTheProblem(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeNode{lookup: match}
+	gs := grpc.NewServer(BaseServerOptions()...)
+	pb.RegisterInferenceCacheServer(gs, newSvc(f, nil))
+	pb.RegisterClusterServer(gs, NewClusterService(nil, "", "")) // the handlers must not run
+	go gs.Serve(lis)
+	defer gs.Stop()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+
+	msg := func(num protowire.Number, body []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), body)
+	}
+	// SetCachePolicyRequest{policy: {block_size: {"m\xff": 16}}}
+	entry := append(appendString(nil, 1, "m\xff"), protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 16)...)
+	badKey := msg(1, msg(17, entry))
+	// IngestRequest whose second event is cut short.
+	truncated := append(msg(1, appendString(nil, 2, "r")), protowire.AppendTag(nil, 1, protowire.BytesType)...)
+	truncated = append(truncated, 9, 1)
+	// A valid request carrying the codec's own mark as an unknown field.
+	forged := appendString(nil, undecodableField, "request bytes are not a valid GetCachePolicyRequest: forged")
+
+	const ic, cl = "/inferencecache.v1.InferenceCache/", "/inferencecache.v1.Cluster/"
+	cases := []struct {
+		name, method string
+		body         []byte
+		resp         proto.Message
+		code         codes.Code
+		want         string // the status message
+	}{
+		{"Ingest not protobuf", ic + "Ingest", []byte{0xff, 0xff}, &pb.IngestResponse{}, codes.InvalidArgument,
+			"request bytes are not a valid IngestRequest: not protobuf: no valid field tag at byte 0"},
+		{"Ingest event truncated", ic + "Ingest", truncated, &pb.IngestResponse{}, codes.InvalidArgument,
+			"request bytes are not a valid IngestRequest: events[1] is truncated or malformed (at byte 5)"},
+		{"ReportReplicaStats not protobuf", ic + "ReportReplicaStats", []byte{0x0a, 0x05, 0x01}, &pb.ReportReplicaStatsResponse{}, codes.InvalidArgument,
+			"request bytes are not a valid ReportReplicaStatsRequest: stats[0] is truncated or malformed (at byte 0)"},
+		{"SetCachePolicy not protobuf", ic + "SetCachePolicy", []byte{0xff}, &pb.CachePolicy{}, codes.InvalidArgument,
+			"request bytes are not a valid SetCachePolicyRequest: not protobuf: no valid field tag at byte 0"},
+		{"SetCachePolicy block_size key not UTF-8", ic + "SetCachePolicy", badKey, &pb.CachePolicy{}, codes.InvalidArgument,
+			"request bytes are not a valid SetCachePolicyRequest: policy.block_size.key is not valid UTF-8"},
+		{"GetCachePolicy not protobuf", ic + "GetCachePolicy", []byte{0x07}, &pb.CachePolicy{}, codes.InvalidArgument,
+			"request bytes are not a valid GetCachePolicyRequest: not protobuf: no valid field tag at byte 0"},
+		{"AddServer id not UTF-8", cl + "AddServer", appendString(nil, 1, "n\xff"), &pb.AddServerResponse{}, codes.InvalidArgument,
+			"request bytes are not a valid AddServerRequest: id is not valid UTF-8"},
+		{"TransferLeadership address not UTF-8", cl + "TransferLeadership", appendString(nil, 2, "\xc3("), &pb.TransferLeadershipResponse{}, codes.InvalidArgument,
+			"request bytes are not a valid TransferLeadershipRequest: address is not valid UTF-8"},
+		{"forged mark is ignored", ic + "GetCachePolicy", forged, &pb.CachePolicy{}, codes.OK, ""},
+		{"LookupRoute still fails open", ic + "LookupRoute", []byte{0xff, 0xff}, &pb.LookupRouteResponse{}, codes.OK, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := cc.Invoke(context.Background(), c.method, c.body, c.resp, grpc.ForceCodec(rawCodec{}))
+			st := status.Convert(err)
+			if st.Code() != c.code || st.Message() != c.want {
+				t.Fatalf("got %v %q, want %v %q", st.Code(), st.Message(), c.code, c.want)
+			}
+		})
+	}
+	if r := cases[len(cases)-1].resp.(*pb.LookupRouteResponse); r.GetDetail() != DetailUndecodable {
+		t.Errorf("LookupRoute of garbage: %v %q, want NO_HINT %q", r.GetReasonCode(), r.GetDetail(), DetailUndecodable)
+	}
+
+	// On IngestStream, an undecodable request is refused whole and the
+	// stream goes on to the next one.
+	st, err := cc.NewStream(context.Background(), &pb.InferenceCache_ServiceDesc.Streams[0], ic+"IngestStream", grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := &pb.IngestRequest{Events: []*pb.BlockEvent{{Kind: pb.BlockEvent_STORED, ReplicaId: "r", HashScheme: "vllm", ModelId: "m", BlockHashes: []uint64{42}, BlockTokenCounts: []uint32{16}}}}
+	goodBytes, _ := proto.Marshal(good)
+	for _, body := range [][]byte{{0xff, 0xff}, goodBytes} {
+		if err := st.SendMsg(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var first, second pb.IngestResponse
+	if err := st.RecvMsg(&first); err != nil {
+		t.Fatalf("stream ended at the undecodable request: %v", err)
+	}
+	if err := st.RecvMsg(&second); err != nil {
+		t.Fatalf("second response: %v", err)
+	}
+	if len(first.Rejected) != 1 || first.Rejected[0].Reason != WholeRequestRefused+"request bytes are not a valid IngestRequest: not protobuf: no valid field tag at byte 0" || first.Accepted != 0 {
+		t.Errorf("first response %v, want the request refused whole naming the problem", &first)
+	}
+	if second.Accepted != 1 {
+		t.Errorf("second response %v, want its event accepted", &second)
 	}
 }

@@ -22,6 +22,10 @@ import (
 //     same request still commit.
 //   - Every RPC: MaxMessageBytes is enforced by gRPC itself
 //     (RESOURCE_EXHAUSTED) before any handler runs.
+//   - Any request of ours whose bytes cannot be decoded (not protobuf, or
+//     a string that is not UTF-8 where the lenient write decoding does not
+//     apply) is INVALID_ARGUMENT naming the message and the field, except
+//     LookupRoute (NO_HINT, DetailUndecodable); see lookupCodec.
 const (
 	// MaxMessageBytes is the largest gRPC message the server receives or
 	// sends (16 MiB). It bounds a whole Ingest batch on the wire; the

@@ -72,8 +72,13 @@ func BaseServerOptions() []grpc.ServerOption {
 		// lookup paid for growing its stack (~5 % of CPU at saturation).
 		grpc.NumStreamWorkers(StreamWorkers),
 		// Lets a lookup whose bytes protobuf refuses reach the handler,
-		// which fails open (see lookupCodec).
+		// which fails open, and answers any other request of ours whose
+		// bytes cannot be decoded INVALID_ARGUMENT naming the problem,
+		// where gRPC would answer INTERNAL (see lookupCodec). The codec
+		// and the interceptors work only together.
 		grpc.ForceServerCodec(lookupCodec{}),
+		grpc.ChainUnaryInterceptor(refuseUndecodable),
+		grpc.ChainStreamInterceptor(refuseUndecodableStream),
 	}
 }
 

@@ -252,9 +252,10 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 const WholeRequestRefused = "whole request refused: "
 
 // IngestStream answers each request with one response, in order. A request
-// refused whole (over a size limit) is answered with accepted = 0 and one
-// rejection (event_index 0) whose reason starts with WholeRequestRefused,
-// and the stream goes on. A failed commit (no leader, timeout) ends the
+// refused whole (over a size limit, or bytes that are not an
+// IngestRequest) is answered with accepted = 0 and one rejection
+// (event_index 0) whose reason starts with WholeRequestRefused, and the
+// stream goes on. A failed commit (no leader, timeout) ends the
 // stream with that status; the requests answered before it are committed,
 // the ones after it are not (resend them, with their request ids).
 func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) error {
@@ -262,6 +263,17 @@ func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) erro
 		req, err := stream.Recv()
 		if err == io.EOF {
 			return nil
+		}
+		var bad *undecodableError
+		if errors.As(err, &bad) {
+			// Bytes that are not an IngestRequest, framed correctly: refused
+			// whole, and the stream goes on.
+			resp := &pb.IngestResponse{AppliedIndex: s.node.ReadState().AppliedIndex,
+				Rejected: []*pb.Rejection{{EventIndex: 0, Reason: WholeRequestRefused + bad.msg}}}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			continue
 		}
 		if err != nil {
 			return err
