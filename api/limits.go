@@ -20,8 +20,21 @@ import (
 //     stats entry (chain length, tokens, id lengths, tenants) rejects only
 //     that entry, listed with its index and reason; the valid entries of the
 //     same request still commit.
-//   - Every RPC: MaxMessageBytes is enforced by gRPC itself
-//     (RESOURCE_EXHAUSTED) before any handler runs.
+//   - Every RPC, LookupRoute included: MaxMessageBytes is enforced by gRPC
+//     itself (RESOURCE_EXHAUSTED) before any handler runs. grpc-go checks
+//     the message's length prefix against the server-wide
+//     MaxRecvMsgSize and writes that status itself, in the stream's
+//     RecvMsg, before the codec, any interceptor (unary RPCs do not pass
+//     through stream interceptors) or the handler sees the call, and it
+//     has no per-method limit: LookupRoute cannot answer such a request
+//     NO_HINT. Raising the server-wide limit with a size check in the
+//     codec would only move the cliff, and would let every RPC of every
+//     service on the server (Raft forwarding and Cluster included) make
+//     the server buffer larger messages. No valid LookupRoute comes near
+//     the limit: its fields' own limits bound it under 3 MiB (1 MiB of
+//     prompt_text, MaxTokens ids of at most 5 bytes, MaxChainLength
+//     hashes of at most 10 bytes), so clients treat RESOURCE_EXHAUSTED
+//     from LookupRoute, like a transport error, as NO_HINT.
 //   - Any request of ours whose bytes cannot be decoded (not protobuf, or
 //     a string that is not UTF-8 where the lenient write decoding does not
 //     apply) is INVALID_ARGUMENT naming the message and the field, except

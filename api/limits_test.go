@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -139,13 +140,21 @@ func TestLimits_IngestIDFieldsAndRequestLimitsAtTheBound(t *testing.T) {
 	}
 }
 
+// A message over MaxMessageBytes is refused by gRPC itself with
+// RESOURCE_EXHAUSTED before any server code runs, LookupRoute included:
+// grpc-go checks the length prefix against the server-wide limit and writes
+// the status in RecvMsg, so the fail-open handler never sees the call. This
+// pins the documented exception (limits.go, the proto) with the production
+// server options; a message just under the limit still reaches LookupRoute.
 func TestLimits_MessageOverMaxMessageBytesRefusedByGRPC(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessageBytes)) // as NewServer sets it
+	gs := grpc.NewServer(BaseServerOptions()...)
 	node := &fakeNode{lookup: match}
+	var lookups atomic.Int32
+	node.lookup = func(req *index.LookupRequest, res *index.Result) { lookups.Add(1); match(req, res) }
 	pb.RegisterInferenceCacheServer(gs, newSvc(node, nil))
 	go gs.Serve(lis)
 	defer gs.Stop()
@@ -155,12 +164,23 @@ func TestLimits_MessageOverMaxMessageBytesRefusedByGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
+	c := pb.NewInferenceCacheClient(cc)
 	big := &pb.IngestRequest{Events: []*pb.BlockEvent{with(func(e *pb.BlockEvent) { e.ReplicaId = strings.Repeat("r", MaxMessageBytes) })}}
-	_, err = pb.NewInferenceCacheClient(cc).Ingest(context.Background(), big)
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("message over MaxMessageBytes: %v, want RESOURCE_EXHAUSTED", err)
+	if _, err = c.Ingest(context.Background(), big); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Ingest over MaxMessageBytes: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	if node.ingested != nil {
-		t.Fatal("the handler ran")
+		t.Fatal("the Ingest handler ran")
+	}
+
+	lookup := func(promptBytes int) (*pb.LookupRouteResponse, error) {
+		return c.LookupRoute(context.Background(), &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m", TokenIds: []uint32{1}, PromptText: strings.Repeat("a", promptBytes)})
+	}
+	if _, err := lookup(MaxMessageBytes); status.Code(err) != codes.ResourceExhausted || lookups.Load() != 0 {
+		t.Fatalf("LookupRoute over MaxMessageBytes: %v (handler ran %d times), want RESOURCE_EXHAUSTED from gRPC", err, lookups.Load())
+	}
+	r, err := lookup(MaxMessageBytes - 64)
+	if err != nil || r.GetReasonCode() != pb.ReasonCode_NO_HINT || r.GetDetail() != DetailPromptTooLong {
+		t.Fatalf("LookupRoute just under MaxMessageBytes: %v %q %v, want NO_HINT %q", r.GetReasonCode(), r.GetDetail(), err, DetailPromptTooLong)
 	}
 }

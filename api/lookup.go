@@ -65,7 +65,9 @@ func (sc *lookupScratch) reset() {
 }
 
 // LookupRoute answers the hint for one request (SPEC 5). It never returns
-// an error: every problem is a NO_HINT answer with a Detail. It recovers
+// an error: every problem is a NO_HINT answer with a Detail (a request
+// over MaxMessageBytes never reaches it: gRPC refuses it with
+// RESOURCE_EXHAUSTED, see limits.go). It recovers
 // panics, and enforces the policy's lookupTimeoutMs budget: tokenizing
 // prompt_text stops when the budget (or the caller's context) ends, or as
 // soon as the ids exceed MaxTokens, and the budget is checked again after

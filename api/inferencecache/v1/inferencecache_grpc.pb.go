@@ -41,8 +41,13 @@ const (
 // observation path's writes.
 type InferenceCacheClient interface {
 	// LookupRoute returns the replicas that hold the request's prefix warm,
-	// ranked best first. It never returns a gRPC error: every failure is a
-	// NO_HINT response with a detail (SPEC 5).
+	// ranked best first. It never returns a gRPC error for a request the
+	// server receives: every failure is a NO_HINT response with a detail
+	// (SPEC 5). The one exception is a request message larger than the
+	// server's 16 MiB receive limit (a valid request is under 3 MiB): gRPC
+	// itself refuses it with RESOURCE_EXHAUSTED from the length prefix,
+	// before any server code runs, and a client should treat that status,
+	// like a transport error, as NO_HINT.
 	LookupRoute(ctx context.Context, in *LookupRouteRequest, opts ...grpc.CallOption) (*LookupRouteResponse, error)
 	// Ingest commits a batch of block events through the Raft log and returns
 	// after a quorum has committed and this node has applied it (SPEC 6).
@@ -140,8 +145,13 @@ func (c *inferenceCacheClient) SetCachePolicy(ctx context.Context, in *SetCacheP
 // observation path's writes.
 type InferenceCacheServer interface {
 	// LookupRoute returns the replicas that hold the request's prefix warm,
-	// ranked best first. It never returns a gRPC error: every failure is a
-	// NO_HINT response with a detail (SPEC 5).
+	// ranked best first. It never returns a gRPC error for a request the
+	// server receives: every failure is a NO_HINT response with a detail
+	// (SPEC 5). The one exception is a request message larger than the
+	// server's 16 MiB receive limit (a valid request is under 3 MiB): gRPC
+	// itself refuses it with RESOURCE_EXHAUSTED from the length prefix,
+	// before any server code runs, and a client should treat that status,
+	// like a transport error, as NO_HINT.
 	LookupRoute(context.Context, *LookupRouteRequest) (*LookupRouteResponse, error)
 	// Ingest commits a batch of block events through the Raft log and returns
 	// after a quorum has committed and this node has applied it (SPEC 6).
