@@ -23,6 +23,15 @@ type NodeInfo struct {
 	// LastSnapshotIndex and LastSnapshotBytes describe the newest snapshot
 	// on disk (0 when none or unknown).
 	LastSnapshotIndex, LastSnapshotBytes uint64
+	// Serving is raftnode.Node.Serving (readiness). StaleReason is why
+	// this node's reads are stale ("" when fresh: SPEC 8).
+	Serving     bool
+	StaleReason string
+	// LogAppends, LogAppendEntries, LogAppendFailures: appends to the
+	// local Raft log (one bbolt transaction each), the entries they
+	// wrote, and the appends that failed (disk full, I/O error), since
+	// start.
+	LogAppends, LogAppendEntries, LogAppendFailures uint64
 }
 
 // States lists the values of NodeInfo.State, each exported as one series of
@@ -59,6 +68,11 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"voters":        desc("raft_voters", "Voting members in the Raft configuration."),
 		"snapshotIndex": desc("snapshot_last_index", "Log index covered by the newest snapshot on disk."),
 		"snapshotBytes": desc("snapshot_last_size_bytes", "Size in bytes of the newest snapshot on disk."),
+		"serving":       desc("node_serving", "1 when the node is ready and has no local fault (what /readyz and gRPC health report)."),
+		"stale":         desc("reads_stale", "1 while this node's lookups are marked stale, labelled with the reason.", "reason"),
+		"appends":       desc("raft_log_appends_total", "Appends to the local Raft log (one bbolt transaction and fsync each)."),
+		"appendEntries": desc("raft_log_appended_entries_total", "Log entries written by those appends."),
+		"appendFails":   desc("raft_log_append_failures_total", "Appends to the local Raft log that failed (disk full, I/O error)."),
 	}}
 	m.Registry.MustRegister(c)
 }
@@ -94,4 +108,18 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	g("voters", float64(in.Voters))
 	g("snapshotIndex", float64(in.LastSnapshotIndex))
 	g("snapshotBytes", float64(in.LastSnapshotBytes))
+	serving := 0.0
+	if in.Serving {
+		serving = 1
+	}
+	g("serving", serving)
+	if in.StaleReason != "" {
+		g("stale", 1, in.StaleReason)
+	}
+	cnt := func(k string, v uint64) {
+		ch <- prometheus.MustNewConstMetric(c.d[k], prometheus.CounterValue, float64(v))
+	}
+	cnt("appends", in.LogAppends)
+	cnt("appendEntries", in.LogAppendEntries)
+	cnt("appendFails", in.LogAppendFailures)
 }

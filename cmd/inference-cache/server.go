@@ -285,8 +285,11 @@ func nodeInfo(n *raftnode.Node) metrics.NodeInfo {
 		Partitions: sz.Partitions, Blocks: sz.Blocks, Residencies: sz.Residencies, Replicas: sz.Replicas,
 		State: st.State, Term: st.Term, AppliedIndex: st.AppliedIndex, CommitIndex: st.CommitIndex,
 		LastLogIndex: st.LastLogIndex, LastLeaderContactMs: uint64(st.LastLeaderContact.Milliseconds()),
-		LastSnapshotBytes: n.Metrics().LastSnapshotBytes,
 	}
+	m, h := n.Metrics(), n.Health()
+	info.LastSnapshotBytes = m.LastSnapshotBytes
+	info.LogAppends, info.LogAppendEntries, info.LogAppendFailures = m.LogAppends, m.LogAppendEntries, h.AppendFailures
+	info.Serving, info.StaleReason = h.Serving, n.ReadState().StaleReason
 	for _, mb := range st.Members {
 		if mb.Suffrage == "Voter" {
 			info.Voters++

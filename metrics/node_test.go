@@ -1,0 +1,65 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The node collector exports what NodeInfo reports at scrape time: a
+// node on a full disk must show up as not serving, stale with its reason,
+// and with its failed appends counted.
+func TestRegisterNode_HealthAndLogAppendSeries(t *testing.T) {
+	cases := []struct {
+		name string
+		in   NodeInfo
+		want string
+	}{
+		{"healthy", NodeInfo{State: "Follower", Serving: true, LogAppends: 10, LogAppendEntries: 25}, `
+# HELP inferencecache_node_serving 1 when the node is ready and has no local fault (what /readyz and gRPC health report).
+# TYPE inferencecache_node_serving gauge
+inferencecache_node_serving 1
+# HELP inferencecache_raft_log_append_failures_total Appends to the local Raft log that failed (disk full, I/O error).
+# TYPE inferencecache_raft_log_append_failures_total counter
+inferencecache_raft_log_append_failures_total 0
+# HELP inferencecache_raft_log_appended_entries_total Log entries written by those appends.
+# TYPE inferencecache_raft_log_appended_entries_total counter
+inferencecache_raft_log_appended_entries_total 25
+# HELP inferencecache_raft_log_appends_total Appends to the local Raft log (one bbolt transaction and fsync each).
+# TYPE inferencecache_raft_log_appends_total counter
+inferencecache_raft_log_appends_total 10
+`},
+		{"disk full", NodeInfo{State: "Follower", StaleReason: "appends to the local log are failing", LogAppends: 12, LogAppendEntries: 12, LogAppendFailures: 3}, `
+# HELP inferencecache_node_serving 1 when the node is ready and has no local fault (what /readyz and gRPC health report).
+# TYPE inferencecache_node_serving gauge
+inferencecache_node_serving 0
+# HELP inferencecache_raft_log_append_failures_total Appends to the local Raft log that failed (disk full, I/O error).
+# TYPE inferencecache_raft_log_append_failures_total counter
+inferencecache_raft_log_append_failures_total 3
+# HELP inferencecache_raft_log_appended_entries_total Log entries written by those appends.
+# TYPE inferencecache_raft_log_appended_entries_total counter
+inferencecache_raft_log_appended_entries_total 12
+# HELP inferencecache_raft_log_appends_total Appends to the local Raft log (one bbolt transaction and fsync each).
+# TYPE inferencecache_raft_log_appends_total counter
+inferencecache_raft_log_appends_total 12
+# HELP inferencecache_reads_stale 1 while this node's lookups are marked stale, labelled with the reason.
+# TYPE inferencecache_reads_stale gauge
+inferencecache_reads_stale{reason="appends to the local log are failing"} 1
+`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := New()
+			m.RegisterNode(func() NodeInfo { return c.in })
+			names := []string{"inferencecache_node_serving", "inferencecache_reads_stale", "inferencecache_raft_log_appends_total",
+				"inferencecache_raft_log_appended_entries_total", "inferencecache_raft_log_append_failures_total"}
+			if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(c.want), names...); err != nil {
+				t.Fatal(err)
+			}
+			if probs, err := testutil.GatherAndLint(m.Registry, names...); err != nil || len(probs) > 0 {
+				t.Fatalf("lint: %v %+v", err, probs)
+			}
+		})
+	}
+}
