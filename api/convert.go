@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -139,11 +141,8 @@ func (e *RequestError) Error() string {
 // when the request as a whole is over a limit (then nothing is returned).
 func EventsFromPB(req *pb.IngestRequest, pol *policy.Policy, nowMs int64) ([]index.BlockEvent, []*pb.Rejection, error) {
 	evs := req.GetEvents()
-	if !utf8.ValidString(req.GetRequestId()) {
-		return nil, nil, &RequestError{Limit: "request_id must be valid UTF-8", Detail: strconv.Quote(req.GetRequestId())}
-	}
-	if len(req.GetRequestId()) > MaxRequestIDBytes {
-		return nil, nil, &RequestError{Limit: "request_id at most " + strconv.Itoa(MaxRequestIDBytes) + " bytes", Detail: strconv.Itoa(len(req.GetRequestId())) + " bytes"}
+	if err := checkRequestID(req.GetRequestId()); err != nil {
+		return nil, nil, err
 	}
 	if len(evs) > MaxEventsPerRequest {
 		return nil, nil, &RequestError{Limit: "at most " + strconv.Itoa(MaxEventsPerRequest) + " events per request (MaxEventsPerRequest)", Detail: strconv.Itoa(len(evs)) + " events"}
@@ -172,6 +171,39 @@ func EventsFromPB(req *pb.IngestRequest, pol *policy.Policy, nowMs int64) ([]ind
 	return out, rej, nil
 }
 
+// checkRequestID refuses a write's request_id that is not valid UTF-8,
+// is over MaxRequestIDBytes, holds a control character, or is blank
+// (spaces only: a client bug that would make unrelated writes share an
+// id; leave it empty for a server-made one).
+func checkRequestID(id string) *RequestError {
+	if !utf8.ValidString(id) {
+		return &RequestError{Limit: "request_id must be valid UTF-8", Detail: strconv.Quote(id)}
+	}
+	if len(id) > MaxRequestIDBytes {
+		return &RequestError{Limit: "request_id at most " + strconv.Itoa(MaxRequestIDBytes) + " bytes", Detail: strconv.Itoa(len(id)) + " bytes"}
+	}
+	if r := controlChar("request_id", id); r != "" {
+		return &RequestError{Limit: "request_id without control characters", Detail: r}
+	}
+	if id != "" && strings.TrimSpace(id) == "" {
+		return &RequestError{Limit: "request_id not blank (leave it empty for a server-made id)", Detail: strconv.Quote(id)}
+	}
+	return nil
+}
+
+// controlChar names the first control character of v (C0, DEL or C1) and
+// its byte offset, "" when there is none. Ids with them are refused: they
+// print as nothing or garble a terminal, so two ids that look alike in
+// logs and the CLI could differ.
+func controlChar(field, v string) string {
+	for i, r := range v {
+		if unicode.IsControl(r) {
+			return fmt.Sprintf("%s holds control character %U at byte %d", field, r, i)
+		}
+	}
+	return ""
+}
+
 // checkID returns a rejection reason for an id field, "" when it is valid.
 func checkID(field, v string, required bool) string {
 	if !utf8.ValidString(v) {
@@ -186,7 +218,7 @@ func checkID(field, v string, required bool) string {
 	if len(v) > MaxIDBytes {
 		return field + " is " + strconv.Itoa(len(v)) + " bytes, over the limit of " + strconv.Itoa(MaxIDBytes)
 	}
-	return ""
+	return controlChar(field, v)
 }
 
 func checkObservedAt(v int64, nowMs int64) (int64, string) {
@@ -312,11 +344,8 @@ func eventFromPB(e *pb.BlockEvent, pol *policy.Policy, nowMs int64) (index.Block
 // rejection per invalid entry, a *RequestError for a request over a limit.
 func StatsFromPB(req *pb.ReportReplicaStatsRequest, nowMs int64) ([]index.ReplicaStats, []*pb.Rejection, error) {
 	sts := req.GetStats()
-	if !utf8.ValidString(req.GetRequestId()) {
-		return nil, nil, &RequestError{Limit: "request_id must be valid UTF-8", Detail: strconv.Quote(req.GetRequestId())}
-	}
-	if len(req.GetRequestId()) > MaxRequestIDBytes {
-		return nil, nil, &RequestError{Limit: "request_id at most " + strconv.Itoa(MaxRequestIDBytes) + " bytes", Detail: strconv.Itoa(len(req.GetRequestId())) + " bytes"}
+	if err := checkRequestID(req.GetRequestId()); err != nil {
+		return nil, nil, err
 	}
 	if len(sts) > MaxStatsPerRequest {
 		return nil, nil, &RequestError{Limit: "at most " + strconv.Itoa(MaxStatsPerRequest) + " stats entries per request (MaxStatsPerRequest)", Detail: strconv.Itoa(len(sts)) + " entries"}

@@ -46,6 +46,11 @@ func TestEventsFromPB_RejectsEachInvalidEventWithReason(t *testing.T) {
 		{"long replica", with(func(e *pb.BlockEvent) { e.ReplicaId = long }), "replica_id is 257 bytes, over the limit of 256"},
 		{"long tenant", with(func(e *pb.BlockEvent) { e.TenantId = long }), "tenant_id is 257 bytes"},
 		{"long adapter", with(func(e *pb.BlockEvent) { e.AdapterId = long }), "adapter_id is 257 bytes"},
+		{"NUL in replica", with(func(e *pb.BlockEvent) { e.ReplicaId = "r\x00x" }), "replica_id holds control character U+0000 at byte 1"},
+		{"escape in model", with(func(e *pb.BlockEvent) { e.ModelId = "m\x1b[2J" }), "model_id holds control character U+001B at byte 1"},
+		{"C1 in tenant", with(func(e *pb.BlockEvent) { e.TenantId = "t\u0085" }), "tenant_id holds control character U+0085 at byte 1"},
+		{"DEL in scheme", with(func(e *pb.BlockEvent) { e.HashScheme = "\x7f" }), "hash_scheme holds control character U+007F at byte 0"},
+		{"newline in adapter", with(func(e *pb.BlockEvent) { e.AdapterId = "a\nb" }), "adapter_id holds control character U+000A at byte 1"},
 		{"mismatched", with(func(e *pb.BlockEvent) { e.BlockTokenCounts = []uint32{16} }), "block_token_counts has 1 entries, block_hashes 2"},
 		{"zero count", with(func(e *pb.BlockEvent) { e.BlockTokenCounts = []uint32{16, 0} }), "block_token_counts[1] is 0"},
 		{"huge count", with(func(e *pb.BlockEvent) { e.BlockTokenCounts = []uint32{16, 5000} }), "block_token_counts[1] is 5000, over the block limit of 4096"},
@@ -140,6 +145,8 @@ func TestEventsFromPB_RefusesOversizeRequestWhole(t *testing.T) {
 		{"events", &pb.IngestRequest{Events: many}, "MaxEventsPerRequest"},
 		{"blocks", &pb.IngestRequest{Events: big}, "MaxBlocksPerRequest"},
 		{"request id", &pb.IngestRequest{Events: many[:1], RequestId: strings.Repeat("i", MaxRequestIDBytes+1)}, "request_id at most 128 bytes"},
+		{"request id control", &pb.IngestRequest{Events: many[:1], RequestId: "req\x00-1"}, "request_id holds control character U+0000 at byte 3"},
+		{"request id blank", &pb.IngestRequest{Events: many[:1], RequestId: "   "}, "request_id not blank"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -172,6 +179,7 @@ func TestStatsFromPB_RejectsEachInvalidEntry(t *testing.T) {
 		reason string
 	}{
 		{"empty replica", mod(func(s *pb.ReplicaStats) { s.ReplicaId = "" }), "replica_id is empty"},
+		{"control in replica", mod(func(s *pb.ReplicaStats) { s.ReplicaId = "r\tx" }), "replica_id holds control character U+0009 at byte 1"},
 		{"empty model", mod(func(s *pb.ReplicaStats) { s.ModelId = "" }), "model_id is empty"},
 		{"empty scheme", mod(func(s *pb.ReplicaStats) { s.HashSchemes = []string{"vllm", ""} }), "hash_schemes[1] is empty"},
 		{"pressure over 1", mod(func(s *pb.ReplicaStats) { s.Pressure = 1.5 }), "pressure is 1.5, must be between 0 and 1"},
