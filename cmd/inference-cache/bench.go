@@ -92,6 +92,7 @@ compressed.`,
 	f.StringSliceVar(&o.v2Fallbacks, "v2-fallbacks", []string{"tenant-hot", "affinity"}, "fallbacks lookuproute-v2 runs with (ablation): tenant-hot, affinity, or none")
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar on stderr")
 	f.StringVar(&o.logLevel, "log-level", "error", "least log level of the embedded cluster and subscriber: debug, info, warn or error")
+	markPaths(f, "trace", "plot")
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -23,6 +25,7 @@ import (
 	"github.com/inference-cache/inference-cache/api"
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/fingerprint"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/snapshot"
 )
@@ -38,8 +41,18 @@ type clientFlags struct {
 func (c *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&c.addrs, "addr", []string{defaultGRPCAddr}, "gRPC address of a server node (repeatable); calls go to the first that answers")
 	cmd.Flags().BoolVar(&c.json, "json", false, "print JSON instead of a table")
-	cmd.Flags().DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the whole command")
+	cmd.Flags().DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the whole command (positive)")
 	c.security.register(cmd)
+	cmd.PreRunE = func(*cobra.Command, []string) error { return c.validate() }
+}
+
+// validate refuses client flag values no call could succeed with, before
+// any call.
+func (c *clientFlags) validate() error {
+	if c.timeout <= 0 {
+		return fmt.Errorf("--timeout %v: must be positive", c.timeout)
+	}
+	return nil
 }
 
 func (c *clientFlags) dial() (*client.Client, error) {
@@ -68,22 +81,75 @@ func printJSON(w io.Writer, m proto.Message) error {
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
+// parseUints parses a list of unsigned integers of at most bits bits,
+// separated by commas or white space. An empty item between two commas or
+// at either end of the list is an error naming its position, not skipped:
+// "1,,2" is more likely a lost value than a list of two.
 func parseUints(s string, bits int) ([]uint64, error) {
 	var out []uint64
-	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
-		v, err := strconv.ParseUint(f, 10, bits)
-		if err != nil {
-			return nil, fmt.Errorf("%q: must be an integer between 0 and %d", f, uint64(1)<<bits-1)
+	pos := 0
+	for _, item := range strings.Split(s, ",") {
+		fields := strings.Fields(item)
+		if len(fields) == 0 {
+			pos++
+			return nil, fmt.Errorf("item %d is empty (two commas in a row, or a comma at an end of the list)", pos)
 		}
-		out = append(out, v)
+		for _, f := range fields {
+			pos++
+			v, err := strconv.ParseUint(f, 10, bits)
+			if err != nil {
+				return nil, fmt.Errorf("item %d %q: must be an integer between 0 and %d", pos, f, uint64(1)<<bits-1)
+			}
+			out = append(out, v)
+		}
 	}
 	return out, nil
+}
+
+// readPromptFile reads the prompt of `lookup --prompt-file` (stdin for
+// "-") verbatim, refusing what the server would not take: more than
+// api.MaxPromptBytes, or text that is not UTF-8.
+func readPromptFile(cmd *cobra.Command, path string) (string, error) {
+	var r io.Reader = cmd.InOrStdin()
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return "", fmt.Errorf("--prompt-file: %w", pathErr(path, err))
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, api.MaxPromptBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("--prompt-file %s: %w", orStdin(path), err)
+	}
+	switch {
+	case len(b) > api.MaxPromptBytes:
+		return "", fmt.Errorf("--prompt-file %s: over the limit of %d bytes (api.MaxPromptBytes)", orStdin(path), api.MaxPromptBytes)
+	case len(b) == 0:
+		return "", fmt.Errorf("--prompt-file %s: empty; a prompt needs at least 1 byte", orStdin(path))
+	case !utf8.Valid(b):
+		off := invalidUTF8At(string(b))
+		return "", fmt.Errorf("--prompt-file %s: not valid UTF-8: byte %#02x at offset %d", orStdin(path), b[off], off)
+	}
+	return string(b), nil
+}
+
+// pathErr is err about the file at path, naming path once: an
+// *fs.PathError for path already names it, and wrapping it again prints
+// "open x: open x: …".
+func pathErr(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == path {
+		return fmt.Errorf("%s %s: %w", pe.Op, path, pe.Err)
+	}
+	return fmt.Errorf("%s: %w", path, err)
 }
 
 func newLookupCmd() *cobra.Command {
 	var cf clientFlags
 	var req pb.LookupRouteRequest
-	var tokens, hashes, prompt string
+	var tokens, hashes, prompt, promptFile string
 	var blockSize int
 	var prefix uint64
 	var ttft uint32
@@ -94,13 +160,29 @@ func newLookupCmd() *cobra.Command {
 how stale the answer may be. The key is given as token ids (--tokens; with
 --block-size the CLI fingerprints them locally like a gateway SDK, without it
 the server fingerprints with the policy's block size), as block hashes
-(--block-hashes, --prefix-hash) or as prompt text (--prompt; needs a server
-with --models-dir).`,
+(--block-hashes, --prefix-hash) or as prompt text (--prompt, or --prompt-file
+for a prompt too long for the command line; needs a server with
+--models-dir).`,
 		Example: `  inference-cache lookup --model qwen3-8b --tenant team-a --tokens "$(seq -s, 0 127)"
   inference-cache lookup --model qwen3-8b --prompt "You are a helpful assistant." --json
-  inference-cache lookup --addr 127.0.0.1:7411 --model m --block-hashes 123,456`,
+  inference-cache lookup --addr 127.0.0.1:7411 --model m --block-hashes 123,456
+  inference-cache lookup --model qwen3-8b --prompt-file conversation.txt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if blockSize < 0 || blockSize > fingerprint.MaxBlockSize {
+				return fmt.Errorf("--block-size %d: must be 0 (the server fingerprints) or between 1 and %d", blockSize, fingerprint.MaxBlockSize)
+			}
+			if cmd.Flags().Changed("prompt-file") {
+				if cmd.Flags().Changed("prompt") {
+					return errors.New("--prompt and --prompt-file: give the prompt one way, not both")
+				}
+				var err error
+				if prompt, err = readPromptFile(cmd, promptFile); err != nil {
+					return err
+				}
+			} else if len(prompt) > api.MaxPromptBytes {
+				return fmt.Errorf("--prompt: %d bytes, over the limit of %d (api.MaxPromptBytes)", len(prompt), api.MaxPromptBytes)
+			}
 			if tokens != "" {
 				ids, err := parseUints(tokens, 32)
 				if err != nil {
@@ -171,6 +253,8 @@ with --models-dir).`,
 	f.StringVar(&hashes, "block-hashes", "", "block hash chain, comma-separated decimal uint64")
 	f.Uint64Var(&prefix, "prefix-hash", 0, "prefix hash (decimal uint64)")
 	f.StringVar(&prompt, "prompt", "", "prompt text (the server tokenizes it)")
+	f.StringVar(&promptFile, "prompt-file", "", "read the prompt text from this file, verbatim (- = stdin; at most 1 MiB); instead of --prompt")
+	markPaths(f, "prompt-file")
 	f.Uint32Var(&ttft, "ttft-ms", 0, "SLO time-to-first-token in ms (0 = none)")
 	f.Uint32Var(&req.MaxReplicas, "max-replicas", 0, "most hints to return (0 = policy maxReplicas)")
 	return cmd
@@ -246,6 +330,7 @@ request id.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "-", "JSON file of events; - = stdin")
+	markPaths(cmd.Flags(), "file")
 	return cmd
 }
 
@@ -318,6 +403,7 @@ are listed with their index and reason (exit status 1; the valid ones commit).`,
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "-", "JSON file of stats; - = stdin")
+	markPaths(cmd.Flags(), "file")
 	return cmd
 }
 
@@ -589,7 +675,7 @@ Everything written after the snapshot was taken is lost.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := snapshot.InspectFile(args[0]); err != nil {
-				return fmt.Errorf("snapshot restore: %s: %w", args[0], err)
+				return fmt.Errorf("snapshot restore: %w", pathErr(args[0], err))
 			}
 			c, err := restF.dial()
 			if err != nil {
@@ -648,7 +734,7 @@ Everything written after the snapshot was taken is lost.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			meta, err := snapshot.InspectFile(args[0])
 			if err != nil {
-				return err
+				return fmt.Errorf("snapshot inspect: %w", pathErr(args[0], err))
 			}
 			return printMeta(cmd.OutOrStdout(), args[0], meta, inspJSON)
 		},

@@ -155,6 +155,7 @@ run restarts the same cluster (delete --dir to start empty).`,
 	f.IntVar(&nodes, "nodes", 3, "number of server processes")
 	f.StringVar(&policyFile, "policy", "", "CachePolicy YAML file passed to every node")
 	f.StringVar(&modelsDir, "models-dir", "", "tokenizer models directory passed to every node")
+	markPaths(f, "dir", "policy", "models-dir")
 	f.BoolVar(&demoFleet, "demo-fleet", true, "also run a demo fleet: simulated engines publishing KV events and a gateway routing generated traffic, with a live line of hit rate and reason codes")
 	return cmd
 }

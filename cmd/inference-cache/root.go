@@ -17,8 +17,14 @@ the engines' KV-cache events and replicated with Raft across server nodes;
 every node answers LookupRoute from its local copy.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		// Every flag also reads INFERENCE_CACHE_<FLAG> (see env.go).
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return applyEnv(cmd) },
+		// Every flag also reads INFERENCE_CACHE_<FLAG> (see env.go); no
+		// string flag reaches an RPC unless it is UTF-8.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd); err != nil {
+				return err
+			}
+			return envNamed(cmd, checkUTF8Flags(cmd))
+		},
 	}
 	root.AddCommand(newVersionCmd(), newFingerprintCmd(), newServerCmd(), newDevCmd(),
 		newLookupCmd(), newIngestCmd(), newStatsCmd(), newStatusCmd(), newPolicyCmd(), newSnapshotCmd())
@@ -26,7 +32,23 @@ every node answers LookupRoute from its local copy.`,
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newHealthCmd())
 	root.AddCommand(newClusterCmd())
+	nameEnvInErrors(root)
 	return root
+}
+
+// nameEnvInErrors makes the errors of every command under c name the
+// environment variable a bad value came from (envNamed), whichever check
+// found it.
+func nameEnvInErrors(c *cobra.Command) {
+	if run := c.PreRunE; run != nil {
+		c.PreRunE = func(cmd *cobra.Command, args []string) error { return envNamed(cmd, run(cmd, args)) }
+	}
+	if run := c.RunE; run != nil {
+		c.RunE = func(cmd *cobra.Command, args []string) error { return envNamed(cmd, run(cmd, args)) }
+	}
+	for _, s := range c.Commands() {
+		nameEnvInErrors(s)
+	}
 }
 
 func newVersionCmd() *cobra.Command {

@@ -51,6 +51,7 @@ func (s *serverSecurityFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&s.writeTokenFile, "write-token-file", "", "file of bearer tokens (one per line, reloaded on change) required by Ingest, IngestStream, ReportReplicaStats and SetCachePolicy; or set "+envWriteToken+"; empty = writes open")
 	f.StringVar(&s.adminTokenFile, "admin-token-file", "", "file of bearer tokens required by the Cluster service (status, membership, snapshots, backup, restore) and node-to-node forwarding, accepted everywhere; or set "+envAdminToken+"; empty = admin open")
 	f.StringVar(&s.lookupTokenFile, "lookup-token-file", "", "file of bearer tokens required by LookupRoute and GetCachePolicy (write and admin tokens are accepted too); or set "+envLookupToken+"; empty = lookups open to the gateway network")
+	markPaths(f, "tls-cert", "tls-key", "tls-ca", "gossip-key-file", "write-token-file", "admin-token-file", "lookup-token-file")
 }
 
 // serverSecurity is what the flags build.
@@ -164,6 +165,7 @@ func (s *clientSecurityFlags) register(cmd *cobra.Command) {
 	f.StringVar(&s.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&s.tlsServerName, "tls-server-name", "", "name the server certificate must carry instead of the --addr host")
 	f.StringVar(&s.tokenFile, "token-file", "", "file whose first line is the bearer token sent on every call (write, admin or lookup token as the command needs); or set "+envToken)
+	markPaths(f, "tls-ca", "tls-cert", "tls-key", "token-file")
 }
 
 // apply adds TLS and token credentials to cfg.

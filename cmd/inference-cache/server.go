@@ -7,14 +7,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -98,7 +101,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.StringVar(&o.gossipAddr, "gossip-addr", defaultGossipAddr, "memberlist gossip address host:port (TCP and UDP)")
 	f.StringVar(&o.advertiseAddr, "advertise-addr", "", "host name or IP peers reach this node at (Raft, gossip, write forwarding), with the ports of --grpc-addr, --raft-addr and --gossip-addr; needed when those bind 0.0.0.0, as in containers (default: each bind address; for 0.0.0.0 this host's name)")
 	f.StringVar(&o.httpAddr, "http-addr", defaultHTTPAddr, "HTTP side port for /metrics, /healthz, /readyz (and /debug/pprof with --pprof); empty = off")
-	f.StringSliceVar(&o.join, "join", nil, "gossip address of another server (repeatable, or comma-separated); any one reachable is enough")
+	f.StringSliceVar(&o.join, "join", nil, "gossip address host:port of another server (repeatable, or comma-separated); any one reachable is enough; a host name may resolve later")
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 3, "bootstrap a new cluster once this many servers without Raft state see each other; 0 = only join an existing cluster")
 	f.StringVar(&o.policyFile, "policy", "", "CachePolicy YAML file (kind: CachePolicy, spec: …) committed at start when it differs from the replicated policy")
 	f.StringVar(&o.modelsDir, "models-dir", "", "directory of <model_id>/tokenizer.json for prompt_text lookups; empty = prompt_text answers NO_HINT")
@@ -106,10 +109,11 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on the HTTP side port")
 	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s); for dev clusters and tests, not for networks")
-	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never); never below 3 voters")
+	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never; not negative); never below 3 voters")
 	f.StringVar(&o.subscribeConfig, "subscribe-config", "", "run the KV-event subscriber inside this server with this engines YAML (SPEC 12; same format as subscribe --config); SIGHUP reloads it")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown after SIGINT/SIGTERM")
 	o.security.register(f)
+	markPaths(f, "data-dir", "policy", "models-dir", "subscribe-config")
 	return cmd
 }
 
@@ -352,6 +356,46 @@ func (o *serverOptions) validate() error {
 		return fmt.Errorf("--bootstrap-expect %d: must be 0 (join only) or the number of servers to bootstrap with", o.bootstrapExpect)
 	case o.shutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout %v: must be positive", o.shutdownTimeout)
+	case o.deadServerCleanup < 0:
+		return fmt.Errorf("--dead-server-cleanup %v: must be 0 (never) or positive", o.deadServerCleanup)
+	}
+	for i, a := range o.join {
+		if err := checkJoinAddr(a); err != nil {
+			return fmt.Errorf("--join item %d %q: %w", i+1, a, err)
+		}
+	}
+	return nil
+}
+
+// checkJoinAddr refuses a --join address the node could only retry
+// forever: it must be host:port with a port of 1..65535 and a host that is
+// an IP or could be a DNS name. The name is not resolved: in a StatefulSet
+// the peers' names appear in DNS only once their pods run.
+func checkJoinAddr(a string) error {
+	if a == "" {
+		return errors.New("empty; want host:port")
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want host:port (%v)", err)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("port %q: must be a number between 1 and 65535", port)
+	}
+	if host == "" {
+		return errors.New("no host; want host:port")
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if len(host) > 253 {
+		return fmt.Errorf("host is %d bytes, over the DNS limit of 253", len(host))
+	}
+	if i := strings.IndexFunc(host, func(r rune) bool {
+		return !(r == '-' || r == '.' || r == '_' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	}); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(host[i:])
+		return fmt.Errorf("host %q: character %q at byte %d is not allowed in a host name or IP address", host, r, i)
 	}
 	return nil
 }

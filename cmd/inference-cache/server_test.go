@@ -17,17 +17,41 @@ func TestServerOptions_Validate(t *testing.T) {
 		mod  func(*serverOptions)
 		flag string
 	}{
-		"no node id":        {func(o *serverOptions) { o.nodeID = "" }, "--node-id"},
-		"newline in id":     {func(o *serverOptions) { o.nodeID = "a\nb" }, "--node-id"},
-		"space in id":       {func(o *serverOptions) { o.nodeID = "a b" }, "--node-id"},
-		"long id":           {func(o *serverOptions) { o.nodeID = strings.Repeat("x", 129) }, "--node-id"},
-		"negative expect":   {func(o *serverOptions) { o.bootstrapExpect = -1 }, "--bootstrap-expect"},
-		"negative shutdown": {func(o *serverOptions) { o.shutdownTimeout = -5 * time.Second }, "--shutdown-timeout"},
+		"no node id":             {func(o *serverOptions) { o.nodeID = "" }, "--node-id"},
+		"newline in id":          {func(o *serverOptions) { o.nodeID = "a\nb" }, "--node-id"},
+		"space in id":            {func(o *serverOptions) { o.nodeID = "a b" }, "--node-id"},
+		"long id":                {func(o *serverOptions) { o.nodeID = strings.Repeat("x", 129) }, "--node-id"},
+		"negative expect":        {func(o *serverOptions) { o.bootstrapExpect = -1 }, "--bootstrap-expect"},
+		"negative shutdown":      {func(o *serverOptions) { o.shutdownTimeout = -5 * time.Second }, "--shutdown-timeout"},
+		"negative cleanup":       {func(o *serverOptions) { o.deadServerCleanup = -time.Minute }, "--dead-server-cleanup -1m0s: must be 0 (never) or positive"},
+		"join port not a number": {func(o *serverOptions) { o.join = []string{"nonsense:zz"} }, `--join item 1 "nonsense:zz": port "zz": must be a number between 1 and 65535`},
+		"join port too big":      {func(o *serverOptions) { o.join = []string{"a:7403", "b:65536"} }, `--join item 2 "b:65536": port "65536"`},
+		"join port 0":            {func(o *serverOptions) { o.join = []string{"b:0"} }, `port "0"`},
+		"join no port":           {func(o *serverOptions) { o.join = []string{"10.0.0.2"} }, `--join item 1 "10.0.0.2": want host:port`},
+		"join no host":           {func(o *serverOptions) { o.join = []string{":7403"} }, `--join item 1 ":7403": no host`},
+		"join empty item":        {func(o *serverOptions) { o.join = []string{"a:7403", ""} }, "--join item 2 \"\": empty"},
+		"join space in host":     {func(o *serverOptions) { o.join = []string{"a b:7403"} }, `character ' ' at byte 1`},
+		"join slash in host":     {func(o *serverOptions) { o.join = []string{"http://a:7403"} }, "--join item 1"},
 	} {
 		o := ok
 		c.mod(&o)
 		if err := o.validate(); err == nil || !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("%s: err = %v, want one naming %s", name, err, c.flag)
+		}
+	}
+}
+
+// --join takes any host:port that could work later (names are not
+// resolved at start: DNS may learn them after this node starts), and
+// --dead-server-cleanup keeps 0 = never.
+func TestServerOptions_ValidateAcceptsWorkableJoinAndCleanup(t *testing.T) {
+	o := serverOptions{nodeID: "n1", bootstrapExpect: 3, shutdownTimeout: time.Second,
+		join: []string{"10.0.0.2:7403", "[fd00::5]:7403", "[fe80::1%eth0]:7403", "ic-1.ic-peers.default.svc.cluster.local:7403",
+			"not-yet-in-dns.invalid:1", "node_3:65535"}}
+	for _, d := range []time.Duration{0, 10 * time.Minute} {
+		o.deadServerCleanup = d
+		if err := o.validate(); err != nil {
+			t.Errorf("cleanup %v: %v", d, err)
 		}
 	}
 }

@@ -100,6 +100,7 @@ and the running configuration kept.`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", "HTTP address serving the subscriber's /metrics; empty = off")
 	f.StringVar(&logFormat, "log-format", "text", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "least log level: debug, info, warn or error")
+	markPaths(f, "config")
 	return cmd
 }
 

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	"github.com/inference-cache/inference-cache/api"
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+)
+
+// lookupServer is a LookupRoute that records the requests it gets.
+type lookupServer struct {
+	pb.UnimplementedInferenceCacheServer
+	mu   sync.Mutex
+	reqs []*pb.LookupRouteRequest
+}
+
+func (s *lookupServer) LookupRoute(_ context.Context, req *pb.LookupRouteRequest) (*pb.LookupRouteResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reqs = append(s.reqs, req)
+	return &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT, ServedBy: "fake"}, nil
+}
+
+func (s *lookupServer) requests() []*pb.LookupRouteRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*pb.LookupRouteRequest(nil), s.reqs...)
+}
+
+// startLookupServer serves s on a loopback port and returns its address.
+func startLookupServer(t *testing.T, s *lookupServer) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	pb.RegisterInferenceCacheServer(g, s)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String()
+}
+
+// Bad lookup input is refused before any call, naming the flag and the
+// limit or the position of the bad item (fault trial: -5 was taken as 0,
+// a negative timeout was accepted, "1,,2" lost an item, and a model id
+// that is not UTF-8 failed inside gRPC's marshalling).
+func TestLookupCmd_RefusesBadFlagsBeforeAnyCall(t *testing.T) {
+	s := &lookupServer{}
+	addr := startLookupServer(t, s)
+	cases := []struct {
+		name, stdin string
+		args        []string
+		want        []string
+	}{
+		{"negative block size", "", []string{"--tokens", "1,2", "--block-size", "-5"}, []string{"--block-size -5", "between 1 and 4096"}},
+		{"block size over the limit", "", []string{"--tokens", "1,2", "--block-size", "4097"}, []string{"--block-size 4097", "4096"}},
+		{"negative timeout", "", []string{"--tokens", "1", "--timeout", "-1s"}, []string{"--timeout -1s", "positive"}},
+		{"zero timeout", "", []string{"--tokens", "1", "--timeout", "0s"}, []string{"--timeout 0s", "positive"}},
+		{"empty hash between commas", "", []string{"--block-hashes", "1,,2"}, []string{"--block-hashes", "item 2 is empty"}},
+		{"trailing comma", "", []string{"--block-hashes", "1,2,"}, []string{"--block-hashes", "item 3 is empty"}},
+		{"leading comma in tokens", "", []string{"--tokens", ",1"}, []string{"--tokens", "item 1 is empty"}},
+		{"bad token names its position", "", []string{"--tokens", "1 2,x"}, []string{"--tokens", `item 3 "x"`, "4294967295"}},
+		{"model not UTF-8", "", []string{"--model", "\xff"}, []string{"--model", "UTF-8", "offset 0"}},
+		{"tenant not UTF-8", "", []string{"--tenant", "ok\xc3"}, []string{"--tenant", "UTF-8", "offset 2"}},
+		{"prompt not UTF-8", "", []string{"--prompt", "a\xffb"}, []string{"--prompt", "UTF-8", "offset 1"}},
+		{"prompt and prompt file", "x", []string{"--prompt", "a", "--prompt-file", "-"}, []string{"--prompt and --prompt-file"}},
+		{"prompt file missing", "", []string{"--prompt-file", "/nonexistent/p.txt"}, []string{"--prompt-file", "/nonexistent/p.txt", "no such file"}},
+		{"prompt file not UTF-8", "ab\xffc", []string{"--prompt-file", "-"}, []string{"--prompt-file stdin", "UTF-8", "offset 2"}},
+		{"prompt file empty", "", []string{"--prompt-file", "-"}, []string{"--prompt-file stdin", "empty"}},
+		{"prompt file over the limit", strings.Repeat("a", api.MaxPromptBytes+1), []string{"--prompt-file", "-"}, []string{"--prompt-file stdin", "1048576"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"lookup", "--addr", addr, "--model", "m"}, c.args...)
+			_, err := runCLI(t, c.stdin, args...)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %q, want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+	if n := len(s.requests()); n != 0 {
+		t.Errorf("%d lookups reached the server; bad input must be refused before any call", n)
+	}
+}
+
+// --prompt-file carries a prompt longer than a command line takes
+// (~128 KiB per argument) verbatim, from a file or stdin.
+func TestLookupCmd_PromptFileSendsThePromptVerbatim(t *testing.T) {
+	s := &lookupServer{}
+	addr := startLookupServer(t, s)
+	long := strings.Repeat("You are a helpful assistant. ", 10000) + "\n" // 290 KB
+	file := t.TempDir() + "/prompt.txt"
+	if err := os.WriteFile(file, []byte(long), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, stdin, path string }{{"file", "", file}, {"stdin", long, "-"}} {
+		if _, err := runCLI(t, c.stdin, "lookup", "--addr", addr, "--model", "m", "--prompt-file", c.path); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+	}
+	reqs := s.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d lookups, want 2", len(reqs))
+	}
+	for i, r := range reqs {
+		if r.PromptText != long {
+			t.Errorf("lookup %d: prompt of %d bytes, want the file's %d verbatim", i, len(r.PromptText), len(long))
+		}
+	}
+}
+
+// Separators that do not lose values still work: commas, spaces, both.
+func TestParseUints_AcceptsCommasAndSpaces(t *testing.T) {
+	for _, in := range []string{"1,2,3", "1 2 3", "1, 2, 3", " 1,2 , 3 ", "1 2,3", "1\n2\t3"} {
+		got, err := parseUints(in, 32)
+		if err != nil || len(got) != 3 || got[0] != 1 || got[2] != 3 {
+			t.Errorf("parseUints(%q) = %v, %v; want [1 2 3]", in, got, err)
+		}
+	}
+}
