@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"sort"
@@ -24,7 +25,13 @@ type FileError struct {
 	Line   int
 	Field  string
 	Reason string
+	// Err is the underlying error when reading the file failed (nil for
+	// a content error); errors.Is sees it (e.g. fs.ErrNotExist).
+	Err error
 }
+
+// Unwrap returns Err.
+func (e *FileError) Unwrap() error { return e.Err }
 
 func (e *FileError) Error() string {
 	loc := e.File
@@ -41,7 +48,12 @@ func (e *FileError) Error() string {
 func LoadFile(path string) (Policy, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Policy{}, &FileError{File: path, Reason: err.Error()}
+		reason := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			reason = pe.Op + ": " + pe.Err.Error() // the path is already File
+		}
+		return Policy{}, &FileError{File: path, Reason: reason, Err: err}
 	}
 	return Parse(path, data)
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,5 +144,17 @@ func TestLoadFile_MissingFileNamesIt(t *testing.T) {
 	p, err := LoadFile(path)
 	if err != nil || p.MaxReplicas != 3 {
 		t.Fatalf("LoadFile = %+v, %v", p.MaxReplicas, err)
+	}
+}
+
+// A missing file names its path once and still matches fs.ErrNotExist.
+func TestLoadFile_MissingFileNamesPathOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := LoadFile(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("err = %v, want fs.ErrNotExist", err)
+	}
+	if n := strings.Count(err.Error(), path); n != 1 {
+		t.Fatalf("error names the path %d times: %v", n, err)
 	}
 }
