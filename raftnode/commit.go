@@ -120,7 +120,7 @@ func (n *Node) committer() {
 				}
 			}
 		}
-		err := translate(e.fut.Error())
+		err := translateApply(e.fut.Error(), n.log)
 		var er *fsm.EntryResult
 		if err == nil {
 			er, _ = e.fut.Response().(*fsm.EntryResult)

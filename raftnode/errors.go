@@ -61,6 +61,30 @@ func translate(err error) error {
 	return err
 }
 
+// sentinels are the errors a Node method may wrap (see above).
+var sentinels = []error{ErrNotLeader, ErrNoLeader, ErrTransferInProgress, ErrLeadershipLost,
+	ErrTimeout, ErrShutdown, ErrRejected, ErrInvalid, ErrForward}
+
+// translateApply is translate for the outcome of the leader's own
+// raft.Apply. Raft fails a future with the log store's plain error when
+// the leader cannot append the entry (a full disk) and then steps down:
+// the entry was neither stored nor replicated, so the write is retried
+// elsewhere with the same id, like a lost leadership. The store's error
+// (it names server paths) is logged, not sent to the client.
+func translateApply(err error, log interface{ Warn(string, ...any) }) error {
+	t := translate(err)
+	if t == nil {
+		return nil
+	}
+	for _, s := range sentinels {
+		if errors.Is(t, s) {
+			return t
+		}
+	}
+	log.Warn("raftnode: the leader could not append a write to its log; the write is retried on the next leader", "err", err)
+	return fmt.Errorf("%w: the leader could not append the entry to its log", ErrLeadershipLost)
+}
+
 // rejectedError is ErrRejected wrapping the FSM's refusal (both stay in
 // the chain for errors.Is) with the text said once: "raftnode: command
 // rejected: <the FSM's reason>", not "... rejected: fsm: command rejected:

@@ -191,6 +191,39 @@ func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 	assertSameDigest(t, c, idx)
 }
 
+// TestFullDisk_LeaderWriteRetriedOnNextLeader: a leader that cannot append
+// a write to its log fails the future with the store's plain error and
+// steps down. The write must not reach the caller as an internal error
+// naming server paths (fault trial): it is retried, same request id, on
+// the next leader, and commits once on every node.
+func TestFullDisk_LeaderWriteRetriedOnNextLeader(t *testing.T) {
+	var full [3]atomic.Bool
+	defer raftnode.SetWrapLogStoreForTest(func(id string, s raft.LogStore) raft.LogStore {
+		var i int
+		fmt.Sscanf(id, "n%d", &i)
+		return fullDiskStore{s, &full[i-1]}
+	})()
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	now := time.Now().UnixMilli()
+	if _, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 100, 4, now)); err != nil {
+		t.Fatal(err)
+	}
+	full[l].Store(true)
+	idx, err := c.Nodes[l].Ingest(c.Ctx(10*time.Second), "retry-me", evs("b", 1000, 4, now))
+	if err != nil {
+		t.Fatalf("write through a leader whose disk is full: %v (want it retried on the next leader)", err)
+	}
+	full[l].Store(false)
+	// Applied once: a retry of the same id is a duplicate of that index.
+	r, err := c.Nodes[follower(c, l)].IngestWrite(c.Ctx(10*time.Second), "retry-me", evs("b", 1000, 4, now))
+	if err != nil || !r.Duplicate || r.Index != idx {
+		t.Fatalf("re-sent write = %+v, %v; want a duplicate of index %d", r, err, idx)
+	}
+	assertSameDigest(t, c, idx)
+}
+
 // TestRestart_StaleAndNotServingUntilItsLogIsApplied: a node restarted
 // with a log tail its snapshot does not cover reports stale reads and is
 // not Serving while it cannot apply that tail (here: no leader yet), and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -74,6 +75,11 @@ func tokenSource(file, env string, log *slog.Logger) (api.TokenSource, string, e
 		return s, "file", nil
 	}
 	if v, ok := os.LookupEnv(env); ok && v != "" {
+		if strings.TrimSpace(v) == "" {
+			// StaticSecrets would trim it to no token, which leaves the
+			// class open while the log says a token is set.
+			return nil, "", fmt.Errorf("%s is set but holds only whitespace: unset it to leave this class open, or set a token", env)
+		}
 		return tlsconfig.StaticSecrets(v), "env", nil
 	}
 	return nil, "off", nil
