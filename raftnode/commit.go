@@ -212,8 +212,14 @@ func (n *Node) submitEncoded(ctx context.Context, cmd []byte) (fsm.Result, error
 			res, err = n.forward(ctx, cmd)
 		}
 		if err == nil {
-			if werr := n.waitApplied(ctx, res.Index); werr != nil {
-				n.log.Debug("raftnode: committed but not yet applied locally", "index", res.Index, "err", werr)
+			// Read-your-writes on the acknowledging node, unless it has a
+			// local fault (health.go): a follower on a full disk would
+			// hold the acknowledgement for the whole budget, and its
+			// reads are marked stale anyway.
+			if n.health.reason() == "" {
+				if werr := n.waitApplied(ctx, res.Index); werr != nil {
+					n.log.Debug("raftnode: committed but not yet applied locally", "index", res.Index, "err", werr)
+				}
 			}
 			return res, nil
 		}

@@ -172,6 +172,16 @@ func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 	if !nf.Ready() {
 		t.Fatal("Ready false: lookups would answer NO_HINT instead of stale hints")
 	}
+	// A write sent to it is forwarded and acknowledged at once: waiting
+	// for its own apply (which cannot happen) held it for the whole
+	// write budget (fault trial: 2 s client attempts timed out).
+	t0 := time.Now()
+	if _, err := nf.Ingest(c.Ctx(5*time.Second), "", evs("d", 2000, 4, now)); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("write through the full-disk follower took %v", d)
+	}
 	r := s.lookup(t, 100)
 	if !r.Stale || r.ServedBy != nf.ID || len(r.Replicas) == 0 {
 		t.Fatalf("lookup on the full-disk follower = %v, want stale hints from its state", r)
