@@ -182,8 +182,8 @@ func checkRequestID(id string) *RequestError {
 	if len(id) > MaxRequestIDBytes {
 		return &RequestError{Limit: "request_id at most " + strconv.Itoa(MaxRequestIDBytes) + " bytes", Detail: strconv.Itoa(len(id)) + " bytes"}
 	}
-	if r := controlChar("request_id", id); r != "" {
-		return &RequestError{Limit: "request_id without control characters", Detail: r}
+	if r := hiddenChar("request_id", id); r != "" {
+		return &RequestError{Limit: "request_id without control or invisible characters", Detail: r}
 	}
 	if id != "" && strings.TrimSpace(id) == "" {
 		return &RequestError{Limit: "request_id not blank (leave it empty for a server-made id)", Detail: strconv.Quote(id)}
@@ -191,14 +191,18 @@ func checkRequestID(id string) *RequestError {
 	return nil
 }
 
-// controlChar names the first control character of v (C0, DEL or C1) and
-// its byte offset, "" when there is none. Ids with them are refused: they
-// print as nothing or garble a terminal, so two ids that look alike in
-// logs and the CLI could differ.
-func controlChar(field, v string) string {
+// hiddenChar names the first control character (C0, DEL, C1) or invisible
+// format character (zero-width space, bidi override, BOM: Unicode Cf) of v
+// and its byte offset, "" when there is none. Ids with them are refused:
+// they print as nothing, garble a terminal or reorder text, so two ids
+// that look alike in logs and the CLI could differ.
+func hiddenChar(field, v string) string {
 	for i, r := range v {
-		if unicode.IsControl(r) {
+		switch {
+		case unicode.IsControl(r):
 			return fmt.Sprintf("%s holds control character %U at byte %d", field, r, i)
+		case unicode.Is(unicode.Cf, r):
+			return fmt.Sprintf("%s holds invisible format character %U at byte %d", field, r, i)
 		}
 	}
 	return ""
@@ -218,7 +222,13 @@ func checkID(field, v string, required bool) string {
 	if len(v) > MaxIDBytes {
 		return field + " is " + strconv.Itoa(len(v)) + " bytes, over the limit of " + strconv.Itoa(MaxIDBytes)
 	}
-	return controlChar(field, v)
+	if r := hiddenChar(field, v); r != "" {
+		return r
+	}
+	if strings.TrimSpace(v) == "" {
+		return field + " is blank (only whitespace)"
+	}
+	return ""
 }
 
 func checkObservedAt(v int64, nowMs int64) (int64, string) {

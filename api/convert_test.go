@@ -51,6 +51,10 @@ func TestEventsFromPB_RejectsEachInvalidEventWithReason(t *testing.T) {
 		{"C1 in tenant", with(func(e *pb.BlockEvent) { e.TenantId = "t\u0085" }), "tenant_id holds control character U+0085 at byte 1"},
 		{"DEL in scheme", with(func(e *pb.BlockEvent) { e.HashScheme = "\x7f" }), "hash_scheme holds control character U+007F at byte 0"},
 		{"newline in adapter", with(func(e *pb.BlockEvent) { e.AdapterId = "a\nb" }), "adapter_id holds control character U+000A at byte 1"},
+		{"zero-width space in replica", with(func(e *pb.BlockEvent) { e.ReplicaId = "r\u200b1" }), "replica_id holds invisible format character U+200B at byte 1"},
+		{"bidi override in model", with(func(e *pb.BlockEvent) { e.ModelId = "evil\u202eXX" }), "model_id holds invisible format character U+202E at byte 4"},
+		{"blank replica", with(func(e *pb.BlockEvent) { e.ReplicaId = " " }), "replica_id is blank"},
+		{"ideographic space tenant", with(func(e *pb.BlockEvent) { e.TenantId = "\u3000" }), "tenant_id is blank"},
 		{"mismatched", with(func(e *pb.BlockEvent) { e.BlockTokenCounts = []uint32{16} }), "block_token_counts has 1 entries, block_hashes 2"},
 		{"zero count", with(func(e *pb.BlockEvent) { e.BlockTokenCounts = []uint32{16, 0} }), "block_token_counts[1] is 0"},
 		{"huge count", with(func(e *pb.BlockEvent) { e.BlockTokenCounts = []uint32{16, 5000} }), "block_token_counts[1] is 5000, over the block limit of 4096"},
@@ -147,6 +151,9 @@ func TestEventsFromPB_RefusesOversizeRequestWhole(t *testing.T) {
 		{"request id", &pb.IngestRequest{Events: many[:1], RequestId: strings.Repeat("i", MaxRequestIDBytes+1)}, "request_id at most 128 bytes"},
 		{"request id control", &pb.IngestRequest{Events: many[:1], RequestId: "req\x00-1"}, "request_id holds control character U+0000 at byte 3"},
 		{"request id blank", &pb.IngestRequest{Events: many[:1], RequestId: "   "}, "request_id not blank"},
+		{"request id unicode blank", &pb.IngestRequest{Events: many[:1], RequestId: "\u3000\u2003"}, "request_id not blank"},
+		{"request id zero-width", &pb.IngestRequest{Events: many[:1], RequestId: "\u200b"}, "request_id holds invisible format character U+200B at byte 0"},
+		{"request id BOM", &pb.IngestRequest{Events: many[:1], RequestId: "\ufeffreq"}, "U+FEFF at byte 0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -98,16 +98,24 @@ func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (
 		}
 		s.metrics.LookupDone(int32(resp.ReasonCode), el)
 	}()
+	staleReason := s.fillReadState(resp)
 	s.lookup(ctx, req, sc, resp, start, &el)
+	if resp.Stale && staleReason != "" {
+		// The response has no field for it; operators reading a stale
+		// answer want to know why without scraping metrics.
+		resp.Detail += " (stale: " + staleReason + ")"
+	}
 	return resp, nil
 }
 
-func (s *Service) fillReadState(resp *pb.LookupRouteResponse) {
+// fillReadState sets the read-state fields and returns the stale reason.
+func (s *Service) fillReadState(resp *pb.LookupRouteResponse) string {
 	rs := s.node.ReadState()
 	resp.ServedBy = rs.NodeID
 	resp.AppliedIndex = rs.AppliedIndex
 	resp.Stale = rs.Stale
 	resp.LastLeaderContactMs = rs.LastLeaderContactMs
+	return rs.StaleReason
 }
 
 func noHint(resp *pb.LookupRouteResponse, detail string) {
@@ -117,7 +125,6 @@ func noHint(resp *pb.LookupRouteResponse, detail string) {
 }
 
 func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lookupScratch, resp *pb.LookupRouteResponse, start time.Time, el *time.Duration) {
-	s.fillReadState(resp)
 	if d := checkLookup(req); d != "" {
 		noHint(resp, d)
 		return

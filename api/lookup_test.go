@@ -21,14 +21,15 @@ import (
 
 // fakeNode is a Backend whose lookup behaviour a test sets.
 type fakeNode struct {
-	mu       sync.Mutex
-	pol      policy.Policy
-	lookup   func(req *index.LookupRequest, res *index.Result)
-	credits  [][]uint64
-	ingested []index.BlockEvent
-	ingestID string
-	err      error
-	notReady bool
+	mu          sync.Mutex
+	pol         policy.Policy
+	lookup      func(req *index.LookupRequest, res *index.Result)
+	credits     [][]uint64
+	ingested    []index.BlockEvent
+	ingestID    string
+	err         error
+	notReady    bool
+	staleReason string
 }
 
 func (f *fakeNode) Lookup(req *index.LookupRequest, res *index.Result) { f.lookup(req, res) }
@@ -38,7 +39,7 @@ func (f *fakeNode) Credit(p index.Partition, h []uint64) {
 	f.mu.Unlock()
 }
 func (f *fakeNode) ReadState() ReadState {
-	return ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContactMs: 7, Stale: true}
+	return ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContactMs: 7, Stale: true, StaleReason: f.staleReason}
 }
 func (f *fakeNode) Ready() bool           { return !f.notReady }
 func (f *fakeNode) Policy() policy.Policy { return f.pol.Clone() }
@@ -238,5 +239,23 @@ func TestLookupRoute_PanicOverGRPCIsNoHint(t *testing.T) {
 	r, err := c.LookupRoute(context.Background(), okReq)
 	if err != nil || r.ReasonCode != pb.ReasonCode_NO_HINT || r.Detail != DetailPanic {
 		t.Fatalf("%v %v", r, err)
+	}
+}
+
+// A stale answer says why in its detail (the response has no field for
+// the reason): a hint from a node on a full disk must not read like a
+// fresh one.
+func TestLookupRoute_StaleReasonInDetail(t *testing.T) {
+	f := &fakeNode{lookup: match, staleReason: "appends to the local log are failing"}
+	r, err := newSvc(f, nil).LookupRoute(context.Background(), okReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ReasonCode != pb.ReasonCode_PREFIX_MATCH || !r.Stale || !strings.HasSuffix(r.Detail, " (stale: appends to the local log are failing)") {
+		t.Fatalf("response %v", r)
+	}
+	f.staleReason = ""
+	if r, _ := newSvc(f, nil).LookupRoute(context.Background(), okReq); strings.Contains(r.Detail, "stale:") {
+		t.Fatalf("no reason known, detail %q", r.Detail)
 	}
 }

@@ -49,6 +49,9 @@ type ReadState struct {
 	// it found at start, or committed entries have waited longer than
 	// maxStaleness to be applied (raftnode.ReadState.StaleReason).
 	Stale bool
+	// StaleReason says why Stale is set ("" when fresh or unknown); a
+	// lookup answered while stale appends it to its detail.
+	StaleReason string
 	// Leader: this node is the Raft leader.
 	Leader bool
 }
