@@ -39,6 +39,7 @@ const (
 	DetailPromptUTF8       = "prompt_text is not valid UTF-8"
 	DetailTokenizeTooLong  = "prompt_text tokenizes to more than MaxTokens (262144)"
 	DetailTokenizeTimeout  = "prompt_text tokenization stopped at the policy lookupTimeoutMs budget"
+	DetailTokenizerLoading = "prompt_text: this model_id's tokenizer is loading (its first use on this node); retry shortly"
 	DetailTimeout          = "lookup exceeded the policy lookupTimeoutMs budget"
 	DetailPanic            = "internal error during lookup (recovered)"
 	DetailNotReady         = "node has not loaded its state yet"
@@ -230,6 +231,8 @@ func tokenizeDetail(err error) string {
 		return DetailPromptUTF8
 	case errors.Is(err, tokenizer.ErrTooManyTokens):
 		return DetailTokenizeTooLong
+	case errors.Is(err, tokenizer.ErrLoading):
+		return DetailTokenizerLoading
 	case errors.Is(err, tokenizer.ErrStopped):
 		return DetailTokenizeTimeout
 	}

@@ -43,4 +43,9 @@ var (
 	// wraps the context's error (context.Canceled or
 	// context.DeadlineExceeded), so a caller can tell which.
 	ErrStopped = errors.New("tokenizer: encoding stopped before the end of the text")
+
+	// ErrLoading is wrapped, with ErrStopped, when the context ended
+	// while the model's tokenizer was still loading (its first use):
+	// nothing was encoded, and a retry shortly after will find it loaded.
+	ErrLoading = errors.New("tokenizer: still loading")
 )

@@ -304,8 +304,8 @@ func TestRegistry_EncodeContextDoesNotWaitPastItsContextForALoad(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := reg.EncodeContext(ctx, "qwen3", "hello", 0)
-	if !errors.Is(err, ErrStopped) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err %v, want ErrStopped while loading", err)
+	if !errors.Is(err, ErrStopped) || !errors.Is(err, ErrLoading) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want ErrStopped and ErrLoading while loading", err)
 	}
 	if took := time.Since(start); took > 200*time.Millisecond {
 		t.Errorf("returned after %v", took)

@@ -202,7 +202,7 @@ func wait(ctx context.Context, e *entry, modelID string) error {
 	case <-e.ready:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("model %q: %w while its tokenizer loads: %w", modelID, ErrStopped, ctx.Err())
+		return fmt.Errorf("model %q: %w (%w): %w", modelID, ErrStopped, ErrLoading, ctx.Err())
 	}
 }
 
