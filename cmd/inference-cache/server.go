@@ -109,7 +109,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on the HTTP side port")
 	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s); for dev clusters and tests, not for networks")
-	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never; not negative); never below 3 voters")
+	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never, else at least 10s); never below 3 voters")
 	f.StringVar(&o.subscribeConfig, "subscribe-config", "", "run the KV-event subscriber inside this server with this engines YAML (SPEC 12; same format as subscribe --config); SIGHUP reloads it")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown after SIGINT/SIGTERM")
 	o.security.register(f)
@@ -342,6 +342,9 @@ func applyPolicyFile(ctx context.Context, n *raftnode.Node, want policy.Policy, 
 // Raft configuration).
 const maxNodeIDBytes = 128
 
+// minDeadServerCleanup is the shortest --dead-server-cleanup grace.
+const minDeadServerCleanup = 10 * time.Second
+
 // validate refuses flag values that would start a server that cannot work
 // (or only wait forever), naming the flag and the rule.
 func (o *serverOptions) validate() error {
@@ -358,6 +361,10 @@ func (o *serverOptions) validate() error {
 		return fmt.Errorf("--shutdown-timeout %v: must be positive", o.shutdownTimeout)
 	case o.deadServerCleanup < 0:
 		return fmt.Errorf("--dead-server-cleanup %v: must be 0 (never) or positive", o.deadServerCleanup)
+	case o.deadServerCleanup > 0 && o.deadServerCleanup < minDeadServerCleanup:
+		// Gossip declares a node dead within seconds: a shorter grace
+		// would remove servers that are merely restarting.
+		return fmt.Errorf("--dead-server-cleanup %v: must be 0 (never) or at least %v", o.deadServerCleanup, minDeadServerCleanup)
 	}
 	for i, a := range o.join {
 		if err := checkJoinAddr(a); err != nil {
