@@ -28,10 +28,10 @@ import (
 //   - StaleApplyLag: a committed entry the state machine applies has
 //     stayed unapplied for longer than the policy's maxStaleness.
 //
-// A follower's commit index is capped at its own last log index, so the
-// last two see a lag in applying, not a follower whose log itself is far
-// behind the leader's while entries stream in (for that, the leader's
-// commit index would have to be read off its AppendEntries).
+// A follower's own commit index is capped at its last log index, so the
+// last two compare the applied index with the larger of it and the
+// commit index the leader sent (commitwatch.go): a follower whose log
+// itself falls behind while entries stream in is caught too.
 
 // Stale reasons (ReadState.StaleReason); "" when not stale.
 const (
@@ -62,6 +62,9 @@ type health struct {
 	lastAppendErr  error
 	// lag is the monitor's verdict: "", StaleCatchingUp or StaleApplyLag.
 	lag atomic.Pointer[string]
+	// leaderCommit is the largest commit index a leader sent this node
+	// (commitwatch.go); 0 on a node that never followed.
+	leaderCommit atomic.Uint64
 }
 
 func (h *health) appendDone(err error) {
@@ -101,7 +104,7 @@ func (h *health) setLag(r string) {
 type healthSample struct {
 	now     time.Time
 	applied uint64 // FSM applied index
-	commit  uint64 // raft's commit index (a follower's is capped at its last log index)
+	commit  uint64 // max(raft's commit index, the leader's as last received)
 	contact bool   // leader, or heard from a leader since start
 }
 
@@ -149,7 +152,10 @@ func (n *Node) pending(from, to uint64) bool {
 	if to <= from {
 		return false
 	}
-	if to-from > pendingScan {
+	if to-from > pendingScan || to > n.raft.LastIndex() {
+		// Entries past the local log are committed (the leader said so)
+		// and not yet here: count them as pending; a leader's no-op among
+		// them clears once it arrives.
 		return true
 	}
 	var l raft.Log
@@ -177,7 +183,9 @@ func (n *Node) healthLoop(t *lagTracker) {
 			return
 		case <-tick.C:
 		}
-		s := healthSample{now: time.Now(), applied: n.fsm.AppliedIndex(), commit: n.raft.CommitIndex()}
+		// A follower's own commit index stops at its last log entry; the
+		// leader's says how much is committed that it has yet to apply.
+		s := healthSample{now: time.Now(), applied: n.fsm.AppliedIndex(), commit: max(n.raft.CommitIndex(), n.health.leaderCommit.Load())}
 		s.contact = n.raft.State() == raft.Leader || !n.raft.LastContact().IsZero()
 		n.health.setLag(t.step(s, n.fsm.Index().Policy().MaxStaleness, n.pending))
 		r := n.health.reason()

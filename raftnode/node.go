@@ -219,7 +219,7 @@ func New(cfg Config) (*Node, error) {
 	rc.MaxAppendEntries = maxAppendEntries
 	rc.NotifyCh = notify
 	rc.Logger = hl
-	n.raft, err = newRaft(rc, n.fsm, logs, n.store, n.snaps, n.trans)
+	n.raft, err = newRaft(rc, n.fsm, logs, n.store, n.snaps, newCommitWatch(n.trans, &n.health.leaderCommit, n.shutdownCh))
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}

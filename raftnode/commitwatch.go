@@ -1,0 +1,76 @@
+package raftnode
+
+import (
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+)
+
+// commitWatch is the Raft transport with the leader's commit index read
+// off every AppendEntries this node receives, heartbeats included. Raft
+// caps a follower's own commit index at its last log index, so a follower
+// whose log append is slow (or whose disk stalls) while entries stream in
+// sees no gap between "committed" and "applied"; the leader's figure
+// shows how far behind it really is (health.go, StaleApplyLag).
+//
+// Only Consumer and SetHeartbeatHandler are wrapped; every other method,
+// and the optional interfaces raft asserts (WithClose, WithPeers,
+// WithPreVote), are the embedded transport's.
+type commitWatch struct {
+	*raft.NetworkTransport
+	leaderCommit *atomic.Uint64
+	ch           chan raft.RPC
+}
+
+// newCommitWatch forwards t's RPCs to raft through a channel of its own
+// until done closes, recording each AppendEntries' LeaderCommitIndex (the
+// largest seen) in leaderCommit.
+func newCommitWatch(t *raft.NetworkTransport, leaderCommit *atomic.Uint64, done <-chan struct{}) *commitWatch {
+	w := &commitWatch{NetworkTransport: t, leaderCommit: leaderCommit, ch: make(chan raft.RPC)}
+	go func() {
+		in := t.Consumer()
+		for {
+			select {
+			case rpc := <-in:
+				w.observe(rpc)
+				select {
+				case w.ch <- rpc:
+				case <-done:
+					return
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *commitWatch) observe(rpc raft.RPC) {
+	ae, ok := rpc.Command.(*raft.AppendEntriesRequest)
+	if !ok {
+		return
+	}
+	for c := ae.LeaderCommitIndex; ; {
+		old := w.leaderCommit.Load()
+		if c <= old || w.leaderCommit.CompareAndSwap(old, c) {
+			return
+		}
+	}
+}
+
+// Consumer returns the forwarded RPCs.
+func (w *commitWatch) Consumer() <-chan raft.RPC { return w.ch }
+
+// SetHeartbeatHandler wraps raft's fast path for heartbeats, which skips
+// Consumer.
+func (w *commitWatch) SetHeartbeatHandler(cb func(raft.RPC)) {
+	if cb == nil {
+		w.NetworkTransport.SetHeartbeatHandler(nil)
+		return
+	}
+	w.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		w.observe(rpc)
+		cb(rpc)
+	})
+}
