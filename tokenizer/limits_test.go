@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -316,5 +317,28 @@ func TestRegistry_EncodeContextDoesNotWaitPastItsContextForALoad(t *testing.T) {
 	}
 	if _, err := reg.EncodeContext(ctx, "qwen3", "bad \xff", 0); !errors.Is(err, ErrInvalidUTF8) {
 		t.Errorf("invalid UTF-8: %v", err)
+	}
+}
+
+// A load that panics (a parser bug meeting an operator's tokenizer.json)
+// runs on its own goroutine when the caller has a deadline: it must
+// become the model's error, not end the process.
+func TestRegistry_LoadPanicIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "m"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "m", "tokenizer.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := loadDir
+	loadDir = func(string, LoadOptions) (*Tokenizer, error) { panic("parser bug") }
+	defer func() { loadDir = old }()
+	reg := NewRegistry(dir, RegistryOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := reg.EncodeContext(ctx, "m", "hello", 0)
+	if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "parser bug") {
+		t.Fatalf("err %v, want ErrMalformed naming the panic", err)
 	}
 }

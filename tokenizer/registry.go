@@ -177,9 +177,22 @@ func (r *Registry) tokenizer(ctx context.Context, modelID string) (*Tokenizer, e
 	return e.tok, e.err
 }
 
-// fill loads modelID into its new entry e and publishes the result.
+// loadDir is LoadDir; tests replace it to make a load panic.
+var loadDir = LoadDir
+
+// fill loads modelID into its new entry e and publishes the result. A
+// panic while parsing an operator's tokenizer.json becomes e's error
+// (ErrMalformed): fill may run on its own goroutine, where a panic would
+// end the process instead of one lookup.
 func (r *Registry) fill(modelID string, e *entry) {
-	e.tok, e.err = r.load(modelID)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				e.tok, e.err = nil, fmt.Errorf("%w: model %q: loading panicked: %v", ErrMalformed, modelID, p)
+			}
+		}()
+		e.tok, e.err = r.load(modelID)
+	}()
 	e.loadedAt = time.Now()
 	close(e.ready)
 	if errors.Is(e.err, ErrUnknownModel) || errors.Is(e.err, ErrNoModelsDir) {
@@ -219,7 +232,7 @@ func (r *Registry) load(modelID string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("%w: model %q: no %s in %s", ErrUnknownModel, modelID, tokenizerFile, dir)
 	}
 	r.loads.Add(1)
-	tok, err := LoadDir(dir, r.opts.Load)
+	tok, err := loadDir(dir, r.opts.Load)
 	if err != nil {
 		return nil, fmt.Errorf("model %q: %w", modelID, err)
 	}
