@@ -54,8 +54,16 @@ type Server struct {
 	stop chan struct{}
 }
 
-// healthServices are the names whose health the server reports.
+// healthServices are the names whose health follows Node.Serving
+// (readiness: a load balancer should send this node traffic).
 var healthServices = []string{"", pb.InferenceCache_ServiceDesc.ServiceName, pb.Cluster_ServiceDesc.ServiceName}
+
+// StartedHealthService is the grpc.health.v1 service name that follows
+// Node.Ready instead: SERVING once the node's state is loaded, even while
+// it is not Serving (catching up with no leader reachable, a failing
+// disk). Startup probes use it, so a node that cannot reach a quorum is
+// not restarted over and over for a fault a restart cannot fix.
+const StartedHealthService = "inferencecache.started"
 
 // BaseServerOptions are the gRPC server options every node uses (SPEC 9
 // limits, keepalive, stream workers), before TLS and authentication.
@@ -100,7 +108,7 @@ func NewServer(cfg ServerConfig) *Server {
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	s := &Server{GRPC: gs, Health: hs, Service: svc, stop: make(chan struct{})}
-	for _, name := range healthServices {
+	for _, name := range append(healthServices, StartedHealthService) {
 		hs.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 	go s.watchHealth(cfg.Node)
@@ -115,8 +123,12 @@ const healthPoll = 50 * time.Millisecond
 func (s *Server) watchHealth(n *raftnode.Node) {
 	t := time.NewTicker(healthPoll)
 	defer t.Stop()
-	serving := false // NewServer starts NOT_SERVING
+	serving, started := false, false // NewServer starts NOT_SERVING
 	for {
+		if !started && n.Ready() {
+			started = true
+			s.Health.SetServingStatus(StartedHealthService, healthpb.HealthCheckResponse_SERVING)
+		}
 		if now := n.Serving(); now != serving {
 			serving = now
 			st := healthpb.HealthCheckResponse_NOT_SERVING

@@ -20,6 +20,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/inference-cache/inference-cache/api"
 	"github.com/inference-cache/inference-cache/policy"
 )
 
@@ -320,6 +321,15 @@ func TestKubernetes_ProbesAndPorts(t *testing.T) {
 		if got := num(c, probe, "grpc", "port"); got != 7401 {
 			t.Errorf("%s.grpc.port = %d, want the gRPC port 7401 (grpc.health.v1)", probe, got)
 		}
+	}
+	// The startup probe asks whether the state is loaded (it would
+	// otherwise restart, forever, a node that only lacks a quorum); the
+	// readiness probe asks the default service, which follows Serving.
+	if got := str(c, "startupProbe", "grpc", "service"); got != api.StartedHealthService {
+		t.Errorf("startupProbe.grpc.service = %q, want %q", got, api.StartedHealthService)
+	}
+	if got := str(c, "readinessProbe", "grpc", "service"); got != "" {
+		t.Errorf("readinessProbe.grpc.service = %q, want the default (Serving)", got)
 	}
 	if p := get(c, "livenessProbe"); p == nil {
 		t.Error("no livenessProbe")

@@ -88,9 +88,16 @@ func serve(t *testing.T, n *raftnode.Node) surface {
 }
 
 func (s surface) serving(t *testing.T) bool {
+	return s.healthOf(t, "inferencecache.v1.InferenceCache")
+}
+
+// started is the startup probe's view (api.StartedHealthService).
+func (s surface) started(t *testing.T) bool { return s.healthOf(t, api.StartedHealthService) }
+
+func (s surface) healthOf(t *testing.T, service string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	r, err := s.hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "inferencecache.v1.InferenceCache"})
+	r, err := s.hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 	if err != nil {
 		t.Fatalf("health check: %v", err)
 	}
@@ -171,6 +178,9 @@ func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 	}
 	if !nf.Ready() {
 		t.Fatal("Ready false: lookups would answer NO_HINT instead of stale hints")
+	}
+	if !s.started(t) {
+		t.Fatal("the startup probe's health service went NOT_SERVING: Kubernetes would restart a node a restart cannot fix")
 	}
 	// A write sent to it is forwarded and acknowledged at once: waiting
 	// for its own apply (which cannot happen) held it for the whole
