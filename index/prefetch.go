@@ -33,7 +33,7 @@ func (ix *Index) touchAhead(evs []BlockEvent, from int) int {
 		end++
 		if (ev.Kind != Stored && ev.Kind != Removed) || len(ev.BlockHashes) > touchBlocks-n {
 			if n == 0 {
-				continue // nothing touched yet: apply this event alone
+				continue // not touched (nothing of it to load, or too big for a window)
 			}
 			end-- // does not fit the window: it starts the next one
 			break

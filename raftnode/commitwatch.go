@@ -7,15 +7,17 @@ import (
 )
 
 // commitWatch is the Raft transport with the leader's commit index read
-// off every AppendEntries this node receives, heartbeats included. Raft
+// off every AppendEntries this node receives (heartbeats carry none: raft
+// sends them with LeaderCommitIndex 0 and takes them on a fast path that
+// skips Consumer; the replication that follows a commit carries it). Raft
 // caps a follower's own commit index at its last log index, so a follower
 // whose log append is slow (or whose disk stalls) while entries stream in
 // sees no gap between "committed" and "applied"; the leader's figure
 // shows how far behind it really is (health.go, StaleApplyLag).
 //
-// Only Consumer and SetHeartbeatHandler are wrapped; every other method,
-// and the optional interfaces raft asserts (WithClose, WithPeers,
-// WithPreVote), are the embedded transport's.
+// Only Consumer is wrapped; every other method, and the optional
+// interfaces raft asserts (WithClose, WithPreVote), are the embedded
+// transport's.
 type commitWatch struct {
 	*raft.NetworkTransport
 	leaderCommit *atomic.Uint64
@@ -61,16 +63,3 @@ func (w *commitWatch) observe(rpc raft.RPC) {
 
 // Consumer returns the forwarded RPCs.
 func (w *commitWatch) Consumer() <-chan raft.RPC { return w.ch }
-
-// SetHeartbeatHandler wraps raft's fast path for heartbeats, which skips
-// Consumer.
-func (w *commitWatch) SetHeartbeatHandler(cb func(raft.RPC)) {
-	if cb == nil {
-		w.NetworkTransport.SetHeartbeatHandler(nil)
-		return
-	}
-	w.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
-		w.observe(rpc)
-		cb(rpc)
-	})
-}

@@ -102,6 +102,13 @@ func New(cfg Config) (*Node, error) {
 	ok := false
 	defer func() {
 		if !ok {
+			// Stop what already started (the transport's forwarder,
+			// raft itself when a later step failed) before closing the
+			// stores under it.
+			close(n.shutdownCh)
+			if n.raft != nil {
+				_ = n.raft.Shutdown().Error()
+			}
 			n.closeAll()
 		}
 	}()

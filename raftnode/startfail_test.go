@@ -1,0 +1,46 @@
+package raftnode_test
+
+import (
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/raftnode"
+)
+
+// A start that fails after raft is running (here: the gossip port is
+// taken) leaves nothing behind: raft is shut down and the transport's
+// forwarder (commitwatch.go) ends, so a caller that retries does not
+// leak a goroutine and a Raft instance per attempt.
+func TestNew_FailedStartLeavesNothingRunning(t *testing.T) {
+	c := clustertest.New(t, 1, noExpire)
+	cfg := c.Config(0)
+	tcp, err := net.Listen("tcp", cfg.GossipAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	udp, err := net.ListenPacket("udp", cfg.GossipAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	running := func(what string) int {
+		buf := make([]byte, 8<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), what)
+	}
+	before := running("raftnode.newCommitWatch.func")
+	rafts := running("hashicorp/raft.(*Raft).run(")
+	n, err := raftnode.New(cfg)
+	if err == nil {
+		n.Shutdown()
+		t.Fatal("New succeeded with its gossip port taken")
+	}
+	t.Log(err)
+	waitFor(t, "the failed start's goroutines to end", 5*time.Second, func() bool {
+		return running("raftnode.newCommitWatch.func") == before && running("hashicorp/raft.(*Raft).run(") == rafts
+	})
+}
