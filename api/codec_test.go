@@ -8,11 +8,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/tlsconfig"
 )
 
 // rawCodec sends pre-encoded request bytes as they are, so a test can put
@@ -245,5 +247,34 @@ func TestUndecodableRequests_AreInvalidArgumentNamingTheProblem(t *testing.T) {
 	}
 	if second.Accepted != 1 {
 		t.Errorf("second response %v, want its event accepted", &second)
+	}
+}
+
+// With tokens on, an undecodable request from a caller without a token is
+// refused as UNAUTHENTICATED: its bytes are not inspected, and it learns
+// nothing about what was wrong with them (review).
+func TestUndecodableRequests_AuthComesFirst(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(serverOptions(ServerConfig{Auth: NewAuth(AuthConfig{Write: tlsconfig.StaticSecrets("w")})})...)
+	pb.RegisterInferenceCacheServer(gs, newSvc(&fakeNode{lookup: match}, nil))
+	go gs.Serve(lis)
+	defer gs.Stop()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	invoke := func(ctx context.Context) *status.Status {
+		return status.Convert(cc.Invoke(ctx, "/inferencecache.v1.InferenceCache/Ingest", []byte{0xff, 0xff}, &pb.IngestResponse{}, grpc.ForceCodec(rawCodec{})))
+	}
+	if st := invoke(context.Background()); st.Code() != codes.Unauthenticated {
+		t.Fatalf("no token: %v %q, want UNAUTHENTICATED", st.Code(), st.Message())
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer w")
+	if st := invoke(ctx); st.Code() != codes.InvalidArgument {
+		t.Fatalf("with the token: %v %q, want INVALID_ARGUMENT naming the problem", st.Code(), st.Message())
 	}
 }

@@ -69,6 +69,28 @@ const StartedHealthService = "inferencecache.started"
 // limits, keepalive, stream workers), before TLS and authentication.
 // Benchmarks use them too, so they measure the production server.
 func BaseServerOptions() []grpc.ServerOption {
+	return append(baseOptions(), refuseOptions()...)
+}
+
+// refuseOptions answer a request whose bytes cannot be decoded (see
+// lookupCodec). They come after every other interceptor (serverOptions),
+// so an unauthenticated caller is refused before its bytes are looked at.
+func refuseOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(refuseUndecodable), grpc.ChainStreamInterceptor(refuseUndecodableStream)}
+}
+
+// serverOptions assembles NewServer's options: the base settings, the
+// caller's, the token interceptors, and last the refusal of undecodable
+// requests.
+func serverOptions(cfg ServerConfig) []grpc.ServerOption {
+	opts := append(baseOptions(), cfg.Options...)
+	if cfg.Auth != nil && cfg.Auth.Enabled() {
+		opts = append(opts, cfg.Auth.ServerOptions()...)
+	}
+	return append(opts, refuseOptions()...)
+}
+
+func baseOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
@@ -83,10 +105,8 @@ func BaseServerOptions() []grpc.ServerOption {
 		// which fails open, and answers any other request of ours whose
 		// bytes cannot be decoded INVALID_ARGUMENT naming the problem,
 		// where gRPC would answer INTERNAL (see lookupCodec). The codec
-		// and the interceptors work only together.
+		// and the interceptors (refuseOptions) work only together.
 		grpc.ForceServerCodec(lookupCodec{}),
-		grpc.ChainUnaryInterceptor(refuseUndecodable),
-		grpc.ChainStreamInterceptor(refuseUndecodableStream),
 	}
 }
 
@@ -95,11 +115,7 @@ func BaseServerOptions() []grpc.ServerOption {
 // keepalive enforcement (KeepaliveMinTime) and settings suited to
 // long-lived gateway connections, and cfg.Auth's token interceptors.
 func NewServer(cfg ServerConfig) *Server {
-	opts := append(BaseServerOptions(), cfg.Options...)
-	if cfg.Auth != nil && cfg.Auth.Enabled() {
-		opts = append(opts, cfg.Auth.ServerOptions()...)
-	}
-	gs := grpc.NewServer(opts...)
+	gs := grpc.NewServer(serverOptions(cfg)...)
 	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger})
 	pb.RegisterInferenceCacheServer(gs, svc)
 	pb.RegisterClusterServer(gs, NewClusterService(cfg.Node, cfg.GRPCAddr, cfg.TmpDir))
