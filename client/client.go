@@ -238,6 +238,11 @@ func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *p
 			// The request itself failed (it could not be encoded, or the
 			// node refused it): another node would do the same, and this
 			// one is not down.
+			if _, answered := status.FromError(err); answered && status.Code(err) != codes.Canceled {
+				n.lookup.ok()
+			} else if probe {
+				n.lookup.release(time.Now())
+			}
 			break
 		}
 		n.lookup.failed(time.Now(), c.cfg.FailBackoff, probe)
@@ -337,10 +342,23 @@ func (c *Client) write(ctx context.Context, call func(ctx context.Context, n *no
 			n.write.ok()
 			return nil
 		}
+		now := time.Now()
 		if !Retriable(err) || ctx.Err() != nil {
+			if ctx.Err() == nil {
+				n.write.ok() // a refusal is an answer: the node is up
+			} else if probe {
+				n.write.release(now)
+			}
 			return err
 		}
-		now := time.Now()
+		if !now.Before(deadline) {
+			// The write's budget ran out: that says nothing against
+			// this node.
+			if probe {
+				n.write.release(now)
+			}
+			return err
+		}
 		n.write.failed(now, c.cfg.FailBackoff, probe)
 		sleep := time.Duration(mrand.Int64N(int64(backoff))) + time.Millisecond
 		backoff = min(2*backoff, 500*time.Millisecond)
@@ -386,7 +404,8 @@ func (c *Client) attempt(ctx context.Context, n *node, deadline time.Time, call 
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
-	if code := status.Code(err); code != codes.DeadlineExceeded && code != codes.Canceled {
+	code := status.Code(err)
+	if code != codes.DeadlineExceeded && code != codes.Canceled {
 		return err // an answer, even if it came as the attempt ended
 	}
 	switch {
@@ -394,7 +413,9 @@ func (c *Client) attempt(ctx context.Context, n *node, deadline time.Time, call 
 		c.writeTimeouts.Add(1)
 		return status.Errorf(codes.DeadlineExceeded, "client: write to %s abandoned after %v: %v (outcome unknown): %v",
 			n.addr, time.Since(start).Round(time.Millisecond), errUnresponsive, err)
-	case tctx.Err() != nil:
+	case tctx.Err() != nil, code == codes.DeadlineExceeded:
+		// The server sees the propagated deadline too and may report it
+		// a moment before this attempt's own timer fires.
 		c.writeTimeouts.Add(1)
 		return status.Errorf(codes.DeadlineExceeded, "client: write to %s timed out after %v (outcome unknown): %v",
 			n.addr, time.Since(start).Round(time.Millisecond), err)

@@ -71,6 +71,15 @@ func (b *backoff) failed(now time.Time, base time.Duration, probe bool) {
 	b.downUntil.Store(now.Add(base << min(f-1, maxBackoffShift)).UnixNano())
 }
 
+// release ends a probe that taught nothing about the node (the caller
+// gave up, or the write's budget ran out): the next call probes it again
+// at once instead of waiting out the probe's hold.
+func (b *backoff) release(now time.Time) {
+	if b.fails.Load() != 0 && b.downUntil.Load() > now.UnixNano() {
+		b.downUntil.Store(now.UnixNano())
+	}
+}
+
 // claim reports whether the node may be called now, and whether that
 // call is its probe. A down node whose period ended is claimed by one
 // caller, which holds it for hold (the longest its call can take).
