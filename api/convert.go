@@ -57,6 +57,7 @@ func PolicyToPB(p policy.Policy) *pb.CachePolicy {
 		BlockSize:             bs,
 		MaxStalenessMs:        durToU32(p.MaxStaleness, time.Millisecond),
 		Version:               p.Version,
+		EvictionBatch:         p.EvictionBatch,
 	}
 }
 
@@ -112,6 +113,7 @@ func PolicyFromPB(q *pb.CachePolicy) (policy.Policy, error) {
 		RankingVersion:       policy.RankingVersion(q.GetRankingVersion()),
 		BlockSize:            bs,
 		MaxStaleness:         time.Duration(q.GetMaxStalenessMs()) * time.Millisecond,
+		EvictionBatch:        q.GetEvictionBatch(),
 	}
 	if err := p.Validate(); err != nil {
 		return policy.Policy{}, err

@@ -225,8 +225,9 @@ func TestPolicyPB_RoundTripAndEnums(t *testing.T) {
 	p.EvictionPolicy = policy.LFU
 	p.AffinityRouting = false
 	p.RankingVersion = policy.RankingV1
+	p.EvictionBatch = 16
 	q := PolicyToPB(p)
-	if q.AffinityRouting != "Disabled" || q.EvictionPolicy != "LFU" || q.RankingVersion != "v1" ||
+	if q.AffinityRouting != "Disabled" || q.EvictionPolicy != "LFU" || q.RankingVersion != "v1" || q.EvictionBatch != 16 ||
 		q.LookupTimeoutMs != 10 || q.EvictionTtlSeconds != 600 || q.MaxStalenessMs != 5000 || q.StatsFreshnessSeconds != 30 || q.SloTightThresholdMs != 200 {
 		t.Fatalf("PolicyToPB = %v", q)
 	}

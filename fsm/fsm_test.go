@@ -219,9 +219,19 @@ func TestSetPolicy_VersionGrowsByOne(t *testing.T) {
 		t.Fatalf("invalid policy: %+v version %d", r, f.Policy().Version)
 	}
 	p.MaxReplicas = 3
+	p.EvictionBatch = 16
 	r = f.Apply(b.add(t, SetPolicyCommand("p3", p))).(*EntryResult).Results[0]
-	if r.Policy.Version != 2 {
-		t.Fatalf("version %d", r.Policy.Version)
+	if r.Policy.Version != 2 || f.Policy().EvictionBatch != 16 {
+		t.Fatalf("version %d, eviction batch %d", r.Policy.Version, f.Policy().EvictionBatch)
+	}
+	// The knob is replicated state: a node restored from a snapshot
+	// evicts like the others.
+	dst := New(policy.Default(), Options{TmpDir: t.TempDir()})
+	if err := dst.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	if got := dst.Policy().EvictionBatch; got != 16 {
+		t.Fatalf("restored eviction batch %d, want 16", got)
 	}
 }
 

@@ -101,6 +101,11 @@ func policyDigest(p *policy.Policy) uint64 {
 	} {
 		h = mix2(h, v)
 	}
+	if p.EvictionBatch != 0 {
+		// Only when set: a policy without the knob digests as it did
+		// before it existed (backups of older releases still verify).
+		h = mix2(h, 0xeb<<32|uint64(p.EvictionBatch))
+	}
 	models := make([]string, 0, len(p.BlockSize))
 	for m := range p.BlockSize {
 		models = append(models, m)

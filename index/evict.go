@@ -71,21 +71,22 @@ func evictKey(lfu bool, access uint32, r uint64) uint64 {
 	return uint64(resSeen(r))
 }
 
-// evictSlack: a full index evicts 1/evictSlack of MaxResidencies at once.
-// At 1/64 a full index applies new blocks ~5× slower than below the bound
+// evictSlack is the eviction batch of a policy whose EvictionBatch is 0:
+// a full index evicts 1/64 of MaxResidencies at once. At 1/64 a full index
+// applies new blocks ~5× slower than below the bound
 // (BenchmarkApplyBatch/new-at-capacity), most of it in this pass; 1/16
-// measured 2.3× faster for ~3 % of the bound left unused on average. It is
-// not changed: which residencies a node evicts is replicated state, so a
-// different slack in a new binary would make the nodes of a rolling
-// upgrade diverge. Changing it needs a switch committed through the log
-// once every voter runs a binary that knows it.
+// measured 2.3× faster for ~3 % of the bound left unused on average. The
+// default stays: which residencies a node evicts is replicated state, so
+// a different default in a new binary would make the nodes of a rolling
+// upgrade diverge. The policy's EvictionBatch, committed through the log,
+// changes it on every node at the same index.
 const evictSlack = 64
 
 // enforceCapacity evicts when the index holds more than MaxResidencies.
-// It evicts down to MaxResidencies − MaxResidencies/evictSlack at once:
-// the selection costs O(residencies), so its amortised cost per inserted
-// residency is evictSlack scans of one residency (for bounds under
-// evictSlack it is exact).
+// It evicts down to MaxResidencies − MaxResidencies/batch at once (batch
+// = the policy's EvictionBatch, 0 = evictSlack): the selection costs
+// O(residencies), so its amortised cost per inserted residency is batch
+// scans of one residency (for bounds under batch it is exact).
 // The victims are exactly the k smallest by evictKey, ties broken by
 // (partition strings, block hash, replica id): replicated state only, so
 // every node evicts the same residencies whatever its internal layout.
@@ -95,7 +96,7 @@ func (ix *Index) enforceCapacity() {
 	if max <= 0 || ix.m.totalRes <= max {
 		return
 	}
-	target := max - max/evictSlack
+	target := max - max/ps.evictBatch
 	k := int(ix.m.totalRes - target)
 
 	// Pass 1: the k-th smallest key T.

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"cmp"
 	"sync"
 	"sync/atomic"
 
@@ -43,6 +44,8 @@ type polState struct {
 	floor   float64
 	lfu     bool
 	digest  uint64
+	// evictBatch: a full index evicts MaxResidencies/evictBatch at once.
+	evictBatch int64
 }
 
 func newPolState(p policy.Policy) *polState {
@@ -55,6 +58,8 @@ func newPolState(p policy.Policy) *polState {
 		floor:   p.FloorScore(),
 		lfu:     p.EvictionPolicy == policy.LFU,
 		digest:  policyDigest(&p),
+		// 0 keeps what releases before the knob did (evict.go).
+		evictBatch: cmp.Or(int64(p.EvictionBatch), evictSlack),
 	}
 }
 

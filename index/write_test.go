@@ -369,3 +369,45 @@ func TestLookup_ConcurrentWithWriter(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// The policy's EvictionBatch sets how far a full index evicts at once:
+// 0 keeps the 1/64 of earlier releases (a cluster upgraded without
+// setting it evicts exactly as before), 16 evicts 1/16; the victims are
+// the oldest either way.
+func TestEvict_BatchFromPolicy(t *testing.T) {
+	cases := []struct {
+		batch uint32
+		after int // residencies once the 129th is stored into a bound of 128
+	}{
+		{0, 128 - 128/64},
+		{16, 128 - 128/16},
+		{4, 128 - 128/4},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprint(c.batch), func(t *testing.T) {
+			p := testPolicy()
+			p.MaxResidencies = 128
+			p.EvictionBatch = c.batch
+			ix := New(p)
+			for h := uint64(1); h <= 129; h++ {
+				ix.ApplyEvents([]BlockEvent{stored("a", vllm, t0+int64(h), h)})
+			}
+			if got := ix.Sizes().Residencies; got != c.after {
+				t.Fatalf("residencies %d, want %d", got, c.after)
+			}
+			gone := 129 - c.after // the oldest blocks, 1..gone
+			for h := uint64(1); h <= 129; h++ {
+				if held := len(holders(ix, vllm, h, t0+200)) > 0; held != (h > uint64(gone)) {
+					t.Fatalf("block %d held=%v; want the %d oldest evicted", h, held, gone)
+				}
+			}
+		})
+	}
+	// The knob is replicated state: it is in the digest, but only when set.
+	p := testPolicy()
+	d0 := New(p).Digest()
+	p.EvictionBatch = 16
+	if New(p).Digest() == d0 {
+		t.Fatal("EvictionBatch does not change the digest")
+	}
+}

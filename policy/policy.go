@@ -56,6 +56,15 @@ type Policy struct {
 	// MaxResidencies bounds the (block, replica) pairs held across all
 	// partitions; past it apply evicts by EvictionPolicy. Default 20,000,000.
 	MaxResidencies uint64
+	// EvictionBatch: a full index evicts MaxResidencies/EvictionBatch
+	// residencies per pass (each pass scans every residency, so a smaller
+	// batch means more passes: 64 makes a full index apply new blocks ~5×
+	// slower than below the bound, 16 ~2.4×), for that share of the bound
+	// left unused on average. 0 means 64, what releases before the knob
+	// did: the victims are replicated state, so the default must not
+	// change under a running cluster. Set it (4..1024) only once every
+	// node runs a release that knows it. Default 0.
+	EvictionBatch uint32
 	// PressureWeight scales the pressure factor max(0, 1 − w × pressure).
 	// Default 0.5.
 	PressureWeight float64
@@ -171,6 +180,9 @@ func (p *Policy) Validate() error {
 	}
 	if p.MaxResidencies == 0 || p.MaxResidencies > 1<<32 {
 		return &FieldError{"maxResidencies", strconv.FormatUint(p.MaxResidencies, 10), "must be between 1 and 4294967296"}
+	}
+	if p.EvictionBatch != 0 && (p.EvictionBatch < 4 || p.EvictionBatch > 1024) {
+		return &FieldError{"evictionBatch", strconv.FormatUint(uint64(p.EvictionBatch), 10), "must be 0 (= 64) or between 4 and 1024"}
 	}
 	if !(p.PressureWeight >= 0 && p.PressureWeight <= 1) {
 		return &FieldError{"pressureWeight", strconv.FormatFloat(p.PressureWeight, 'g', -1, 64), "must be between 0 and 1"}

@@ -82,6 +82,7 @@ func LoadFile(path string) (Policy, error) {
 //	  rankingVersion: v2               # v1 | v2
 //	  blockSize: {qwen3-8b: 16}        # per model_id; others use 16
 //	  maxStaleness: 5s                 # Go duration, or an integer of seconds
+//	  evictionBatch: 16                # a full index evicts maxResidencies/16 per pass; 0 = 64
 //
 // Knobs absent from spec keep their Default value. Unknown fields, values of
 // the wrong type and values Validate refuses are errors; every error is a
@@ -153,7 +154,7 @@ func Parse(name string, data []byte) (Policy, error) {
 var specFields = []string{"chainMatching", "minimumMatchedTokens", "routingFloorScore", "lookupTimeoutMs",
 	"evictionTTL", "evictionPolicy", "maxResidencies", "pressureWeight", "sloTightThresholdMs", "sloTightBias",
 	"strategy", "tenantHotMinHitRate", "statsFreshness", "affinityRouting", "maxReplicas", "rankingVersion",
-	"blockSize", "maxStaleness"}
+	"blockSize", "maxStaleness", "evictionBatch"}
 
 func parseSpec(file string, spec *yaml.Node, p *Policy, lines map[string]int) error {
 	seen := map[string]bool{}
@@ -191,6 +192,8 @@ func parseSpec(file string, spec *yaml.Node, p *Policy, lines map[string]int) er
 			p.EvictionPolicy = EvictionPolicy(s)
 		case "maxResidencies":
 			p.MaxResidencies, err = u64Val(v)
+		case "evictionBatch":
+			p.EvictionBatch, err = u32Val(v)
 		case "pressureWeight":
 			p.PressureWeight, err = floatVal(v)
 		case "sloTightThresholdMs":
@@ -396,5 +399,8 @@ func MarshalYAML(p Policy) []byte {
 		}
 	}
 	fmt.Fprintf(&b, "  maxStaleness: %s\n", p.MaxStaleness)
+	if p.EvictionBatch != 0 {
+		fmt.Fprintf(&b, "  evictionBatch: %d\n", p.EvictionBatch)
+	}
 	return []byte(b.String())
 }

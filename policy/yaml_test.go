@@ -39,6 +39,7 @@ spec:
     qwen3-8b: 32
     llama-3-70b: 64
   maxStaleness: 2s
+  evictionBatch: 16
 `
 	got, err := Parse("prod.yaml", []byte(src))
 	if err != nil {
@@ -51,7 +52,7 @@ spec:
 		SLOTightBias: 0.5, EnableTenantHot: false, TenantHotMinHitRate: 0.3,
 		StatsFreshness: 45 * time.Second, AffinityRouting: false, MaxReplicas: 8,
 		RankingVersion: RankingV1, BlockSize: map[string]uint32{"qwen3-8b": 32, "llama-3-70b": 64},
-		MaxStaleness: 2 * time.Second,
+		MaxStaleness: 2 * time.Second, EvictionBatch: 16,
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("(-want +got):\n%s", d)
@@ -75,6 +76,7 @@ func TestMarshalYAML_RoundTrips(t *testing.T) {
 	p.BlockSize = map[string]uint32{"m": 8, "a b": 16}
 	p.EvictionPolicy = LFU
 	p.AffinityRouting = false
+	p.EvictionBatch = 32
 	got, err := Parse("x", MarshalYAML(p))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, MarshalYAML(p))
@@ -105,6 +107,7 @@ func TestParse_ErrorsNameFileLineFieldReason(t *testing.T) {
 		{"zero timeout", "kind: CachePolicy\nspec:\n  lookupTimeoutMs: 0\n", 3, "spec.lookupTimeoutMs", "between 1ms and 10s"},
 		{"bad duration", "kind: CachePolicy\nspec:\n  evictionTTL: ten minutes\n", 3, "spec.evictionTTL", "duration"},
 		{"staleness", "kind: CachePolicy\nspec:\n  maxStaleness: 1ms\n", 3, "spec.maxStaleness", "between 100ms and 1h"},
+		{"eviction batch", "kind: CachePolicy\nspec:\n  evictionBatch: 2\n", 3, "spec.evictionBatch", "must be 0 (= 64) or between 4 and 1024"},
 		{"block size zero", "kind: CachePolicy\nspec:\n  blockSize:\n    m: 0\n", 3, "spec.blockSize.m", "between 1 and 4096"},
 		{"not a bool", "kind: CachePolicy\nspec:\n  chainMatching: maybe\n", 3, "spec.chainMatching", "true or false"},
 		{"strategy knob", "kind: CachePolicy\nspec:\n  strategy:\n    hot: true\n", 4, "spec.strategy.hot", "unknown field"},

@@ -620,6 +620,7 @@ type Policy struct {
 	BlockSizeValues      []uint32               `protobuf:"varint,18,rep,packed,name=block_size_values,json=blockSizeValues,proto3" json:"block_size_values,omitempty"`
 	MaxStalenessNs       int64                  `protobuf:"varint,19,opt,name=max_staleness_ns,json=maxStalenessNs,proto3" json:"max_staleness_ns,omitempty"`
 	Version              uint64                 `protobuf:"varint,20,opt,name=version,proto3" json:"version,omitempty"`
+	EvictionBatch        uint32                 `protobuf:"varint,21,opt,name=eviction_batch,json=evictionBatch,proto3" json:"eviction_batch,omitempty"` // 0 = 64 (policy.Policy.EvictionBatch)
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -790,6 +791,13 @@ func (x *Policy) GetMaxStalenessNs() int64 {
 func (x *Policy) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *Policy) GetEvictionBatch() uint32 {
+	if x != nil {
+		return x.EvictionBatch
 	}
 	return 0
 }
@@ -1177,7 +1185,7 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\x0eobserved_at_ms\x18\a \x01(\x03R\fobservedAtMs\x12\x1a\n" +
 	"\bendpoint\x18\b \x01(\tR\bendpoint\"B\n" +
 	"\x05Stats\x129\n" +
-	"\x05stats\x18\x01 \x03(\v2#.inferencecache.fsm.v1.ReplicaStatsR\x05stats\"\xe2\x06\n" +
+	"\x05stats\x18\x01 \x03(\v2#.inferencecache.fsm.v1.ReplicaStatsR\x05stats\"\x89\a\n" +
 	"\x06Policy\x12%\n" +
 	"\x0echain_matching\x18\x01 \x01(\bR\rchainMatching\x124\n" +
 	"\x16minimum_matched_tokens\x18\x02 \x01(\rR\x14minimumMatchedTokens\x12.\n" +
@@ -1199,7 +1207,8 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\x11block_size_models\x18\x11 \x03(\tR\x0fblockSizeModels\x12*\n" +
 	"\x11block_size_values\x18\x12 \x03(\rR\x0fblockSizeValues\x12(\n" +
 	"\x10max_staleness_ns\x18\x13 \x01(\x03R\x0emaxStalenessNs\x12\x18\n" +
-	"\aversion\x18\x14 \x01(\x04R\aversion\"B\n" +
+	"\aversion\x18\x14 \x01(\x04R\aversion\x12%\n" +
+	"\x0eeviction_batch\x18\x15 \x01(\rR\revictionBatch\"B\n" +
 	"\tSetPolicy\x125\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1d.inferencecache.fsm.v1.PolicyR\x06policy\"\x1f\n" +
 	"\x06Expire\x12\x15\n" +

@@ -124,6 +124,7 @@ func PolicyToPB(p policy.Policy) *Policy {
 		BlockSizeValues:      sizes,
 		MaxStalenessNs:       int64(p.MaxStaleness),
 		Version:              p.Version,
+		EvictionBatch:        p.EvictionBatch,
 	}
 }
 
@@ -154,5 +155,6 @@ func PolicyFromPB(q *Policy) policy.Policy {
 		BlockSize:            bs,
 		MaxStaleness:         time.Duration(q.GetMaxStalenessNs()),
 		Version:              q.GetVersion(),
+		EvictionBatch:        q.GetEvictionBatch(),
 	}
 }

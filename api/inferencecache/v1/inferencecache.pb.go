@@ -1097,8 +1097,12 @@ type CachePolicy struct {
 	BlockSize             map[string]uint32      `protobuf:"bytes,17,rep,name=block_size,json=blockSize,proto3" json:"block_size,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // per model_id; absent = 16
 	MaxStalenessMs        uint32                 `protobuf:"varint,18,opt,name=max_staleness_ms,json=maxStalenessMs,proto3" json:"max_staleness_ms,omitempty"`
 	Version               uint64                 `protobuf:"varint,19,opt,name=version,proto3" json:"version,omitempty"` // set by the server, +1 per change
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// A full index evicts max_residencies / eviction_batch residencies per
+	// pass; 0 = 64, the behaviour of earlier releases. Set it only once
+	// every node runs a release that knows it.
+	EvictionBatch uint32 `protobuf:"varint,20,opt,name=eviction_batch,json=evictionBatch,proto3" json:"eviction_batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CachePolicy) Reset() {
@@ -1260,6 +1264,13 @@ func (x *CachePolicy) GetMaxStalenessMs() uint32 {
 func (x *CachePolicy) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *CachePolicy) GetEvictionBatch() uint32 {
+	if x != nil {
+		return x.EvictionBatch
 	}
 	return 0
 }
@@ -2324,7 +2335,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\brejected\x18\x03 \x03(\v2\x1c.inferencecache.v1.RejectionR\brejected\x12\x1c\n" +
 	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"6\n" +
 	"\bStrategy\x12*\n" +
-	"\x11enable_tenant_hot\x18\x01 \x01(\bR\x0fenableTenantHot\"\xbc\a\n" +
+	"\x11enable_tenant_hot\x18\x01 \x01(\bR\x0fenableTenantHot\"\xe3\a\n" +
 	"\vCachePolicy\x12%\n" +
 	"\x0echain_matching\x18\x01 \x01(\bR\rchainMatching\x124\n" +
 	"\x16minimum_matched_tokens\x18\x02 \x01(\rR\x14minimumMatchedTokens\x12.\n" +
@@ -2346,7 +2357,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\n" +
 	"block_size\x18\x11 \x03(\v2-.inferencecache.v1.CachePolicy.BlockSizeEntryR\tblockSize\x12(\n" +
 	"\x10max_staleness_ms\x18\x12 \x01(\rR\x0emaxStalenessMs\x12\x18\n" +
-	"\aversion\x18\x13 \x01(\x04R\aversion\x1a<\n" +
+	"\aversion\x18\x13 \x01(\x04R\aversion\x12%\n" +
+	"\x0eeviction_batch\x18\x14 \x01(\rR\revictionBatch\x1a<\n" +
 	"\x0eBlockSizeEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x17\n" +
