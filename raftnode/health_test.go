@@ -45,6 +45,17 @@ func (s fullDiskStore) StoreLogs(ls []*raft.Log) error {
 	return s.LogStore.StoreLogs(ls)
 }
 
+// wrapStores wraps the log store of every node started afterwards with
+// f(i, store), i the node's position in its clustertest.Cluster (n1 = 0),
+// and returns the restore func.
+func wrapStores(f func(i int, s raft.LogStore) raft.LogStore) (restore func()) {
+	return raftnode.SetWrapLogStoreForTest(func(id string, s raft.LogStore) raft.LogStore {
+		var i int
+		fmt.Sscanf(id, "n%d", &i)
+		return f(i-1, s)
+	})
+}
+
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -134,11 +145,7 @@ func (s surface) lookup(t *testing.T, base uint64) *pb.LookupRouteResponse {
 // NOT_SERVING and /readyz 503 until appends succeed and it catches up.
 func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 	var full [3]atomic.Bool
-	defer raftnode.SetWrapLogStoreForTest(func(id string, s raft.LogStore) raft.LogStore {
-		var i int
-		fmt.Sscanf(id, "n%d", &i)
-		return fullDiskStore{s, &full[i-1]}
-	})()
+	defer wrapStores(func(i int, s raft.LogStore) raft.LogStore { return fullDiskStore{s, &full[i]} })()
 	c := clustertest.New(t, 3, noExpire)
 	c.StartAll()
 	l := c.WaitLeader(15 * time.Second)
@@ -218,11 +225,7 @@ func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 // the next leader, and commits once on every node.
 func TestFullDisk_LeaderWriteRetriedOnNextLeader(t *testing.T) {
 	var full [3]atomic.Bool
-	defer raftnode.SetWrapLogStoreForTest(func(id string, s raft.LogStore) raft.LogStore {
-		var i int
-		fmt.Sscanf(id, "n%d", &i)
-		return fullDiskStore{s, &full[i-1]}
-	})()
+	defer wrapStores(func(i int, s raft.LogStore) raft.LogStore { return fullDiskStore{s, &full[i]} })()
 	c := clustertest.New(t, 3, noExpire)
 	c.StartAll()
 	l := c.WaitLeader(15 * time.Second)

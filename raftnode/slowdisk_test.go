@@ -1,7 +1,6 @@
 package raftnode_test
 
 import (
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,11 +36,7 @@ func (s slowStore) StoreLogs(ls []*raft.Log) error {
 // while it is behind for longer than maxStaleness, and recover after.
 func TestSlowDisk_FollowerBehindReadsStale(t *testing.T) {
 	var delay [3]atomic.Int64
-	defer raftnode.SetWrapLogStoreForTest(func(id string, s raft.LogStore) raft.LogStore {
-		var i int
-		fmt.Sscanf(id, "n%d", &i)
-		return slowStore{s, &delay[i-1]}
-	})()
+	defer wrapStores(func(i int, s raft.LogStore) raft.LogStore { return slowStore{s, &delay[i]} })()
 	c := clustertest.New(t, 3, func(_ int, cfg *raftnode.Config) {
 		cfg.ExpireInterval = -1
 		p := policy.Default()
