@@ -40,19 +40,9 @@ func appendString(b []byte, num protowire.Number, s string) []byte {
 // the handler ran. LookupRoute never errors: they are NO_HINT with a
 // detail naming the problem (SPEC 5 fail-open, SPEC 9).
 func TestLookupRoute_UndecodableBytesAreNoHintNotAnError(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(BaseServerOptions()...)
-	pb.RegisterInferenceCacheServer(gs, newSvc(&fakeNode{lookup: match}, nil))
-	go gs.Serve(lis)
-	defer gs.Stop()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := grpcServer(t, BaseServerOptions(), func(gs *grpc.Server) {
+		pb.RegisterInferenceCacheServer(gs, newSvc(&fakeNode{lookup: match}, nil))
+	})
 
 	var ids []byte
 	for _, id := range []uint64{1, 2, 3} {
@@ -95,20 +85,10 @@ func TestLookupRoute_UndecodableBytesAreNoHintNotAnError(t *testing.T) {
 // leniently and the offending event is rejected naming the field, while
 // the valid events of the same request commit (SPEC 6, 9).
 func TestIngest_NonUTF8FieldIsRejectedPerEventOverGRPC(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fakeNode{lookup: match}
-	gs := grpc.NewServer(BaseServerOptions()...)
-	pb.RegisterInferenceCacheServer(gs, newSvc(f, nil))
-	go gs.Serve(lis)
-	defer gs.Stop()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := grpcServer(t, BaseServerOptions(), func(gs *grpc.Server) {
+		pb.RegisterInferenceCacheServer(gs, newSvc(f, nil))
+	})
 
 	event := func(replica string) []byte {
 		var e []byte
@@ -151,21 +131,11 @@ func TestIngest_NonUTF8FieldIsRejectedPerEventOverGRPC(t *testing.T) {
 // INVALID_ARGUMENT naming the message and what in it could not be decoded.
 // LookupRoute still fails open.
 func TestUndecodableRequests_AreInvalidArgumentNamingTheProblem(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fakeNode{lookup: match}
-	gs := grpc.NewServer(BaseServerOptions()...)
-	pb.RegisterInferenceCacheServer(gs, newSvc(f, nil))
-	pb.RegisterClusterServer(gs, NewClusterService(nil, "", "")) // the handlers must not run
-	go gs.Serve(lis)
-	defer gs.Stop()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := grpcServer(t, BaseServerOptions(), func(gs *grpc.Server) {
+		pb.RegisterInferenceCacheServer(gs, newSvc(f, nil))
+		pb.RegisterClusterServer(gs, NewClusterService(nil, "", "")) // the handlers must not run
+	})
 
 	msg := func(num protowire.Number, body []byte) []byte {
 		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), body)
@@ -254,19 +224,9 @@ func TestUndecodableRequests_AreInvalidArgumentNamingTheProblem(t *testing.T) {
 // refused as UNAUTHENTICATED: its bytes are not inspected, and it learns
 // nothing about what was wrong with them (review).
 func TestUndecodableRequests_AuthComesFirst(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(serverOptions(ServerConfig{Auth: NewAuth(AuthConfig{Write: tlsconfig.StaticSecrets("w")})})...)
-	pb.RegisterInferenceCacheServer(gs, newSvc(&fakeNode{lookup: match}, nil))
-	go gs.Serve(lis)
-	defer gs.Stop()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := grpcServer(t, serverOptions(ServerConfig{Auth: NewAuth(AuthConfig{Write: tlsconfig.StaticSecrets("w")})}), func(gs *grpc.Server) {
+		pb.RegisterInferenceCacheServer(gs, newSvc(&fakeNode{lookup: match}, nil))
+	})
 	invoke := func(ctx context.Context) *status.Status {
 		return status.Convert(cc.Invoke(ctx, "/inferencecache.v1.InferenceCache/Ingest", []byte{0xff, 0xff}, &pb.IngestResponse{}, grpc.ForceCodec(rawCodec{})))
 	}
@@ -277,4 +237,24 @@ func TestUndecodableRequests_AuthComesFirst(t *testing.T) {
 	if st := invoke(ctx); st.Code() != codes.InvalidArgument {
 		t.Fatalf("with the token: %v %q, want INVALID_ARGUMENT naming the problem", st.Code(), st.Message())
 	}
+}
+
+// grpcServer serves register's services on loopback with opts and returns
+// a client connection to it; both close when the test ends.
+func grpcServer(t *testing.T, opts []grpc.ServerOption, register func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(opts...)
+	register(gs)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
 }
