@@ -56,6 +56,22 @@ func wrapStores(f func(i int, s raft.LogStore) raft.LogStore) (restore func()) {
 	})
 }
 
+// startWithOneWrite starts c, commits one ingest through the leader and
+// waits until every node applied it; it returns the leader, a follower
+// and the write's observed_at_ms.
+func startWithOneWrite(t *testing.T, c *clustertest.Cluster) (leader, follow int, now int64) {
+	t.Helper()
+	c.StartAll()
+	leader = c.WaitLeader(15 * time.Second)
+	now = time.Now().UnixMilli()
+	idx, err := c.Nodes[leader].Ingest(c.Ctx(5*time.Second), "", evs("a", 100, 4, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitApplied(idx, 10*time.Second)
+	return leader, follower(c, leader), now
+}
+
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -147,22 +163,16 @@ func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 	var full [3]atomic.Bool
 	defer wrapStores(func(i int, s raft.LogStore) raft.LogStore { return fullDiskStore{s, &full[i]} })()
 	c := clustertest.New(t, 3, noExpire)
-	c.StartAll()
-	l := c.WaitLeader(15 * time.Second)
-	f := follower(c, l)
+	l, f, now := startWithOneWrite(t, c)
 	nf := c.Nodes[f]
-	now := time.Now().UnixMilli()
-	idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 100, 4, now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.WaitApplied(idx, 10*time.Second)
 	s := serve(t, nf.Node)
 	waitFor(t, "follower serving before the fault", 10*time.Second, func() bool {
 		return nf.Serving() && !nf.ReadState().Stale && s.serving(t) && s.readyzCode(t) == http.StatusOK
 	})
 
 	full[f].Store(true)
+	var idx uint64
+	var err error
 	for k := 0; k < 5; k++ { // the leader and the other follower commit
 		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", uint64(1000+100*k), 4, now)); err != nil {
 			t.Fatal(err)

@@ -43,16 +43,8 @@ func TestSlowDisk_FollowerBehindReadsStale(t *testing.T) {
 		p.MaxStaleness = 300 * time.Millisecond
 		cfg.Policy = p
 	})
-	c.StartAll()
-	l := c.WaitLeader(15 * time.Second)
-	f := follower(c, l)
+	l, f, now := startWithOneWrite(t, c)
 	nf := c.Nodes[f]
-	now := time.Now().UnixMilli()
-	idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 100, 4, now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.WaitApplied(idx, 10*time.Second)
 	waitFor(t, "follower fresh and serving", 10*time.Second, func() bool { return nf.Serving() && !nf.ReadState().Stale })
 
 	delay[f].Store(int64(1500 * time.Millisecond))
@@ -83,7 +75,7 @@ func TestSlowDisk_FollowerBehindReadsStale(t *testing.T) {
 	waitFor(t, "follower caught up, fresh and serving", 30*time.Second, func() bool {
 		return !nf.ReadState().Stale && nf.Serving()
 	})
-	idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("c", 9000, 4, now))
+	idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("c", 9000, 4, now))
 	if err != nil {
 		t.Fatal(err)
 	}
