@@ -12,11 +12,18 @@ import (
 	"github.com/inference-cache/inference-cache/policy"
 )
 
-// EntryFormat is the version of the log entry encoding this binary writes
-// and the newest it applies. An entry with a larger format is not applied;
-// each of its commands gets an error wrapping ErrEntryFormat (every node
-// does the same, so state stays identical; upgrade the binary).
-const EntryFormat uint32 = 1
+// EntryFormat is the newest log entry format this binary applies. An
+// entry with a larger format is not applied; each of its commands gets an
+// error wrapping ErrEntryFormat. Format 1 holds protobuf commands only;
+// format 2 (EntryFormatPacked) may also hold packed ingest commands
+// (MarshalIngestPacked). A binary writes format 2 only once every voter
+// advertises it applies format 2, so no node meets an entry it cannot
+// apply (raftnode; docs/operations.md, upgrades).
+const EntryFormat uint32 = EntryFormatPacked
+
+// EntryFormatPacked is the entry format that may carry packed ingest
+// commands.
+const EntryFormatPacked uint32 = 2
 
 var (
 	// ErrEntryFormat: a log entry was written by a newer binary.
@@ -82,11 +89,18 @@ func MarshalCommand(c *fsmpb.Command) ([]byte, error) {
 	return b, nil
 }
 
-// NewEntry starts an encoded fsmpb.Entry with the format field; append
-// commands with AppendCommand. The result is what goes into raft.Apply.
+// NewEntry starts an encoded fsmpb.Entry of format 1 (protobuf commands
+// only, which every binary applies); append commands with AppendCommand.
+// The result is what goes into raft.Apply.
 func NewEntry(buf []byte) []byte {
+	return NewEntryFormat(buf, 1)
+}
+
+// NewEntryFormat is NewEntry for an entry of the given format: the
+// largest CommandFormat of the commands it will hold.
+func NewEntryFormat(buf []byte, format uint32) []byte {
 	buf = protowire.AppendTag(buf[:0], 1, protowire.VarintType)
-	return protowire.AppendVarint(buf, uint64(EntryFormat))
+	return protowire.AppendVarint(buf, uint64(format))
 }
 
 // AppendCommand appends one MarshalCommand output to an entry started with
@@ -109,6 +123,14 @@ func EncodeEntry(cmds ...*fsmpb.Command) ([]byte, error) {
 		e = AppendCommand(e, b)
 	}
 	return e, nil
+}
+
+// unmarshalCommand decodes one command's bytes; an error wraps ErrDecode.
+func unmarshalCommand(b []byte, c *fsmpb.Command) error {
+	if err := proto.Unmarshal(b, c); err != nil {
+		return fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	return nil
 }
 
 // DecodeEntry decodes a log entry.

@@ -33,6 +33,9 @@ type decodedCommand struct {
 	// stats is a stats command's body, converted before apply so that
 	// payloadHash and apply share one conversion.
 	stats []index.ReplicaStats
+	// err: the command decoded but cannot apply (an inconsistent packed
+	// ingest, ErrPacked); apply rejects it.
+	err error
 }
 
 // decodeArena holds the slices fast-decoded commands live in. The FSM
@@ -46,6 +49,7 @@ type decodeArena struct {
 	spans  []evSpan
 	hashes []uint64
 	counts []uint32
+	cols   packedCols // a packed ingest's columns, one command at a time
 }
 
 // reset empties a for the next entry, dropping its string references so
@@ -103,11 +107,12 @@ func decodeEntryFast(b []byte, a *decodeArena) (format uint32, cmds []decodedCom
 	return format, a.cmds, true
 }
 
-// decodeIngestFast decodes a Command that is exactly {request_id?, ingest}.
+// decodeIngestFast decodes a Command that is exactly {request_id?, ingest}
+// or {request_id?, ingest_packed}.
 func decodeIngestFast(b []byte, in *interner, a *decodeArena) (decodedCommand, bool) {
 	var dc decodedCommand
 	var ingest []byte
-	seenID, seenIngest := false, false
+	seenID, seenIngest, packed := false, false, false
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 || typ != protowire.BytesType {
@@ -126,15 +131,24 @@ func decodeIngestFast(b []byte, in *interner, a *decodeArena) (decodedCommand, b
 			}
 			dc.requestID = string(v)
 			seenID = true
-		case num == 2 && !seenIngest:
+		case (num == 2 || num == cmdIngestPacked) && !seenIngest:
 			ingest = v
 			seenIngest = true
+			packed = num == cmdIngestPacked
 		default:
 			return dc, false
 		}
 	}
 	if !seenIngest {
 		return dc, false
+	}
+	if packed {
+		evs, err, ok := decodePackedFast(ingest, in, a)
+		if !ok {
+			return dc, false
+		}
+		dc.events, dc.err = evs, err
+		return dc, true
 	}
 	evs, ok := decodeEventsFast(ingest, in, a)
 	if !ok {

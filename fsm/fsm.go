@@ -79,6 +79,10 @@ type Options struct {
 	// never serves or ships state built from a damaged log; the owner
 	// should stop the node. nil = only logged.
 	OnCorrupt func(index uint64, err error)
+	// MaxEntryFormat is the newest entry format this FSM applies (0 =
+	// EntryFormat). A lower value makes it refuse newer entries as an
+	// older binary would (ErrEntryFormat): for upgrade tests.
+	MaxEntryFormat uint32
 }
 
 // FSM holds the index and applies the Raft log to it. Apply, Snapshot,
@@ -208,10 +212,10 @@ func (f *FSM) applyEntry(l *raft.Log, data []byte) *EntryResult {
 		}
 	}
 	res.Results = make([]Result, len(cmds))
-	if format > EntryFormat {
+	if maxf := f.maxEntryFormat(); format > maxf {
 		for i, c := range cmds {
 			res.Results[i] = Result{RequestID: c.requestID, Index: l.Index,
-				Err: fmt.Errorf("%w: entry %d has format %d, this binary applies ≤ %d", ErrEntryFormat, l.Index, format, EntryFormat)}
+				Err: fmt.Errorf("%w: entry %d has format %d, this binary applies ≤ %d", ErrEntryFormat, l.Index, format, maxf)}
 		}
 		return res
 	}
@@ -219,6 +223,13 @@ func (f *FSM) applyEntry(l *raft.Log, data []byte) *EntryResult {
 		res.Results[i] = f.applyCommand(l.Index, &cmds[i])
 	}
 	return res
+}
+
+func (f *FSM) maxEntryFormat() uint32 {
+	if m := f.opts.MaxEntryFormat; m != 0 && m < EntryFormat {
+		return m
+	}
+	return EntryFormat
 }
 
 func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
@@ -259,6 +270,11 @@ func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
 			f.remember(r, hash)
 		}
 	}()
+	if dc.err != nil {
+		r.Err = fmt.Errorf("%w: %w", ErrRejected, dc.err)
+		f.remember(r, hash)
+		return r
+	}
 	ix := f.ix.Load()
 	if dc.pb == nil { // ingest (fast-decoded or prepared)
 		r.Changed = ix.ApplyEvents(dc.events)

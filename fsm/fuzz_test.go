@@ -43,6 +43,11 @@ func fuzzSeeds(t testing.TB) [][]byte {
 		}
 		out = append(out, b)
 	}
+	packed, err := fsm.MarshalIngestPacked("req-6", evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, fsm.AppendCommand(fsm.NewEntryFormat(nil, fsm.EntryFormatPacked), packed))
 	return append(out, nil, []byte{0x08, 0x02}, []byte{0x12, 0xff, 0xff, 0xff, 0xff, 0x0f})
 }
 

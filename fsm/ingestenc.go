@@ -62,6 +62,17 @@ func partitionSize(p *index.Partition) int {
 	return n
 }
 
+// appendPartition appends the fields of an fsmpb.Partition message.
+func appendPartition(b []byte, p *index.Partition) []byte {
+	for i, s := range [...]string{p.Scheme, p.Model, p.Tenant, p.Adapter} {
+		if s != "" {
+			b = protowire.AppendTag(b, protowire.Number(i+1), protowire.BytesType)
+			b = protowire.AppendString(b, s)
+		}
+	}
+	return b
+}
+
 func packedSize[T uint64 | uint32](xs []T) int {
 	n := 0
 	for _, x := range xs {
@@ -120,12 +131,7 @@ func appendEvent(b []byte, e *index.BlockEvent) []byte {
 	p := &e.Partition
 	b = protowire.AppendTag(b, 3, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(partitionSize(p)))
-	for i, s := range [...]string{p.Scheme, p.Model, p.Tenant, p.Adapter} {
-		if s != "" {
-			b = protowire.AppendTag(b, protowire.Number(i+1), protowire.BytesType)
-			b = protowire.AppendString(b, s)
-		}
-	}
+	b = appendPartition(b, p)
 	if len(e.BlockHashes) > 0 {
 		b = protowire.AppendTag(b, 4, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(packedSize(e.BlockHashes)))

@@ -35,6 +35,9 @@ func prepareCommand(dc *decodedCommand) {
 	case *fsmpb.Command_Ingest:
 		dc.events = fsmpb.EventsFromPB(b.Ingest.GetEvents())
 		dc.pb = nil
+	case *fsmpb.Command_IngestPacked:
+		dc.events, dc.err = expandPacked(packedColsFromPB(b.IngestPacked), new(decodeArena))
+		dc.pb = nil
 	case *fsmpb.Command_Stats:
 		dc.stats = make([]index.ReplicaStats, len(b.Stats.GetStats()))
 		for i, s := range b.Stats.GetStats() {
@@ -50,6 +53,10 @@ func prepareCommand(dc *decodedCommand) {
 func payloadHash(dc *decodedCommand, buf []byte) (uint64, []byte) {
 	var h uint64
 	switch {
+	case dc.err != nil && dc.raw != nil: // the events are not usable
+		h = xxh3.Hash(dc.raw)
+	case dc.err != nil:
+		return 0, buf
 	case dc.pb == nil:
 		buf = appendEvents(buf[:0], dc.events)
 		h = xxh3.Hash(buf)

@@ -105,6 +105,7 @@ type Command struct {
 	//	*Command_Expire
 	//	*Command_Credit
 	//	*Command_RestoreMark
+	//	*Command_IngestPacked
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -208,6 +209,15 @@ func (x *Command) GetRestoreMark() *RestoreMark {
 	return nil
 }
 
+func (x *Command) GetIngestPacked() *IngestPacked {
+	if x != nil {
+		if x, ok := x.Body.(*Command_IngestPacked); ok {
+			return x.IngestPacked
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -236,6 +246,10 @@ type Command_RestoreMark struct {
 	RestoreMark *RestoreMark `protobuf:"bytes,7,opt,name=restore_mark,json=restoreMark,proto3,oneof"`
 }
 
+type Command_IngestPacked struct {
+	IngestPacked *IngestPacked `protobuf:"bytes,8,opt,name=ingest_packed,json=ingestPacked,proto3,oneof"`
+}
+
 func (*Command_Ingest) isCommand_Body() {}
 
 func (*Command_Stats) isCommand_Body() {}
@@ -247,6 +261,8 @@ func (*Command_Expire) isCommand_Body() {}
 func (*Command_Credit) isCommand_Body() {}
 
 func (*Command_RestoreMark) isCommand_Body() {}
+
+func (*Command_IngestPacked) isCommand_Body() {}
 
 type Partition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -452,6 +468,140 @@ func (x *Ingest) GetEvents() []*BlockEvent {
 	return nil
 }
 
+// IngestPacked is an Ingest in a compact, columnar form
+// (fsm.MarshalIngestPacked): each distinct partition and replica id once,
+// one packed column per event field, block hashes as fixed64. It decodes
+// to exactly the events it was made from. A command carrying it is written
+// only in an entry of format 2, and only once every voter applies format
+// 2 (raftnode gates it on what the servers advertise over gossip).
+type IngestPacked struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Partitions []*Partition           `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Replicas   []string               `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// One value per event, in event order.
+	Kinds              []uint32 `protobuf:"varint,3,rep,packed,name=kinds,proto3" json:"kinds,omitempty"`
+	ReplicaRefs        []uint32 `protobuf:"varint,4,rep,packed,name=replica_refs,json=replicaRefs,proto3" json:"replica_refs,omitempty"`       // index into replicas
+	PartitionRefs      []uint32 `protobuf:"varint,5,rep,packed,name=partition_refs,json=partitionRefs,proto3" json:"partition_refs,omitempty"` // index into partitions
+	HashLens           []uint32 `protobuf:"varint,6,rep,packed,name=hash_lens,json=hashLens,proto3" json:"hash_lens,omitempty"`                // the event's number of block hashes
+	CountLens          []uint32 `protobuf:"varint,7,rep,packed,name=count_lens,json=countLens,proto3" json:"count_lens,omitempty"`             // the event's number of token counts
+	PrefixTokensBefore []uint32 `protobuf:"varint,8,rep,packed,name=prefix_tokens_before,json=prefixTokensBefore,proto3" json:"prefix_tokens_before,omitempty"`
+	// observed_at_ms minus the previous event's (the first event's minus 0),
+	// in wrapping int64 arithmetic.
+	ObservedAtDeltas []int64 `protobuf:"zigzag64,9,rep,packed,name=observed_at_deltas,json=observedAtDeltas,proto3" json:"observed_at_deltas,omitempty"`
+	// Every event's values, concatenated in event order.
+	BlockHashes      []uint64 `protobuf:"fixed64,10,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	BlockTokenCounts []uint32 `protobuf:"varint,11,rep,packed,name=block_token_counts,json=blockTokenCounts,proto3" json:"block_token_counts,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *IngestPacked) Reset() {
+	*x = IngestPacked{}
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngestPacked) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngestPacked) ProtoMessage() {}
+
+func (x *IngestPacked) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngestPacked.ProtoReflect.Descriptor instead.
+func (*IngestPacked) Descriptor() ([]byte, []int) {
+	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *IngestPacked) GetPartitions() []*Partition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *IngestPacked) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *IngestPacked) GetKinds() []uint32 {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *IngestPacked) GetReplicaRefs() []uint32 {
+	if x != nil {
+		return x.ReplicaRefs
+	}
+	return nil
+}
+
+func (x *IngestPacked) GetPartitionRefs() []uint32 {
+	if x != nil {
+		return x.PartitionRefs
+	}
+	return nil
+}
+
+func (x *IngestPacked) GetHashLens() []uint32 {
+	if x != nil {
+		return x.HashLens
+	}
+	return nil
+}
+
+func (x *IngestPacked) GetCountLens() []uint32 {
+	if x != nil {
+		return x.CountLens
+	}
+	return nil
+}
+
+func (x *IngestPacked) GetPrefixTokensBefore() []uint32 {
+	if x != nil {
+		return x.PrefixTokensBefore
+	}
+	return nil
+}
+
+func (x *IngestPacked) GetObservedAtDeltas() []int64 {
+	if x != nil {
+		return x.ObservedAtDeltas
+	}
+	return nil
+}
+
+func (x *IngestPacked) GetBlockHashes() []uint64 {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
+func (x *IngestPacked) GetBlockTokenCounts() []uint32 {
+	if x != nil {
+		return x.BlockTokenCounts
+	}
+	return nil
+}
+
 type ReplicaStats struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	ReplicaId   string                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
@@ -469,7 +619,7 @@ type ReplicaStats struct {
 
 func (x *ReplicaStats) Reset() {
 	*x = ReplicaStats{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +631,7 @@ func (x *ReplicaStats) String() string {
 func (*ReplicaStats) ProtoMessage() {}
 
 func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[5]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +644,7 @@ func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStats.ProtoReflect.Descriptor instead.
 func (*ReplicaStats) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{5}
+	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReplicaStats) GetReplicaId() string {
@@ -562,7 +712,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +724,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[6]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +737,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{6}
+	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Stats) GetStats() []*ReplicaStats {
@@ -627,7 +777,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +789,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[7]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +802,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{7}
+	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Policy) GetChainMatching() bool {
@@ -812,7 +962,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +974,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[8]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +987,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{8}
+	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetPolicy) GetPolicy() *Policy {
@@ -858,7 +1008,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1020,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[9]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1033,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{9}
+	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Expire) GetNowMs() int64 {
@@ -904,7 +1054,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1066,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[10]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1079,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{10}
+	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Credit) GetPartition() *Partition {
@@ -960,7 +1110,7 @@ type RestoreMark struct {
 
 func (x *RestoreMark) Reset() {
 	*x = RestoreMark{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1122,7 @@ func (x *RestoreMark) String() string {
 func (*RestoreMark) ProtoMessage() {}
 
 func (x *RestoreMark) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[11]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1135,7 @@ func (x *RestoreMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreMark.ProtoReflect.Descriptor instead.
 func (*RestoreMark) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{11}
+	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RestoreMark) GetBackupAppliedIndex() uint64 {
@@ -1013,7 +1163,7 @@ type Dedup struct {
 
 func (x *Dedup) Reset() {
 	*x = Dedup{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1175,7 @@ func (x *Dedup) String() string {
 func (*Dedup) ProtoMessage() {}
 
 func (x *Dedup) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[12]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1188,7 @@ func (x *Dedup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dedup.ProtoReflect.Descriptor instead.
 func (*Dedup) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{12}
+	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Dedup) GetEntries() []*DedupEntry {
@@ -1067,7 +1217,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1229,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[13]
+	mi := &file_fsm_fsmpb_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1242,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{13}
+	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DedupEntry) GetRequestId() string {
@@ -1145,7 +1295,7 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\x05Entry\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12:\n" +
 	"\bcommands\x18\x02 \x03(\v2\x1e.inferencecache.fsm.v1.CommandR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x0f \x01(\x06R\bchecksum\"\x9d\x03\n" +
+	"\bchecksum\x18\x0f \x01(\x06R\bchecksum\"\xe9\x03\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x127\n" +
@@ -1155,7 +1305,8 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"set_policy\x18\x04 \x01(\v2 .inferencecache.fsm.v1.SetPolicyH\x00R\tsetPolicy\x127\n" +
 	"\x06expire\x18\x05 \x01(\v2\x1d.inferencecache.fsm.v1.ExpireH\x00R\x06expire\x127\n" +
 	"\x06credit\x18\x06 \x01(\v2\x1d.inferencecache.fsm.v1.CreditH\x00R\x06credit\x12G\n" +
-	"\frestore_mark\x18\a \x01(\v2\".inferencecache.fsm.v1.RestoreMarkH\x00R\vrestoreMarkB\x06\n" +
+	"\frestore_mark\x18\a \x01(\v2\".inferencecache.fsm.v1.RestoreMarkH\x00R\vrestoreMark\x12J\n" +
+	"\ringest_packed\x18\b \x01(\v2#.inferencecache.fsm.v1.IngestPackedH\x00R\fingestPackedB\x06\n" +
 	"\x04body\"k\n" +
 	"\tPartition\x12\x16\n" +
 	"\x06scheme\x18\x01 \x01(\tR\x06scheme\x12\x14\n" +
@@ -1173,7 +1324,23 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\x14prefix_tokens_before\x18\x06 \x01(\rR\x12prefixTokensBefore\x12$\n" +
 	"\x0eobserved_at_ms\x18\a \x01(\x03R\fobservedAtMs\"C\n" +
 	"\x06Ingest\x129\n" +
-	"\x06events\x18\x01 \x03(\v2!.inferencecache.fsm.v1.BlockEventR\x06events\"\x80\x02\n" +
+	"\x06events\x18\x01 \x03(\v2!.inferencecache.fsm.v1.BlockEventR\x06events\"\xb9\x03\n" +
+	"\fIngestPacked\x12@\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2 .inferencecache.fsm.v1.PartitionR\n" +
+	"partitions\x12\x1a\n" +
+	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x14\n" +
+	"\x05kinds\x18\x03 \x03(\rR\x05kinds\x12!\n" +
+	"\freplica_refs\x18\x04 \x03(\rR\vreplicaRefs\x12%\n" +
+	"\x0epartition_refs\x18\x05 \x03(\rR\rpartitionRefs\x12\x1b\n" +
+	"\thash_lens\x18\x06 \x03(\rR\bhashLens\x12\x1d\n" +
+	"\n" +
+	"count_lens\x18\a \x03(\rR\tcountLens\x120\n" +
+	"\x14prefix_tokens_before\x18\b \x03(\rR\x12prefixTokensBefore\x12,\n" +
+	"\x12observed_at_deltas\x18\t \x03(\x12R\x10observedAtDeltas\x12!\n" +
+	"\fblock_hashes\x18\n" +
+	" \x03(\x06R\vblockHashes\x12,\n" +
+	"\x12block_token_counts\x18\v \x03(\rR\x10blockTokenCounts\"\x80\x02\n" +
 	"\fReplicaStats\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x19\n" +
@@ -1243,42 +1410,45 @@ func file_fsm_fsmpb_command_proto_rawDescGZIP() []byte {
 	return file_fsm_fsmpb_command_proto_rawDescData
 }
 
-var file_fsm_fsmpb_command_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_fsm_fsmpb_command_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_fsm_fsmpb_command_proto_goTypes = []any{
 	(*Entry)(nil),        // 0: inferencecache.fsm.v1.Entry
 	(*Command)(nil),      // 1: inferencecache.fsm.v1.Command
 	(*Partition)(nil),    // 2: inferencecache.fsm.v1.Partition
 	(*BlockEvent)(nil),   // 3: inferencecache.fsm.v1.BlockEvent
 	(*Ingest)(nil),       // 4: inferencecache.fsm.v1.Ingest
-	(*ReplicaStats)(nil), // 5: inferencecache.fsm.v1.ReplicaStats
-	(*Stats)(nil),        // 6: inferencecache.fsm.v1.Stats
-	(*Policy)(nil),       // 7: inferencecache.fsm.v1.Policy
-	(*SetPolicy)(nil),    // 8: inferencecache.fsm.v1.SetPolicy
-	(*Expire)(nil),       // 9: inferencecache.fsm.v1.Expire
-	(*Credit)(nil),       // 10: inferencecache.fsm.v1.Credit
-	(*RestoreMark)(nil),  // 11: inferencecache.fsm.v1.RestoreMark
-	(*Dedup)(nil),        // 12: inferencecache.fsm.v1.Dedup
-	(*DedupEntry)(nil),   // 13: inferencecache.fsm.v1.DedupEntry
+	(*IngestPacked)(nil), // 5: inferencecache.fsm.v1.IngestPacked
+	(*ReplicaStats)(nil), // 6: inferencecache.fsm.v1.ReplicaStats
+	(*Stats)(nil),        // 7: inferencecache.fsm.v1.Stats
+	(*Policy)(nil),       // 8: inferencecache.fsm.v1.Policy
+	(*SetPolicy)(nil),    // 9: inferencecache.fsm.v1.SetPolicy
+	(*Expire)(nil),       // 10: inferencecache.fsm.v1.Expire
+	(*Credit)(nil),       // 11: inferencecache.fsm.v1.Credit
+	(*RestoreMark)(nil),  // 12: inferencecache.fsm.v1.RestoreMark
+	(*Dedup)(nil),        // 13: inferencecache.fsm.v1.Dedup
+	(*DedupEntry)(nil),   // 14: inferencecache.fsm.v1.DedupEntry
 }
 var file_fsm_fsmpb_command_proto_depIdxs = []int32{
 	1,  // 0: inferencecache.fsm.v1.Entry.commands:type_name -> inferencecache.fsm.v1.Command
 	4,  // 1: inferencecache.fsm.v1.Command.ingest:type_name -> inferencecache.fsm.v1.Ingest
-	6,  // 2: inferencecache.fsm.v1.Command.stats:type_name -> inferencecache.fsm.v1.Stats
-	8,  // 3: inferencecache.fsm.v1.Command.set_policy:type_name -> inferencecache.fsm.v1.SetPolicy
-	9,  // 4: inferencecache.fsm.v1.Command.expire:type_name -> inferencecache.fsm.v1.Expire
-	10, // 5: inferencecache.fsm.v1.Command.credit:type_name -> inferencecache.fsm.v1.Credit
-	11, // 6: inferencecache.fsm.v1.Command.restore_mark:type_name -> inferencecache.fsm.v1.RestoreMark
-	2,  // 7: inferencecache.fsm.v1.BlockEvent.partition:type_name -> inferencecache.fsm.v1.Partition
-	3,  // 8: inferencecache.fsm.v1.Ingest.events:type_name -> inferencecache.fsm.v1.BlockEvent
-	5,  // 9: inferencecache.fsm.v1.Stats.stats:type_name -> inferencecache.fsm.v1.ReplicaStats
-	7,  // 10: inferencecache.fsm.v1.SetPolicy.policy:type_name -> inferencecache.fsm.v1.Policy
-	2,  // 11: inferencecache.fsm.v1.Credit.partition:type_name -> inferencecache.fsm.v1.Partition
-	13, // 12: inferencecache.fsm.v1.Dedup.entries:type_name -> inferencecache.fsm.v1.DedupEntry
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	7,  // 2: inferencecache.fsm.v1.Command.stats:type_name -> inferencecache.fsm.v1.Stats
+	9,  // 3: inferencecache.fsm.v1.Command.set_policy:type_name -> inferencecache.fsm.v1.SetPolicy
+	10, // 4: inferencecache.fsm.v1.Command.expire:type_name -> inferencecache.fsm.v1.Expire
+	11, // 5: inferencecache.fsm.v1.Command.credit:type_name -> inferencecache.fsm.v1.Credit
+	12, // 6: inferencecache.fsm.v1.Command.restore_mark:type_name -> inferencecache.fsm.v1.RestoreMark
+	5,  // 7: inferencecache.fsm.v1.Command.ingest_packed:type_name -> inferencecache.fsm.v1.IngestPacked
+	2,  // 8: inferencecache.fsm.v1.BlockEvent.partition:type_name -> inferencecache.fsm.v1.Partition
+	3,  // 9: inferencecache.fsm.v1.Ingest.events:type_name -> inferencecache.fsm.v1.BlockEvent
+	2,  // 10: inferencecache.fsm.v1.IngestPacked.partitions:type_name -> inferencecache.fsm.v1.Partition
+	6,  // 11: inferencecache.fsm.v1.Stats.stats:type_name -> inferencecache.fsm.v1.ReplicaStats
+	8,  // 12: inferencecache.fsm.v1.SetPolicy.policy:type_name -> inferencecache.fsm.v1.Policy
+	2,  // 13: inferencecache.fsm.v1.Credit.partition:type_name -> inferencecache.fsm.v1.Partition
+	14, // 14: inferencecache.fsm.v1.Dedup.entries:type_name -> inferencecache.fsm.v1.DedupEntry
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_fsm_fsmpb_command_proto_init() }
@@ -1293,6 +1463,7 @@ func file_fsm_fsmpb_command_proto_init() {
 		(*Command_Expire)(nil),
 		(*Command_Credit)(nil),
 		(*Command_RestoreMark)(nil),
+		(*Command_IngestPacked)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1300,7 +1471,7 @@ func file_fsm_fsmpb_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_command_proto_rawDesc), len(file_fsm_fsmpb_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
