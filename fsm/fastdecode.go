@@ -36,6 +36,8 @@ type decodedCommand struct {
 	// err: the command decoded but cannot apply (an inconsistent packed
 	// ingest, ErrPacked); apply rejects it.
 	err error
+	// packed: the command is a packed ingest (it needs a format-2 entry).
+	packed bool
 }
 
 // decodeArena holds the slices fast-decoded commands live in. The FSM
@@ -147,7 +149,7 @@ func decodeIngestFast(b []byte, in *interner, a *decodeArena) (decodedCommand, b
 		if !ok {
 			return dc, false
 		}
-		dc.events, dc.err = evs, err
+		dc.events, dc.err, dc.packed = evs, err, true
 		return dc, true
 	}
 	evs, ok := decodeEventsFast(ingest, in, a)

@@ -220,6 +220,15 @@ func (f *FSM) applyEntry(l *raft.Log, data []byte) *EntryResult {
 		return res
 	}
 	for i := range cmds {
+		if format < EntryFormatPacked && (cmds[i].packed || cmds[i].pb.GetIngestPacked() != nil) {
+			// Only a faulty writer puts a packed command in a format-1
+			// entry; a binary that predates format 2 rejects it as an
+			// unknown command, so this one must too.
+			prepareCommand(&cmds[i])
+			if cmds[i].err == nil {
+				cmds[i].err = fmt.Errorf("%w: packed ingest command in an entry of format %d", ErrPacked, format)
+			}
+		}
 		res.Results[i] = f.applyCommand(l.Index, &cmds[i])
 	}
 	return res

@@ -37,7 +37,7 @@ func prepareCommand(dc *decodedCommand) {
 		dc.pb = nil
 	case *fsmpb.Command_IngestPacked:
 		dc.events, dc.err = expandPacked(packedColsFromPB(b.IngestPacked), new(decodeArena))
-		dc.pb = nil
+		dc.pb, dc.packed = nil, true
 	case *fsmpb.Command_Stats:
 		dc.stats = make([]index.ReplicaStats, len(b.Stats.GetStats()))
 		for i, s := range b.Stats.GetStats() {

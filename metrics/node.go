@@ -32,6 +32,10 @@ type NodeInfo struct {
 	// wrote, and the appends that failed (disk full, I/O error), since
 	// start.
 	LogAppends, LogAppendEntries, LogAppendFailures uint64
+	// WriteFormat is the log entry format the node writes now (1, or 2 =
+	// packed ingest once every server applies it; raftnode
+	// Status.WriteFormat). 0 = unknown, not exported.
+	WriteFormat uint32
 }
 
 // States lists the values of NodeInfo.State, each exported as one series of
@@ -73,6 +77,7 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"appends":       desc("raft_log_appends_total", "Appends to the local Raft log (one bbolt transaction and fsync each)."),
 		"appendEntries": desc("raft_log_appended_entries_total", "Log entries written by those appends."),
 		"appendFails":   desc("raft_log_append_failures_total", "Appends to the local Raft log that failed (disk full, I/O error)."),
+		"writeFormat":   desc("raft_write_format", "Log entry format this node writes: 2 (packed ingest) once every server advertises it applies format 2, else 1."),
 	}}
 	m.Registry.MustRegister(c)
 }
@@ -122,4 +127,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	cnt("appends", in.LogAppends)
 	cnt("appendEntries", in.LogAppendEntries)
 	cnt("appendFails", in.LogAppendFailures)
+	if in.WriteFormat != 0 {
+		g("writeFormat", float64(in.WriteFormat))
+	}
 }

@@ -16,7 +16,7 @@ func TestRegisterNode_HealthAndLogAppendSeries(t *testing.T) {
 		in   NodeInfo
 		want string
 	}{
-		{"healthy", NodeInfo{State: "Follower", Serving: true, LogAppends: 10, LogAppendEntries: 25}, `
+		{"healthy", NodeInfo{State: "Follower", Serving: true, LogAppends: 10, LogAppendEntries: 25, WriteFormat: 2}, `
 # HELP inferencecache_node_serving 1 when the node is ready and has no local fault (what /readyz and gRPC health report).
 # TYPE inferencecache_node_serving gauge
 inferencecache_node_serving 1
@@ -29,6 +29,9 @@ inferencecache_raft_log_appended_entries_total 25
 # HELP inferencecache_raft_log_appends_total Appends to the local Raft log (one bbolt transaction and fsync each).
 # TYPE inferencecache_raft_log_appends_total counter
 inferencecache_raft_log_appends_total 10
+# HELP inferencecache_raft_write_format Log entry format this node writes: 2 (packed ingest) once every server advertises it applies format 2, else 1.
+# TYPE inferencecache_raft_write_format gauge
+inferencecache_raft_write_format 2
 `},
 		{"disk full", NodeInfo{State: "Follower", StaleReason: "appends to the local log are failing", LogAppends: 12, LogAppendEntries: 12, LogAppendFailures: 3}, `
 # HELP inferencecache_node_serving 1 when the node is ready and has no local fault (what /readyz and gRPC health report).
@@ -53,7 +56,7 @@ inferencecache_reads_stale{reason="appends to the local log are failing"} 1
 			m := New()
 			m.RegisterNode(func() NodeInfo { return c.in })
 			names := []string{"inferencecache_node_serving", "inferencecache_reads_stale", "inferencecache_raft_log_appends_total",
-				"inferencecache_raft_log_appended_entries_total", "inferencecache_raft_log_append_failures_total"}
+				"inferencecache_raft_log_appended_entries_total", "inferencecache_raft_log_append_failures_total", "inferencecache_raft_write_format"}
 			if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(c.want), names...); err != nil {
 				t.Fatal(err)
 			}

@@ -69,6 +69,7 @@ func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint
 	if err := n.wait(ctx, f); err != nil {
 		return 0, err
 	}
+	n.refreshWriteGate() // the new server counts from now on, not at the next tick
 	return f.Index(), nil
 }
 

@@ -107,15 +107,28 @@ const (
 // callers measure the latency, not the throughput, of the write path.
 var benchWorkers = envInt("RAFTNODE_BENCH_WORKERS", 256)
 
+// The bench's events look like a vLLM fleet's: block hashes are random
+// 64-bit values (a content hash), replica ids and partition strings have
+// production lengths. Short ids and small hashes would understate every
+// byte-proportional cost (log store, transport, decoding).
 var (
 	benchReplicaIDs = func() (ids [16]string) {
 		for i := range ids {
-			ids[i] = fmt.Sprintf("r%d", i)
+			ids[i] = fmt.Sprintf("vllm-decode-%d.vllm.svc:8000", i)
 		}
 		return ids
 	}()
 	benchCounts = []uint32{16, 16, 16, 16}
+	benchPart   = index.Partition{Scheme: "vllm-sha256-cbor-64", Model: "meta-llama/Llama-3.1-8B-Instruct", Tenant: "tenant-0042"}
 )
+
+// splitmix64 spreads a counter over 64 bits like a content hash.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
 
 func benchCall(w, k int) []index.BlockEvent {
 	return benchCallInto(nil, nil, w, k)
@@ -135,9 +148,9 @@ func benchCallInto(evs []index.BlockEvent, hs []uint64, w, k int) []index.BlockE
 	for e := range evs[:eventsPerCall] {
 		h := hs[e*blocksPerEv : (e+1)*blocksPerEv : (e+1)*blocksPerEv]
 		for i := range h {
-			h[i] = uint64(w)<<40 | uint64(k)<<16 | uint64(e)<<4 | uint64(i)
+			h[i] = splitmix64(uint64(w)<<40 | uint64(k)<<16 | uint64(e)<<4 | uint64(i))
 		}
-		evs[e] = index.BlockEvent{Kind: index.Stored, ReplicaID: benchReplicaIDs[w%16], Partition: part,
+		evs[e] = index.BlockEvent{Kind: index.Stored, ReplicaID: benchReplicaIDs[w%16], Partition: benchPart,
 			BlockHashes: h, BlockTokenCounts: benchCounts, ObservedAtMs: now}
 	}
 	return evs[:eventsPerCall]
@@ -203,7 +216,7 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	slices.Sort(lat)
 	m := c.Nodes[l].Metrics()
 	rate := float64(events.Load()) / el.Seconds()
-	entryBytes := approxEntryBytes(t, int(m.EntryCommands/max(m.Entries, 1)))
+	entryBytes := approxEntryBytes(t, int(m.EntryCommands/max(m.Entries, 1)), c.Nodes[l].Status().WriteFormat)
 	t.Logf("cluster: %d events in %v = %.0f block events/s (%d blocks each); %d entries, %.1f calls/entry; commit latency p50 %v p99 %v",
 		events.Load(), el.Round(time.Millisecond), rate, blocksPerEv, m.Entries, float64(m.EntryCommands)/float64(m.Entries),
 		lat[len(lat)/2], lat[len(lat)*99/100])
@@ -248,11 +261,18 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 		len(entry), perEntryEvents, bRate, rate/bRate)
 }
 
-func approxEntryBytes(t *testing.T, calls int) []byte {
+// approxEntryBytes is an entry of calls bench calls in the format the
+// cluster wrote (2 = packed ingest commands).
+func approxEntryBytes(t *testing.T, calls int, format uint32) []byte {
 	calls = max(calls, 1)
-	buf := fsm.NewEntry(nil)
+	buf := fsm.NewEntryFormat(nil, format)
+	marshal := fsm.MarshalIngest
+	if format >= fsm.EntryFormatPacked {
+		marshal = fsm.MarshalIngestPacked
+	}
+	t.Logf("cluster: wrote log entry format %d", format)
 	for i := 0; i < calls; i++ {
-		b, err := fsm.MarshalCommand(fsm.IngestCommand(fmt.Sprint("req-", i), benchCall(i, i)))
+		b, err := marshal(fmt.Sprint("req-", i), benchCall(i, i))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,9 +23,10 @@ import (
 // follower: forward RPC to the leader's submitLocal.
 
 type proposal struct {
-	cmd   []byte
-	start time.Time
-	done  chan outcome // buffered 1
+	cmd    []byte
+	format uint32 // fsm.CommandFormat(cmd): the entry format cmd needs
+	start  time.Time
+	done   chan outcome // buffered 1
 }
 
 type outcome struct {
@@ -80,7 +81,16 @@ func (n *Node) batcher() {
 			}
 			t.Stop()
 		}
-		buf = fsm.NewEntry(buf)
+		// The entry's format is the newest any command in it needs, so
+		// an entry of format-1 commands stays readable by every binary.
+		format, packed := uint32(1), uint64(0)
+		for _, p := range batch {
+			format = max(format, p.format)
+			if p.format >= fsm.EntryFormatPacked {
+				packed++
+			}
+		}
+		buf = fsm.NewEntryFormat(buf, format)
 		for _, p := range batch {
 			buf = fsm.AppendCommand(buf, p.cmd)
 		}
@@ -88,6 +98,7 @@ func (n *Node) batcher() {
 		props := slices.Clone(batch)
 		n.metrics.entries.Add(1)
 		n.metrics.entryCommands.Add(uint64(len(props)))
+		n.metrics.packedCommands.Add(packed)
 		fut := n.raft.Apply(entry, applyEnqueueTimeout)
 		select {
 		case n.inflight <- &inflightEntry{fut: fut, props: props}:
@@ -151,15 +162,28 @@ func (n *Node) committer() {
 }
 
 // submitLocal proposes one encoded command on this node (which must be the
-// leader) and waits for its outcome. No retries.
+// leader) and waits for its outcome. No retries. It serves local writes
+// and forwarded ones: a packed ingest (format 2) from a follower that
+// believed every server applies it is converted to the protobuf form
+// while this leader's write gate is closed (writegate.go), since this
+// leader decides what goes into the log.
 func (n *Node) submitLocal(ctx context.Context, cmd []byte) (fsm.Result, error) {
 	if n.raft.State() != raft.Leader {
 		return fsm.Result{}, n.notLeaderErr()
 	}
+	format := fsm.CommandFormat(cmd)
+	if format > n.writeFormat() {
+		c, err := fsm.UnpackIngest(cmd)
+		if err != nil {
+			return fsm.Result{}, fmt.Errorf("%w: packed ingest command: %v", ErrInvalid, err)
+		}
+		cmd, format = c, fsm.CommandFormat(c)
+		n.metrics.packedConverted.Add(1)
+	}
 	if len(cmd) > n.cfg.GroupCommitMaxBytes {
 		return fsm.Result{}, fmt.Errorf("%w: command of %d bytes exceeds the %d byte entry limit", ErrInvalid, len(cmd), n.cfg.GroupCommitMaxBytes)
 	}
-	p := &proposal{cmd: cmd, start: time.Now(), done: make(chan outcome, 1)}
+	p := &proposal{cmd: cmd, format: format, start: time.Now(), done: make(chan outcome, 1)}
 	select {
 	case n.proposeCh <- p:
 	case <-ctx.Done():
@@ -263,11 +287,18 @@ type WriteResult struct {
 }
 
 // IngestWrite is Ingest reporting whether the request id was a duplicate.
+// The command is encoded packed (fsm.MarshalIngestPacked) while this
+// node's write gate is open (Status.WriteFormat 2), else as protobuf; the
+// leader converts a packed command back if its own gate is closed.
 func (n *Node) IngestWrite(ctx context.Context, requestID string, evs []index.BlockEvent) (WriteResult, error) {
 	if requestID == "" {
 		requestID = n.NewRequestID()
 	}
-	cmd, err := fsm.MarshalIngest(requestID, evs)
+	marshal := fsm.MarshalIngest
+	if n.writeFormat() >= fsm.EntryFormatPacked {
+		marshal = fsm.MarshalIngestPacked
+	}
+	cmd, err := marshal(requestID, evs)
 	if err != nil {
 		return WriteResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -406,6 +437,15 @@ type Metrics struct {
 	// log's last bbolt leaf, so the write amplification of large entries
 	// is about (3 + ratio) / ratio (raftnode/DESIGN.md).
 	LogAppends, LogAppendEntries uint64
+	// PackedCommands: packed ingest commands (fsm.MarshalIngestPacked)
+	// this node put into log entries of format 2 as leader. Stays 0 until
+	// every server advertises that it applies format 2 (writegate.go).
+	PackedCommands uint64
+	// PackedConverted: packed ingest commands this node, as leader,
+	// converted to the protobuf form (fsm.UnpackIngest) because its write
+	// gate was closed: sent by a follower whose view of the cluster was
+	// newer than the leader's, or written as the gate closed.
+	PackedConverted uint64
 }
 
 type metrics struct {
@@ -416,6 +456,7 @@ type metrics struct {
 	snapshots, lastSnapshotBytes            atomic.Uint64
 	lastSnapshotNanos                       atomic.Uint64
 	logAppends, logAppendEntries            atomic.Uint64
+	packedCommands, packedConverted         atomic.Uint64
 }
 
 // Metrics returns the counters.
@@ -430,5 +471,6 @@ func (n *Node) Metrics() Metrics {
 		Snapshots: m.snapshots.Load(), LastSnapshotBytes: m.lastSnapshotBytes.Load(),
 		LastSnapshotTime: time.Duration(m.lastSnapshotNanos.Load()),
 		LogAppends:       m.logAppends.Load(), LogAppendEntries: m.logAppendEntries.Load(),
+		PackedCommands: m.packedCommands.Load(), PackedConverted: m.packedConverted.Load(),
 	}
 }

@@ -208,4 +208,13 @@ type Config struct {
 	RaftLogLevel slog.Level
 	// Hooks for metrics.
 	Hooks Hooks
+	// MaxEntryFormat is the newest log entry format this node applies and
+	// advertises over gossip; 0 (or more than fsm.EntryFormat) =
+	// fsm.EntryFormat. A lower value makes the node behave like an older
+	// binary: it advertises that format, never writes a newer one, and
+	// its FSM refuses entries of a newer format (fsm.ErrEntryFormat). For
+	// upgrade tests; leave it 0 in production. The cluster writes packed
+	// entries (format 2) only while every server advertises ≥ 2
+	// (writegate.go).
+	MaxEntryFormat uint32
 }

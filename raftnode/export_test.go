@@ -1,6 +1,10 @@
 package raftnode
 
-import "github.com/hashicorp/raft"
+import (
+	"context"
+
+	"github.com/hashicorp/raft"
+)
 
 // SetWrapLogStoreForTest sets the wrapper nodes started afterwards put
 // around their bbolt log store (nil: none) and returns a func restoring
@@ -9,4 +13,14 @@ func SetWrapLogStoreForTest(f func(nodeID string, s raft.LogStore) raft.LogStore
 	old := wrapLogStore
 	wrapLogStore = f
 	return func() { wrapLogStore = old }
+}
+
+// SubmitEncodedForTest runs an already encoded command (fsm.MarshalIngest,
+// fsm.MarshalIngestPacked, fsm.MarshalCommand output) through n's write
+// path as IngestWrite does after encoding: proposed on the leader,
+// forwarded from a follower, retried, acknowledged once applied on n.
+// Returns the log index it applied at.
+func (n *Node) SubmitEncodedForTest(ctx context.Context, cmd []byte) (uint64, error) {
+	r, err := n.submitEncoded(ctx, cmd)
+	return r.Index, err
 }

@@ -64,7 +64,8 @@ type Node struct {
 	conns   map[string]*grpc.ClientConn // by gRPC address
 
 	metrics metrics
-	health  health // local log and apply health (health.go)
+	health  health    // local log and apply health (health.go)
+	gate    writeGate // may this node write packed entries (writegate.go)
 
 	shutdownCh   chan struct{}
 	shutdownOnce sync.Once
@@ -124,9 +125,10 @@ func New(cfg Config) (*Node, error) {
 	hooks := cfg.Hooks
 	n.fatalCh = make(chan struct{})
 	n.fsm = fsm.New(cfg.Policy, fsm.Options{
-		TmpDir:    tmpDir,
-		Logger:    n.log,
-		OnCorrupt: func(_ uint64, err error) { n.fail(err) },
+		TmpDir:         tmpDir,
+		Logger:         n.log,
+		MaxEntryFormat: cfg.MaxEntryFormat,
+		OnCorrupt:      func(_ uint64, err error) { n.fail(err) },
 		Hooks: fsm.Hooks{
 			OnApply: func(entries, commands int, d time.Duration) {
 				n.metrics.applyBatches.Add(1)
@@ -315,6 +317,9 @@ func (c *Config) fill() error {
 	if c.RaftLogLevel == 0 {
 		c.RaftLogLevel = slog.LevelWarn
 	}
+	if c.MaxEntryFormat == 0 || c.MaxEntryFormat > fsm.EntryFormat {
+		c.MaxEntryFormat = fsm.EntryFormat
+	}
 	return nil
 }
 
@@ -502,6 +507,16 @@ type Status struct {
 	// LastLeaderContact: 0 on the leader.
 	LastLeaderContact time.Duration
 	Members           []Member
+	// WriteFormat is the log entry format this node writes now: 2
+	// (fsm.EntryFormatPacked; packed ingest commands) once every server of
+	// the Raft configuration advertises over gossip that it applies it and
+	// this node does too, else 1. On a follower it is the encoding of the
+	// ingest commands it forwards; the leader's own value decides what
+	// enters the log (writegate.go).
+	WriteFormat uint32
+	// WriteFormatReason says why WriteFormat is 1 (e.g. "server n3
+	// applies entry format ≤ 1"); "" when it is 2.
+	WriteFormatReason string
 }
 
 // Status returns the node's current view. Members are sorted by id.
@@ -523,6 +538,7 @@ func (n *Node) Status() Status {
 		st.LeaderAddress = m.meta.GRPC
 	}
 	st.Members = n.memberList()
+	st.WriteFormat, st.WriteFormatReason = n.writeFormatStatus()
 	return st
 }
 

@@ -294,6 +294,7 @@ func nodeInfo(n *raftnode.Node) metrics.NodeInfo {
 	info.LastSnapshotBytes = m.LastSnapshotBytes
 	info.LogAppends, info.LogAppendEntries, info.LogAppendFailures = m.LogAppends, m.LogAppendEntries, h.AppendFailures
 	info.Serving, info.StaleReason = h.Serving, n.ReadState().StaleReason
+	info.WriteFormat = st.WriteFormat
 	for _, mb := range st.Members {
 		if mb.Suffrage == "Voter" {
 			info.Voters++
