@@ -8,31 +8,55 @@ package index
 // MaxResidencies after each event, so the result does not depend on how a
 // caller batches events. Invalid events (empty scheme, model or replica,
 // mismatched lengths, zero token counts, unknown kind) are skipped. It
-// returns how many events changed state.
+// returns how many events changed state. A large batch of STORED events
+// may be applied by several goroutines (SetApplyWorkers, parallel.go), to
+// the same result.
 func (ix *Index) ApplyEvents(evs []BlockEvent) int {
+	var n [1]int
+	ix.ApplyEventSegments(evs, []int{len(evs)}, n[:])
+	return n[0]
+}
+
+// ApplyEventSegments is ApplyEvents over evs cut into segments, segment k
+// being evs[ends[k-1]:ends[k]] (ends ascending, the last len(evs)): it
+// stores in changed[k] how many events of segment k changed state. The
+// state it leaves is ApplyEvents(segment) applied segment after segment;
+// one call lets the parallel apply take all segments at once (the FSM
+// passes the consecutive ingest commands of a log entry). It panics if
+// ends or changed do not fit.
+func (ix *Index) ApplyEventSegments(evs []BlockEvent, ends []int, changed []int) {
+	if len(ends) == 0 || ends[len(ends)-1] != len(evs) || len(changed) < len(ends) {
+		panic("index: ApplyEventSegments: ends must be ascending and end at len(evs), one changed slot per segment")
+	}
+	clear(changed[:len(ends)])
 	ix.reclaimViews()
-	n := 0
+	if ix.applyParallel(evs, ends, changed) {
+		return
+	}
 	next := 0 // evs[:next] are touched (prefetch.go)
+	seg := 0
 	for i := range evs {
+		for i >= ends[seg] {
+			seg++
+		}
 		if i == next {
 			next = ix.touchAhead(evs, i)
 		}
 		ev := &evs[i]
-		var changed bool
+		var ch bool
 		switch ev.Kind {
 		case Stored:
-			changed = ix.applyStored(ev)
+			ch = ix.applyStored(ev)
 		case Removed:
-			changed = ix.applyRemoved(ev)
+			ch = ix.applyRemoved(ev)
 		case Cleared:
-			changed = ix.applyCleared(ev.ReplicaID)
+			ch = ix.applyCleared(ev.ReplicaID)
 		}
-		if changed {
-			n++
+		if ch {
+			changed[seg]++
 			ix.enforceCapacity()
 		}
 	}
-	return n
 }
 
 // validBlocks reports whether a STORED event is well formed.
@@ -112,51 +136,59 @@ func (ix *Index) applyStored(ev *BlockEvent) bool {
 		cum = satAdd(cum, cnt)
 		mx := keyMix(pe.id, h)
 		si := shardOf(mx)
-		s := &ix.shards[si]
 		d := ix.lockW(si)
-		bi, slot := d.find(pe.id, h, mx)
-		if bi < 0 {
-			if bi = d.insertBlock(pe.id, h, mx, slot, cnt, cum); bi < 0 {
-				s.mu.Unlock()
-				continue // shard full: the block is not indexed
-			}
-			d.digest += blockDigest(pe.hash, h, cnt, cum, 0)
-			dBlk++
-			changed = true
-		} else if b := &d.blocks[bi]; b.tokens != cnt || b.cum != cum {
-			// The newest report of a block's counts wins.
-			d.pre(bi)
-			d.digest -= blockDigest(pe.hash, h, b.tokens, b.cum, b.access)
-			b.tokens, b.cum = cnt, cum
-			d.digest += blockDigest(pe.hash, h, b.tokens, b.cum, b.access)
-			changed = true
-		}
-		rs := d.residents(&d.blocks[bi])
-		found := false
-		for j, r := range rs {
-			if resRep(r) != rep {
-				continue
-			}
-			found = true
-			// last_seen only moves forward, so replays are idempotent.
-			if old := resSeen(r); seen > old {
-				d.pre(bi)
-				d.digest -= residencyDigest(pe.hash, h, repH, old)
-				rs[j] = packRes(rep, seen)
-				d.digest += residencyDigest(pe.hash, h, repH, seen)
-				changed = true
-			}
-			break
-		}
-		if !found && d.addResident(bi, packRes(rep, seen)) {
-			d.digest += residencyDigest(pe.hash, h, repH, seen)
-			dRes++
-			changed = true
-		}
-		s.mu.Unlock()
+		r, b, c := d.storeBlock(pe, rep, repH, h, mx, seen, cnt, cum)
+		ix.shards[si].mu.Unlock()
+		dRes, dBlk, changed = dRes+r, dBlk+b, changed || c
 	}
 	ix.commitCounts(pe, rep, dRes, dBlk)
 	return changed
+}
+
+// storeBlock stores one block of a STORED event for replica rep (shard
+// write-locked by the caller): inserts the block or updates its token
+// counts, adds the residency or moves its last_seen forward. It returns
+// the residency and block count deltas and whether anything changed. The
+// sequential and the parallel apply (parallel.go) both call it, so they
+// change a shard alike.
+func (d *shardData) storeBlock(pe *partEnt, rep uint32, repH, h, mx uint64, seen int64, cnt, cum uint32) (dRes, dBlk int64, changed bool) {
+	bi, slot := d.find(pe.id, h, mx)
+	if bi < 0 {
+		if bi = d.insertBlock(pe.id, h, mx, slot, cnt, cum); bi < 0 {
+			return 0, 0, false // shard full: the block is not indexed
+		}
+		d.digest += blockDigest(pe.hash, h, cnt, cum, 0)
+		dBlk++
+		changed = true
+	} else if b := &d.blocks[bi]; b.tokens != cnt || b.cum != cum {
+		// The newest report of a block's counts wins.
+		d.pre(bi)
+		d.digest -= blockDigest(pe.hash, h, b.tokens, b.cum, b.access)
+		b.tokens, b.cum = cnt, cum
+		d.digest += blockDigest(pe.hash, h, b.tokens, b.cum, b.access)
+		changed = true
+	}
+	rs := d.residents(&d.blocks[bi])
+	for j, r := range rs {
+		if resRep(r) != rep {
+			continue
+		}
+		// last_seen only moves forward, so replays are idempotent.
+		if old := resSeen(r); seen > old {
+			d.pre(bi)
+			d.digest -= residencyDigest(pe.hash, h, repH, old)
+			rs[j] = packRes(rep, seen)
+			d.digest += residencyDigest(pe.hash, h, repH, seen)
+			changed = true
+		}
+		return dRes, dBlk, changed
+	}
+	if d.addResident(bi, packRes(rep, seen)) {
+		d.digest += residencyDigest(pe.hash, h, repH, seen)
+		dRes++
+		changed = true
+	}
+	return dRes, dBlk, changed
 }
 
 func (ix *Index) applyRemoved(ev *BlockEvent) bool {

@@ -32,6 +32,10 @@ type Index struct {
 
 	// sink keeps touchAhead's loads alive (writer only; prefetch.go).
 	sink uint64
+
+	// par is the parallel apply's settings and scratch (writer only;
+	// parallel.go).
+	par parState
 }
 
 // polState is a policy plus the values lookups derive from it, computed
@@ -70,6 +74,7 @@ func New(p policy.Policy) *Index {
 		ix.shards[i].d = newShardData()
 	}
 	ix.pol.Store(newPolState(p))
+	ix.par.workers = 1
 	return ix
 }
 

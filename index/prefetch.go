@@ -51,9 +51,29 @@ func (ix *Index) touchAhead(evs []BlockEvent, from int) int {
 			n++
 		}
 	}
-	if n == 0 {
-		return end
+	if n > 0 {
+		ix.sink += ix.touchSlots(slots[:n])
 	}
+	return end
+}
+
+// touchItems is touchAhead for the blocks of a parallel apply worker
+// (parallel.go), which are all of shards that worker owns.
+func (ix *Index) touchItems(items []parItem) uint64 {
+	var slots [touchBlocks]uint64
+	n := 0
+	for i := range items[:min(len(items), touchBlocks)] {
+		slots[n] = items[i].mx
+		n++
+	}
+	return ix.touchSlots(slots[:n])
+}
+
+// touchSlots loads, level by level, the lines applying the blocks with
+// these keyMix values will need, and returns a sum of what it loaded (for
+// the caller to keep, so the loads are not optimised away).
+func (ix *Index) touchSlots(slots []uint64) uint64 {
+	n := len(slots)
 	// Level 1: each block's home slot word (and its shard's headers).
 	var sink uint64
 	for _, m := range slots[:n] {
@@ -85,6 +105,5 @@ func (ix *Index) touchAhead(evs []BlockEvent, from int) int {
 			sink += ix.shards[shardOf(m)].d.res[r-1]
 		}
 	}
-	ix.sink = sink
-	return end
+	return sink
 }

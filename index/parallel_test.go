@@ -1,0 +1,263 @@
+package index
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// parallelBatch draws a batch like an ingest entry's: mostly STORED events
+// of new blocks, re-stored blocks (same replica, newer or older
+// last_seen, changed token counts), blocks another replica already holds,
+// partitions that appear mid-batch, and invalid events. kinds adds
+// REMOVED and CLEARED events (which send the batch to the sequential
+// apply).
+func parallelBatch(rng *rand.Rand, held *[]uint64, round int, kinds bool) []BlockEvent {
+	parts := []Partition{vllm, {Scheme: "vllm", Model: "m2", Tenant: "t"}, {Scheme: "sglang", Model: "m", Adapter: "lora"}}
+	if round%3 == 2 { // a partition first seen in the middle of this batch
+		parts = append(parts, Partition{Scheme: "vllm", Model: fmt.Sprint("new-", round)})
+	}
+	n := 200 + rng.IntN(400)
+	evs := make([]BlockEvent, 0, n)
+	for len(evs) < n {
+		rep := fmt.Sprint("r", rng.IntN(24))
+		p := parts[rng.IntN(len(parts))]
+		if len(evs) < n/3 {
+			p = parts[rng.IntN(3)] // the new partition appears only later
+		}
+		nb := 1 + rng.IntN(8)
+		hs := make([]uint64, nb)
+		cs := make([]uint32, nb)
+		for i := range hs {
+			if len(*held) > 0 && rng.IntN(2) == 0 {
+				hs[i] = (*held)[rng.IntN(len(*held))]
+			} else {
+				hs[i] = rng.Uint64()
+				*held = append(*held, hs[i])
+			}
+			cs[i] = 16
+			if rng.IntN(20) == 0 {
+				cs[i] = uint32(1 + rng.IntN(16)) // a changed count
+			}
+		}
+		ev := BlockEvent{Kind: Stored, ReplicaID: rep, Partition: p, BlockHashes: hs, BlockTokenCounts: cs,
+			PrefixTokensBefore: uint32(rng.IntN(64)), ObservedAtMs: t0 + int64(round*1000+rng.IntN(3000))}
+		switch rng.IntN(40) {
+		case 0:
+			ev.ReplicaID = ""
+		case 1:
+			ev.BlockTokenCounts = ev.BlockTokenCounts[:len(ev.BlockTokenCounts)-1]
+		case 2:
+			ev.BlockTokenCounts[0] = 0
+		case 3:
+			if kinds {
+				ev.Kind = Removed
+			}
+		case 4:
+			if kinds {
+				ev = BlockEvent{Kind: Cleared, ReplicaID: rep}
+			}
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// sameState fails unless a and b hold byte-identical shards (tables,
+// slabs, free lists, digests) and equal meta state (partition ids,
+// interned replicas, every count).
+func sameState(t *testing.T, round int, a, b *Index) {
+	t.Helper()
+	for si := range a.shards {
+		da, db := a.shards[si].d, b.shards[si].d
+		if !reflect.DeepEqual(da.table, db.table) || !reflect.DeepEqual(da.blocks, db.blocks) || !reflect.DeepEqual(da.res, db.res) ||
+			!reflect.DeepEqual(da.freeBlocks, db.freeBlocks) || !reflect.DeepEqual(da.free, db.free) ||
+			da.nBlocks != db.nBlocks || da.nRes != db.nRes || da.digest != db.digest {
+			t.Fatalf("round %d: shard %d differs (blocks %d/%d, residencies %d/%d)", round, si, da.nBlocks, db.nBlocks, da.nRes, db.nRes)
+		}
+	}
+	if !reflect.DeepEqual(a.m, b.m) {
+		t.Fatalf("round %d: meta state differs: totals %d/%d residencies, %d/%d blocks, %d/%d partitions (next id %d/%d)", round,
+			a.m.totalRes, b.m.totalRes, a.m.totalBlks, b.m.totalBlks, len(a.m.parts), len(b.m.parts), a.m.nextPart, b.m.nextPart)
+	}
+	if a.Digest() != b.Digest() {
+		t.Fatalf("round %d: digests differ", round)
+	}
+}
+
+// The parallel apply must leave exactly the state the writer alone
+// leaves, whatever the batch: the shards byte for byte, the ids, the
+// counts. Batches it must not take (other kinds, an open view, the
+// capacity bound within reach) go to the sequential apply, which the
+// comparison covers too.
+func TestApplyParallel_SameStateAsSequential(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		maxRes   uint64
+		kinds    bool
+		viewOpen bool
+	}{
+		{"stored only", 0, false, false},
+		{"with removed and cleared", 0, true, false},
+		{"capacity bound reached", 60_000, false, false},
+		{"views open", 0, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := testPolicy()
+			if c.maxRes > 0 {
+				p.MaxResidencies = c.maxRes
+			}
+			seq, par := New(p), New(p)
+			par.SetApplyWorkers(3)
+			rng := rand.New(rand.NewPCG(7, uint64(len(c.name))))
+			var held []uint64
+			var view *View
+			for round := range 40 {
+				evs := parallelBatch(rng, &held, round, c.kinds)
+				if c.viewOpen && round%10 == 3 {
+					seq.View().Release() // keep the epochs alike
+					view = par.View()
+				}
+				before := par.par.batches
+				// par takes the batch in one call, cut into segments (as
+				// the FSM passes an entry's commands); seq applies the
+				// segments one call each.
+				var ends []int
+				for e := 0; e < len(evs); {
+					e = min(len(evs), e+1+rng.IntN(120))
+					ends = append(ends, e)
+				}
+				got := make([]int, len(ends))
+				par.ApplyEventSegments(evs, ends, got)
+				from := 0
+				for k, end := range ends {
+					if want := seq.ApplyEvents(evs[from:end]); got[k] != want {
+						t.Fatalf("round %d segment %d: %d events changed applied alone, %d in the batch", round, k, want, got[k])
+					}
+					from = end
+				}
+				if view != nil && round%10 == 5 {
+					view.Release()
+					view = nil
+				}
+				ran := par.par.batches > before
+				if ran && (c.kinds || view != nil) {
+					t.Fatalf("round %d: a batch the parallel apply must not take ran in parallel", round)
+				}
+				sameState(t, round, seq, par)
+			}
+			t.Logf("%d of 40 batches ran in parallel; %d residencies", par.par.batches, par.Sizes().Residencies)
+			if !c.kinds && par.par.batches == 0 {
+				t.Fatal("no batch ran in parallel: the test compared nothing")
+			}
+			if c.maxRes > 0 && par.Sizes().Residencies > int(c.maxRes) {
+				t.Fatalf("%d residencies over the bound %d", par.Sizes().Residencies, c.maxRes)
+			}
+		})
+	}
+}
+
+// Lookups run while workers apply (run with -race).
+func TestApplyParallel_ConcurrentLookups(t *testing.T) {
+	ix := New(testPolicy())
+	ix.SetApplyWorkers(4)
+	rng := rand.New(rand.NewPCG(3, 3))
+	var held []uint64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var r Result
+			for !stop.Load() {
+				req := LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2, 3}, NowMs: t0}
+				ix.Lookup(&req, &r)
+				_ = ix.Sizes()
+			}
+		}()
+	}
+	for round := range 20 {
+		ix.ApplyEvents(parallelBatch(rng, &held, round, false))
+	}
+	stop.Store(true)
+	wg.Wait()
+	if ix.par.batches == 0 {
+		t.Fatal("no batch ran in parallel")
+	}
+}
+
+// A panic in a worker reaches the writer (where the FSM turns it into a
+// rejected command) instead of killing the process.
+func TestApplyParallel_WorkerPanicReachesWriter(t *testing.T) {
+	ix := New(testPolicy())
+	ix.SetApplyWorkers(2)
+	rng := rand.New(rand.NewPCG(4, 4))
+	var held []uint64
+	evs := parallelBatch(rng, &held, 0, false)
+	// A nil table makes the first touch of any shard index out of range.
+	for si := range ix.shards {
+		ix.shards[si].d.table = nil
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic reached the writer")
+		}
+	}()
+	ix.ApplyEvents(evs)
+}
+
+// BenchmarkApplyParallel applies entry-sized batches (3,200 STORED events
+// of 4 blocks, what one group-commit entry holds) into a 1 M index with 1
+// and 2 apply workers: wall time per block, the writer's apply throughput.
+func BenchmarkApplyParallel(b *testing.B) {
+	const events, perEvent = 3200, 4
+	counts := []uint32{16, 16, 16, 16}
+	for _, mode := range []string{"new", "refresh"} {
+		for _, workers := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/workers=%d", mode, workers), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(7, 7))
+				ix := New(benchPolicy())
+				ix.SetApplyWorkers(workers)
+				var held []uint64
+				now := t0
+				for ix.Sizes().Residencies < 1_000_000 {
+					now++
+					ch := make([]uint64, 4096)
+					for j := range ch {
+						ch[j] = rng.Uint64()
+					}
+					evs := make([]BlockEvent, 0, len(ch)/perEvent)
+					for j := 0; j < len(ch); j += perEvent {
+						evs = append(evs, storeEvent(j%benchReplicas, ch[j:j+perEvent], counts, now))
+					}
+					ix.ApplyEvents(evs)
+					held = append(held, ch...)
+				}
+				evs := make([]BlockEvent, events)
+				hs := make([]uint64, events*perEvent)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					now++
+					for j := range hs {
+						if mode == "new" {
+							hs[j] = rng.Uint64()
+						} else {
+							hs[j] = held[rng.IntN(len(held))]
+						}
+					}
+					for e := range evs {
+						evs[e] = storeEvent(e%benchReplicas, hs[e*perEvent:(e+1)*perEvent], counts, now)
+					}
+					b.StartTimer()
+					ix.ApplyEvents(evs)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events*perEvent), "ns/block")
+			})
+		}
+	}
+}
