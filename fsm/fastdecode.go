@@ -38,6 +38,10 @@ type decodedCommand struct {
 	err error
 	// packed: the command is a packed ingest (it needs a format-2 entry).
 	packed bool
+	// inArena: events is decodeArena.evs[evOff:evEnd] (a fast-decoded
+	// ingest), so consecutive such commands can be applied as one run.
+	inArena      bool
+	evOff, evEnd int
 }
 
 // decodeArena holds the slices fast-decoded commands live in. The FSM
@@ -144,12 +148,14 @@ func decodeIngestFast(b []byte, in *interner, a *decodeArena) (decodedCommand, b
 	if !seenIngest {
 		return dc, false
 	}
+	off := len(a.evs)
 	if packed {
 		evs, err, ok := decodePackedFast(ingest, in, a)
 		if !ok {
 			return dc, false
 		}
 		dc.events, dc.err, dc.packed = evs, err, true
+		dc.inArena, dc.evOff, dc.evEnd = err == nil, off, len(a.evs)
 		return dc, true
 	}
 	evs, ok := decodeEventsFast(ingest, in, a)
@@ -157,6 +163,7 @@ func decodeIngestFast(b []byte, in *interner, a *decodeArena) (decodedCommand, b
 		return dc, false
 	}
 	dc.events = evs
+	dc.inArena, dc.evOff, dc.evEnd = true, off, len(a.evs)
 	return dc, true
 }
 

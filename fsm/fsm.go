@@ -79,6 +79,11 @@ type Options struct {
 	// never serves or ships state built from a damaged log; the owner
 	// should stop the node. nil = only logged.
 	OnCorrupt func(index uint64, err error)
+	// ApplyWorkers: goroutines the index may use to apply a large batch
+	// of STORED events (index.SetApplyWorkers; ≤ 1 = the apply goroutine
+	// alone). With more than one, the consecutive ingest commands of an
+	// entry are applied as one batch. The state never depends on it.
+	ApplyWorkers int
 	// MaxEntryFormat is the newest entry format this FSM applies (0 =
 	// EntryFormat). A lower value makes it refuse newer entries as an
 	// older binary would (ErrEntryFormat): for upgrade tests.
@@ -96,6 +101,7 @@ type FSM struct {
 	dd          *dedup
 	hashBuf     []byte      // payloadHash scratch (apply is single-threaded)
 	arena       decodeArena // decodeEntryFast's reused slices (ditto)
+	run         ingestRun   // applyIngestRun's scratch (ditto)
 	broken      error       // set by a corrupt entry; apply and snapshot stop
 	opts        Options
 	log         *slog.Logger
@@ -109,7 +115,9 @@ func New(p policy.Policy, opts Options) *FSM {
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
-	f.ix.Store(index.New(p))
+	ix := index.New(p)
+	ix.SetApplyWorkers(opts.ApplyWorkers)
+	f.ix.Store(ix)
 	return f
 }
 
@@ -219,7 +227,11 @@ func (f *FSM) applyEntry(l *raft.Log, data []byte) *EntryResult {
 		}
 		return res
 	}
-	for i := range cmds {
+	for i := 0; i < len(cmds); i++ {
+		if j := f.applyIngestRun(l.Index, format, cmds, i, res.Results); j > i {
+			i = j - 1
+			continue
+		}
 		if format < EntryFormatPacked && (cmds[i].packed || cmds[i].pb.GetIngestPacked() != nil) {
 			// Only a faulty writer puts a packed command in a format-1
 			// entry; a binary that predates format 2 rejects it as an
@@ -418,6 +430,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
 	ix := b.Build()
+	ix.SetApplyWorkers(f.opts.ApplyWorkers)
 	f.mu.Lock()
 	f.ix.Store(ix)
 	f.dd = d

@@ -44,6 +44,11 @@ func (ix *Index) SetApplyWorkers(n int) {
 	ix.par.workers = max(n, 1)
 }
 
+// ParallelBatches is how many ApplyEvents/ApplyEventSegments batches ran
+// on several goroutines since the index was made (writer only, or after
+// the writer has stopped: for metrics and tests).
+func (ix *Index) ParallelBatches() uint64 { return ix.par.batches }
+
 // parItem is one block of a STORED event, resolved on the writer.
 type parItem struct {
 	mx, h    uint64

@@ -80,6 +80,9 @@ const (
 	// (NetworkTransportConfig.MaxRPCsInFlight; raft's default 2 leaves no
 	// request queued behind the one being processed).
 	transportInFlight = 16
+	// MaxApplyWorkers bounds the default of Config.ApplyWorkers: past a
+	// few workers the apply is bound by memory, not cores.
+	MaxApplyWorkers = 4
 	// entryTargetBytes: the batcher closes a group-commit entry at this
 	// size (≤ GroupCommitMaxBytes) and starts the next one at once, so
 	// under load raft receives several entries per leader dispatch and
@@ -208,6 +211,12 @@ type Config struct {
 	RaftLogLevel slog.Level
 	// Hooks for metrics.
 	Hooks Hooks
+	// ApplyWorkers: goroutines the FSM may use to apply the blocks of a
+	// log entry's ingest commands (fsm.Options.ApplyWorkers): 0 =
+	// min(GOMAXPROCS, MaxApplyWorkers); 1 = the apply goroutine alone.
+	// The replicated state never depends on it (index/parallel.go); it
+	// lifts the node's apply ceiling of one core. Negative is an error.
+	ApplyWorkers int
 	// MaxEntryFormat is the newest log entry format this node applies and
 	// advertises over gossip; 0 (or more than fsm.EntryFormat) =
 	// fsm.EntryFormat. A lower value makes the node behave like an older

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,7 @@ func New(cfg Config) (*Node, error) {
 		TmpDir:         tmpDir,
 		Logger:         n.log,
 		MaxEntryFormat: cfg.MaxEntryFormat,
+		ApplyWorkers:   cfg.ApplyWorkers,
 		OnCorrupt:      func(_ uint64, err error) { n.fail(err) },
 		Hooks: fsm.Hooks{
 			OnApply: func(entries, commands int, d time.Duration) {
@@ -316,6 +318,12 @@ func (c *Config) fill() error {
 	}
 	if c.RaftLogLevel == 0 {
 		c.RaftLogLevel = slog.LevelWarn
+	}
+	switch {
+	case c.ApplyWorkers < 0:
+		return fmt.Errorf("raftnode: ApplyWorkers %d: must be 0 (one per CPU, at most %d) or positive", c.ApplyWorkers, MaxApplyWorkers)
+	case c.ApplyWorkers == 0:
+		c.ApplyWorkers = min(runtime.GOMAXPROCS(0), MaxApplyWorkers)
 	}
 	if c.MaxEntryFormat == 0 || c.MaxEntryFormat > fsm.EntryFormat {
 		c.MaxEntryFormat = fsm.EntryFormat

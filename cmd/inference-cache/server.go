@@ -49,6 +49,7 @@ type serverOptions struct {
 	pprof                                    bool
 	fastTiming                               bool
 	deadServerCleanup                        time.Duration
+	applyWorkers                             int
 	shutdownTimeout                          time.Duration
 	subscribeConfig                          string
 	security                                 serverSecurityFlags
@@ -110,6 +111,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on the HTTP side port")
 	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s); for dev clusters and tests, not for networks")
 	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never, else at least 10s); never below 3 voters")
+	f.IntVar(&o.applyWorkers, "apply-workers", 0, "goroutines applying the blocks of a log entry (0 = one per CPU, at most 4; 1 = one); the replicated state does not depend on it")
 	f.StringVar(&o.subscribeConfig, "subscribe-config", "", "run the KV-event subscriber inside this server with this engines YAML (SPEC 12; same format as subscribe --config); SIGHUP reloads it")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown after SIGINT/SIGTERM")
 	o.security.register(f)
@@ -171,7 +173,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	cfg := raftnode.Config{
 		NodeID: o.nodeID, DataDir: o.dataDir, RaftAddr: o.raftAddr, GossipAddr: o.gossipAddr,
 		RaftAdvertise: adv.raft, GossipAdvertise: adv.gossip, GRPCAddr: adv.grpc, Join: o.join, BootstrapExpect: o.bootstrapExpect, Policy: pol,
-		DeadServerCleanup: o.deadServerCleanup, Logger: log,
+		DeadServerCleanup: o.deadServerCleanup, ApplyWorkers: o.applyWorkers, Logger: log,
 		RaftTLS: sec.raftTLS, GossipKeys: sec.gossipKeys, DialOptions: sec.dial,
 		Hooks: raftnode.Hooks{
 			OnCommit:   m.RaftCommit,
@@ -360,6 +362,8 @@ func (o *serverOptions) validate() error {
 		return fmt.Errorf("--bootstrap-expect %d: must be 0 (join only) or the number of servers to bootstrap with", o.bootstrapExpect)
 	case o.shutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout %v: must be positive", o.shutdownTimeout)
+	case o.applyWorkers < 0:
+		return fmt.Errorf("--apply-workers %d: must be 0 (one per CPU) or positive", o.applyWorkers)
 	case o.deadServerCleanup < 0:
 		return fmt.Errorf("--dead-server-cleanup %v: must be 0 (never) or positive", o.deadServerCleanup)
 	case o.deadServerCleanup > 0 && o.deadServerCleanup < minDeadServerCleanup:

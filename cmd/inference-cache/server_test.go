@@ -24,6 +24,7 @@ func TestServerOptions_Validate(t *testing.T) {
 		"negative expect":        {func(o *serverOptions) { o.bootstrapExpect = -1 }, "--bootstrap-expect"},
 		"negative shutdown":      {func(o *serverOptions) { o.shutdownTimeout = -5 * time.Second }, "--shutdown-timeout"},
 		"negative cleanup":       {func(o *serverOptions) { o.deadServerCleanup = -time.Minute }, "--dead-server-cleanup -1m0s: must be 0 (never) or positive"},
+		"negative apply workers": {func(o *serverOptions) { o.applyWorkers = -1 }, "--apply-workers -1: must be 0 (one per CPU) or positive"},
 		"tiny cleanup":           {func(o *serverOptions) { o.deadServerCleanup = time.Nanosecond }, "--dead-server-cleanup 1ns: must be 0 (never) or at least 10s"},
 		"join port not a number": {func(o *serverOptions) { o.join = []string{"nonsense:zz"} }, `--join item 1 "nonsense:zz": port "zz": must be a number between 1 and 65535`},
 		"join port too big":      {func(o *serverOptions) { o.join = []string{"a:7403", "b:65536"} }, `--join item 2 "b:65536": port "65536"`},

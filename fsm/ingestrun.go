@@ -1,0 +1,103 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/inference-cache/inference-cache/index"
+)
+
+// Runs of ingest commands. An entry holds one ingest command per
+// group-committed caller (tens of them, a few hundred blocks each); the
+// index applies a batch in parallel only when it is large
+// (index.ApplyEventSegments, parallel.go there). applyIngestRun therefore
+// hands consecutive ingest commands to the index in one call, cut into one
+// segment per command so each still gets its own changed count. The state
+// is the same as applying them one by one: ApplyEvents does not depend on
+// how events are batched, and the run stops before any command whose
+// outcome depends on an earlier one's (a request id already in the dedup
+// window, or repeated within the run).
+
+// minRunCommands: fewer consecutive ingest commands are applied one by one.
+const minRunCommands = 2
+
+// applyIngestRun applies the run of mergeable ingest commands starting at
+// cmds[i], writing their results to out, and returns the index after the
+// run; it returns i (nothing done) when no run of at least minRunCommands
+// starts there or the FSM applies with one worker.
+func (f *FSM) applyIngestRun(idx uint64, format uint32, cmds []decodedCommand, i int, out []Result) int {
+	if f.opts.ApplyWorkers < 2 {
+		return i
+	}
+	k := i
+	clear(f.run.ids)
+	for ; k < len(cmds); k++ {
+		dc := &cmds[k]
+		if !dc.inArena || dc.err != nil || dc.pb != nil || (dc.packed && format < EntryFormatPacked) {
+			break
+		}
+		if k > i && dc.evOff != cmds[k-1].evEnd {
+			break // not adjacent in the arena (a command between them fell back)
+		}
+		if id := dc.requestID; id != "" {
+			if f.dd.get(id) != nil {
+				break
+			}
+			if _, seen := f.run.ids[id]; seen {
+				break
+			}
+			if f.run.ids == nil {
+				f.run.ids = map[string]struct{}{}
+			}
+			f.run.ids[id] = struct{}{}
+		}
+	}
+	if k-i < minRunCommands {
+		return i
+	}
+	run := cmds[i:k]
+	base := run[0].evOff
+	f.run.ends = f.run.ends[:0]
+	f.run.hashes = f.run.hashes[:0]
+	for m := range run {
+		f.run.ends = append(f.run.ends, run[m].evEnd-base)
+		var h uint64
+		if run[m].requestID != "" {
+			h, f.hashBuf = payloadHash(&run[m], f.hashBuf)
+		}
+		f.run.hashes = append(f.run.hashes, h)
+	}
+	f.run.changed = append(f.run.changed[:0], make([]int, len(run))...)
+	evs := f.arena.evs[base:run[len(run)-1].evEnd]
+	err := f.applySegments(evs)
+	for m := range run {
+		r := Result{RequestID: run[m].requestID, Index: idx, Changed: f.run.changed[m]}
+		if err != nil {
+			r = Result{RequestID: run[m].requestID, Index: idx, Err: err}
+		}
+		f.remember(r, f.run.hashes[m])
+		out[i+m] = r
+	}
+	return k
+}
+
+// applySegments applies a run; a panic in the index (every node panics on
+// the same run) rejects every command of it, as applyCommand rejects the
+// one command it applies.
+func (f *FSM) applySegments(evs []index.BlockEvent) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			f.log.Error("fsm: apply panicked", "panic", p)
+			err = fmt.Errorf("%w: apply panicked: %v", ErrRejected, p)
+		}
+	}()
+	f.ix.Load().ApplyEventSegments(evs, f.run.ends, f.run.changed)
+	return nil
+}
+
+// ingestRun is applyIngestRun's scratch, reused across entries.
+type ingestRun struct {
+	ids     map[string]struct{}
+	ends    []int
+	changed []int
+	hashes  []uint64
+}
