@@ -140,9 +140,11 @@ func (ix *Index) statsDigestLocked() uint64 {
 // block's pre-image first (shardData.pre), so the cost of a write after
 // View is bounded by the blocks it changes, never by the size of a shard.
 //
-// Invariant: the writer never holds (or waits for) a shard lock while it
-// holds another one. Lookups hold the read locks of several shards at once
-// (matchChain), which is deadlock-free only because of this.
+// Invariant: a writer (the apply goroutine, or one of the parallel
+// apply's workers) never holds (or waits for) a shard lock while it holds
+// another one. Lookups hold the read locks of several shards at once
+// (matchChain), taken in ascending shard order; with several writers
+// both rules are needed for that to be deadlock-free (shardLocks).
 func (ix *Index) lockW(si int) *shardData {
 	s := &ix.shards[si]
 	s.mu.Lock()

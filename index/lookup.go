@@ -136,8 +136,9 @@ func clampTokens(t uint64) uint32 {
 //     missing block or when no candidate is left.
 //
 // The batch's read locks are held from 1 to 5 (one batch is ~1–2 µs), so a
-// batch is read as of one moment. The writer holds at most one shard lock
-// at a time, so holding several read locks cannot deadlock (see lockW).
+// batch is read as of one moment. They are taken in ascending shard order
+// and every writer holds at most one shard lock at a time, so holding
+// several read locks cannot deadlock (see lockW and shardLocks).
 func (ix *Index) matchChain(pe *partEnt, chain []uint64, counts []uint32, uniform uint32, res *Result) int {
 	cs := res.cands[:0]
 	alive := 0
@@ -151,8 +152,9 @@ func (ix *Index) matchChain(pe *partEnt, chain []uint64, counts []uint32, unifor
 		for k, h := range batch {
 			mx := keyMixP(pm, h)
 			pr[k].mx = mx
-			lk.rlock(ix, shardOf(mx))
+			lk.add(shardOf(mx))
 		}
+		lk.rlockAll(ix)
 		// Pass 1: home slot words.
 		for k := range pr {
 			p := &pr[k]
@@ -273,16 +275,22 @@ type probe struct {
 	n    uint32
 }
 
-// shardLocks is the set of shards a lookup batch has read-locked, each
-// once (RWMutex read locks are not reentrant: a second RLock of a shard
-// behind a waiting writer would deadlock).
+// shardLocks is the set of shards a lookup batch read-locks, each once
+// (RWMutex read locks are not reentrant: a second RLock of a shard behind
+// a waiting writer would deadlock), in ascending shard order. The order
+// matters since the apply may run several writers (parallel.go): a writer
+// waiting on a shard blocks new readers of it, so two lookups taking the
+// same two shards in opposite orders, each behind another writer, would
+// wait on each other for ever. Writers hold one shard lock at a time, so
+// with ordered readers every chain of waits ends.
 type shardLocks struct {
 	held [numShards / 64]uint64
 	list [walkBatch]uint16
 	n    int
 }
 
-func (l *shardLocks) rlock(ix *Index, si int) {
+// add records shard si for rlockAll.
+func (l *shardLocks) add(si int) {
 	w, bit := si>>6, uint64(1)<<(si&63)
 	if l.held[w]&bit != 0 {
 		return
@@ -290,7 +298,19 @@ func (l *shardLocks) rlock(ix *Index, si int) {
 	l.held[w] |= bit
 	l.list[l.n] = uint16(si)
 	l.n++
-	ix.shards[si].mu.RLock()
+}
+
+// rlockAll read-locks the added shards in ascending order.
+func (l *shardLocks) rlockAll(ix *Index) {
+	list := l.list[:l.n]
+	for i := 1; i < len(list); i++ { // insertion sort: at most walkBatch shards
+		for j := i; j > 0 && list[j] < list[j-1]; j-- {
+			list[j], list[j-1] = list[j-1], list[j]
+		}
+	}
+	for _, si := range list {
+		ix.shards[si].mu.RLock()
+	}
 }
 
 func (l *shardLocks) runlockAll(ix *Index) {

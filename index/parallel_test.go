@@ -3,10 +3,13 @@ package index
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // parallelBatch draws a batch like an ingest entry's: mostly STORED events
@@ -186,6 +189,73 @@ func TestApplyParallel_ConcurrentLookups(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	if ix.par.batches == 0 {
+		t.Fatal("no batch ran in parallel")
+	}
+}
+
+// hashesInShard returns n hashes of partition id pid that land in shard.
+func hashesInShard(pid uint32, shard int, n int, start uint64) []uint64 {
+	var out []uint64
+	for h := start; len(out) < n; h++ {
+		if shardOf(keyMix(pid, h)) == shard {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// Two workers each waiting for a shard that a lookup holds, while each
+// lookup waits for the shard the other holds (taken in the opposite
+// order), would stop the apply for good: a waiting writer blocks new
+// readers. Lookups take their shards in ascending order, which rules that
+// out; before that, this hung within the first batches.
+func TestApplyParallel_NoDeadlockWithMultiShardLookups(t *testing.T) {
+	ix := New(testPolicy())
+	ix.SetApplyWorkers(2)
+	ix.ApplyEvents([]BlockEvent{stored("r0", vllm, t0, 1)})
+	pid := ix.m.parts[vllm].id
+	a, b := 10, 11 // owned by workers 0 and 1
+	ha := hashesInShard(pid, a, 700, 1000)
+	hb := hashesInShard(pid, b, 700, 1000)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		chain := []uint64{ha[0], hb[0]}
+		if g%2 == 1 {
+			chain = []uint64{hb[0], ha[0]}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var r Result
+			req := LookupRequest{Partition: vllm, BlockHashes: chain, NowMs: t0}
+			for !stop.Load() {
+				ix.Lookup(&req, &r)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for round := 0; round < 300; round++ {
+			evs := make([]BlockEvent, 0, 700)
+			for i := 0; i < 700; i++ {
+				evs = append(evs, stored("r1", vllm, t0+int64(round), ha[i], hb[i]))
+			}
+			ix.ApplyEvents(evs)
+		}
+	}()
+	select {
+	case <-done:
+		stop.Store(true)
+		wg.Wait()
+	case <-time.After(60 * time.Second):
+		// The deadlocked goroutines cannot be stopped: fail without
+		// waiting for them.
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+		t.Fatalf("apply stuck: deadlock between parallel workers and lookups (%d parallel batches)", ix.ParallelBatches())
+	}
+	if ix.ParallelBatches() == 0 {
 		t.Fatal("no batch ran in parallel")
 	}
 }
