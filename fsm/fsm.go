@@ -74,9 +74,11 @@ type Options struct {
 	// Hooks for metrics.
 	Hooks Hooks
 	// OnCorrupt is called (once, under the apply lock: do not call back
-	// into the FSM) when a log entry fails its checksum (ErrCorrupt). The
-	// FSM applies nothing from then on and refuses snapshots, so the node
-	// never serves or ships state built from a damaged log; the owner
+	// into the FSM) when the FSM stops applying: a log entry fails its
+	// checksum (ErrCorrupt), or the apply panicked where the state left
+	// depends on this node's settings (ErrApplyPanic). The FSM applies
+	// nothing from then on and refuses snapshots, so the node never serves
+	// or ships state built from a damaged log or a broken apply; the owner
 	// should stop the node. nil = only logged.
 	OnCorrupt func(index uint64, err error)
 	// ApplyWorkers: goroutines the index may use to apply a large batch
@@ -184,6 +186,10 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			r := f.applyEntry(l, data)
 			cmds += len(r.Results)
 			out[i] = r
+			if f.broken != nil { // the entry's apply stopped the FSM (halt)
+				out[i] = &EntryResult{Index: l.Index, Results: []Result{{Index: l.Index, Err: f.broken}}}
+				continue
+			}
 		}
 		f.applied.Store(l.Index)
 		f.appliedTerm.Store(l.Term)
@@ -227,7 +233,7 @@ func (f *FSM) applyEntry(l *raft.Log, data []byte) *EntryResult {
 		}
 		return res
 	}
-	for i := 0; i < len(cmds); i++ {
+	for i := 0; i < len(cmds) && f.broken == nil; i++ {
 		if j := f.applyIngestRun(l.Index, format, cmds, i, res.Results); j > i {
 			i = j - 1
 			continue
@@ -237,9 +243,7 @@ func (f *FSM) applyEntry(l *raft.Log, data []byte) *EntryResult {
 			// entry; a binary that predates format 2 rejects it as an
 			// unknown command, so this one must too.
 			prepareCommand(&cmds[i])
-			if cmds[i].err == nil {
-				cmds[i].err = fmt.Errorf("%w: packed ingest command in an entry of format %d", ErrPacked, format)
-			}
+			cmds[i].err = errUnknownBody
 		}
 		res.Results[i] = f.applyCommand(l.Index, &cmds[i])
 	}
@@ -284,6 +288,11 @@ func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
+			if pp, ok := p.(index.ParallelPanic); ok {
+				f.halt(idx, fmt.Errorf("%w: log entry %d, request %q: %v", ErrApplyPanic, idx, dc.requestID, pp.Value))
+				r.Err = f.broken
+				return
+			}
 			// Deterministic: every node panics on the same command. The
 			// index may be partly updated, identically everywhere.
 			f.log.Error("fsm: apply panicked", "index", idx, "request_id", dc.requestID, "panic", p)
@@ -291,6 +300,13 @@ func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
 			f.remember(r, hash)
 		}
 	}()
+	if dc.err == errUnknownBody {
+		// What a binary that predates the body says (its default case
+		// below), so both record the same in the dedup window.
+		r.Err = fmt.Errorf("%w: unknown command at index %d (written by a newer binary?)", ErrRejected, idx)
+		f.remember(r, hash)
+		return r
+	}
 	if dc.err != nil {
 		r.Err = fmt.Errorf("%w: %w", ErrRejected, dc.err)
 		f.remember(r, hash)
@@ -335,6 +351,30 @@ func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
 	}
 	f.remember(r, hash)
 	return r
+}
+
+// errUnknownBody marks a command whose body its entry's format does not
+// allow (a packed ingest in a format-1 entry: only a faulty writer makes
+// one); apply rejects it as an older binary rejects an unknown body.
+var errUnknownBody = errors.New("command body not allowed in its entry's format")
+
+// ErrApplyPanic: the apply panicked in a parallel batch or a run of
+// ingest commands, where what the index holds after the panic depends on
+// this node's ApplyWorkers; the FSM stops (OnCorrupt) instead of going on
+// with state other nodes may not share.
+var ErrApplyPanic = errors.New("fsm: apply panicked in a parallel batch")
+
+// halt stops the FSM for good at log index idx (apply lock held): nothing
+// more applies, snapshots are refused, OnCorrupt tells the owner.
+func (f *FSM) halt(idx uint64, err error) {
+	if f.broken != nil {
+		return
+	}
+	f.broken = err
+	f.log.Error("fsm: applying nothing more: this node's state can no longer be trusted (replace its data)", "index", idx, "err", err)
+	if h := f.opts.OnCorrupt; h != nil {
+		h(idx, err)
+	}
 }
 
 func (f *FSM) remember(r Result, payloadHash uint64) {

@@ -68,31 +68,43 @@ func (f *FSM) applyIngestRun(idx uint64, format uint32, cmds []decodedCommand, i
 	}
 	f.run.changed = append(f.run.changed[:0], make([]int, len(run))...)
 	evs := f.arena.evs[base:run[len(run)-1].evEnd]
-	err := f.applySegments(evs)
+	if err := f.applySegments(evs); err != nil {
+		// Runs exist only on nodes with ApplyWorkers > 1; one applying
+		// the commands one by one would reject just the one that
+		// panicked. Stop rather than go on with state that differs.
+		f.halt(idx, fmt.Errorf("%w: log entry %d: %w", ErrApplyPanic, idx, err))
+		for m := range run {
+			out[i+m] = Result{RequestID: run[m].requestID, Index: idx, Err: f.broken}
+		}
+		return len(cmds)
+	}
 	for m := range run {
 		r := Result{RequestID: run[m].requestID, Index: idx, Changed: f.run.changed[m]}
-		if err != nil {
-			r = Result{RequestID: run[m].requestID, Index: idx, Err: err}
-		}
 		f.remember(r, f.run.hashes[m])
 		out[i+m] = r
 	}
 	return k
 }
 
-// applySegments applies a run; a panic in the index (every node panics on
-// the same run) rejects every command of it, as applyCommand rejects the
-// one command it applies.
+// applySegments applies a run, turning a panic into an error.
 func (f *FSM) applySegments(evs []index.BlockEvent) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			f.log.Error("fsm: apply panicked", "panic", p)
-			err = fmt.Errorf("%w: apply panicked: %v", ErrRejected, p)
+			if pp, ok := p.(index.ParallelPanic); ok {
+				p = pp.Value
+			}
+			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
+	if testRunHook != nil {
+		testRunHook()
+	}
 	f.ix.Load().ApplyEventSegments(evs, f.run.ends, f.run.changed)
 	return nil
 }
+
+// testRunHook, when set (tests only), runs before each run is applied.
+var testRunHook func()
 
 // ingestRun is applyIngestRun's scratch, reused across entries.
 type ingestRun struct {

@@ -99,3 +99,43 @@ func TestApplyIngestRun_SameAsOneByOne(t *testing.T) {
 	}
 	t.Logf("%d runs applied in parallel", par.Index().ParallelBatches())
 }
+
+// A panic while a run applies stops the FSM (a node applying the commands
+// one by one would have rejected only one of them, so going on could
+// diverge): the entry does not count as applied, nothing applies after
+// it, no snapshot is taken, and the owner is told.
+func TestApplyIngestRun_PanicStopsTheFSM(t *testing.T) {
+	var told error
+	f := New(policy.Default(), Options{TmpDir: t.TempDir(), ApplyWorkers: 2, OnCorrupt: func(_ uint64, err error) { told = err }})
+	entry := func(round int) []byte {
+		e := NewEntryFormat(nil, EntryFormatPacked)
+		for c := 0; c < 3; c++ {
+			cmd, err := MarshalIngestPacked(fmt.Sprintf("req-%d-%d", round, c), events("r1", uint64(round*100+c*10), 4, 1000))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e = AppendCommand(e, cmd)
+		}
+		return e
+	}
+	if r := f.Apply(&raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: entry(1)}).(*EntryResult); r.Results[0].Err != nil {
+		t.Fatal(r.Results[0].Err)
+	}
+	testRunHook = func() { panic("boom") }
+	defer func() { testRunHook = nil }()
+	r := f.Apply(&raft.Log{Index: 2, Term: 1, Type: raft.LogCommand, Data: entry(2)}).(*EntryResult)
+	testRunHook = nil
+	if len(r.Results) == 0 || !errors.Is(r.Results[0].Err, ErrApplyPanic) || !errors.Is(told, ErrApplyPanic) {
+		t.Fatalf("results %+v, told %v; want ErrApplyPanic both", r.Results, told)
+	}
+	if f.AppliedIndex() != 1 {
+		t.Fatalf("applied index %d after the panicking entry, want 1", f.AppliedIndex())
+	}
+	r = f.Apply(&raft.Log{Index: 3, Term: 1, Type: raft.LogCommand, Data: entry(3)}).(*EntryResult)
+	if !errors.Is(r.Results[0].Err, ErrApplyPanic) || f.AppliedIndex() != 1 {
+		t.Fatalf("a later entry: %v, applied index %d", r.Results[0].Err, f.AppliedIndex())
+	}
+	if _, err := f.Snapshot(); err == nil {
+		t.Fatal("a stopped FSM took a snapshot")
+	}
+}

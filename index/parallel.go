@@ -44,6 +44,13 @@ func (ix *Index) SetApplyWorkers(n int) {
 	ix.par.workers = max(n, 1)
 }
 
+// ParallelPanic is the value ApplyEvents / ApplyEventSegments panic with
+// when a panic happened inside a parallel batch. The index is then in a
+// state the sequential apply would not have left (other workers applied
+// blocks of later events), so the caller must stop applying rather than
+// reject the command and go on (the FSM stops the node).
+type ParallelPanic struct{ Value any }
+
 // ParallelBatches is how many ApplyEvents/ApplyEventSegments batches ran
 // on several goroutines since the index was made (writer only, or after
 // the writer has stopped: for metrics and tests).
@@ -157,9 +164,11 @@ func (ix *Index) applyParallel(evs []BlockEvent, ends, changedPerSeg []int) bool
 	wg.Wait()
 	for k := range ps.w {
 		if p := ps.w[k].panicked; p != nil {
-			// On the writer, where the FSM's recover turns it into a
-			// rejected command, as a panic of the sequential apply.
-			panic(p)
+			// On the writer, marked: the other workers went on past the
+			// event that panicked, so the state differs from what the
+			// sequential apply leaves at the same panic, and a node
+			// with another worker count would diverge.
+			panic(ParallelPanic{Value: p})
 		}
 	}
 

@@ -273,8 +273,8 @@ func TestApplyParallel_WorkerPanicReachesWriter(t *testing.T) {
 		ix.shards[si].d.table = nil
 	}
 	defer func() {
-		if recover() == nil {
-			t.Fatal("no panic reached the writer")
+		if _, ok := recover().(ParallelPanic); !ok {
+			t.Fatal("no ParallelPanic reached the writer")
 		}
 	}()
 	ix.ApplyEvents(evs)

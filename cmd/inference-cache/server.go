@@ -261,7 +261,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		// A damaged log entry: serving on would answer from state that
 		// stopped at the damage while the cluster moves on.
 		runErr = node.FatalErr()
-		log.Error("stopping: damaged raft data", "err", runErr)
+		log.Error("stopping: this node's state can no longer be trusted (damaged raft data, or a broken apply)", "err", runErr)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
