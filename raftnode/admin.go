@@ -40,6 +40,8 @@ func (n *Node) wait(ctx context.Context, f raft.Future) error {
 // member at the same address with the same suffrage changes nothing and
 // returns the latest index; a member id at another address is ErrInvalid
 // (remove it first: silently re-pointing a live voter would cost quorum).
+// A server gossip reports as applying only log entry format 1 (an older
+// release) is ErrInvalid: this release writes format 2 (writegate.go).
 // Servers announced by gossip are added by the leader automatically; this
 // is for operators.
 func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint64, error) {
@@ -59,6 +61,9 @@ func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint
 		if (s.Suffrage == raft.Voter) == voter {
 			return n.raft.LastIndex(), nil
 		}
+	}
+	if why := n.formatRefusal(id); why != "" {
+		return 0, fmt.Errorf("%w: server %q: %s", ErrInvalid, id, why)
 	}
 	var f raft.IndexFuture
 	if voter {

@@ -12,8 +12,6 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
-
-	"github.com/inference-cache/inference-cache/fsm"
 )
 
 // gossipMeta is what every server advertises in memberlist (≤ 512 bytes).
@@ -315,11 +313,8 @@ func (n *Node) reconcile(deadSince map[string]time.Time) {
 		if ok && string(s.Address) == m.meta.Raft && s.Suffrage == raft.Voter {
 			continue
 		}
-		if f := metaFormat(m.meta); f < fsm.EntryFormatPacked && n.gate.open.Load() {
-			// Entries of format 2 are in the log it would receive and it
-			// cannot apply them: its copy would diverge. Not added
-			// (docs/operations.md, upgrades); roll it forward instead.
-			n.log.Warn("raftnode: not adding a server that does not apply the packed entry format this cluster writes (upgrade its binary)", "id", id, "format", f)
+		if why := n.formatRefusal(id); why != "" {
+			n.log.Warn("raftnode: not adding server: "+why, "id", id)
 			continue
 		}
 		err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 5*time.Second).Error()

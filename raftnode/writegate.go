@@ -119,3 +119,27 @@ func (n *Node) writeFormatStatus() (uint32, string) {
 	}
 	return 1, n.gate.reason
 }
+
+// formatRefusal says why server id must not be added to the configuration
+// ("" = it may be): gossip reports that it applies only format 1 while
+// this binary may have written, or may write, format-2 entries. Whether
+// any are in the log is not known on every path (a leader that never
+// opened its gate, a restart), so the rule does not depend on it: once a
+// cluster runs this binary, servers joining it must too. A server unknown
+// to gossip is not refused (AddServer names servers gossip may not see
+// yet); its format is checked by the gate as soon as gossip reports it.
+func (n *Node) formatRefusal(id string) string {
+	if n.cfg.MaxEntryFormat < fsm.EntryFormatPacked {
+		return ""
+	}
+	n.membersMu.Lock()
+	m := n.members[id]
+	n.membersMu.Unlock()
+	if m == nil {
+		return ""
+	}
+	if f := metaFormat(m.meta); f < fsm.EntryFormatPacked {
+		return fmt.Sprintf("it applies log entry format ≤ %d and this cluster writes format %d (packed ingest); run the same release on it (docs/operations.md, upgrades)", f, fsm.EntryFormatPacked)
+	}
+	return ""
+}

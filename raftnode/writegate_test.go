@@ -1,6 +1,7 @@
 package raftnode_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -271,4 +272,51 @@ func TestWriteGate_MixedVersionClusterStaysFormat1UntilEveryServerUpgrades(t *te
 		}
 	}
 	checkLogs("upgraded", true)
+}
+
+// A server running an older release (one that applies only format 1) is
+// not added to a cluster of this release, neither by the leader from
+// gossip nor by an operator's AddServer: it would refuse the format-2
+// entries it replays and diverge.
+func TestWriteGate_OlderServerNotAdded(t *testing.T) {
+	c := clustertest.New(t, 3, func(i int, cfg *raftnode.Config) {
+		cfg.ExpireInterval = -1
+		if i == 3 {
+			cfg.MaxEntryFormat = 1
+		}
+	})
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	c.WaitVoters(3, 10*time.Second)
+	c.AddNode()
+	c.Start(3)
+	old := c.Nodes[3]
+	// Gossip must know it before the refusal is meaningful.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		known := false
+		for _, m := range c.Nodes[l].Status().Members {
+			known = known || m.ID == old.ID
+		}
+		if known {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the older server never showed up in gossip")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // several reconcile rounds
+	for _, m := range c.Nodes[l].Status().Members {
+		if m.ID == old.ID && m.Suffrage != "" {
+			t.Fatalf("older server was added to the configuration as %s", m.Suffrage)
+		}
+	}
+	_, err := c.Nodes[l].AddServer(c.Ctx(5*time.Second), old.ID, old.RaftAddr, true)
+	if !errors.Is(err, raftnode.ErrInvalid) || !strings.Contains(err.Error(), "applies log entry format ≤ 1") {
+		t.Fatalf("AddServer of the older server: %v, want ErrInvalid naming its format", err)
+	}
+	if st := c.Nodes[l].Status(); st.WriteFormat != 2 {
+		t.Fatalf("leader writes format %d (%s) with the older server outside the configuration, want 2", st.WriteFormat, st.WriteFormatReason)
+	}
 }
