@@ -205,26 +205,35 @@ func (ix *Index) applyRemoved(ev *BlockEvent) bool {
 	for _, h := range ev.BlockHashes {
 		mx := keyMix(pe.id, h)
 		si := shardOf(mx)
-		s := &ix.shards[si]
 		d := ix.lockW(si)
-		if bi, _ := d.find(pe.id, h, mx); bi >= 0 {
-			for j, r := range d.residents(&d.blocks[bi]) {
-				if resRep(r) == rep {
-					d.digest -= residencyDigest(pe.hash, h, repH, resSeen(r))
-					d.removeResidentAt(bi, j)
-					dRes--
-					dBlk -= d.dropIfNoResidents(bi, pe.hash)
-					break
-				}
-			}
-		}
-		s.mu.Unlock()
+		r, b := d.removeBlock(pe, rep, repH, h, mx)
+		ix.shards[si].mu.Unlock()
+		dRes, dBlk = dRes+r, dBlk+b
 	}
 	if dRes == 0 {
 		return false
 	}
 	ix.commitCounts(pe, rep, dRes, dBlk)
 	return true
+}
+
+// removeBlock drops replica rep's residency of one block of a REMOVED
+// event (shard write-locked by the caller), and the block with its last
+// resident. It returns the (≤ 0) residency and block count deltas. Shared
+// by the sequential and the parallel apply, like storeBlock.
+func (d *shardData) removeBlock(pe *partEnt, rep uint32, repH, h, mx uint64) (dRes, dBlk int64) {
+	bi, _ := d.find(pe.id, h, mx)
+	if bi < 0 {
+		return 0, 0
+	}
+	for j, r := range d.residents(&d.blocks[bi]) {
+		if resRep(r) == rep {
+			d.digest -= residencyDigest(pe.hash, h, repH, resSeen(r))
+			d.removeResidentAt(bi, j)
+			return -1, -d.dropIfNoResidents(bi, pe.hash)
+		}
+	}
+	return 0, 0
 }
 
 // dropIfNoResidents deletes block bi when its last resident is gone and

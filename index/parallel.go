@@ -4,41 +4,45 @@ import (
 	"sync"
 )
 
-// Parallel apply of STORED batches. One writer goroutine applying every
-// block caps a node at what one core does (about 2 M blocks/s here), while
-// the blocks of a batch mostly touch different shards. ApplyEvents
-// therefore splits a large batch of STORED events by shard over several
+// Parallel apply of STORED and REMOVED batches. One writer goroutine
+// applying every block caps a node at what one core does (about 2 M
+// blocks/s here), while the blocks of a batch mostly touch different
+// shards. ApplyEvents therefore splits a large batch by shard over several
 // goroutines when that cannot change the result:
 //
 //   - Every step that is not confined to one shard runs first, on the
 //     writer, in event order, exactly as the sequential apply would run it:
 //     validation, replica interning and partition creation (both assign
-//     ids in order of first use).
+//     ids in order of first use), partition and replica lookups.
 //   - Each worker owns the shards s with s % workers == k and applies their
-//     blocks in event order with the same code (storeBlock), so every shard
-//     sees the same sequence of changes as in the sequential apply and ends
-//     byte-identical (slot positions, slabs, digest).
+//     blocks in event order with the same code (storeBlock, removeBlock),
+//     so every shard sees the same sequence of changes as in the
+//     sequential apply and ends byte-identical (slot positions, slabs,
+//     digest).
 //   - Count deltas are collected per event and published after the
-//     workers finish. With only STORED events they are all ≥ 0, so no
-//     partition, level or replica reaches zero in between and the sums do
-//     not depend on the order.
+//     workers finish, event by event in order, so the counts pass through
+//     the same values as in the sequential apply.
 //   - Conditions under which the sequential apply would act across shards
 //     in the middle of the batch send the batch to it instead: an open
 //     View (the undo log is one log for all shards), a batch that could
 //     reach MaxResidencies (eviction scans every shard after the event that
 //     crosses the bound), a shard that could fill (a failed insert can drop
-//     and re-create a partition under a new id), any non-STORED event.
+//     and re-create a partition under a new id), a partition that REMOVED
+//     events could empty (it would be dropped mid-batch and re-created
+//     under a new id by a later STORED) or that does not exist when the
+//     batch starts, and CLEARED events (they scan every shard).
 //
-// Lookups see the batch's blocks appear shard by shard, as they do under
-// the sequential apply, and its counts at the end of the batch instead of
-// event by event.
+// Lookups see the batch's blocks appear and go shard by shard, as they do
+// under the sequential apply, and its counts at the end of the batch
+// instead of event by event.
 
 // parallelMinBlocks: below this many blocks a batch is applied by the
 // writer alone (starting goroutines costs more than it saves).
 const parallelMinBlocks = 1024
 
 // SetApplyWorkers sets how many goroutines ApplyEvents may use for a large
-// batch of STORED events (writer only); n ≤ 1 keeps the writer alone. The
+// batch of STORED and REMOVED events (writer only); n ≤ 1 keeps the
+// writer alone. The
 // resulting state never depends on n. New starts with 1.
 func (ix *Index) SetApplyWorkers(n int) {
 	ix.par.workers = max(n, 1)
@@ -62,6 +66,13 @@ type parItem struct {
 	seen     int64
 	cnt, cum uint32
 	ev       int32 // event index in the batch
+	removed  bool  // a block of a REMOVED event
+}
+
+// partRemoves counts the blocks a batch's REMOVED events name in pe.
+type partRemoves struct {
+	pe *partEnt
+	n  int64
 }
 
 // parEvent is what the workers need of a valid STORED event.
@@ -85,6 +96,7 @@ type parState struct {
 	workers int
 	evs     []parEvent
 	w       []parWorker
+	removes []partRemoves
 	batches uint64 // batches applied in parallel (for tests)
 }
 
@@ -97,14 +109,40 @@ func (ix *Index) applyParallel(evs []BlockEvent, ends, changedPerSeg []int) bool
 		return false
 	}
 	nb := 0
+	removes := ps.removes[:0]
 	for i := range evs {
-		if evs[i].Kind != Stored {
+		ev := &evs[i]
+		switch ev.Kind {
+		case Stored:
+		case Removed:
+			if ev.Partition.Scheme == "" || ev.Partition.Model == "" || ev.ReplicaID == "" {
+				break // skipped by either apply
+			}
+			pe := ix.m.parts[ev.Partition]
+			if pe == nil {
+				return false
+			}
+			k := 0
+			for k < len(removes) && removes[k].pe != pe {
+				k++
+			}
+			if k == len(removes) {
+				removes = append(removes, partRemoves{pe: pe})
+			}
+			removes[k].n += int64(len(ev.BlockHashes))
+		default:
 			return false
 		}
-		nb += len(evs[i].BlockHashes)
+		nb += len(ev.BlockHashes)
 	}
+	ps.removes = removes[:0]
 	if nb < parallelMinBlocks {
 		return false
+	}
+	for _, r := range removes {
+		if r.pe.res <= r.n {
+			return false // the batch could empty it
+		}
 	}
 	if mx := int64(ix.pol.Load().p.MaxResidencies); mx > 0 && ix.m.totalRes+int64(nb) > mx {
 		return false
@@ -131,6 +169,25 @@ func (ix *Index) applyParallel(evs []BlockEvent, ends, changedPerSeg []int) bool
 	ps.evs = resize(ps.evs, len(evs))
 	for i := range evs {
 		ev := &evs[i]
+		if ev.Kind == Removed {
+			// What applyRemoved resolves before its blocks.
+			if ev.Partition.Scheme == "" || ev.Partition.Model == "" || ev.ReplicaID == "" {
+				continue
+			}
+			pe := ix.m.parts[ev.Partition]
+			rep, ok := ix.m.reps.byID[ev.ReplicaID]
+			if pe == nil || !ok {
+				continue
+			}
+			ps.evs[i] = parEvent{pe: pe, rep: rep, repH: ix.m.reps.hashes[rep]}
+			pm := partMix(pe.id)
+			for _, h := range ev.BlockHashes {
+				mx := keyMixP(pm, h)
+				w := &ps.w[shardOf(mx)%nw]
+				w.items = append(w.items, parItem{mx: mx, h: h, ev: int32(i), removed: true})
+			}
+			continue
+		}
 		if !validStored(ev) {
 			continue
 		}
@@ -172,8 +229,10 @@ func (ix *Index) applyParallel(evs []BlockEvent, ends, changedPerSeg []int) bool
 		}
 	}
 
-	// Publish the counts, per event in event order (sums of
-	// non-negative deltas: the order does not change the outcome).
+	// Publish the counts event by event, in order: the same deltas in the
+	// same order as the sequential apply's commitCounts, so the counts
+	// pass through the same values (no partition reaches zero: checked
+	// above).
 	ix.metaMu.Lock()
 	seg := 0
 	for i := range evs {
@@ -224,7 +283,14 @@ func (ix *Index) runParWorker(w *parWorker) {
 			e := &ps.evs[it.ev]
 			si := shardOf(it.mx)
 			d := ix.lockW(si)
-			r, b, c := d.storeBlock(e.pe, e.rep, e.repH, it.h, it.mx, it.seen, it.cnt, it.cum)
+			var r, b int64
+			var c bool
+			if it.removed {
+				r, b = d.removeBlock(e.pe, e.rep, e.repH, it.h, it.mx)
+				c = r != 0
+			} else {
+				r, b, c = d.storeBlock(e.pe, e.rep, e.repH, it.h, it.mx, it.seen, it.cnt, it.cum)
+			}
 			ix.shards[si].mu.Unlock()
 			w.dRes[it.ev] += int32(r)
 			w.dBlk[it.ev] += int32(b)

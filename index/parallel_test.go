@@ -19,6 +19,13 @@ import (
 // REMOVED and CLEARED events (which send the batch to the sequential
 // apply).
 func parallelBatch(rng *rand.Rand, held *[]uint64, round int, kinds bool) []BlockEvent {
+	return parallelBatchRemoving(rng, held, round, kinds, false)
+}
+
+// parallelBatchRemoving is parallelBatch with, when removing, about one
+// event in six a REMOVED of held blocks (the engine evicting them), which
+// the parallel apply takes as long as no partition can empty.
+func parallelBatchRemoving(rng *rand.Rand, held *[]uint64, round int, kinds, removing bool) []BlockEvent {
 	parts := []Partition{vllm, {Scheme: "vllm", Model: "m2", Tenant: "t"}, {Scheme: "sglang", Model: "m", Adapter: "lora"}}
 	if round%3 == 2 { // a partition first seen in the middle of this batch
 		parts = append(parts, Partition{Scheme: "vllm", Model: fmt.Sprint("new-", round)})
@@ -48,6 +55,12 @@ func parallelBatch(rng *rand.Rand, held *[]uint64, round int, kinds bool) []Bloc
 		}
 		ev := BlockEvent{Kind: Stored, ReplicaID: rep, Partition: p, BlockHashes: hs, BlockTokenCounts: cs,
 			PrefixTokensBefore: uint32(rng.IntN(64)), ObservedAtMs: t0 + int64(round*1000+rng.IntN(3000))}
+		if removing && len(*held) > 0 && rng.IntN(6) == 0 {
+			ev.Kind = Removed
+			for i := range ev.BlockHashes {
+				ev.BlockHashes[i] = (*held)[rng.IntN(len(*held))]
+			}
+		}
 		switch rng.IntN(40) {
 		case 0:
 			ev.ReplicaID = ""
@@ -104,6 +117,7 @@ func TestApplyParallel_SameStateAsSequential(t *testing.T) {
 		viewOpen bool
 	}{
 		{"stored only", 0, false, false},
+		{"stored and removed", 0, false, false},
 		{"with removed and cleared", 0, true, false},
 		{"capacity bound reached", 60_000, false, false},
 		{"views open", 0, false, true},
@@ -119,7 +133,7 @@ func TestApplyParallel_SameStateAsSequential(t *testing.T) {
 			var held []uint64
 			var view *View
 			for round := range 40 {
-				evs := parallelBatch(rng, &held, round, c.kinds)
+				evs := parallelBatchRemoving(rng, &held, round, c.kinds, c.name == "stored and removed")
 				if c.viewOpen && round%10 == 3 {
 					seq.View().Release() // keep the epochs alike
 					view = par.View()
@@ -330,4 +344,39 @@ func BenchmarkApplyParallel(b *testing.B) {
 			})
 		}
 	}
+}
+
+// A batch whose REMOVED events could empty a partition goes to the
+// sequential apply: there the partition is dropped at that event and a
+// later STORED re-creates it under a new id, which places its blocks in
+// other shards.
+func TestApplyParallel_PartitionThatCouldEmptyIsSequential(t *testing.T) {
+	small := Partition{Scheme: "vllm", Model: "small"}
+	seq, par := New(testPolicy()), New(testPolicy())
+	par.SetApplyWorkers(2)
+	for _, ix := range []*Index{seq, par} {
+		ix.ApplyEvents([]BlockEvent{stored("r1", small, t0, 1, 2)})
+	}
+	var evs []BlockEvent
+	evs = append(evs, BlockEvent{Kind: Removed, ReplicaID: "r1", Partition: small, BlockHashes: []uint64{1, 2}})
+	for i := 0; i < 300; i++ { // enough blocks for a parallel batch
+		evs = append(evs, stored("r2", small, t0+1, uint64(100+4*i), uint64(101+4*i), uint64(102+4*i), uint64(103+4*i)))
+	}
+	idBefore := par.m.parts[small].id
+	seq.ApplyEvents(evs)
+	par.ApplyEvents(evs)
+	if par.ParallelBatches() != 0 {
+		t.Fatal("a batch that could empty a partition ran in parallel")
+	}
+	if par.m.parts[small].id == idBefore {
+		t.Fatal("the partition was not re-created: the case does not test the drop")
+	}
+	sameState(t, 0, seq, par)
+	// Without that REMOVED the same STORED events do run in parallel.
+	seq.ApplyEvents(evs[1:])
+	par.ApplyEvents(evs[1:])
+	if par.ParallelBatches() != 1 {
+		t.Fatalf("%d parallel batches, want 1", par.ParallelBatches())
+	}
+	sameState(t, 1, seq, par)
 }
