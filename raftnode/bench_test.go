@@ -147,14 +147,28 @@ func benchCallInto(evs []index.BlockEvent, hs []uint64, w, k int) []index.BlockE
 	now := time.Now().UnixMilli()
 	for e := range evs[:eventsPerCall] {
 		h := hs[e*blocksPerEv : (e+1)*blocksPerEv : (e+1)*blocksPerEv]
-		for i := range h {
-			h[i] = splitmix64(uint64(w)<<40 | uint64(k)<<16 | uint64(e)<<4 | uint64(i))
+		kind, kk, ee := index.Stored, k, e
+		if benchChurn && e >= eventsPerCall/2 && k >= churnLag {
+			// The engine evicts what this worker stored churnLag calls
+			// ago: the index stops growing.
+			kind, kk, ee = index.Removed, k-churnLag, e-eventsPerCall/2
 		}
-		evs[e] = index.BlockEvent{Kind: index.Stored, ReplicaID: benchReplicaIDs[w%16], Partition: benchPart,
+		for i := range h {
+			h[i] = splitmix64(uint64(w)<<40 | uint64(kk)<<16 | uint64(ee)<<4 | uint64(i))
+		}
+		evs[e] = index.BlockEvent{Kind: kind, ReplicaID: benchReplicaIDs[w%16], Partition: benchPart,
 			BlockHashes: h, BlockTokenCounts: benchCounts, ObservedAtMs: now}
 	}
 	return evs[:eventsPerCall]
 }
+
+// RAFTNODE_BENCH_CHURN=1: the steady state of a fleet whose caches are
+// full: once a worker has made churnLag calls, half of each call's events
+// are REMOVED of blocks it stored churnLag calls before, so the index
+// holds a constant ~256 × churnLag × 32 × 4 blocks instead of growing.
+var benchChurn = os.Getenv("RAFTNODE_BENCH_CHURN") != ""
+
+const churnLag = 16
 
 func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	benchOn(t)
