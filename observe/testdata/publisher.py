@@ -21,6 +21,7 @@ h|null, "token_ids": [...], "block_size": n, "lora_id": n|null, "medium":
 """
 import json
 import os
+import select
 import sys
 import time
 
@@ -59,7 +60,13 @@ def main():
     poller.register(router, zmq.POLLIN)
     poller.register(pub, zmq.POLLIN)
     while True:
-        for sock, _ in poller.poll():
+        ready = poller.poll(200)
+        if not ready and select.select([stdin_fd], [], [], 0)[0]:
+            # A readable stdin that zmq_poll did not report (seen once
+            # under load in CI: a command went unanswered for 30 s); the
+            # timeout makes such a miss cost at most 200 ms.
+            ready = [(stdin_fd, zmq.POLLIN)]
+        for sock, _ in ready:
             if sock is pub:
                 msg = pub.recv()
                 if msg[:1] == b"\x01":
