@@ -67,12 +67,22 @@ def main():
             # timeout makes such a miss cost at most 200 ms.
             ready = [(stdin_fd, zmq.POLLIN)]
         for sock, _ in ready:
+            # Non-blocking receives: XPUB can report POLLIN for a
+            # subscription it then filters (a duplicate, sent when a
+            # subscriber reconnects under load), and a blocking recv()
+            # there once left every later command unanswered.
             if sock is pub:
-                msg = pub.recv()
+                try:
+                    msg = pub.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    continue
                 if msg[:1] == b"\x01":
                     subscribed = True
             elif sock is router:
-                ident, _, start = router.recv_multipart()
+                try:
+                    ident, _, start = router.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    continue
                 start = int.from_bytes(start, "big")
                 for s, payload in buf:
                     if s >= start:
@@ -115,8 +125,11 @@ def main():
                         deadline = time.time() + 10
                         while not subscribed and time.time() < deadline:
                             if pub.poll(100):
-                                if pub.recv()[:1] == b"\x01":
-                                    subscribed = True
+                                try:
+                                    if pub.recv(zmq.NOBLOCK)[:1] == b"\x01":
+                                        subscribed = True
+                                except zmq.Again:
+                                    pass
                         if not subscribed:
                             print("error no subscriber", flush=True)
                             continue
