@@ -106,28 +106,41 @@ type healthSample struct {
 	applied uint64 // FSM applied index
 	commit  uint64 // max(raft's commit index, the leader's as last received)
 	contact bool   // leader, or heard from a leader since start
+	// commitKnown: this node is the leader or has received a leader's
+	// commit index (an AppendEntries; heartbeats carry none), so commit
+	// says what the cluster committed, not only what this node knows.
+	commitKnown bool
 }
 
 // lagTracker is the monitor's state: a pure function of the samples it is
 // given (and pending), so tests can drive it without a cluster.
 type lagTracker struct {
-	bootLast  uint64    // last log index found at start
-	caughtUp  bool      // applied the log found at start
-	contactAt time.Time // first leader contact seen (zero: none yet)
-	target    uint64    // a committed index whose apply is awaited (0: none)
-	targetAt  time.Time // when target was first seen committed
+	bootLast uint64 // last log index found at start
+	caughtUp bool   // applied the log found at start
+	// knownAt: first sample with a leader's commit index (zero: none
+	// yet). Heartbeats alone do not start the clock: a leader backing off
+	// from a node that was down sends it heartbeats but no entries (and
+	// no commit index) for up to ~10 s, and counting from the first
+	// heartbeat once let a restarted node call itself caught up with an
+	// empty index.
+	knownAt  time.Time
+	target   uint64    // a committed index whose apply is awaited (0: none)
+	targetAt time.Time // when target was first seen committed
 }
 
 // step returns the lag verdict for s: "", StaleCatchingUp or
 // StaleApplyLag. pending(from, to) reports whether an entry in (from, to]
 // is one the FSM applies (so the FSM lags behind it).
 func (t *lagTracker) step(s healthSample, maxStale time.Duration, pending func(from, to uint64) bool) string {
-	if s.contact && t.contactAt.IsZero() {
-		t.contactAt = s.now
+	if s.contact && s.commitKnown && t.knownAt.IsZero() {
+		t.knownAt = s.now
 	}
 	if !t.caughtUp {
-		if !s.contact || pending(s.applied, s.commit) ||
-			(s.commit < t.bootLast && s.now.Sub(t.contactAt) <= maxStale) {
+		// The log found at start may end in entries that were never
+		// committed (a new leader's log is shorter): after maxStaleness
+		// with a known commit index below it, stop waiting for them.
+		if !s.contact || t.knownAt.IsZero() || pending(s.applied, s.commit) ||
+			(s.commit < t.bootLast && s.now.Sub(t.knownAt) <= maxStale) {
 			return StaleCatchingUp
 		}
 		t.caughtUp = true
@@ -185,8 +198,11 @@ func (n *Node) healthLoop(t *lagTracker) {
 		}
 		// A follower's own commit index stops at its last log entry; the
 		// leader's says how much is committed that it has yet to apply.
-		s := healthSample{now: time.Now(), applied: n.fsm.AppliedIndex(), commit: max(n.raft.CommitIndex(), n.health.leaderCommit.Load())}
-		s.contact = n.raft.State() == raft.Leader || !n.raft.LastContact().IsZero()
+		lc := n.health.leaderCommit.Load()
+		s := healthSample{now: time.Now(), applied: n.fsm.AppliedIndex(), commit: max(n.raft.CommitIndex(), lc)}
+		leader := n.raft.State() == raft.Leader
+		s.contact = leader || !n.raft.LastContact().IsZero()
+		s.commitKnown = leader || lc > 0
 		n.health.setLag(t.step(s, n.fsm.Index().Policy().MaxStaleness, n.pending))
 		r := n.health.reason()
 		if r == last {
