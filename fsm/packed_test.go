@@ -18,21 +18,6 @@ import (
 	"github.com/inference-cache/inference-cache/policy"
 )
 
-// normalized is evs as a decoder returns them: empty block slices are nil.
-func normalized(evs []index.BlockEvent) []index.BlockEvent {
-	out := make([]index.BlockEvent, len(evs))
-	for i, e := range evs {
-		if len(e.BlockHashes) == 0 {
-			e.BlockHashes = nil
-		}
-		if len(e.BlockTokenCounts) == 0 {
-			e.BlockTokenCounts = nil
-		}
-		out[i] = e
-	}
-	return out
-}
-
 // decodeBoth decodes a one-command entry of format 2 through the fast
 // path and through proto.Unmarshal + prepareCommand.
 func decodeBoth(t *testing.T, cmd []byte) (fast, generic decodedCommand) {
@@ -73,7 +58,7 @@ func TestMarshalIngestPacked_DecodesToSameEvents(t *testing.T) {
 			t.Fatalf("case %d: CommandFormat %d", i, CommandFormat(cmd))
 		}
 		fast, generic := decodeBoth(t, cmd)
-		want := normalized(evs)
+		want := normEvents(evs)
 		for name, dc := range map[string]decodedCommand{"fast": fast, "generic": generic} {
 			if dc.err != nil || dc.pb != nil || dc.requestID != id {
 				t.Fatalf("case %d %s: err %v, pb %v, id %q", i, name, dc.err, dc.pb, dc.requestID)
@@ -338,7 +323,7 @@ func FuzzPackedDecode(f *testing.F) {
 		if fast.err != nil {
 			return
 		}
-		if !reflect.DeepEqual(normalized(generic.events), normalized(fast.events)) {
+		if !reflect.DeepEqual(normEvents(generic.events), normEvents(fast.events)) {
 			t.Fatalf("fast and generic decodes differ:\n%+v\n%+v", generic.events, fast.events)
 		}
 		again, err := MarshalIngestPacked(c.GetRequestId(), generic.events)
@@ -346,7 +331,7 @@ func FuzzPackedDecode(f *testing.F) {
 			t.Fatalf("a decoded command does not re-encode: %v", err)
 		}
 		re, _ := decodeBoth(t, again)
-		if re.err != nil || !reflect.DeepEqual(normalized(generic.events), normalized(re.events)) {
+		if re.err != nil || !reflect.DeepEqual(normEvents(generic.events), normEvents(re.events)) {
 			t.Fatalf("re-encoded command decodes differently: %v", re.err)
 		}
 	})
