@@ -2,13 +2,11 @@ package api
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -26,24 +24,13 @@ import (
 // PERMISSION_DENIED) behind auth.
 func authServer(t *testing.T, auth *Auth) *grpc.ClientConn {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(auth.ServerOptions()...)
-	pb.RegisterInferenceCacheServer(gs, newSvc(&fakeNode{lookup: match}, nil))
-	pb.RegisterClusterServer(gs, pb.UnimplementedClusterServer{})
-	forwardpb.RegisterForwardServer(gs, forwardpb.UnimplementedForwardServer{})
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	reflection.Register(gs)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return cc
+	return grpcServer(t, auth.ServerOptions(), func(gs *grpc.Server) {
+		pb.RegisterInferenceCacheServer(gs, newSvc(&fakeNode{lookup: match}, nil))
+		pb.RegisterClusterServer(gs, pb.UnimplementedClusterServer{})
+		forwardpb.RegisterForwardServer(gs, forwardpb.UnimplementedForwardServer{})
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+		reflection.Register(gs)
+	})
 }
 
 // call invokes method (unary or stream) with an empty request and
