@@ -294,19 +294,59 @@ func TestApplyParallel_WorkerPanicReachesWriter(t *testing.T) {
 	ix.ApplyEvents(evs)
 }
 
+// A worker that panics while it holds a shard's write lock releases it:
+// lookups, snapshots and the node's shutdown must not hang on that shard
+// after the FSM has stopped applying.
+func TestApplyParallel_PanicReleasesShardLock(t *testing.T) {
+	ix := New(testPolicy())
+	ix.SetApplyWorkers(2)
+	rng := rand.New(rand.NewPCG(5, 5))
+	var held []uint64
+	evs := parallelBatch(rng, &held, 0, false)
+	var calls atomic.Int32
+	testLockedHook = func() {
+		if calls.Add(1) == 10 {
+			panic("injected")
+		}
+	}
+	defer func() { testLockedHook = nil }()
+	func() {
+		defer func() {
+			if p, ok := recover().(ParallelPanic); !ok || p.Value != "injected" {
+				t.Fatalf("recovered %v, want the injected ParallelPanic", p)
+			}
+		}()
+		ix.ApplyEvents(evs)
+	}()
+	if calls.Load() < 10 {
+		t.Fatalf("hook ran %d times: the panic was not injected under a lock", calls.Load())
+	}
+	for si := range ix.shards {
+		if !ix.shards[si].mu.TryLock() {
+			t.Fatalf("shard %d is still write-locked after the worker panicked", si)
+		}
+		ix.shards[si].mu.Unlock()
+	}
+}
+
 // BenchmarkApplyParallel applies entry-sized batches (3,200 STORED events
 // of 4 blocks, what one group-commit entry holds) into a 1 M index with 1
 // and 2 apply workers: wall time per block, the writer's apply throughput.
 func BenchmarkApplyParallel(b *testing.B) {
 	const events, perEvent = 3200, 4
 	counts := []uint32{16, 16, 16, 16}
-	for _, mode := range []string{"new", "refresh"} {
+	// new: every block is new (the index grows); refresh: every block is
+	// already held; churn: half the events store new blocks and half are
+	// REMOVED of the oldest held ones, as on a fleet whose caches are full
+	// (the index keeps its size; deletes dominate the table work).
+	for _, mode := range []string{"new", "refresh", "churn"} {
 		for _, workers := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/workers=%d", mode, workers), func(b *testing.B) {
 				rng := rand.New(rand.NewPCG(7, 7))
 				ix := New(benchPolicy())
 				ix.SetApplyWorkers(workers)
 				var held []uint64
+				var heldRep []int // the replica of each group of perEvent held blocks
 				now := t0
 				for ix.Sizes().Residencies < 1_000_000 {
 					now++
@@ -317,6 +357,7 @@ func BenchmarkApplyParallel(b *testing.B) {
 					evs := make([]BlockEvent, 0, len(ch)/perEvent)
 					for j := 0; j < len(ch); j += perEvent {
 						evs = append(evs, storeEvent(j%benchReplicas, ch[j:j+perEvent], counts, now))
+						heldRep = append(heldRep, j%benchReplicas)
 					}
 					ix.ApplyEvents(evs)
 					held = append(held, ch...)
@@ -328,17 +369,37 @@ func BenchmarkApplyParallel(b *testing.B) {
 					b.StopTimer()
 					now++
 					for j := range hs {
-						if mode == "new" {
+						switch {
+						case mode == "new" || mode == "churn" && j < len(hs)/2:
 							hs[j] = rng.Uint64()
-						} else {
+						case mode == "churn":
+							hs[j] = held[j-len(hs)/2] // the oldest held blocks
+						default:
 							hs[j] = held[rng.IntN(len(held))]
 						}
 					}
 					for e := range evs {
 						evs[e] = storeEvent(e%benchReplicas, hs[e*perEvent:(e+1)*perEvent], counts, now)
+						if mode == "churn" && e >= events/2 {
+							evs[e].Kind, evs[e].ReplicaID = Removed, replicaName(heldRep[e-events/2])
+						}
+					}
+					if mode == "churn" {
+						// Removed blocks leave the front; new ones join the
+						// back with the replica that stored them.
+						held = append(held[len(hs)/2:], hs[:len(hs)/2]...)
+						heldRep = heldRep[events/2:]
+						for e := range events / 2 {
+							heldRep = append(heldRep, e%benchReplicas)
+						}
 					}
 					b.StartTimer()
 					ix.ApplyEvents(evs)
+				}
+				if mode == "churn" {
+					if r := ix.Sizes().Residencies; r > len(held) {
+						b.Fatalf("%d residencies for %d held blocks: REMOVED events missed", r, len(held))
+					}
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*events*perEvent), "ns/block")
 			})

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,8 +99,35 @@ func cpuTime() time.Duration {
 const (
 	eventsPerCall = 64
 	blocksPerEv   = 4
-	benchDuration = 5 * time.Second
 )
+
+// benchDuration is the measured window (RAFTNODE_BENCH_SECONDS, default
+// 5). benchWarmup (RAFTNODE_BENCH_WARMUP_SECONDS, default 0) runs the
+// same load first without counting it: the process's heap grows to its
+// working size then, and each page it touches for the first time costs
+// ~10 µs on this machine's VM (BENCHMARKS.md, Round 6), which a node
+// that has run for a while no longer pays.
+var (
+	benchDuration = time.Duration(envInt("RAFTNODE_BENCH_SECONDS", 5)) * time.Second
+	benchWarmup   = time.Duration(envInt("RAFTNODE_BENCH_WARMUP_SECONDS", 0)) * time.Second
+)
+
+// minorFaults is the process's minor page faults so far
+// (/proc/self/stat field 10): anonymous memory touched for the first time
+// and file pages (bbolt's mmap) mapped in.
+func minorFaults() int64 {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; fields count from ')'.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 8 {
+		return 0
+	}
+	v, _ := strconv.ParseInt(f[7], 10, 64)
+	return v
+}
 
 // benchWorkers: concurrent Ingest callers on the leader (default 256;
 // RAFTNODE_BENCH_WORKERS overrides). By Little's law the offered load caps
@@ -193,13 +221,15 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	// pre-encode nothing: the caller path (encode, group commit, raft,
 	// fsync, replicate, apply on the leader) is what is measured
 	var events atomic.Int64
+	var measuring atomic.Bool
+	measuring.Store(benchWarmup == 0)
 	var mu sync.Mutex
 	var lat []time.Duration
-	ctx, cancel := context.WithTimeout(context.Background(), benchDuration)
+	ctx, cancel := context.WithTimeout(context.Background(), benchWarmup+benchDuration)
 	defer cancel()
 	var wg sync.WaitGroup
 	term0 := c.Nodes[l].Status().Term
-	cpu0, rq0 := cpuTime(), runQueueWait()
+	cpu0, rq0, flt0 := cpuTime(), runQueueWait(), minorFaults()
 	start := time.Now()
 	for w := 0; w < benchWorkers; w++ {
 		wg.Add(1)
@@ -215,17 +245,40 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				my = append(my, time.Since(t0))
-				events.Add(eventsPerCall)
+				if measuring.Load() {
+					my = append(my, time.Since(t0))
+					events.Add(eventsPerCall)
+				}
 			}
 			mu.Lock()
 			lat = append(lat, my...)
 			mu.Unlock()
 		}()
 	}
+	if benchWarmup > 0 {
+		time.Sleep(benchWarmup)
+		cpu0, rq0, flt0 = cpuTime(), runQueueWait(), minorFaults()
+		start = time.Now()
+		measuring.Store(true)
+		t.Logf("cluster: %v of warm-up done, measuring %v", benchWarmup, benchDuration)
+	}
+	// RAFTNODE_BENCH_CPUPROFILE=file profiles the measured window only
+	// (-test.cpuprofile would include the warm-up).
+	if path := os.Getenv("RAFTNODE_BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	wg.Wait()
+	pprof.StopCPUProfile()
 	el := time.Since(start)
-	cpu, rq := cpuTime()-cpu0, runQueueWait()-rq0
+	cpu, rq, flt := cpuTime()-cpu0, runQueueWait()-rq0, minorFaults()-flt0
 	if st := c.Nodes[l].Status(); st.Term != term0 || st.State != "Leader" {
 		// on a starved machine FastTiming elections can fire; entries
 		// and calls/entry below then cover only this node's terms
@@ -247,6 +300,8 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	}
 	t.Logf("cluster: %d callers; process CPU %.2f s = %.2f cores busy of %d; threads runnable but waiting for a CPU %.2f s; %.0f block events per CPU-second (all 3 nodes apply every event in this process); load %s",
 		benchWorkers, cpu.Seconds(), cpu.Seconds()/el.Seconds(), runtimeNumCPU(), rq.Seconds(), float64(events.Load())/cpu.Seconds(), loadAvg())
+	t.Logf("cluster: %d minor page faults in the measured window (~%.0f MiB of memory touched for the first time or of file pages mapped)",
+		flt, float64(flt)*float64(os.Getpagesize())/(1<<20))
 
 	// Baseline: the same entry bytes appended to one raft-boltdb store
 	// (same bbolt options, fsync on), 256 entries per StoreLogs like

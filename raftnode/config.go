@@ -47,8 +47,14 @@ const (
 	// Bounded so one entry never stalls replication of others for long.
 	DefaultGroupCommitMaxBytes = 4 << 20
 	// logCacheSize is the number of recent log entries raft.NewLogCache
-	// keeps in memory so replication to followers rarely reads bbolt.
-	logCacheSize = 1024
+	// keeps in memory so replication to followers rarely reads bbolt: one
+	// full AppendEntries batch (maxAppendEntries). The cache holds whole
+	// entries, so under load it costs up to logCacheSize ×
+	// entryTargetBytes (64 MiB) per node; at 1,024 it held 256 MiB, and
+	// a 3-node process spent its time touching fresh heap pages as the
+	// caches filled (BENCHMARKS.md, Round 6: +15 % ingest in steady state
+	// at 256).
+	logCacheSize = 256
 	// maxAppendEntries: entries per AppendEntries RPC and per leader
 	// batch from BatchApplyCh (raft caps it at 1024).
 	maxAppendEntries = 256
