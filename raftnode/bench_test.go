@@ -41,27 +41,6 @@ func benchOn(t *testing.T) {
 	t.Logf("machine: %d CPUs, load average %s; first touch of fresh memory: %s", runtimeNumCPU(), loadAvg(), firstTouchCost())
 }
 
-// firstTouchCost measures what touching a fresh anonymous page costs
-// here (the page fault and, in a VM, the host backing the page): a heap
-// that is still growing pays it for every new page, which can dwarf the
-// work being measured (BENCHMARKS.md, Round 6).
-func firstTouchCost() string {
-	const size = 64 << 20
-	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-	if err != nil {
-		return "not measured: " + err.Error()
-	}
-	defer syscall.Munmap(b)
-	page := os.Getpagesize()
-	t0 := time.Now()
-	for i := 0; i < size; i += page {
-		b[i] = 1
-	}
-	d := time.Since(t0)
-	return fmt.Sprintf("%.2f µs per %d KiB page (%.0f ms per 100 MiB)",
-		float64(d.Nanoseconds())/1e3/float64(size/page), page>>10, d.Seconds()*1e3*100/64)
-}
-
 // envInt reads a positive integer knob (RAFTNODE_BENCH_WORKERS, …).
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -251,6 +230,7 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	var wg sync.WaitGroup
 	term0 := c.Nodes[l].Status().Term
 	cpu0, rq0, flt0 := cpuTime(), runQueueWait(), minorFaults()
+	nm0 := nodeMetrics(c)
 	start := time.Now()
 	for w := 0; w < benchWorkers; w++ {
 		wg.Add(1)
@@ -279,25 +259,30 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	if benchWarmup > 0 {
 		time.Sleep(benchWarmup)
 		cpu0, rq0, flt0 = cpuTime(), runQueueWait(), minorFaults()
+		nm0 = nodeMetrics(c)
 		start = time.Now()
 		measuring.Store(true)
 		t.Logf("cluster: %v of warm-up done, measuring %v", benchWarmup, benchDuration)
 	}
 	// RAFTNODE_BENCH_CPUPROFILE=file profiles the measured window only
-	// (-test.cpuprofile would include the warm-up).
+	// (-test.cpuprofile would include the warm-up). The callers are
+	// running: a failure here is reported, not fatal.
+	profiling := false
 	if path := os.Getenv("RAFTNODE_BENCH_CPUPROFILE"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
+		if f, err := os.Create(path); err != nil {
+			t.Errorf("RAFTNODE_BENCH_CPUPROFILE: %v", err)
+		} else if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			t.Errorf("RAFTNODE_BENCH_CPUPROFILE: %v (is -test.cpuprofile set too?)", err)
+		} else {
+			profiling = true
+			defer f.Close()
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			t.Fatal(err)
-		}
-		defer pprof.StopCPUProfile()
 	}
 	wg.Wait()
-	pprof.StopCPUProfile()
+	if profiling {
+		pprof.StopCPUProfile()
+	}
 	el := time.Since(start)
 	cpu, rq, flt := cpuTime()-cpu0, runQueueWait()-rq0, minorFaults()-flt0
 	if st := c.Nodes[l].Status(); st.Term != term0 || st.State != "Leader" {
@@ -306,17 +291,28 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 		t.Logf("cluster: leadership changed during the run (term %d → %d, node %s now %s, %d retries)",
 			term0, st.Term, c.Nodes[l].ID, st.State, c.Nodes[l].Metrics().Retries)
 	}
+	if len(lat) == 0 {
+		t.Fatal("no call completed in the measured window")
+	}
 	slices.Sort(lat)
-	m := c.Nodes[l].Metrics()
+	// Entry and append counts of the measured window only.
+	nm := nodeMetrics(c)
+	for i := range nm {
+		nm[i].Entries -= nm0[i].Entries
+		nm[i].EntryCommands -= nm0[i].EntryCommands
+		nm[i].LogAppends -= nm0[i].LogAppends
+		nm[i].LogAppendEntries -= nm0[i].LogAppendEntries
+	}
+	m := nm[l]
 	rate := float64(events.Load()) / el.Seconds()
 	entryBytes := approxEntryBytes(t, int(m.EntryCommands/max(m.Entries, 1)), c.Nodes[l].Status().WriteFormat)
 	t.Logf("cluster (%d nodes): %d events in %v = %.0f block events/s (%d blocks each); %d entries, %.1f calls/entry; commit latency p50 %v p99 %v",
-		nodes, events.Load(), el.Round(time.Millisecond), rate, blocksPerEv, m.Entries, float64(m.EntryCommands)/float64(m.Entries),
+		nodes, events.Load(), el.Round(time.Millisecond), rate, blocksPerEv, m.Entries, float64(m.EntryCommands)/float64(max(m.Entries, 1)),
 		lat[len(lat)/2], lat[len(lat)*99/100])
-	for _, nd := range c.Nodes {
-		if nm := nd.Metrics(); nm.LogAppends > 0 {
+	for i, nd := range c.Nodes {
+		if nm[i].LogAppends > 0 {
 			t.Logf("cluster: node %s (%s): %d log appends, %.1f entries per append (bbolt transaction)",
-				nd.ID, nd.Status().State, nm.LogAppends, float64(nm.LogAppendEntries)/float64(nm.LogAppends))
+				nd.ID, nd.Status().State, nm[i].LogAppends, float64(nm[i].LogAppendEntries)/float64(nm[i].LogAppends))
 		}
 	}
 	t.Logf("cluster: %d callers; process CPU %.2f s = %.2f cores busy of %d; threads runnable but waiting for a CPU %.2f s; %.0f block events per CPU-second (all 3 nodes apply every event in this process); load %s",
@@ -354,6 +350,15 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	bRate := float64(bEvents) / time.Since(bStart).Seconds()
 	t.Logf("baseline: single-node batched bbolt append of the same entries (%d bytes, %d events each): %.0f block events/s; ratio cluster/baseline %.2f",
 		len(entry), perEntryEvents, bRate, rate/bRate)
+}
+
+// nodeMetrics is every node's counters now, in c.Nodes order.
+func nodeMetrics(c *clustertest.Cluster) []raftnode.Metrics {
+	out := make([]raftnode.Metrics, len(c.Nodes))
+	for i, nd := range c.Nodes {
+		out[i] = nd.Metrics()
+	}
+	return out
 }
 
 // approxEntryBytes is an entry of calls bench calls in the format the
