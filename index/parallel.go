@@ -15,10 +15,10 @@ import (
 //     validation, replica interning and partition creation (both assign
 //     ids in order of first use), partition and replica lookups.
 //   - Each worker owns the shards s with s % workers == k and applies their
-//     blocks in event order with the same code (storeBlock, removeBlock),
-//     so every shard sees the same sequence of changes as in the
-//     sequential apply and ends byte-identical (slot positions, slabs,
-//     digest).
+//     blocks shard by shard, each shard's in event order (sortByShard),
+//     with the same code (storeBlock, removeBlock), so every shard sees
+//     the same sequence of changes as in the sequential apply and ends
+//     byte-identical (slot positions, slabs, digest).
 //   - Count deltas are collected per event and published after the
 //     workers finish, event by event in order, so the counts pass through
 //     the same values as in the sequential apply.
