@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -205,17 +206,38 @@ func (n *Node) Backup(w io.Writer) error {
 // The leader installs it with Raft's user restore (a new snapshot at an
 // index past its log, shipped to every follower by InstallSnapshot), then
 // commits a RestoreMark command. Returns that command's index.
+//
+// Until a leader is known nothing has been read from r, so an election in
+// progress is waited out like a write's: ErrNoLeader / ErrNotLeader are
+// retried with jitter for at most Config.WriteRetry. Once the stream has
+// gone to a leader that then loses leadership, the error is returned (r
+// cannot be read again; the caller re-sends the file).
 func (n *Node) Restore(ctx context.Context, r io.Reader) (uint64, error) {
-	if n.raft.State() == raft.Leader {
-		return n.restoreLocal(ctx, r)
-	}
-	c, _, err := n.leaderClient()
-	if err != nil {
-		return 0, err
-	}
-	st, err := c.Restore(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrForward, err)
+	var st forwardpb.Forward_RestoreClient
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.WriteRetry)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		if n.raft.State() == raft.Leader {
+			return n.restoreLocal(ctx, r)
+		}
+		c, _, err := n.leaderClient()
+		if err == nil {
+			if st, err = c.Restore(ctx); err == nil {
+				break
+			}
+			err = fmt.Errorf("%w: %v", ErrForward, err)
+		}
+		if !retriable(err) {
+			return 0, err
+		}
+		n.metrics.retries.Add(1)
+		select {
+		case <-time.After(time.Duration(10+rand.IntN(40)) * time.Millisecond * time.Duration(min(attempt+1, 5))):
+		case <-wctx.Done():
+			return 0, fmt.Errorf("%w: restore: gave up after %d attempts: %w", ErrTimeout, attempt+1, err)
+		case <-n.shutdownCh:
+			return 0, ErrShutdown
+		}
 	}
 	buf := make([]byte, 1<<20)
 	for {
@@ -272,8 +294,13 @@ func (n *Node) restoreLocal(ctx context.Context, r io.Reader) (uint64, error) {
 		return 0, fmt.Errorf("raftnode: restore: %w", translate(err))
 	}
 	n.log.Warn("raftnode: cluster restored from backup", "backup_index", meta.AppliedIndex, "residencies", meta.Sizes.Residencies, "bytes", size)
+	// The state is restored: the mark goes through the ordinary write
+	// path, so a leadership change right after the restore (its
+	// InstallSnapshots can delay heartbeats) retries it on the new leader
+	// under the same request id instead of failing a restore that
+	// happened.
 	cmd, _ := fsm.MarshalCommand(fsm.RestoreMarkCommand(n.NewRequestID(), meta.AppliedIndex, meta.Digest))
-	res, err := n.submitLocal(ctx, cmd)
+	res, err := n.submitEncoded(ctx, cmd)
 	if err != nil && !errors.Is(err, ErrRejected) {
 		return 0, err
 	}

@@ -453,6 +453,39 @@ func TestCleanupBudget(t *testing.T) {
 	}
 }
 
+// A restore sent to a follower while the leader has just died waits out
+// the election (nothing of the stream is read before a leader is known)
+// instead of failing at once with no leader or an unreachable old leader.
+func TestRestore_WaitsOutAnElection(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	now := time.Now().UnixMilli()
+	idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 8, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := assertSameDigest(t, c, idx)
+	f := follower(c, l)
+	var backup bytes.Buffer
+	if err := c.Nodes[f].Backup(&backup); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", 1000, 8, now)); err != nil {
+		t.Fatal(err)
+	}
+	c.Kill(l)
+	start := time.Now()
+	idx, err = c.Nodes[f].Restore(c.Ctx(20*time.Second), bytes.NewReader(backup.Bytes()))
+	if err != nil {
+		t.Fatalf("restore right after the leader died: %v", err)
+	}
+	t.Logf("restore committed at index %d, %v after the leader was killed", idx, time.Since(start).Round(time.Millisecond))
+	if d := assertSameDigest(t, c, idx); d != want {
+		t.Fatalf("digest after restore %x, backup %x", d, want)
+	}
+}
+
 func TestBackupRestore_WholeClusterAndBadFilesRefused(t *testing.T) {
 	c := clustertest.New(t, 3, noExpire)
 	c.StartAll()

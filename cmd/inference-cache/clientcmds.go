@@ -414,7 +414,14 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show each node's Raft state, leader, indexes and members",
 		Long: `Calls Cluster.Status on every --addr and prints one row per node (state,
 leader, term, applied and commit index, last leader contact, digest), then the
-membership as seen by the first node that answered.`,
+membership as seen by the first node that answered.
+
+The index digest is printed with the applied index it was computed at
+(DIGEST@INDEX, hex; in --json it is "digest" with its "applied_index", the
+digest in decimal). Status and digest are two calls, so under load APPLIED
+and the digest's index can differ: compare digests of nodes only at equal
+digest indexes. The applied index rises by one every expire interval (10 s)
+even without writes: the leader commits an expire command.`,
 		Example: `  inference-cache status
   inference-cache status --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 --json`,
 		Args: cobra.NoArgs,
@@ -467,7 +474,7 @@ membership as seen by the first node that answered.`,
 				return enc.Encode(out)
 			}
 			w := table(cmd.OutOrStdout())
-			fmt.Fprintln(w, "ADDR\tNODE\tSTATE\tLEADER\tTERM\tAPPLIED\tCOMMIT\tLAST CONTACT MS\tDIGEST")
+			fmt.Fprintln(w, "ADDR\tNODE\tSTATE\tLEADER\tTERM\tAPPLIED\tCOMMIT\tLAST CONTACT MS\tDIGEST@INDEX")
 			var members []*pb.Member
 			failed := 0
 			for _, r := range rows {
@@ -477,7 +484,7 @@ membership as seen by the first node that answered.`,
 					continue
 				}
 				s := r.st
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%016x\n", r.addr, s.NodeId, s.State, s.LeaderId, s.Term, s.AppliedIndex, s.CommitIndex, s.LastLeaderContactMs, r.digest.Digest)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%016x@%d\n", r.addr, s.NodeId, s.State, s.LeaderId, s.Term, s.AppliedIndex, s.CommitIndex, s.LastLeaderContactMs, r.digest.Digest, r.digest.AppliedIndex)
 				if members == nil {
 					members = s.Members
 				}
