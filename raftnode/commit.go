@@ -437,6 +437,11 @@ type Metrics struct {
 	// log's last bbolt leaf, so the write amplification of large entries
 	// is about (3 + ratio) / ratio (raftnode/DESIGN.md).
 	LogAppends, LogAppendEntries uint64
+	// LogAppendBytes: bytes of entry data appended to the local log since
+	// start. SnapshotsByLogBytes: snapshots this node took because
+	// Config.SnapshotLogBytes of them had been appended since the last
+	// one (Snapshots counts every snapshot).
+	LogAppendBytes, SnapshotsByLogBytes uint64
 	// PackedCommands: packed ingest commands (fsm.MarshalIngestPacked)
 	// this node put into log entries of format 2 as leader. Stays 0 until
 	// every server advertises that it applies format 2 (writegate.go).
@@ -457,6 +462,9 @@ type metrics struct {
 	lastSnapshotNanos                       atomic.Uint64
 	logAppends, logAppendEntries            atomic.Uint64
 	packedCommands, packedConverted         atomic.Uint64
+	// logAppendBytes: entry bytes appended to the local log since start;
+	// snapBase: its value at the last snapshot (snapshotbytes.go).
+	logAppendBytes, snapBase, snapshotsByBytes atomic.Uint64
 }
 
 // Metrics returns the counters.
@@ -472,5 +480,6 @@ func (n *Node) Metrics() Metrics {
 		LastSnapshotTime: time.Duration(m.lastSnapshotNanos.Load()),
 		LogAppends:       m.logAppends.Load(), LogAppendEntries: m.logAppendEntries.Load(),
 		PackedCommands: m.packedCommands.Load(), PackedConverted: m.packedConverted.Load(),
+		LogAppendBytes: m.logAppendBytes.Load(), SnapshotsByLogBytes: m.snapshotsByBytes.Load(),
 	}
 }

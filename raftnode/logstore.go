@@ -2,8 +2,8 @@ package raftnode
 
 import "github.com/hashicorp/raft"
 
-// countingLogStore counts the appends to the local log (Metrics.LogAppends
-// and LogAppendEntries) and reports each append's outcome to the node's
+// countingLogStore counts the appends to the local log (Metrics.LogAppends,
+// LogAppendEntries and LogAppendBytes) and reports each append's outcome to the node's
 // health (a failing append marks reads stale, health.go). It sits under
 // raft.NewLogCache, so it sees every append and no cached read.
 type countingLogStore struct {
@@ -15,6 +15,7 @@ type countingLogStore struct {
 func (s countingLogStore) StoreLog(l *raft.Log) error {
 	s.m.logAppends.Add(1)
 	s.m.logAppendEntries.Add(1)
+	s.m.logAppendBytes.Add(uint64(len(l.Data)))
 	err := s.LogStore.StoreLog(l)
 	s.h.appendDone(err)
 	return err
@@ -23,6 +24,11 @@ func (s countingLogStore) StoreLog(l *raft.Log) error {
 func (s countingLogStore) StoreLogs(ls []*raft.Log) error {
 	s.m.logAppends.Add(1)
 	s.m.logAppendEntries.Add(uint64(len(ls)))
+	var b uint64
+	for _, l := range ls {
+		b += uint64(len(l.Data))
+	}
+	s.m.logAppendBytes.Add(b)
 	err := s.LogStore.StoreLogs(ls)
 	s.h.appendDone(err)
 	return err

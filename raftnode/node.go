@@ -143,6 +143,7 @@ func New(cfg Config) (*Node, error) {
 			},
 			OnSnapshot: func(b int64, d time.Duration, err error) {
 				if err == nil {
+					n.snapshotDone()
 					n.metrics.snapshots.Add(1)
 					n.metrics.lastSnapshotBytes.Store(uint64(b))
 					n.metrics.lastSnapshotNanos.Store(uint64(d))
@@ -247,7 +248,8 @@ func New(cfg Config) (*Node, error) {
 	if err := n.startGossip(); err != nil {
 		return nil, err
 	}
-	n.wg.Add(6)
+	n.wg.Add(7)
+	go n.snapshotByBytes()
 	go n.healthLoop(lt)
 	go n.leaderLoop(notify)
 	go n.batcher()
@@ -278,6 +280,9 @@ func (c *Config) fill() error {
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if c.SnapshotLogBytes == 0 {
+		c.SnapshotLogBytes = DefaultSnapshotLogBytes
 	}
 	if c.SnapshotInterval == 0 {
 		c.SnapshotInterval = DefaultSnapshotInterval
