@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,7 +71,9 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three server processes")
 	}
-	var extra []string
+	// Two apply workers whatever the machine's CPU count, so a large
+	// batch takes the parallel apply (MetricsCountParallelApplyAndLogBytes).
+	extra := []string{"--apply-workers", "2"}
 	if d := modelsDir(); d != "" {
 		extra = append(extra, "--models-dir", d)
 	}
@@ -140,6 +144,7 @@ func TestCluster(t *testing.T) {
 	t.Run("EveryReasonCode", func(t *testing.T) { checkReasonCodes(t, c) })
 	t.Run("BadRequests", func(t *testing.T) { checkBadRequests(t, c) })
 	t.Run("CLI", func(t *testing.T) { checkCLI(t, c) })
+	t.Run("MetricsCountParallelApplyAndLogBytes", func(t *testing.T) { checkParallelMetrics(t, c) })
 	t.Run("LeaderKilledUnderLookupLoad", func(t *testing.T) { checkFailover(t, c) })
 }
 
@@ -598,6 +603,43 @@ func checkCLI(t *testing.T, c *cluster) {
 	for _, p := range c.procs {
 		if r := lookup(t, p, lookupReq(tenant, chainA)); r.ReasonCode != pb.ReasonCode_PREFIX_MATCH {
 			t.Errorf("%s after restore: %v", p.id, r)
+		}
+	}
+}
+
+// checkParallelMetrics ingests one batch large enough for the parallel
+// apply (≥ 1,024 blocks, into a partition that exists) and reads every
+// node's /metrics: each applied it on several workers and counts the log
+// bytes it appended.
+func checkParallelMetrics(t *testing.T, c *cluster) {
+	ctx, cancel := ctxT(20 * time.Second)
+	defer cancel()
+	if _, err := c.procs[0].ic.Ingest(ctx, &pb.IngestRequest{Events: []*pb.BlockEvent{stored("r-par-0", "t-par", toks(300000, 16))}}); err != nil {
+		t.Fatal(err)
+	}
+	var big []*pb.BlockEvent
+	for i := 0; i < 160; i++ { // 160 events × 8 blocks
+		big = append(big, stored(fmt.Sprintf("r-par-%d", i%4), "t-par", toks(400000+1000*i, 128)))
+	}
+	if r, err := c.procs[0].ic.Ingest(ctx, &pb.IngestRequest{Events: big}); err != nil || r.Accepted != 160 {
+		t.Fatalf("large ingest: %v %v", r, err)
+	}
+	c.waitSameDigest(10*time.Second, c.procs...)
+	for _, p := range c.procs {
+		resp, err := http.Get("http://" + p.http + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, name := range []string{"inferencecache_apply_parallel_batches_total", "inferencecache_raft_log_appended_bytes_total"} {
+			m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(body)
+			if m == nil {
+				t.Fatalf("%s: no %s in /metrics", p.id, name)
+			}
+			if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || v < 1 {
+				t.Errorf("%s: %s = %s, want ≥ 1", p.id, name, m[1])
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package index
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // Parallel apply of STORED and REMOVED batches. One writer goroutine
@@ -56,9 +57,9 @@ func (ix *Index) SetApplyWorkers(n int) {
 type ParallelPanic struct{ Value any }
 
 // ParallelBatches is how many ApplyEvents/ApplyEventSegments batches ran
-// on several goroutines since the index was made (writer only, or after
-// the writer has stopped: for metrics and tests).
-func (ix *Index) ParallelBatches() uint64 { return ix.par.batches }
+// on several goroutines since the index was made (any goroutine: for
+// metrics and tests).
+func (ix *Index) ParallelBatches() uint64 { return ix.par.batches.Load() }
 
 // parItem is one block of a STORED event, resolved on the writer.
 type parItem struct {
@@ -101,7 +102,7 @@ type parState struct {
 	evs     []parEvent
 	w       []parWorker
 	removes []partRemoves
-	batches uint64 // batches applied in parallel (for tests)
+	batches atomic.Uint64 // batches applied in parallel (metrics, tests)
 }
 
 // applyParallel applies evs with ix.par.workers goroutines, counting
@@ -157,7 +158,7 @@ func (ix *Index) applyParallel(evs []BlockEvent, ends, changedPerSeg []int) bool
 
 	// Writer, in event order: what the sequential apply does outside the
 	// shards before each event's blocks.
-	ps.batches++
+	ps.batches.Add(1)
 	nw := ps.workers
 	if len(ps.w) != nw {
 		ps.w = make([]parWorker, nw)

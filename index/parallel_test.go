@@ -138,7 +138,7 @@ func TestApplyParallel_SameStateAsSequential(t *testing.T) {
 					seq.View().Release() // keep the epochs alike
 					view = par.View()
 				}
-				before := par.par.batches
+				before := par.ParallelBatches()
 				// par takes the batch in one call, cut into segments (as
 				// the FSM passes an entry's commands); seq applies the
 				// segments one call each.
@@ -160,14 +160,14 @@ func TestApplyParallel_SameStateAsSequential(t *testing.T) {
 					view.Release()
 					view = nil
 				}
-				ran := par.par.batches > before
+				ran := par.ParallelBatches() > before
 				if ran && (c.kinds || view != nil) {
 					t.Fatalf("round %d: a batch the parallel apply must not take ran in parallel", round)
 				}
 				sameState(t, round, seq, par)
 			}
-			t.Logf("%d of 40 batches ran in parallel; %d residencies", par.par.batches, par.Sizes().Residencies)
-			if !c.kinds && par.par.batches == 0 {
+			t.Logf("%d of 40 batches ran in parallel; %d residencies", par.ParallelBatches(), par.Sizes().Residencies)
+			if !c.kinds && par.ParallelBatches() == 0 {
 				t.Fatal("no batch ran in parallel: the test compared nothing")
 			}
 			if c.maxRes > 0 && par.Sizes().Residencies > int(c.maxRes) {
@@ -202,7 +202,7 @@ func TestApplyParallel_ConcurrentLookups(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
-	if ix.par.batches == 0 {
+	if ix.ParallelBatches() == 0 {
 		t.Fatal("no batch ran in parallel")
 	}
 }

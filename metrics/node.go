@@ -32,6 +32,13 @@ type NodeInfo struct {
 	// wrote, and the appends that failed (disk full, I/O error), since
 	// start.
 	LogAppends, LogAppendEntries, LogAppendFailures uint64
+	// LogAppendBytes: entry data bytes those appends wrote, since start
+	// (raftnode snapshots every SnapshotLogBytes of them).
+	LogAppendBytes uint64
+	// ApplyParallelBatches: ingest batches applied by several apply
+	// workers since the index was built (index.ParallelBatches; a restore
+	// builds a new index, so the counter restarts).
+	ApplyParallelBatches uint64
 	// WriteFormat is the log entry format the node writes now (1, or 2 =
 	// packed ingest once every server applies it; raftnode
 	// Status.WriteFormat). 0 = unknown, not exported.
@@ -77,6 +84,8 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"appends":       desc("raft_log_appends_total", "Appends to the local Raft log (one bbolt transaction and fsync each)."),
 		"appendEntries": desc("raft_log_appended_entries_total", "Log entries written by those appends."),
 		"appendFails":   desc("raft_log_append_failures_total", "Appends to the local Raft log that failed (disk full, I/O error)."),
+		"appendBytes":   desc("raft_log_appended_bytes_total", "Bytes of entry data written by those appends."),
+		"parallel":      desc("apply_parallel_batches_total", "Ingest batches the index applied on several apply workers (--apply-workers); restarts when a restore builds a new index."),
 		"writeFormat":   desc("raft_write_format", "Log entry format this node writes: 2 (packed ingest) once every server advertises it applies format 2, else 1."),
 	}}
 	m.Registry.MustRegister(c)
@@ -127,6 +136,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	cnt("appends", in.LogAppends)
 	cnt("appendEntries", in.LogAppendEntries)
 	cnt("appendFails", in.LogAppendFailures)
+	cnt("appendBytes", in.LogAppendBytes)
+	cnt("parallel", in.ApplyParallelBatches)
 	if in.WriteFormat != 0 {
 		g("writeFormat", float64(in.WriteFormat))
 	}

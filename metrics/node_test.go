@@ -16,13 +16,19 @@ func TestRegisterNode_HealthAndLogAppendSeries(t *testing.T) {
 		in   NodeInfo
 		want string
 	}{
-		{"healthy", NodeInfo{State: "Follower", Serving: true, LogAppends: 10, LogAppendEntries: 25, WriteFormat: 2}, `
+		{"healthy", NodeInfo{State: "Follower", Serving: true, LogAppends: 10, LogAppendEntries: 25, LogAppendBytes: 4096, ApplyParallelBatches: 7, WriteFormat: 2}, `
+# HELP inferencecache_apply_parallel_batches_total Ingest batches the index applied on several apply workers (--apply-workers); restarts when a restore builds a new index.
+# TYPE inferencecache_apply_parallel_batches_total counter
+inferencecache_apply_parallel_batches_total 7
 # HELP inferencecache_node_serving 1 when the node is ready and has no local fault (what /readyz and gRPC health report).
 # TYPE inferencecache_node_serving gauge
 inferencecache_node_serving 1
 # HELP inferencecache_raft_log_append_failures_total Appends to the local Raft log that failed (disk full, I/O error).
 # TYPE inferencecache_raft_log_append_failures_total counter
 inferencecache_raft_log_append_failures_total 0
+# HELP inferencecache_raft_log_appended_bytes_total Bytes of entry data written by those appends.
+# TYPE inferencecache_raft_log_appended_bytes_total counter
+inferencecache_raft_log_appended_bytes_total 4096
 # HELP inferencecache_raft_log_appended_entries_total Log entries written by those appends.
 # TYPE inferencecache_raft_log_appended_entries_total counter
 inferencecache_raft_log_appended_entries_total 25
@@ -34,12 +40,18 @@ inferencecache_raft_log_appends_total 10
 inferencecache_raft_write_format 2
 `},
 		{"disk full", NodeInfo{State: "Follower", StaleReason: "appends to the local log are failing", LogAppends: 12, LogAppendEntries: 12, LogAppendFailures: 3}, `
+# HELP inferencecache_apply_parallel_batches_total Ingest batches the index applied on several apply workers (--apply-workers); restarts when a restore builds a new index.
+# TYPE inferencecache_apply_parallel_batches_total counter
+inferencecache_apply_parallel_batches_total 0
 # HELP inferencecache_node_serving 1 when the node is ready and has no local fault (what /readyz and gRPC health report).
 # TYPE inferencecache_node_serving gauge
 inferencecache_node_serving 0
 # HELP inferencecache_raft_log_append_failures_total Appends to the local Raft log that failed (disk full, I/O error).
 # TYPE inferencecache_raft_log_append_failures_total counter
 inferencecache_raft_log_append_failures_total 3
+# HELP inferencecache_raft_log_appended_bytes_total Bytes of entry data written by those appends.
+# TYPE inferencecache_raft_log_appended_bytes_total counter
+inferencecache_raft_log_appended_bytes_total 0
 # HELP inferencecache_raft_log_appended_entries_total Log entries written by those appends.
 # TYPE inferencecache_raft_log_appended_entries_total counter
 inferencecache_raft_log_appended_entries_total 12
@@ -56,7 +68,8 @@ inferencecache_reads_stale{reason="appends to the local log are failing"} 1
 			m := New()
 			m.RegisterNode(func() NodeInfo { return c.in })
 			names := []string{"inferencecache_node_serving", "inferencecache_reads_stale", "inferencecache_raft_log_appends_total",
-				"inferencecache_raft_log_appended_entries_total", "inferencecache_raft_log_append_failures_total", "inferencecache_raft_write_format"}
+				"inferencecache_raft_log_appended_entries_total", "inferencecache_raft_log_append_failures_total", "inferencecache_raft_write_format",
+				"inferencecache_raft_log_appended_bytes_total", "inferencecache_apply_parallel_batches_total"}
 			if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(c.want), names...); err != nil {
 				t.Fatal(err)
 			}

@@ -295,6 +295,7 @@ func nodeInfo(n *raftnode.Node) metrics.NodeInfo {
 	m, h := n.Metrics(), n.Health()
 	info.LastSnapshotBytes = m.LastSnapshotBytes
 	info.LogAppends, info.LogAppendEntries, info.LogAppendFailures = m.LogAppends, m.LogAppendEntries, h.AppendFailures
+	info.LogAppendBytes, info.ApplyParallelBatches = m.LogAppendBytes, n.Index().ParallelBatches()
 	info.Serving, info.StaleReason = h.Serving, n.ReadState().StaleReason
 	info.WriteFormat = st.WriteFormat
 	for _, mb := range st.Members {
