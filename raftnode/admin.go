@@ -207,30 +207,34 @@ func (n *Node) Backup(w io.Writer) error {
 // index past its log, shipped to every follower by InstallSnapshot), then
 // commits a RestoreMark command. Returns that command's index.
 //
-// Until a leader is known nothing has been read from r, so an election in
-// progress is waited out like a write's: ErrNoLeader / ErrNotLeader are
-// retried with jitter for at most Config.WriteRetry. Once the stream has
-// gone to a leader that then loses leadership, the error is returned (r
-// cannot be read again; the caller re-sends the file).
+// An election in progress is waited out like a write's: a not-leader /
+// no-leader / leadership-lost / forwarding failure is retried with jitter
+// for at most Config.WriteRetry, provided the stream can be sent again
+// whole: nothing was read from r yet, or r is an io.Seeker (the gRPC
+// service passes its spooled upload) and is rewound. Sending the backup
+// again is safe: a restore replaces the whole state, so a repeat leaves
+// the same state.
 func (n *Node) Restore(ctx context.Context, r io.Reader) (uint64, error) {
-	var st forwardpb.Forward_RestoreClient
+	cr := &countingReader{r: r}
 	wctx, cancel := context.WithTimeout(ctx, n.cfg.WriteRetry)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		if n.raft.State() == raft.Leader {
-			return n.restoreLocal(ctx, r)
+		idx, err := n.restoreOnce(ctx, cr)
+		if err == nil || !retriable(err) {
+			return idx, err
 		}
-		c, _, err := n.leaderClient()
-		if err == nil {
-			if st, err = c.Restore(ctx); err == nil {
-				break
+		if cr.n > 0 {
+			s, ok := r.(io.Seeker)
+			if !ok {
+				return idx, err
 			}
-			err = fmt.Errorf("%w: %v", ErrForward, err)
-		}
-		if !retriable(err) {
-			return 0, err
+			if _, serr := s.Seek(0, io.SeekStart); serr != nil {
+				return idx, err
+			}
+			cr.n = 0
 		}
 		n.metrics.retries.Add(1)
+		n.log.Info("raftnode: restore retried", "attempt", attempt+1, "err", err)
 		select {
 		case <-time.After(time.Duration(10+rand.IntN(40)) * time.Millisecond * time.Duration(min(attempt+1, 5))):
 		case <-wctx.Done():
@@ -238,6 +242,22 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (uint64, error) {
 		case <-n.shutdownCh:
 			return 0, ErrShutdown
 		}
+	}
+}
+
+// restoreOnce is one attempt of Restore: locally on the leader, else
+// streamed to the leader this node knows.
+func (n *Node) restoreOnce(ctx context.Context, r io.Reader) (uint64, error) {
+	if n.raft.State() == raft.Leader {
+		return n.restoreLocal(ctx, r)
+	}
+	c, _, err := n.leaderClient()
+	if err != nil {
+		return 0, err
+	}
+	st, err := c.Restore(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrForward, err)
 	}
 	buf := make([]byte, 1<<20)
 	for {
@@ -259,6 +279,19 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (uint64, error) {
 		return 0, fmt.Errorf("%w: %v", ErrForward, err)
 	}
 	return resp.GetIndex(), fromCode(resp.GetCode(), resp.GetMessage())
+}
+
+// countingReader counts the bytes read through it (Restore: may a failed
+// attempt be retried without rewinding?).
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += int64(k)
+	return k, err
 }
 
 func (n *Node) restoreLocal(ctx context.Context, r io.Reader) (uint64, error) {
@@ -301,7 +334,12 @@ func (n *Node) restoreLocal(ctx context.Context, r io.Reader) (uint64, error) {
 	// happened.
 	cmd, _ := fsm.MarshalCommand(fsm.RestoreMarkCommand(n.NewRequestID(), meta.AppliedIndex, meta.Digest))
 	res, err := n.submitEncoded(ctx, cmd)
-	if err != nil && !errors.Is(err, ErrRejected) {
+	if errors.Is(err, ErrRejected) {
+		// Writes landed between the restore and the mark (see fsm).
+		n.log.Info("raftnode: restore mark not matched", "err", err)
+		err = nil
+	}
+	if err != nil {
 		return 0, err
 	}
 	return res.Index, nil

@@ -15,8 +15,10 @@ type countingLogStore struct {
 func (s countingLogStore) StoreLog(l *raft.Log) error {
 	s.m.logAppends.Add(1)
 	s.m.logAppendEntries.Add(1)
-	s.m.logAppendBytes.Add(uint64(len(l.Data)))
 	err := s.LogStore.StoreLog(l)
+	if err == nil {
+		s.m.logAppendBytes.Add(uint64(len(l.Data)))
+	}
 	s.h.appendDone(err)
 	return err
 }
@@ -24,12 +26,14 @@ func (s countingLogStore) StoreLog(l *raft.Log) error {
 func (s countingLogStore) StoreLogs(ls []*raft.Log) error {
 	s.m.logAppends.Add(1)
 	s.m.logAppendEntries.Add(uint64(len(ls)))
-	var b uint64
-	for _, l := range ls {
-		b += uint64(len(l.Data))
-	}
-	s.m.logAppendBytes.Add(b)
 	err := s.LogStore.StoreLogs(ls)
+	if err == nil {
+		var b uint64
+		for _, l := range ls {
+			b += uint64(len(l.Data))
+		}
+		s.m.logAppendBytes.Add(b)
+	}
 	s.h.appendDone(err)
 	return err
 }

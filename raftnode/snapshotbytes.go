@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -18,14 +19,18 @@ const snapshotBytesCheck = time.Second
 // heavy ingest the log a restart must replay could grow to gigabytes
 // between two snapshots. Every node runs it: snapshots are local.
 //
-// The count starts at zero on start-up, so log appended before a restart
-// delays the first such snapshot by at most one SnapshotLogBytes.
+// The bound is soft: the count starts at zero on start-up (log appended
+// before a restart delays the first such snapshot by at most one limit),
+// and every snapshot restarts the count when its persist ends, so the log
+// appended during a persist is not counted. Each node's limit is jittered by ±10 %: all nodes append the
+// same bytes, and snapshots taken at the same moment everywhere would
+// turn off the parallel apply (an open view) on every node at once.
 func (n *Node) snapshotByBytes() {
 	defer n.wg.Done()
-	limit := n.cfg.SnapshotLogBytes
-	if limit <= 0 {
+	if n.cfg.SnapshotLogBytes <= 0 {
 		return
 	}
+	limit := uint64(float64(n.cfg.SnapshotLogBytes) * (0.9 + 0.2*rand.Float64()))
 	t := time.NewTicker(snapshotBytesCheck)
 	defer t.Stop()
 	m := &n.metrics
@@ -35,14 +40,20 @@ func (n *Node) snapshotByBytes() {
 			return
 		case <-t.C:
 		}
+		// The base first: snapshotDone may move it past a count read
+		// before it.
+		base := m.snapBase.Load()
 		cur := m.logAppendBytes.Load()
-		grown := cur - m.snapBase.Load()
-		if grown < uint64(limit) {
+		if cur <= base || cur-base < limit {
 			continue
 		}
-		// Counted from here even if raft's own trigger or a failure
-		// intervenes: one attempt per SnapshotLogBytes, not one per tick.
-		m.snapBase.Store(cur)
+		grown := cur - base
+		// Counted from here even if a failure intervenes: one attempt
+		// per limit, not one per tick. Lost to snapshotDone: that
+		// snapshot restarted the count.
+		if !m.snapBase.CompareAndSwap(base, cur) {
+			continue
+		}
 		// Blocks this goroutine (only) until the snapshot is persisted;
 		// Apply goes on meanwhile (the FSM's view, fsm.Snapshot).
 		switch err := n.raft.Snapshot().Error(); {
@@ -57,7 +68,13 @@ func (n *Node) snapshotByBytes() {
 }
 
 // snapshotDone restarts the log byte count at a finished snapshot,
-// whichever trigger took it.
+// whichever trigger took it; the base only moves forward.
 func (n *Node) snapshotDone() {
-	n.metrics.snapBase.Store(n.metrics.logAppendBytes.Load())
+	m := &n.metrics
+	for {
+		base, cur := m.snapBase.Load(), m.logAppendBytes.Load()
+		if cur <= base || m.snapBase.CompareAndSwap(base, cur) {
+			return
+		}
+	}
 }
