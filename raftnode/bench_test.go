@@ -211,6 +211,7 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 		cfg.Policy = p
 		cfg.SnapshotThreshold = 1 << 20
 		cfg.SnapshotInterval = time.Hour
+		cfg.SnapshotLogBytes = -1 // the ingest path only; snapshots have their own bench
 		cfg.ApplyWorkers = envInt("RAFTNODE_BENCH_APPLY_WORKERS", 0)
 		if v := envInt("RAFTNODE_BENCH_ENTRY_BYTES", 0); v > 0 {
 			cfg.GroupCommitMaxBytes = v
