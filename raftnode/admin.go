@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -236,7 +235,7 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (uint64, error) {
 		n.metrics.retries.Add(1)
 		n.log.Info("raftnode: restore retried", "attempt", attempt+1, "err", err)
 		select {
-		case <-time.After(time.Duration(10+rand.IntN(40)) * time.Millisecond * time.Duration(min(attempt+1, 5))):
+		case <-time.After(retryBackoff(attempt)):
 		case <-wctx.Done():
 			return 0, fmt.Errorf("%w: restore: gave up after %d attempts: %w", ErrTimeout, attempt+1, err)
 		case <-n.shutdownCh:

@@ -222,6 +222,13 @@ func (n *Node) submit(ctx context.Context, c *fsmpb.Command) (fsm.Result, error)
 	return n.submitEncoded(ctx, cmd)
 }
 
+// retryBackoff is the jittered wait before retry attempt+1 of a write
+// (10–50 ms, growing to 50–250 ms from the fifth attempt): short against
+// an election, spread so retries from many callers do not arrive at once.
+func retryBackoff(attempt int) time.Duration {
+	return time.Duration(10+rand.IntN(40)) * time.Millisecond * time.Duration(min(attempt+1, 5))
+}
+
 // submitEncoded is submit for a command already encoded (MarshalCommand or
 // MarshalIngest).
 func (n *Node) submitEncoded(ctx context.Context, cmd []byte) (fsm.Result, error) {
@@ -254,7 +261,7 @@ func (n *Node) submitEncoded(ctx context.Context, cmd []byte) (fsm.Result, error
 			return res, err
 		}
 		n.metrics.retries.Add(1)
-		backoff := time.Duration(10+rand.IntN(40)) * time.Millisecond * time.Duration(min(attempt+1, 5))
+		backoff := retryBackoff(attempt)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
