@@ -29,7 +29,8 @@ const (
 	DefaultSnapshotThreshold = 16384
 	DefaultSnapshotInterval  = 2 * time.Minute
 	// DefaultSnapshotLogBytes: also snapshot once this many bytes of log
-	// entries were appended since the last snapshot (snapshotbytes.go).
+	// entries, or twice the last snapshot's size if that is more, were
+	// appended since the last snapshot (snapshotbytes.go).
 	// An entry holds anything from one event to 256 KiB of them, so the
 	// entry count alone let the log a restart replays grow to gigabytes
 	// under heavy ingest: a restarted node replayed 32 M events for 70 s
@@ -189,9 +190,10 @@ type Config struct {
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
 	SnapshotRetain    int
-	// SnapshotLogBytes: snapshot once this many bytes of log entries were
-	// appended since the last snapshot, whatever their count; 0 =
-	// DefaultSnapshotLogBytes, < 0 = off (raft's entry count only).
+	// SnapshotLogBytes: snapshot once this many bytes of log entries (or
+	// twice the last snapshot's size, if more) were appended since the
+	// last snapshot, whatever their count; 0 = DefaultSnapshotLogBytes,
+	// < 0 = off (raft's entry count only).
 	SnapshotLogBytes int64
 	// DeadServerCleanup: opt-in grace period after which the leader removes
 	// a server gossip reports dead; 0 = off. Never removes more than
