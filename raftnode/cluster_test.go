@@ -457,26 +457,14 @@ func TestCleanupBudget(t *testing.T) {
 // the election (nothing of the stream is read before a leader is known)
 // instead of failing at once with no leader or an unreachable old leader.
 func TestRestore_WaitsOutAnElection(t *testing.T) {
-	c := clustertest.New(t, 3, noExpire)
-	c.StartAll()
-	l := c.WaitLeader(15 * time.Second)
-	now := time.Now().UnixMilli()
-	idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 8, now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := assertSameDigest(t, c, idx)
-	f := follower(c, l)
-	var backup bytes.Buffer
-	if err := c.Nodes[f].Backup(&backup); err != nil {
-		t.Fatal(err)
-	}
+	c, l, backup, want, now := backedUpCluster(t)
 	if _, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", 1000, 8, now)); err != nil {
 		t.Fatal(err)
 	}
+	f := follower(c, l)
 	c.Kill(l)
 	start := time.Now()
-	idx, err = c.Nodes[f].Restore(c.Ctx(20*time.Second), bytes.NewReader(backup.Bytes()))
+	idx, err := c.Nodes[f].Restore(c.Ctx(20*time.Second), bytes.NewReader(backup.Bytes()))
 	if err != nil {
 		t.Fatalf("restore right after the leader died: %v", err)
 	}
@@ -486,7 +474,11 @@ func TestRestore_WaitsOutAnElection(t *testing.T) {
 	}
 }
 
-func TestBackupRestore_WholeClusterAndBadFilesRefused(t *testing.T) {
+// backedUpCluster starts 3 nodes, writes blocks 1..8 of replica "a" and
+// returns the cluster, its leader, a backup taken on a follower, the
+// digest it holds and the write's timestamp.
+func backedUpCluster(t *testing.T) (*clustertest.Cluster, int, *bytes.Buffer, uint64, int64) {
+	t.Helper()
 	c := clustertest.New(t, 3, noExpire)
 	c.StartAll()
 	l := c.WaitLeader(15 * time.Second)
@@ -500,6 +492,11 @@ func TestBackupRestore_WholeClusterAndBadFilesRefused(t *testing.T) {
 	if err := c.Nodes[follower(c, l)].Backup(&backup); err != nil {
 		t.Fatal(err)
 	}
+	return c, l, &backup, want, now
+}
+
+func TestBackupRestore_WholeClusterAndBadFilesRefused(t *testing.T) {
+	c, l, backup, want, now := backedUpCluster(t)
 	meta, err := snapshot.Inspect(bytes.NewReader(backup.Bytes()), t.TempDir())
 	if err != nil || meta.Digest != want {
 		t.Fatalf("inspect: %+v %v", meta, err)
@@ -518,7 +515,7 @@ func TestBackupRestore_WholeClusterAndBadFilesRefused(t *testing.T) {
 	if _, err := c.Nodes[l].Restore(c.Ctx(10*time.Second), bytes.NewReader(backup.Bytes()[:backup.Len()-5])); !errors.Is(err, snapshot.ErrTruncated) {
 		t.Fatalf("truncated backup: %v", err)
 	}
-	idx, err = c.Nodes[follower(c, l)].Restore(c.Ctx(20*time.Second), bytes.NewReader(backup.Bytes()))
+	idx, err := c.Nodes[follower(c, l)].Restore(c.Ctx(20*time.Second), bytes.NewReader(backup.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}
