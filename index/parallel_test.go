@@ -320,14 +320,19 @@ func TestLookup_ReadLocksShardsInAscendingOrder(t *testing.T) {
 	}
 }
 
+// twoWorkersAndBatch is an empty index with 2 apply workers and a first
+// batch (from seed) large enough for the parallel apply.
+func twoWorkersAndBatch(seed uint64) (*Index, []BlockEvent) {
+	ix := New(testPolicy())
+	ix.SetApplyWorkers(2)
+	var held []uint64
+	return ix, parallelBatch(rand.New(rand.NewPCG(seed, seed)), &held, 0, false)
+}
+
 // A panic in a worker reaches the writer (where the FSM turns it into a
 // rejected command) instead of killing the process.
 func TestApplyParallel_WorkerPanicReachesWriter(t *testing.T) {
-	ix := New(testPolicy())
-	ix.SetApplyWorkers(2)
-	rng := rand.New(rand.NewPCG(4, 4))
-	var held []uint64
-	evs := parallelBatch(rng, &held, 0, false)
+	ix, evs := twoWorkersAndBatch(4)
 	// A nil table makes the first touch of any shard index out of range.
 	for si := range ix.shards {
 		ix.shards[si].d.table = nil
@@ -344,11 +349,7 @@ func TestApplyParallel_WorkerPanicReachesWriter(t *testing.T) {
 // lookups, snapshots and the node's shutdown must not hang on that shard
 // after the FSM has stopped applying.
 func TestApplyParallel_PanicReleasesShardLock(t *testing.T) {
-	ix := New(testPolicy())
-	ix.SetApplyWorkers(2)
-	rng := rand.New(rand.NewPCG(5, 5))
-	var held []uint64
-	evs := parallelBatch(rng, &held, 0, false)
+	ix, evs := twoWorkersAndBatch(5)
 	var calls atomic.Int32
 	testLockedHook = func() {
 		if calls.Add(1) == 10 {
