@@ -33,7 +33,7 @@ type NodeInfo struct {
 	// start.
 	LogAppends, LogAppendEntries, LogAppendFailures uint64
 	// LogAppendBytes: entry data bytes those appends wrote, since start
-	// (raftnode snapshots every SnapshotLogBytes of them).
+	// (raftnode also snapshots on this log's growth: SnapshotLogBytes).
 	LogAppendBytes uint64
 	// ApplyParallelBatches: ingest batches applied by several apply
 	// workers since the index was built (index.ParallelBatches; a restore

@@ -12,8 +12,9 @@ import (
 // since its last snapshot with Config.SnapshotLogBytes (two atomic loads).
 const snapshotBytesCheck = time.Second
 
-// snapshotByBytes takes a snapshot whenever Config.SnapshotLogBytes of
-// entry data were appended to the local log since the last snapshot.
+// snapshotByBytes takes a snapshot whenever the entry data appended to
+// the local log since the last snapshot exceed snapshotLogLimit:
+// Config.SnapshotLogBytes, or twice the last snapshot's size if more.
 // Raft's own trigger counts entries (SnapshotThreshold), and a
 // group-committed entry holds from one event to 256 KiB of them, so under
 // heavy ingest the log a restart must replay could grow to gigabytes
