@@ -445,9 +445,10 @@ type Metrics struct {
 	// is about (3 + ratio) / ratio (raftnode/DESIGN.md).
 	LogAppends, LogAppendEntries uint64
 	// LogAppendBytes: bytes of entry data appended to the local log since
-	// start. SnapshotsByLogBytes: snapshots this node took because
-	// Config.SnapshotLogBytes of them had been appended since the last
-	// one (Snapshots counts every snapshot).
+	// start. SnapshotsByLogBytes: snapshots this node took because the
+	// log had grown past its limit since the last one (max of
+	// Config.SnapshotLogBytes and twice the last snapshot's size;
+	// Snapshots counts every snapshot).
 	LogAppendBytes, SnapshotsByLogBytes uint64
 	// PackedCommands: packed ingest commands (fsm.MarshalIngestPacked)
 	// this node put into log entries of format 2 as leader. Stays 0 until

@@ -5,8 +5,8 @@ import "github.com/hashicorp/raft"
 // countingLogStore counts the appends to the local log (Metrics.LogAppends,
 // LogAppendEntries and LogAppendBytes) and reports each append's outcome
 // to the node's health (a failing append marks reads stale, health.go).
-// It sits under
-// raft.NewLogCache, so it sees every append and no cached read.
+// It sits under raft.NewLogCache, so it sees every append and no cached
+// read.
 type countingLogStore struct {
 	raft.LogStore
 	m *metrics
