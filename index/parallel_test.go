@@ -82,14 +82,14 @@ func parallelBatchRemoving(rng *rand.Rand, held *[]uint64, round int, kinds, rem
 	return evs
 }
 
-// sameState fails unless a and b hold byte-identical shards (tables,
-// slabs, free lists, digests) and equal meta state (partition ids,
+// sameState fails unless a and b hold byte-identical shards (tables and
+// their disp, slabs, free lists, digests) and equal meta state (partition ids,
 // interned replicas, every count).
 func sameState(t *testing.T, round int, a, b *Index) {
 	t.Helper()
 	for si := range a.shards {
 		da, db := a.shards[si].d, b.shards[si].d
-		if !reflect.DeepEqual(da.table, db.table) || !reflect.DeepEqual(da.blocks, db.blocks) || !reflect.DeepEqual(da.res, db.res) ||
+		if !reflect.DeepEqual(da.table, db.table) || !reflect.DeepEqual(da.disp, db.disp) || !reflect.DeepEqual(da.blocks, db.blocks) || !reflect.DeepEqual(da.res, db.res) ||
 			!reflect.DeepEqual(da.freeBlocks, db.freeBlocks) || !reflect.DeepEqual(da.free, db.free) ||
 			da.nBlocks != db.nBlocks || da.nRes != db.nRes || da.digest != db.digest {
 			t.Fatalf("round %d: shard %d differs (blocks %d/%d, residencies %d/%d)", round, si, da.nBlocks, db.nBlocks, da.nRes, db.nRes)

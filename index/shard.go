@@ -107,6 +107,12 @@ type shardData struct {
 	blocks []blockEnt
 	res    []uint64
 
+	// disp[i] is how far table[i]'s entry sits from its home slot
+	// (dispFar: at least that far, or unknown); 0 for an empty slot.
+	// Writer only: a delete's backward shift reads it instead of loading
+	// every following entry's block to find its home, which was one cache
+	// miss per entry shifted (BENCHMARKS.md, fsm / raftnode Round 7).
+	disp       []uint8
 	freeBlocks []uint32
 	free       *freeRuns
 	// undo is the writer's undo state (undo.go), nil until the first view.
@@ -127,7 +133,7 @@ type shardData struct {
 type freeRuns [numClasses][]uint32
 
 func newShardData() *shardData {
-	return &shardData{table: make([]uint32, minTableSize), free: new(freeRuns)}
+	return &shardData{table: make([]uint32, minTableSize), disp: make([]uint8, minTableSize), free: new(freeRuns)}
 }
 
 // find returns the block index of (part, hash), or -1 and the empty slot
@@ -212,6 +218,7 @@ func (d *shardData) insertBlock(part uint32, hash, m uint64, slot int, tokens, c
 	// a "has no run yet" state.
 	d.blocks[bi] = blockEnt{hash: hash, part: part, tokens: tokens, cum: cum, resOff: d.allocRun(0)}
 	d.table[slot] = uint32(m>>56)<<slotIdxBits | uint32(bi+1)
+	d.disp[slot] = dispOf(uint64(slot)-m>>shardBits, uint64(len(d.table)-1))
 	d.nBlocks++
 	return bi
 }
@@ -232,20 +239,33 @@ func (d *shardData) insertBlockN(part uint32, hash, m uint64, slot int, tokens, 
 	return bi
 }
 
+// dispFar is the largest displacement disp records; an entry at least
+// that far from home has its home computed from its block.
+const dispFar = 255
+
+// dispOf is disp's value for an entry delta = slot − home slots past its
+// home (delta is taken modulo the table size, mask = size − 1).
+func dispOf(delta, mask uint64) uint8 {
+	return uint8(min(delta&mask, dispFar))
+}
+
 func (d *shardData) grow() {
 	old := d.table
 	d.table = make([]uint32, len(old)*2)
+	d.disp = make([]uint8, len(old)*2)
 	mask := uint64(len(d.table) - 1)
 	for _, e := range old {
 		if e == 0 {
 			continue
 		}
 		b := &d.blocks[(e&slotIdxMask)-1]
-		i := (keyMix(b.part, b.hash) >> shardBits) & mask
+		home := (keyMix(b.part, b.hash) >> shardBits) & mask
+		i := home
 		for d.table[i] != 0 {
 			i = (i + 1) & mask
 		}
 		d.table[i] = e
+		d.disp[i] = dispOf(i-home, mask)
 	}
 }
 
@@ -262,21 +282,29 @@ func (d *shardData) deleteBlock(bi int) {
 		i = (i + 1) & mask
 	}
 	// Backward shift: pull later entries of the probe run into the hole
-	// when their home slot allows it.
+	// when their home slot allows it. An entry's home comes from disp,
+	// so the shift reads no block entries (only one dispFar or more
+	// from home loads its block).
 	j := i
 	for {
-		d.table[i] = 0
+		d.table[i], d.disp[i] = 0, 0
 		for {
 			j = (j + 1) & mask
 			e := d.table[j]
 			if e == 0 {
 				goto done
 			}
-			ob := &d.blocks[(e&slotIdxMask)-1]
-			k := (keyMix(ob.part, ob.hash) >> shardBits) & mask
+			var k uint64
+			if dj := d.disp[j]; dj < dispFar {
+				k = (j - uint64(dj)) & mask
+			} else {
+				ob := &d.blocks[(e&slotIdxMask)-1]
+				k = (keyMix(ob.part, ob.hash) >> shardBits) & mask
+			}
 			// Move e into hole i unless its home k lies cyclically in (i, j].
 			if (j > i && (k <= i || k > j)) || (j < i && (k <= i && k > j)) {
 				d.table[i] = e
+				d.disp[i] = dispOf(i-k, mask)
 				i = j
 				break
 			}
