@@ -265,25 +265,10 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 		measuring.Store(true)
 		t.Logf("cluster: %v of warm-up done, measuring %v", benchWarmup, benchDuration)
 	}
-	// RAFTNODE_BENCH_CPUPROFILE=file profiles the measured window only
-	// (-test.cpuprofile would include the warm-up). The callers are
-	// running: a failure here is reported, not fatal.
-	profiling := false
-	if path := os.Getenv("RAFTNODE_BENCH_CPUPROFILE"); path != "" {
-		if f, err := os.Create(path); err != nil {
-			t.Errorf("RAFTNODE_BENCH_CPUPROFILE: %v", err)
-		} else if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			t.Errorf("RAFTNODE_BENCH_CPUPROFILE: %v (is -test.cpuprofile set too?)", err)
-		} else {
-			profiling = true
-			defer f.Close()
-		}
-	}
+	// The callers are running: a profiling failure is reported, not fatal.
+	stopProfile := profileWindow(t)
 	wg.Wait()
-	if profiling {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	el := time.Since(start)
 	cpu, rq, flt := cpuTime()-cpu0, runQueueWait()-rq0, minorFaults()-flt0
 	if st := c.Nodes[l].Status(); st.Term != term0 || st.State != "Leader" {
@@ -351,6 +336,152 @@ func TestBench_IngestThroughputAndCommitLatency(t *testing.T) {
 	bRate := float64(bEvents) / time.Since(bStart).Seconds()
 	t.Logf("baseline: single-node batched bbolt append of the same entries (%d bytes, %d events each): %.0f block events/s; ratio cluster/baseline %.2f",
 		len(entry), perEntryEvents, bRate, rate/bRate)
+}
+
+// TestBench_ApplyCeiling measures what the ingest benchmark's nodes do
+// without Raft: RAFTNODE_BENCH_NODES FSMs (default 3) in this process,
+// each applying the same sealed format-2 entries (built as the leader's
+// group commit builds them, ceilingCallsPerEntry calls each) from its own
+// goroutine, two entries per ApplyBatch as raft hands them over. No log
+// store, no fsync, no transport, no commit wait: the rate is the most
+// the cluster bench could reach on this machine with the apply it has.
+// The load is the steady state of TestBench_IngestThroughputAndCommitLatency
+// with RAFTNODE_BENCH_CHURN=1: warm-up rounds fill the index to its
+// steady size, then RAFTNODE_BENCH_CEILING_ROUNDS rounds (default 100) of
+// one call per worker are measured.
+func TestBench_ApplyCeiling(t *testing.T) {
+	benchOn(t)
+	if !benchChurn {
+		t.Skip("set RAFTNODE_BENCH_CHURN=1 too: the ceiling is measured in the steady state")
+	}
+	nodes := envInt("RAFTNODE_BENCH_NODES", 3)
+	workers := envInt("RAFTNODE_BENCH_APPLY_WORKERS", min(runtime.GOMAXPROCS(0), raftnode.MaxApplyWorkers))
+	const warmRounds = 4 * churnLag
+	rounds := envInt("RAFTNODE_BENCH_CEILING_ROUNDS", 100)
+
+	// Entries of ceilingCallsPerEntry calls, in the order 256 callers
+	// would reach the leader: round k holds call k of every worker.
+	var entries [][]byte
+	var body []byte
+	calls := 0
+	evs := make([]index.BlockEvent, eventsPerCall)
+	hs := make([]uint64, eventsPerCall*blocksPerEv)
+	flush := func() {
+		if calls > 0 {
+			entries = append(entries, fsm.SealEntry(nil, body))
+			calls = 0
+		}
+	}
+	measuredFrom := 0
+	for k := 0; k < warmRounds+rounds; k++ {
+		if k == warmRounds {
+			flush()
+			measuredFrom = len(entries)
+		}
+		for w := 0; w < benchWorkers; w++ {
+			if calls == 0 {
+				body = fsm.NewEntryFormat(body, fsm.EntryFormatPacked)
+			}
+			cmd, err := fsm.MarshalIngestPacked(fmt.Sprintf("req-%d-%d", w, k), benchCallInto(evs, hs, w, k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = fsm.AppendCommand(body, cmd)
+			if calls++; calls == ceilingCallsPerEntry {
+				flush()
+			}
+		}
+	}
+	flush()
+	measuredEvents := int64(rounds * benchWorkers * eventsPerCall)
+
+	p := policy.Default()
+	p.MaxResidencies = 1 << 32
+	fsms := make([]*fsm.FSM, nodes)
+	for i := range fsms {
+		fsms[i] = fsm.New(p, fsm.Options{TmpDir: t.TempDir(), ApplyWorkers: workers})
+	}
+	apply := func(f *fsm.FSM, from, to int) {
+		for i := from; i < to; i += 2 {
+			j := min(i+2, to)
+			logs := make([]*raft.Log, 0, 2)
+			for x := i; x < j; x++ {
+				logs = append(logs, &raft.Log{Index: uint64(x + 1), Term: 1, Type: raft.LogCommand, Data: entries[x]})
+			}
+			for _, r := range f.ApplyBatch(logs) {
+				er, ok := r.(*fsm.EntryResult)
+				if !ok {
+					t.Errorf("ApplyBatch result %T, want *fsm.EntryResult", r)
+					return
+				}
+				for _, res := range er.Results {
+					if res.Err != nil || res.Duplicate {
+						t.Errorf("entry %d: err %v, duplicate %v", er.Index, res.Err, res.Duplicate)
+						return
+					}
+				}
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, f := range fsms {
+		wg.Add(1)
+		go func() { defer wg.Done(); apply(f, 0, measuredFrom) }()
+	}
+	wg.Wait()
+	runtime.GC()
+	cpu0, flt0 := cpuTime(), minorFaults()
+	stopProfile := profileWindow(t)
+	start := time.Now()
+	for _, f := range fsms {
+		wg.Add(1)
+		go func() { defer wg.Done(); apply(f, measuredFrom, len(entries)) }()
+	}
+	wg.Wait()
+	stopProfile()
+	el := time.Since(start)
+	cpu, flt := cpuTime()-cpu0, minorFaults()-flt0
+	d0 := fsms[0].Index().Digest()
+	for i, f := range fsms[1:] {
+		if d := f.Index().Digest(); d != d0 {
+			t.Errorf("FSM %d digest %016x, FSM 0 %016x", i+1, d, d0)
+		}
+	}
+	sz := fsms[0].Index().Sizes()
+	t.Logf("apply ceiling (%d FSMs, %d apply workers each, no Raft/log store/transport): %d events in %v = %.0f block events/s (%d blocks each); process CPU %.2f s = %.2f cores busy of %d; %.0f block events per CPU-second; %d minor page faults; index %d residencies per FSM; %d entries of %d calls; load %s",
+		nodes, workers, measuredEvents, el.Round(time.Millisecond), float64(measuredEvents)/el.Seconds(), blocksPerEv,
+		cpu.Seconds(), cpu.Seconds()/el.Seconds(), runtimeNumCPU(), float64(measuredEvents)/cpu.Seconds(), flt,
+		sz.Residencies, len(entries)-measuredFrom, ceilingCallsPerEntry, loadAvg())
+}
+
+// ceilingCallsPerEntry is about what the ingest benchmark's leader packs
+// into one log entry (it prints "calls/entry": 47–56 here).
+const ceilingCallsPerEntry = 50
+
+// profileWindow starts a CPU profile into RAFTNODE_BENCH_CPUPROFILE (if
+// set) and returns what stops it: the measured window only, where
+// -test.cpuprofile would include the warm-up. A failure is reported with
+// t.Errorf (load goroutines may be running), and the returned func is
+// then a no-op.
+func profileWindow(t *testing.T) func() {
+	path := os.Getenv("RAFTNODE_BENCH_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Errorf("RAFTNODE_BENCH_CPUPROFILE: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		t.Errorf("RAFTNODE_BENCH_CPUPROFILE: %v (is -test.cpuprofile set too?)", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // nodeMetrics is every node's counters now, in c.Nodes order.
