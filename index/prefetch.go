@@ -81,28 +81,44 @@ func (ix *Index) touchSlots(slots []uint64) uint64 {
 		sink += uint64(d.table[(m>>shardBits)&uint64(len(d.table)-1)])
 	}
 	// Level 2: the block entry the slot points at, or, for an empty home
-	// slot (a new block), the slab tails an insert appends to.
+	// slot (a new block), where insertBlock and allocRun will take its
+	// entry and residency run from: the tails of the shard's free lists
+	// (a churning index reuses what deletes freed) or else of its slabs.
 	var runs [touchBlocks]uint32 // residency run offset + 1 of a found block
+	var freeEnt, freeRun [touchBlocks]uint32
 	for i, m := range slots[:n] {
 		d := ix.shards[shardOf(m)].d
-		runs[i] = 0
+		runs[i], freeEnt[i], freeRun[i] = 0, 0, 0
 		if e := d.table[(m>>shardBits)&uint64(len(d.table)-1)]; e != 0 {
 			b := &d.blocks[(e&slotIdxMask)-1]
 			runs[i] = b.resOff + 1
 			sink += b.hash
-		} else {
-			// A new block: the slab tails and the run free list (behind
-			// its own pointer) that insertBlock and allocRun use.
-			sink += uint64(len(d.free[0]))
-			if len(d.blocks) > 0 && len(d.res) > 0 {
-				sink += d.blocks[len(d.blocks)-1].hash + d.res[len(d.res)-1]
-			}
+			continue
+		}
+		if k := len(d.freeBlocks); k > 0 {
+			freeEnt[i] = d.freeBlocks[k-1] + 1
+		} else if len(d.blocks) > 0 {
+			sink += d.blocks[len(d.blocks)-1].hash
+		}
+		if fl := d.free[0]; len(fl) > 0 {
+			freeRun[i] = fl[len(fl)-1] + 1
+		} else if len(d.res) > 0 {
+			sink += d.res[len(d.res)-1]
 		}
 	}
-	// Level 3: the residency run of a found block.
+	// Level 3: the residency run of a found block; the free entry and run
+	// a new block will take.
 	for i, m := range slots[:n] {
+		d := ix.shards[shardOf(m)].d
 		if r := runs[i]; r != 0 {
-			sink += ix.shards[shardOf(m)].d.res[r-1]
+			sink += d.res[r-1]
+			continue
+		}
+		if f := freeEnt[i]; f != 0 {
+			sink += d.blocks[f-1].hash
+		}
+		if f := freeRun[i]; f != 0 {
+			sink += d.res[f-1]
 		}
 	}
 	return sink
