@@ -58,11 +58,16 @@ func TestShardTable_DeleteKeepsProbeRunsAndDisp(t *testing.T) {
 		name string
 		keep func(m uint64) bool // which hashes the test uses
 		n    int
+		// farSlot: a slot of the final 1,024-slot table that must hold
+		// an entry dispFar or more from home (0: none required).
+		farSlot uint64
 	}{
 		// Every home in slots 0–7 for every table size up to 1,024: one
 		// run of all n entries, most of them dispFar or more from home.
-		{"pile-up", func(m uint64) bool { return (m>>shardBits)&1023 < 8 }, 600},
-		{"uniform", func(uint64) bool { return true }, 5000},
+		{"pile-up", func(m uint64) bool { return (m>>shardBits)&1023 < 8 }, 600, 8 + dispFar + 10},
+		// Every home in the last 8 slots: the run wraps past slot 0.
+		{"wrap", func(m uint64) bool { return (m>>shardBits)&1023 >= 1016 }, 600, (1016 + dispFar + 10) & 1023},
+		{"uniform", func(uint64) bool { return true }, 5000, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
@@ -87,8 +92,8 @@ func TestShardTable_DeleteKeepsProbeRunsAndDisp(t *testing.T) {
 				live[h] = true
 			}
 			checkTable(t, d, part, live, gone)
-			if tc.name == "pile-up" && d.disp[(8+dispFar+10)&uint64(len(d.table)-1)] != dispFar {
-				t.Fatalf("the pile-up holds no entry dispFar from home: the far path is untested")
+			if tc.farSlot != 0 && (len(d.table) != 1024 || d.disp[tc.farSlot] != dispFar) {
+				t.Fatalf("table of %d slots, disp[%d] = %d: the far path is untested", len(d.table), tc.farSlot, d.disp[tc.farSlot])
 			}
 			// Delete a random half, then re-insert some of it, twice.
 			for round := 0; round < 2; round++ {
