@@ -35,6 +35,10 @@ type NodeInfo struct {
 	// LogAppendBytes: entry data bytes those appends wrote, since start
 	// (raftnode also snapshots on this log's growth: SnapshotLogBytes).
 	LogAppendBytes uint64
+	// SnapshotsByLogBytes: snapshots this node took because its log grew
+	// past the log-growth limit (raftnode.Metrics.SnapshotsByLogBytes),
+	// since start.
+	SnapshotsByLogBytes uint64
 	// ApplyParallelBatches: ingest batches applied by several apply
 	// workers since the index was built (index.ParallelBatches; a restore
 	// builds a new index, so the counter restarts).
@@ -85,6 +89,7 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"appendEntries": desc("raft_log_appended_entries_total", "Log entries written by those appends."),
 		"appendFails":   desc("raft_log_append_failures_total", "Appends to the local Raft log that failed (disk full, I/O error)."),
 		"appendBytes":   desc("raft_log_appended_bytes_total", "Bytes of entry data written by those appends."),
+		"snapByBytes":   desc("snapshots_by_log_bytes_total", "Snapshots taken because the Raft log grew past its limit since the last one: 256 MiB or twice the last snapshot, whichever is more."),
 		"parallel":      desc("apply_parallel_batches_total", "Ingest batches the index applied on several apply workers (--apply-workers); restarts when a restore builds a new index."),
 		"writeFormat":   desc("raft_write_format", "Log entry format this node writes: 2 (packed ingest) once every server advertises it applies format 2, else 1."),
 	}}
@@ -137,6 +142,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	cnt("appendEntries", in.LogAppendEntries)
 	cnt("appendFails", in.LogAppendFailures)
 	cnt("appendBytes", in.LogAppendBytes)
+	cnt("snapByBytes", in.SnapshotsByLogBytes)
 	cnt("parallel", in.ApplyParallelBatches)
 	if in.WriteFormat != 0 {
 		g("writeFormat", float64(in.WriteFormat))

@@ -16,7 +16,8 @@ func TestRegisterNode_HealthAndLogAppendSeries(t *testing.T) {
 		in   NodeInfo
 		want string
 	}{
-		{"healthy", NodeInfo{State: "Follower", Serving: true, LogAppends: 10, LogAppendEntries: 25, LogAppendBytes: 4096, ApplyParallelBatches: 7, WriteFormat: 2}, `
+		{"healthy", NodeInfo{State: "Follower", Serving: true, LogAppends: 10, LogAppendEntries: 25, LogAppendBytes: 4096, ApplyParallelBatches: 7, WriteFormat: 2,
+			LastSnapshotIndex: 90210, LastSnapshotBytes: 416702504, SnapshotsByLogBytes: 3}, `
 # HELP inferencecache_apply_parallel_batches_total Ingest batches the index applied on several apply workers (--apply-workers); restarts when a restore builds a new index.
 # TYPE inferencecache_apply_parallel_batches_total counter
 inferencecache_apply_parallel_batches_total 7
@@ -38,6 +39,15 @@ inferencecache_raft_log_appends_total 10
 # HELP inferencecache_raft_write_format Log entry format this node writes: 2 (packed ingest) once every server advertises it applies format 2, else 1.
 # TYPE inferencecache_raft_write_format gauge
 inferencecache_raft_write_format 2
+# HELP inferencecache_snapshot_last_index Log index covered by the newest snapshot on disk.
+# TYPE inferencecache_snapshot_last_index gauge
+inferencecache_snapshot_last_index 90210
+# HELP inferencecache_snapshot_last_size_bytes Size in bytes of the newest snapshot on disk.
+# TYPE inferencecache_snapshot_last_size_bytes gauge
+inferencecache_snapshot_last_size_bytes 4.16702504e+08
+# HELP inferencecache_snapshots_by_log_bytes_total Snapshots taken because the Raft log grew past its limit since the last one: 256 MiB or twice the last snapshot, whichever is more.
+# TYPE inferencecache_snapshots_by_log_bytes_total counter
+inferencecache_snapshots_by_log_bytes_total 3
 `},
 		{"disk full", NodeInfo{State: "Follower", StaleReason: "appends to the local log are failing", LogAppends: 12, LogAppendEntries: 12, LogAppendFailures: 3}, `
 # HELP inferencecache_apply_parallel_batches_total Ingest batches the index applied on several apply workers (--apply-workers); restarts when a restore builds a new index.
@@ -61,6 +71,15 @@ inferencecache_raft_log_appends_total 12
 # HELP inferencecache_reads_stale 1 while this node's lookups are marked stale, labelled with the reason.
 # TYPE inferencecache_reads_stale gauge
 inferencecache_reads_stale{reason="appends to the local log are failing"} 1
+# HELP inferencecache_snapshot_last_index Log index covered by the newest snapshot on disk.
+# TYPE inferencecache_snapshot_last_index gauge
+inferencecache_snapshot_last_index 0
+# HELP inferencecache_snapshot_last_size_bytes Size in bytes of the newest snapshot on disk.
+# TYPE inferencecache_snapshot_last_size_bytes gauge
+inferencecache_snapshot_last_size_bytes 0
+# HELP inferencecache_snapshots_by_log_bytes_total Snapshots taken because the Raft log grew past its limit since the last one: 256 MiB or twice the last snapshot, whichever is more.
+# TYPE inferencecache_snapshots_by_log_bytes_total counter
+inferencecache_snapshots_by_log_bytes_total 0
 `},
 	}
 	for _, c := range cases {
@@ -69,7 +88,8 @@ inferencecache_reads_stale{reason="appends to the local log are failing"} 1
 			m.RegisterNode(func() NodeInfo { return c.in })
 			names := []string{"inferencecache_node_serving", "inferencecache_reads_stale", "inferencecache_raft_log_appends_total",
 				"inferencecache_raft_log_appended_entries_total", "inferencecache_raft_log_append_failures_total", "inferencecache_raft_write_format",
-				"inferencecache_raft_log_appended_bytes_total", "inferencecache_apply_parallel_batches_total"}
+				"inferencecache_raft_log_appended_bytes_total", "inferencecache_apply_parallel_batches_total",
+				"inferencecache_snapshot_last_index", "inferencecache_snapshot_last_size_bytes", "inferencecache_snapshots_by_log_bytes_total"}
 			if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(c.want), names...); err != nil {
 				t.Fatal(err)
 			}

@@ -25,7 +25,8 @@ const (
 	DefaultCommitTimeout = 10 * time.Millisecond
 	// DefaultSnapshotThreshold/Interval: snapshot after 16 k entries at
 	// most every 2 min; entries are group-committed batches, so this is
-	// millions of events.
+	// millions of events. The entry count applies only while the last
+	// snapshot is at most half of SnapshotLogBytes (snapshotbytes.go).
 	DefaultSnapshotThreshold = 16384
 	DefaultSnapshotInterval  = 2 * time.Minute
 	// DefaultSnapshotLogBytes: also snapshot once this many bytes of log
@@ -185,7 +186,9 @@ type Config struct {
 	// policy wins). Zero value = policy.Default().
 	Policy policy.Policy
 	// SnapshotThreshold, SnapshotInterval, TrailingLogs, SnapshotRetain:
-	// 0 = the Default constants above.
+	// 0 = the Default constants above. While SnapshotLogBytes is on, the
+	// node turns SnapshotThreshold off (raft.ReloadConfig) once its last
+	// snapshot is over half of SnapshotLogBytes, and back on below that.
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64

@@ -24,3 +24,7 @@ func (n *Node) SubmitEncodedForTest(ctx context.Context, cmd []byte) (uint64, er
 	r, err := n.submitEncoded(ctx, cmd)
 	return r.Index, err
 }
+
+// SnapshotThresholdForTest is raft's entry-count snapshot threshold in
+// force on n (snapshotbytes.go turns it off for large snapshots).
+func (n *Node) SnapshotThresholdForTest() uint64 { return n.raft.ReloadableConfig().SnapshotThreshold }

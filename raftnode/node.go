@@ -153,6 +153,14 @@ func New(cfg Config) (*Node, error) {
 				}
 			},
 			OnRestore: func(b int64, d time.Duration, err error) {
+				if err == nil {
+					// At start-up or a snapshot install, this snapshot is
+					// now the node's newest: the log-growth limit scales
+					// with it (snapshotbytes.go), not with the 256 MiB
+					// floor a restarted node would otherwise fall back to.
+					n.snapshotDone()
+					n.metrics.lastSnapshotBytes.Store(uint64(b))
+				}
 				n.signalApplied()
 				if hooks.OnRestore != nil {
 					hooks.OnRestore(b, d, err)
@@ -184,6 +192,8 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.logs = logs
 	hl := n.hclog()
+	// Under the log store's file lock: no other process writes here.
+	n.removeUnfinishedSnapshots(raftDir)
 	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(raftDir, cfg.SnapshotRetain, hl.Named("snapshot"))
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot store %s: %w", raftDir, err)

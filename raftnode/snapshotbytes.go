@@ -2,7 +2,10 @@ package raftnode
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -18,7 +21,9 @@ const snapshotBytesCheck = time.Second
 // Raft's own trigger counts entries (SnapshotThreshold), and a
 // group-committed entry holds from one event to 256 KiB of them, so under
 // heavy ingest the log a restart must replay could grow to gigabytes
-// between two snapshots. Every node runs it: snapshots are local.
+// between two snapshots. It also switches raft's count rule off while
+// snapshots are large (snapshotEntryThreshold). Every node runs it:
+// snapshots are local.
 //
 // The bound is soft: the count starts at zero on start-up (log appended
 // before a restart delays the first such snapshot by at most one limit),
@@ -37,17 +42,20 @@ func (n *Node) snapshotByBytes() {
 	t := time.NewTicker(snapshotBytesCheck)
 	defer t.Stop()
 	m := &n.metrics
+	countRule := n.cfg.SnapshotThreshold // raft's entry-count threshold in force
 	for {
 		select {
 		case <-n.shutdownCh:
 			return
 		case <-t.C:
 		}
+		last := m.lastSnapshotBytes.Load()
+		countRule = n.setEntryCountRule(countRule, snapshotEntryThreshold(n.cfg.SnapshotThreshold, n.cfg.SnapshotLogBytes, last), last)
 		// The base first: snapshotDone may move it past a count read
 		// before it.
 		base := m.snapBase.Load()
 		cur := m.logAppendBytes.Load()
-		limit := snapshotLogLimit(n.cfg.SnapshotLogBytes, m.lastSnapshotBytes.Load(), jitter)
+		limit := snapshotLogLimit(n.cfg.SnapshotLogBytes, last, jitter)
 		if cur <= base || cur-base < limit {
 			continue
 		}
@@ -82,6 +90,77 @@ func (n *Node) snapshotByBytes() {
 // half a byte of snapshot writing.
 func snapshotLogLimit(floor int64, lastSnapshot uint64, jitter float64) uint64 {
 	return uint64(float64(max(uint64(floor), 2*lastSnapshot)) * jitter)
+}
+
+// entryCountOff is raft's SnapshotThreshold while the entry count must
+// not trigger snapshots: no log reaches it.
+const entryCountOff = math.MaxUint64
+
+// snapshotEntryThreshold is the entry-count threshold raft should use:
+// Config.SnapshotThreshold while the last snapshot is at most half of
+// Config.SnapshotLogBytes, and off above that, where log growth alone
+// decides (snapshotLogLimit). Raft's count rule knows nothing of entry or
+// snapshot sizes: with a 417 MB snapshot and 18 KB entries it fired every
+// ~290 MB of log, so an overloaded node wrote snapshots back to back (a
+// trial: five 210–265 s snapshots in 30 min on one node) instead of
+// every 834 MB as the log-growth limit intends.
+func snapshotEntryThreshold(threshold uint64, floor int64, lastSnapshot uint64) uint64 {
+	if 2*lastSnapshot > uint64(floor) {
+		return entryCountOff
+	}
+	return threshold
+}
+
+// setEntryCountRule makes want raft's SnapshotThreshold when it differs
+// from cur (the value in force) and returns the value now in force. Only
+// snapshotByBytes changes raft's reloadable config, so the read-modify-
+// write below cannot lose another change.
+func (n *Node) setEntryCountRule(cur, want, lastSnapshot uint64) uint64 {
+	if want == cur {
+		return cur
+	}
+	rc := n.raft.ReloadableConfig()
+	rc.SnapshotThreshold = want
+	if err := n.raft.ReloadConfig(rc); err != nil {
+		n.log.Warn("raftnode: could not change the snapshot entry threshold", "want", want, "err", err)
+		return cur
+	}
+	if want == entryCountOff {
+		n.log.Info("raftnode: snapshots now follow log growth only (entry-count rule off while the snapshot is this large)",
+			"last_snapshot_bytes", lastSnapshot, "log_bytes_limit", snapshotLogLimit(n.cfg.SnapshotLogBytes, lastSnapshot, 1))
+	} else {
+		n.log.Info("raftnode: snapshot entry-count rule back on", "threshold", want, "last_snapshot_bytes", lastSnapshot)
+	}
+	return want
+}
+
+// removeUnfinishedSnapshots deletes the temporary directories a snapshot
+// that was being written when the process died leaves in the snapshot
+// store (raft names them "<id>.tmp" and never reaps them; it only warns
+// on every later snapshot). Called at start-up, before the store opens,
+// while this process holds the log store's file lock.
+func (n *Node) removeUnfinishedSnapshots(raftDir string) {
+	dirs, _ := filepath.Glob(filepath.Join(raftDir, "snapshots", "*.tmp"))
+	for _, d := range dirs {
+		if err := os.RemoveAll(d); err != nil {
+			n.log.Warn("raftnode: could not remove an unfinished snapshot", "dir", d, "err", err)
+			continue
+		}
+		n.log.Info("raftnode: removed a snapshot left unfinished by a crash", "dir", d)
+	}
+}
+
+// LastSnapshot returns the log index and stream size in bytes of the
+// newest snapshot in this node's snapshot store (written here, installed
+// from a leader or restored from a backup), or zeros when there is none
+// or the store cannot be listed. It reads the store's metadata files: for
+// scrapes and tools, not hot paths.
+func (n *Node) LastSnapshot() (index, bytes uint64) {
+	metas, err := n.snaps.List()
+	if err != nil || len(metas) == 0 {
+		return 0, 0
+	}
+	return metas[0].Index, uint64(metas[0].Size)
 }
 
 // snapshotDone restarts the log byte count at a finished snapshot,

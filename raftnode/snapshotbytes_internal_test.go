@@ -25,3 +25,24 @@ func TestSnapshotLogLimit(t *testing.T) {
 		}
 	}
 }
+
+// Raft's entry-count rule stays as configured while snapshots are small
+// and is off once the last one is over half the log-growth floor.
+func TestSnapshotEntryThreshold(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name string
+		last uint64
+		want uint64
+	}{
+		{"no snapshot yet", 0, 16384},
+		{"small snapshot", 100 * mib, 16384},
+		{"half the floor exactly", 128 * mib, 16384},
+		{"over half the floor", 128*mib + 1, entryCountOff},
+		{"large snapshot", 417 * mib, entryCountOff},
+	} {
+		if got := snapshotEntryThreshold(16384, 256*mib, c.last); got != c.want {
+			t.Errorf("%s: snapshotEntryThreshold(16384, 256 MiB, %d) = %d, want %d", c.name, c.last, got, c.want)
+		}
+	}
+}

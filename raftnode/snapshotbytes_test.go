@@ -1,6 +1,9 @@
 package raftnode_test
 
 import (
+	"math"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -57,14 +60,55 @@ func TestSnapshotLogBytes_SnapshotsOnLogGrowth(t *testing.T) {
 			if tc.bytes < 0 {
 				return
 			}
+			// Each node's snapshot is over half the floor here, so log
+			// growth alone decides the next one: raft's entry-count rule
+			// is off.
+			for _, i := range c.Running() {
+				waitEntryRuleOff(t, c.Nodes[i].Node)
+			}
 			// A follower restarted from its snapshot and log reaches the
-			// same state.
+			// same state, and knows that snapshot's size at once: the
+			// log-growth limit scales with it, not with the floor.
+			// A snapshot the kill interrupted leaves a temporary directory
+			// (made by hand here); start-up removes it.
 			f := follower(c, l)
 			c.Kill(f)
+			tmp := filepath.Join(c.Nodes[f].Dir, "raft", "snapshots", "3-123-456.tmp")
+			if err := os.MkdirAll(tmp, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(tmp, "state.bin"), []byte("partial"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 			c.Start(f)
+			if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+				t.Fatalf("unfinished snapshot %s still there after start (stat: %v)", tmp, err)
+			}
+			snapIdx, snapBytes := c.Nodes[f].LastSnapshot()
+			if snapIdx == 0 || snapBytes == 0 {
+				t.Fatalf("%s: no snapshot in its store after restart (index %d, %d bytes)", c.Nodes[f].ID, snapIdx, snapBytes)
+			}
+			if got := c.Nodes[f].Metrics().LastSnapshotBytes; got != snapBytes {
+				t.Fatalf("%s restarted: last snapshot size %d, want %d (the snapshot it restored)", c.Nodes[f].ID, got, snapBytes)
+			}
+			waitEntryRuleOff(t, c.Nodes[f].Node)
 			if d := assertSameDigest(t, c, idx); d != want {
 				t.Fatalf("digest after restart %x, want %x", d, want)
 			}
 		})
+	}
+}
+
+// waitEntryRuleOff fails unless n turns raft's entry-count snapshot rule
+// off within a few seconds (its check runs once a second).
+func waitEntryRuleOff(t *testing.T, n *raftnode.Node) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for n.SnapshotThresholdForTest() != math.MaxUint64 {
+		if time.Now().After(deadline) {
+			_, b := n.LastSnapshot()
+			t.Fatalf("entry-count threshold still %d with a %d-byte snapshot", n.SnapshotThresholdForTest(), b)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

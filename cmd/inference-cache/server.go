@@ -293,7 +293,8 @@ func nodeInfo(n *raftnode.Node) metrics.NodeInfo {
 		LastLogIndex: st.LastLogIndex, LastLeaderContactMs: uint64(st.LastLeaderContact.Milliseconds()),
 	}
 	m, h := n.Metrics(), n.Health()
-	info.LastSnapshotBytes = m.LastSnapshotBytes
+	info.LastSnapshotIndex, info.LastSnapshotBytes = n.LastSnapshot()
+	info.SnapshotsByLogBytes = m.SnapshotsByLogBytes
 	info.LogAppends, info.LogAppendEntries, info.LogAppendFailures = m.LogAppends, m.LogAppendEntries, h.AppendFailures
 	info.LogAppendBytes, info.ApplyParallelBatches = m.LogAppendBytes, n.Index().ParallelBatches()
 	info.Serving, info.StaleReason = h.Serving, n.ReadState().StaleReason
