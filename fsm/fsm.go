@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -107,6 +108,9 @@ type FSM struct {
 	broken      error       // set by a corrupt entry; apply and snapshot stop
 	opts        Options
 	log         *slog.Logger
+	// abort is done once AbortSnapshots was called: snapshot writes stop.
+	abort       context.Context
+	abortCancel context.CancelFunc
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)
@@ -114,6 +118,7 @@ var _ raft.BatchingFSM = (*FSM)(nil)
 // New returns an FSM with an empty index under policy p.
 func New(p policy.Policy, opts Options) *FSM {
 	f := &FSM{dd: newDedup(), opts: opts, log: opts.Logger}
+	f.abort, f.abortCancel = context.WithCancel(context.Background())
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
@@ -408,6 +413,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		tmpDir:  f.opts.TmpDir,
 		onDone:  f.opts.Hooks.OnSnapshot,
 		started: time.Now(),
+		abort:   f.abort,
 	}, nil
 }
 
@@ -418,6 +424,7 @@ type fsmSnapshot struct {
 	tmpDir      string
 	onDone      func(int64, time.Duration, error)
 	started     time.Time
+	abort       context.Context // FSM.AbortSnapshots
 }
 
 // Persist writes the snapshot stream to the sink.
@@ -440,7 +447,7 @@ func (s *fsmSnapshot) write(w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("fsm: encode dedup window: %w", err)
 	}
-	return snapshot.Write(w, s.tmpDir, s.index, s.term, s.view, dd)
+	return snapshot.WriteContext(s.abort, w, s.tmpDir, s.index, s.term, s.view, dd)
 }
 
 // Release implements raft.FSMSnapshot.
@@ -483,6 +490,13 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	return nil
 }
+
+// AbortSnapshots stops the snapshot writes in progress (Persist,
+// WriteSnapshot) and every later one: they return an error wrapping
+// context.Canceled, and Persist cancels its sink, so no snapshot is
+// recorded. For a node that shuts down: writing a large snapshot takes
+// minutes on a busy node, and raft's Shutdown waits for it. Idempotent.
+func (f *FSM) AbortSnapshots() { f.abortCancel() }
 
 // WriteSnapshot writes the current state as a snapshot stream to w (a
 // backup taken outside Raft, e.g. in tests); it holds the writer lock only

@@ -2,10 +2,12 @@ package fsm
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -304,5 +306,51 @@ func TestDedup_WindowIsBoundedAndOrdered(t *testing.T) {
 	d2, err := unmarshalDedup(b)
 	if err != nil || d2.len() != DedupWindow || d2.entries()[0].RequestId != "10" {
 		t.Fatalf("round trip: %v", err)
+	}
+}
+
+// recordingSink is a raft.SnapshotSink that records how it was ended.
+type recordingSink struct {
+	bytes.Buffer
+	closed, cancelled bool
+}
+
+func (s *recordingSink) ID() string    { return "test" }
+func (s *recordingSink) Close() error  { s.closed = true; return nil }
+func (s *recordingSink) Cancel() error { s.cancelled = true; return nil }
+
+// AbortSnapshots makes a snapshot taken before it fail in Persist (its
+// sink cancelled, not closed, so raft records nothing) and every later
+// WriteSnapshot fail too; the hook sees the failure and the state stays
+// as it was.
+func TestAbortSnapshots_StopsPersist(t *testing.T) {
+	var hookErr error
+	f := New(policy.Default(), Options{TmpDir: t.TempDir(), Hooks: Hooks{OnSnapshot: func(_ int64, _ time.Duration, err error) { hookErr = err }}})
+	f.ApplyBatch(sampleLog(t).logs)
+	_, digest := f.Digest()
+
+	s, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.AbortSnapshots()
+	f.AbortSnapshots() // idempotent
+	sink := &recordingSink{}
+	if err := s.Persist(sink); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Persist after AbortSnapshots: err %v, want context.Canceled", err)
+	}
+	s.Release()
+	if !sink.cancelled || sink.closed {
+		t.Fatalf("sink cancelled %v, closed %v: want cancelled only", sink.cancelled, sink.closed)
+	}
+	if !errors.Is(hookErr, context.Canceled) {
+		t.Fatalf("OnSnapshot saw %v, want context.Canceled", hookErr)
+	}
+	var buf bytes.Buffer
+	if _, err := f.WriteSnapshot(&buf); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WriteSnapshot after AbortSnapshots: err %v", err)
+	}
+	if _, d := f.Digest(); d != digest {
+		t.Fatalf("digest %x after the aborted snapshot, was %x", d, digest)
 	}
 }

@@ -596,6 +596,12 @@ func (n *Node) shutdown(graceful bool) error {
 			}
 		}
 		close(n.shutdownCh)
+		// raft.Shutdown waits for a snapshot being written, which takes
+		// minutes for a large index on a busy node: stop it (it is not
+		// recorded; the next start replays the log instead).
+		if n.fsm != nil {
+			n.fsm.AbortSnapshots()
+		}
 		if n.ml != nil {
 			if graceful {
 				n.ml.Leave(time.Second)

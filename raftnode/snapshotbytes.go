@@ -73,6 +73,8 @@ func (n *Node) snapshotByBytes() {
 			m.snapshotsByBytes.Add(1)
 			n.log.Info("raftnode: snapshot after log growth", "log_bytes", grown, "limit", limit)
 		case errors.Is(err, raft.ErrNothingNewToSnapshot), errors.Is(err, raft.ErrRaftShutdown):
+		case n.shuttingDown():
+			return // the shutdown aborted it (fsm.AbortSnapshots)
 		default:
 			n.log.Warn("raftnode: snapshot after log growth failed", "log_bytes", grown, "err", err)
 		}
@@ -147,6 +149,16 @@ func (n *Node) removeUnfinishedSnapshots(raftDir string) {
 			continue
 		}
 		n.log.Info("raftnode: removed a snapshot left unfinished by a crash", "dir", d)
+	}
+}
+
+// shuttingDown reports whether Shutdown has begun.
+func (n *Node) shuttingDown() bool {
+	select {
+	case <-n.shutdownCh:
+		return true
+	default:
+		return false
 	}
 }
 

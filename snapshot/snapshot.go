@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -128,6 +129,16 @@ type Builder interface {
 // appliedIndex/appliedTerm and dedup (opaque, stored in the dedup bucket)
 // come from the FSM. It returns the stream length in bytes.
 func Write(w io.Writer, tmpDir string, appliedIndex, appliedTerm uint64, src Source, dedup []byte) (int64, error) {
+	return WriteContext(context.Background(), w, tmpDir, appliedIndex, appliedTerm, src, dedup)
+}
+
+// WriteContext is Write that stops early once ctx is done: it checks ctx
+// between chunks of blocks (ChunkBytes each) and between writes to w, and
+// then returns an error wrapping ctx.Err(), having written part of the
+// stream or none of it (the caller discards it: a raft sink is
+// cancelled). A large snapshot takes minutes on a busy node; a node that
+// shuts down must not wait for it.
+func WriteContext(ctx context.Context, w io.Writer, tmpDir string, appliedIndex, appliedTerm uint64, src Source, dedup []byte) (int64, error) {
 	f, err := os.CreateTemp(tmpDir, "inference-cache-snapshot-*.db")
 	if err != nil {
 		return 0, fmt.Errorf("snapshot: create temp file: %w", err)
@@ -136,13 +147,26 @@ func Write(w io.Writer, tmpDir string, appliedIndex, appliedTerm uint64, src Sou
 	f.Close()
 	defer os.Remove(path)
 
-	if err := writeDB(path, appliedIndex, appliedTerm, src, dedup); err != nil {
+	if err := writeDB(ctx, path, appliedIndex, appliedTerm, src, dedup); err != nil {
 		return 0, err
 	}
-	return frame(w, path)
+	return frame(ctxWriter{ctx, w}, path)
 }
 
-func writeDB(path string, appliedIndex, appliedTerm uint64, src Source, dedup []byte) error {
+// ctxWriter fails every Write once ctx is done.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
+}
+
+func writeDB(ctx context.Context, path string, appliedIndex, appliedTerm uint64, src Source, dedup []byte) error {
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{NoSync: true, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType})
 	if err != nil {
 		return fmt.Errorf("snapshot: open temp bbolt %s: %w", path, err)
@@ -254,6 +278,9 @@ func writeDB(path string, appliedIndex, appliedTerm uint64, src Source, dedup []
 		cur.b = chunk
 		cur.recs++
 		if len(chunk)-chunkHeadroom >= ChunkBytes {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			select {
 			case full <- cur:
 			case werr := <-writerDone:

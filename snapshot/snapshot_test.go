@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"strings"
@@ -195,5 +196,60 @@ func TestSnapshot_ManyChunksPipelined(t *testing.T) {
 	})
 	if !errors.Is(err, snapshot.ErrCorrupt) || !bytes.Contains([]byte(err.Error()), []byte("builder says no")) {
 		t.Fatalf("builder failure: %v", err)
+	}
+}
+
+// cancelAfter cancels its context once n bytes were written through it.
+type cancelAfter struct {
+	buf    bytes.Buffer
+	n      int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) Write(p []byte) (int, error) {
+	if c.buf.Len()+len(p) >= c.n {
+		c.cancel()
+	}
+	return c.buf.Write(p)
+}
+
+// WriteContext stops once its context is done: before the blocks are
+// exported (cancelled up front), and while the stream is written to w
+// (cancelled after the first 1 MiB). Either way the error wraps
+// context.Canceled and the stream written is not a valid snapshot.
+func TestWriteContext_StopsWhenCancelled(t *testing.T) {
+	ix := bigIndex(t, 60000)
+	v := ix.View()
+	defer v.Release()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var buf bytes.Buffer
+	if _, err := snapshot.WriteContext(ctx, &buf, t.TempDir(), 7, 1, v, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled up front: err %v, want context.Canceled", err)
+	}
+	if buf.Len() != 0 {
+		t.Fatalf("cancelled up front: %d bytes written", buf.Len())
+	}
+
+	var full bytes.Buffer
+	total, err := snapshot.Write(&full, t.TempDir(), 7, 1, v, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	w := &cancelAfter{n: 1 << 20, cancel: cancel}
+	if total <= int64(w.n)+(1<<20) {
+		t.Fatalf("stream of %d bytes: too small to cancel in the middle", total)
+	}
+	if _, err := snapshot.WriteContext(ctx, w, t.TempDir(), 7, 1, v, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled while streaming: err %v, want context.Canceled", err)
+	}
+	if int64(w.buf.Len()) >= total {
+		t.Fatalf("cancelled while streaming: wrote all %d bytes", total)
+	}
+	if _, _, err := read(t, w.buf.Bytes()); err == nil {
+		t.Fatal("the cut stream reads as a snapshot")
 	}
 }
