@@ -414,6 +414,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		onDone:  f.opts.Hooks.OnSnapshot,
 		started: time.Now(),
 		abort:   f.abort,
+		log:     f.log,
 	}, nil
 }
 
@@ -425,16 +426,23 @@ type fsmSnapshot struct {
 	onDone      func(int64, time.Duration, error)
 	started     time.Time
 	abort       context.Context // FSM.AbortSnapshots
+	log         *slog.Logger
 }
 
 // Persist writes the snapshot stream to the sink.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	start := time.Now()
+	// A large snapshot takes minutes on a busy node: say when it starts,
+	// not only when it ends.
+	s.log.Info("fsm: writing snapshot", "applied_index", s.index, "residencies", s.view.Sizes().Residencies)
 	n, err := s.write(sink)
 	if err != nil {
 		sink.Cancel()
 	} else {
 		err = sink.Close()
+	}
+	if err == nil {
+		s.log.Info("fsm: snapshot written", "applied_index", s.index, "bytes", n, "took", time.Since(start).Round(time.Millisecond))
 	}
 	if s.onDone != nil {
 		s.onDone(n, time.Since(start), err)

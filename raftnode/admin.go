@@ -190,6 +190,11 @@ func (n *Node) Backup(w io.Writer) error {
 		}
 	}
 	if err != nil {
+		if n.shuttingDown() && !errors.Is(err, ErrShutdown) {
+			// The shutdown abandoned the snapshot (fsm.AbortSnapshots):
+			// another node can take the backup.
+			return fmt.Errorf("raftnode: backup: %w: %v", ErrShutdown, err)
+		}
 		return fmt.Errorf("raftnode: backup: %w", err)
 	}
 	defer rc.Close()

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -162,17 +163,14 @@ func (n *Node) shuttingDown() bool {
 	}
 }
 
-// LastSnapshot returns the log index and stream size in bytes of the
-// newest snapshot in this node's snapshot store (written here, installed
-// from a leader or restored from a backup), or zeros when there is none
-// or the store cannot be listed. It reads the store's metadata files: for
-// scrapes and tools, not hot paths.
+// LastSnapshot returns the log index and stream size in bytes of this
+// node's newest snapshot (written here, installed from a leader or
+// restored at start-up), or zeros before the first. It reads raft's
+// in-memory state (Raft.Stats), not the snapshot store: listing the store
+// while a snapshot is being written makes raft log a warning per call.
 func (n *Node) LastSnapshot() (index, bytes uint64) {
-	metas, err := n.snaps.List()
-	if err != nil || len(metas) == 0 {
-		return 0, 0
-	}
-	return metas[0].Index, uint64(metas[0].Size)
+	index, _ = strconv.ParseUint(n.raft.Stats()["last_snapshot_index"], 10, 64)
+	return index, n.metrics.lastSnapshotBytes.Load()
 }
 
 // snapshotDone restarts the log byte count at a finished snapshot,
