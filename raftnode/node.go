@@ -617,6 +617,16 @@ func (n *Node) shutdown(graceful bool) error {
 	return n.shutdownErr
 }
 
+// shuttingDown reports whether Shutdown has begun.
+func (n *Node) shuttingDown() bool {
+	select {
+	case <-n.shutdownCh:
+		return true
+	default:
+		return false
+	}
+}
+
 func (n *Node) closeAll() {
 	if n.ml != nil {
 		n.ml.Shutdown()

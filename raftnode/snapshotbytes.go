@@ -153,16 +153,6 @@ func (n *Node) removeUnfinishedSnapshots(raftDir string) {
 	}
 }
 
-// shuttingDown reports whether Shutdown has begun.
-func (n *Node) shuttingDown() bool {
-	select {
-	case <-n.shutdownCh:
-		return true
-	default:
-		return false
-	}
-}
-
 // LastSnapshot returns the log index and stream size in bytes of this
 // node's newest snapshot (written here, installed from a leader or
 // restored at start-up), or zeros before the first. It reads raft's
