@@ -41,8 +41,12 @@ func (s countingLogStore) StoreLogs(ls []*raft.Log) error {
 
 // IsMonotonic passes raft.MonotonicLogStore through, which the wrapper
 // would otherwise hide.
-func (s countingLogStore) IsMonotonic() bool {
-	m, ok := s.LogStore.(raft.MonotonicLogStore)
+func (s countingLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
+
+// isMonotonic reports whether s is a raft.MonotonicLogStore that says so:
+// what a wrapper's IsMonotonic must pass through.
+func isMonotonic(s raft.LogStore) bool {
+	m, ok := s.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
 }
 
@@ -87,7 +91,4 @@ func (s chunkedCompaction) DeleteRange(lo, hi uint64) error {
 }
 
 // IsMonotonic passes raft.MonotonicLogStore through.
-func (s chunkedCompaction) IsMonotonic() bool {
-	m, ok := s.LogStore.(raft.MonotonicLogStore)
-	return ok && m.IsMonotonic()
-}
+func (s chunkedCompaction) IsMonotonic() bool { return isMonotonic(s.LogStore) }
