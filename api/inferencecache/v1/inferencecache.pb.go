@@ -141,7 +141,7 @@ func (x BlockEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockEvent_Kind.Descriptor instead.
 func (BlockEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{4, 0}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{5, 0}
 }
 
 // Slo is the request's latency objective: a ranking input, not enforcement.
@@ -210,8 +210,11 @@ type LookupRouteRequest struct {
 	HashScheme       string                 `protobuf:"bytes,9,opt,name=hash_scheme,json=hashScheme,proto3" json:"hash_scheme,omitempty"`
 	Slo              *Slo                   `protobuf:"bytes,10,opt,name=slo,proto3" json:"slo,omitempty"`
 	MaxReplicas      uint32                 `protobuf:"varint,11,opt,name=max_replicas,json=maxReplicas,proto3" json:"max_replicas,omitempty"` // 0 = policy maxReplicas
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// explain asks for each hint's ranking factors (ReplicaHint.explain). Off
+	// by default; when off the lookup computes nothing extra.
+	Explain       bool `protobuf:"varint,12,opt,name=explain,proto3" json:"explain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LookupRouteRequest) Reset() {
@@ -321,6 +324,134 @@ func (x *LookupRouteRequest) GetMaxReplicas() uint32 {
 	return 0
 }
 
+func (x *LookupRouteRequest) GetExplain() bool {
+	if x != nil {
+		return x.Explain
+	}
+	return false
+}
+
+// HintExplain is why a hint ranked where it did (LookupRouteRequest.explain).
+// For PREFIX_MATCH the score is the product of SPEC 5's factors:
+// matched_tokens x freshness x pressure_factor x slo_bias x
+// distinguishing_power (ranking v1: matched_tokens x freshness, the other
+// factors reported as 1).
+type HintExplain struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	RankingVersion      string                 `protobuf:"bytes,1,opt,name=ranking_version,json=rankingVersion,proto3" json:"ranking_version,omitempty"`                  // "v1" | "v2"
+	Freshness           float64                `protobuf:"fixed64,2,opt,name=freshness,proto3" json:"freshness,omitempty"`                                                // max(0, 1 - age/evictionTTL)
+	PressureFactor      float64                `protobuf:"fixed64,3,opt,name=pressure_factor,json=pressureFactor,proto3" json:"pressure_factor,omitempty"`                // max(0, 1 - pressureWeight x pressure); 1 when stats are stale or absent
+	SloBias             float64                `protobuf:"fixed64,4,opt,name=slo_bias,json=sloBias,proto3" json:"slo_bias,omitempty"`                                     // 1 + freshness x sloTightBias for a tight SLO, else 1
+	DistinguishingPower float64                `protobuf:"fixed64,5,opt,name=distinguishing_power,json=distinguishingPower,proto3" json:"distinguishing_power,omitempty"` // 1 - matching_at_depth / total_replicas
+	MatchingAtDepth     uint32                 `protobuf:"varint,6,opt,name=matching_at_depth,json=matchingAtDepth,proto3" json:"matching_at_depth,omitempty"`            // replicas whose run reaches this replica's depth
+	TotalReplicas       uint32                 `protobuf:"varint,7,opt,name=total_replicas,json=totalReplicas,proto3" json:"total_replicas,omitempty"`                    // the serving set of the model
+	TenantHitRate       float64                `protobuf:"fixed64,8,opt,name=tenant_hit_rate,json=tenantHitRate,proto3" json:"tenant_hit_rate,omitempty"`                 // TENANT_HOT: the replica's hit rate for the tenant
+	Rendezvous          bool                   `protobuf:"varint,9,opt,name=rendezvous,proto3" json:"rendezvous,omitempty"`                                               // AFFINITY_HINT: the rendezvous-hashing pick
+	StatsFresh          bool                   `protobuf:"varint,10,opt,name=stats_fresh,json=statsFresh,proto3" json:"stats_fresh,omitempty"`                            // the replica's stats are within statsFreshnessSeconds
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *HintExplain) Reset() {
+	*x = HintExplain{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HintExplain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HintExplain) ProtoMessage() {}
+
+func (x *HintExplain) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HintExplain.ProtoReflect.Descriptor instead.
+func (*HintExplain) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HintExplain) GetRankingVersion() string {
+	if x != nil {
+		return x.RankingVersion
+	}
+	return ""
+}
+
+func (x *HintExplain) GetFreshness() float64 {
+	if x != nil {
+		return x.Freshness
+	}
+	return 0
+}
+
+func (x *HintExplain) GetPressureFactor() float64 {
+	if x != nil {
+		return x.PressureFactor
+	}
+	return 0
+}
+
+func (x *HintExplain) GetSloBias() float64 {
+	if x != nil {
+		return x.SloBias
+	}
+	return 0
+}
+
+func (x *HintExplain) GetDistinguishingPower() float64 {
+	if x != nil {
+		return x.DistinguishingPower
+	}
+	return 0
+}
+
+func (x *HintExplain) GetMatchingAtDepth() uint32 {
+	if x != nil {
+		return x.MatchingAtDepth
+	}
+	return 0
+}
+
+func (x *HintExplain) GetTotalReplicas() uint32 {
+	if x != nil {
+		return x.TotalReplicas
+	}
+	return 0
+}
+
+func (x *HintExplain) GetTenantHitRate() float64 {
+	if x != nil {
+		return x.TenantHitRate
+	}
+	return 0
+}
+
+func (x *HintExplain) GetRendezvous() bool {
+	if x != nil {
+		return x.Rendezvous
+	}
+	return false
+}
+
+func (x *HintExplain) GetStatsFresh() bool {
+	if x != nil {
+		return x.StatsFresh
+	}
+	return false
+}
+
 type ReplicaHint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ReplicaId     string                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
@@ -330,13 +461,19 @@ type ReplicaHint struct {
 	Freshness     float64                `protobuf:"fixed64,5,opt,name=freshness,proto3" json:"freshness,omitempty"`
 	AgeMs         uint64                 `protobuf:"varint,6,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
 	Pressure      float64                `protobuf:"fixed64,7,opt,name=pressure,proto3" json:"pressure,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// requests_waiting and requests_running are the engine's queue as last
+	// reported in its ReplicaStats (0 when never reported or stale); a
+	// gateway's picker adds them to the load it tracks itself.
+	RequestsWaiting uint32       `protobuf:"varint,8,opt,name=requests_waiting,json=requestsWaiting,proto3" json:"requests_waiting,omitempty"`
+	RequestsRunning uint32       `protobuf:"varint,9,opt,name=requests_running,json=requestsRunning,proto3" json:"requests_running,omitempty"`
+	Explain         *HintExplain `protobuf:"bytes,10,opt,name=explain,proto3" json:"explain,omitempty"` // only when LookupRouteRequest.explain
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReplicaHint) Reset() {
 	*x = ReplicaHint{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[2]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +485,7 @@ func (x *ReplicaHint) String() string {
 func (*ReplicaHint) ProtoMessage() {}
 
 func (x *ReplicaHint) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[2]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +498,7 @@ func (x *ReplicaHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaHint.ProtoReflect.Descriptor instead.
 func (*ReplicaHint) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{2}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReplicaHint) GetReplicaId() string {
@@ -413,6 +550,27 @@ func (x *ReplicaHint) GetPressure() float64 {
 	return 0
 }
 
+func (x *ReplicaHint) GetRequestsWaiting() uint32 {
+	if x != nil {
+		return x.RequestsWaiting
+	}
+	return 0
+}
+
+func (x *ReplicaHint) GetRequestsRunning() uint32 {
+	if x != nil {
+		return x.RequestsRunning
+	}
+	return 0
+}
+
+func (x *ReplicaHint) GetExplain() *HintExplain {
+	if x != nil {
+		return x.Explain
+	}
+	return nil
+}
+
 type LookupRouteResponse struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Replicas            []*ReplicaHint         `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
@@ -428,7 +586,7 @@ type LookupRouteResponse struct {
 
 func (x *LookupRouteResponse) Reset() {
 	*x = LookupRouteResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[3]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +598,7 @@ func (x *LookupRouteResponse) String() string {
 func (*LookupRouteResponse) ProtoMessage() {}
 
 func (x *LookupRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[3]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +611,7 @@ func (x *LookupRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRouteResponse.ProtoReflect.Descriptor instead.
 func (*LookupRouteResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{3}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LookupRouteResponse) GetReplicas() []*ReplicaHint {
@@ -525,7 +683,7 @@ type BlockEvent struct {
 
 func (x *BlockEvent) Reset() {
 	*x = BlockEvent{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[4]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +695,7 @@ func (x *BlockEvent) String() string {
 func (*BlockEvent) ProtoMessage() {}
 
 func (x *BlockEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[4]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +708,7 @@ func (x *BlockEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockEvent.ProtoReflect.Descriptor instead.
 func (*BlockEvent) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{4}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BlockEvent) GetKind() BlockEvent_Kind {
@@ -654,7 +812,7 @@ type IngestRequest struct {
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[5]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +824,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[5]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +837,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{5}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IngestRequest) GetEvents() []*BlockEvent {
@@ -706,7 +864,7 @@ type Rejection struct {
 
 func (x *Rejection) Reset() {
 	*x = Rejection{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[6]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +876,7 @@ func (x *Rejection) String() string {
 func (*Rejection) ProtoMessage() {}
 
 func (x *Rejection) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[6]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +889,7 @@ func (x *Rejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
 func (*Rejection) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{6}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Rejection) GetEventIndex() uint32 {
@@ -763,7 +921,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[7]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +933,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[7]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +946,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{7}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *IngestResponse) GetAppliedIndex() uint64 {
@@ -828,13 +986,19 @@ type ReplicaStats struct {
 	TenantHitRate map[string]float64     `protobuf:"bytes,5,rep,name=tenant_hit_rate,json=tenantHitRate,proto3" json:"tenant_hit_rate,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	ObservedAtMs  int64                  `protobuf:"varint,6,opt,name=observed_at_ms,json=observedAtMs,proto3" json:"observed_at_ms,omitempty"`
 	Endpoint      string                 `protobuf:"bytes,7,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// requests_waiting: requests queued and not yet scheduled (vLLM
+	// vllm:num_requests_waiting, SGLang sglang:num_queue_reqs).
+	RequestsWaiting uint32 `protobuf:"varint,8,opt,name=requests_waiting,json=requestsWaiting,proto3" json:"requests_waiting,omitempty"`
+	// requests_running: requests in the engine's running batch (vLLM
+	// vllm:num_requests_running, SGLang sglang:num_running_reqs).
+	RequestsRunning uint32 `protobuf:"varint,9,opt,name=requests_running,json=requestsRunning,proto3" json:"requests_running,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReplicaStats) Reset() {
 	*x = ReplicaStats{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[8]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +1010,7 @@ func (x *ReplicaStats) String() string {
 func (*ReplicaStats) ProtoMessage() {}
 
 func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[8]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1023,7 @@ func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStats.ProtoReflect.Descriptor instead.
 func (*ReplicaStats) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{8}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReplicaStats) GetReplicaId() string {
@@ -911,6 +1075,20 @@ func (x *ReplicaStats) GetEndpoint() string {
 	return ""
 }
 
+func (x *ReplicaStats) GetRequestsWaiting() uint32 {
+	if x != nil {
+		return x.RequestsWaiting
+	}
+	return 0
+}
+
+func (x *ReplicaStats) GetRequestsRunning() uint32 {
+	if x != nil {
+		return x.RequestsRunning
+	}
+	return 0
+}
+
 type ReportReplicaStatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stats         []*ReplicaStats        `protobuf:"bytes,1,rep,name=stats,proto3" json:"stats,omitempty"`
@@ -921,7 +1099,7 @@ type ReportReplicaStatsRequest struct {
 
 func (x *ReportReplicaStatsRequest) Reset() {
 	*x = ReportReplicaStatsRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[9]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1111,7 @@ func (x *ReportReplicaStatsRequest) String() string {
 func (*ReportReplicaStatsRequest) ProtoMessage() {}
 
 func (x *ReportReplicaStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[9]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1124,7 @@ func (x *ReportReplicaStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicaStatsRequest.ProtoReflect.Descriptor instead.
 func (*ReportReplicaStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{9}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportReplicaStatsRequest) GetStats() []*ReplicaStats {
@@ -975,7 +1153,7 @@ type ReportReplicaStatsResponse struct {
 
 func (x *ReportReplicaStatsResponse) Reset() {
 	*x = ReportReplicaStatsResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[10]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1165,7 @@ func (x *ReportReplicaStatsResponse) String() string {
 func (*ReportReplicaStatsResponse) ProtoMessage() {}
 
 func (x *ReportReplicaStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[10]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1178,7 @@ func (x *ReportReplicaStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicaStatsResponse.ProtoReflect.Descriptor instead.
 func (*ReportReplicaStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{10}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportReplicaStatsResponse) GetAppliedIndex() uint64 {
@@ -1040,7 +1218,7 @@ type Strategy struct {
 
 func (x *Strategy) Reset() {
 	*x = Strategy{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[11]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1230,7 @@ func (x *Strategy) String() string {
 func (*Strategy) ProtoMessage() {}
 
 func (x *Strategy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[11]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1243,7 @@ func (x *Strategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Strategy.ProtoReflect.Descriptor instead.
 func (*Strategy) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{11}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Strategy) GetEnableTenantHot() bool {
@@ -1107,7 +1285,7 @@ type CachePolicy struct {
 
 func (x *CachePolicy) Reset() {
 	*x = CachePolicy{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[12]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1297,7 @@ func (x *CachePolicy) String() string {
 func (*CachePolicy) ProtoMessage() {}
 
 func (x *CachePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[12]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1310,7 @@ func (x *CachePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CachePolicy.ProtoReflect.Descriptor instead.
 func (*CachePolicy) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{12}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CachePolicy) GetChainMatching() bool {
@@ -1283,7 +1461,7 @@ type GetCachePolicyRequest struct {
 
 func (x *GetCachePolicyRequest) Reset() {
 	*x = GetCachePolicyRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1473,7 @@ func (x *GetCachePolicyRequest) String() string {
 func (*GetCachePolicyRequest) ProtoMessage() {}
 
 func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1486,7 @@ func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{13}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{14}
 }
 
 type SetCachePolicyRequest struct {
@@ -1320,7 +1498,7 @@ type SetCachePolicyRequest struct {
 
 func (x *SetCachePolicyRequest) Reset() {
 	*x = SetCachePolicyRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1510,7 @@ func (x *SetCachePolicyRequest) String() string {
 func (*SetCachePolicyRequest) ProtoMessage() {}
 
 func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1523,7 @@ func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{14}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetCachePolicyRequest) GetPolicy() *CachePolicy {
@@ -1363,7 +1541,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1553,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1566,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{15}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
 }
 
 type Member struct {
@@ -1404,7 +1582,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1594,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1607,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Member) GetId() string {
@@ -1486,7 +1664,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1676,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1689,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -1602,7 +1780,7 @@ type AddServerRequest struct {
 
 func (x *AddServerRequest) Reset() {
 	*x = AddServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1792,7 @@ func (x *AddServerRequest) String() string {
 func (*AddServerRequest) ProtoMessage() {}
 
 func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1805,7 @@ func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerRequest.ProtoReflect.Descriptor instead.
 func (*AddServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddServerRequest) GetId() string {
@@ -1660,7 +1838,7 @@ type AddServerResponse struct {
 
 func (x *AddServerResponse) Reset() {
 	*x = AddServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1850,7 @@ func (x *AddServerResponse) String() string {
 func (*AddServerResponse) ProtoMessage() {}
 
 func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1863,7 @@ func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerResponse.ProtoReflect.Descriptor instead.
 func (*AddServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddServerResponse) GetIndex() uint64 {
@@ -1704,7 +1882,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1894,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1907,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -1748,7 +1926,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1938,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1951,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveServerResponse) GetIndex() uint64 {
@@ -1794,7 +1972,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1984,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1997,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -1845,7 +2023,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2035,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2048,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -1888,7 +2066,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2078,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2091,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
 }
 
 type SnapshotResponse struct {
@@ -1926,7 +2104,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2116,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2129,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -1976,7 +2154,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2166,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2179,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
 }
 
 type BackupChunk struct {
@@ -2013,7 +2191,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2203,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2216,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2057,7 +2235,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2247,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2260,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -2102,7 +2280,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2292,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2305,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RestoreResponse) GetAppliedIndex() uint64 {
@@ -2152,7 +2330,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2342,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2355,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
 }
 
 type DigestResponse struct {
@@ -2190,7 +2368,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2380,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2393,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DigestResponse) GetAppliedIndex() uint64 {
@@ -2239,7 +2417,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"*api/inferencecache/v1/inferencecache.proto\x12\x11inferencecache.v1\"5\n" +
 	"\x03Slo\x12\x17\n" +
 	"\attft_ms\x18\x01 \x01(\rR\x06ttftMs\x12\x15\n" +
-	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\x89\x03\n" +
+	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\xa3\x03\n" +
 	"\x12LookupRouteRequest\x12\x1f\n" +
 	"\vprefix_hash\x18\x01 \x01(\x04R\n" +
 	"prefixHash\x12!\n" +
@@ -2256,7 +2434,23 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"hashScheme\x12(\n" +
 	"\x03slo\x18\n" +
 	" \x01(\v2\x16.inferencecache.v1.SloR\x03slo\x12!\n" +
-	"\fmax_replicas\x18\v \x01(\rR\vmaxReplicas\"\xe1\x01\n" +
+	"\fmax_replicas\x18\v \x01(\rR\vmaxReplicas\x12\x18\n" +
+	"\aexplain\x18\f \x01(\bR\aexplain\"\x87\x03\n" +
+	"\vHintExplain\x12'\n" +
+	"\x0franking_version\x18\x01 \x01(\tR\x0erankingVersion\x12\x1c\n" +
+	"\tfreshness\x18\x02 \x01(\x01R\tfreshness\x12'\n" +
+	"\x0fpressure_factor\x18\x03 \x01(\x01R\x0epressureFactor\x12\x19\n" +
+	"\bslo_bias\x18\x04 \x01(\x01R\asloBias\x121\n" +
+	"\x14distinguishing_power\x18\x05 \x01(\x01R\x13distinguishingPower\x12*\n" +
+	"\x11matching_at_depth\x18\x06 \x01(\rR\x0fmatchingAtDepth\x12%\n" +
+	"\x0etotal_replicas\x18\a \x01(\rR\rtotalReplicas\x12&\n" +
+	"\x0ftenant_hit_rate\x18\b \x01(\x01R\rtenantHitRate\x12\x1e\n" +
+	"\n" +
+	"rendezvous\x18\t \x01(\bR\n" +
+	"rendezvous\x12\x1f\n" +
+	"\vstats_fresh\x18\n" +
+	" \x01(\bR\n" +
+	"statsFresh\"\xf1\x02\n" +
 	"\vReplicaHint\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x14\n" +
@@ -2265,7 +2459,11 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x0ematched_blocks\x18\x04 \x01(\rR\rmatchedBlocks\x12\x1c\n" +
 	"\tfreshness\x18\x05 \x01(\x01R\tfreshness\x12\x15\n" +
 	"\x06age_ms\x18\x06 \x01(\x04R\x05ageMs\x12\x1a\n" +
-	"\bpressure\x18\a \x01(\x01R\bpressure\"\xb6\x02\n" +
+	"\bpressure\x18\a \x01(\x01R\bpressure\x12)\n" +
+	"\x10requests_waiting\x18\b \x01(\rR\x0frequestsWaiting\x12)\n" +
+	"\x10requests_running\x18\t \x01(\rR\x0frequestsRunning\x128\n" +
+	"\aexplain\x18\n" +
+	" \x01(\v2\x1e.inferencecache.v1.HintExplainR\aexplain\"\xb6\x02\n" +
 	"\x13LookupRouteResponse\x12:\n" +
 	"\breplicas\x18\x01 \x03(\v2\x1e.inferencecache.v1.ReplicaHintR\breplicas\x12>\n" +
 	"\vreason_code\x18\x02 \x01(\x0e2\x1d.inferencecache.v1.ReasonCodeR\n" +
@@ -2312,7 +2510,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12\x1a\n" +
 	"\baccepted\x18\x02 \x01(\rR\baccepted\x128\n" +
 	"\brejected\x18\x03 \x03(\v2\x1c.inferencecache.v1.RejectionR\brejected\x12\x1c\n" +
-	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xe7\x02\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xbd\x03\n" +
 	"\fReplicaStats\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x19\n" +
@@ -2321,7 +2519,9 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\bpressure\x18\x04 \x01(\x01R\bpressure\x12Z\n" +
 	"\x0ftenant_hit_rate\x18\x05 \x03(\v22.inferencecache.v1.ReplicaStats.TenantHitRateEntryR\rtenantHitRate\x12$\n" +
 	"\x0eobserved_at_ms\x18\x06 \x01(\x03R\fobservedAtMs\x12\x1a\n" +
-	"\bendpoint\x18\a \x01(\tR\bendpoint\x1a@\n" +
+	"\bendpoint\x18\a \x01(\tR\bendpoint\x12)\n" +
+	"\x10requests_waiting\x18\b \x01(\rR\x0frequestsWaiting\x12)\n" +
+	"\x10requests_running\x18\t \x01(\rR\x0frequestsRunning\x1a@\n" +
 	"\x12TenantHitRateEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"q\n" +
@@ -2457,92 +2657,94 @@ func file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inferencecache_v1_inferencecache_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(ReasonCode)(0),                    // 0: inferencecache.v1.ReasonCode
 	(BlockEvent_Kind)(0),               // 1: inferencecache.v1.BlockEvent.Kind
 	(*Slo)(nil),                        // 2: inferencecache.v1.Slo
 	(*LookupRouteRequest)(nil),         // 3: inferencecache.v1.LookupRouteRequest
-	(*ReplicaHint)(nil),                // 4: inferencecache.v1.ReplicaHint
-	(*LookupRouteResponse)(nil),        // 5: inferencecache.v1.LookupRouteResponse
-	(*BlockEvent)(nil),                 // 6: inferencecache.v1.BlockEvent
-	(*IngestRequest)(nil),              // 7: inferencecache.v1.IngestRequest
-	(*Rejection)(nil),                  // 8: inferencecache.v1.Rejection
-	(*IngestResponse)(nil),             // 9: inferencecache.v1.IngestResponse
-	(*ReplicaStats)(nil),               // 10: inferencecache.v1.ReplicaStats
-	(*ReportReplicaStatsRequest)(nil),  // 11: inferencecache.v1.ReportReplicaStatsRequest
-	(*ReportReplicaStatsResponse)(nil), // 12: inferencecache.v1.ReportReplicaStatsResponse
-	(*Strategy)(nil),                   // 13: inferencecache.v1.Strategy
-	(*CachePolicy)(nil),                // 14: inferencecache.v1.CachePolicy
-	(*GetCachePolicyRequest)(nil),      // 15: inferencecache.v1.GetCachePolicyRequest
-	(*SetCachePolicyRequest)(nil),      // 16: inferencecache.v1.SetCachePolicyRequest
-	(*StatusRequest)(nil),              // 17: inferencecache.v1.StatusRequest
-	(*Member)(nil),                     // 18: inferencecache.v1.Member
-	(*StatusResponse)(nil),             // 19: inferencecache.v1.StatusResponse
-	(*AddServerRequest)(nil),           // 20: inferencecache.v1.AddServerRequest
-	(*AddServerResponse)(nil),          // 21: inferencecache.v1.AddServerResponse
-	(*RemoveServerRequest)(nil),        // 22: inferencecache.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),       // 23: inferencecache.v1.RemoveServerResponse
-	(*TransferLeadershipRequest)(nil),  // 24: inferencecache.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 25: inferencecache.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 26: inferencecache.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 27: inferencecache.v1.SnapshotResponse
-	(*BackupRequest)(nil),              // 28: inferencecache.v1.BackupRequest
-	(*BackupChunk)(nil),                // 29: inferencecache.v1.BackupChunk
-	(*RestoreChunk)(nil),               // 30: inferencecache.v1.RestoreChunk
-	(*RestoreResponse)(nil),            // 31: inferencecache.v1.RestoreResponse
-	(*DigestRequest)(nil),              // 32: inferencecache.v1.DigestRequest
-	(*DigestResponse)(nil),             // 33: inferencecache.v1.DigestResponse
-	nil,                                // 34: inferencecache.v1.ReplicaStats.TenantHitRateEntry
-	nil,                                // 35: inferencecache.v1.CachePolicy.BlockSizeEntry
+	(*HintExplain)(nil),                // 4: inferencecache.v1.HintExplain
+	(*ReplicaHint)(nil),                // 5: inferencecache.v1.ReplicaHint
+	(*LookupRouteResponse)(nil),        // 6: inferencecache.v1.LookupRouteResponse
+	(*BlockEvent)(nil),                 // 7: inferencecache.v1.BlockEvent
+	(*IngestRequest)(nil),              // 8: inferencecache.v1.IngestRequest
+	(*Rejection)(nil),                  // 9: inferencecache.v1.Rejection
+	(*IngestResponse)(nil),             // 10: inferencecache.v1.IngestResponse
+	(*ReplicaStats)(nil),               // 11: inferencecache.v1.ReplicaStats
+	(*ReportReplicaStatsRequest)(nil),  // 12: inferencecache.v1.ReportReplicaStatsRequest
+	(*ReportReplicaStatsResponse)(nil), // 13: inferencecache.v1.ReportReplicaStatsResponse
+	(*Strategy)(nil),                   // 14: inferencecache.v1.Strategy
+	(*CachePolicy)(nil),                // 15: inferencecache.v1.CachePolicy
+	(*GetCachePolicyRequest)(nil),      // 16: inferencecache.v1.GetCachePolicyRequest
+	(*SetCachePolicyRequest)(nil),      // 17: inferencecache.v1.SetCachePolicyRequest
+	(*StatusRequest)(nil),              // 18: inferencecache.v1.StatusRequest
+	(*Member)(nil),                     // 19: inferencecache.v1.Member
+	(*StatusResponse)(nil),             // 20: inferencecache.v1.StatusResponse
+	(*AddServerRequest)(nil),           // 21: inferencecache.v1.AddServerRequest
+	(*AddServerResponse)(nil),          // 22: inferencecache.v1.AddServerResponse
+	(*RemoveServerRequest)(nil),        // 23: inferencecache.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),       // 24: inferencecache.v1.RemoveServerResponse
+	(*TransferLeadershipRequest)(nil),  // 25: inferencecache.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 26: inferencecache.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 27: inferencecache.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 28: inferencecache.v1.SnapshotResponse
+	(*BackupRequest)(nil),              // 29: inferencecache.v1.BackupRequest
+	(*BackupChunk)(nil),                // 30: inferencecache.v1.BackupChunk
+	(*RestoreChunk)(nil),               // 31: inferencecache.v1.RestoreChunk
+	(*RestoreResponse)(nil),            // 32: inferencecache.v1.RestoreResponse
+	(*DigestRequest)(nil),              // 33: inferencecache.v1.DigestRequest
+	(*DigestResponse)(nil),             // 34: inferencecache.v1.DigestResponse
+	nil,                                // 35: inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	nil,                                // 36: inferencecache.v1.CachePolicy.BlockSizeEntry
 }
 var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	2,  // 0: inferencecache.v1.LookupRouteRequest.slo:type_name -> inferencecache.v1.Slo
-	4,  // 1: inferencecache.v1.LookupRouteResponse.replicas:type_name -> inferencecache.v1.ReplicaHint
-	0,  // 2: inferencecache.v1.LookupRouteResponse.reason_code:type_name -> inferencecache.v1.ReasonCode
-	1,  // 3: inferencecache.v1.BlockEvent.kind:type_name -> inferencecache.v1.BlockEvent.Kind
-	6,  // 4: inferencecache.v1.IngestRequest.events:type_name -> inferencecache.v1.BlockEvent
-	8,  // 5: inferencecache.v1.IngestResponse.rejected:type_name -> inferencecache.v1.Rejection
-	34, // 6: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
-	10, // 7: inferencecache.v1.ReportReplicaStatsRequest.stats:type_name -> inferencecache.v1.ReplicaStats
-	8,  // 8: inferencecache.v1.ReportReplicaStatsResponse.rejected:type_name -> inferencecache.v1.Rejection
-	13, // 9: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
-	35, // 10: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
-	14, // 11: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
-	18, // 12: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
-	3,  // 13: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
-	7,  // 14: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
-	7,  // 15: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
-	11, // 16: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
-	15, // 17: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
-	16, // 18: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
-	17, // 19: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
-	20, // 20: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
-	22, // 21: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
-	24, // 22: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
-	26, // 23: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
-	32, // 24: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
-	28, // 25: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
-	30, // 26: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
-	5,  // 27: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
-	9,  // 28: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
-	9,  // 29: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
-	12, // 30: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
-	14, // 31: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	14, // 32: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	19, // 33: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
-	21, // 34: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
-	23, // 35: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
-	25, // 36: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
-	27, // 37: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
-	33, // 38: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
-	29, // 39: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
-	31, // 40: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
-	27, // [27:41] is the sub-list for method output_type
-	13, // [13:27] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	4,  // 1: inferencecache.v1.ReplicaHint.explain:type_name -> inferencecache.v1.HintExplain
+	5,  // 2: inferencecache.v1.LookupRouteResponse.replicas:type_name -> inferencecache.v1.ReplicaHint
+	0,  // 3: inferencecache.v1.LookupRouteResponse.reason_code:type_name -> inferencecache.v1.ReasonCode
+	1,  // 4: inferencecache.v1.BlockEvent.kind:type_name -> inferencecache.v1.BlockEvent.Kind
+	7,  // 5: inferencecache.v1.IngestRequest.events:type_name -> inferencecache.v1.BlockEvent
+	9,  // 6: inferencecache.v1.IngestResponse.rejected:type_name -> inferencecache.v1.Rejection
+	35, // 7: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	11, // 8: inferencecache.v1.ReportReplicaStatsRequest.stats:type_name -> inferencecache.v1.ReplicaStats
+	9,  // 9: inferencecache.v1.ReportReplicaStatsResponse.rejected:type_name -> inferencecache.v1.Rejection
+	14, // 10: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
+	36, // 11: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
+	15, // 12: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
+	19, // 13: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
+	3,  // 14: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
+	8,  // 15: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
+	8,  // 16: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
+	12, // 17: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
+	16, // 18: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
+	17, // 19: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
+	18, // 20: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
+	21, // 21: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
+	23, // 22: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
+	25, // 23: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
+	27, // 24: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
+	33, // 25: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
+	29, // 26: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
+	31, // 27: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
+	6,  // 28: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
+	10, // 29: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
+	10, // 30: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
+	13, // 31: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
+	15, // 32: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	15, // 33: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	20, // 34: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
+	22, // 35: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
+	24, // 36: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
+	26, // 37: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
+	28, // 38: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
+	34, // 39: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
+	30, // 40: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
+	32, // 41: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
+	28, // [28:42] is the sub-list for method output_type
+	14, // [14:28] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_api_inferencecache_v1_inferencecache_proto_init() }
@@ -2556,7 +2758,7 @@ func file_api_inferencecache_v1_inferencecache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inferencecache_v1_inferencecache_proto_rawDesc), len(file_api_inferencecache_v1_inferencecache_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
