@@ -3,6 +3,11 @@ package bench
 // Cache is one engine's KV cache model: at most Capacity blocks (keyed by
 // trace hash id), evicted least recently used first.
 //
+// The capacity is shared with running requests, as in vLLM's block pool:
+// blocks a running request uses are pinned (never evicted), and the blocks
+// it reserves for its output take room that cached prefixes cannot use
+// (AdmitPinned's reserve), so a loaded engine caches less.
+//
 // Recency follows vLLM's prefix cache: when a request's blocks are
 // admitted, its first block becomes the most recently used and its last
 // block the least of them (vLLM frees a finished request's blocks tail
@@ -22,6 +27,7 @@ type lruNode struct {
 	key        uint64
 	prev, next int32
 	mark       uint64 // == Cache.stamp while it belongs to the request being admitted
+	pins       int32  // running requests using the block; pinned blocks are never evicted
 }
 
 // NewCache returns an empty cache of capacity blocks (at least 1).
@@ -69,24 +75,85 @@ type BlockRun struct{ Start, End int }
 // least recently used blocks that are not part of this request. The
 // result's slices are appended to a's (pass a reused Admission to avoid
 // allocations; its slices are truncated first).
-func (c *Cache) Admit(blocks []uint64, a *Admission) {
+func (c *Cache) Admit(blocks []uint64, a *Admission) { c.admit(blocks, a, 0, false) }
+
+// AdmitPinned admits like Admit into Capacity − reserve entries (reserve
+// is the room the running requests' output blocks take), never evicting a
+// pinned block, and pins the leading run of the request's blocks that is
+// cached afterwards. When pinned blocks leave too little room, only the
+// leading blocks that fit are stored (a block without its parent would be
+// useless to a prefix match). It returns the length of the pinned run:
+// pass blocks[:n] to Unpin when the request ends.
+func (c *Cache) AdmitPinned(blocks []uint64, a *Admission, reserve int) int {
+	return c.admit(blocks, a, reserve, true)
+}
+
+// Unpin releases one pin of each block (blocks a finished request pinned).
+func (c *Cache) Unpin(blocks []uint64) {
+	for _, h := range blocks {
+		if n, ok := c.idx[h]; ok && c.nodes[n].pins > 0 {
+			c.nodes[n].pins--
+		}
+	}
+}
+
+// Pinned reports how many pins block h holds (0 when absent).
+func (c *Cache) Pinned(h uint64) int {
+	if n, ok := c.idx[h]; ok {
+		return int(c.nodes[n].pins)
+	}
+	return 0
+}
+
+func (c *Cache) admit(blocks []uint64, a *Admission, reserve int, pin bool) int {
 	a.Evicted, a.Stored = a.Evicted[:0], a.Stored[:0]
-	if len(blocks) > c.capacity {
-		blocks = blocks[:c.capacity]
+	limit := max(0, c.capacity-reserve)
+	if len(blocks) > limit {
+		blocks = blocks[:limit]
 	}
 	c.stamp++
 	missing := 0
-	runStart := -1
-	for i, h := range blocks {
+	for _, h := range blocks {
 		if n, ok := c.idx[h]; ok {
 			c.nodes[n].mark = c.stamp
+			continue
+		}
+		missing++
+	}
+	// Evict from the tail, skipping (never evicting) this request's blocks
+	// and pinned ones.
+	for n := c.tail; len(c.idx)+missing > limit && n >= 0; {
+		prev := c.nodes[n].prev
+		if c.nodes[n].mark != c.stamp && c.nodes[n].pins == 0 {
+			a.Evicted = append(a.Evicted, c.nodes[n].key)
+			c.remove(n)
+		}
+		n = prev
+	}
+	// Too little room left: store only the leading blocks that fit.
+	cut := len(blocks)
+	if room := limit - len(c.idx); room < missing {
+		for i, h := range blocks {
+			if _, ok := c.idx[h]; ok {
+				continue
+			}
+			if room == 0 {
+				cut = i
+				break
+			}
+			room--
+		}
+		blocks = blocks[:cut]
+	}
+	runStart := -1
+	for i, h := range blocks {
+		if _, ok := c.idx[h]; ok {
 			if runStart >= 0 {
 				a.Stored = append(a.Stored, BlockRun{runStart, i})
 				runStart = -1
 			}
 			continue
 		}
-		missing++
 		if runStart < 0 {
 			runStart = i
 		}
@@ -94,28 +161,23 @@ func (c *Cache) Admit(blocks []uint64, a *Admission) {
 	if runStart >= 0 {
 		a.Stored = append(a.Stored, BlockRun{runStart, len(blocks)})
 	}
-	// Evict from the tail, skipping (never evicting) this request's blocks.
-	for n := c.tail; len(c.idx)+missing > c.capacity && n >= 0; {
-		prev := c.nodes[n].prev
-		if c.nodes[n].mark != c.stamp {
-			a.Evicted = append(a.Evicted, c.nodes[n].key)
-			c.remove(n)
-		}
-		n = prev
-	}
 	// Relink (or insert) in reverse so block 0 ends up at the head.
 	for i := len(blocks) - 1; i >= 0; i-- {
 		h := blocks[i]
-		if n, ok := c.idx[h]; ok {
+		n, ok := c.idx[h]
+		if ok {
 			c.unlink(n)
-			c.pushFront(n)
-			continue
+		} else {
+			n = c.alloc(h)
+			c.nodes[n].mark = c.stamp
+			c.idx[h] = n
 		}
-		n := c.alloc(h)
-		c.nodes[n].mark = c.stamp
-		c.idx[h] = n
 		c.pushFront(n)
+		if pin {
+			c.nodes[n].pins++
+		}
 	}
+	return len(blocks)
 }
 
 // Keys returns the cached blocks from most to least recently used (for

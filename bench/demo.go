@@ -88,17 +88,18 @@ func RunDemo(ctx context.Context, cfg DemoConfig) error {
 			return err
 		}
 	}
-	fc := FleetConfig{Engines: cfg.Engines, CacheBlocks: cfg.CacheBlocks}
+	fc := FleetConfig{Engines: cfg.Engines, CacheBlocks: cfg.CacheBlocks, EventsAtArrival: true}
 	if err := fc.fill(); err != nil {
 		return err
 	}
 	f := NewFleet(fc, DemoModel, "demo-")
-	obs, err := startObservation(ctx, f, cfg.Addrs, EncodingPositional, time.Second, cfg.Seed, false, cfg.Logger)
+	obs, err := startObservation(ctx, f, cfg.Addrs, EncodingPositional, time.Second, cfg.Seed, cfg.Logger)
 	if err != nil {
 		return err
 	}
 	defer obs.stop()
-	lr := newLookupRouter(f, cl)
+	lr := newLookupRouter(f, cl, newLookupStats())
+	all := func(float64) bool { return true }
 	seen := map[uint64]struct{}{}
 	var prompt, cached, idealHit int64
 	n := 0
@@ -132,6 +133,10 @@ func RunDemo(ctx context.Context, cfg DemoConfig) error {
 			last = t
 			e := lr.Route(ctx, n, &q, t)
 			s := f.Engines[e].Serve(&q, t)
+			for k, eng := range f.Engines {
+				eng.Scrape(t)
+				eng.Release(all, func(ev *KVEvent) { obs.publish(k, ev) })
+			}
 			n++
 			prompt += int64(q.InputLength)
 			cached += int64(s.CachedTokens)

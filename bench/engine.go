@@ -4,8 +4,8 @@ import (
 	"container/heap"
 	"fmt"
 	"io"
-	"math"
-	"sync/atomic"
+	"slices"
+	"sync"
 )
 
 // FleetConfig describes the simulated fleet; the same settings are used
@@ -22,6 +22,10 @@ type FleetConfig struct {
 	// second (default 40); decoding runs alongside prefills (continuous
 	// batching) and only keeps the request in flight.
 	DecodeTPS float64
+	// EventsAtArrival publishes a request's KV events at its arrival
+	// instead of its prefill's end (the timestamp and request time
+	// models).
+	EventsAtArrival bool
 }
 
 // Defaults of FleetConfig.
@@ -52,7 +56,7 @@ func (c *FleetConfig) fill() error {
 // inflight is a request admitted to an engine and not finished.
 type inflight struct {
 	start, done float64 // prefill start, last token (virtual s)
-	kvBlocks    int
+	kvBlocks    int     // blocks it holds while running: its cached prompt run and its output
 }
 
 type inflightHeap []inflight
@@ -68,39 +72,103 @@ func (h *inflightHeap) Pop() any {
 	return x
 }
 
+// pinned is what a running request holds in the engine's KV cache until
+// it finishes: its pinned prompt blocks and its reserved output blocks.
+type pinned struct {
+	done   float64
+	blocks []uint64
+	output int
+}
+
+type pinnedHeap []pinned
+
+func (h pinnedHeap) Len() int           { return len(h) }
+func (h pinnedHeap) Less(i, j int) bool { return h[i].done < h[j].done }
+func (h pinnedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *pinnedHeap) Push(x any)        { *h = append(*h, x.(pinned)) }
+func (h *pinnedHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
 // Served is the outcome of one request on one engine.
 type Served struct {
-	// CachedTokens is the prompt prefix found in the engine's cache (a
-	// whole number of 512-token blocks).
+	// CachedTokens is the prompt prefix found in the engine's cache when
+	// its prefill started (a whole number of 512-token blocks).
 	CachedTokens int
 	// WaitS is the modelled queue wait (virtual seconds).
 	WaitS float64
 	// TTFTS is the modelled time to first token: WaitS + uncached tokens /
 	// prefill speed (virtual seconds).
 	TTFTS float64
+	// FirstTokenAt and DoneAt are the virtual times of the first and the
+	// last token (what a gateway sees of the request's progress).
+	FirstTokenAt, DoneAt float64
 }
 
-// Engine is one simulated inference engine: a KV cache of C blocks (LRU),
-// a prefill queue (one prefill at a time, FIFO) and in-flight requests.
-// Serve runs on one goroutine; the counters read by the /metrics handler
-// are atomic.
+// KVEvent is one request's KV-cache events as its engine publishes them:
+// the blocks it stored and the blocks their admission evicted, at virtual
+// time At (its prefill's end in the delay time model).
+type KVEvent struct {
+	// At is the virtual publication time (seconds).
+	At float64
+	// Blocks are the request's admitted blocks (Adm.Stored indexes them).
+	Blocks []uint64
+	// Adm is what the admission changed.
+	Adm Admission
+}
+
+// Touches calls fn with every block hash the event stores or evicts.
+func (ev *KVEvent) Touches(fn func(h uint64)) {
+	for _, r := range ev.Adm.Stored {
+		for _, h := range ev.Blocks[r.Start:r.End] {
+			fn(h)
+		}
+	}
+	for _, h := range ev.Adm.Evicted {
+		fn(h)
+	}
+}
+
+// MetricsSnapshot is what an engine's /metrics reports: its state at the
+// last scrape tick.
+type MetricsSnapshot struct {
+	// At is the virtual time the snapshot describes (seconds).
+	At float64
+	// Waiting and Running are the requests queued for prefill and those in
+	// the running batch (prefilling or decoding).
+	Waiting, Running int
+	// KVUsage is the share of the KV cache the running requests hold (0..1).
+	KVUsage float64
+	// QueryTokens and HitTokens are the prefix cache's cumulative counters.
+	QueryTokens, HitTokens int64
+}
+
+// Engine is one simulated inference engine: a KV cache of C blocks (LRU,
+// shared with the running requests), a prefill queue (one prefill at a
+// time, FIFO) and in-flight requests. Serve runs on one goroutine; the
+// metrics snapshot read by the /metrics handler is guarded.
 type Engine struct {
 	// ID is the engine's position in the fleet.
 	ID int
-	// Cache is the engine's KV cache (read by the oracle).
+	// Cache is the engine's KV cache once every request admitted so far
+	// has been prefilled (read by longest-match and the oracle).
 	Cache *Cache
 
 	cfg           FleetConfig
 	prefillFreeAt float64
-	inflight      inflightHeap
+	inflight      inflightHeap // retired at arrival times
+	pins          pinnedHeap   // released at prefill starts
+	outputBlocks  int          // reserved by the running requests
 	adm           Admission
-	// OnAdmit, when set, receives every admission (the KV-event
-	// publisher); blocks are the request's full blocks.
-	onAdmit func(blocks []uint64, a *Admission)
+	events        []KVEvent // not yet released, in At order
 
-	requests, queryTokens, hitTokens atomic.Int64
-	running, waiting                 atomic.Int64
-	usage                            atomic.Uint64 // float64 bits, 0..1
+	requests, queryTokens, hitTokens int64
+
+	mu   sync.Mutex
+	snap MetricsSnapshot
 }
 
 // NewEngine returns engine id of a fleet with cfg (filled).
@@ -115,9 +183,18 @@ func (e *Engine) advance(t float64) {
 	}
 }
 
+// release unpins what the requests finished by virtual time s held.
+func (e *Engine) release(s float64) {
+	for len(e.pins) > 0 && e.pins[0].done <= s {
+		p := heap.Pop(&e.pins).(pinned)
+		e.Cache.Unpin(p.blocks)
+		e.outputBlocks -= p.output
+	}
+}
+
 // Load is the number of requests admitted to the engine and not finished
 // at virtual time t (waiting, prefilling or decoding): the least-loaded
-// strategy's measure.
+// strategy's measure. Calls must not go back in time.
 func (e *Engine) Load(t float64) int {
 	e.advance(t)
 	return len(e.inflight)
@@ -127,48 +204,109 @@ func (e *Engine) Load(t float64) int {
 // seconds).
 func (e *Engine) PrefillBacklog(t float64) float64 { return max(0, e.prefillFreeAt-t) }
 
-// Serve admits request r arriving at virtual time t (seconds): the cached
-// tokens are the leading run of its full blocks present in the cache;
-// then its blocks are admitted (stored, evictions happen) and published.
+// PrefillTPS is the engine's prefill speed (tokens per second).
+func (e *Engine) PrefillTPS() float64 { return e.cfg.PrefillTPS }
+
+// PredictTTFT is the exact modelled TTFT of request r arriving at t on
+// this engine (what Serve would return): the oracle's measure.
+func (e *Engine) PredictTTFT(r *Request, t float64) float64 {
+	cached := min(e.Cache.CachedRun(r.Blocks())*TraceBlockTokens, r.InputLength)
+	return max(0, e.prefillFreeAt-t) + float64(r.InputLength-cached)/e.cfg.PrefillTPS
+}
+
+// Serve admits request r arriving at virtual time t (seconds). Its
+// prefill starts when the engine's earlier prefills are done; the cached
+// tokens are the leading run of its full blocks present in the cache then
+// (every earlier request's blocks are, since prefills are FIFO). Its blocks
+// are admitted and pinned until it finishes, its output blocks reserved,
+// and its KV event queued for publication at its prefill's end (at t with
+// FleetConfig.EventsAtArrival).
 func (e *Engine) Serve(r *Request, t float64) Served {
 	e.advance(t)
-	blocks := r.Blocks()
-	run := e.Cache.CachedRun(blocks)
-	cached := run * TraceBlockTokens
-	uncached := r.InputLength - cached
 	start := max(t, e.prefillFreeAt)
-	prefill := float64(uncached) / e.cfg.PrefillTPS
-	e.prefillFreeAt = start + prefill
-	heap.Push(&e.inflight, inflight{start: start, done: start + prefill + float64(r.OutputLength)/e.cfg.DecodeTPS,
-		kvBlocks: (r.InputLength + r.OutputLength + TraceBlockTokens - 1) / TraceBlockTokens})
-	e.Cache.Admit(blocks, &e.adm)
-	if e.onAdmit != nil {
-		e.onAdmit(blocks, &e.adm)
+	e.release(start)
+	blocks := r.Blocks()
+	cached := min(e.Cache.CachedRun(blocks)*TraceBlockTokens, r.InputLength)
+	prefill := float64(r.InputLength-cached) / e.cfg.PrefillTPS
+	end := start + prefill
+	e.prefillFreeAt = end
+	done := end + float64(r.OutputLength)/e.cfg.DecodeTPS
+	output := (r.OutputLength + TraceBlockTokens - 1) / TraceBlockTokens
+	held := e.Cache.AdmitPinned(blocks, &e.adm, e.outputBlocks+output)
+	e.outputBlocks += output
+	heap.Push(&e.pins, pinned{done: done, blocks: blocks[:held:held], output: output})
+	heap.Push(&e.inflight, inflight{start: start, done: done, kvBlocks: held + output})
+	at := end
+	if e.cfg.EventsAtArrival {
+		at = t
 	}
-	e.requests.Add(1)
-	e.queryTokens.Add(int64(r.InputLength))
-	e.hitTokens.Add(int64(cached))
-	var kv, waiting int
+	if len(e.adm.Stored) > 0 || len(e.adm.Evicted) > 0 {
+		e.events = append(e.events, KVEvent{At: at, Blocks: blocks[:held:held],
+			Adm: Admission{Evicted: slices.Clone(e.adm.Evicted), Stored: slices.Clone(e.adm.Stored)}})
+	}
+	e.requests++
+	e.queryTokens += int64(r.InputLength)
+	e.hitTokens += int64(cached)
+	return Served{CachedTokens: cached, WaitS: start - t, TTFTS: end - t, FirstTokenAt: end, DoneAt: done}
+}
+
+// Release passes every queued KV event for which visible(At) holds to fn,
+// oldest first, and drops it; it stops at the first event that is not
+// visible (events are queued in At order).
+func (e *Engine) Release(visible func(at float64) bool, fn func(ev *KVEvent)) {
+	n := 0
+	for n < len(e.events) && visible(e.events[n].At) {
+		fn(&e.events[n])
+		n++
+	}
+	if n > 0 {
+		clear(e.events[:n])
+		e.events = e.events[n:]
+	}
+}
+
+// PendingEvents is the number of KV events not yet released.
+func (e *Engine) PendingEvents() int { return len(e.events) }
+
+// Scrape records the engine's metrics as of virtual time at (not before
+// the previous call's t, not after the next arrival): what its /metrics
+// reports until the next scrape.
+func (e *Engine) Scrape(at float64) {
+	m := MetricsSnapshot{At: at, QueryTokens: e.queryTokens, HitTokens: e.hitTokens}
+	kv := 0
 	for _, f := range e.inflight {
-		kv += f.kvBlocks
-		if f.start > t {
-			waiting++
+		if f.done <= at {
+			continue
 		}
+		if f.start > at {
+			m.Waiting++
+			continue
+		}
+		m.Running++
+		kv += f.kvBlocks
 	}
-	e.running.Store(int64(len(e.inflight) - waiting))
-	e.waiting.Store(int64(waiting))
-	e.usage.Store(math.Float64bits(min(1, float64(kv)/float64(e.Cache.Capacity()))))
-	return Served{CachedTokens: cached, WaitS: start - t, TTFTS: start - t + prefill}
+	m.KVUsage = min(1, float64(kv)/float64(e.Cache.Capacity()))
+	e.mu.Lock()
+	e.snap = m
+	e.mu.Unlock()
+}
+
+// Metrics returns the last scrape's snapshot.
+func (e *Engine) Metrics() MetricsSnapshot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.snap
 }
 
 // Requests is the number of requests the engine served.
-func (e *Engine) Requests() int64 { return e.requests.Load() }
+func (e *Engine) Requests() int64 { return e.requests }
 
-// WriteMetrics writes the engine's Prometheus text exposition with vLLM's
-// metric names: KV cache usage (0..1, the blocks held by in-flight
-// requests over C), prefix-cache queries and hits (tokens), running and
-// waiting requests. The engine label is the data-parallel rank (0).
+// WriteMetrics writes the last scrape's snapshot as a Prometheus text
+// exposition with vLLM's metric names: KV cache usage (0..1), prefix-cache
+// queries and hits (tokens), running and waiting requests. The engine
+// label is the data-parallel rank (0).
 func (e *Engine) WriteMetrics(w io.Writer, model string) error {
+	m := e.Metrics()
 	lbl := fmt.Sprintf(`{engine="0",model_name=%q}`, model)
 	_, err := fmt.Fprintf(w, `# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
 # TYPE vllm:kv_cache_usage_perc gauge
@@ -185,7 +323,6 @@ vllm:num_requests_running%s %d
 # HELP vllm:num_requests_waiting Number of requests waiting to be processed.
 # TYPE vllm:num_requests_waiting gauge
 vllm:num_requests_waiting%s %d
-`, lbl, math.Float64frombits(e.usage.Load()), lbl, e.queryTokens.Load(), lbl, e.hitTokens.Load(),
-		lbl, e.running.Load(), lbl, e.waiting.Load())
+`, lbl, m.KVUsage, lbl, m.QueryTokens, lbl, m.HitTokens, lbl, m.Running, lbl, m.Waiting)
 	return err
 }

@@ -28,7 +28,7 @@ const (
 const (
 	// DefaultScrapeInterval is how often the subscriber scrapes each
 	// engine's /metrics for replica stats (pressure, hit rate).
-	DefaultScrapeInterval = 250 * time.Millisecond
+	DefaultScrapeInterval = 50 * time.Millisecond
 	// barrierTimeout bounds one visibility wait; past it the request is
 	// routed anyway and the miss counted (Result.BarrierTimeouts).
 	barrierTimeout = 10 * time.Second
@@ -120,35 +120,60 @@ type observation struct {
 	done      chan struct{}
 	grpcSink  *observe.GRPCSink
 	metrics   *observe.Metrics
-	pending   []pendingAdmission
 	log       *slog.Logger
+
+	// seq numbers the published events; touched[h] is the seq of the
+	// last event that stored or evicted block h, confirmed the last seq
+	// known applied on every node.
+	seq, confirmed uint64
+	touched        map[uint64]uint64
+	firstEvent     bool // an engine published its first event since the last barrier
+	everPublished  []bool
 }
 
-// pendingAdmission is an admission not yet published (deferred mode).
-type pendingAdmission struct {
-	engine int
-	blocks []uint64
-	adm    Admission
-}
-
-func (o *observation) publish(engine int, blocks []uint64, a *Admission, log *slog.Logger) {
-	n, err := o.pubs[engine].PublishAdmission(blocks, a, time.Now())
+// publish sends one KV event of engine over its ZMQ publisher at once.
+func (o *observation) publish(engine int, ev *KVEvent) {
+	n, err := o.pubs[engine].PublishAdmission(ev.Blocks, &ev.Adm, time.Now())
 	if err != nil {
-		log.Warn("publish failed", "engine", engine, "err", err)
+		o.log.Warn("publish failed", "engine", engine, "err", err)
 		return
 	}
 	o.published[engine] += int64(n)
+	o.seq++
+	ev.Touches(func(h uint64) { o.touched[h] = o.seq })
+	if !o.everPublished[engine] {
+		o.everPublished[engine], o.firstEvent = true, true
+	}
 }
 
-// startObservation starts publishers for the fleet's engines (wiring
-// Engine.onAdmit), their /metrics, and a Subscriber feeding addrs.
-//
-// With deferred, admissions are held and published by the next barrier
-// (so requests between two barriers — concurrent arrivals — cannot see
-// each other's events, whatever the timing); otherwise they are published
-// at once.
-func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encoding, scrape time.Duration, seed uint64, deferred bool, log *slog.Logger) (o *observation, err error) {
-	o = &observation{published: make([]int64, len(f.Engines)), done: make(chan struct{}), log: log}
+// needsBarrier reports whether a lookup of a prompt with these block ids
+// could see a different answer before the published events are applied
+// everywhere: some event not yet confirmed stored or evicted one of its
+// blocks, or a replica joined the serving set. The index's answer for a
+// chain depends only on the entries of its blocks and on the serving set
+// (SPEC 5), so skipping the wait otherwise changes no response.
+func (o *observation) needsBarrier(hashIDs []uint64) bool {
+	if o.firstEvent {
+		return true
+	}
+	if o.seq == o.confirmed {
+		return false
+	}
+	for _, h := range hashIDs {
+		if o.touched[h] > o.confirmed {
+			return true
+		}
+	}
+	return false
+}
+
+// startObservation starts publishers for the fleet's engines, their
+// /metrics (each engine's last Scrape), and a Subscriber feeding addrs
+// that scrapes every scrape interval of wall time. The caller publishes
+// the engines' KV events (publish) when they become visible.
+func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encoding, scrape time.Duration, seed uint64, log *slog.Logger) (o *observation, err error) {
+	o = &observation{published: make([]int64, len(f.Engines)), done: make(chan struct{}), log: log,
+		touched: map[uint64]uint64{}, everPublished: make([]bool, len(f.Engines))}
 	defer func() {
 		if err != nil {
 			o.stop()
@@ -179,15 +204,6 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encodin
 			ModelID: f.Model, TenantID: BenchTenant, HashScheme: BenchScheme, BlockSize: TraceBlockTokens,
 			MetricsURL: "http://" + ln.Addr().String() + "/metrics",
 		})
-		idx := i
-		e.onAdmit = func(blocks []uint64, a *Admission) {
-			if deferred {
-				o.pending = append(o.pending, pendingAdmission{engine: idx, blocks: append([]uint64(nil), blocks...),
-					adm: Admission{Evicted: append([]uint64(nil), a.Evicted...), Stored: append([]BlockRun(nil), a.Stored...)}})
-				return
-			}
-			o.publish(idx, blocks, a, log)
-		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return o, err
@@ -243,15 +259,12 @@ func leaderFirst(ctx context.Context, addrs []string, status []pb.ClusterClient)
 	return out
 }
 
-// barrier publishes the held admissions, then waits until the cluster
-// acknowledged every event published so far and every node applied them:
-// the events of earlier requests are then visible to a lookup on any node.
+// barrier waits until the cluster acknowledged every event published so
+// far and every node applied them: they are then visible to a lookup on
+// any node.
 func (o *observation) barrier(ctx context.Context) error {
-	for i := range o.pending {
-		pa := &o.pending[i]
-		o.publish(pa.engine, pa.blocks, &pa.adm, o.log)
-	}
-	o.pending = o.pending[:0]
+	seq := o.seq
+	o.firstEvent = false
 	ctx, cancel := context.WithTimeout(ctx, barrierTimeout)
 	defer cancel()
 	applied, err := o.sink.waitAcked(ctx, o.published)
@@ -259,6 +272,7 @@ func (o *observation) barrier(ctx context.Context) error {
 		return fmt.Errorf("bench: waiting for the subscriber: %w", err)
 	}
 	if applied <= o.verified {
+		o.confirmed = seq
 		return nil
 	}
 	for _, st := range o.status {
@@ -270,10 +284,10 @@ func (o *observation) barrier(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return fmt.Errorf("bench: waiting for every node to apply %d: %w", applied, ctx.Err())
 			}
-			time.Sleep(500 * time.Microsecond)
+			time.Sleep(200 * time.Microsecond)
 		}
 	}
-	o.verified = applied
+	o.verified, o.confirmed = applied, seq
 	return nil
 }
 

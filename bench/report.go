@@ -18,6 +18,14 @@ type JSONReport struct {
 	Requests          int            `json:"requests"`
 	IdealTokenHitRate float64        `json:"ideal_token_hit_rate"`
 	Strategies        []JSONStrategy `json:"strategies"`
+	// Settings of the run: the time model, its event delay, the gateway
+	// instances, the fleet.
+	Visibility   string  `json:"visibility"`
+	EventDelayMs float64 `json:"event_delay_ms"`
+	Gateways     int     `json:"gateways"`
+	PrefillTPS   float64 `json:"prefill_tps"`
+	Engines      int     `json:"engines"`
+	CacheBlocks  int     `json:"cache_blocks"`
 }
 
 // JSONStrategy is one strategy of JSONReport (rates in 0..1; the TTFT is
@@ -31,6 +39,7 @@ type JSONStrategy struct {
 	MaxOverMeanRequests float64          `json:"max_over_mean_requests"`
 	TTFTModelP50Ms      float64          `json:"ttft_model_p50_ms"`
 	TTFTModelP99Ms      float64          `json:"ttft_model_p99_ms"`
+	TTFTModelMeanMs     float64          `json:"ttft_model_mean_ms"`
 	LookupP50Us         float64          `json:"lookup_p50_us"`
 	LookupP99Us         float64          `json:"lookup_p99_us"`
 	ReasonCodes         map[string]int64 `json:"reason_codes"`
@@ -38,7 +47,9 @@ type JSONStrategy struct {
 
 // JSON returns the SPEC 12 shape of r.
 func (r *Report) JSON() JSONReport {
-	out := JSONReport{Trace: r.Trace, Requests: r.Requests, IdealTokenHitRate: r.IdealTokenHitRate, Strategies: []JSONStrategy{}}
+	out := JSONReport{Trace: r.Trace, Requests: r.Requests, IdealTokenHitRate: r.IdealTokenHitRate, Strategies: []JSONStrategy{},
+		Visibility: string(r.Visibility), EventDelayMs: float64(r.EventDelay) / float64(time.Millisecond), Gateways: r.Gateways,
+		PrefillTPS: r.Fleet.PrefillTPS, Engines: r.Fleet.Engines, CacheBlocks: r.Fleet.CacheBlocks}
 	for _, s := range r.Strategies {
 		rc := s.ReasonCodes
 		if rc == nil {
@@ -46,7 +57,7 @@ func (r *Report) JSON() JSONReport {
 		}
 		out.Strategies = append(out.Strategies, JSONStrategy{Name: s.Name, TokenHitRate: s.TokenHitRate,
 			FractionOfIdeal: s.FractionOfIdeal, MaxOverMeanRequests: s.MaxOverMeanRequests,
-			TTFTModelP50Ms: s.TTFTModelP50Ms, TTFTModelP99Ms: s.TTFTModelP99Ms,
+			TTFTModelP50Ms: s.TTFTModelP50Ms, TTFTModelP99Ms: s.TTFTModelP99Ms, TTFTModelMeanMs: s.TTFTModelMeanMs,
 			LookupP50Us: s.LookupP50Us, LookupP99Us: s.LookupP99Us, ReasonCodes: rc})
 	}
 	return out
@@ -76,18 +87,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "trace %s: %d requests, %d distinct blocks, span %s; ideal token hit rate %.1f%%\n",
 		r.Trace, r.Requests, r.DistinctBlocks, (time.Duration(r.SpanMs) * time.Millisecond).Round(time.Second), 100*r.IdealTokenHitRate)
-	fmt.Fprintf(&b, "fleet: %d engines × %d blocks of %d tokens (LRU), prefill %.0f tok/s, decode %.0f tok/s per request; cluster: %s\n",
-		r.Fleet.Engines, r.Fleet.CacheBlocks, TraceBlockTokens, r.Fleet.PrefillTPS, r.Fleet.DecodeTPS, r.Cluster)
+	fmt.Fprintf(&b, "fleet: %d engines × %d blocks of %d tokens (LRU, shared with running requests), prefill %.0f tok/s, decode %.0f tok/s per request; %d gateway(s); cluster: %s\n",
+		r.Fleet.Engines, r.Fleet.CacheBlocks, TraceBlockTokens, r.Fleet.PrefillTPS, r.Fleet.DecodeTPS, r.Gateways, r.Cluster)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\thit rate\tof ideal\treq max/mean\tTTFT p50 (modelled)\tTTFT p99 (modelled)\tlookup p50\tlookup p99\twall\t")
+	fmt.Fprintln(tw, "strategy\thit rate\tof ideal\treq max/mean\tTTFT p50 (modelled)\tTTFT p99 (modelled)\tTTFT mean\tlookup p50\tlookup p99\twall\t")
 	for i := range r.Strategies {
 		s := &r.Strategies[i]
 		lp50, lp99 := "-", "-"
 		if UsesCluster(s.Name) {
 			lp50, lp99 = fmt.Sprintf("%.0f µs", s.LookupP50Us), fmt.Sprintf("%.0f µs", s.LookupP99Us)
 		}
-		fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t%.2f\t%.0f ms\t%.0f ms\t%s\t%s\t%s\t\n", s.Name, 100*s.TokenHitRate,
-			100*s.FractionOfIdeal, s.MaxOverMeanRequests, s.TTFTModelP50Ms, s.TTFTModelP99Ms, lp50, lp99, s.Wall.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%.1f%%\t%.2f\t%.0f ms\t%.0f ms\t%.0f ms\t%s\t%s\t%s\t\n", s.Name, 100*s.TokenHitRate,
+			100*s.FractionOfIdeal, s.MaxOverMeanRequests, s.TTFTModelP50Ms, s.TTFTModelP99Ms, s.TTFTModelMeanMs, lp50, lp99, s.Wall.Round(time.Millisecond))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -107,7 +118,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "TTFT is modelled: queue wait + uncached tokens / prefill speed, in the trace's virtual time.\n")
 	fmt.Fprintf(&b, "Visibility (%s): ", r.Visibility)
-	if r.Visibility == VisibilityRequest {
+	if r.Visibility == VisibilityDelay {
+		fmt.Fprintf(&b, "engines publish a request's KV events when its prefill ends; a lookup at virtual time t sees the events published before t − %s, applied on every node (the peers' indexers alike).\n", r.EventDelay)
+	} else if r.Visibility == VisibilityRequest {
 		b.WriteString("every lookup sees the events of every earlier request, applied on every node.\n")
 	} else {
 		b.WriteString("a lookup sees the events of every request with an earlier trace timestamp, applied on every node; same-timestamp requests are concurrent and never see each other's events.\n")

@@ -22,6 +22,11 @@ type Visibility string
 
 // Visibility modes.
 const (
+	// VisibilityDelay, the realistic time model and the default: an
+	// engine publishes a request's KV events when its prefill ends, and a
+	// lookup at virtual time t sees exactly the events published before
+	// t − EventDelay, applied on every node.
+	VisibilityDelay Visibility = "delay"
 	// VisibilityTimestamp: events of requests with an earlier trace
 	// timestamp are applied on every node before the lookup; requests
 	// with the same timestamp are concurrent.
@@ -44,13 +49,22 @@ type Config struct {
 	Addrs []string
 	// Encoding of the engines' KV-event batches (default positional).
 	Encoding Encoding
-	// Visibility of KV events to lookups (default VisibilityTimestamp).
+	// Visibility of KV events to lookups (default VisibilityDelay).
 	Visibility Visibility
+	// EventDelay is the virtual delay from an event's publication to its
+	// visibility in VisibilityDelay (default DefaultEventDelay).
+	EventDelay time.Duration
+	// Gateways is the number of gateway instances the requests are split
+	// over, round robin (default 1); each keeps its own router state.
+	Gateways int
 	// Seed drives the random strategy and the engines' hash seeds.
 	Seed uint64
-	// ScrapeInterval of the engines' /metrics by the subscriber (default
-	// DefaultScrapeInterval).
+	// ScrapeInterval is how often, in virtual time, the engines' /metrics
+	// change (the scrape llm-d reads; default DefaultScrapeInterval).
 	ScrapeInterval time.Duration
+	// SubscriberScrape is how often, in wall time, the cluster's
+	// subscriber scrapes them (default DefaultSubscriberScrape).
+	SubscriberScrape time.Duration
 	// LookupTimeout is the gateway's LookupRoute budget (client SDK;
 	// default 100ms). Past it the lookup fails open to NO_HINT.
 	LookupTimeout time.Duration
@@ -65,8 +79,18 @@ type Config struct {
 	Progress func(strategy string, done, total int)
 }
 
-// DefaultLookupTimeout is the gateway's default LookupRoute budget.
-const DefaultLookupTimeout = 100 * time.Millisecond
+// Defaults of Config.
+const (
+	// DefaultLookupTimeout is the gateway's default LookupRoute budget.
+	DefaultLookupTimeout = 100 * time.Millisecond
+	// DefaultEventDelay is the default virtual delay from a KV event's
+	// publication to its visibility to lookups.
+	DefaultEventDelay = 50 * time.Millisecond
+	// DefaultSubscriberScrape is the default wall-time scrape interval of
+	// the cluster's subscriber in a bench run: short, because the bench
+	// compresses virtual time many times over.
+	DefaultSubscriberScrape = 20 * time.Millisecond
+)
 
 // Result is one strategy's outcome.
 type Result struct {
@@ -84,8 +108,10 @@ type Result struct {
 	// MaxOverMeanRequests = max(PerEngine) / mean(PerEngine).
 	MaxOverMeanRequests float64
 	// TTFTModelP50Ms and TTFTModelP99Ms are percentiles of the modelled
-	// TTFT.
-	TTFTModelP50Ms, TTFTModelP99Ms float64
+	// TTFT, TTFTModelMeanMs its mean.
+	TTFTModelP50Ms, TTFTModelP99Ms, TTFTModelMeanMs float64
+	// TTFTMs is every request's modelled TTFT, sorted (for plots).
+	TTFTMs []float64
 	// LookupP50Us and LookupP99Us are LookupRoute latency percentiles as
 	// seen by the gateway (0 for strategies that do not ask).
 	LookupP50Us, LookupP99Us float64
@@ -119,10 +145,13 @@ type Report struct {
 	// DistinctBlocks and SpanMs describe the trace.
 	DistinctBlocks int
 	SpanMs         int64
-	// Fleet, Encoding, Visibility: the settings used.
+	// Fleet, Encoding, Visibility, EventDelay, Gateways: the settings
+	// used.
 	Fleet      FleetConfig
 	Encoding   Encoding
 	Visibility Visibility
+	EventDelay time.Duration
+	Gateways   int
 	// Cluster describes the cluster the hint strategies used.
 	Cluster string
 	// Strategies are the results in run order.
@@ -150,13 +179,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Encoding = EncodingPositional
 	}
 	if cfg.Visibility == "" {
-		cfg.Visibility = VisibilityTimestamp
+		cfg.Visibility = VisibilityDelay
 	}
-	if cfg.Visibility != VisibilityTimestamp && cfg.Visibility != VisibilityRequest {
-		return nil, fmt.Errorf("bench: visibility %q: want timestamp or request", cfg.Visibility)
+	switch cfg.Visibility {
+	case VisibilityDelay:
+	case VisibilityTimestamp, VisibilityRequest:
+		cfg.Fleet.EventsAtArrival = true
+	default:
+		return nil, fmt.Errorf("bench: visibility %q: want delay, timestamp or request", cfg.Visibility)
+	}
+	if cfg.EventDelay < 0 {
+		return nil, fmt.Errorf("bench: event delay %v: must not be negative", cfg.EventDelay)
+	}
+	if cfg.EventDelay == 0 {
+		cfg.EventDelay = DefaultEventDelay
+	}
+	if cfg.Gateways == 0 {
+		cfg.Gateways = 1
+	}
+	if cfg.Gateways < 1 || cfg.Gateways > 1024 {
+		return nil, fmt.Errorf("bench: %d gateways: want 1 to 1024", cfg.Gateways)
 	}
 	if cfg.ScrapeInterval <= 0 {
 		cfg.ScrapeInterval = DefaultScrapeInterval
+	}
+	if cfg.SubscriberScrape <= 0 {
+		cfg.SubscriberScrape = DefaultSubscriberScrape
 	}
 	if cfg.LookupTimeout <= 0 {
 		cfg.LookupTimeout = DefaultLookupTimeout
@@ -166,14 +214,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	needCluster := false
 	for _, s := range cfg.Strategies {
-		if !slices.Contains(AllStrategies, s) {
+		if !slices.Contains(AllStrategies, s) && s != StrategyPickerIndexer {
 			return nil, fmt.Errorf("bench: unknown strategy %q (want one of %v)", s, AllStrategies)
 		}
 		needCluster = needCluster || UsesCluster(s)
 	}
 	rep := &Report{Trace: cfg.Trace.Name, Requests: len(cfg.Trace.Requests), IdealTokenHitRate: cfg.Trace.IdealHitRate(),
 		DistinctBlocks: cfg.Trace.DistinctBlocks(), SpanMs: cfg.Trace.SpanMs(), Fleet: cfg.Fleet,
-		Encoding: cfg.Encoding, Visibility: cfg.Visibility}
+		Encoding: cfg.Encoding, Visibility: cfg.Visibility, EventDelay: cfg.EventDelay, Gateways: cfg.Gateways}
 	var cl *client.Client
 	if needCluster {
 		if len(cfg.Addrs) == 0 {
@@ -261,11 +309,23 @@ func strategyPolicy(ctx context.Context, cl *client.Client, cfg *Config, name, m
 		p.RankingVersion, p.Strategy.EnableTenantHot, p.AffinityRouting, model, TraceBlockTokens, p.MinimumMatchedTokens, p.RoutingFloorScore), nil
 }
 
+// visible returns the rule that says whether an event published at
+// virtual time at is visible to a lookup at t (see Visibility).
+func (cfg *Config) visible(t float64) func(at float64) bool {
+	switch cfg.Visibility {
+	case VisibilityTimestamp:
+		return func(at float64) bool { return at < t }
+	case VisibilityRequest:
+		return func(float64) bool { return true }
+	}
+	cut := t - cfg.EventDelay.Seconds()
+	return func(at float64) bool { return at < cut }
+}
+
 func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Client, ideal float64) (*Result, error) {
 	f := NewFleet(cfg.Fleet, BenchModel, "bench-")
 	res := &Result{Name: name, ReasonCodes: map[string]int64{}}
-	var router Router
-	var lr *lookupRouter
+	env := &routerEnv{f: f, view: NewIndexerView(len(f.Engines)), cl: cl, stats: newLookupStats(), seed: cfg.Seed}
 	var obs *observation
 	if UsesCluster(name) {
 		desc, err := strategyPolicy(ctx, cl, cfg, name, f.Model)
@@ -273,17 +333,22 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 			return nil, err
 		}
 		res.Policy = desc
-		if obs, err = startObservation(ctx, f, cfg.Addrs, cfg.Encoding, cfg.ScrapeInterval, cfg.Seed, true, cfg.Logger); err != nil {
+		if obs, err = startObservation(ctx, f, cfg.Addrs, cfg.Encoding, cfg.SubscriberScrape, cfg.Seed, cfg.Logger); err != nil {
 			return nil, err
 		}
 		defer obs.stop()
-		lr = newLookupRouter(f, cl)
-		router = lr
-	} else {
-		var err error
-		if router, err = newRouter(name, f, cfg.Seed); err != nil {
+	}
+	n := 1
+	if PerGateway(name) {
+		n = cfg.Gateways
+	}
+	g := &gateways{}
+	for k := 0; k < n; k++ {
+		r, err := newRouter(name, env, k)
+		if err != nil {
 			return nil, err
 		}
+		g.rs = append(g.rs, r)
 	}
 	reqs := cfg.Trace.Requests
 	t0 := reqs[0].Timestamp
@@ -292,13 +357,32 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 	if cl != nil {
 		failOpen0 = int64(cl.Stats().FailOpen)
 	}
+	scrapeEvery := cfg.ScrapeInterval.Seconds()
+	lastScrape := math.Inf(-1)
 	start := time.Now()
+	var sumTTFT float64
 	for i := range reqs {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		q := &reqs[i]
-		if obs != nil && i > 0 && (cfg.Visibility == VisibilityRequest || q.Timestamp > reqs[i-1].Timestamp) {
+		t := float64(q.Timestamp-t0) / 1000
+		if tick := math.Floor(t/scrapeEvery) * scrapeEvery; tick > lastScrape {
+			lastScrape = tick
+			for _, e := range f.Engines {
+				e.Scrape(tick)
+			}
+		}
+		vis := cfg.visible(t)
+		for k, e := range f.Engines {
+			e.Release(vis, func(ev *KVEvent) {
+				env.view.Apply(k, ev)
+				if obs != nil {
+					obs.publish(k, ev)
+				}
+			})
+		}
+		if obs != nil && obs.needsBarrier(q.HashIDs) {
 			bs := time.Now()
 			res.Barriers++
 			if err := obs.barrier(ctx); err != nil {
@@ -310,12 +394,13 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 			}
 			res.BarrierWall += time.Since(bs)
 		}
-		t := float64(q.Timestamp-t0) / 1000
-		e := router.Route(ctx, i, q, t)
+		e := g.Route(ctx, i, q, t)
 		s := f.Engines[e].Serve(q, t)
+		g.Routed(q, e, &s)
 		res.PromptTokens += int64(q.InputLength)
 		res.CachedTokens += int64(s.CachedTokens)
 		ttft = append(ttft, s.TTFTS*1000)
+		sumTTFT += s.TTFTS * 1000
 		if cfg.Progress != nil && (i%64 == 63 || i == len(reqs)-1) {
 			cfg.Progress(name, i+1, len(reqs))
 		}
@@ -323,6 +408,9 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 	if obs != nil {
 		// Drain: the last events reach the cluster before the next
 		// strategy's subscriber clears the replicas.
+		for k, e := range f.Engines {
+			e.Release(func(float64) bool { return true }, func(ev *KVEvent) { obs.publish(k, ev) })
+		}
 		if err := obs.barrier(ctx); err != nil {
 			res.BarrierTimeouts++
 		}
@@ -348,10 +436,13 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 		res.MaxOverMeanRequests = float64(maxReq) / (float64(sum) / float64(len(f.Engines)))
 	}
 	res.TTFTModelP50Ms, res.TTFTModelP99Ms = Percentile(ttft, 0.50), Percentile(ttft, 0.99)
-	if lr != nil {
-		res.LookupP50Us, res.LookupP99Us = Percentile(lr.lat, 0.50), Percentile(lr.lat, 0.99)
-		res.ReasonCodes = lr.reasons
-		res.UnknownReplica = lr.unknown
+	res.TTFTModelMeanMs = sumTTFT / float64(len(ttft))
+	res.TTFTMs = ttft
+	if UsesCluster(name) {
+		st := env.stats
+		res.LookupP50Us, res.LookupP99Us = Percentile(st.lat, 0.50), Percentile(st.lat, 0.99)
+		res.ReasonCodes = st.reasons
+		res.UnknownReplica = st.unknown
 		res.FailOpen = int64(cl.Stats().FailOpen) - failOpen0
 	}
 	return res, nil

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -19,16 +20,34 @@ const (
 	StrategyConsistentHash = "consistent-hash"
 	StrategyLookupRouteV1  = "lookuproute-v1"
 	StrategyLookupRouteV2  = "lookuproute-v2"
+	StrategyLookupRouteSDK = "lookuproute-sdk"
+	StrategyDynamo         = "dynamo"
+	StrategyLLMD           = "llm-d"
+	StrategySGLang         = "sglang"
+	StrategyLongestMatch   = "longest-match"
 	StrategyOracle         = "oracle"
 )
 
 // AllStrategies lists every strategy in report order.
 var AllStrategies = []string{StrategyRoundRobin, StrategyRandom, StrategyLeastLoaded, StrategyConsistentHash,
-	StrategyLookupRouteV1, StrategyLookupRouteV2, StrategyOracle}
+	StrategyLookupRouteV1, StrategyLookupRouteV2, StrategyLookupRouteSDK, StrategyDynamo, StrategyLLMD,
+	StrategySGLang, StrategyLongestMatch, StrategyOracle}
 
 // UsesCluster reports whether the strategy asks the cluster for hints.
 func UsesCluster(name string) bool {
-	return name == StrategyLookupRouteV1 || name == StrategyLookupRouteV2
+	return name == StrategyLookupRouteV1 || name == StrategyLookupRouteV2 || name == StrategyLookupRouteSDK
+}
+
+// PerGateway reports whether each gateway instance of the strategy keeps
+// its own state (what it routed), as the real routers do without replica
+// sync; the others see the same thing from every gateway.
+func PerGateway(name string) bool {
+	switch name {
+	case StrategyRoundRobin, StrategyRandom, StrategyLookupRouteV1, StrategyLookupRouteV2, StrategyLookupRouteSDK,
+		StrategyPickerIndexer, StrategyDynamo, StrategyLLMD, StrategySGLang:
+		return true
+	}
+	return false
 }
 
 // Fleet is the simulated engines of one strategy's replay.
@@ -58,6 +77,31 @@ type Router interface {
 	// Route returns the engine for request r, the i-th of the trace,
 	// arriving at virtual time t (seconds).
 	Route(ctx context.Context, i int, r *Request, t float64) int
+}
+
+// tracker is a Router that tracks what it routed: Routed tells it where
+// request r went and when its first and last tokens come (it may use them
+// only once its clock reaches those times).
+type tracker interface {
+	Routed(r *Request, e int, s *Served)
+}
+
+// gateways splits the requests over several gateway instances of one
+// strategy, round robin by arrival.
+type gateways struct {
+	rs   []Router
+	last Router
+}
+
+func (g *gateways) Route(ctx context.Context, i int, r *Request, t float64) int {
+	g.last = g.rs[i%len(g.rs)]
+	return g.last.Route(ctx, i, r, t)
+}
+
+func (g *gateways) Routed(r *Request, e int, s *Served) {
+	if tr, ok := g.last.(tracker); ok {
+		tr.Routed(r, e, s)
+	}
 }
 
 // roundRobin: request i → engine i mod N.
@@ -118,9 +162,22 @@ func rendezvous(key uint64, n int) int {
 	return best
 }
 
-// oracle sees every engine's true cache: the longest cached leading run
-// wins; ties go to the least loaded (requests in flight, then prefill
-// backlog), then the lower id.
+// longestMatch sees every engine's true cache: the longest cached leading
+// run wins; ties go to the least loaded (requests in flight, then prefill
+// backlog), then the lower id. It herds: the reference for what cache
+// affinity alone does.
+type longestMatch struct{ f *Fleet }
+
+func (r *longestMatch) Route(_ context.Context, _ int, q *Request, t float64) int {
+	return LongestMatchChoice(r.f, q, t)
+}
+
+// oracle has perfect, instant knowledge of every engine's cache and
+// queue: it picks the engine with the lowest predicted TTFT for this
+// request (queue wait + uncached tokens / prefill speed, exactly what the
+// engine will do), ties by fewer requests in flight, then the lower id.
+// It is greedy, one request at a time: a reference, not a bound (sending
+// a request elsewhere than its best engine can serve later ones better).
 type oracle struct{ f *Fleet }
 
 func (r *oracle) Route(_ context.Context, _ int, q *Request, t float64) int {
@@ -129,6 +186,19 @@ func (r *oracle) Route(_ context.Context, _ int, q *Request, t float64) int {
 
 // OracleChoice is the oracle's pick for request q at virtual time t.
 func OracleChoice(f *Fleet, q *Request, t float64) int {
+	best, bestTTFT, bestLoad := 0, math.Inf(1), 0
+	for i, e := range f.Engines {
+		ttft, l := e.PredictTTFT(q, t), e.Load(t)
+		if ttft < bestTTFT || (ttft == bestTTFT && l < bestLoad) {
+			best, bestTTFT, bestLoad = i, ttft, l
+		}
+	}
+	return best
+}
+
+// LongestMatchChoice is longest-match's pick for request q at virtual
+// time t.
+func LongestMatchChoice(f *Fleet, q *Request, t float64) int {
 	blocks := q.Blocks()
 	best, bestRun, bestLoad, bestBacklog := 0, -1, 0, 0.0
 	for i, e := range f.Engines {
@@ -146,33 +216,47 @@ func OracleChoice(f *Fleet, q *Request, t float64) int {
 // codes or a replica that is not in the fleet go round robin, as a
 // gateway does.
 type lookupRouter struct {
-	f       *Fleet
-	cl      *client.Client
-	engine  map[string]int
-	rr      roundRobin
-	toks    []uint32
-	req     pb.LookupRouteRequest
+	*lookupStats
+	f      *Fleet
+	cl     *client.Client
+	engine map[string]int
+	rr     roundRobin
+	toks   []uint32
+	req    pb.LookupRouteRequest
+}
+
+// lookupStats are the lookups of every gateway of a hint strategy.
+type lookupStats struct {
 	lat     []float64 // µs, gateway side
 	reasons map[string]int64
 	unknown int64 // hints naming a replica outside the fleet
 }
 
-func newLookupRouter(f *Fleet, cl *client.Client) *lookupRouter {
-	r := &lookupRouter{f: f, cl: cl, engine: map[string]int{}, rr: roundRobin{n: len(f.Engines)}, reasons: map[string]int64{}}
+func newLookupStats() *lookupStats { return &lookupStats{reasons: map[string]int64{}} }
+
+func newLookupRouter(f *Fleet, cl *client.Client, st *lookupStats) *lookupRouter {
+	r := &lookupRouter{lookupStats: st, f: f, cl: cl, engine: map[string]int{}, rr: roundRobin{n: len(f.Engines)}}
 	for i := range f.Engines {
 		r.engine[f.ReplicaID(i)] = i
 	}
 	return r
 }
 
-func (r *lookupRouter) Route(ctx context.Context, i int, q *Request, t float64) int {
+// lookup asks the cluster for request q's hints (max 0 = the policy's
+// maxReplicas) and counts the answer.
+func (r *lookupRouter) lookup(ctx context.Context, q *Request, max uint32) *pb.LookupRouteResponse {
 	r.toks = AppendPromptTokens(r.toks[:0], q)
-	r.req = pb.LookupRouteRequest{TokenIds: r.toks, ModelId: r.f.Model, TenantId: BenchTenant, HashScheme: BenchScheme}
+	r.req = pb.LookupRouteRequest{TokenIds: r.toks, ModelId: r.f.Model, TenantId: BenchTenant, HashScheme: BenchScheme, MaxReplicas: max}
 	start := time.Now()
 	resp := r.cl.LookupRoute(ctx, &r.req)
 	r.lat = append(r.lat, float64(time.Since(start).Nanoseconds())/1e3)
+	r.reasons[resp.GetReasonCode().String()]++
+	return resp
+}
+
+func (r *lookupRouter) Route(ctx context.Context, i int, q *Request, t float64) int {
+	resp := r.lookup(ctx, q, 0)
 	rc := resp.GetReasonCode()
-	r.reasons[rc.String()]++
 	switch rc {
 	case pb.ReasonCode_PREFIX_MATCH, pb.ReasonCode_TENANT_HOT, pb.ReasonCode_AFFINITY_HINT:
 		if reps := resp.GetReplicas(); len(reps) > 0 {
@@ -185,21 +269,52 @@ func (r *lookupRouter) Route(ctx context.Context, i int, q *Request, t float64) 
 	return r.rr.Route(ctx, i, q, t)
 }
 
-// newRouter builds the router of a strategy that does not use the
-// cluster.
-func newRouter(name string, f *Fleet, seed uint64) (Router, error) {
+// routerEnv is what a strategy's routers may read: the fleet (its true
+// state is only for least-loaded, longest-match and the oracle), the
+// perfect KV-event indexer's view (delayed like every event), the cluster
+// client, and the seed.
+type routerEnv struct {
+	f     *Fleet
+	view  *IndexerView
+	cl    *client.Client
+	stats *lookupStats
+	seed  uint64
+}
+
+// newRouter builds one gateway instance (gw) of strategy name.
+func newRouter(name string, env *routerEnv, gw int) (Router, error) {
+	f := env.f
 	n := len(f.Engines)
+	seed := env.seed + uint64(gw)*0x9e3779b97f4a7c15
 	switch name {
 	case StrategyRoundRobin:
-		return &roundRobin{n: n}, nil
+		// Each gateway starts at its own replica, as independent
+		// instances do; in lockstep they would send bursts to one.
+		return &roundRobin{n: n, next: gw % n}, nil
 	case StrategyRandom:
 		return &randomRouter{n: n, rng: rand.New(rand.NewPCG(seed, 0x7261_6e64))}, nil
 	case StrategyLeastLoaded:
 		return &leastLoaded{f: f}, nil
 	case StrategyConsistentHash:
 		return &consistentHash{n: n, rr: roundRobin{n: n}}, nil
+	case StrategyLongestMatch:
+		return &longestMatch{f: f}, nil
 	case StrategyOracle:
 		return &oracle{f: f}, nil
+	case StrategyDynamo:
+		return newDynamo(n, env.view, seed), nil
+	case StrategyLLMD:
+		return newLLMD(f, env.view, seed), nil
+	case StrategySGLang:
+		return newSGLang(n), nil
+	case StrategyLookupRouteV1, StrategyLookupRouteV2:
+		return newLookupRouter(f, env.cl, env.stats), nil
+	case StrategyLookupRouteSDK:
+		return newSDKRouter(f, env.cl, env.stats, seed), nil
+	case StrategyPickerIndexer:
+		r := newSDKRouter(f, nil, env.stats, seed)
+		r.hints = &indexerHints{f: f, view: env.view}
+		return r, nil
 	}
 	return nil, fmt.Errorf("bench: unknown strategy %q (want one of %v)", name, AllStrategies)
 }

@@ -29,7 +29,9 @@ type benchOptions struct {
 	v2Fallbacks                       []string
 	seed                              uint64
 	genRequests                       int
-	lookupTimeout, scrape             time.Duration
+	lookupTimeout, scrape, subScrape  time.Duration
+	eventDelay                        time.Duration
+	gateways                          int
 	logLevel                          string
 }
 
@@ -86,9 +88,12 @@ compressed.`,
 	f.StringVar(&o.plot, "plot", "", "write a PNG of hit rate and modelled TTFT per strategy (with --sweep: hit rate against cache size)")
 	f.IntSliceVar(&o.sweep, "sweep", nil, "cache sizes (blocks per engine) to sweep; one full run per size")
 	f.StringVar(&o.encoding, "event-encoding", string(bench.EncodingPositional), "msgpack form of the engines' KV-event batches: positional or map")
-	f.StringVar(&o.visibility, "visibility", string(bench.VisibilityTimestamp), "when lookups see earlier requests' events: timestamp (earlier trace timestamps) or request (every earlier request)")
+	f.StringVar(&o.visibility, "visibility", string(bench.VisibilityDelay), "time model: delay (events published at each prefill's end, visible --event-delay later), timestamp (at arrival, visible to later trace timestamps) or request (at arrival, visible to every later request)")
+	f.DurationVar(&o.eventDelay, "event-delay", bench.DefaultEventDelay, "virtual delay from a KV event's publication to its visibility (--visibility delay)")
+	f.IntVar(&o.gateways, "gateways", 1, "gateway instances the requests are split over (round robin), each with its own router state")
 	f.DurationVar(&o.lookupTimeout, "lookup-timeout", bench.DefaultLookupTimeout, "the gateway's LookupRoute budget; past it the lookup fails open to NO_HINT")
-	f.DurationVar(&o.scrape, "scrape-interval", bench.DefaultScrapeInterval, "how often the subscriber scrapes each engine's /metrics")
+	f.DurationVar(&o.scrape, "scrape-interval", bench.DefaultScrapeInterval, "how often, in virtual time, the engines' /metrics change (what llm-d and the subscriber read)")
+	f.DurationVar(&o.subScrape, "subscriber-scrape", bench.DefaultSubscriberScrape, "how often, in wall time, the cluster's subscriber scrapes the engines' /metrics")
 	f.StringSliceVar(&o.v2Fallbacks, "v2-fallbacks", []string{"tenant-hot", "affinity"}, "fallbacks lookuproute-v2 runs with (ablation): tenant-hot, affinity, or none")
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar on stderr")
 	f.StringVar(&o.logLevel, "log-level", "error", "least log level of the embedded cluster and subscriber: debug, info, warn or error")
@@ -157,7 +162,8 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			Trace: tr, Strategies: o.strategies, Addrs: addrs, Seed: o.seed,
 			Fleet:    bench.FleetConfig{Engines: o.engines, CacheBlocks: c, PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS},
 			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
-			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, Logger: log,
+			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, SubscriberScrape: o.subScrape, Logger: log,
+			EventDelay: o.eventDelay, Gateways: o.gateways,
 			V2NoTenantHot: noTenantHot, V2NoAffinity: noAffinity,
 		}
 		if !o.noProgress {

@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"container/heap"
+	"context"
+	"os"
+	"slices"
+	"strconv"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+)
+
+// sdkRouter is lookuproute-sdk: v2 hints for every engine (max_replicas =
+// the fleet size) and the SDK's load-aware client.Picker, knowing only
+// what a gateway knows: the hints, its candidates, and the start, first
+// token and end of the requests it sent itself.
+type sdkRouter struct {
+	*lookupRouter
+	picker     *client.Picker
+	candidates []string
+	due        []sdkDue // in flight, a heap by the next due time
+	last       client.Decision
+	hints      *indexerHints // the picker-indexer ablation; nil = ask the cluster
+}
+
+type sdkDue struct {
+	at      float64
+	first   bool // the first token (else the end)
+	doneAt  float64
+	request *client.Inflight
+}
+
+type sdkHeap []sdkDue
+
+func (h sdkHeap) Len() int           { return len(h) }
+func (h sdkHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h sdkHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *sdkHeap) Push(x any)        { *h = append(*h, x.(sdkDue)) }
+func (h *sdkHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func newSDKRouter(f *Fleet, cl *client.Client, st *lookupStats, seed uint64) *sdkRouter {
+	pc := client.DefaultPickerConfig()
+	pc.Seed = seed | 1
+	if v, err := strconv.ParseFloat(os.Getenv("TUNE_AFFINITY"), 64); err == nil {
+		pc.CacheAffinity = v
+	}
+	if v, err := strconv.ParseFloat(os.Getenv("TUNE_RUNW"), 64); err == nil {
+		pc.RunningWeight = v
+	}
+	r := &sdkRouter{lookupRouter: newLookupRouter(f, cl, st), picker: client.NewPicker(pc)}
+	for i := range f.Engines {
+		r.candidates = append(r.candidates, f.ReplicaID(i))
+	}
+	return r
+}
+
+func (r *sdkRouter) Route(ctx context.Context, _ int, q *Request, t float64) int {
+	h := (*sdkHeap)(&r.due)
+	for len(r.due) > 0 && r.due[0].at <= t {
+		x := heap.Pop(h).(sdkDue)
+		if x.first {
+			x.request.FirstToken()
+			heap.Push(h, sdkDue{at: x.doneAt, request: x.request})
+			continue
+		}
+		x.request.Done()
+	}
+	var resp *pb.LookupRouteResponse
+	if r.hints != nil {
+		resp = r.hints.respond(q)
+	} else {
+		resp = r.lookup(ctx, q, uint32(len(r.candidates)))
+	}
+	r.last = r.picker.Pick(resp, r.candidates, q.InputLength)
+	return r.last.Index
+}
+
+func (r *sdkRouter) Routed(_ *Request, e int, s *Served) {
+	if e != r.last.Index {
+		return
+	}
+	req := r.picker.Start(&r.last)
+	heap.Push((*sdkHeap)(&r.due), sdkDue{at: s.FirstTokenAt, first: true, doneAt: s.DoneAt, request: req})
+}
+
+// StrategyPickerIndexer is an ablation, not in AllStrategies: the SDK's
+// picker fed by the perfect KV-event indexer (IndexerView, same delay)
+// instead of the cluster's hints, with the engines' last scraped queue
+// counts on every hint. Beside lookuproute-sdk it shows what the index's
+// ranking and filters cost or gain the picker.
+const StrategyPickerIndexer = "picker-indexer"
+
+// indexerHints is a LookupRoute response made from the perfect indexer:
+// PREFIX_MATCH with every engine holding a leading run of the request's
+// blocks, longest first, or NO_HINT.
+type indexerHints struct {
+	f    *Fleet
+	view *IndexerView
+}
+
+func (h *indexerHints) respond(q *Request) *pb.LookupRouteResponse {
+	resp := &pb.LookupRouteResponse{}
+	blocks := q.Blocks()
+	for i, e := range h.f.Engines {
+		run := h.view.CachedRun(i, blocks)
+		if run == 0 && os.Getenv("TUNE_ALLSTATS") == "" {
+			continue
+		}
+		m := e.Metrics()
+		resp.Replicas = append(resp.Replicas, &pb.ReplicaHint{ReplicaId: h.f.ReplicaID(i),
+			MatchedTokens: uint32(min(run*TraceBlockTokens, q.InputLength)), MatchedBlocks: uint32(run),
+			RequestsWaiting: uint32(m.Waiting), RequestsRunning: uint32(m.Running)})
+	}
+	if len(resp.Replicas) > 0 {
+		resp.ReasonCode = pb.ReasonCode_PREFIX_MATCH
+		slices.SortStableFunc(resp.Replicas, func(a, b *pb.ReplicaHint) int { return int(b.MatchedTokens) - int(a.MatchedTokens) })
+	}
+	return resp
+}

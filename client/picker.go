@@ -1,0 +1,363 @@
+package client
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+)
+
+// Picker is the gateway's half of routing: given a LookupRoute response,
+// the gateway's candidate replicas and the load the gateway itself sent,
+// it picks one replica for a request, preferring cached prefix where it
+// pays and spreading where it does not.
+//
+// # Cost model
+//
+// A request's time to first token on a replica is the prefill work queued
+// ahead of it plus its own uncached prefill, both at the replica's prefill
+// speed. The picker estimates both in prompt tokens, which is
+// proportional to that time for replicas of one model, and adds a credit
+// for cache locality:
+//
+//	cost(r) = queued(r) + others(r) + uncached(r) − CacheAffinity × cached(r)
+//
+//	cached(r)   = matched_tokens of r's PREFIX_MATCH hint (0 for a replica
+//	              without one: TENANT_HOT and AFFINITY_HINT say nothing of
+//	              what r holds)
+//	uncached(r) = prompt tokens − cached(r)
+//	queued(r)   = the uncached tokens of the requests this picker sent to r
+//	              that have not produced their first token (Start …
+//	              FirstToken): exact for what this gateway sent
+//	others(r)   = (max(0, waiting(r) − own_waiting(r))
+//	              + RunningWeight × max(0, running(r) − own_in_flight(r)))
+//	              × tokens per request: the load other gateways sent, from
+//	              the engine's own counts carried by the hint (0 when the
+//	              hint carries none); own_waiting(r) is this picker's
+//	              requests there before their first token beyond the one
+//	              prefilling
+//
+// The lowest cost wins. Ties, common between idle replicas, go to the
+// replica with fewer requests in flight (this picker's, or the engine's
+// running count when larger), then to the one the cluster ranked higher (a
+// PREFIX_MATCH hint before an AFFINITY_HINT pick before TENANT_HOT before
+// the rest), then at random, so gateways that see the same picture do not
+// all choose the same replica. Cached tokens count as the prefill they
+// save plus the locality credit; a replica that holds the prefix but has a
+// queue longer than that loses to a cold idle one, so popular prefixes and
+// TENANT_HOT do not herd traffic.
+//
+// Decode work is left out of the cost: with continuous batching it does
+// not delay a new request's prefill. The picker is safe for concurrent
+// use; it does no I/O and reads no clock.
+type Picker struct {
+	cfg PickerConfig
+
+	mu       sync.Mutex
+	replicas map[string]*replicaLoad
+	sentReq  float64 // requests Start counted, for the tokens-per-request mean
+	sentTok  float64 // their uncached tokens
+	rng      *rand.Rand
+	ties     []int
+}
+
+// PickerConfig configures a Picker. Start from DefaultPickerConfig: a
+// zero field means zero, not the default.
+type PickerConfig struct {
+	// TokensPerWaitingRequest is the prefill tokens assumed for each
+	// request an engine reports that this picker did not send. 0 = the
+	// mean uncached tokens of the requests this picker sent
+	// (DefaultTokensPerWaitingRequest before the first).
+	TokensPerWaitingRequest float64
+	// CacheAffinity is the credit per cached token beyond the prefill it
+	// saves: cost −= CacheAffinity × cached tokens. It keeps a prefix's
+	// later requests where it is cached rather than copying it to a
+	// replica that is idle for the moment, which is what a pure TTFT
+	// greedy does and what lowers the fleet's hit rate.
+	CacheAffinity float64
+	// RunningWeight is the share of a request's prefill counted for each
+	// request the engine reports running that this picker did not send: a
+	// running request may still be prefilling, which the engine's
+	// counters cannot tell apart from decoding.
+	RunningWeight float64
+	// LoadBound, when positive, caps a replica's share: a candidate whose
+	// requests in flight (this picker's) would exceed LoadBound × the mean
+	// over the candidates is passed over while another is within it.
+	LoadBound float64
+	// Seed seeds the choice among equally good candidates (0 = a random
+	// seed). Gateways that share a seed make the same choices for the
+	// same view, so give each its own.
+	Seed uint64
+}
+
+// DefaultPickerConfig is the configuration the cost model was tuned
+// with (CacheAffinity 4, RunningWeight 0.3, no LoadBound, a random seed).
+func DefaultPickerConfig() PickerConfig {
+	return PickerConfig{CacheAffinity: DefaultCacheAffinity, RunningWeight: DefaultRunningWeight}
+}
+
+// Defaults of PickerConfig.
+const (
+	DefaultCacheAffinity = 4
+	DefaultRunningWeight = 0.3
+)
+
+// DefaultTokensPerWaitingRequest is the prefill tokens assumed per
+// engine-reported request before the picker has sent any request.
+const DefaultTokensPerWaitingRequest = 2048
+
+type replicaLoad struct {
+	queuedTokens float64 // uncached tokens of requests before their first token
+	prefilling   int     // requests before their first token
+	inflight     int     // requests before their last token
+}
+
+// NewPicker returns a Picker with no load recorded.
+func NewPicker(cfg PickerConfig) *Picker {
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	return &Picker{cfg: cfg, replicas: map[string]*replicaLoad{}, rng: rand.New(rand.NewPCG(seed, 0x7069636b))}
+}
+
+// PickCost is one candidate's cost terms (units: prompt tokens, except
+// the request counts).
+type PickCost struct {
+	// Replica is the candidate's replica id.
+	Replica string
+	// Reason is the reason code of the hint naming the replica, NO_HINT
+	// when none does.
+	Reason pb.ReasonCode
+	// CachedTokens is the PREFIX_MATCH hint's matched_tokens (0 without),
+	// UncachedTokens the prompt tokens left to prefill.
+	CachedTokens, UncachedTokens int
+	// QueuedTokens is the prefill this picker sent that has not started
+	// producing tokens; OthersTokens the estimate of the queue others
+	// sent, from the hint's requests_waiting.
+	QueuedTokens, OthersTokens float64
+	// InFlight is this picker's requests on the replica; ReportedWaiting
+	// and ReportedRunning are the engine's own counts from the hint.
+	InFlight                         int
+	ReportedWaiting, ReportedRunning uint32
+	// Cost = QueuedTokens + OthersTokens + UncachedTokens.
+	Cost float64
+}
+
+// Decision is a Pick: the chosen replica and every candidate's terms.
+type Decision struct {
+	// Replica is the chosen replica id ("" when there were no candidates),
+	// Index its position in the candidates.
+	Replica string
+	Index   int
+	// Costs are the candidates' terms, in candidate order.
+	Costs []PickCost
+	// PromptTokens is the request's prompt length given to Pick.
+	PromptTokens int
+}
+
+// rank of a hint's reason code for ties: lower is better.
+func hintRank(rc pb.ReasonCode) int {
+	switch rc {
+	case pb.ReasonCode_PREFIX_MATCH:
+		return 0
+	case pb.ReasonCode_AFFINITY_HINT:
+		return 1
+	case pb.ReasonCode_TENANT_HOT:
+		return 2
+	}
+	return 3
+}
+
+// Pick chooses one of candidates (replica ids, as the gateway names its
+// backends) for a request of promptTokens tokens, given the cluster's
+// LookupRoute response (nil is NO_HINT). Hints naming replicas that are not
+// candidates are ignored. With no candidates it returns an empty Decision.
+func (p *Picker) Pick(resp *pb.LookupRouteResponse, candidates []string, promptTokens int) Decision {
+	d := Decision{Index: -1, PromptTokens: promptTokens, Costs: make([]PickCost, len(candidates))}
+	if len(candidates) == 0 {
+		return d
+	}
+	rc := resp.GetReasonCode()
+	hints := resp.GetReplicas()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	perReq := p.tokensPerRequest()
+	bestRank := make([]int, len(candidates))
+	total := 0
+	for i, id := range candidates {
+		c := &d.Costs[i]
+		c.Replica, c.Reason = id, pb.ReasonCode_NO_HINT
+		bestRank[i] = len(hints) + 1
+		for k, h := range hints {
+			if h.GetReplicaId() != id {
+				continue
+			}
+			c.Reason = rc
+			bestRank[i] = k
+			c.ReportedWaiting, c.ReportedRunning = h.GetRequestsWaiting(), h.GetRequestsRunning()
+			if rc == pb.ReasonCode_PREFIX_MATCH {
+				c.CachedTokens = min(int(h.GetMatchedTokens()), promptTokens)
+			}
+			break
+		}
+		c.UncachedTokens = promptTokens - c.CachedTokens
+		l := p.replicas[id]
+		if l == nil {
+			l = &replicaLoad{}
+			p.replicas[id] = l
+		}
+		c.QueuedTokens, c.InFlight = l.queuedTokens, l.inflight
+
+		total += c.InFlight
+		ownWaiting := max(0, l.prefilling-1)
+		c.OthersTokens = (float64(max(0, int(c.ReportedWaiting)-ownWaiting)) +
+			p.cfg.RunningWeight*float64(max(0, int(c.ReportedRunning)-c.InFlight))) * perReq
+		c.Cost = c.QueuedTokens + c.OthersTokens + float64(c.UncachedTokens) - p.cfg.CacheAffinity*float64(c.CachedTokens)
+	}
+	bound := math.Inf(1)
+	if p.cfg.LoadBound > 0 {
+		bound = math.Ceil(p.cfg.LoadBound * float64(total+1) / float64(len(candidates)))
+	}
+	best := p.best(d.Costs, bestRank, bound)
+	if best < 0 {
+		best = p.best(d.Costs, bestRank, math.Inf(1))
+	}
+	d.Replica, d.Index = candidates[best], best
+	return d
+}
+
+// busy is a candidate's requests in flight for ties: this picker's, plus
+// the engine-reported running requests beyond them.
+func (c *PickCost) busy() int { return max(c.InFlight, int(c.ReportedRunning)) }
+
+// best returns the best candidate within bound requests in flight (-1
+// when none is), ties at random.
+func (p *Picker) best(costs []PickCost, rank []int, bound float64) int {
+	p.ties = p.ties[:0]
+	for i := range costs {
+		if float64(costs[i].InFlight+1) > bound {
+			continue
+		}
+		if len(p.ties) == 0 {
+			p.ties = append(p.ties, i)
+			continue
+		}
+		switch cmpPick(&costs[i], rank[i], &costs[p.ties[0]], rank[p.ties[0]]) {
+		case -1:
+			p.ties = append(p.ties[:0], i)
+		case 0:
+			p.ties = append(p.ties, i)
+		}
+	}
+	switch len(p.ties) {
+	case 0:
+		return -1
+	case 1:
+		return p.ties[0]
+	}
+	return p.ties[p.rng.IntN(len(p.ties))]
+}
+
+// cmpPick orders two candidates: −1 when a is better, 1 when b is, 0 for
+// a tie.
+func cmpPick(a *PickCost, ra int, b *PickCost, rb int) int {
+	if a.Cost != b.Cost {
+		return cmpF(a.Cost, b.Cost)
+	}
+	if a.busy() != b.busy() {
+		return cmpF(float64(a.busy()), float64(b.busy()))
+	}
+	if hintRank(a.Reason) != hintRank(b.Reason) {
+		return cmpF(float64(hintRank(a.Reason)), float64(hintRank(b.Reason)))
+	}
+	if a.Reason == pb.ReasonCode_PREFIX_MATCH && ra != rb {
+		return cmpF(float64(ra), float64(rb))
+	}
+	return 0
+}
+
+func cmpF(a, b float64) int {
+	if a < b {
+		return -1
+	}
+	return 1
+}
+
+func (p *Picker) tokensPerRequest() float64 {
+	if p.cfg.TokensPerWaitingRequest > 0 {
+		return p.cfg.TokensPerWaitingRequest
+	}
+	if p.sentReq == 0 {
+		return DefaultTokensPerWaitingRequest
+	}
+	return p.sentTok / p.sentReq
+}
+
+// Inflight is one request the gateway sent, as the picker tracks it.
+// Call FirstToken when its first token arrives and Done when it ends
+// (Done alone is enough for a request that failed before any token).
+// Calls after the first of each kind do nothing.
+type Inflight struct {
+	p                *Picker
+	replica          string
+	uncached         float64
+	firstSeen, ended bool
+}
+
+// Start records that the gateway sent the request of d to d.Replica; the
+// replica's queued tokens grow by the chosen candidate's UncachedTokens
+// until FirstToken. Start of an empty Decision returns an Inflight whose
+// calls do nothing.
+func (p *Picker) Start(d *Decision) *Inflight {
+	if d.Index < 0 || d.Index >= len(d.Costs) {
+		return &Inflight{firstSeen: true, ended: true}
+	}
+	return p.StartOn(d.Replica, d.Costs[d.Index].UncachedTokens)
+}
+
+// StartOn records a request sent to replica with uncachedTokens left to
+// prefill (for a gateway that overrode the Decision).
+func (p *Picker) StartOn(replica string, uncachedTokens int) *Inflight {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.replicas[replica]
+	if l == nil {
+		l = &replicaLoad{}
+		p.replicas[replica] = l
+	}
+	u := float64(max(0, uncachedTokens))
+	l.queuedTokens += u
+	l.prefilling++
+	l.inflight++
+	p.sentReq++
+	p.sentTok += u
+	return &Inflight{p: p, replica: replica, uncached: u}
+}
+
+// FirstToken records the request's first token: its prefill no longer
+// queues others.
+func (r *Inflight) FirstToken() {
+	if r.firstSeen {
+		return
+	}
+	r.firstSeen = true
+	r.p.mu.Lock()
+	defer r.p.mu.Unlock()
+	l := r.p.replicas[r.replica]
+	l.queuedTokens = math.Max(0, l.queuedTokens-r.uncached)
+	l.prefilling--
+}
+
+// Done records the request's end (its last token, or its failure).
+func (r *Inflight) Done() {
+	if r.ended {
+		return
+	}
+	r.FirstToken()
+	r.ended = true
+	r.p.mu.Lock()
+	defer r.p.mu.Unlock()
+	r.p.replicas[r.replica].inflight--
+}
