@@ -1,8 +1,9 @@
-// Package bench is the benchmark gateway of issue 7 (`inference-cache
-// bench`): it replays a request trace through a simulated fleet of
-// inference engines, asks the cluster for routing hints, routes, and
-// measures how much prefill the hints saved compared with other routing
-// strategies and with the trace's ideal bound.
+// Package bench is the benchmark gateway (`inference-cache bench`, SPEC
+// 12): it replays a request trace through a simulated fleet of inference
+// engines, routes each request with one strategy after another, and
+// measures what the routing did to the prefix-cache hit rate and to the
+// modelled time to first token, against the peers' routers, a greedy
+// oracle and the trace's ideal bound.
 //
 // The parts, in the order data flows:
 //
@@ -10,16 +11,23 @@
 //	generator.go  the built-in deterministic trace generator (chat sessions,
 //	              Zipf-shared system prompts, diffuse single-turn traffic)
 //	tokens.go     token ids synthesised from hash ids (512 per block)
-//	cache.go      an engine's KV cache: C blocks, LRU
-//	engine.go     one simulated engine: cache, queue, modelled TTFT,
-//	              counters; its /metrics (vLLM names)
+//	cache.go      an engine's KV cache: C blocks, LRU, shared with the
+//	              running requests (pinned blocks, reserved output blocks)
+//	engine.go     one simulated engine: FIFO prefill, modelled TTFT, its KV
+//	              events queued until their publication time, its /metrics
+//	              (vLLM names) as of the last scrape tick
 //	publish.go    the engine's vLLM-format KV-event publisher (ZMQ PUB with
 //	              sequence numbers, ROUTER replay socket, positional or
 //	              map msgpack)
 //	observe.go    the observation path for a run: the real observe
 //	              Subscriber feeding the cluster, plus the visibility
 //	              barrier (see below)
-//	strategy.go   the seven routing strategies
+//	strategy.go   the strategies without a model of their own: round-robin,
+//	              random, least-loaded, consistent-hash, the hint routers,
+//	              longest-match and the oracle; the gateway split
+//	peers.go      the peers' routers from their public defaults: dynamo,
+//	              llm-d, sglang; the perfect KV-event indexer they read
+//	sdk.go        lookuproute-sdk: v2 hints and the SDK's client.Picker
 //	run.go        one run: every strategy on the same trace and fleet
 //	              settings, each on a fresh fleet and a reset index
 //	report.go     the table and the --json shape of SPEC 12
@@ -30,52 +38,59 @@
 // The engines are simulated, the rest is real: the hint strategies call a
 // real cluster through the client SDK, and the cluster learns what the
 // engines cache only from the engines' KV events, published over ZMQ in
-// vLLM's wire format and consumed by the observe subscriber, exactly as in
+// vLLM's wire format and consumed by the observe subscriber, and what they
+// carry from the subscriber's scrapes of their /metrics, exactly as in
 // production.
 //
-// # Time
+// # Time model
 //
-// The fleet model runs in the trace's virtual time (queues, modelled
-// TTFT); the calls to the cluster run as fast as the cluster allows, in
-// trace order; KV events are stamped with wall-clock time at publication so
-// freshness and TTL stay meaningful. The report states the compression
-// (virtual span / wall time of each strategy's replay).
+// The fleet runs in the trace's virtual time. An engine prefills one
+// request at a time, first come first served; a request's TTFT is its
+// queue wait plus its uncached tokens / prefill speed (modelled, never
+// measured). Its cached tokens are the leading run of its blocks in the
+// engine's cache when its prefill starts; since prefills are FIFO, every
+// earlier request's blocks are there by then. Decode runs alongside
+// (continuous batching) and only keeps the request's blocks pinned and its
+// output blocks reserved: a loaded engine has less room for cached
+// prefixes.
 //
-// # Visibility of KV events
+// With the default time model (VisibilityDelay) an engine publishes a
+// request's KV events (stored blocks, evictions) when its prefill ends,
+// and a lookup at virtual time t sees exactly the events published before
+// t − d (--event-delay, default 50 ms), applied on every node: before the
+// lookup the bench publishes the events whose time has come and, when one
+// of them touched the prompt's blocks (or a replica joined), waits until
+// the cluster acknowledged them and every node applied them. The index's
+// answer for a chain depends only on its blocks' entries and the serving
+// set (SPEC 5), so skipping the wait otherwise changes no answer. The
+// peers that read KV events (dynamo, llm-d) read a perfect indexer with
+// the same rule. VisibilityTimestamp and VisibilityRequest are the older
+// models: events published at arrival, visible to later timestamps or to
+// every later request.
 //
-// Events reach the cluster asynchronously (engine → ZMQ → subscriber →
-// Raft). With VisibilityTimestamp (the default) the gateway, before it asks
-// for the hint of a request whose trace timestamp is later than the
-// previous request's, waits until the events of every earlier request are
-// acknowledged by the cluster and applied on every node. Requests with the
-// same timestamp are concurrent arrivals and never see each other's
-// events: the engines hold their events and publish them at the next wait,
-// so the outcome does not depend on how fast the observation path
-// happened to be. In a real fleet requests a trace tick apart are seconds
-// apart and the observation path takes milliseconds, so this is the
-// realistic lag; VisibilityRequest waits before every request instead.
+// Engine metrics change at scrape ticks of virtual time (--scrape-interval,
+// default 50 ms, llm-d's default refresh): llm-d reads them there, and the
+// cluster's subscriber scrapes them every --subscriber-scrape of wall time,
+// so what the cluster reports of them lags by the replay's compression.
+//
+// # Gateways
+//
+// --gateways N splits the requests round robin over N gateway instances of
+// the strategy, each with its own state: round-robin counters, the hint
+// routers' fallbacks, the SDK picker's load, dynamo's and sglang's tracked
+// load. least-loaded, longest-match and the oracle read the fleet itself
+// and are the same from every gateway. One cluster serves them all.
 //
 // # Strategies and the cluster
 //
-// round-robin, random (seeded), least-loaded (fewest requests in flight,
-// then the shorter prefill backlog), consistent-hash (rendezvous hashing
-// of the first block's hash id), oracle (every engine's true cache: the
-// longest cached leading run, ties by load), lookuproute-v1 and
-// lookuproute-v2. The two hint strategies run one after the other against
-// the same cluster; before each, the CachePolicy is set with
-// SetCachePolicy (v1: rankingVersion v1 with the TENANT_HOT and
-// AFFINITY_HINT fallbacks off; v2: the default policy, ranking v2 with
-// both fallbacks; both with blockSize 512 for the bench model), and the
-// cluster's original policy is restored at the end. The index is reset
-// between them through the observation path itself: every hint strategy
-// gets a fresh fleet and a fresh subscriber, which clears its replicas
-// when it starts. The gateway routes to the first replica of any hint and
-// round-robins on NO_HINT.
-//
-// # TTFT model
-//
-// TTFT is modelled, not measured: queue wait + uncached prompt tokens /
-// prefill speed, each engine prefilling one request at a time (decode runs
-// alongside, continuous batching). Everything that reports it labels it
-// "modelled".
+// The three hint strategies run one after the other against the same
+// cluster; before each, the CachePolicy is set with SetCachePolicy (v1:
+// rankingVersion v1 with the TENANT_HOT and AFFINITY_HINT fallbacks off;
+// v2 and sdk: the default policy; all with blockSize 512 for the bench
+// model), and the cluster's original policy is restored at the end. The
+// index is reset between them through the observation path itself: every
+// hint strategy gets a fresh fleet and a fresh subscriber, which clears
+// its replicas when it starts. lookuproute-v1 and -v2 route to the first
+// replica of any hint and round-robin on NO_HINT; lookuproute-sdk asks for
+// every replica's hint and lets client.Picker choose.
 package bench
