@@ -84,6 +84,9 @@ func TestEngine_MetricsUseVLLMNames(t *testing.T) {
 	e := NewEngine(0, FleetConfig{Engines: 1, CacheBlocks: 10, PrefillTPS: 1000, DecodeTPS: 10})
 	e.Serve(&Request{InputLength: 1100, OutputLength: 10, HashIDs: []uint64{1, 2, 3}}, 0)
 	e.Serve(&Request{InputLength: 600, OutputLength: 10, HashIDs: []uint64{1, 4}}, 0)
+	// /metrics reports the last scrape. At 0.5 s the first request is
+	// prefilling (1100 tokens in [0, 1.1]) and the second waits for it.
+	e.Scrape(0.5)
 	var b strings.Builder
 	if err := e.WriteMetrics(&b, "m"); err != nil {
 		t.Fatal(err)
@@ -104,13 +107,18 @@ func TestEngine_MetricsUseVLLMNames(t *testing.T) {
 		}
 		return m.GetCounter().GetValue()
 	}
-	// Queries are prompt tokens (1100 + 600); hits the cached prefix (block 1).
+	// Queries are prompt tokens (1100 + 600) of the requests admitted so
+	// far; hits the cached prefix (block 1).
 	if q, h := val("vllm:prefix_cache_queries_total"), val("vllm:prefix_cache_hits_total"); q != 1700 || h != 512 {
 		t.Fatalf("queries %v hits %v, want 1700, 512", q, h)
 	}
-	// In flight: ceil((1100+10)/512) + ceil((600+10)/512) = 3 + 2 blocks of 10.
-	if u := val("vllm:kv_cache_usage_perc"); u != 0.5 {
-		t.Fatalf("usage %v, want 0.5", u)
+	// The running request holds its 2 full prompt blocks and 1 output
+	// block (ceil(10/512)): 3 of 10.
+	if u := val("vllm:kv_cache_usage_perc"); u != 0.3 {
+		t.Fatalf("usage %v, want 0.3", u)
+	}
+	if r, w := val("vllm:num_requests_running"), val("vllm:num_requests_waiting"); r != 1 || w != 1 {
+		t.Fatalf("running %v waiting %v, want 1, 1", r, w)
 	}
 }
 

@@ -5,16 +5,16 @@ import (
 	"testing"
 )
 
-// The oracle picks, for every request, an engine holding the most cached
-// tokens (checked against every engine's true cache on a generated trace
-// with small caches, so caches diverge and evict).
-func TestOracle_PicksAnEngineWithTheMostCachedTokens(t *testing.T) {
+// Longest-match picks, for every request, an engine holding the most
+// cached tokens (checked against every engine's true cache on a generated
+// trace with small caches, so caches diverge and evict).
+func TestLongestMatch_PicksAnEngineWithTheMostCachedTokens(t *testing.T) {
 	cfg := FleetConfig{Engines: 4, CacheBlocks: 40}
 	if err := cfg.fill(); err != nil {
 		t.Fatal(err)
 	}
 	f := NewFleet(cfg, "m", "")
-	r := &oracle{f: f}
+	r := &longestMatch{f: f}
 	tr := Generate(GeneratorConfig{Seed: 3, Requests: 1500})
 	hits := 0
 	for i := range tr.Requests {
@@ -26,7 +26,7 @@ func TestOracle_PicksAnEngineWithTheMostCachedTokens(t *testing.T) {
 			best = max(best, x.Cache.CachedRun(q.Blocks()))
 		}
 		if got := f.Engines[e].Cache.CachedRun(q.Blocks()); got != best {
-			t.Fatalf("request %d: oracle chose engine %d with %d cached blocks, the best holds %d", i, e, got, best)
+			t.Fatalf("request %d: longest-match chose engine %d with %d cached blocks, the best holds %d", i, e, got, best)
 		}
 		if best > 0 {
 			hits++
@@ -39,7 +39,7 @@ func TestOracle_PicksAnEngineWithTheMostCachedTokens(t *testing.T) {
 }
 
 // Ties in cached tokens go to the least loaded engine.
-func TestOracle_BreaksTiesByLoad(t *testing.T) {
+func TestLongestMatch_BreaksTiesByLoad(t *testing.T) {
 	cfg := FleetConfig{Engines: 3, CacheBlocks: 100, PrefillTPS: 1000, DecodeTPS: 1}
 	if err := cfg.fill(); err != nil {
 		t.Fatal(err)
@@ -51,8 +51,8 @@ func TestOracle_BreaksTiesByLoad(t *testing.T) {
 	f.Engines[2].Serve(&Request{InputLength: 512, OutputLength: 1000, HashIDs: []uint64{9}}, 0)
 	q := &Request{InputLength: 1536, HashIDs: []uint64{1, 2, 3}}
 	// Engines 1 and 2 both hold 1024 tokens; 1 has one request in flight, 2 two.
-	if got := OracleChoice(f, q, 1); got != 1 {
-		t.Fatalf("oracle chose %d, want 1", got)
+	if got := LongestMatchChoice(f, q, 1); got != 1 {
+		t.Fatalf("longest-match chose %d, want 1", got)
 	}
 }
 
