@@ -3,8 +3,10 @@ package bench
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -15,72 +17,216 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// PlotReport writes a PNG with two panels: the token hit rate per strategy
-// (with the ideal bound as a line) and the modelled TTFT p50/p99 per
-// strategy.
+// TTFTFloorMs is the lowest modelled TTFT the plots draw: a log axis
+// cannot show 0 (a fully cached prompt on an idle engine), so smaller
+// values are drawn at the floor, and the axis labels say so.
+const TTFTFloorMs = 1.0
+
+// PlotReport writes a PNG with three panels, one strategy per bar group
+// or line, in report order:
+//
+//   - the token hit rate, its value on each bar, with the ideal bound as a
+//     dashed line;
+//   - the modelled TTFT p50, mean and p99 as bars on a log axis;
+//   - the distribution of the modelled TTFT (x: ms, log scale; y: share of
+//     requests at or below x), from Result.TTFTMs; omitted when no result
+//     carries per-request values (a report read back from JSON).
+//
+// TTFTs below TTFTFloorMs are drawn at the floor.
 func PlotReport(path string, r *Report) error {
 	if !strings.EqualFold(filepath.Ext(path), ".png") {
 		return fmt.Errorf("bench: plot %q: only .png is written", path)
 	}
+	if len(r.Strategies) == 0 {
+		return fmt.Errorf("bench: plot %q: the report has no strategies", path)
+	}
 	names := make([]string, len(r.Strategies))
-	hit := make(plotter.Values, len(r.Strategies))
-	p50 := make(plotter.Values, len(r.Strategies))
-	p99 := make(plotter.Values, len(r.Strategies))
 	for i, s := range r.Strategies {
 		names[i] = s.Name
-		hit[i] = 100 * s.TokenHitRate
-		p50[i] = s.TTFTModelP50Ms
-		p99[i] = s.TTFTModelP99Ms
 	}
-	w := vg.Points(20)
-
-	hp := plot.New()
-	hp.Title.Text = fmt.Sprintf("Token prefix-cache hit rate — %s, %d engines × %d blocks", r.Trace, r.Fleet.Engines, r.Fleet.CacheBlocks)
-	hp.Y.Label.Text = "hit rate (%)"
-	hp.Y.Min, hp.Y.Max = 0, 100*max(r.IdealTokenHitRate, 0.01)*1.15
-	bars, err := plotter.NewBarChart(hit, w)
+	hp, err := hitRatePanel(r, names)
 	if err != nil {
 		return err
 	}
+	tp, err := ttftBarsPanel(r, names)
+	if err != nil {
+		return err
+	}
+	panels := []*plot.Plot{hp, tp}
+	cp, err := ttftCDFPanel(r)
+	if err != nil {
+		return err
+	}
+	if cp != nil {
+		panels = append(panels, cp)
+	}
+	return savePanels(path, panels)
+}
+
+// nominalX names the x axis's categories, slanted so a dozen strategy
+// names fit side by side.
+func nominalX(p *plot.Plot, names []string) {
+	p.NominalX(names...)
+	p.X.Tick.Label.Rotation = math.Pi / 9
+	p.X.Tick.Label.XAlign = draw.XRight
+	p.X.Tick.Label.YAlign = draw.YCenter
+}
+
+func hitRatePanel(r *Report, names []string) (*plot.Plot, error) {
+	hit := make(plotter.Values, len(r.Strategies))
+	labels := plotter.XYLabels{XYs: make(plotter.XYs, len(r.Strategies)), Labels: make([]string, len(r.Strategies))}
+	top := max(r.IdealTokenHitRate, 0.01)
+	for i, s := range r.Strategies {
+		hit[i] = 100 * s.TokenHitRate
+		labels.XYs[i] = plotter.XY{X: float64(i), Y: hit[i]}
+		labels.Labels[i] = fmt.Sprintf("%.1f", hit[i])
+		top = max(top, s.TokenHitRate)
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Token prefix-cache hit rate — %s, %d engines × %d blocks", r.Trace, r.Fleet.Engines, r.Fleet.CacheBlocks)
+	p.Y.Label.Text = "hit rate (%)"
+	bars, err := plotter.NewBarChart(hit, vg.Points(20))
+	if err != nil {
+		return nil, err
+	}
 	bars.Color = plotutil.Color(0)
 	bars.LineStyle.Width = 0
-	hp.Add(bars)
+	p.Add(bars)
+	values, err := plotter.NewLabels(labels)
+	if err != nil {
+		return nil, err
+	}
+	for i := range values.TextStyle {
+		values.TextStyle[i].XAlign = draw.XCenter
+		values.Offset.Y = vg.Points(2)
+	}
+	p.Add(values)
 	ideal := plotter.NewFunction(func(float64) float64 { return 100 * r.IdealTokenHitRate })
 	ideal.Color = color.RGBA{R: 200, A: 255}
 	ideal.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-	hp.Add(ideal)
-	hp.Legend.Add(fmt.Sprintf("ideal bound %.1f%%", 100*r.IdealTokenHitRate), ideal)
-	hp.Legend.Top = true
-	hp.NominalX(names...)
+	p.Add(ideal)
+	p.Legend.Add(fmt.Sprintf("ideal bound %.1f%%", 100*r.IdealTokenHitRate), ideal)
+	p.Legend.Top = true
+	p.Y.Min, p.Y.Max = 0, 100*top*1.15
+	nominalX(p, names)
+	return p, nil
+}
 
-	tp := plot.New()
-	tp.Title.Text = "Modelled TTFT (queue wait + uncached tokens / prefill speed), log scale"
-	tp.Y.Label.Text = "ms (modelled)"
-	tp.Y.Scale = plot.LogScale{}
-	tp.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	for k, pc := range []struct {
-		label string
-		v     plotter.Values
-	}{{"p50", p50}, {"p99", p99}} {
-		pts := make(plotter.XYs, len(pc.v))
-		for i, y := range pc.v {
-			pts[i] = plotter.XY{X: float64(i), Y: max(y, 1)} // log scale: at least 1 ms
-		}
-		sc, err := plotter.NewScatter(pts)
-		if err != nil {
-			return err
-		}
-		sc.GlyphStyle.Color = plotutil.Color(k + 1)
-		sc.GlyphStyle.Shape = plotutil.Shape(k)
-		sc.GlyphStyle.Radius = vg.Points(5)
-		tp.Add(sc)
-		tp.Legend.Add(pc.label, sc)
+// ttftBarsPanel draws p50, mean and p99 side by side per strategy on a
+// log axis. Bars rise from the floor: each is stacked on an undrawn bar of
+// the floor's height, since a bar from 0 has no place on a log axis.
+func ttftBarsPanel(r *Report, names []string) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Modelled TTFT per strategy (queue wait + uncached tokens / prefill speed), log scale"
+	p.Y.Label.Text = fmt.Sprintf("ms (< %g drawn at %g)", TTFTFloorMs, TTFTFloorMs)
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	n := len(r.Strategies)
+	floor := make(plotter.Values, n)
+	for i := range floor {
+		floor[i] = TTFTFloorMs
 	}
-	tp.Add(plotter.NewGrid())
-	tp.Legend.Top, tp.Legend.Left = true, true
-	tp.NominalX(names...)
+	base, err := plotter.NewBarChart(floor, vg.Points(1))
+	if err != nil {
+		return nil, err
+	}
+	w := vg.Points(9)
+	top := TTFTFloorMs
+	for k, stat := range []struct {
+		label string
+		v     func(*Result) float64
+	}{
+		{"p50", func(s *Result) float64 { return s.TTFTModelP50Ms }},
+		{"mean", func(s *Result) float64 { return s.TTFTModelMeanMs }},
+		{"p99", func(s *Result) float64 { return s.TTFTModelP99Ms }},
+	} {
+		h := make(plotter.Values, n)
+		for i := range r.Strategies {
+			v := stat.v(&r.Strategies[i])
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				v = 0
+			}
+			h[i] = max(v, TTFTFloorMs) - TTFTFloorMs
+			top = max(top, max(v, TTFTFloorMs))
+		}
+		b, err := plotter.NewBarChart(h, w)
+		if err != nil {
+			return nil, err
+		}
+		b.StackOn(base)
+		b.Offset = vg.Length(k-1) * w
+		b.Color = plotutil.Color(k + 1)
+		b.LineStyle.Width = 0
+		p.Add(b)
+		p.Legend.Add(stat.label, b)
+	}
+	p.Add(plotter.NewGrid())
+	p.Legend.Top, p.Legend.Left = true, true
+	// Fixed range: a log axis must not start at or below 0, which gonum
+	// would pick for bars all at the floor.
+	p.Y.Min, p.Y.Max = TTFTFloorMs, max(top*2, 10*TTFTFloorMs)
+	nominalX(p, names)
+	return p, nil
+}
 
-	return savePanels(path, []*plot.Plot{hp, tp})
+// cdfPoints caps the points of one distribution line.
+const cdfPoints = 400
+
+// ttftCDFPanel draws the share of requests with a modelled TTFT at or
+// below x, one line per strategy with per-request values; nil when none
+// has any.
+func ttftCDFPanel(r *Report) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Distribution of the modelled TTFT (further left and higher is better)"
+	p.X.Label.Text = fmt.Sprintf("modelled TTFT, ms (log scale; below %g ms drawn at %g ms)", TTFTFloorMs, TTFTFloorMs)
+	p.Y.Label.Text = "share of requests ≤ x"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	top, lines := TTFTFloorMs, 0
+	for k := range r.Strategies {
+		s := &r.Strategies[k]
+		v := s.TTFTMs
+		if len(v) == 0 {
+			continue
+		}
+		if !slices.IsSorted(v) {
+			v = slices.Sorted(slices.Values(v))
+		}
+		step := max(1, len(v)/cdfPoints)
+		pts := make(plotter.XYs, 0, len(v)/step+2)
+		for i := 0; i < len(v); i += step {
+			pts = append(pts, plotter.XY{X: ttftAtFloor(v[i]), Y: float64(i+1) / float64(len(v))})
+		}
+		if last := len(v) - 1; last%step != 0 {
+			pts = append(pts, plotter.XY{X: ttftAtFloor(v[last]), Y: 1})
+		}
+		top = max(top, pts[len(pts)-1].X)
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return nil, err
+		}
+		l.Color = plotutil.Color(k)
+		l.Dashes = plotutil.Dashes(k / len(plotutil.DefaultColors))
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(s.Name, l)
+		lines++
+	}
+	if lines == 0 {
+		return nil, nil
+	}
+	p.Add(plotter.NewGrid())
+	p.Legend.Top, p.Legend.Left = false, false
+	p.X.Min, p.X.Max = TTFTFloorMs, max(top*1.5, 10*TTFTFloorMs)
+	p.Y.Min, p.Y.Max = 0, 1
+	return p, nil
+}
+
+func ttftAtFloor(ms float64) float64 {
+	if math.IsNaN(ms) {
+		return TTFTFloorMs
+	}
+	return max(ms, TTFTFloorMs)
 }
 
 // PlotSweep writes a PNG of the token hit rate against the cache size
