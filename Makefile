@@ -134,3 +134,17 @@ fuzz:
 ## vulncheck: govulncheck (pinned); needs https://vuln.go.dev
 vulncheck:
 	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) ./...
+
+.PHONY: evaluate
+EVAL_DIR      ?= $(CURDIR)/.eval
+EVAL_TRACES   ?= conversation synthetic generator
+## evaluate: the EVALUATION.md matrix: every strategy on each trace at two prefill speeds with 1 and 4 gateways (embedded cluster each run; ~20 min on 2 cores); JSON and tables in $(EVAL_DIR)
+evaluate: build
+	@mkdir -p $(EVAL_DIR)
+	@set -e; for tr in $(EVAL_TRACES); do for tps in 10000 7000; do for gw in 1 4; do \
+	  if [ $$tr = generator ]; then src=""; else src="--trace ../shared/data/mooncake/$${tr}_trace.jsonl"; fi; \
+	  echo "== $$tr prefill $$tps gateways $$gw"; \
+	  $(BIN)/inference-cache bench --json --no-progress $$src --prefill-tps $$tps --gateways $$gw \
+	    --plot $(EVAL_DIR)/$$tr-$$tps-$$gw.png > $(EVAL_DIR)/$$tr-$$tps-$$gw.json; done; done; done
+	$(GO) run ./internal/evaltable $(EVAL_DIR)/*.json > $(EVAL_DIR)/tables.md
+	@echo "tables: $(EVAL_DIR)/tables.md"

@@ -1,0 +1,147 @@
+// Command evaltable turns the --json reports of `inference-cache bench`
+// runs into the tables of EVALUATION.md: one table per run (trace, prefill
+// speed, gateways) with every strategy's hit rate, fraction of ideal,
+// max/mean requests and modelled TTFT p50/p99/mean, then a summary of the
+// lookuproute-sdk targets per run, each marked met or missed.
+//
+//	go run ./internal/evaltable .eval/*.json
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/inference-cache/inference-cache/bench"
+)
+
+// peers are the routers lookuproute-sdk must match or beat.
+var peers = []string{bench.StrategyRoundRobin, bench.StrategyLeastLoaded, bench.StrategyDynamo, bench.StrategyLLMD, bench.StrategySGLang}
+
+// Targets of the load-aware picker against the peers in the same run.
+const (
+	hitRatioTarget    = 0.97 // token hit rate ≥ this × the best peer's
+	oracleP50Target   = 1.2  // TTFT p50 ≤ this × the oracle's
+	maxOverMeanTarget = 1.3  // requests per engine, max / mean
+	underTest         = bench.StrategyLookupRouteSDK
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: evaltable REPORT.json ...")
+		os.Exit(2)
+	}
+	var reps []bench.JSONReport
+	for _, p := range os.Args[1:] {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "evaltable:", err)
+			os.Exit(1)
+		}
+		var r bench.JSONReport
+		if err := json.Unmarshal(b, &r); err != nil {
+			fmt.Fprintf(os.Stderr, "evaltable: %s: %v\n", filepath.Base(p), err)
+			os.Exit(1)
+		}
+		reps = append(reps, r)
+	}
+	if err := write(os.Stdout, reps); err != nil {
+		fmt.Fprintln(os.Stderr, "evaltable:", err)
+		os.Exit(1)
+	}
+}
+
+func byName(r *bench.JSONReport) map[string]*bench.JSONStrategy {
+	m := map[string]*bench.JSONStrategy{}
+	for i := range r.Strategies {
+		m[r.Strategies[i].Name] = &r.Strategies[i]
+	}
+	return m
+}
+
+func title(r *bench.JSONReport) string {
+	return fmt.Sprintf("%s, prefill %.0f tok/s, %d gateway(s)", r.Trace, r.PrefillTPS, r.Gateways)
+}
+
+func write(w io.Writer, reps []bench.JSONReport) error {
+	var b strings.Builder
+	for i := range reps {
+		r := &reps[i]
+		fmt.Fprintf(&b, "### %s\n\n", title(r))
+		fmt.Fprintf(&b, "%d requests, %d engines × %d blocks, event delay %.0f ms, ideal token hit rate %.1f %%.\n\n",
+			r.Requests, r.Engines, r.CacheBlocks, r.EventDelayMs, 100*r.IdealTokenHitRate)
+		b.WriteString("| strategy | hit rate | of ideal | req max/mean | TTFT p50 | TTFT p99 | TTFT mean |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, s := range r.Strategies {
+			name := s.Name
+			if name == underTest {
+				name = "**" + name + "**"
+			}
+			fmt.Fprintf(&b, "| %s | %.1f %% | %.1f %% | %.2f | %s | %s | %s |\n", name, 100*s.TokenHitRate, 100*s.FractionOfIdeal,
+				s.MaxOverMeanRequests, ms(s.TTFTModelP50Ms), ms(s.TTFTModelP99Ms), ms(s.TTFTModelMeanMs))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("### Targets of lookuproute-sdk\n\n")
+	b.WriteString("| run | p50 ≤ best peer | p99 ≤ best peer | hit ≥ 0.97 × best peer | p50 ≤ 1.2 × oracle | max/mean ≤ 1.3 |\n|---|---|---|---|---|---|\n")
+	met, total := 0, 0
+	for i := range reps {
+		r := &reps[i]
+		m := byName(r)
+		u, o := m[underTest], m[bench.StrategyOracle]
+		if u == nil || o == nil {
+			continue
+		}
+		var bp50, bp99, bhit float64 = -1, -1, 0
+		var n50, n99, nhit string
+		for _, p := range peers {
+			s := m[p]
+			if s == nil {
+				continue
+			}
+			if bp50 < 0 || s.TTFTModelP50Ms < bp50 {
+				bp50, n50 = s.TTFTModelP50Ms, p
+			}
+			if bp99 < 0 || s.TTFTModelP99Ms < bp99 {
+				bp99, n99 = s.TTFTModelP99Ms, p
+			}
+			if s.TokenHitRate > bhit {
+				bhit, nhit = s.TokenHitRate, p
+			}
+		}
+		cells := []struct {
+			ok   bool
+			text string
+		}{
+			{u.TTFTModelP50Ms <= bp50, fmt.Sprintf("%s vs %s (%s)", ms(u.TTFTModelP50Ms), ms(bp50), n50)},
+			{u.TTFTModelP99Ms <= bp99, fmt.Sprintf("%s vs %s (%s)", ms(u.TTFTModelP99Ms), ms(bp99), n99)},
+			{u.TokenHitRate >= hitRatioTarget*bhit, fmt.Sprintf("%.1f %% vs %.1f %% (%s)", 100*u.TokenHitRate, 100*hitRatioTarget*bhit, nhit)},
+			{u.TTFTModelP50Ms <= oracleP50Target*o.TTFTModelP50Ms, fmt.Sprintf("%s vs %s", ms(u.TTFTModelP50Ms), ms(oracleP50Target*o.TTFTModelP50Ms))},
+			{u.MaxOverMeanRequests <= maxOverMeanTarget, fmt.Sprintf("%.2f", u.MaxOverMeanRequests)},
+		}
+		fmt.Fprintf(&b, "| %s |", title(r))
+		for _, c := range cells {
+			total++
+			mark := "missed"
+			if c.ok {
+				met++
+				mark = "met"
+			}
+			fmt.Fprintf(&b, " %s: %s |", mark, c.text)
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "\n%d of %d targets met.\n", met, total)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// ms formats a modelled duration in milliseconds, as seconds from 10 s.
+func ms(v float64) string {
+	if v >= 10000 {
+		return fmt.Sprintf("%.1f s", v/1000)
+	}
+	return fmt.Sprintf("%.0f ms", v)
+}
