@@ -59,10 +59,10 @@ func (ix *Index) fallback(ps *polState, req *LookupRequest, prefix uint64, why s
 // the tenant reaches TenantHotMinHitRate, best hit rate first.
 func (ix *Index) tenantHot(ps *polState, req *LookupRequest, sm *smEnt, st *statLvl, res *Result) bool {
 	total := uint32(servingCount(sm, st, req.NowMs, ps.freshMs))
-	hints := res.Hints[:0]
+	hints, fs := res.Hints[:0], res.Factors[:0]
 	if sm != nil {
 		for r := range sm.holders {
-			hints = ix.appendTenantHot(hints, ps, req, r, total)
+			hints, fs = ix.appendTenantHot(hints, fs, ps, req, r, total)
 		}
 	}
 	if st != nil {
@@ -72,39 +72,45 @@ func (ix *Index) tenantHot(ps *polState, req *LookupRequest, sm *smEnt, st *stat
 			}
 			// appendTenantHot checks freshness, which is what makes a
 			// stats-only replica part of the serving set.
-			hints = ix.appendTenantHot(hints, ps, req, r, total)
+			hints, fs = ix.appendTenantHot(hints, fs, ps, req, r, total)
 		}
 	}
 	if len(hints) == 0 {
-		res.Hints = hints
+		res.Hints, res.Factors = hints, fs
 		return false
 	}
-	sortHints(hints)
-	res.Hints = capHints(hints, ps, req)
+	sortHints(hints, fs)
+	res.Hints, res.Factors = capHints(hints, fs, ps, req)
 	res.Reason, res.Detail = TenantHot, detailTenantHot
 	return true
 }
 
-func (ix *Index) appendTenantHot(h []Hint, ps *polState, req *LookupRequest, r uint32, total uint32) []Hint {
+func (ix *Index) appendTenantHot(h []Hint, f []Factors, ps *polState, req *LookupRequest, r uint32, total uint32) ([]Hint, []Factors) {
 	st := ix.m.stats[r]
 	if st == nil || !statsFresh(req.NowMs, st.s.ObservedAtMs, ps.freshMs) {
-		return h
+		return h, f
 	}
 	hr, ok := st.s.TenantHitRate[req.Partition.Tenant]
 	if !ok || !(hr >= ps.p.TenantHotMinHitRate) {
-		return h
+		return h, f
 	}
-	return append(h, Hint{
-		ReplicaID: ix.m.reps.ids[r],
-		Score:     hr,
-		Pressure:  st.s.Pressure,
-		Factors: Factors{
+	h = append(h, Hint{
+		ReplicaID:       ix.m.reps.ids[r],
+		Score:           hr,
+		Pressure:        st.s.Pressure,
+		RequestsWaiting: st.s.RequestsWaiting,
+		RequestsRunning: st.s.RequestsRunning,
+	})
+	if req.Explain {
+		f = append(f, Factors{
 			PressureFactor: max(0, 1-ps.p.PressureWeight*st.s.Pressure),
 			SLOBias:        1,
 			TotalReplicas:  total,
+			TenantHitRate:  hr,
 			StatsFresh:     true,
-		},
-	})
+		})
+	}
+	return h, f
 }
 
 // affinity picks one serving-set replica by rendezvous (highest random
@@ -135,11 +141,17 @@ func (ix *Index) affinity(ps *polState, req *LookupRequest, prefix uint64, sm *s
 	if !found {
 		return false
 	}
-	h := Hint{ReplicaID: m.reps.ids[best], Factors: Factors{PressureFactor: 1, SLOBias: 1, TotalReplicas: uint32(servingCount(sm, st, req.NowMs, ps.freshMs))}}
+	h := Hint{ReplicaID: m.reps.ids[best]}
+	f := Factors{PressureFactor: 1, SLOBias: 1, Rendezvous: true}
 	if s := m.stats[best]; s != nil && statsFresh(req.NowMs, s.s.ObservedAtMs, ps.freshMs) {
-		h.Pressure, h.Factors.StatsFresh = s.s.Pressure, true
+		h.Pressure, h.RequestsWaiting, h.RequestsRunning = s.s.Pressure, s.s.RequestsWaiting, s.s.RequestsRunning
+		f.PressureFactor, f.StatsFresh = max(0, 1-ps.p.PressureWeight*s.s.Pressure), true
 	}
 	res.Hints = append(res.Hints[:0], h)
+	if req.Explain {
+		f.TotalReplicas = uint32(servingCount(sm, st, req.NowMs, ps.freshMs))
+		res.Factors = append(res.Factors[:0], f)
+	}
 	res.Reason, res.Detail = AffinityHint, detailAffinity
 	return true
 }
