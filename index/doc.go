@@ -7,9 +7,9 @@
 //
 // Hints carry the replica's queue (requests waiting and running) from
 // fresh stats. A lookup with LookupRequest.Explain also returns each
-// hint's score factors in Result.Factors, parallel to Result.Hints; the
-// factors are locals of the ranking otherwise, so a lookup without
-// Explain stores and allocates nothing for them.
+// hint's score factors in Result.Factors, parallel to Result.Hints,
+// derived after the sort and the cap for the hints returned only; a
+// lookup without Explain computes, stores and allocates nothing for them.
 //
 // The package is pure: no clock (callers pass now in ms), no I/O, no
 // goroutines. Every write method is deterministic in its arguments, so the

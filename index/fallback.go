@@ -58,11 +58,10 @@ func (ix *Index) fallback(ps *polState, req *LookupRequest, prefix uint64, why s
 // tenantHot lists serving-set replicas with fresh stats whose hit rate for
 // the tenant reaches TenantHotMinHitRate, best hit rate first.
 func (ix *Index) tenantHot(ps *polState, req *LookupRequest, sm *smEnt, st *statLvl, res *Result) bool {
-	total := uint32(servingCount(sm, st, req.NowMs, ps.freshMs))
-	hints, fs := res.Hints[:0], res.Factors[:0]
+	hints := res.Hints[:0]
 	if sm != nil {
 		for r := range sm.holders {
-			hints, fs = ix.appendTenantHot(hints, fs, ps, req, r, total)
+			hints = ix.appendTenantHot(hints, ps, req, r)
 		}
 	}
 	if st != nil {
@@ -72,45 +71,46 @@ func (ix *Index) tenantHot(ps *polState, req *LookupRequest, sm *smEnt, st *stat
 			}
 			// appendTenantHot checks freshness, which is what makes a
 			// stats-only replica part of the serving set.
-			hints, fs = ix.appendTenantHot(hints, fs, ps, req, r, total)
+			hints = ix.appendTenantHot(hints, ps, req, r)
 		}
 	}
 	if len(hints) == 0 {
-		res.Hints, res.Factors = hints, fs
+		res.Hints = hints
 		return false
 	}
-	sortHints(hints, fs)
-	res.Hints, res.Factors = capHints(hints, fs, ps, req)
+	sortHints(hints)
+	res.Hints = capHints(hints, ps, req)
 	res.Reason, res.Detail = TenantHot, detailTenantHot
+	if req.Explain {
+		total := uint32(servingCount(sm, st, req.NowMs, ps.freshMs))
+		fs := res.Factors[:0]
+		for i := range res.Hints {
+			h := &res.Hints[i]
+			// Every listed replica has fresh stats; its score is its hit
+			// rate for the tenant.
+			fs = append(fs, Factors{PressureFactor: pressureFactor(ps, h.Pressure), SLOBias: 1, TotalReplicas: total, TenantHitRate: h.Score, StatsFresh: true})
+		}
+		res.Factors = fs
+	}
 	return true
 }
 
-func (ix *Index) appendTenantHot(h []Hint, f []Factors, ps *polState, req *LookupRequest, r uint32, total uint32) ([]Hint, []Factors) {
+func (ix *Index) appendTenantHot(h []Hint, ps *polState, req *LookupRequest, r uint32) []Hint {
 	st := ix.m.stats[r]
 	if st == nil || !statsFresh(req.NowMs, st.s.ObservedAtMs, ps.freshMs) {
-		return h, f
+		return h
 	}
 	hr, ok := st.s.TenantHitRate[req.Partition.Tenant]
 	if !ok || !(hr >= ps.p.TenantHotMinHitRate) {
-		return h, f
+		return h
 	}
-	h = append(h, Hint{
+	return append(h, Hint{
 		ReplicaID:       ix.m.reps.ids[r],
 		Score:           hr,
 		Pressure:        st.s.Pressure,
 		RequestsWaiting: st.s.RequestsWaiting,
 		RequestsRunning: st.s.RequestsRunning,
 	})
-	if req.Explain {
-		f = append(f, Factors{
-			PressureFactor: max(0, 1-ps.p.PressureWeight*st.s.Pressure),
-			SLOBias:        1,
-			TotalReplicas:  total,
-			TenantHitRate:  hr,
-			StatsFresh:     true,
-		})
-	}
-	return h, f
 }
 
 // affinity picks one serving-set replica by rendezvous (highest random
@@ -142,15 +142,14 @@ func (ix *Index) affinity(ps *polState, req *LookupRequest, prefix uint64, sm *s
 		return false
 	}
 	h := Hint{ReplicaID: m.reps.ids[best]}
-	f := Factors{PressureFactor: 1, SLOBias: 1, Rendezvous: true}
+	fresh := false
 	if s := m.stats[best]; s != nil && statsFresh(req.NowMs, s.s.ObservedAtMs, ps.freshMs) {
-		h.Pressure, h.RequestsWaiting, h.RequestsRunning = s.s.Pressure, s.s.RequestsWaiting, s.s.RequestsRunning
-		f.PressureFactor, f.StatsFresh = max(0, 1-ps.p.PressureWeight*s.s.Pressure), true
+		h.Pressure, h.RequestsWaiting, h.RequestsRunning, fresh = s.s.Pressure, s.s.RequestsWaiting, s.s.RequestsRunning, true
 	}
 	res.Hints = append(res.Hints[:0], h)
 	if req.Explain {
-		f.TotalReplicas = uint32(servingCount(sm, st, req.NowMs, ps.freshMs))
-		res.Factors = append(res.Factors[:0], f)
+		res.Factors = append(res.Factors[:0], Factors{PressureFactor: pressureFactor(ps, h.Pressure), SLOBias: 1,
+			TotalReplicas: uint32(servingCount(sm, st, req.NowMs, ps.freshMs)), Rendezvous: true, StatsFresh: fresh})
 	}
 	res.Reason, res.Detail = AffinityHint, detailAffinity
 	return true

@@ -30,16 +30,16 @@ func servingCount(sm *smEnt, st *statLvl, nowMs, freshMs int64) int {
 
 // rank scores res.cands into res.Hints and applies the two filters; on
 // success res.Reason is PREFIX_MATCH. Otherwise it returns why the match
-// was dropped. With req.Explain it also fills res.Factors, parallel to
-// res.Hints; without, the factors stay in locals. Caller holds
-// metaMu.RLock.
+// was dropped. With req.Explain, explainMatch then fills res.Factors for
+// the hints that remain; the scoring loop itself never stores a factor.
+// Caller holds metaMu.RLock.
 func (ix *Index) rank(ps *polState, pe *partEnt, req *LookupRequest, res *Result) string {
 	m := ix.m
 	now := req.NowMs
 	total := servingCount(pe.sm, m.statSM[smKey{pe.p.Scheme, pe.p.Model}], now, ps.freshMs)
 	tight := req.SLOTTFTMs > 0 && int64(req.SLOTTFTMs) < ps.sloMs
 	v1 := ps.p.RankingVersion == policy.RankingV1
-	hints, fs := res.Hints[:0], res.Factors[:0]
+	hints := res.Hints[:0]
 	for i := range res.cands {
 		c := &res.cands[i]
 		tokens := clampTokens(c.tokens)
@@ -61,33 +61,17 @@ func (ix *Index) rank(ps *polState, pe *partEnt, req *LookupRequest, res *Result
 			Freshness:     fresh,
 			AgeMs:         uint64(age),
 		}
-		pf, bias, dp := 1.0, 1.0, 0.0
-		st := m.stats[c.rep]
-		statsOK := st != nil && statsFresh(now, st.s.ObservedAtMs, ps.freshMs)
-		if statsOK {
+		if st := m.stats[c.rep]; st != nil && statsFresh(now, st.s.ObservedAtMs, ps.freshMs) {
 			h.Pressure, h.RequestsWaiting, h.RequestsRunning = st.s.Pressure, st.s.RequestsWaiting, st.s.RequestsRunning
-			pf = max(0, 1-ps.p.PressureWeight*h.Pressure)
-		}
-		if tight {
-			bias = 1 + fresh*ps.p.SLOTightBias
-		}
-		if total > 0 {
-			dp = max(0, 1-float64(c.mad)/float64(total))
 		}
 		h.Score = float64(tokens) * fresh
-		if v1 {
-			pf, bias, dp = 1, 1, 1 // v1 does not apply them: reported as 1
-		} else {
-			h.Score *= pf * bias * dp
+		if !v1 {
+			h.Score *= pressureFactor(ps, h.Pressure) * sloBias(ps, fresh, tight) * distinguishingPower(c.mad, total)
 		}
 		hints = append(hints, h)
-		if req.Explain {
-			fs = append(fs, Factors{Freshness: fresh, PressureFactor: pf, SLOBias: bias, DistinguishingPower: dp,
-				MatchingAtDepth: c.mad, TotalReplicas: uint32(total), StatsFresh: statsOK})
-		}
 	}
-	res.Hints, res.Factors = hints, fs
 	if len(hints) == 0 {
+		res.Hints = hints
 		return detailBelowMinTokens
 	}
 	top := hints[0].Score
@@ -95,18 +79,72 @@ func (ix *Index) rank(ps *polState, pe *partEnt, req *LookupRequest, res *Result
 		top = max(top, hints[i].Score)
 	}
 	if top < ps.floor {
-		res.Hints, res.Factors = hints[:0], fs[:0]
+		res.Hints = hints[:0]
 		return detailBelowFloor
 	}
-	sortHints(hints, fs)
-	res.Hints, res.Factors = capHints(hints, fs, ps, req)
+	sortHints(hints)
+	res.Hints = capHints(hints, ps, req)
 	res.Reason, res.Detail = PrefixMatch, detailMatch
+	if req.Explain {
+		ix.explainMatch(ps, req, total, tight, v1, res)
+	}
 	return detailMatch
 }
 
-// capHints keeps the first maxReplicas hints, and their factors when f
-// is parallel to h.
-func capHints(h []Hint, f []Factors, ps *polState, req *LookupRequest) ([]Hint, []Factors) {
+// The factors of SPEC 5, shared by the score and its explanation so the
+// two cannot differ. pressure is 0 when the stats are stale or absent,
+// which makes the factor 1.
+func pressureFactor(ps *polState, pressure float64) float64 {
+	return max(0, 1-ps.p.PressureWeight*pressure)
+}
+
+func sloBias(ps *polState, fresh float64, tight bool) float64 {
+	if tight {
+		return 1 + fresh*ps.p.SLOTightBias
+	}
+	return 1
+}
+
+func distinguishingPower(mad uint32, total int) float64 {
+	if total > 0 {
+		return max(0, 1-float64(mad)/float64(total))
+	}
+	return 0
+}
+
+// explainMatch fills res.Factors, parallel to the final PREFIX_MATCH
+// hints, from each hint and its candidate with the functions the score
+// used; it runs after the sort and the cap, so it costs maxReplicas
+// candidate scans and the ranking itself never carries factors.
+func (ix *Index) explainMatch(ps *polState, req *LookupRequest, total int, tight, v1 bool, res *Result) {
+	m := ix.m
+	fs := res.Factors[:0]
+	for i := range res.Hints {
+		h := &res.Hints[i]
+		var c *cand
+		for j := range res.cands {
+			// The hint's id is the interned string itself: == compares
+			// pointers first.
+			if m.reps.ids[res.cands[j].rep] == h.ReplicaID {
+				c = &res.cands[j]
+				break
+			}
+		}
+		f := Factors{Freshness: h.Freshness, PressureFactor: 1, SLOBias: 1, DistinguishingPower: 1, MatchingAtDepth: c.mad, TotalReplicas: uint32(total)}
+		if st := m.stats[c.rep]; st != nil && statsFresh(req.NowMs, st.s.ObservedAtMs, ps.freshMs) {
+			f.StatsFresh = true
+		}
+		if !v1 { // v1 does not apply the other factors: reported as 1
+			f.PressureFactor = pressureFactor(ps, h.Pressure)
+			f.SLOBias = sloBias(ps, h.Freshness, tight)
+			f.DistinguishingPower = distinguishingPower(c.mad, total)
+		}
+		fs = append(fs, f)
+	}
+	res.Factors = fs
+}
+
+func capHints(h []Hint, ps *polState, req *LookupRequest) []Hint {
 	n := int(ps.p.MaxReplicas)
 	if req.MaxReplicas != 0 {
 		n = int(req.MaxReplicas)
@@ -114,10 +152,7 @@ func capHints(h []Hint, f []Factors, ps *polState, req *LookupRequest) ([]Hint, 
 	if len(h) > n {
 		h = h[:n]
 	}
-	if len(f) > n {
-		f = f[:n]
-	}
-	return h, f
+	return h
 }
 
 // hintLess is the response order: score desc, then replica id asc.
@@ -129,16 +164,11 @@ func hintLess(a, b *Hint) bool {
 }
 
 // sortHints is an insertion sort: lists are a handful of replicas, and
-// sort.Slice would allocate on the hot path. f is empty (no Explain) or
-// parallel to h, and is permuted with it.
-func sortHints(h []Hint, f []Factors) {
-	explain := len(f) == len(h) && len(f) > 0
+// sort.Slice would allocate on the hot path.
+func sortHints(h []Hint) {
 	for i := 1; i < len(h); i++ {
 		for j := i; j > 0 && hintLess(&h[j], &h[j-1]); j-- {
 			h[j], h[j-1] = h[j-1], h[j]
-			if explain {
-				f[j], f[j-1] = f[j-1], f[j]
-			}
 		}
 	}
 }
