@@ -195,7 +195,8 @@ func decodeStatsLenient(data []byte, w *pb.ReportReplicaStatsRequest) bool {
 	w.Stats = make([]*pb.ReplicaStats, len(l.Stats))
 	for i, s := range l.Stats {
 		st := &pb.ReplicaStats{ReplicaId: string(s.ReplicaId), ModelId: string(s.ModelId), Pressure: s.Pressure,
-			ObservedAtMs: s.ObservedAtMs, Endpoint: string(s.Endpoint)}
+			ObservedAtMs: s.ObservedAtMs, Endpoint: string(s.Endpoint),
+			RequestsWaiting: s.RequestsWaiting, RequestsRunning: s.RequestsRunning}
 		for _, h := range s.HashSchemes {
 			st.HashSchemes = append(st.HashSchemes, string(h))
 		}

@@ -420,6 +420,12 @@ func statsFromPB(s *pb.ReplicaStats, nowMs int64) (index.ReplicaStats, string) {
 	if n := len(s.GetEndpoint()); n > MaxEndpointBytes {
 		return st, "endpoint is " + strconv.Itoa(n) + " bytes, over the limit of " + strconv.Itoa(MaxEndpointBytes)
 	}
+	if r := checkQueue("requests_waiting", s.GetRequestsWaiting()); r != "" {
+		return st, r
+	}
+	if r := checkQueue("requests_running", s.GetRequestsRunning()); r != "" {
+		return st, r
+	}
 	at, r := checkObservedAt(s.GetObservedAtMs(), nowMs)
 	if r != "" {
 		return st, r
@@ -432,6 +438,18 @@ func statsFromPB(s *pb.ReplicaStats, nowMs int64) (index.ReplicaStats, string) {
 		TenantHitRate: rates,
 		ObservedAtMs:  at,
 		Endpoint:      s.GetEndpoint(),
+
+		RequestsWaiting: s.GetRequestsWaiting(),
+		RequestsRunning: s.GetRequestsRunning(),
 	}
 	return st, ""
+}
+
+// checkQueue is the rejection reason for a queue length over
+// MaxEngineRequests, "" when within it.
+func checkQueue(field string, v uint32) string {
+	if v > MaxEngineRequests {
+		return field + " is " + strconv.FormatUint(uint64(v), 10) + ", over the limit of " + strconv.Itoa(MaxEngineRequests) + " (MaxEngineRequests)"
+	}
+	return ""
 }

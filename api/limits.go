@@ -102,6 +102,15 @@ const (
 	// MaxEndpointBytes bounds the endpoint of a stats entry (a URL).
 	MaxEndpointBytes = 1024
 
+	// MaxEngineRequests bounds requests_waiting and requests_running of a
+	// stats entry, in requests. An engine's running batch is capped by
+	// its scheduler (vLLM max_num_seqs, SGLang max_running_requests:
+	// hundreds to a few thousand) and its queue by what gateways send
+	// one replica; 1,000,000 is far above both, so only a broken exporter
+	// (a wrapped -1, a counter read as a gauge) reaches it, and its entry
+	// is rejected rather than shown to gateways as a queue.
+	MaxEngineRequests = 1_000_000
+
 	// MaxConcurrentStreams bounds the RPCs one client connection may have
 	// open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). Further calls
 	// queue in the client until a stream frees, so one connection cannot

@@ -142,6 +142,7 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 	r.SLOTTFTMs = req.GetSlo().GetTtftMs()
 	r.MaxReplicas = req.GetMaxReplicas()
 	r.NowMs = start.UnixMilli()
+	r.Explain = req.GetExplain()
 	switch {
 	case len(req.GetBlockHashes()) > 0 || req.GetPrefixHash() != 0:
 		r.BlockHashes = req.GetBlockHashes()
@@ -207,11 +208,36 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 			p.Freshness = h.Freshness
 			p.AgeMs = h.AgeMs
 			p.Pressure = h.Pressure
+			p.RequestsWaiting = h.RequestsWaiting
+			p.RequestsRunning = h.RequestsRunning
 			resp.Replicas[i] = p
+		}
+		if len(res.Factors) == n {
+			explainHints(resp.Replicas, res.Factors, string(res.RankingVersion))
 		}
 	}
 	if res.Reason == index.PrefixMatch && len(res.CreditHashes) > 0 && pol.EvictionPolicy == policy.LFU {
 		s.node.Credit(res.CreditPartition, res.CreditHashes)
+	}
+}
+
+// explainHints attaches each hint's factors (LookupRouteRequest.explain),
+// from one slab; f is parallel to hints.
+func explainHints(hints []*pb.ReplicaHint, f []index.Factors, version string) {
+	slab := make([]pb.HintExplain, len(hints))
+	for i, h := range hints {
+		x, e := &f[i], &slab[i]
+		e.RankingVersion = version
+		e.Freshness = x.Freshness
+		e.PressureFactor = x.PressureFactor
+		e.SloBias = x.SLOBias
+		e.DistinguishingPower = x.DistinguishingPower
+		e.MatchingAtDepth = x.MatchingAtDepth
+		e.TotalReplicas = x.TotalReplicas
+		e.TenantHitRate = x.TenantHitRate
+		e.Rendezvous = x.Rendezvous
+		e.StatsFresh = x.StatsFresh
+		h.Explain = e
 	}
 }
 

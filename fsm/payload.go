@@ -104,7 +104,10 @@ func appendEvents(b []byte, evs []index.BlockEvent) []byte {
 	return b
 }
 
-// appendStats encodes stats without ObservedAtMs, map keys sorted.
+// appendStats encodes stats without ObservedAtMs, map keys sorted. The
+// queue is appended only when set, so a stats write without one hashes as
+// it did before the fields existed: its retry across an upgrade is still
+// recognised as a retry by dedup entries an older binary recorded.
 func appendStats(b []byte, st []index.ReplicaStats) []byte {
 	b = append(b, 'S')
 	b = binary.AppendUvarint(b, uint64(len(st)))
@@ -128,6 +131,11 @@ func appendStats(b []byte, st []index.ReplicaStats) []byte {
 		for _, k := range keys {
 			b = appendString(b, k)
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.TenantHitRate[k]))
+		}
+		if s.RequestsWaiting != 0 || s.RequestsRunning != 0 {
+			b = append(b, 'Q')
+			b = binary.AppendUvarint(b, uint64(s.RequestsWaiting))
+			b = binary.AppendUvarint(b, uint64(s.RequestsRunning))
 		}
 	}
 	return b

@@ -525,3 +525,56 @@ func BenchmarkApplyBatch(b *testing.B) {
 		}
 	}
 }
+
+// rankIndex: 16 replicas hold nested prefixes of one 4-block chain
+// (replica i the first 4 − i%4 blocks), each with fresh stats, so a lookup
+// of the chain ranks and sorts 16 candidates after a short walk: the
+// lookup where ranking is the largest share of the cost.
+func rankIndex() (*Index, LookupRequest) {
+	ix := New(benchPolicy())
+	chain := make([]uint64, 4)
+	counts := make([]uint32, 4)
+	for i := range chain {
+		chain[i], counts[i] = fmix64(uint64(i)+1), 16
+	}
+	for r := range 16 {
+		ix.ApplyEvents([]BlockEvent{storeEvent(r, chain[:4-r%4], counts, t0)})
+		ix.ApplyStats([]ReplicaStats{{ReplicaID: replicaName(r), ModelID: vllm.Model, HashSchemes: []string{vllm.Scheme},
+			Pressure: float64(r) / 32, ObservedAtMs: t0, RequestsWaiting: uint32(r), RequestsRunning: 2}})
+	}
+	return ix, LookupRequest{Partition: vllm, BlockHashes: chain, SLOTTFTMs: 100, NowMs: t0}
+}
+
+// BenchmarkLookupExplain is a lookup without and with Explain: "rank16"
+// ranks 16 matched replicas (rankIndex), "hit24" is BenchmarkLookupHit24's
+// lookups. Explain off must cost what a lookup cost before Explain
+// existed (BENCHMARKS.md, "Explain").
+func BenchmarkLookupExplain(b *testing.B) {
+	for _, explain := range []bool{false, true} {
+		name := "explain=off"
+		if explain {
+			name = "explain=on"
+		}
+		b.Run("rank16/"+name, func(b *testing.B) {
+			ix, req := rankIndex()
+			req.Explain = explain
+			var r Result
+			b.ReportAllocs()
+			cpuLoop(b, func(int) { ix.Lookup(&req, &r) })
+			if r.Reason != PrefixMatch || len(r.Hints) != 4 || (len(r.Factors) == 4) != explain {
+				b.Fatalf("got %v, %d hints, %d factors", r.Reason, len(r.Hints), len(r.Factors))
+			}
+		})
+		b.Run("hit24/"+name, func(b *testing.B) {
+			forSizes(b, func(b *testing.B, bi *benchIndex) {
+				var r Result
+				reqs := make([]LookupRequest, len(bi.chains))
+				for i, ch := range bi.chains {
+					reqs[i] = LookupRequest{Partition: vllm, BlockHashes: ch, NowMs: t0, Explain: explain}
+				}
+				b.ReportAllocs()
+				cpuLoop(b, func(i int) { bi.ix.Lookup(&reqs[i%len(reqs)], &r) })
+			})
+		})
+	}
+}

@@ -80,7 +80,13 @@ func statsDigest(s *ReplicaStats) uint64 {
 	}
 	h = mix2(h, tenants)
 	h = mix2(h, uint64(s.ObservedAtMs))
-	return mix2(h, strHash(s.Endpoint))
+	h = mix2(h, strHash(s.Endpoint))
+	if s.RequestsWaiting != 0 || s.RequestsRunning != 0 {
+		// Only when set: stats without a queue digest as they did before
+		// the fields existed, so older snapshots and backups still verify.
+		h = mix2(h, uint64(s.RequestsWaiting)<<32|uint64(s.RequestsRunning))
+	}
+	return h
 }
 
 func policyDigest(p *policy.Policy) uint64 {

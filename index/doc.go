@@ -5,6 +5,12 @@
 // ranking v1/v2, the two filters, miss classification (UNKNOWN_*),
 // TENANT_HOT, AFFINITY_HINT (rendezvous hashing) and NO_HINT.
 //
+// Hints carry the replica's queue (requests waiting and running) from
+// fresh stats. A lookup with LookupRequest.Explain also returns each
+// hint's score factors in Result.Factors, parallel to Result.Hints,
+// derived after the sort and the cap for the hints returned only; a
+// lookup without Explain computes, stores and allocates nothing for them.
+//
 // The package is pure: no clock (callers pass now in ms), no I/O, no
 // goroutines. Every write method is deterministic in its arguments, so the
 // Raft FSM can replay the same commands on every node and obtain the same

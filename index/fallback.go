@@ -58,11 +58,10 @@ func (ix *Index) fallback(ps *polState, req *LookupRequest, prefix uint64, why s
 // tenantHot lists serving-set replicas with fresh stats whose hit rate for
 // the tenant reaches TenantHotMinHitRate, best hit rate first.
 func (ix *Index) tenantHot(ps *polState, req *LookupRequest, sm *smEnt, st *statLvl, res *Result) bool {
-	total := uint32(servingCount(sm, st, req.NowMs, ps.freshMs))
 	hints := res.Hints[:0]
 	if sm != nil {
 		for r := range sm.holders {
-			hints = ix.appendTenantHot(hints, ps, req, r, total)
+			hints = ix.appendTenantHot(hints, ps, req, r)
 		}
 	}
 	if st != nil {
@@ -72,7 +71,7 @@ func (ix *Index) tenantHot(ps *polState, req *LookupRequest, sm *smEnt, st *stat
 			}
 			// appendTenantHot checks freshness, which is what makes a
 			// stats-only replica part of the serving set.
-			hints = ix.appendTenantHot(hints, ps, req, r, total)
+			hints = ix.appendTenantHot(hints, ps, req, r)
 		}
 	}
 	if len(hints) == 0 {
@@ -82,10 +81,21 @@ func (ix *Index) tenantHot(ps *polState, req *LookupRequest, sm *smEnt, st *stat
 	sortHints(hints)
 	res.Hints = capHints(hints, ps, req)
 	res.Reason, res.Detail = TenantHot, detailTenantHot
+	if req.Explain {
+		total := uint32(servingCount(sm, st, req.NowMs, ps.freshMs))
+		fs := res.Factors[:0]
+		for i := range res.Hints {
+			h := &res.Hints[i]
+			// Every listed replica has fresh stats; its score is its hit
+			// rate for the tenant.
+			fs = append(fs, Factors{PressureFactor: pressureFactor(ps, h.Pressure), SLOBias: 1, TotalReplicas: total, TenantHitRate: h.Score, StatsFresh: true})
+		}
+		res.Factors = fs
+	}
 	return true
 }
 
-func (ix *Index) appendTenantHot(h []Hint, ps *polState, req *LookupRequest, r uint32, total uint32) []Hint {
+func (ix *Index) appendTenantHot(h []Hint, ps *polState, req *LookupRequest, r uint32) []Hint {
 	st := ix.m.stats[r]
 	if st == nil || !statsFresh(req.NowMs, st.s.ObservedAtMs, ps.freshMs) {
 		return h
@@ -95,15 +105,11 @@ func (ix *Index) appendTenantHot(h []Hint, ps *polState, req *LookupRequest, r u
 		return h
 	}
 	return append(h, Hint{
-		ReplicaID: ix.m.reps.ids[r],
-		Score:     hr,
-		Pressure:  st.s.Pressure,
-		Factors: Factors{
-			PressureFactor: max(0, 1-ps.p.PressureWeight*st.s.Pressure),
-			SLOBias:        1,
-			TotalReplicas:  total,
-			StatsFresh:     true,
-		},
+		ReplicaID:       ix.m.reps.ids[r],
+		Score:           hr,
+		Pressure:        st.s.Pressure,
+		RequestsWaiting: st.s.RequestsWaiting,
+		RequestsRunning: st.s.RequestsRunning,
 	})
 }
 
@@ -135,11 +141,16 @@ func (ix *Index) affinity(ps *polState, req *LookupRequest, prefix uint64, sm *s
 	if !found {
 		return false
 	}
-	h := Hint{ReplicaID: m.reps.ids[best], Factors: Factors{PressureFactor: 1, SLOBias: 1, TotalReplicas: uint32(servingCount(sm, st, req.NowMs, ps.freshMs))}}
+	h := Hint{ReplicaID: m.reps.ids[best]}
+	fresh := false
 	if s := m.stats[best]; s != nil && statsFresh(req.NowMs, s.s.ObservedAtMs, ps.freshMs) {
-		h.Pressure, h.Factors.StatsFresh = s.s.Pressure, true
+		h.Pressure, h.RequestsWaiting, h.RequestsRunning, fresh = s.s.Pressure, s.s.RequestsWaiting, s.s.RequestsRunning, true
 	}
 	res.Hints = append(res.Hints[:0], h)
+	if req.Explain {
+		res.Factors = append(res.Factors[:0], Factors{PressureFactor: pressureFactor(ps, h.Pressure), SLOBias: 1,
+			TotalReplicas: uint32(servingCount(sm, st, req.NowMs, ps.freshMs)), Rendezvous: true, StatsFresh: fresh})
+	}
 	res.Reason, res.Detail = AffinityHint, detailAffinity
 	return true
 }

@@ -50,6 +50,9 @@ func (ix *Index) Lookup(req *LookupRequest, res *Result) {
 		}
 	}()
 	ps := ix.pol.Load()
+	if req.Explain {
+		res.RankingVersion = ps.p.RankingVersion
+	}
 	p := &req.Partition
 	if p.Scheme == "" {
 		res.Detail = detailNoScheme

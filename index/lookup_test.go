@@ -121,12 +121,12 @@ func TestLookup_SharedSystemPromptScoresZero(t *testing.T) {
 
 	// Whole conversation: r2 = 128 tokens × 1 × 1 × 1 × (1 − 1/4) = 96;
 	// the others reach depth 4 where all 4 match: × (1 − 4/4) = 0.
-	r := lookup(ix, LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2, 3, 4, 5, 6, 7, 8}, NowMs: t0})
+	r := lookup(ix, LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2, 3, 4, 5, 6, 7, 8}, NowMs: t0, Explain: true})
 	if r.Reason != PrefixMatch || r.Hints[0].ReplicaID != "r2" {
 		t.Fatalf("got %v %v, want PREFIX_MATCH led by r2", r.Reason, hintIDs(r))
 	}
 	approx(t, "r2 score", r.Hints[0].Score, 96)
-	approx(t, "r2 distinguishing power", r.Hints[0].Factors.DistinguishingPower, 0.75)
+	approx(t, "r2 distinguishing power", r.Factors[0].DistinguishingPower, 0.75)
 	for _, h := range r.Hints[1:] {
 		approx(t, h.ReplicaID+" score", h.Score, 0)
 	}
@@ -190,11 +190,11 @@ func TestLookup_SLOBiasOnlyBelowThreshold(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ix := New(testPolicy())
 			ix.ApplyEvents([]BlockEvent{stored("a", vllm, t0-100_000, 1, 2, 3), stored("b", vllm, t0, 9)})
-			r := lookup(ix, LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2, 3}, SLOTTFTMs: c.ttft, NowMs: t0})
+			r := lookup(ix, LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2, 3}, SLOTTFTMs: c.ttft, NowMs: t0, Explain: true})
 			if r.Reason != PrefixMatch {
 				t.Fatalf("reason %v", r.Reason)
 			}
-			approx(t, "slo bias", r.Hints[0].Factors.SLOBias, c.bias)
+			approx(t, "slo bias", r.Factors[0].SLOBias, c.bias)
 			approx(t, "score", r.Hints[0].Score, c.score)
 		})
 	}
@@ -218,11 +218,11 @@ func TestLookup_PressureOnlyFromFreshStats(t *testing.T) {
 			ix := New(testPolicy())
 			ix.ApplyEvents([]BlockEvent{stored("a", vllm, t0, 1, 2)})
 			ix.ApplyStats([]ReplicaStats{{ReplicaID: "a", ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: 0.8, ObservedAtMs: t0}})
-			r := lookup(ix, LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2}, NowMs: c.now})
+			r := lookup(ix, LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2}, NowMs: c.now, Explain: true})
 			if r.Reason != PrefixMatch {
 				t.Fatalf("reason %v", r.Reason)
 			}
-			approx(t, "pressure factor", r.Hints[0].Factors.PressureFactor, c.factor)
+			approx(t, "pressure factor", r.Factors[0].PressureFactor, c.factor)
 			approx(t, "pressure", r.Hints[0].Pressure, c.pressure)
 		})
 	}
@@ -465,10 +465,13 @@ func TestLookup_ZeroAllocsWithReusedResult(t *testing.T) {
 	ix.ApplyEvents([]BlockEvent{stored("a", vllm, t0, 1, 2, 3), stored("b", vllm, t0, 1, 2)})
 	hit := LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2, 3}, NowMs: t0}
 	miss := LookupRequest{Partition: vllm, BlockHashes: []uint64{7, 8, 9}, NowMs: t0}
+	explained := hit
+	explained.Explain = true
 	var r Result
 	ix.Lookup(&hit, &r)
 	ix.Lookup(&miss, &r)
-	for name, req := range map[string]*LookupRequest{"hit": &hit, "miss": &miss} {
+	ix.Lookup(&explained, &r)
+	for name, req := range map[string]*LookupRequest{"hit": &hit, "miss": &miss, "explained hit": &explained} {
 		if n := testing.AllocsPerRun(100, func() { ix.Lookup(req, &r) }); n != 0 {
 			t.Errorf("%s path: %v allocs per lookup, want 0", name, n)
 		}

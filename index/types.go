@@ -1,5 +1,7 @@
 package index
 
+import "github.com/inference-cache/inference-cache/policy"
+
 // This file is the index's public contract, shared by the FSM (writes,
 // snapshots) and the API (lookups). Bodies live in the other files.
 
@@ -56,6 +58,12 @@ type ReplicaStats struct {
 	TenantHitRate map[string]float64 // tenant_id → 0..1
 	ObservedAtMs  int64
 	Endpoint      string
+	// RequestsWaiting and RequestsRunning are the engine's queue at
+	// ObservedAtMs, in requests: queued and not yet scheduled, and in the
+	// running batch. They do not enter the score; every hint carries them
+	// while the stats are fresh (SPEC 5), so a gateway can weigh load.
+	RequestsWaiting uint32
+	RequestsRunning uint32
 }
 
 // Reason mirrors inferencecache.v1.ReasonCode (same numeric values).
@@ -86,18 +94,37 @@ type LookupRequest struct {
 	SLOTTFTMs        uint32 // 0 = no SLO
 	MaxReplicas      uint32 // 0 = policy MaxReplicas
 	NowMs            int64  // the caller's clock, ms since epoch
+	// Explain fills Result.Factors and Result.RankingVersion. Off, the
+	// lookup stores nothing beyond the hints.
+	Explain bool
 }
 
-// Factors are the per-factor values behind a hint's score (SPEC 5), for
-// explanation.
+// Factors are the values behind one hint's score (SPEC 5), reported only
+// for a lookup with Explain.
+//
+// For PREFIX_MATCH the score is matched_tokens × Freshness ×
+// PressureFactor × SLOBias × DistinguishingPower, computed as
+// (matched_tokens × Freshness) × (PressureFactor × SLOBias ×
+// DistinguishingPower), so that product reproduces it bit for bit; under
+// ranking v1 it is matched_tokens × Freshness and the other three factors
+// are reported as 1. MatchingAtDepth and TotalReplicas are
+// the terms of distinguishing power (1 − MatchingAtDepth/TotalReplicas,
+// 0 when TotalReplicas is 0) under both versions.
+//
+// For TENANT_HOT the score is TenantHitRate; for AFFINITY_HINT it is 0
+// and Rendezvous is true. Neither has a matched run, so Freshness,
+// DistinguishingPower and MatchingAtDepth are 0 and SLOBias is 1;
+// PressureFactor is the replica's and TotalReplicas the serving set's.
 type Factors struct {
-	Freshness           float64
-	PressureFactor      float64
-	SLOBias             float64
-	DistinguishingPower float64
-	MatchingAtDepth     uint32
-	TotalReplicas       uint32
-	StatsFresh          bool
+	Freshness           float64 // max(0, 1 − age/evictionTTL), 0..1
+	PressureFactor      float64 // max(0, 1 − pressureWeight × pressure); 1 when stats are stale or absent
+	SLOBias             float64 // 1 + Freshness × sloTightBias for a tight SLO, else 1
+	DistinguishingPower float64 // 1 − MatchingAtDepth/TotalReplicas, 0..1
+	MatchingAtDepth     uint32  // replicas whose run reaches this hint's depth
+	TotalReplicas       uint32  // the serving set of (scheme, model), SPEC 4
+	TenantHitRate       float64 // TENANT_HOT: the replica's hit rate for the tenant, 0..1
+	Rendezvous          bool    // AFFINITY_HINT: chosen by rendezvous hashing
+	StatsFresh          bool    // the replica's stats are within statsFreshness
 }
 
 // Hint is one ranked replica.
@@ -109,15 +136,26 @@ type Hint struct {
 	Freshness     float64
 	AgeMs         uint64
 	Pressure      float64 // 0 when stats are stale or absent
-	Factors       Factors
+	// RequestsWaiting and RequestsRunning are the replica's
+	// ReplicaStats values when its stats are fresh (the same rule as
+	// Pressure), else 0.
+	RequestsWaiting uint32
+	RequestsRunning uint32
 }
 
 // Result is the index's answer. Hints and Credit alias buffers owned by the
 // Result, so a caller may reuse one Result across lookups (Reset) to keep
 // the hot path allocation-free.
 type Result struct {
-	Hints  []Hint
-	Reason Reason
+	Hints []Hint
+	// Factors is parallel to Hints (Factors[i] explains Hints[i]) for a
+	// lookup with Explain, else empty: a lookup without Explain never
+	// writes it.
+	Factors []Factors
+	// RankingVersion is the policy's ranking version the lookup used
+	// ("v1" or "v2"); set only with Explain.
+	RankingVersion policy.RankingVersion
+	Reason         Reason
 	// Detail says why, in a short constant-ish phrase (no tenant data of
 	// other tenants).
 	Detail string
@@ -135,6 +173,8 @@ type Result struct {
 // Reset empties r, keeping its buffers.
 func (r *Result) Reset() {
 	r.Hints = r.Hints[:0]
+	r.Factors = r.Factors[:0]
+	r.RankingVersion = ""
 	r.Reason = NoHint
 	r.Detail = ""
 	r.CreditPartition = Partition{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
@@ -17,14 +18,26 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
 
-// vLLM metric names read by the stats scraper. The KV usage gauge was
-// renamed (gpu_cache_usage_perc → kv_cache_usage_perc); counters appear
-// with or without the _total suffix depending on the exposition format.
+// Engine metric names read by the stats scraper, the first present of
+// each list winning. vLLM renamed the KV usage gauge
+// (gpu_cache_usage_perc → kv_cache_usage_perc); its counters appear with
+// or without the _total suffix depending on the exposition format. SGLang
+// (python/sglang/srt/metrics/collector.py, SchedulerMetricsCollector)
+// exports token_usage, the fraction of its KV pool in use, and its queue
+// as num_queue_reqs and num_running_reqs; it has no prefix-cache counters,
+// so an SGLang replica reports no hit rate.
 var (
-	usageGauges   = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}
+	usageGauges   = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}
 	hitCounters   = []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"}
 	queryCounters = []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"}
+	waitingGauges = []string{"vllm:num_requests_waiting", "sglang:num_queue_reqs"}
+	runningGauges = []string{"vllm:num_requests_running", "sglang:num_running_reqs"}
 )
+
+// maxQueue is the largest queue length reported: the server's
+// MaxEngineRequests (api/limits.go), which would reject the whole entry,
+// pressure included, over it.
+const maxQueue = 1_000_000
 
 // maxMetricsBytes bounds one scrape body (vLLM's /metrics is ~100 KiB).
 const maxMetricsBytes = 16 << 20
@@ -60,11 +73,11 @@ func value(m *dto.Metric) float64 {
 	return 0
 }
 
-// rankOf reads vLLM's "engine" label (the data-parallel rank); absent or
-// not a number: rank 0.
+// rankOf reads the data-parallel rank: vLLM's "engine" label, SGLang's
+// "dp_rank"; absent or not a number: rank 0.
 func rankOf(m *dto.Metric) int64 {
 	for _, l := range m.GetLabel() {
-		if l.GetName() == "engine" {
+		if n := l.GetName(); n == "engine" || n == "dp_rank" {
 			if r, err := strconv.ParseInt(l.GetValue(), 10, 64); err == nil && r >= 0 {
 				return r
 			}
@@ -95,13 +108,27 @@ func perRank(fams map[string]*dto.MetricFamily, names []string, gauge bool) map[
 	return nil
 }
 
+// queue converts a request-count gauge: rounded, clamped to 0..maxQueue
+// (NaN is 0).
+func queue(v float64) uint32 {
+	if !(v > 0) {
+		return 0
+	}
+	return uint32(min(math.Round(v), maxQueue))
+}
+
 // statsFromFamilies computes one ReplicaStats per rank from a scrape
 // (issue 6 "Replica stats"): pressure = the KV usage gauge (0..1, clamped);
 // the configured tenant's hit rate = Δhits / Δqueries since the previous
 // scrape (the cumulative ratio on the first scrape or after a counter
-// reset; the last rate again when no query arrived meanwhile). A rank
-// without the usage gauge is not reported: absent metrics leave stats
-// unreported rather than claiming zero pressure.
+// reset; the last rate again when no query arrived meanwhile);
+// requests_waiting and requests_running = the queue gauges. Each
+// data-parallel rank is its own replica, so every series is read per
+// rank; several series of one rank (SGLang exports one per tensor- and
+// pipeline-parallel rank, each the same scheduler's view) give their
+// maximum, as the usage gauge does. A rank without the usage gauge is not
+// reported: absent metrics leave stats unreported rather than claiming
+// zero pressure; a rank without a queue gauge reports a queue of 0.
 func statsFromFamilies(fams map[string]*dto.MetricFamily, cfg *EngineConfig, st *statsState, nowMs int64) []*pb.ReplicaStats {
 	usage := perRank(fams, usageGauges, true)
 	if usage == nil {
@@ -109,6 +136,8 @@ func statsFromFamilies(fams map[string]*dto.MetricFamily, cfg *EngineConfig, st 
 	}
 	hits := perRank(fams, hitCounters, false)
 	queries := perRank(fams, queryCounters, false)
+	waiting := perRank(fams, waitingGauges, true)
+	running := perRank(fams, runningGauges, true)
 	if st.prev == nil {
 		st.prev = map[int64]*rankCounters{}
 	}
@@ -120,7 +149,8 @@ func statsFromFamilies(fams map[string]*dto.MetricFamily, cfg *EngineConfig, st 
 	out := make([]*pb.ReplicaStats, 0, len(ranks))
 	for _, r := range ranks {
 		s := &pb.ReplicaStats{ReplicaId: cfg.ReplicaForRank(r), ModelId: cfg.ModelID, HashSchemes: []string{cfg.HashScheme},
-			Pressure: min(max(usage[r], 0), 1), ObservedAtMs: nowMs}
+			Pressure: min(max(usage[r], 0), 1), ObservedAtMs: nowMs,
+			RequestsWaiting: queue(waiting[r]), RequestsRunning: queue(running[r])}
 		h, hok := hits[r]
 		q, qok := queries[r]
 		if hok && qok {

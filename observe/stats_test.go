@@ -1,10 +1,21 @@
 package observe
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
 
 func scrape(t *testing.T, text string, cfg *EngineConfig, st *statsState) map[string][2]float64 {
@@ -90,5 +101,112 @@ vllm:prefix_cache_hits_total 1
 	over := "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 1.7\n"
 	if got := scrape(t, over, statsEngine, &statsState{}); got["vllm-0"][0] != 1 {
 		t.Fatalf("pressure %v, want clamped to 1", got["vllm-0"][0])
+	}
+}
+
+// scrapeFixture serves testdata/name as an engine's /metrics, runs one
+// scrape of cfg against it and returns the ReportReplicaStats entries
+// that reached the sink.
+func scrapeFixture(t *testing.T, name string, cfg EngineConfig) []*pb.ReplicaStats {
+	t.Helper()
+	body, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_, _ = w.Write(body)
+	}))
+	defer srv.Close()
+	cfg.MetricsURL = srv.URL + "/metrics"
+	sink := &fakeSink{}
+	sc := &scraper{cfg: &cfg, client: srv.Client(), sink: sink, interval: time.Second,
+		m: NewMetrics(prometheus.NewRegistry()).forEngine(cfg.ReplicaID), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }}
+	sc.once(context.Background())
+	return sink.stats
+}
+
+type scraped struct {
+	Replica          string
+	Pressure         float64
+	Waiting, Running uint32
+	HitRate          float64 // -1: none reported
+}
+
+func summarize(sts []*pb.ReplicaStats, tenant string) []scraped {
+	out := make([]scraped, 0, len(sts))
+	for _, s := range sts {
+		rate := -1.0
+		if r, ok := s.GetTenantHitRate()[tenant]; ok {
+			rate = r
+		}
+		out = append(out, scraped{s.GetReplicaId(), s.GetPressure(), s.GetRequestsWaiting(), s.GetRequestsRunning(), rate})
+	}
+	return out
+}
+
+// A real vLLM scrape (two data-parallel engines) reaches ReportReplicaStats
+// with each engine's queue beside its pressure and hit rate.
+func TestStats_VLLMQueueReachesReportReplicaStats(t *testing.T) {
+	sts := scrapeFixture(t, "vllm-metrics.txt", EngineConfig{ReplicaID: "vllm-0", ModelID: "qwen3-8b", TenantID: "team-a", HashScheme: "vllm"})
+	// Hit rates: 129024/184320 = 0.7 and 22528/90112 = 0.25.
+	want := []scraped{
+		{"vllm-0", 0.6230158730158731, 5, 24, 0.7},
+		{"vllm-0-dp1", 0.8125, 0, 31, 0.25},
+	}
+	if d := cmp.Diff(want, summarize(sts, "team-a")); d != "" {
+		t.Fatalf("reported stats (-want +got):\n%s", d)
+	}
+	for _, s := range sts {
+		if s.GetModelId() != "qwen3-8b" || s.GetObservedAtMs() != 1_700_000_000_000 || len(s.GetHashSchemes()) != 1 || s.GetHashSchemes()[0] != "vllm" {
+			t.Errorf("entry %v", s)
+		}
+	}
+}
+
+// A real SGLang scrape (dp_rank 0 and 1, two tensor-parallel schedulers
+// each reporting the same queue) reaches ReportReplicaStats: one replica
+// per data-parallel rank, the queue counted once, token_usage as pressure,
+// no hit rate (SGLang exports no prefix-cache counters).
+func TestStats_SGLangQueueReachesReportReplicaStats(t *testing.T) {
+	sts := scrapeFixture(t, "sglang-metrics.txt", EngineConfig{ReplicaID: "sglang-0", ModelID: "qwen3-8b", TenantID: "team-a", HashScheme: "sglang"})
+	want := []scraped{
+		{"sglang-0", 0.74, 42, 18, -1},
+		{"sglang-0-dp1", 0.28, 3, 9, -1},
+	}
+	if d := cmp.Diff(want, summarize(sts, "team-a")); d != "" {
+		t.Fatalf("reported stats (-want +got):\n%s", d)
+	}
+}
+
+// Queue gauges are rounded and clamped to what the server accepts
+// (api.MaxEngineRequests, 1,000,000; observe does not import the server
+// packages), so a broken exporter cannot get the whole entry, pressure
+// included, rejected; absent gauges report 0.
+func TestStats_QueueRoundedAndClamped(t *testing.T) {
+	if maxQueue != 1_000_000 {
+		t.Fatalf("maxQueue %d, the server's MaxEngineRequests is 1,000,000", maxQueue)
+	}
+	text := `# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0"} 0.5
+vllm:kv_cache_usage_perc{engine="1"} 0.5
+vllm:kv_cache_usage_perc{engine="2"} 0.5
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0"} 2.6
+vllm:num_requests_waiting{engine="1"} 5e9
+vllm:num_requests_waiting{engine="2"} NaN
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0"} -1
+vllm:num_requests_running{engine="1"} 1e6
+`
+	fams, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := summarize(statsFromFamilies(fams, statsEngine, &statsState{}, 1000), "t")
+	want := []scraped{{"vllm-0", 0.5, 3, 0, -1}, {"vllm-0-dp1", 0.5, maxQueue, maxQueue, -1}, {"vllm-0-dp2", 0.5, 0, 0, -1}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
 	}
 }

@@ -40,6 +40,11 @@
 //	stats       key sequence (uint32 BE) → fsmpb.ReplicaStats
 //	dedup       key "window" → fsmpb.Dedup (the FSM's de-duplication window)
 //
+// Fields added to those protobuf records keep the format version: a record
+// from an older snapshot reads them as 0 (the engine's queue in a stats
+// record, for one), and a 0 digests as the older release did, so an old
+// backup still verifies against the digest in its meta.
+//
 // Block records are packed into chunks of about ChunkBytes so a 10 M
 // residency snapshot is a few thousand bbolt puts, not millions. The meta
 // checksum is XXH3-64 over every bucket's keys and values in a fixed bucket

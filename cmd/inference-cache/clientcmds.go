@@ -153,6 +153,7 @@ func newLookupCmd() *cobra.Command {
 	var blockSize int
 	var prefix uint64
 	var ttft uint32
+	var explain bool
 	cmd := &cobra.Command{
 		Use:   "lookup",
 		Short: "Ask LookupRoute which replicas hold a prompt's prefix",
@@ -162,8 +163,17 @@ how stale the answer may be. The key is given as token ids (--tokens; with
 the server fingerprints with the policy's block size), as block hashes
 (--block-hashes, --prefix-hash) or as prompt text (--prompt, or --prompt-file
 for a prompt too long for the command line; needs a server with
---models-dir).`,
+--models-dir).
+
+Every hint shows the replica's queue (requests waiting and running) from its
+last stats report while that report is fresh. --explain asks the server for
+the factors behind each score (SPEC 5): for PREFIX_MATCH the score is matched
+tokens × freshness × pressure factor × SLO bias × distinguishing power
+(ranking v1: matched tokens × freshness, the rest shown as 1); a TENANT_HOT
+hint scores its tenant hit rate, an AFFINITY_HINT is the rendezvous-hashing
+pick. With --json the explanation is each hint's "explain" object.`,
 		Example: `  inference-cache lookup --model qwen3-8b --tenant team-a --tokens "$(seq -s, 0 127)"
+  inference-cache lookup --model qwen3-8b --tenant team-a --tokens "$(seq -s, 0 127)" --explain
   inference-cache lookup --model qwen3-8b --prompt "You are a helpful assistant." --json
   inference-cache lookup --addr 127.0.0.1:7411 --model m --block-hashes 123,456
   inference-cache lookup --model qwen3-8b --prompt-file conversation.txt`,
@@ -199,7 +209,7 @@ for a prompt too long for the command line; needs a server with
 				}
 				req.BlockHashes = hs
 			}
-			req.PrefixHash, req.PromptText = prefix, prompt
+			req.PrefixHash, req.PromptText, req.Explain = prefix, prompt, explain
 			if ttft > 0 {
 				req.Slo = &pb.Slo{TtftMs: ttft}
 			}
@@ -232,12 +242,18 @@ for a prompt too long for the command line; needs a server with
 			}
 			fmt.Fprintf(w, "served by\t%s (applied index %d, stale %t, last leader contact %d ms)\n", resp.ServedBy, resp.AppliedIndex, resp.Stale, resp.LastLeaderContactMs)
 			w.Flush()
-			if len(resp.Replicas) > 0 {
-				fmt.Fprintln(w)
-				fmt.Fprintln(w, "REPLICA\tSCORE\tMATCHED TOKENS\tBLOCKS\tFRESHNESS\tAGE MS\tPRESSURE")
-				for _, h := range resp.Replicas {
-					fmt.Fprintf(w, "%s\t%.2f\t%d\t%d\t%.3f\t%d\t%.2f\n", printable(h.ReplicaId), h.Score, h.MatchedTokens, h.MatchedBlocks, h.Freshness, h.AgeMs, h.Pressure)
-				}
+			if len(resp.Replicas) == 0 {
+				return w.Flush()
+			}
+			fmt.Fprintln(w)
+			if explain {
+				printExplained(w, resp)
+				return w.Flush()
+			}
+			fmt.Fprintln(w, "REPLICA\tSCORE\tMATCHED TOKENS\tBLOCKS\tFRESHNESS\tAGE MS\tPRESSURE\tWAITING\tRUNNING")
+			for _, h := range resp.Replicas {
+				fmt.Fprintf(w, "%s\t%.2f\t%d\t%d\t%.3f\t%d\t%.2f\t%d\t%d\n", printable(h.ReplicaId), h.Score, h.MatchedTokens, h.MatchedBlocks,
+					h.Freshness, h.AgeMs, h.Pressure, h.RequestsWaiting, h.RequestsRunning)
 			}
 			return w.Flush()
 		},
@@ -257,7 +273,58 @@ for a prompt too long for the command line; needs a server with
 	markPaths(f, "prompt-file")
 	f.Uint32Var(&ttft, "ttft-ms", 0, "SLO time-to-first-token in ms (0 = none)")
 	f.Uint32Var(&req.MaxReplicas, "max-replicas", 0, "most hints to return (0 = policy maxReplicas)")
+	f.BoolVar(&explain, "explain", false, "show the ranking factors behind each hint's score")
 	return cmd
+}
+
+// printExplained writes the hints of an explained lookup with the factors
+// of their scores (SPEC 5); the fallbacks add what picked them: the tenant
+// hit rate (TENANT_HOT) or the rendezvous pick (AFFINITY_HINT). A hint
+// without an explanation (a server that predates explain) shows "-".
+func printExplained(w io.Writer, resp *pb.LookupRouteResponse) {
+	version := "?"
+	for _, h := range resp.Replicas {
+		if h.Explain != nil {
+			version = h.Explain.RankingVersion
+			break
+		}
+	}
+	switch {
+	case resp.ReasonCode != pb.ReasonCode_PREFIX_MATCH:
+	case version == "v1":
+		fmt.Fprintln(w, "ranking v1: score = matched tokens × freshness")
+	default:
+		fmt.Fprintf(w, "ranking %s: score = matched tokens × freshness × pressure factor × SLO bias × distinguishing power\n", version)
+	}
+	head := "REPLICA\tSCORE\tMATCHED TOKENS\tFRESHNESS\tPRESSURE FACTOR\tSLO BIAS\tDISTINGUISHING POWER\tMATCHING/TOTAL\tWAITING\tRUNNING\tSTATS FRESH"
+	switch resp.ReasonCode {
+	case pb.ReasonCode_TENANT_HOT:
+		head += "\tTENANT HIT RATE"
+	case pb.ReasonCode_AFFINITY_HINT:
+		head += "\tRENDEZVOUS"
+	}
+	fmt.Fprintln(w, head)
+	for _, h := range resp.Replicas {
+		fmt.Fprintf(w, "%s\t%.4f\t%d\t", printable(h.ReplicaId), h.Score, h.MatchedTokens)
+		e := h.Explain
+		if e == nil {
+			fmt.Fprintf(w, "-\t-\t-\t-\t-\t%d\t%d\t-\n", h.RequestsWaiting, h.RequestsRunning)
+			continue
+		}
+		stats := "no"
+		if e.StatsFresh {
+			stats = "yes"
+		}
+		fmt.Fprintf(w, "%.4f\t%.4f\t%.4f\t%.4f\t%d/%d\t%d\t%d\t%s", e.Freshness, e.PressureFactor, e.SloBias, e.DistinguishingPower,
+			e.MatchingAtDepth, e.TotalReplicas, h.RequestsWaiting, h.RequestsRunning, stats)
+		switch resp.ReasonCode {
+		case pb.ReasonCode_TENANT_HOT:
+			fmt.Fprintf(w, "\t%.4f", e.TenantHitRate)
+		case pb.ReasonCode_AFFINITY_HINT:
+			fmt.Fprintf(w, "\t%t", e.Rendezvous)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // readInput reads a file, or stdin when path is "" or "-".
@@ -392,10 +459,12 @@ func newStatsCmd() *cobra.Command {
 		Long: `Reads replica stats as JSON from --file or stdin, either a
 ReportReplicaStatsRequest ({"stats": [...]}) or a bare array of ReplicaStats
 (replica_id, model_id, hash_schemes, pressure 0..1, tenant_hit_rate
-{tenant: 0..1}, observed_at_ms, endpoint), and commits them. Invalid entries
+{tenant: 0..1}, observed_at_ms, endpoint, requests_waiting and
+requests_running at most 1,000,000 each), and commits them. Invalid entries
 are listed with their index and reason (exit status 1; the valid ones commit).`,
 		Example: `  echo '[{"replica_id":"vllm-0","model_id":"qwen3-8b","hash_schemes":["vllm"],
-         "pressure":0.3,"tenant_hit_rate":{"team-a":0.6}}]' | inference-cache stats`,
+         "pressure":0.3,"tenant_hit_rate":{"team-a":0.6},
+         "requests_waiting":4,"requests_running":12}]' | inference-cache stats`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runWrite(cmd, &cf, file, "stats", "stats entries", "a ReportReplicaStatsRequest or array of stats", &pb.ReportReplicaStatsRequest{}, (*client.Client).ReportReplicaStats)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/inference-cache/inference-cache/api"
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -19,12 +21,16 @@ type lookupServer struct {
 	pb.UnimplementedInferenceCacheServer
 	mu   sync.Mutex
 	reqs []*pb.LookupRouteRequest
+	resp *pb.LookupRouteResponse // nil: NO_HINT
 }
 
 func (s *lookupServer) LookupRoute(_ context.Context, req *pb.LookupRouteRequest) (*pb.LookupRouteResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reqs = append(s.reqs, req)
+	if s.resp != nil {
+		return s.resp, nil
+	}
 	return &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT, ServedBy: "fake"}, nil
 }
 
@@ -130,4 +136,100 @@ func TestParseUints_AcceptsCommasAndSpaces(t *testing.T) {
 			t.Errorf("parseUints(%q) = %v, %v; want [1 2 3]", in, got, err)
 		}
 	}
+}
+
+// explainedMatch is a PREFIX_MATCH as the server answers with explain:
+// a = 64 × 0.9 × 0.8 × 1.225 × (1 − 2/3) = 18.816.
+var explainedMatch = &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_PREFIX_MATCH, ServedBy: "n1", Replicas: []*pb.ReplicaHint{
+	{ReplicaId: "vllm-a", Score: 18.816, MatchedTokens: 64, MatchedBlocks: 4, Freshness: 0.9, AgeMs: 60000, Pressure: 0.4, RequestsWaiting: 7, RequestsRunning: 3,
+		Explain: &pb.HintExplain{RankingVersion: "v2", Freshness: 0.9, PressureFactor: 0.8, SloBias: 1.225, DistinguishingPower: 1.0 / 3, MatchingAtDepth: 2, TotalReplicas: 3, StatsFresh: true}},
+}}
+
+// --explain asks for the factors and prints them per hint; --json prints
+// them as each hint's explain object; without --explain the request does
+// not ask and the table shows the queue.
+func TestLookupCmd_ExplainPrintsFactors(t *testing.T) {
+	s := &lookupServer{resp: explainedMatch}
+	addr := startLookupServer(t, s)
+	out, err := runCLI(t, "", "lookup", "--addr", addr, "--model", "m", "--tokens", "1,2,3", "--explain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"ranking v2: score = matched tokens × freshness × pressure factor × SLO bias × distinguishing power",
+		"PRESSURE FACTOR", "SLO BIAS", "DISTINGUISHING POWER", "MATCHING/TOTAL", "WAITING", "RUNNING",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if row := fieldsOf(out, "vllm-a"); strings.Join(row, " ") != "vllm-a 18.8160 64 0.9000 0.8000 1.2250 0.3333 2/3 7 3 yes" {
+		t.Errorf("vllm-a row %q", row)
+	}
+
+	out, err = runCLI(t, "", "lookup", "--addr", addr, "--model", "m", "--tokens", "1,2,3", "--explain", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got pb.LookupRouteResponse
+	if err := protojson.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("--json output does not parse: %v\n%s", err, out)
+	}
+	if !proto.Equal(&got, explainedMatch) || !strings.Contains(out, `"explain"`) || !strings.Contains(out, `"requests_waiting"`) {
+		t.Fatalf("--json output:\n%s", out)
+	}
+
+	out, err = runCLI(t, "", "lookup", "--addr", addr, "--model", "m", "--tokens", "1,2,3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row := fieldsOf(out, "vllm-a"); strings.Join(row, " ") != "vllm-a 18.82 64 4 0.900 60000 0.40 7 3" || strings.Contains(out, "PRESSURE FACTOR") {
+		t.Errorf("plain table row %q:\n%s", row, out)
+	}
+	reqs := s.requests()
+	if len(reqs) != 3 || !reqs[0].Explain || !reqs[1].Explain || reqs[2].Explain {
+		t.Fatalf("%d lookups; explain must be sent with --explain only", len(reqs))
+	}
+}
+
+// The fallbacks say what picked them: TENANT_HOT its tenant hit rate,
+// AFFINITY_HINT the rendezvous pick.
+func TestLookupCmd_ExplainFallbacks(t *testing.T) {
+	for _, c := range []struct {
+		reason      pb.ReasonCode
+		explain     *pb.HintExplain
+		score       float64
+		column, row string
+	}{
+		{pb.ReasonCode_TENANT_HOT, &pb.HintExplain{RankingVersion: "v2", PressureFactor: 0.9, SloBias: 1, TotalReplicas: 4, TenantHitRate: 0.55, StatsFresh: true}, 0.55,
+			"TENANT HIT RATE", "r1 0.5500 0 0.0000 0.9000 1.0000 0.0000 0/4 2 1 yes 0.5500"},
+		{pb.ReasonCode_AFFINITY_HINT, &pb.HintExplain{RankingVersion: "v2", PressureFactor: 1, SloBias: 1, TotalReplicas: 4, Rendezvous: true}, 0,
+			"RENDEZVOUS", "r1 0.0000 0 0.0000 1.0000 1.0000 0.0000 0/4 2 1 no true"},
+	} {
+		t.Run(c.reason.String(), func(t *testing.T) {
+			s := &lookupServer{resp: &pb.LookupRouteResponse{ReasonCode: c.reason, Replicas: []*pb.ReplicaHint{
+				{ReplicaId: "r1", Score: c.score, RequestsWaiting: 2, RequestsRunning: 1, Explain: c.explain}}}}
+			out, err := runCLI(t, "", "lookup", "--addr", startLookupServer(t, s), "--model", "m", "--tokens", "1", "--explain")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, c.column) || strings.Contains(out, "ranking v2:") {
+				t.Errorf("output:\n%s", out)
+			}
+			if row := fieldsOf(out, "r1"); strings.Join(row, " ") != c.row {
+				t.Errorf("row %q, want %q", strings.Join(row, " "), c.row)
+			}
+		})
+	}
+}
+
+// fieldsOf returns the white-space fields of the first output line that
+// starts with first.
+func fieldsOf(out, first string) []string {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == first {
+			return f
+		}
+	}
+	return nil
 }

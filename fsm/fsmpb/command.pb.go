@@ -609,12 +609,16 @@ type ReplicaStats struct {
 	HashSchemes []string               `protobuf:"bytes,3,rep,name=hash_schemes,json=hashSchemes,proto3" json:"hash_schemes,omitempty"`
 	Pressure    float64                `protobuf:"fixed64,4,opt,name=pressure,proto3" json:"pressure,omitempty"`
 	// tenant_hit_rate as parallel sorted arrays (deterministic bytes).
-	Tenants       []string  `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
-	HitRates      []float64 `protobuf:"fixed64,6,rep,packed,name=hit_rates,json=hitRates,proto3" json:"hit_rates,omitempty"`
-	ObservedAtMs  int64     `protobuf:"varint,7,opt,name=observed_at_ms,json=observedAtMs,proto3" json:"observed_at_ms,omitempty"`
-	Endpoint      string    `protobuf:"bytes,8,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tenants      []string  `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	HitRates     []float64 `protobuf:"fixed64,6,rep,packed,name=hit_rates,json=hitRates,proto3" json:"hit_rates,omitempty"`
+	ObservedAtMs int64     `protobuf:"varint,7,opt,name=observed_at_ms,json=observedAtMs,proto3" json:"observed_at_ms,omitempty"`
+	Endpoint     string    `protobuf:"bytes,8,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// The engine's queue (requests waiting, running). Absent in entries and
+	// snapshots written before the fields existed: 0.
+	RequestsWaiting uint32 `protobuf:"varint,9,opt,name=requests_waiting,json=requestsWaiting,proto3" json:"requests_waiting,omitempty"`
+	RequestsRunning uint32 `protobuf:"varint,10,opt,name=requests_running,json=requestsRunning,proto3" json:"requests_running,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReplicaStats) Reset() {
@@ -701,6 +705,20 @@ func (x *ReplicaStats) GetEndpoint() string {
 		return x.Endpoint
 	}
 	return ""
+}
+
+func (x *ReplicaStats) GetRequestsWaiting() uint32 {
+	if x != nil {
+		return x.RequestsWaiting
+	}
+	return 0
+}
+
+func (x *ReplicaStats) GetRequestsRunning() uint32 {
+	if x != nil {
+		return x.RequestsRunning
+	}
+	return 0
 }
 
 type Stats struct {
@@ -1340,7 +1358,7 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\x12observed_at_deltas\x18\t \x03(\x12R\x10observedAtDeltas\x12!\n" +
 	"\fblock_hashes\x18\n" +
 	" \x03(\x06R\vblockHashes\x12,\n" +
-	"\x12block_token_counts\x18\v \x03(\rR\x10blockTokenCounts\"\x80\x02\n" +
+	"\x12block_token_counts\x18\v \x03(\rR\x10blockTokenCounts\"\xd6\x02\n" +
 	"\fReplicaStats\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x19\n" +
@@ -1350,7 +1368,10 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\atenants\x18\x05 \x03(\tR\atenants\x12\x1b\n" +
 	"\thit_rates\x18\x06 \x03(\x01R\bhitRates\x12$\n" +
 	"\x0eobserved_at_ms\x18\a \x01(\x03R\fobservedAtMs\x12\x1a\n" +
-	"\bendpoint\x18\b \x01(\tR\bendpoint\"B\n" +
+	"\bendpoint\x18\b \x01(\tR\bendpoint\x12)\n" +
+	"\x10requests_waiting\x18\t \x01(\rR\x0frequestsWaiting\x12)\n" +
+	"\x10requests_running\x18\n" +
+	" \x01(\rR\x0frequestsRunning\"B\n" +
 	"\x05Stats\x129\n" +
 	"\x05stats\x18\x01 \x03(\v2#.inferencecache.fsm.v1.ReplicaStatsR\x05stats\"\x89\a\n" +
 	"\x06Policy\x12%\n" +

@@ -74,11 +74,13 @@ func StatsToPB(s index.ReplicaStats) *ReplicaStats {
 		ReplicaId: s.ReplicaID, ModelId: s.ModelID, HashSchemes: s.HashSchemes,
 		Pressure: s.Pressure, Tenants: tenants, HitRates: rates,
 		ObservedAtMs: s.ObservedAtMs, Endpoint: s.Endpoint,
+		RequestsWaiting: s.RequestsWaiting, RequestsRunning: s.RequestsRunning,
 	}
 }
 
 // StatsFromPB converts back. Mismatched tenant/rate arrays keep the common
-// prefix.
+// prefix; a record written before the queue fields existed has a queue of
+// 0.
 func StatsFromPB(s *ReplicaStats) index.ReplicaStats {
 	n := min(len(s.GetTenants()), len(s.GetHitRates()))
 	m := make(map[string]float64, n)
@@ -88,7 +90,7 @@ func StatsFromPB(s *ReplicaStats) index.ReplicaStats {
 	return index.ReplicaStats{
 		ReplicaID: s.GetReplicaId(), ModelID: s.GetModelId(), HashSchemes: s.GetHashSchemes(),
 		Pressure: s.GetPressure(), TenantHitRate: m, ObservedAtMs: s.GetObservedAtMs(),
-		Endpoint: s.GetEndpoint(),
+		Endpoint: s.GetEndpoint(), RequestsWaiting: s.GetRequestsWaiting(), RequestsRunning: s.GetRequestsRunning(),
 	}
 }
 

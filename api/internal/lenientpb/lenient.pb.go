@@ -267,16 +267,18 @@ func (x *HitRate) GetValue() float64 {
 }
 
 type ReplicaStats struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReplicaId     []byte                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
-	ModelId       []byte                 `protobuf:"bytes,2,opt,name=model_id,json=modelId,proto3" json:"model_id,omitempty"`
-	HashSchemes   [][]byte               `protobuf:"bytes,3,rep,name=hash_schemes,json=hashSchemes,proto3" json:"hash_schemes,omitempty"`
-	Pressure      float64                `protobuf:"fixed64,4,opt,name=pressure,proto3" json:"pressure,omitempty"`
-	TenantHitRate []*HitRate             `protobuf:"bytes,5,rep,name=tenant_hit_rate,json=tenantHitRate,proto3" json:"tenant_hit_rate,omitempty"`
-	ObservedAtMs  int64                  `protobuf:"varint,6,opt,name=observed_at_ms,json=observedAtMs,proto3" json:"observed_at_ms,omitempty"`
-	Endpoint      []byte                 `protobuf:"bytes,7,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ReplicaId       []byte                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	ModelId         []byte                 `protobuf:"bytes,2,opt,name=model_id,json=modelId,proto3" json:"model_id,omitempty"`
+	HashSchemes     [][]byte               `protobuf:"bytes,3,rep,name=hash_schemes,json=hashSchemes,proto3" json:"hash_schemes,omitempty"`
+	Pressure        float64                `protobuf:"fixed64,4,opt,name=pressure,proto3" json:"pressure,omitempty"`
+	TenantHitRate   []*HitRate             `protobuf:"bytes,5,rep,name=tenant_hit_rate,json=tenantHitRate,proto3" json:"tenant_hit_rate,omitempty"`
+	ObservedAtMs    int64                  `protobuf:"varint,6,opt,name=observed_at_ms,json=observedAtMs,proto3" json:"observed_at_ms,omitempty"`
+	Endpoint        []byte                 `protobuf:"bytes,7,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	RequestsWaiting uint32                 `protobuf:"varint,8,opt,name=requests_waiting,json=requestsWaiting,proto3" json:"requests_waiting,omitempty"`
+	RequestsRunning uint32                 `protobuf:"varint,9,opt,name=requests_running,json=requestsRunning,proto3" json:"requests_running,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReplicaStats) Reset() {
@@ -356,6 +358,20 @@ func (x *ReplicaStats) GetEndpoint() []byte {
 		return x.Endpoint
 	}
 	return nil
+}
+
+func (x *ReplicaStats) GetRequestsWaiting() uint32 {
+	if x != nil {
+		return x.RequestsWaiting
+	}
+	return 0
+}
+
+func (x *ReplicaStats) GetRequestsRunning() uint32 {
+	if x != nil {
+		return x.RequestsRunning
+	}
+	return 0
 }
 
 type ReportReplicaStatsRequest struct {
@@ -440,7 +456,7 @@ const file_api_internal_lenientpb_lenient_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\fR\trequestId\"1\n" +
 	"\aHitRate\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value\"\x9b\x02\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\"\xf1\x02\n" +
 	"\fReplicaStats\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\fR\treplicaId\x12\x19\n" +
@@ -449,7 +465,9 @@ const file_api_internal_lenientpb_lenient_proto_rawDesc = "" +
 	"\bpressure\x18\x04 \x01(\x01R\bpressure\x12P\n" +
 	"\x0ftenant_hit_rate\x18\x05 \x03(\v2(.inferencecache.internal.lenient.HitRateR\rtenantHitRate\x12$\n" +
 	"\x0eobserved_at_ms\x18\x06 \x01(\x03R\fobservedAtMs\x12\x1a\n" +
-	"\bendpoint\x18\a \x01(\fR\bendpoint\"\x7f\n" +
+	"\bendpoint\x18\a \x01(\fR\bendpoint\x12)\n" +
+	"\x10requests_waiting\x18\b \x01(\rR\x0frequestsWaiting\x12)\n" +
+	"\x10requests_running\x18\t \x01(\rR\x0frequestsRunning\"\x7f\n" +
 	"\x19ReportReplicaStatsRequest\x12C\n" +
 	"\x05stats\x18\x01 \x03(\v2-.inferencecache.internal.lenient.ReplicaStatsR\x05stats\x12\x1d\n" +
 	"\n" +
