@@ -196,7 +196,7 @@ func decodeStatsLenient(data []byte, w *pb.ReportReplicaStatsRequest) bool {
 	for i, s := range l.Stats {
 		st := &pb.ReplicaStats{ReplicaId: string(s.ReplicaId), ModelId: string(s.ModelId), Pressure: s.Pressure,
 			ObservedAtMs: s.ObservedAtMs, Endpoint: string(s.Endpoint),
-			RequestsWaiting: s.RequestsWaiting, RequestsRunning: s.RequestsRunning}
+			WaitingRequests: s.WaitingRequests, RunningRequests: s.RunningRequests}
 		for _, h := range s.HashSchemes {
 			st.HashSchemes = append(st.HashSchemes, string(h))
 		}

@@ -420,10 +420,10 @@ func statsFromPB(s *pb.ReplicaStats, nowMs int64) (index.ReplicaStats, string) {
 	if n := len(s.GetEndpoint()); n > MaxEndpointBytes {
 		return st, "endpoint is " + strconv.Itoa(n) + " bytes, over the limit of " + strconv.Itoa(MaxEndpointBytes)
 	}
-	if r := checkQueue("requests_waiting", s.GetRequestsWaiting()); r != "" {
+	if r := checkQueue("waiting_requests", s.GetWaitingRequests()); r != "" {
 		return st, r
 	}
-	if r := checkQueue("requests_running", s.GetRequestsRunning()); r != "" {
+	if r := checkQueue("running_requests", s.GetRunningRequests()); r != "" {
 		return st, r
 	}
 	at, r := checkObservedAt(s.GetObservedAtMs(), nowMs)
@@ -439,8 +439,8 @@ func statsFromPB(s *pb.ReplicaStats, nowMs int64) (index.ReplicaStats, string) {
 		ObservedAtMs:  at,
 		Endpoint:      s.GetEndpoint(),
 
-		RequestsWaiting: s.GetRequestsWaiting(),
-		RequestsRunning: s.GetRequestsRunning(),
+		WaitingRequests: s.GetWaitingRequests(),
+		RunningRequests: s.GetRunningRequests(),
 	}
 	return st, ""
 }

@@ -178,13 +178,13 @@ func goodStats() *pb.ReplicaStats {
 // inclusive.
 func TestStatsFromPB_KeepsQueueUpToTheLimit(t *testing.T) {
 	s := goodStats()
-	s.RequestsWaiting, s.RequestsRunning = MaxEngineRequests, 7
+	s.WaitingRequests, s.RunningRequests = MaxEngineRequests, 7
 	sts, rej, err := StatsFromPB(&pb.ReportReplicaStatsRequest{Stats: []*pb.ReplicaStats{s}}, testNow)
 	if err != nil || len(rej) != 0 || len(sts) != 1 {
 		t.Fatalf("stats=%d rej=%v err=%v", len(sts), rej, err)
 	}
-	if sts[0].RequestsWaiting != MaxEngineRequests || sts[0].RequestsRunning != 7 {
-		t.Fatalf("queue %d/%d, want %d/7", sts[0].RequestsWaiting, sts[0].RequestsRunning, MaxEngineRequests)
+	if sts[0].WaitingRequests != MaxEngineRequests || sts[0].RunningRequests != 7 {
+		t.Fatalf("queue %d/%d, want %d/7", sts[0].WaitingRequests, sts[0].RunningRequests, MaxEngineRequests)
 	}
 }
 
@@ -209,8 +209,8 @@ func TestStatsFromPB_RejectsEachInvalidEntry(t *testing.T) {
 		{"too many tenants", mod(func(s *pb.ReplicaStats) { s.TenantHitRate = tenants }), "tenants, over the limit of 1024"},
 		{"negative time", mod(func(s *pb.ReplicaStats) { s.ObservedAtMs = -5 }), "observed_at_ms is negative"},
 		{"long endpoint", mod(func(s *pb.ReplicaStats) { s.Endpoint = strings.Repeat("e", MaxEndpointBytes+1) }), "endpoint is 1025 bytes"},
-		{"waiting over the limit", mod(func(s *pb.ReplicaStats) { s.RequestsWaiting = MaxEngineRequests + 1 }), "requests_waiting is 1000001, over the limit of 1000000 (MaxEngineRequests)"},
-		{"running wrapped -1", mod(func(s *pb.ReplicaStats) { s.RequestsRunning = math.MaxUint32 }), "requests_running is 4294967295, over the limit of 1000000"},
+		{"waiting over the limit", mod(func(s *pb.ReplicaStats) { s.WaitingRequests = MaxEngineRequests + 1 }), "waiting_requests is 1000001, over the limit of 1000000 (MaxEngineRequests)"},
+		{"running wrapped -1", mod(func(s *pb.ReplicaStats) { s.RunningRequests = math.MaxUint32 }), "running_requests is 4294967295, over the limit of 1000000"},
 	}
 	if len(tenants) != MaxTenantsPerStats+1 {
 		t.Fatalf("test setup: %d tenants", len(tenants))

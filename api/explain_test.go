@@ -38,9 +38,9 @@ func explainServer(t *testing.T) (pb.InferenceCacheClient, *index.Index) {
 	}
 	r, err := c.ReportReplicaStats(ctx, &pb.ReportReplicaStatsRequest{Stats: []*pb.ReplicaStats{
 		{ReplicaId: "a", ModelId: "m", HashSchemes: []string{"vllm"}, Pressure: 0.4, TenantHitRate: map[string]float64{"t": 0.6},
-			ObservedAtMs: now, RequestsWaiting: 7, RequestsRunning: 3},
+			ObservedAtMs: now, WaitingRequests: 7, RunningRequests: 3},
 		{ReplicaId: "b", ModelId: "m", HashSchemes: []string{"vllm"}, Pressure: 0.9,
-			ObservedAtMs: now - 31_000, RequestsWaiting: 50, RequestsRunning: 60},
+			ObservedAtMs: now - 31_000, WaitingRequests: 50, RunningRequests: 60},
 	}})
 	if err != nil || r.Accepted != 2 {
 		t.Fatalf("stats: %v %v", r, err)
@@ -79,15 +79,15 @@ func TestLookupRoute_ExplainFactorsReproduceScoreOverGRPC(t *testing.T) {
 			t.Fatalf("unexpected hint %v", h)
 		}
 		seen[h.ReplicaId] = true
-		e := h.Explain
+		e := h.Factors
 		if e == nil {
 			t.Fatalf("%s: no explain with explain set", h.ReplicaId)
 		}
-		if e.RankingVersion != "v2" || e.MatchingAtDepth != w.mad || e.TotalReplicas != 3 || e.StatsFresh != w.fresh || e.Rendezvous || e.TenantHitRate != 0 {
+		if e.RankingVersion != "v2" || e.MatchingAtDepth != w.mad || e.TotalReplicas != 3 || e.StatsFresh != w.fresh || e.AffinityPick || e.TenantHitRate != 0 {
 			t.Errorf("%s: explain %v, want v2, matching %d of 3, stats fresh %t", h.ReplicaId, e, w.mad, w.fresh)
 		}
-		if h.MatchedTokens != w.tokens || h.RequestsWaiting != w.waiting || h.RequestsRunning != w.running || h.Pressure != w.pressure {
-			t.Errorf("%s: tokens %d queue %d/%d pressure %v, want %d, %d/%d, %v", h.ReplicaId, h.MatchedTokens, h.RequestsWaiting, h.RequestsRunning, h.Pressure, w.tokens, w.waiting, w.running, w.pressure)
+		if h.MatchedTokens != w.tokens || h.WaitingRequests != w.waiting || h.RunningRequests != w.running || h.Pressure != w.pressure {
+			t.Errorf("%s: tokens %d queue %d/%d pressure %v, want %d, %d/%d, %v", h.ReplicaId, h.MatchedTokens, h.WaitingRequests, h.RunningRequests, h.Pressure, w.tokens, w.waiting, w.running, w.pressure)
 		}
 		// Each factor from its definition (the age the hint reports, the
 		// default policy, the hand-built index), then the product.
@@ -119,11 +119,11 @@ func TestLookupRoute_ExplainFactorsReproduceScoreOverGRPC(t *testing.T) {
 		t.Fatalf("lookup without explain: %v %v", off, err)
 	}
 	for _, h := range off.Replicas {
-		if h.Explain != nil {
-			t.Errorf("%s: explain %v without explain set", h.ReplicaId, h.Explain)
+		if h.Factors != nil {
+			t.Errorf("%s: explain %v without explain set", h.ReplicaId, h.Factors)
 		}
-		if w := want[h.ReplicaId]; h.RequestsWaiting != w.waiting || h.RequestsRunning != w.running {
-			t.Errorf("%s without explain: queue %d/%d, want %d/%d", h.ReplicaId, h.RequestsWaiting, h.RequestsRunning, w.waiting, w.running)
+		if w := want[h.ReplicaId]; h.WaitingRequests != w.waiting || h.RunningRequests != w.running {
+			t.Errorf("%s without explain: queue %d/%d, want %d/%d", h.ReplicaId, h.WaitingRequests, h.RunningRequests, w.waiting, w.running)
 		}
 	}
 }
@@ -137,8 +137,8 @@ func TestLookupRoute_ExplainTenantHotOverGRPC(t *testing.T) {
 		t.Fatalf("lookup: %v %v", resp, err)
 	}
 	h := resp.Replicas[0]
-	if h.ReplicaId != "a" || h.Score != 0.6 || h.Explain == nil || h.Explain.TenantHitRate != 0.6 || h.Explain.Rendezvous ||
-		!h.Explain.StatsFresh || h.Explain.TotalReplicas != 3 || h.RequestsWaiting != 7 || h.RequestsRunning != 3 {
+	if h.ReplicaId != "a" || h.Score != 0.6 || h.Factors == nil || h.Factors.TenantHitRate != 0.6 || h.Factors.AffinityPick ||
+		!h.Factors.StatsFresh || h.Factors.TotalReplicas != 3 || h.WaitingRequests != 7 || h.RunningRequests != 3 {
 		t.Fatalf("tenant-hot hint %v", h)
 	}
 }
@@ -176,7 +176,7 @@ func TestReportReplicaStats_LenientDecodingKeepsQueue(t *testing.T) {
 	defer v.Release()
 	var got []index.ReplicaStats
 	_ = v.Stats(func(s index.ReplicaStats) error { got = append(got, s); return nil })
-	if len(got) != 1 || got[0].ReplicaID != "good" || got[0].RequestsWaiting != 11 || got[0].RequestsRunning != 2 {
+	if len(got) != 1 || got[0].ReplicaID != "good" || got[0].WaitingRequests != 11 || got[0].RunningRequests != 2 {
 		t.Fatalf("stored stats %+v, want good with queue 11/2", got)
 	}
 }
@@ -196,7 +196,7 @@ func BenchmarkLookupRouteExplain(b *testing.B) {
 		ix.ApplyEvents([]index.BlockEvent{{Kind: index.Stored, ReplicaID: id, Partition: index.Partition{Scheme: "vllm", Model: "m", Tenant: "t"},
 			BlockHashes: []uint64{1, 2, 3, 4}[:4-r%4], BlockTokenCounts: []uint32{16, 16, 16, 16}[:4-r%4], ObservedAtMs: now}})
 		ix.ApplyStats([]index.ReplicaStats{{ReplicaID: id, ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: float64(r) / 32,
-			ObservedAtMs: now, RequestsWaiting: uint32(r), RequestsRunning: 2}})
+			ObservedAtMs: now, WaitingRequests: uint32(r), RunningRequests: 2}})
 	}
 	for _, explain := range []bool{false, true} {
 		name := "explain=off"
@@ -211,7 +211,7 @@ func BenchmarkLookupRouteExplain(b *testing.B) {
 			for b.Loop() {
 				resp, _ = s.LookupRoute(ctx, req)
 			}
-			if len(resp.Replicas) != 4 || (resp.Replicas[0].Explain != nil) != explain {
+			if len(resp.Replicas) != 4 || (resp.Replicas[0].Factors != nil) != explain {
 				b.Fatalf("response %v", resp)
 			}
 		})

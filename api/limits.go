@@ -102,7 +102,7 @@ const (
 	// MaxEndpointBytes bounds the endpoint of a stats entry (a URL).
 	MaxEndpointBytes = 1024
 
-	// MaxEngineRequests bounds requests_waiting and requests_running of a
+	// MaxEngineRequests bounds waiting_requests and running_requests of a
 	// stats entry, in requests. An engine's running batch is capped by
 	// its scheduler (vLLM max_num_seqs, SGLang max_running_requests:
 	// hundreds to a few thousand) and its queue by what gateways send

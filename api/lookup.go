@@ -143,6 +143,7 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 	r.MaxReplicas = req.GetMaxReplicas()
 	r.NowMs = start.UnixMilli()
 	r.Explain = req.GetExplain()
+	r.IncludeLoad = req.GetIncludeLoad()
 	switch {
 	case len(req.GetBlockHashes()) > 0 || req.GetPrefixHash() != 0:
 		r.BlockHashes = req.GetBlockHashes()
@@ -208,12 +209,22 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 			p.Freshness = h.Freshness
 			p.AgeMs = h.AgeMs
 			p.Pressure = h.Pressure
-			p.RequestsWaiting = h.RequestsWaiting
-			p.RequestsRunning = h.RequestsRunning
+			p.WaitingRequests = h.WaitingRequests
+			p.RunningRequests = h.RunningRequests
 			resp.Replicas[i] = p
 		}
 		if len(res.Factors) == n {
 			explainHints(resp.Replicas, res.Factors, string(res.RankingVersion))
+		}
+	}
+	if n := len(res.Loads); n > 0 {
+		slab := make([]pb.ReplicaLoad, n)
+		resp.Loads = make([]*pb.ReplicaLoad, n)
+		for i := range res.Loads {
+			l := &res.Loads[i]
+			slab[i] = pb.ReplicaLoad{ReplicaId: l.ReplicaID, WaitingRequests: l.WaitingRequests, RunningRequests: l.RunningRequests,
+				Pressure: l.Pressure, StatsAgeMs: l.AgeMs}
+			resp.Loads[i] = &slab[i]
 		}
 	}
 	if res.Reason == index.PrefixMatch && len(res.CreditHashes) > 0 && pol.EvictionPolicy == policy.LFU {
@@ -224,7 +235,7 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 // explainHints attaches each hint's factors (LookupRouteRequest.explain),
 // from one slab; f is parallel to hints.
 func explainHints(hints []*pb.ReplicaHint, f []index.Factors, version string) {
-	slab := make([]pb.HintExplain, len(hints))
+	slab := make([]pb.HintFactors, len(hints))
 	for i, h := range hints {
 		x, e := &f[i], &slab[i]
 		e.RankingVersion = version
@@ -235,9 +246,9 @@ func explainHints(hints []*pb.ReplicaHint, f []index.Factors, version string) {
 		e.MatchingAtDepth = x.MatchingAtDepth
 		e.TotalReplicas = x.TotalReplicas
 		e.TenantHitRate = x.TenantHitRate
-		e.Rendezvous = x.Rendezvous
+		e.AffinityPick = x.Rendezvous
 		e.StatsFresh = x.StatsFresh
-		h.Explain = e
+		h.Factors = e
 	}
 }
 

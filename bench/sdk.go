@@ -3,9 +3,7 @@ package bench
 import (
 	"container/heap"
 	"context"
-	"os"
 	"slices"
-	"strconv"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/client"
@@ -47,12 +45,6 @@ func (h *sdkHeap) Pop() any {
 func newSDKRouter(f *Fleet, cl *client.Client, st *lookupStats, seed uint64) *sdkRouter {
 	pc := client.DefaultPickerConfig()
 	pc.Seed = seed | 1
-	if v, err := strconv.ParseFloat(os.Getenv("TUNE_AFFINITY"), 64); err == nil {
-		pc.CacheAffinity = v
-	}
-	if v, err := strconv.ParseFloat(os.Getenv("TUNE_RUNW"), 64); err == nil {
-		pc.RunningWeight = v
-	}
 	r := &sdkRouter{lookupRouter: newLookupRouter(f, cl, st), picker: client.NewPicker(pc)}
 	for i := range f.Engines {
 		r.candidates = append(r.candidates, f.ReplicaID(i))
@@ -75,7 +67,7 @@ func (r *sdkRouter) Route(ctx context.Context, _ int, q *Request, t float64) int
 	if r.hints != nil {
 		resp = r.hints.respond(q)
 	} else {
-		resp = r.lookup(ctx, q, uint32(len(r.candidates)))
+		resp = r.lookup(ctx, q, uint32(len(r.candidates)), true)
 	}
 	r.last = r.picker.Pick(resp, r.candidates, q.InputLength)
 	return r.last.Index
@@ -98,7 +90,7 @@ const StrategyPickerIndexer = "picker-indexer"
 
 // indexerHints is a LookupRoute response made from the perfect indexer:
 // PREFIX_MATCH with every engine holding a leading run of the request's
-// blocks, longest first, or NO_HINT.
+// blocks, longest first, or NO_HINT; every engine's last scrape in loads.
 type indexerHints struct {
 	f    *Fleet
 	view *IndexerView
@@ -108,14 +100,16 @@ func (h *indexerHints) respond(q *Request) *pb.LookupRouteResponse {
 	resp := &pb.LookupRouteResponse{}
 	blocks := q.Blocks()
 	for i, e := range h.f.Engines {
+		m := e.Metrics()
+		resp.Loads = append(resp.Loads, &pb.ReplicaLoad{ReplicaId: h.f.ReplicaID(i),
+			WaitingRequests: uint32(m.Waiting), RunningRequests: uint32(m.Running), Pressure: m.KVUsage})
 		run := h.view.CachedRun(i, blocks)
-		if run == 0 && os.Getenv("TUNE_ALLSTATS") == "" {
+		if run == 0 {
 			continue
 		}
-		m := e.Metrics()
 		resp.Replicas = append(resp.Replicas, &pb.ReplicaHint{ReplicaId: h.f.ReplicaID(i),
 			MatchedTokens: uint32(min(run*TraceBlockTokens, q.InputLength)), MatchedBlocks: uint32(run),
-			RequestsWaiting: uint32(m.Waiting), RequestsRunning: uint32(m.Running)})
+			WaitingRequests: uint32(m.Waiting), RunningRequests: uint32(m.Running)})
 	}
 	if len(resp.Replicas) > 0 {
 		resp.ReasonCode = pb.ReasonCode_PREFIX_MATCH

@@ -244,9 +244,10 @@ func newLookupRouter(f *Fleet, cl *client.Client, st *lookupStats) *lookupRouter
 
 // lookup asks the cluster for request q's hints (max 0 = the policy's
 // maxReplicas) and counts the answer.
-func (r *lookupRouter) lookup(ctx context.Context, q *Request, max uint32) *pb.LookupRouteResponse {
+func (r *lookupRouter) lookup(ctx context.Context, q *Request, max uint32, includeLoad bool) *pb.LookupRouteResponse {
 	r.toks = AppendPromptTokens(r.toks[:0], q)
-	r.req = pb.LookupRouteRequest{TokenIds: r.toks, ModelId: r.f.Model, TenantId: BenchTenant, HashScheme: BenchScheme, MaxReplicas: max}
+	r.req = pb.LookupRouteRequest{TokenIds: r.toks, ModelId: r.f.Model, TenantId: BenchTenant, HashScheme: BenchScheme,
+		MaxReplicas: max, IncludeLoad: includeLoad}
 	start := time.Now()
 	resp := r.cl.LookupRoute(ctx, &r.req)
 	r.lat = append(r.lat, float64(time.Since(start).Nanoseconds())/1e3)
@@ -255,7 +256,7 @@ func (r *lookupRouter) lookup(ctx context.Context, q *Request, max uint32) *pb.L
 }
 
 func (r *lookupRouter) Route(ctx context.Context, i int, q *Request, t float64) int {
-	resp := r.lookup(ctx, q, 0)
+	resp := r.lookup(ctx, q, 0, false)
 	rc := resp.GetReasonCode()
 	switch rc {
 	case pb.ReasonCode_PREFIX_MATCH, pb.ReasonCode_TENANT_HOT, pb.ReasonCode_AFFINITY_HINT:

@@ -33,8 +33,10 @@ import (
 //	others(r)   = (max(0, waiting(r) − own_waiting(r))
 //	              + RunningWeight × max(0, running(r) − own_in_flight(r)))
 //	              × tokens per request: the load other gateways sent, from
-//	              the engine's own counts carried by the hint (0 when the
-//	              hint carries none); own_waiting(r) is this picker's
+//	              the engine's own counts carried by r's hint or, for a
+//	              replica without one, by the response's loads (ask with
+//	              LookupRouteRequest.include_load); 0 when neither carries
+//	              them. own_waiting(r) is this picker's
 //	              requests there before their first token beyond the one
 //	              prefilling
 //
@@ -83,7 +85,9 @@ type PickerConfig struct {
 	RunningWeight float64
 	// LoadBound, when positive, caps a replica's share: a candidate whose
 	// requests in flight (this picker's) would exceed LoadBound × the mean
-	// over the candidates is passed over while another is within it.
+	// over the candidates is passed over while another is within it. Off
+	// by default: on the Mooncake traces a bound of 1.5 or 2 evens the
+	// request counts but costs hit rate and TTFT (EVALUATION.md).
 	LoadBound float64
 	// Seed seeds the choice among equally good candidates (0 = a random
 	// seed). Gateways that share a seed make the same choices for the
@@ -92,14 +96,14 @@ type PickerConfig struct {
 }
 
 // DefaultPickerConfig is the configuration the cost model was tuned
-// with (CacheAffinity 4, RunningWeight 0.3, no LoadBound, a random seed).
+// with (CacheAffinity 6, RunningWeight 0.3, no LoadBound, a random seed).
 func DefaultPickerConfig() PickerConfig {
 	return PickerConfig{CacheAffinity: DefaultCacheAffinity, RunningWeight: DefaultRunningWeight}
 }
 
 // Defaults of PickerConfig.
 const (
-	DefaultCacheAffinity = 4
+	DefaultCacheAffinity = 6
 	DefaultRunningWeight = 0.3
 )
 
@@ -135,7 +139,7 @@ type PickCost struct {
 	CachedTokens, UncachedTokens int
 	// QueuedTokens is the prefill this picker sent that has not started
 	// producing tokens; OthersTokens the estimate of the queue others
-	// sent, from the hint's requests_waiting.
+	// sent, from the hint's waiting_requests.
 	QueuedTokens, OthersTokens float64
 	// InFlight is this picker's requests on the replica; ReportedWaiting
 	// and ReportedRunning are the engine's own counts from the hint.
@@ -180,7 +184,7 @@ func (p *Picker) Pick(resp *pb.LookupRouteResponse, candidates []string, promptT
 		return d
 	}
 	rc := resp.GetReasonCode()
-	hints := resp.GetReplicas()
+	hints, loads := resp.GetReplicas(), resp.GetLoads()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	perReq := p.tokensPerRequest()
@@ -196,11 +200,19 @@ func (p *Picker) Pick(resp *pb.LookupRouteResponse, candidates []string, promptT
 			}
 			c.Reason = rc
 			bestRank[i] = k
-			c.ReportedWaiting, c.ReportedRunning = h.GetRequestsWaiting(), h.GetRequestsRunning()
+			c.ReportedWaiting, c.ReportedRunning = h.GetWaitingRequests(), h.GetRunningRequests()
 			if rc == pb.ReasonCode_PREFIX_MATCH {
 				c.CachedTokens = min(int(h.GetMatchedTokens()), promptTokens)
 			}
 			break
+		}
+		if bestRank[i] > len(hints) {
+			for _, ld := range loads {
+				if ld.GetReplicaId() == id {
+					c.ReportedWaiting, c.ReportedRunning = ld.GetWaitingRequests(), ld.GetRunningRequests()
+					break
+				}
+			}
 		}
 		c.UncachedTokens = promptTokens - c.CachedTokens
 		l := p.replicas[id]

@@ -26,7 +26,7 @@ func expectedCost(cfg PickerConfig, prompt, cached int, queued float64, waiting,
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*max(1, math.Abs(b)) }
 
 func prefixHint(id string, matched, waiting, running uint32) *pb.ReplicaHint {
-	return &pb.ReplicaHint{ReplicaId: id, MatchedTokens: matched, RequestsWaiting: waiting, RequestsRunning: running}
+	return &pb.ReplicaHint{ReplicaId: id, MatchedTokens: matched, WaitingRequests: waiting, RunningRequests: running}
 }
 
 // A long cached prefix on a busy replica against an idle cold one: the

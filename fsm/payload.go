@@ -132,10 +132,10 @@ func appendStats(b []byte, st []index.ReplicaStats) []byte {
 			b = appendString(b, k)
 			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.TenantHitRate[k]))
 		}
-		if s.RequestsWaiting != 0 || s.RequestsRunning != 0 {
+		if s.WaitingRequests != 0 || s.RunningRequests != 0 {
 			b = append(b, 'Q')
-			b = binary.AppendUvarint(b, uint64(s.RequestsWaiting))
-			b = binary.AppendUvarint(b, uint64(s.RequestsRunning))
+			b = binary.AppendUvarint(b, uint64(s.WaitingRequests))
+			b = binary.AppendUvarint(b, uint64(s.RunningRequests))
 		}
 	}
 	return b

@@ -41,14 +41,14 @@ func statsOf(t *testing.T, f *FSM) []index.ReplicaStats {
 // survives a snapshot and restore.
 func TestStatsCommand_QueueReachesIndexAndSnapshot(t *testing.T) {
 	st := oldStats
-	st.RequestsWaiting, st.RequestsRunning = 17, 5
+	st.WaitingRequests, st.RunningRequests = 17, 5
 	b := &logBuilder{}
 	f := New(policy.Default(), Options{TmpDir: t.TempDir()})
 	if r := f.Apply(b.add(t, StatsCommand("q", []index.ReplicaStats{st}))).(*EntryResult).Results[0]; r.Err != nil || r.Changed != 1 {
 		t.Fatalf("apply: %+v", r)
 	}
 	got := statsOf(t, f)
-	if len(got) != 1 || got[0].RequestsWaiting != 17 || got[0].RequestsRunning != 5 {
+	if len(got) != 1 || got[0].WaitingRequests != 17 || got[0].RunningRequests != 5 {
 		t.Fatalf("stats after apply: %+v", got)
 	}
 
@@ -57,7 +57,7 @@ func TestStatsCommand_QueueReachesIndexAndSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = statsOf(t, dst)
-	if len(got) != 1 || got[0].RequestsWaiting != 17 || got[0].RequestsRunning != 5 {
+	if len(got) != 1 || got[0].WaitingRequests != 17 || got[0].RunningRequests != 5 {
 		t.Fatalf("stats after snapshot and restore: %+v", got)
 	}
 	_, d1 := f.Digest()
@@ -82,7 +82,7 @@ func TestStatsCommand_OldEntryDecodesWithZeroQueue(t *testing.T) {
 		t.Fatalf("old entry: %+v", r)
 	}
 	got := statsOf(t, f)
-	if len(got) != 1 || got[0].RequestsWaiting != 0 || got[0].RequestsRunning != 0 || got[0].Pressure != 0.5 || got[0].Endpoint != oldStats.Endpoint {
+	if len(got) != 1 || got[0].WaitingRequests != 0 || got[0].RunningRequests != 0 || got[0].Pressure != 0.5 || got[0].Endpoint != oldStats.Endpoint {
 		t.Fatalf("stats from the old entry: %+v", got)
 	}
 
@@ -105,7 +105,7 @@ func TestStatsCommand_OldEntryDecodesWithZeroQueue(t *testing.T) {
 		t.Errorf("retry: %+v, want a duplicate", r)
 	}
 	queued := oldStats
-	queued.RequestsWaiting = 1
+	queued.WaitingRequests = 1
 	if r := f.Apply(b.add(t, StatsCommand("stats-old", []index.ReplicaStats{queued}))).(*EntryResult).Results[0]; !errors.Is(r.Err, ErrRequestIDReused) {
 		t.Errorf("same id with a queue: %+v, want ErrRequestIDReused", r)
 	}
@@ -114,9 +114,9 @@ func TestStatsCommand_OldEntryDecodesWithZeroQueue(t *testing.T) {
 // The conversions keep the queue both ways.
 func TestStatsPB_QueueRoundTrip(t *testing.T) {
 	st := oldStats
-	st.RequestsWaiting, st.RequestsRunning = 1_000_000, 3
+	st.WaitingRequests, st.RunningRequests = 1_000_000, 3
 	back := fsmpb.StatsFromPB(fsmpb.StatsToPB(st))
-	if back.RequestsWaiting != 1_000_000 || back.RequestsRunning != 3 {
+	if back.WaitingRequests != 1_000_000 || back.RunningRequests != 3 {
 		t.Fatalf("round trip: %+v", back)
 	}
 }

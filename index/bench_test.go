@@ -540,7 +540,7 @@ func rankIndex() (*Index, LookupRequest) {
 	for r := range 16 {
 		ix.ApplyEvents([]BlockEvent{storeEvent(r, chain[:4-r%4], counts, t0)})
 		ix.ApplyStats([]ReplicaStats{{ReplicaID: replicaName(r), ModelID: vllm.Model, HashSchemes: []string{vllm.Scheme},
-			Pressure: float64(r) / 32, ObservedAtMs: t0, RequestsWaiting: uint32(r), RequestsRunning: 2}})
+			Pressure: float64(r) / 32, ObservedAtMs: t0, WaitingRequests: uint32(r), RunningRequests: 2}})
 	}
 	return ix, LookupRequest{Partition: vllm, BlockHashes: chain, SLOTTFTMs: 100, NowMs: t0}
 }

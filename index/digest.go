@@ -81,10 +81,10 @@ func statsDigest(s *ReplicaStats) uint64 {
 	h = mix2(h, tenants)
 	h = mix2(h, uint64(s.ObservedAtMs))
 	h = mix2(h, strHash(s.Endpoint))
-	if s.RequestsWaiting != 0 || s.RequestsRunning != 0 {
+	if s.WaitingRequests != 0 || s.RunningRequests != 0 {
 		// Only when set: stats without a queue digest as they did before
 		// the fields existed, so older snapshots and backups still verify.
-		h = mix2(h, uint64(s.RequestsWaiting)<<32|uint64(s.RequestsRunning))
+		h = mix2(h, uint64(s.WaitingRequests)<<32|uint64(s.RunningRequests))
 	}
 	return h
 }

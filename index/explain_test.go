@@ -19,9 +19,9 @@ func explainWorld(p policy.Policy) *Index {
 	})
 	ix.ApplyStats([]ReplicaStats{
 		{ReplicaID: "a", ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: 0.4, TenantHitRate: map[string]float64{"t": 0.6},
-			ObservedAtMs: t0, RequestsWaiting: 7, RequestsRunning: 3},
+			ObservedAtMs: t0, WaitingRequests: 7, RunningRequests: 3},
 		{ReplicaID: "b", ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: 0.9,
-			ObservedAtMs: t0 - 31_000, RequestsWaiting: 50, RequestsRunning: 60},
+			ObservedAtMs: t0 - 31_000, WaitingRequests: 50, RunningRequests: 60},
 	})
 	return ix
 }
@@ -66,8 +66,8 @@ func TestLookup_ExplainFactorsFollowTheirHints(t *testing.T) {
 		if f.MatchingAtDepth != w.f.MatchingAtDepth || f.TotalReplicas != w.f.TotalReplicas || f.StatsFresh != w.f.StatsFresh || f.Rendezvous || f.TenantHitRate != 0 {
 			t.Errorf("%s factors %+v, want %+v", w.id, f, w.f)
 		}
-		if h.RequestsWaiting != w.waiting || h.RequestsRunning != w.running {
-			t.Errorf("%s queue %d/%d, want %d/%d", w.id, h.RequestsWaiting, h.RequestsRunning, w.waiting, w.running)
+		if h.WaitingRequests != w.waiting || h.RunningRequests != w.running {
+			t.Errorf("%s queue %d/%d, want %d/%d", w.id, h.WaitingRequests, h.RunningRequests, w.waiting, w.running)
 		}
 		if p := float64(h.MatchedTokens) * f.Freshness * (f.PressureFactor * f.SLOBias * f.DistinguishingPower); p != h.Score {
 			t.Errorf("%s: factors multiply to %v, score %v", w.id, p, h.Score)
@@ -146,7 +146,7 @@ func TestLookup_FallbacksCarryQueueAndExplain(t *testing.T) {
 	approx(t, "tenant-hot score", h.Score, 0.6)
 	approx(t, "tenant hit rate", f.TenantHitRate, 0.6)
 	approx(t, "tenant-hot pressure factor", f.PressureFactor, 0.8)
-	if h.RequestsWaiting != 7 || h.RequestsRunning != 3 || !f.StatsFresh || f.TotalReplicas != 3 || f.Rendezvous {
+	if h.WaitingRequests != 7 || h.RunningRequests != 3 || !f.StatsFresh || f.TotalReplicas != 3 || f.Rendezvous {
 		t.Errorf("tenant-hot hint %+v factors %+v", h, f)
 	}
 
@@ -157,15 +157,15 @@ func TestLookup_FallbacksCarryQueueAndExplain(t *testing.T) {
 	ix := explainWorld(p)
 	queue := map[string]uint32{"a": 10, "b": 20, "c": 30}
 	for id, q := range queue {
-		ix.ApplyStats([]ReplicaStats{{ReplicaID: id, ModelID: "m", HashSchemes: []string{"vllm"}, ObservedAtMs: t0, RequestsWaiting: q, RequestsRunning: q + 1}})
+		ix.ApplyStats([]ReplicaStats{{ReplicaID: id, ModelID: "m", HashSchemes: []string{"vllm"}, ObservedAtMs: t0, WaitingRequests: q, RunningRequests: q + 1}})
 	}
 	r = lookup(ix, miss)
 	if r.Reason != AffinityHint || len(r.Hints) != 1 || len(r.Factors) != 1 {
 		t.Fatalf("got %v %v (%d factors), want one AFFINITY_HINT", r.Reason, hintIDs(r), len(r.Factors))
 	}
 	h, f = r.Hints[0], r.Factors[0]
-	if q := queue[h.ReplicaID]; h.RequestsWaiting != q || h.RequestsRunning != q+1 {
-		t.Errorf("affinity %s queue %d/%d, want %d/%d", h.ReplicaID, h.RequestsWaiting, h.RequestsRunning, q, q+1)
+	if q := queue[h.ReplicaID]; h.WaitingRequests != q || h.RunningRequests != q+1 {
+		t.Errorf("affinity %s queue %d/%d, want %d/%d", h.ReplicaID, h.WaitingRequests, h.RunningRequests, q, q+1)
 	}
 	if !f.Rendezvous || !f.StatsFresh || f.TotalReplicas != 3 || f.TenantHitRate != 0 {
 		t.Errorf("affinity factors %+v", f)
@@ -179,7 +179,7 @@ func TestLookup_FallbacksCarryQueueAndExplain(t *testing.T) {
 	if r.Reason != AffinityHint || len(r.Hints) != 1 || len(r.Factors) != 0 {
 		t.Fatalf("stale: got %v %v (%d factors)", r.Reason, hintIDs(r), len(r.Factors))
 	}
-	if h := r.Hints[0]; h.RequestsWaiting != 0 || h.RequestsRunning != 0 || h.Pressure != 0 {
+	if h := r.Hints[0]; h.WaitingRequests != 0 || h.RunningRequests != 0 || h.Pressure != 0 {
 		t.Errorf("stale stats leaked into the hint: %+v", h)
 	}
 }
@@ -199,13 +199,13 @@ func TestLookup_QueueOnlyFromFreshStats(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ix := New(testPolicy())
 			ix.ApplyEvents([]BlockEvent{stored("a", vllm, t0, 1, 2), stored("b", vllm, t0, 9)})
-			ix.ApplyStats([]ReplicaStats{{ReplicaID: "a", ModelID: "m", HashSchemes: []string{"vllm"}, ObservedAtMs: t0, RequestsWaiting: 12, RequestsRunning: 4}})
+			ix.ApplyStats([]ReplicaStats{{ReplicaID: "a", ModelID: "m", HashSchemes: []string{"vllm"}, ObservedAtMs: t0, WaitingRequests: 12, RunningRequests: 4}})
 			r := lookup(ix, LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2}, NowMs: c.now})
 			if r.Reason != PrefixMatch || r.Hints[0].ReplicaID != "a" {
 				t.Fatalf("got %v %v", r.Reason, hintIDs(r))
 			}
-			if h := r.Hints[0]; h.RequestsWaiting != c.waiting || h.RequestsRunning != c.running {
-				t.Errorf("queue %d/%d, want %d/%d", h.RequestsWaiting, h.RequestsRunning, c.waiting, c.running)
+			if h := r.Hints[0]; h.WaitingRequests != c.waiting || h.RunningRequests != c.running {
+				t.Errorf("queue %d/%d, want %d/%d", h.WaitingRequests, h.RunningRequests, c.waiting, c.running)
 			}
 		})
 	}
@@ -220,7 +220,7 @@ func TestDigest_StatsWithoutQueueUnchanged(t *testing.T) {
 		ix.ApplyEvents([]BlockEvent{stored("a", vllm, t0, 1, 2, 3)})
 		ix.ApplyStats([]ReplicaStats{{ReplicaID: "a", ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: 0.25,
 			TenantHitRate: map[string]float64{"t": 0.5}, ObservedAtMs: t0, Endpoint: "http://a:8000/metrics",
-			RequestsWaiting: waiting, RequestsRunning: running}})
+			WaitingRequests: waiting, RunningRequests: running}})
 		return ix
 	}
 	const before uint64 = 0xfac7c7835ddf03ba

@@ -108,8 +108,8 @@ func (ix *Index) appendTenantHot(h []Hint, ps *polState, req *LookupRequest, r u
 		ReplicaID:       ix.m.reps.ids[r],
 		Score:           hr,
 		Pressure:        st.s.Pressure,
-		RequestsWaiting: st.s.RequestsWaiting,
-		RequestsRunning: st.s.RequestsRunning,
+		WaitingRequests: st.s.WaitingRequests,
+		RunningRequests: st.s.RunningRequests,
 	})
 }
 
@@ -144,7 +144,7 @@ func (ix *Index) affinity(ps *polState, req *LookupRequest, prefix uint64, sm *s
 	h := Hint{ReplicaID: m.reps.ids[best]}
 	fresh := false
 	if s := m.stats[best]; s != nil && statsFresh(req.NowMs, s.s.ObservedAtMs, ps.freshMs) {
-		h.Pressure, h.RequestsWaiting, h.RequestsRunning, fresh = s.s.Pressure, s.s.RequestsWaiting, s.s.RequestsRunning, true
+		h.Pressure, h.WaitingRequests, h.RunningRequests, fresh = s.s.Pressure, s.s.WaitingRequests, s.s.RunningRequests, true
 	}
 	res.Hints = append(res.Hints[:0], h)
 	if req.Explain {

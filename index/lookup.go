@@ -2,6 +2,8 @@ package index
 
 import (
 	"math/bits"
+	"slices"
+	"strings"
 
 	"github.com/inference-cache/inference-cache/fingerprint"
 )
@@ -87,6 +89,9 @@ func (ix *Index) Lookup(req *LookupRequest, res *Result) {
 
 	ix.metaMu.RLock()
 	defer ix.metaMu.RUnlock()
+	if req.IncludeLoad {
+		defer ix.loads(ps, req, res) // under metaMu: deferred after the unlock's registration
+	}
 	m := ix.m
 	why := detailNoMatch
 	if pe := m.parts[*p]; pe != nil {
@@ -349,4 +354,31 @@ func (ix *Index) matchExact(pe *partEnt, prefix uint64, chain []uint64, res *Res
 	s.mu.RUnlock()
 	res.cands = cs
 	return len(cs)
+}
+
+// loads fills res.Loads: the replicas whose fresh stats serve the
+// request's (scheme, model), replica id ascending. Caller holds
+// metaMu.RLock.
+func (ix *Index) loads(ps *polState, req *LookupRequest, res *Result) {
+	m := ix.m
+	st := m.statSM[smKey{req.Partition.Scheme, req.Partition.Model}]
+	if st == nil || !statsFresh(req.NowMs, st.max, ps.freshMs) {
+		return
+	}
+	for rep, at := range st.by {
+		if !statsFresh(req.NowMs, at, ps.freshMs) {
+			continue
+		}
+		rec := m.stats[rep]
+		if rec == nil {
+			continue
+		}
+		l := Load{ReplicaID: m.reps.ids[rep], WaitingRequests: rec.s.WaitingRequests, RunningRequests: rec.s.RunningRequests,
+			Pressure: rec.s.Pressure}
+		if d := req.NowMs - rec.s.ObservedAtMs; d > 0 {
+			l.AgeMs = uint64(d)
+		}
+		res.Loads = append(res.Loads, l)
+	}
+	slices.SortFunc(res.Loads, func(a, b Load) int { return strings.Compare(a.ReplicaID, b.ReplicaID) })
 }

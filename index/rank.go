@@ -62,7 +62,7 @@ func (ix *Index) rank(ps *polState, pe *partEnt, req *LookupRequest, res *Result
 			AgeMs:         uint64(age),
 		}
 		if st := m.stats[c.rep]; st != nil && statsFresh(now, st.s.ObservedAtMs, ps.freshMs) {
-			h.Pressure, h.RequestsWaiting, h.RequestsRunning = st.s.Pressure, st.s.RequestsWaiting, st.s.RequestsRunning
+			h.Pressure, h.WaitingRequests, h.RunningRequests = st.s.Pressure, st.s.WaitingRequests, st.s.RunningRequests
 		}
 		h.Score = float64(tokens) * fresh
 		if !v1 {

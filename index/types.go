@@ -58,12 +58,12 @@ type ReplicaStats struct {
 	TenantHitRate map[string]float64 // tenant_id → 0..1
 	ObservedAtMs  int64
 	Endpoint      string
-	// RequestsWaiting and RequestsRunning are the engine's queue at
+	// WaitingRequests and RunningRequests are the engine's queue at
 	// ObservedAtMs, in requests: queued and not yet scheduled, and in the
 	// running batch. They do not enter the score; every hint carries them
 	// while the stats are fresh (SPEC 5), so a gateway can weigh load.
-	RequestsWaiting uint32
-	RequestsRunning uint32
+	WaitingRequests uint32
+	RunningRequests uint32
 }
 
 // Reason mirrors inferencecache.v1.ReasonCode (same numeric values).
@@ -97,6 +97,18 @@ type LookupRequest struct {
 	// Explain fills Result.Factors and Result.RankingVersion. Off, the
 	// lookup stores nothing beyond the hints.
 	Explain bool
+	// IncludeLoad fills Result.Loads. Off, the lookup reads no stats
+	// beyond those of the hints.
+	IncludeLoad bool
+}
+
+// Load is one serving replica's queue from its fresh stats
+// (LookupRequest.IncludeLoad).
+type Load struct {
+	ReplicaID                        string
+	WaitingRequests, RunningRequests uint32
+	Pressure                         float64
+	AgeMs                            uint64 // NowMs − the stats' ObservedAtMs (0 if in the future)
 }
 
 // Factors are the values behind one hint's score (SPEC 5), reported only
@@ -136,11 +148,11 @@ type Hint struct {
 	Freshness     float64
 	AgeMs         uint64
 	Pressure      float64 // 0 when stats are stale or absent
-	// RequestsWaiting and RequestsRunning are the replica's
+	// WaitingRequests and RunningRequests are the replica's
 	// ReplicaStats values when its stats are fresh (the same rule as
 	// Pressure), else 0.
-	RequestsWaiting uint32
-	RequestsRunning uint32
+	WaitingRequests uint32
+	RunningRequests uint32
 }
 
 // Result is the index's answer. Hints and Credit alias buffers owned by the
@@ -152,6 +164,9 @@ type Result struct {
 	// lookup with Explain, else empty: a lookup without Explain never
 	// writes it.
 	Factors []Factors
+	// Loads are the replicas with fresh stats serving the request's
+	// (scheme, model), replica id ascending; only with IncludeLoad.
+	Loads []Load
 	// RankingVersion is the policy's ranking version the lookup used
 	// ("v1" or "v2"); set only with Explain.
 	RankingVersion policy.RankingVersion
@@ -173,6 +188,7 @@ type Result struct {
 // Reset empties r, keeping its buffers.
 func (r *Result) Reset() {
 	r.Hints = r.Hints[:0]
+	r.Loads = r.Loads[:0]
 	r.Factors = r.Factors[:0]
 	r.RankingVersion = ""
 	r.Reason = NoHint

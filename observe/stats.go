@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -122,7 +123,7 @@ func queue(v float64) uint32 {
 // the configured tenant's hit rate = Δhits / Δqueries since the previous
 // scrape (the cumulative ratio on the first scrape or after a counter
 // reset; the last rate again when no query arrived meanwhile);
-// requests_waiting and requests_running = the queue gauges. Each
+// waiting_requests and running_requests = the queue gauges. Each
 // data-parallel rank is its own replica, so every series is read per
 // rank; several series of one rank (SGLang exports one per tensor- and
 // pipeline-parallel rank, each the same scheduler's view) give their
@@ -150,7 +151,7 @@ func statsFromFamilies(fams map[string]*dto.MetricFamily, cfg *EngineConfig, st 
 	for _, r := range ranks {
 		s := &pb.ReplicaStats{ReplicaId: cfg.ReplicaForRank(r), ModelId: cfg.ModelID, HashSchemes: []string{cfg.HashScheme},
 			Pressure: min(max(usage[r], 0), 1), ObservedAtMs: nowMs,
-			RequestsWaiting: queue(waiting[r]), RequestsRunning: queue(running[r])}
+			WaitingRequests: queue(waiting[r]), RunningRequests: queue(running[r])}
 		h, hok := hits[r]
 		q, qok := queries[r]
 		if hok && qok {
@@ -186,22 +187,38 @@ type scraper struct {
 	log      *slog.Logger
 	now      func() time.Time
 	st       statsState
+	// kick asks for one scrape now (Subscriber.ScrapeNow); the channel
+	// sent is closed once its report is answered.
+	kick     chan chan struct{}
+	doneOnce sync.Once
+	done     chan struct{} // closed when run returns
+}
+
+// stopped is closed once run has returned.
+func (s *scraper) stopped() chan struct{} {
+	s.doneOnce.Do(func() { s.done = make(chan struct{}) })
+	return s.done
 }
 
 func (s *scraper) run(ctx context.Context) {
+	defer close(s.stopped())
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
+	s.scrape(ctx)
 	for {
-		s.once(ctx)
 		select {
 		case <-t.C:
+			s.scrape(ctx)
+		case done := <-s.kick:
+			s.scrape(ctx)
+			close(done)
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-func (s *scraper) once(ctx context.Context) {
+func (s *scraper) scrape(ctx context.Context) {
 	fams, err := s.fetch(ctx)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -123,7 +123,7 @@ func scrapeFixture(t *testing.T, name string, cfg EngineConfig) []*pb.ReplicaSta
 	sc := &scraper{cfg: &cfg, client: srv.Client(), sink: sink, interval: time.Second,
 		m: NewMetrics(prometheus.NewRegistry()).forEngine(cfg.ReplicaID), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		now: func() time.Time { return time.UnixMilli(1_700_000_000_000) }}
-	sc.once(context.Background())
+	sc.scrape(context.Background())
 	return sink.stats
 }
 
@@ -141,7 +141,7 @@ func summarize(sts []*pb.ReplicaStats, tenant string) []scraped {
 		if r, ok := s.GetTenantHitRate()[tenant]; ok {
 			rate = r
 		}
-		out = append(out, scraped{s.GetReplicaId(), s.GetPressure(), s.GetRequestsWaiting(), s.GetRequestsRunning(), rate})
+		out = append(out, scraped{s.GetReplicaId(), s.GetPressure(), s.GetWaitingRequests(), s.GetRunningRequests(), rate})
 	}
 	return out
 }

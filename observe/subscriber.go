@@ -34,9 +34,10 @@ type Subscriber struct {
 	log  *slog.Logger
 	fw   *Forwarder
 
-	reload chan *Config
-	mu     sync.Mutex
-	cfg    *Config
+	reload   chan *Config
+	mu       sync.Mutex
+	cfg      *Config
+	scrapers map[string]*scraper // by replica id, while running
 }
 
 // engineRun is a running engine: its streams and their stop handle.
@@ -151,11 +152,50 @@ func (s *Subscriber) start(ctx context.Context, ec EngineConfig, replayTimeout, 
 	}
 	if ec.MetricsURL != "" {
 		sc := &scraper{cfg: &e.cfg, client: s.opts.HTTPClient, sink: s.sink, interval: scrape, m: em,
-			log: s.log.With("engine", ec.ReplicaID), now: s.opts.Now}
+			log: s.log.With("engine", ec.ReplicaID), now: s.opts.Now, kick: make(chan chan struct{})}
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); sc.run(ectx) }()
+		s.mu.Lock()
+		if s.scrapers == nil {
+			s.scrapers = map[string]*scraper{}
+		}
+		s.scrapers[ec.ReplicaID] = sc
+		s.mu.Unlock()
 	}
 	return e
+}
+
+// ScrapeNow has every engine's stats scraper scrape its metrics_url once
+// more, outside its interval, and report the stats; it returns when every
+// scraper has had its report answered (successfully or not), or with
+// ctx's error. For tests and the benchmark gateway, whose engines change
+// their metrics in virtual time.
+func (s *Subscriber) ScrapeNow(ctx context.Context) error {
+	s.mu.Lock()
+	scs := make([]*scraper, 0, len(s.scrapers))
+	for _, sc := range s.scrapers {
+		scs = append(scs, sc)
+	}
+	s.mu.Unlock()
+	dones := make([]chan struct{}, 0, len(scs))
+	for _, sc := range scs {
+		done := make(chan struct{})
+		select {
+		case sc.kick <- done:
+			dones = append(dones, done)
+		case <-sc.stopped():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for _, d := range dones {
+		select {
+		case <-d:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // stop ends an engine's streams and clears every replica they produced
@@ -163,6 +203,9 @@ func (s *Subscriber) start(ctx context.Context, ec EngineConfig, replayTimeout, 
 func (s *Subscriber) stop(ctx context.Context, e *engineRun, reason string) {
 	e.cancel()
 	e.wg.Wait()
+	s.mu.Lock()
+	delete(s.scrapers, e.cfg.ReplicaID)
+	s.mu.Unlock()
 	var evs []*pb.BlockEvent
 	now := s.opts.Now().UnixMilli()
 	for _, st := range e.streams {

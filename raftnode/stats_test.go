@@ -16,7 +16,7 @@ func queueOf(nd *clustertest.Node, replica string, base uint64) (waiting, runnin
 	res := lookup(nd, base, 8, time.Now().UnixMilli())
 	for _, h := range res.Hints {
 		if h.ReplicaID == replica {
-			return h.RequestsWaiting, h.RequestsRunning, true
+			return h.WaitingRequests, h.RunningRequests, true
 		}
 	}
 	return 0, 0, false
@@ -43,7 +43,7 @@ func TestReportStats_QueueReplicatedAndRestoredFromSnapshot(t *testing.T) {
 	}
 	idx, err := c.Nodes[f].ReportStats(c.Ctx(5*time.Second), "stats-1", []index.ReplicaStats{{
 		ReplicaID: "replica-a", ModelID: part.Model, HashSchemes: []string{part.Scheme}, Pressure: 0.25,
-		ObservedAtMs: now, RequestsWaiting: 13, RequestsRunning: 8,
+		ObservedAtMs: now, WaitingRequests: 13, RunningRequests: 8,
 	}})
 	if err != nil {
 		t.Fatal(err)

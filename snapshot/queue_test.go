@@ -27,7 +27,7 @@ func statsOf(t *testing.T, ix *index.Index) map[string]index.ReplicaStats {
 func TestSnapshot_StatsQueueRoundTrips(t *testing.T) {
 	ix := sampleIndex(t)
 	ix.ApplyStats([]index.ReplicaStats{{ReplicaID: "b", ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: 0.7,
-		ObservedAtMs: 2000, RequestsWaiting: 9, RequestsRunning: 250_000}})
+		ObservedAtMs: 2000, WaitingRequests: 9, RunningRequests: 250_000}})
 	v := ix.View()
 	var buf bytes.Buffer
 	_, err := snapshot.Write(&buf, t.TempDir(), 42, 3, v, []byte("dedup"))
@@ -43,10 +43,10 @@ func TestSnapshot_StatsQueueRoundTrips(t *testing.T) {
 		t.Fatalf("digest %x want %x (meta %x)", got.Digest(), ix.Digest(), m.Digest)
 	}
 	st := statsOf(t, got)
-	if b := st["b"]; b.RequestsWaiting != 9 || b.RequestsRunning != 250_000 {
+	if b := st["b"]; b.WaitingRequests != 9 || b.RunningRequests != 250_000 {
 		t.Fatalf("b's stats after read: %+v", b)
 	}
-	if a := st["a"]; a.RequestsWaiting != 0 || a.RequestsRunning != 0 {
+	if a := st["a"]; a.WaitingRequests != 0 || a.RunningRequests != 0 {
 		t.Fatalf("a reported no queue, read back %+v", a)
 	}
 }
@@ -81,7 +81,7 @@ func TestSnapshot_BeforeQueueFieldsStillReads(t *testing.T) {
 		t.Fatal("the old snapshot's state digests differently from the same state built now")
 	}
 	st := statsOf(t, got)
-	if a, ok := st["a"]; !ok || a.Pressure != 0.2 || a.RequestsWaiting != 0 || a.RequestsRunning != 0 {
+	if a, ok := st["a"]; !ok || a.Pressure != 0.2 || a.WaitingRequests != 0 || a.RunningRequests != 0 {
 		t.Fatalf("a's stats from the old snapshot: %+v (present %t)", a, ok)
 	}
 }

@@ -171,7 +171,7 @@ the factors behind each score (SPEC 5): for PREFIX_MATCH the score is matched
 tokens × freshness × pressure factor × SLO bias × distinguishing power
 (ranking v1: matched tokens × freshness, the rest shown as 1); a TENANT_HOT
 hint scores its tenant hit rate, an AFFINITY_HINT is the rendezvous-hashing
-pick. With --json the explanation is each hint's "explain" object.`,
+pick. With --json the explanation is each hint's "factors" object.`,
 		Example: `  inference-cache lookup --model qwen3-8b --tenant team-a --tokens "$(seq -s, 0 127)"
   inference-cache lookup --model qwen3-8b --tenant team-a --tokens "$(seq -s, 0 127)" --explain
   inference-cache lookup --model qwen3-8b --prompt "You are a helpful assistant." --json
@@ -253,7 +253,7 @@ pick. With --json the explanation is each hint's "explain" object.`,
 			fmt.Fprintln(w, "REPLICA\tSCORE\tMATCHED TOKENS\tBLOCKS\tFRESHNESS\tAGE MS\tPRESSURE\tWAITING\tRUNNING")
 			for _, h := range resp.Replicas {
 				fmt.Fprintf(w, "%s\t%.2f\t%d\t%d\t%.3f\t%d\t%.2f\t%d\t%d\n", printable(h.ReplicaId), h.Score, h.MatchedTokens, h.MatchedBlocks,
-					h.Freshness, h.AgeMs, h.Pressure, h.RequestsWaiting, h.RequestsRunning)
+					h.Freshness, h.AgeMs, h.Pressure, h.WaitingRequests, h.RunningRequests)
 			}
 			return w.Flush()
 		},
@@ -284,8 +284,8 @@ pick. With --json the explanation is each hint's "explain" object.`,
 func printExplained(w io.Writer, resp *pb.LookupRouteResponse) {
 	version := "?"
 	for _, h := range resp.Replicas {
-		if h.Explain != nil {
-			version = h.Explain.RankingVersion
+		if h.Factors != nil {
+			version = h.Factors.RankingVersion
 			break
 		}
 	}
@@ -306,9 +306,9 @@ func printExplained(w io.Writer, resp *pb.LookupRouteResponse) {
 	fmt.Fprintln(w, head)
 	for _, h := range resp.Replicas {
 		fmt.Fprintf(w, "%s\t%.4f\t%d\t", printable(h.ReplicaId), h.Score, h.MatchedTokens)
-		e := h.Explain
+		e := h.Factors
 		if e == nil {
-			fmt.Fprintf(w, "-\t-\t-\t-\t-\t%d\t%d\t-\n", h.RequestsWaiting, h.RequestsRunning)
+			fmt.Fprintf(w, "-\t-\t-\t-\t-\t%d\t%d\t-\n", h.WaitingRequests, h.RunningRequests)
 			continue
 		}
 		stats := "no"
@@ -316,12 +316,12 @@ func printExplained(w io.Writer, resp *pb.LookupRouteResponse) {
 			stats = "yes"
 		}
 		fmt.Fprintf(w, "%.4f\t%.4f\t%.4f\t%.4f\t%d/%d\t%d\t%d\t%s", e.Freshness, e.PressureFactor, e.SloBias, e.DistinguishingPower,
-			e.MatchingAtDepth, e.TotalReplicas, h.RequestsWaiting, h.RequestsRunning, stats)
+			e.MatchingAtDepth, e.TotalReplicas, h.WaitingRequests, h.RunningRequests, stats)
 		switch resp.ReasonCode {
 		case pb.ReasonCode_TENANT_HOT:
 			fmt.Fprintf(w, "\t%.4f", e.TenantHitRate)
 		case pb.ReasonCode_AFFINITY_HINT:
-			fmt.Fprintf(w, "\t%t", e.Rendezvous)
+			fmt.Fprintf(w, "\t%t", e.AffinityPick)
 		}
 		fmt.Fprintln(w)
 	}
@@ -459,12 +459,12 @@ func newStatsCmd() *cobra.Command {
 		Long: `Reads replica stats as JSON from --file or stdin, either a
 ReportReplicaStatsRequest ({"stats": [...]}) or a bare array of ReplicaStats
 (replica_id, model_id, hash_schemes, pressure 0..1, tenant_hit_rate
-{tenant: 0..1}, observed_at_ms, endpoint, requests_waiting and
-requests_running at most 1,000,000 each), and commits them. Invalid entries
+{tenant: 0..1}, observed_at_ms, endpoint, waiting_requests and
+running_requests at most 1,000,000 each), and commits them. Invalid entries
 are listed with their index and reason (exit status 1; the valid ones commit).`,
 		Example: `  echo '[{"replica_id":"vllm-0","model_id":"qwen3-8b","hash_schemes":["vllm"],
          "pressure":0.3,"tenant_hit_rate":{"team-a":0.6},
-         "requests_waiting":4,"requests_running":12}]' | inference-cache stats`,
+         "waiting_requests":4,"running_requests":12}]' | inference-cache stats`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runWrite(cmd, &cf, file, "stats", "stats entries", "a ReportReplicaStatsRequest or array of stats", &pb.ReportReplicaStatsRequest{}, (*client.Client).ReportReplicaStats)

@@ -141,12 +141,12 @@ func TestParseUints_AcceptsCommasAndSpaces(t *testing.T) {
 // explainedMatch is a PREFIX_MATCH as the server answers with explain:
 // a = 64 × 0.9 × 0.8 × 1.225 × (1 − 2/3) = 18.816.
 var explainedMatch = &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_PREFIX_MATCH, ServedBy: "n1", Replicas: []*pb.ReplicaHint{
-	{ReplicaId: "vllm-a", Score: 18.816, MatchedTokens: 64, MatchedBlocks: 4, Freshness: 0.9, AgeMs: 60000, Pressure: 0.4, RequestsWaiting: 7, RequestsRunning: 3,
-		Explain: &pb.HintExplain{RankingVersion: "v2", Freshness: 0.9, PressureFactor: 0.8, SloBias: 1.225, DistinguishingPower: 1.0 / 3, MatchingAtDepth: 2, TotalReplicas: 3, StatsFresh: true}},
+	{ReplicaId: "vllm-a", Score: 18.816, MatchedTokens: 64, MatchedBlocks: 4, Freshness: 0.9, AgeMs: 60000, Pressure: 0.4, WaitingRequests: 7, RunningRequests: 3,
+		Factors: &pb.HintFactors{RankingVersion: "v2", Freshness: 0.9, PressureFactor: 0.8, SloBias: 1.225, DistinguishingPower: 1.0 / 3, MatchingAtDepth: 2, TotalReplicas: 3, StatsFresh: true}},
 }}
 
 // --explain asks for the factors and prints them per hint; --json prints
-// them as each hint's explain object; without --explain the request does
+// them as each hint's factors object; without --explain the request does
 // not ask and the table shows the queue.
 func TestLookupCmd_ExplainPrintsFactors(t *testing.T) {
 	s := &lookupServer{resp: explainedMatch}
@@ -175,7 +175,7 @@ func TestLookupCmd_ExplainPrintsFactors(t *testing.T) {
 	if err := protojson.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("--json output does not parse: %v\n%s", err, out)
 	}
-	if !proto.Equal(&got, explainedMatch) || !strings.Contains(out, `"explain"`) || !strings.Contains(out, `"requests_waiting"`) {
+	if !proto.Equal(&got, explainedMatch) || !strings.Contains(out, `"factors"`) || !strings.Contains(out, `"waiting_requests"`) {
 		t.Fatalf("--json output:\n%s", out)
 	}
 
@@ -197,18 +197,18 @@ func TestLookupCmd_ExplainPrintsFactors(t *testing.T) {
 func TestLookupCmd_ExplainFallbacks(t *testing.T) {
 	for _, c := range []struct {
 		reason      pb.ReasonCode
-		explain     *pb.HintExplain
+		explain     *pb.HintFactors
 		score       float64
 		column, row string
 	}{
-		{pb.ReasonCode_TENANT_HOT, &pb.HintExplain{RankingVersion: "v2", PressureFactor: 0.9, SloBias: 1, TotalReplicas: 4, TenantHitRate: 0.55, StatsFresh: true}, 0.55,
+		{pb.ReasonCode_TENANT_HOT, &pb.HintFactors{RankingVersion: "v2", PressureFactor: 0.9, SloBias: 1, TotalReplicas: 4, TenantHitRate: 0.55, StatsFresh: true}, 0.55,
 			"TENANT HIT RATE", "r1 0.5500 0 0.0000 0.9000 1.0000 0.0000 0/4 2 1 yes 0.5500"},
-		{pb.ReasonCode_AFFINITY_HINT, &pb.HintExplain{RankingVersion: "v2", PressureFactor: 1, SloBias: 1, TotalReplicas: 4, Rendezvous: true}, 0,
+		{pb.ReasonCode_AFFINITY_HINT, &pb.HintFactors{RankingVersion: "v2", PressureFactor: 1, SloBias: 1, TotalReplicas: 4, AffinityPick: true}, 0,
 			"RENDEZVOUS", "r1 0.0000 0 0.0000 1.0000 1.0000 0.0000 0/4 2 1 no true"},
 	} {
 		t.Run(c.reason.String(), func(t *testing.T) {
 			s := &lookupServer{resp: &pb.LookupRouteResponse{ReasonCode: c.reason, Replicas: []*pb.ReplicaHint{
-				{ReplicaId: "r1", Score: c.score, RequestsWaiting: 2, RequestsRunning: 1, Explain: c.explain}}}}
+				{ReplicaId: "r1", Score: c.score, WaitingRequests: 2, RunningRequests: 1, Factors: c.explain}}}}
 			out, err := runCLI(t, "", "lookup", "--addr", startLookupServer(t, s), "--model", "m", "--tokens", "1", "--explain")
 			if err != nil {
 				t.Fatal(err)

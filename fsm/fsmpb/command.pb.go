@@ -615,8 +615,8 @@ type ReplicaStats struct {
 	Endpoint     string    `protobuf:"bytes,8,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
 	// The engine's queue (requests waiting, running). Absent in entries and
 	// snapshots written before the fields existed: 0.
-	RequestsWaiting uint32 `protobuf:"varint,9,opt,name=requests_waiting,json=requestsWaiting,proto3" json:"requests_waiting,omitempty"`
-	RequestsRunning uint32 `protobuf:"varint,10,opt,name=requests_running,json=requestsRunning,proto3" json:"requests_running,omitempty"`
+	WaitingRequests uint32 `protobuf:"varint,9,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	RunningRequests uint32 `protobuf:"varint,10,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -707,16 +707,16 @@ func (x *ReplicaStats) GetEndpoint() string {
 	return ""
 }
 
-func (x *ReplicaStats) GetRequestsWaiting() uint32 {
+func (x *ReplicaStats) GetWaitingRequests() uint32 {
 	if x != nil {
-		return x.RequestsWaiting
+		return x.WaitingRequests
 	}
 	return 0
 }
 
-func (x *ReplicaStats) GetRequestsRunning() uint32 {
+func (x *ReplicaStats) GetRunningRequests() uint32 {
 	if x != nil {
-		return x.RequestsRunning
+		return x.RunningRequests
 	}
 	return 0
 }
@@ -1369,9 +1369,9 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\thit_rates\x18\x06 \x03(\x01R\bhitRates\x12$\n" +
 	"\x0eobserved_at_ms\x18\a \x01(\x03R\fobservedAtMs\x12\x1a\n" +
 	"\bendpoint\x18\b \x01(\tR\bendpoint\x12)\n" +
-	"\x10requests_waiting\x18\t \x01(\rR\x0frequestsWaiting\x12)\n" +
-	"\x10requests_running\x18\n" +
-	" \x01(\rR\x0frequestsRunning\"B\n" +
+	"\x10waiting_requests\x18\t \x01(\rR\x0fwaitingRequests\x12)\n" +
+	"\x10running_requests\x18\n" +
+	" \x01(\rR\x0frunningRequests\"B\n" +
 	"\x05Stats\x129\n" +
 	"\x05stats\x18\x01 \x03(\v2#.inferencecache.fsm.v1.ReplicaStatsR\x05stats\"\x89\a\n" +
 	"\x06Policy\x12%\n" +

@@ -74,7 +74,7 @@ func StatsToPB(s index.ReplicaStats) *ReplicaStats {
 		ReplicaId: s.ReplicaID, ModelId: s.ModelID, HashSchemes: s.HashSchemes,
 		Pressure: s.Pressure, Tenants: tenants, HitRates: rates,
 		ObservedAtMs: s.ObservedAtMs, Endpoint: s.Endpoint,
-		RequestsWaiting: s.RequestsWaiting, RequestsRunning: s.RequestsRunning,
+		WaitingRequests: s.WaitingRequests, RunningRequests: s.RunningRequests,
 	}
 }
 
@@ -90,7 +90,7 @@ func StatsFromPB(s *ReplicaStats) index.ReplicaStats {
 	return index.ReplicaStats{
 		ReplicaID: s.GetReplicaId(), ModelID: s.GetModelId(), HashSchemes: s.GetHashSchemes(),
 		Pressure: s.GetPressure(), TenantHitRate: m, ObservedAtMs: s.GetObservedAtMs(),
-		Endpoint: s.GetEndpoint(), RequestsWaiting: s.GetRequestsWaiting(), RequestsRunning: s.GetRequestsRunning(),
+		Endpoint: s.GetEndpoint(), WaitingRequests: s.GetWaitingRequests(), RunningRequests: s.GetRunningRequests(),
 	}
 }
 

@@ -141,7 +141,7 @@ func (x BlockEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockEvent_Kind.Descriptor instead.
 func (BlockEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{5, 0}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{6, 0}
 }
 
 // Slo is the request's latency objective: a ranking input, not enforcement.
@@ -210,9 +210,13 @@ type LookupRouteRequest struct {
 	HashScheme       string                 `protobuf:"bytes,9,opt,name=hash_scheme,json=hashScheme,proto3" json:"hash_scheme,omitempty"`
 	Slo              *Slo                   `protobuf:"bytes,10,opt,name=slo,proto3" json:"slo,omitempty"`
 	MaxReplicas      uint32                 `protobuf:"varint,11,opt,name=max_replicas,json=maxReplicas,proto3" json:"max_replicas,omitempty"` // 0 = policy maxReplicas
-	// explain asks for each hint's ranking factors (ReplicaHint.explain). Off
+	// explain asks for each hint's ranking factors (ReplicaHint.factors). Off
 	// by default; when off the lookup computes nothing extra.
-	Explain       bool `protobuf:"varint,12,opt,name=explain,proto3" json:"explain,omitempty"`
+	Explain bool `protobuf:"varint,12,opt,name=explain,proto3" json:"explain,omitempty"`
+	// include_load asks for LookupRouteResponse.loads: the queue of every
+	// replica serving the model, not only of those the hints name, so a
+	// gateway's picker sees load on replicas without a hint. Off by default.
+	IncludeLoad   bool `protobuf:"varint,13,opt,name=include_load,json=includeLoad,proto3" json:"include_load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,41 +335,40 @@ func (x *LookupRouteRequest) GetExplain() bool {
 	return false
 }
 
-// HintExplain is why a hint ranked where it did (LookupRouteRequest.explain).
-// For PREFIX_MATCH the score is the product of SPEC 5's factors:
-// matched_tokens x freshness x pressure_factor x slo_bias x
-// distinguishing_power (ranking v1: matched_tokens x freshness, the other
-// factors reported as 1).
-type HintExplain struct {
-	state               protoimpl.MessageState `protogen:"open.v1"`
-	RankingVersion      string                 `protobuf:"bytes,1,opt,name=ranking_version,json=rankingVersion,proto3" json:"ranking_version,omitempty"`                  // "v1" | "v2"
-	Freshness           float64                `protobuf:"fixed64,2,opt,name=freshness,proto3" json:"freshness,omitempty"`                                                // max(0, 1 - age/evictionTTL)
-	PressureFactor      float64                `protobuf:"fixed64,3,opt,name=pressure_factor,json=pressureFactor,proto3" json:"pressure_factor,omitempty"`                // max(0, 1 - pressureWeight x pressure); 1 when stats are stale or absent
-	SloBias             float64                `protobuf:"fixed64,4,opt,name=slo_bias,json=sloBias,proto3" json:"slo_bias,omitempty"`                                     // 1 + freshness x sloTightBias for a tight SLO, else 1
-	DistinguishingPower float64                `protobuf:"fixed64,5,opt,name=distinguishing_power,json=distinguishingPower,proto3" json:"distinguishing_power,omitempty"` // 1 - matching_at_depth / total_replicas
-	MatchingAtDepth     uint32                 `protobuf:"varint,6,opt,name=matching_at_depth,json=matchingAtDepth,proto3" json:"matching_at_depth,omitempty"`            // replicas whose run reaches this replica's depth
-	TotalReplicas       uint32                 `protobuf:"varint,7,opt,name=total_replicas,json=totalReplicas,proto3" json:"total_replicas,omitempty"`                    // the serving set of the model
-	TenantHitRate       float64                `protobuf:"fixed64,8,opt,name=tenant_hit_rate,json=tenantHitRate,proto3" json:"tenant_hit_rate,omitempty"`                 // TENANT_HOT: the replica's hit rate for the tenant
-	Rendezvous          bool                   `protobuf:"varint,9,opt,name=rendezvous,proto3" json:"rendezvous,omitempty"`                                               // AFFINITY_HINT: the rendezvous-hashing pick
-	StatsFresh          bool                   `protobuf:"varint,10,opt,name=stats_fresh,json=statsFresh,proto3" json:"stats_fresh,omitempty"`                            // the replica's stats are within statsFreshnessSeconds
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+func (x *LookupRouteRequest) GetIncludeLoad() bool {
+	if x != nil {
+		return x.IncludeLoad
+	}
+	return false
 }
 
-func (x *HintExplain) Reset() {
-	*x = HintExplain{}
+// ReplicaLoad is one serving replica's queue from its fresh ReplicaStats
+// (LookupRouteRequest.include_load).
+type ReplicaLoad struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ReplicaId       string                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	WaitingRequests uint32                 `protobuf:"varint,2,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	RunningRequests uint32                 `protobuf:"varint,3,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
+	Pressure        float64                `protobuf:"fixed64,4,opt,name=pressure,proto3" json:"pressure,omitempty"`
+	StatsAgeMs      uint64                 `protobuf:"varint,5,opt,name=stats_age_ms,json=statsAgeMs,proto3" json:"stats_age_ms,omitempty"` // now - observed_at_ms of those stats
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReplicaLoad) Reset() {
+	*x = ReplicaLoad{}
 	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *HintExplain) String() string {
+func (x *ReplicaLoad) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*HintExplain) ProtoMessage() {}
+func (*ReplicaLoad) ProtoMessage() {}
 
-func (x *HintExplain) ProtoReflect() protoreflect.Message {
+func (x *ReplicaLoad) ProtoReflect() protoreflect.Message {
 	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -377,75 +380,161 @@ func (x *HintExplain) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use HintExplain.ProtoReflect.Descriptor instead.
-func (*HintExplain) Descriptor() ([]byte, []int) {
+// Deprecated: Use ReplicaLoad.ProtoReflect.Descriptor instead.
+func (*ReplicaLoad) Descriptor() ([]byte, []int) {
 	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *HintExplain) GetRankingVersion() string {
+func (x *ReplicaLoad) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *ReplicaLoad) GetWaitingRequests() uint32 {
+	if x != nil {
+		return x.WaitingRequests
+	}
+	return 0
+}
+
+func (x *ReplicaLoad) GetRunningRequests() uint32 {
+	if x != nil {
+		return x.RunningRequests
+	}
+	return 0
+}
+
+func (x *ReplicaLoad) GetPressure() float64 {
+	if x != nil {
+		return x.Pressure
+	}
+	return 0
+}
+
+func (x *ReplicaLoad) GetStatsAgeMs() uint64 {
+	if x != nil {
+		return x.StatsAgeMs
+	}
+	return 0
+}
+
+// HintFactors is why a hint ranked where it did (LookupRouteRequest.explain).
+// For PREFIX_MATCH the score is the product of SPEC 5's factors:
+// matched_tokens x freshness x pressure_factor x slo_bias x
+// distinguishing_power (ranking v1: matched_tokens x freshness, the other
+// factors reported as 1).
+type HintFactors struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	RankingVersion      string                 `protobuf:"bytes,1,opt,name=ranking_version,json=rankingVersion,proto3" json:"ranking_version,omitempty"`                  // "v1" | "v2"
+	Freshness           float64                `protobuf:"fixed64,2,opt,name=freshness,proto3" json:"freshness,omitempty"`                                                // max(0, 1 - age/evictionTTL)
+	PressureFactor      float64                `protobuf:"fixed64,3,opt,name=pressure_factor,json=pressureFactor,proto3" json:"pressure_factor,omitempty"`                // max(0, 1 - pressureWeight x pressure); 1 when stats are stale or absent
+	SloBias             float64                `protobuf:"fixed64,4,opt,name=slo_bias,json=sloBias,proto3" json:"slo_bias,omitempty"`                                     // 1 + freshness x sloTightBias for a tight SLO, else 1
+	DistinguishingPower float64                `protobuf:"fixed64,5,opt,name=distinguishing_power,json=distinguishingPower,proto3" json:"distinguishing_power,omitempty"` // 1 - matching_at_depth / total_replicas
+	MatchingAtDepth     uint32                 `protobuf:"varint,6,opt,name=matching_at_depth,json=matchingAtDepth,proto3" json:"matching_at_depth,omitempty"`            // replicas whose run reaches this replica's depth
+	TotalReplicas       uint32                 `protobuf:"varint,7,opt,name=total_replicas,json=totalReplicas,proto3" json:"total_replicas,omitempty"`                    // the serving set of the model
+	TenantHitRate       float64                `protobuf:"fixed64,8,opt,name=tenant_hit_rate,json=tenantHitRate,proto3" json:"tenant_hit_rate,omitempty"`                 // TENANT_HOT: the replica's hit rate for the tenant
+	AffinityPick        bool                   `protobuf:"varint,9,opt,name=affinity_pick,json=affinityPick,proto3" json:"affinity_pick,omitempty"`                       // AFFINITY_HINT: the rendezvous-hashing pick
+	StatsFresh          bool                   `protobuf:"varint,10,opt,name=stats_fresh,json=statsFresh,proto3" json:"stats_fresh,omitempty"`                            // the replica's stats are within statsFreshnessSeconds
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *HintFactors) Reset() {
+	*x = HintFactors{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HintFactors) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HintFactors) ProtoMessage() {}
+
+func (x *HintFactors) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HintFactors.ProtoReflect.Descriptor instead.
+func (*HintFactors) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HintFactors) GetRankingVersion() string {
 	if x != nil {
 		return x.RankingVersion
 	}
 	return ""
 }
 
-func (x *HintExplain) GetFreshness() float64 {
+func (x *HintFactors) GetFreshness() float64 {
 	if x != nil {
 		return x.Freshness
 	}
 	return 0
 }
 
-func (x *HintExplain) GetPressureFactor() float64 {
+func (x *HintFactors) GetPressureFactor() float64 {
 	if x != nil {
 		return x.PressureFactor
 	}
 	return 0
 }
 
-func (x *HintExplain) GetSloBias() float64 {
+func (x *HintFactors) GetSloBias() float64 {
 	if x != nil {
 		return x.SloBias
 	}
 	return 0
 }
 
-func (x *HintExplain) GetDistinguishingPower() float64 {
+func (x *HintFactors) GetDistinguishingPower() float64 {
 	if x != nil {
 		return x.DistinguishingPower
 	}
 	return 0
 }
 
-func (x *HintExplain) GetMatchingAtDepth() uint32 {
+func (x *HintFactors) GetMatchingAtDepth() uint32 {
 	if x != nil {
 		return x.MatchingAtDepth
 	}
 	return 0
 }
 
-func (x *HintExplain) GetTotalReplicas() uint32 {
+func (x *HintFactors) GetTotalReplicas() uint32 {
 	if x != nil {
 		return x.TotalReplicas
 	}
 	return 0
 }
 
-func (x *HintExplain) GetTenantHitRate() float64 {
+func (x *HintFactors) GetTenantHitRate() float64 {
 	if x != nil {
 		return x.TenantHitRate
 	}
 	return 0
 }
 
-func (x *HintExplain) GetRendezvous() bool {
+func (x *HintFactors) GetAffinityPick() bool {
 	if x != nil {
-		return x.Rendezvous
+		return x.AffinityPick
 	}
 	return false
 }
 
-func (x *HintExplain) GetStatsFresh() bool {
+func (x *HintFactors) GetStatsFresh() bool {
 	if x != nil {
 		return x.StatsFresh
 	}
@@ -461,19 +550,19 @@ type ReplicaHint struct {
 	Freshness     float64                `protobuf:"fixed64,5,opt,name=freshness,proto3" json:"freshness,omitempty"`
 	AgeMs         uint64                 `protobuf:"varint,6,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
 	Pressure      float64                `protobuf:"fixed64,7,opt,name=pressure,proto3" json:"pressure,omitempty"`
-	// requests_waiting and requests_running are the engine's queue as last
+	// waiting_requests and running_requests are the engine's queue as last
 	// reported in its ReplicaStats (0 when never reported or stale); a
 	// gateway's picker adds them to the load it tracks itself.
-	RequestsWaiting uint32       `protobuf:"varint,8,opt,name=requests_waiting,json=requestsWaiting,proto3" json:"requests_waiting,omitempty"`
-	RequestsRunning uint32       `protobuf:"varint,9,opt,name=requests_running,json=requestsRunning,proto3" json:"requests_running,omitempty"`
-	Explain         *HintExplain `protobuf:"bytes,10,opt,name=explain,proto3" json:"explain,omitempty"` // only when LookupRouteRequest.explain
+	WaitingRequests uint32       `protobuf:"varint,8,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	RunningRequests uint32       `protobuf:"varint,9,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
+	Factors         *HintFactors `protobuf:"bytes,10,opt,name=factors,proto3" json:"factors,omitempty"` // only when LookupRouteRequest.explain
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReplicaHint) Reset() {
 	*x = ReplicaHint{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[3]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +574,7 @@ func (x *ReplicaHint) String() string {
 func (*ReplicaHint) ProtoMessage() {}
 
 func (x *ReplicaHint) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[3]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +587,7 @@ func (x *ReplicaHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaHint.ProtoReflect.Descriptor instead.
 func (*ReplicaHint) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{3}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReplicaHint) GetReplicaId() string {
@@ -550,23 +639,23 @@ func (x *ReplicaHint) GetPressure() float64 {
 	return 0
 }
 
-func (x *ReplicaHint) GetRequestsWaiting() uint32 {
+func (x *ReplicaHint) GetWaitingRequests() uint32 {
 	if x != nil {
-		return x.RequestsWaiting
+		return x.WaitingRequests
 	}
 	return 0
 }
 
-func (x *ReplicaHint) GetRequestsRunning() uint32 {
+func (x *ReplicaHint) GetRunningRequests() uint32 {
 	if x != nil {
-		return x.RequestsRunning
+		return x.RunningRequests
 	}
 	return 0
 }
 
-func (x *ReplicaHint) GetExplain() *HintExplain {
+func (x *ReplicaHint) GetFactors() *HintFactors {
 	if x != nil {
-		return x.Explain
+		return x.Factors
 	}
 	return nil
 }
@@ -580,13 +669,16 @@ type LookupRouteResponse struct {
 	AppliedIndex        uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	Stale               bool                   `protobuf:"varint,6,opt,name=stale,proto3" json:"stale,omitempty"`
 	LastLeaderContactMs uint64                 `protobuf:"varint,7,opt,name=last_leader_contact_ms,json=lastLeaderContactMs,proto3" json:"last_leader_contact_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// loads: every replica of the (hash_scheme, model_id) with fresh stats,
+	// replica_id ascending; only with LookupRouteRequest.include_load.
+	Loads         []*ReplicaLoad `protobuf:"bytes,8,rep,name=loads,proto3" json:"loads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LookupRouteResponse) Reset() {
 	*x = LookupRouteResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[4]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +690,7 @@ func (x *LookupRouteResponse) String() string {
 func (*LookupRouteResponse) ProtoMessage() {}
 
 func (x *LookupRouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[4]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +703,7 @@ func (x *LookupRouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRouteResponse.ProtoReflect.Descriptor instead.
 func (*LookupRouteResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{4}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LookupRouteResponse) GetReplicas() []*ReplicaHint {
@@ -663,6 +755,13 @@ func (x *LookupRouteResponse) GetLastLeaderContactMs() uint64 {
 	return 0
 }
 
+func (x *LookupRouteResponse) GetLoads() []*ReplicaLoad {
+	if x != nil {
+		return x.Loads
+	}
+	return nil
+}
+
 type BlockEvent struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Kind               BlockEvent_Kind        `protobuf:"varint,1,opt,name=kind,proto3,enum=inferencecache.v1.BlockEvent_Kind" json:"kind,omitempty"`
@@ -683,7 +782,7 @@ type BlockEvent struct {
 
 func (x *BlockEvent) Reset() {
 	*x = BlockEvent{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[5]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +794,7 @@ func (x *BlockEvent) String() string {
 func (*BlockEvent) ProtoMessage() {}
 
 func (x *BlockEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[5]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +807,7 @@ func (x *BlockEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockEvent.ProtoReflect.Descriptor instead.
 func (*BlockEvent) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{5}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BlockEvent) GetKind() BlockEvent_Kind {
@@ -812,7 +911,7 @@ type IngestRequest struct {
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[6]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +923,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[6]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +936,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{6}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *IngestRequest) GetEvents() []*BlockEvent {
@@ -864,7 +963,7 @@ type Rejection struct {
 
 func (x *Rejection) Reset() {
 	*x = Rejection{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[7]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +975,7 @@ func (x *Rejection) String() string {
 func (*Rejection) ProtoMessage() {}
 
 func (x *Rejection) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[7]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +988,7 @@ func (x *Rejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
 func (*Rejection) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{7}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Rejection) GetEventIndex() uint32 {
@@ -921,7 +1020,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[8]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1032,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[8]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1045,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{8}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *IngestResponse) GetAppliedIndex() uint64 {
@@ -986,19 +1085,19 @@ type ReplicaStats struct {
 	TenantHitRate map[string]float64     `protobuf:"bytes,5,rep,name=tenant_hit_rate,json=tenantHitRate,proto3" json:"tenant_hit_rate,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	ObservedAtMs  int64                  `protobuf:"varint,6,opt,name=observed_at_ms,json=observedAtMs,proto3" json:"observed_at_ms,omitempty"`
 	Endpoint      string                 `protobuf:"bytes,7,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	// requests_waiting: requests queued and not yet scheduled (vLLM
+	// waiting_requests: requests queued and not yet scheduled (vLLM
 	// vllm:num_requests_waiting, SGLang sglang:num_queue_reqs).
-	RequestsWaiting uint32 `protobuf:"varint,8,opt,name=requests_waiting,json=requestsWaiting,proto3" json:"requests_waiting,omitempty"`
-	// requests_running: requests in the engine's running batch (vLLM
+	WaitingRequests uint32 `protobuf:"varint,8,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	// running_requests: requests in the engine's running batch (vLLM
 	// vllm:num_requests_running, SGLang sglang:num_running_reqs).
-	RequestsRunning uint32 `protobuf:"varint,9,opt,name=requests_running,json=requestsRunning,proto3" json:"requests_running,omitempty"`
+	RunningRequests uint32 `protobuf:"varint,9,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReplicaStats) Reset() {
 	*x = ReplicaStats{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[9]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1109,7 @@ func (x *ReplicaStats) String() string {
 func (*ReplicaStats) ProtoMessage() {}
 
 func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[9]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1122,7 @@ func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStats.ProtoReflect.Descriptor instead.
 func (*ReplicaStats) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{9}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplicaStats) GetReplicaId() string {
@@ -1075,16 +1174,16 @@ func (x *ReplicaStats) GetEndpoint() string {
 	return ""
 }
 
-func (x *ReplicaStats) GetRequestsWaiting() uint32 {
+func (x *ReplicaStats) GetWaitingRequests() uint32 {
 	if x != nil {
-		return x.RequestsWaiting
+		return x.WaitingRequests
 	}
 	return 0
 }
 
-func (x *ReplicaStats) GetRequestsRunning() uint32 {
+func (x *ReplicaStats) GetRunningRequests() uint32 {
 	if x != nil {
-		return x.RequestsRunning
+		return x.RunningRequests
 	}
 	return 0
 }
@@ -1099,7 +1198,7 @@ type ReportReplicaStatsRequest struct {
 
 func (x *ReportReplicaStatsRequest) Reset() {
 	*x = ReportReplicaStatsRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[10]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1210,7 @@ func (x *ReportReplicaStatsRequest) String() string {
 func (*ReportReplicaStatsRequest) ProtoMessage() {}
 
 func (x *ReportReplicaStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[10]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1223,7 @@ func (x *ReportReplicaStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicaStatsRequest.ProtoReflect.Descriptor instead.
 func (*ReportReplicaStatsRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{10}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportReplicaStatsRequest) GetStats() []*ReplicaStats {
@@ -1153,7 +1252,7 @@ type ReportReplicaStatsResponse struct {
 
 func (x *ReportReplicaStatsResponse) Reset() {
 	*x = ReportReplicaStatsResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[11]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1264,7 @@ func (x *ReportReplicaStatsResponse) String() string {
 func (*ReportReplicaStatsResponse) ProtoMessage() {}
 
 func (x *ReportReplicaStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[11]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1277,7 @@ func (x *ReportReplicaStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicaStatsResponse.ProtoReflect.Descriptor instead.
 func (*ReportReplicaStatsResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{11}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportReplicaStatsResponse) GetAppliedIndex() uint64 {
@@ -1218,7 +1317,7 @@ type Strategy struct {
 
 func (x *Strategy) Reset() {
 	*x = Strategy{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[12]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1329,7 @@ func (x *Strategy) String() string {
 func (*Strategy) ProtoMessage() {}
 
 func (x *Strategy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[12]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1342,7 @@ func (x *Strategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Strategy.ProtoReflect.Descriptor instead.
 func (*Strategy) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{12}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Strategy) GetEnableTenantHot() bool {
@@ -1285,7 +1384,7 @@ type CachePolicy struct {
 
 func (x *CachePolicy) Reset() {
 	*x = CachePolicy{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1396,7 @@ func (x *CachePolicy) String() string {
 func (*CachePolicy) ProtoMessage() {}
 
 func (x *CachePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1409,7 @@ func (x *CachePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CachePolicy.ProtoReflect.Descriptor instead.
 func (*CachePolicy) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{13}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CachePolicy) GetChainMatching() bool {
@@ -1461,7 +1560,7 @@ type GetCachePolicyRequest struct {
 
 func (x *GetCachePolicyRequest) Reset() {
 	*x = GetCachePolicyRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1572,7 @@ func (x *GetCachePolicyRequest) String() string {
 func (*GetCachePolicyRequest) ProtoMessage() {}
 
 func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1585,7 @@ func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{14}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{15}
 }
 
 type SetCachePolicyRequest struct {
@@ -1498,7 +1597,7 @@ type SetCachePolicyRequest struct {
 
 func (x *SetCachePolicyRequest) Reset() {
 	*x = SetCachePolicyRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1609,7 @@ func (x *SetCachePolicyRequest) String() string {
 func (*SetCachePolicyRequest) ProtoMessage() {}
 
 func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1622,7 @@ func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{15}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetCachePolicyRequest) GetPolicy() *CachePolicy {
@@ -1541,7 +1640,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1652,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1665,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
 }
 
 type Member struct {
@@ -1582,7 +1681,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1693,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1706,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Member) GetId() string {
@@ -1664,7 +1763,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1775,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1788,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -1780,7 +1879,7 @@ type AddServerRequest struct {
 
 func (x *AddServerRequest) Reset() {
 	*x = AddServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1891,7 @@ func (x *AddServerRequest) String() string {
 func (*AddServerRequest) ProtoMessage() {}
 
 func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1904,7 @@ func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerRequest.ProtoReflect.Descriptor instead.
 func (*AddServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddServerRequest) GetId() string {
@@ -1838,7 +1937,7 @@ type AddServerResponse struct {
 
 func (x *AddServerResponse) Reset() {
 	*x = AddServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1949,7 @@ func (x *AddServerResponse) String() string {
 func (*AddServerResponse) ProtoMessage() {}
 
 func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1962,7 @@ func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerResponse.ProtoReflect.Descriptor instead.
 func (*AddServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddServerResponse) GetIndex() uint64 {
@@ -1882,7 +1981,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +1993,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2006,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -1926,7 +2025,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2037,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2050,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveServerResponse) GetIndex() uint64 {
@@ -1972,7 +2071,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2083,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2096,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -2023,7 +2122,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2134,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2147,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -2066,7 +2165,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2177,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2190,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
 }
 
 type SnapshotResponse struct {
@@ -2104,7 +2203,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2215,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2228,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -2154,7 +2253,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2265,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2278,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
 }
 
 type BackupChunk struct {
@@ -2191,7 +2290,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2302,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2315,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2235,7 +2334,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2247,7 +2346,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2260,7 +2359,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -2280,7 +2379,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2391,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2404,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RestoreResponse) GetAppliedIndex() uint64 {
@@ -2330,7 +2429,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2441,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2454,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
 }
 
 type DigestResponse struct {
@@ -2368,7 +2467,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2479,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2492,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DigestResponse) GetAppliedIndex() uint64 {
@@ -2417,7 +2516,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"*api/inferencecache/v1/inferencecache.proto\x12\x11inferencecache.v1\"5\n" +
 	"\x03Slo\x12\x17\n" +
 	"\attft_ms\x18\x01 \x01(\rR\x06ttftMs\x12\x15\n" +
-	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\xa3\x03\n" +
+	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\xc6\x03\n" +
 	"\x12LookupRouteRequest\x12\x1f\n" +
 	"\vprefix_hash\x18\x01 \x01(\x04R\n" +
 	"prefixHash\x12!\n" +
@@ -2435,8 +2534,17 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x03slo\x18\n" +
 	" \x01(\v2\x16.inferencecache.v1.SloR\x03slo\x12!\n" +
 	"\fmax_replicas\x18\v \x01(\rR\vmaxReplicas\x12\x18\n" +
-	"\aexplain\x18\f \x01(\bR\aexplain\"\x87\x03\n" +
-	"\vHintExplain\x12'\n" +
+	"\aexplain\x18\f \x01(\bR\aexplain\x12!\n" +
+	"\finclude_load\x18\r \x01(\bR\vincludeLoad\"\xc0\x01\n" +
+	"\vReplicaLoad\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x12)\n" +
+	"\x10waiting_requests\x18\x02 \x01(\rR\x0fwaitingRequests\x12)\n" +
+	"\x10running_requests\x18\x03 \x01(\rR\x0frunningRequests\x12\x1a\n" +
+	"\bpressure\x18\x04 \x01(\x01R\bpressure\x12 \n" +
+	"\fstats_age_ms\x18\x05 \x01(\x04R\n" +
+	"statsAgeMs\"\x8c\x03\n" +
+	"\vHintFactors\x12'\n" +
 	"\x0franking_version\x18\x01 \x01(\tR\x0erankingVersion\x12\x1c\n" +
 	"\tfreshness\x18\x02 \x01(\x01R\tfreshness\x12'\n" +
 	"\x0fpressure_factor\x18\x03 \x01(\x01R\x0epressureFactor\x12\x19\n" +
@@ -2444,10 +2552,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x14distinguishing_power\x18\x05 \x01(\x01R\x13distinguishingPower\x12*\n" +
 	"\x11matching_at_depth\x18\x06 \x01(\rR\x0fmatchingAtDepth\x12%\n" +
 	"\x0etotal_replicas\x18\a \x01(\rR\rtotalReplicas\x12&\n" +
-	"\x0ftenant_hit_rate\x18\b \x01(\x01R\rtenantHitRate\x12\x1e\n" +
-	"\n" +
-	"rendezvous\x18\t \x01(\bR\n" +
-	"rendezvous\x12\x1f\n" +
+	"\x0ftenant_hit_rate\x18\b \x01(\x01R\rtenantHitRate\x12#\n" +
+	"\raffinity_pick\x18\t \x01(\bR\faffinityPick\x12\x1f\n" +
 	"\vstats_fresh\x18\n" +
 	" \x01(\bR\n" +
 	"statsFresh\"\xf1\x02\n" +
@@ -2460,10 +2566,10 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\tfreshness\x18\x05 \x01(\x01R\tfreshness\x12\x15\n" +
 	"\x06age_ms\x18\x06 \x01(\x04R\x05ageMs\x12\x1a\n" +
 	"\bpressure\x18\a \x01(\x01R\bpressure\x12)\n" +
-	"\x10requests_waiting\x18\b \x01(\rR\x0frequestsWaiting\x12)\n" +
-	"\x10requests_running\x18\t \x01(\rR\x0frequestsRunning\x128\n" +
-	"\aexplain\x18\n" +
-	" \x01(\v2\x1e.inferencecache.v1.HintExplainR\aexplain\"\xb6\x02\n" +
+	"\x10waiting_requests\x18\b \x01(\rR\x0fwaitingRequests\x12)\n" +
+	"\x10running_requests\x18\t \x01(\rR\x0frunningRequests\x128\n" +
+	"\afactors\x18\n" +
+	" \x01(\v2\x1e.inferencecache.v1.HintFactorsR\afactors\"\xec\x02\n" +
 	"\x13LookupRouteResponse\x12:\n" +
 	"\breplicas\x18\x01 \x03(\v2\x1e.inferencecache.v1.ReplicaHintR\breplicas\x12>\n" +
 	"\vreason_code\x18\x02 \x01(\x0e2\x1d.inferencecache.v1.ReasonCodeR\n" +
@@ -2472,7 +2578,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\tserved_by\x18\x04 \x01(\tR\bservedBy\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12\x14\n" +
 	"\x05stale\x18\x06 \x01(\bR\x05stale\x123\n" +
-	"\x16last_leader_contact_ms\x18\a \x01(\x04R\x13lastLeaderContactMs\"\x84\x04\n" +
+	"\x16last_leader_contact_ms\x18\a \x01(\x04R\x13lastLeaderContactMs\x124\n" +
+	"\x05loads\x18\b \x03(\v2\x1e.inferencecache.v1.ReplicaLoadR\x05loads\"\x84\x04\n" +
 	"\n" +
 	"BlockEvent\x126\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\".inferencecache.v1.BlockEvent.KindR\x04kind\x12\x1d\n" +
@@ -2520,8 +2627,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x0ftenant_hit_rate\x18\x05 \x03(\v22.inferencecache.v1.ReplicaStats.TenantHitRateEntryR\rtenantHitRate\x12$\n" +
 	"\x0eobserved_at_ms\x18\x06 \x01(\x03R\fobservedAtMs\x12\x1a\n" +
 	"\bendpoint\x18\a \x01(\tR\bendpoint\x12)\n" +
-	"\x10requests_waiting\x18\b \x01(\rR\x0frequestsWaiting\x12)\n" +
-	"\x10requests_running\x18\t \x01(\rR\x0frequestsRunning\x1a@\n" +
+	"\x10waiting_requests\x18\b \x01(\rR\x0fwaitingRequests\x12)\n" +
+	"\x10running_requests\x18\t \x01(\rR\x0frunningRequests\x1a@\n" +
 	"\x12TenantHitRateEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"q\n" +
@@ -2657,94 +2764,96 @@ func file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inferencecache_v1_inferencecache_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(ReasonCode)(0),                    // 0: inferencecache.v1.ReasonCode
 	(BlockEvent_Kind)(0),               // 1: inferencecache.v1.BlockEvent.Kind
 	(*Slo)(nil),                        // 2: inferencecache.v1.Slo
 	(*LookupRouteRequest)(nil),         // 3: inferencecache.v1.LookupRouteRequest
-	(*HintExplain)(nil),                // 4: inferencecache.v1.HintExplain
-	(*ReplicaHint)(nil),                // 5: inferencecache.v1.ReplicaHint
-	(*LookupRouteResponse)(nil),        // 6: inferencecache.v1.LookupRouteResponse
-	(*BlockEvent)(nil),                 // 7: inferencecache.v1.BlockEvent
-	(*IngestRequest)(nil),              // 8: inferencecache.v1.IngestRequest
-	(*Rejection)(nil),                  // 9: inferencecache.v1.Rejection
-	(*IngestResponse)(nil),             // 10: inferencecache.v1.IngestResponse
-	(*ReplicaStats)(nil),               // 11: inferencecache.v1.ReplicaStats
-	(*ReportReplicaStatsRequest)(nil),  // 12: inferencecache.v1.ReportReplicaStatsRequest
-	(*ReportReplicaStatsResponse)(nil), // 13: inferencecache.v1.ReportReplicaStatsResponse
-	(*Strategy)(nil),                   // 14: inferencecache.v1.Strategy
-	(*CachePolicy)(nil),                // 15: inferencecache.v1.CachePolicy
-	(*GetCachePolicyRequest)(nil),      // 16: inferencecache.v1.GetCachePolicyRequest
-	(*SetCachePolicyRequest)(nil),      // 17: inferencecache.v1.SetCachePolicyRequest
-	(*StatusRequest)(nil),              // 18: inferencecache.v1.StatusRequest
-	(*Member)(nil),                     // 19: inferencecache.v1.Member
-	(*StatusResponse)(nil),             // 20: inferencecache.v1.StatusResponse
-	(*AddServerRequest)(nil),           // 21: inferencecache.v1.AddServerRequest
-	(*AddServerResponse)(nil),          // 22: inferencecache.v1.AddServerResponse
-	(*RemoveServerRequest)(nil),        // 23: inferencecache.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),       // 24: inferencecache.v1.RemoveServerResponse
-	(*TransferLeadershipRequest)(nil),  // 25: inferencecache.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 26: inferencecache.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 27: inferencecache.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 28: inferencecache.v1.SnapshotResponse
-	(*BackupRequest)(nil),              // 29: inferencecache.v1.BackupRequest
-	(*BackupChunk)(nil),                // 30: inferencecache.v1.BackupChunk
-	(*RestoreChunk)(nil),               // 31: inferencecache.v1.RestoreChunk
-	(*RestoreResponse)(nil),            // 32: inferencecache.v1.RestoreResponse
-	(*DigestRequest)(nil),              // 33: inferencecache.v1.DigestRequest
-	(*DigestResponse)(nil),             // 34: inferencecache.v1.DigestResponse
-	nil,                                // 35: inferencecache.v1.ReplicaStats.TenantHitRateEntry
-	nil,                                // 36: inferencecache.v1.CachePolicy.BlockSizeEntry
+	(*ReplicaLoad)(nil),                // 4: inferencecache.v1.ReplicaLoad
+	(*HintFactors)(nil),                // 5: inferencecache.v1.HintFactors
+	(*ReplicaHint)(nil),                // 6: inferencecache.v1.ReplicaHint
+	(*LookupRouteResponse)(nil),        // 7: inferencecache.v1.LookupRouteResponse
+	(*BlockEvent)(nil),                 // 8: inferencecache.v1.BlockEvent
+	(*IngestRequest)(nil),              // 9: inferencecache.v1.IngestRequest
+	(*Rejection)(nil),                  // 10: inferencecache.v1.Rejection
+	(*IngestResponse)(nil),             // 11: inferencecache.v1.IngestResponse
+	(*ReplicaStats)(nil),               // 12: inferencecache.v1.ReplicaStats
+	(*ReportReplicaStatsRequest)(nil),  // 13: inferencecache.v1.ReportReplicaStatsRequest
+	(*ReportReplicaStatsResponse)(nil), // 14: inferencecache.v1.ReportReplicaStatsResponse
+	(*Strategy)(nil),                   // 15: inferencecache.v1.Strategy
+	(*CachePolicy)(nil),                // 16: inferencecache.v1.CachePolicy
+	(*GetCachePolicyRequest)(nil),      // 17: inferencecache.v1.GetCachePolicyRequest
+	(*SetCachePolicyRequest)(nil),      // 18: inferencecache.v1.SetCachePolicyRequest
+	(*StatusRequest)(nil),              // 19: inferencecache.v1.StatusRequest
+	(*Member)(nil),                     // 20: inferencecache.v1.Member
+	(*StatusResponse)(nil),             // 21: inferencecache.v1.StatusResponse
+	(*AddServerRequest)(nil),           // 22: inferencecache.v1.AddServerRequest
+	(*AddServerResponse)(nil),          // 23: inferencecache.v1.AddServerResponse
+	(*RemoveServerRequest)(nil),        // 24: inferencecache.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),       // 25: inferencecache.v1.RemoveServerResponse
+	(*TransferLeadershipRequest)(nil),  // 26: inferencecache.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 27: inferencecache.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 28: inferencecache.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 29: inferencecache.v1.SnapshotResponse
+	(*BackupRequest)(nil),              // 30: inferencecache.v1.BackupRequest
+	(*BackupChunk)(nil),                // 31: inferencecache.v1.BackupChunk
+	(*RestoreChunk)(nil),               // 32: inferencecache.v1.RestoreChunk
+	(*RestoreResponse)(nil),            // 33: inferencecache.v1.RestoreResponse
+	(*DigestRequest)(nil),              // 34: inferencecache.v1.DigestRequest
+	(*DigestResponse)(nil),             // 35: inferencecache.v1.DigestResponse
+	nil,                                // 36: inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	nil,                                // 37: inferencecache.v1.CachePolicy.BlockSizeEntry
 }
 var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	2,  // 0: inferencecache.v1.LookupRouteRequest.slo:type_name -> inferencecache.v1.Slo
-	4,  // 1: inferencecache.v1.ReplicaHint.explain:type_name -> inferencecache.v1.HintExplain
-	5,  // 2: inferencecache.v1.LookupRouteResponse.replicas:type_name -> inferencecache.v1.ReplicaHint
+	5,  // 1: inferencecache.v1.ReplicaHint.factors:type_name -> inferencecache.v1.HintFactors
+	6,  // 2: inferencecache.v1.LookupRouteResponse.replicas:type_name -> inferencecache.v1.ReplicaHint
 	0,  // 3: inferencecache.v1.LookupRouteResponse.reason_code:type_name -> inferencecache.v1.ReasonCode
-	1,  // 4: inferencecache.v1.BlockEvent.kind:type_name -> inferencecache.v1.BlockEvent.Kind
-	7,  // 5: inferencecache.v1.IngestRequest.events:type_name -> inferencecache.v1.BlockEvent
-	9,  // 6: inferencecache.v1.IngestResponse.rejected:type_name -> inferencecache.v1.Rejection
-	35, // 7: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
-	11, // 8: inferencecache.v1.ReportReplicaStatsRequest.stats:type_name -> inferencecache.v1.ReplicaStats
-	9,  // 9: inferencecache.v1.ReportReplicaStatsResponse.rejected:type_name -> inferencecache.v1.Rejection
-	14, // 10: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
-	36, // 11: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
-	15, // 12: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
-	19, // 13: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
-	3,  // 14: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
-	8,  // 15: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
-	8,  // 16: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
-	12, // 17: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
-	16, // 18: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
-	17, // 19: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
-	18, // 20: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
-	21, // 21: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
-	23, // 22: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
-	25, // 23: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
-	27, // 24: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
-	33, // 25: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
-	29, // 26: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
-	31, // 27: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
-	6,  // 28: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
-	10, // 29: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
-	10, // 30: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
-	13, // 31: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
-	15, // 32: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	15, // 33: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	20, // 34: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
-	22, // 35: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
-	24, // 36: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
-	26, // 37: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
-	28, // 38: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
-	34, // 39: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
-	30, // 40: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
-	32, // 41: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
-	28, // [28:42] is the sub-list for method output_type
-	14, // [14:28] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	4,  // 4: inferencecache.v1.LookupRouteResponse.loads:type_name -> inferencecache.v1.ReplicaLoad
+	1,  // 5: inferencecache.v1.BlockEvent.kind:type_name -> inferencecache.v1.BlockEvent.Kind
+	8,  // 6: inferencecache.v1.IngestRequest.events:type_name -> inferencecache.v1.BlockEvent
+	10, // 7: inferencecache.v1.IngestResponse.rejected:type_name -> inferencecache.v1.Rejection
+	36, // 8: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	12, // 9: inferencecache.v1.ReportReplicaStatsRequest.stats:type_name -> inferencecache.v1.ReplicaStats
+	10, // 10: inferencecache.v1.ReportReplicaStatsResponse.rejected:type_name -> inferencecache.v1.Rejection
+	15, // 11: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
+	37, // 12: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
+	16, // 13: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
+	20, // 14: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
+	3,  // 15: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
+	9,  // 16: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
+	9,  // 17: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
+	13, // 18: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
+	17, // 19: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
+	18, // 20: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
+	19, // 21: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
+	22, // 22: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
+	24, // 23: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
+	26, // 24: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
+	28, // 25: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
+	34, // 26: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
+	30, // 27: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
+	32, // 28: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
+	7,  // 29: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
+	11, // 30: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
+	11, // 31: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
+	14, // 32: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
+	16, // 33: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	16, // 34: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	21, // 35: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
+	23, // 36: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
+	25, // 37: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
+	27, // 38: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
+	29, // 39: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
+	35, // 40: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
+	31, // 41: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
+	33, // 42: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
+	29, // [29:43] is the sub-list for method output_type
+	15, // [15:29] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_api_inferencecache_v1_inferencecache_proto_init() }
@@ -2758,7 +2867,7 @@ func file_api_inferencecache_v1_inferencecache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inferencecache_v1_inferencecache_proto_rawDesc), len(file_api_inferencecache_v1_inferencecache_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

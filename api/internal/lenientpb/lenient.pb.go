@@ -275,8 +275,8 @@ type ReplicaStats struct {
 	TenantHitRate   []*HitRate             `protobuf:"bytes,5,rep,name=tenant_hit_rate,json=tenantHitRate,proto3" json:"tenant_hit_rate,omitempty"`
 	ObservedAtMs    int64                  `protobuf:"varint,6,opt,name=observed_at_ms,json=observedAtMs,proto3" json:"observed_at_ms,omitempty"`
 	Endpoint        []byte                 `protobuf:"bytes,7,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	RequestsWaiting uint32                 `protobuf:"varint,8,opt,name=requests_waiting,json=requestsWaiting,proto3" json:"requests_waiting,omitempty"`
-	RequestsRunning uint32                 `protobuf:"varint,9,opt,name=requests_running,json=requestsRunning,proto3" json:"requests_running,omitempty"`
+	WaitingRequests uint32                 `protobuf:"varint,8,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	RunningRequests uint32                 `protobuf:"varint,9,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -360,16 +360,16 @@ func (x *ReplicaStats) GetEndpoint() []byte {
 	return nil
 }
 
-func (x *ReplicaStats) GetRequestsWaiting() uint32 {
+func (x *ReplicaStats) GetWaitingRequests() uint32 {
 	if x != nil {
-		return x.RequestsWaiting
+		return x.WaitingRequests
 	}
 	return 0
 }
 
-func (x *ReplicaStats) GetRequestsRunning() uint32 {
+func (x *ReplicaStats) GetRunningRequests() uint32 {
 	if x != nil {
-		return x.RequestsRunning
+		return x.RunningRequests
 	}
 	return 0
 }
@@ -466,8 +466,8 @@ const file_api_internal_lenientpb_lenient_proto_rawDesc = "" +
 	"\x0ftenant_hit_rate\x18\x05 \x03(\v2(.inferencecache.internal.lenient.HitRateR\rtenantHitRate\x12$\n" +
 	"\x0eobserved_at_ms\x18\x06 \x01(\x03R\fobservedAtMs\x12\x1a\n" +
 	"\bendpoint\x18\a \x01(\fR\bendpoint\x12)\n" +
-	"\x10requests_waiting\x18\b \x01(\rR\x0frequestsWaiting\x12)\n" +
-	"\x10requests_running\x18\t \x01(\rR\x0frequestsRunning\"\x7f\n" +
+	"\x10waiting_requests\x18\b \x01(\rR\x0fwaitingRequests\x12)\n" +
+	"\x10running_requests\x18\t \x01(\rR\x0frunningRequests\"\x7f\n" +
 	"\x19ReportReplicaStatsRequest\x12C\n" +
 	"\x05stats\x18\x01 \x03(\v2-.inferencecache.internal.lenient.ReplicaStatsR\x05stats\x12\x1d\n" +
 	"\n" +
