@@ -311,3 +311,33 @@ func TestPicker_ConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// A replica without a hint takes the engine's counts from the response's
+// loads (LookupRouteRequest.include_load); a replica with a hint keeps
+// the hint's; loads naming non-candidates are ignored.
+func TestPicker_LoadsCountForReplicasWithoutAHint(t *testing.T) {
+	cfg := PickerConfig{TokensPerWaitingRequest: 1000, RunningWeight: 0.5, Seed: 1}
+	p := NewPicker(cfg)
+	resp := &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_PREFIX_MATCH,
+		Replicas: []*pb.ReplicaHint{prefixHint("a", 1024, 1, 0)},
+		Loads: []*pb.ReplicaLoad{
+			{ReplicaId: "a", WaitingRequests: 9, RunningRequests: 9},
+			{ReplicaId: "b", WaitingRequests: 2, RunningRequests: 4},
+			{ReplicaId: "gone", WaitingRequests: 50},
+		}}
+	d := p.Pick(resp, []string{"a", "b", "c"}, 2048)
+	for i, want := range []struct {
+		waiting, running uint32
+		cached           int
+	}{{1, 0, 1024}, {2, 4, 0}, {0, 0, 0}} {
+		c := d.Costs[i]
+		others, cost := expectedCost(cfg, 2048, want.cached, 0, int(want.waiting), int(want.running), 0, 0, 1000)
+		if c.ReportedWaiting != want.waiting || c.ReportedRunning != want.running || !near(c.OthersTokens, others) || !near(c.Cost, cost) {
+			t.Errorf("%s: %+v, want reported %d/%d, others %v, cost %v", c.Replica, c, want.waiting, want.running, others, cost)
+		}
+	}
+	// a: 1000 + 1024 = 2024; b: (2 + 0.5 × 4) × 1000 + 2048 = 6048; c: 2048.
+	if d.Replica != "a" || len(d.Costs) != 3 {
+		t.Fatalf("picked %q from %d costs, want a from 3", d.Replica, len(d.Costs))
+	}
+}
