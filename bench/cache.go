@@ -133,6 +133,7 @@ func (c *Cache) admit(blocks []uint64, a *Admission, reserve int, pin bool) int 
 	// Too little room left: store only the leading blocks that fit.
 	cut := len(blocks)
 	if room := limit - len(c.idx); room < missing {
+		room = max(room, 0)
 		for i, h := range blocks {
 			if _, ok := c.idx[h]; ok {
 				continue

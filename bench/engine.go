@@ -55,8 +55,9 @@ func (c *FleetConfig) fill() error {
 
 // inflight is a request admitted to an engine and not finished.
 type inflight struct {
-	start, done float64 // prefill start, last token (virtual s)
-	kvBlocks    int     // blocks it holds while running: its cached prompt run and its output
+	start, done float64  // prefill start, last token (virtual s)
+	blocks      []uint64 // its pinned prompt run
+	output      int      // its reserved output blocks
 }
 
 type inflightHeap []inflight
@@ -164,6 +165,7 @@ type Engine struct {
 	outputBlocks  int          // reserved by the running requests
 	adm           Admission
 	events        []KVEvent // not yet released, in At order
+	usedBlocks    map[uint64]struct{}
 
 	requests, queryTokens, hitTokens int64
 
@@ -173,7 +175,7 @@ type Engine struct {
 
 // NewEngine returns engine id of a fleet with cfg (filled).
 func NewEngine(id int, cfg FleetConfig) *Engine {
-	return &Engine{ID: id, Cache: NewCache(cfg.CacheBlocks), cfg: cfg}
+	return &Engine{ID: id, Cache: NewCache(cfg.CacheBlocks), cfg: cfg, usedBlocks: map[uint64]struct{}{}}
 }
 
 // advance retires the requests finished by virtual time t.
@@ -235,7 +237,7 @@ func (e *Engine) Serve(r *Request, t float64) Served {
 	held := e.Cache.AdmitPinned(blocks, &e.adm, e.outputBlocks+output)
 	e.outputBlocks += output
 	heap.Push(&e.pins, pinned{done: done, blocks: blocks[:held:held], output: output})
-	heap.Push(&e.inflight, inflight{start: start, done: done, kvBlocks: held + output})
+	heap.Push(&e.inflight, inflight{start: start, done: done, blocks: blocks[:held:held], output: output})
 	at := end
 	if e.cfg.EventsAtArrival {
 		at = t
@@ -270,10 +272,12 @@ func (e *Engine) PendingEvents() int { return len(e.events) }
 
 // Scrape records the engine's metrics as of virtual time at (not before
 // the previous call's t, not after the next arrival): what its /metrics
-// reports until the next scrape.
-func (e *Engine) Scrape(at float64) {
+// reports until the next scrape. It reports whether any value other than
+// the time changed.
+func (e *Engine) Scrape(at float64) bool {
 	m := MetricsSnapshot{At: at, QueryTokens: e.queryTokens, HitTokens: e.hitTokens}
 	kv := 0
+	clear(e.usedBlocks)
 	for _, f := range e.inflight {
 		if f.done <= at {
 			continue
@@ -283,12 +287,19 @@ func (e *Engine) Scrape(at float64) {
 			continue
 		}
 		m.Running++
-		kv += f.kvBlocks
+		kv += f.output
+		for _, h := range f.blocks {
+			e.usedBlocks[h] = struct{}{} // a block shared by running requests takes one slot
+		}
 	}
+	kv += len(e.usedBlocks)
 	m.KVUsage = min(1, float64(kv)/float64(e.Cache.Capacity()))
 	e.mu.Lock()
+	old := e.snap
 	e.snap = m
 	e.mu.Unlock()
+	old.At = at
+	return old != m
 }
 
 // Metrics returns the last scrape's snapshot.

@@ -290,7 +290,6 @@ func TestEngineScrape_HandWorked(t *testing.T) {
 // Capacity − reserve, admit computes a negative room, its "room == 0"
 // cut never triggers, and every block is stored beyond the capacity.
 func TestCache_AdmitPinnedNeverExceedsCapacity(t *testing.T) {
-	t.Skip("bug in cache.go admit (negative room stores every block), reported; remove this skip with the fix")
 	c := NewCache(4)
 	var a Admission
 	c.AdmitPinned([]uint64{1, 2, 3}, &a, 1)
@@ -304,7 +303,6 @@ func TestCache_AdmitPinnedNeverExceedsCapacity(t *testing.T) {
 // requests occupies one slot of the cache (AdmitPinned counts it once),
 // but Scrape adds it to the KV usage once per request.
 func TestEngineScrape_CountsSharedBlocksOnce(t *testing.T) {
-	t.Skip("bug in engine.go Scrape (shared prompt blocks counted per request), reported; remove this skip with the fix")
 	e := NewEngine(0, FleetConfig{Engines: 1, CacheBlocks: 10, PrefillTPS: 1000, DecodeTPS: 100})
 	e.Serve(&Request{InputLength: 1024, OutputLength: 100, HashIDs: []uint64{1, 2}}, 0)
 	e.Serve(&Request{InputLength: 1536, OutputLength: 100, HashIDs: []uint64{1, 2, 3}}, 0.5)

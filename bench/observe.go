@@ -46,6 +46,9 @@ type ackSink struct {
 	changed chan struct{} // closed and replaced on every acknowledgement
 	acked   []int64
 	applied uint64
+	// statsApplied is the highest applied index of an acknowledged
+	// ReportReplicaStats.
+	statsApplied uint64
 }
 
 func newAckSink(inner observe.Sink, replicas []string) *ackSink {
@@ -77,7 +80,13 @@ func (s *ackSink) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 }
 
 func (s *ackSink) ReportStats(ctx context.Context, req *pb.ReportReplicaStatsRequest) (*pb.ReportReplicaStatsResponse, error) {
-	return s.inner.ReportStats(ctx, req)
+	resp, err := s.inner.ReportStats(ctx, req)
+	if err == nil {
+		s.mu.Lock()
+		s.statsApplied = max(s.statsApplied, resp.GetAppliedIndex())
+		s.mu.Unlock()
+	}
+	return resp, err
 }
 
 // waitAcked waits until every replica's acknowledged count reaches want
@@ -121,6 +130,7 @@ type observation struct {
 	grpcSink  *observe.GRPCSink
 	metrics   *observe.Metrics
 	log       *slog.Logger
+	sub       *observe.Subscriber
 
 	// seq numbers the published events; touched[h] is the seq of the
 	// last event that stored or evicted block h, confirmed the last seq
@@ -228,6 +238,7 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encodin
 	o.sink = newAckSink(gs, replicas)
 	o.metrics = observe.NewMetrics(nil)
 	sub := observe.New(cfg, o.sink, observe.Options{Logger: log, Metrics: o.metrics})
+	o.sub = sub
 	sctx, cancel := context.WithCancel(context.Background())
 	o.cancel = cancel
 	go func() { defer close(o.done); _ = sub.Run(sctx) }()
@@ -279,6 +290,30 @@ func (o *observation) barrier(ctx context.Context) error {
 		o.confirmed = seq
 		return nil
 	}
+	if err := o.waitApplied(ctx, applied); err != nil {
+		return err
+	}
+	o.verified, o.confirmed = applied, seq
+	return nil
+}
+
+// syncStats has the subscriber scrape these replicas' engines now and
+// waits until every node applied the reports: their last Scrape is then
+// what lookups carry.
+func (o *observation) syncStats(ctx context.Context, replicas []string) error {
+	ctx, cancel := context.WithTimeout(ctx, barrierTimeout)
+	defer cancel()
+	if err := o.sub.ScrapeNow(ctx, replicas...); err != nil {
+		return fmt.Errorf("bench: scraping the engines: %w", err)
+	}
+	o.sink.mu.Lock()
+	applied := o.sink.statsApplied
+	o.sink.mu.Unlock()
+	return o.waitApplied(ctx, applied)
+}
+
+// waitApplied waits until every node's applied index reaches applied.
+func (o *observation) waitApplied(ctx context.Context, applied uint64) error {
 	for _, st := range o.status {
 		for {
 			r, err := st.Status(ctx, &pb.StatusRequest{})
@@ -291,7 +326,6 @@ func (o *observation) barrier(ctx context.Context) error {
 			time.Sleep(200 * time.Microsecond)
 		}
 	}
-	o.verified, o.confirmed = applied, seq
 	return nil
 }
 

@@ -115,6 +115,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "\n  policy: %s\n", s.Policy)
 		fmt.Fprintf(&b, "  observation: %d block hashes published over ZMQ (%s), %d visibility waits (%s total, %d timed out); time: %s\n",
 			s.Published, r.Encoding, s.Barriers, s.BarrierWall.Round(time.Millisecond), s.BarrierTimeouts, r.TimeCompression(s))
+		if s.StatsSyncs > 0 {
+			fmt.Fprintf(&b, "  stats: the engines whose metrics changed scraped at %d virtual scrape ticks (%s total)\n", s.StatsSyncs, s.StatsSyncWall.Round(time.Millisecond))
+		}
 	}
 	fmt.Fprintf(&b, "TTFT is modelled: queue wait + uncached tokens / prefill speed, in the trace's virtual time.\n")
 	fmt.Fprintf(&b, "Visibility (%s): ", r.Visibility)

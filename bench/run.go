@@ -121,9 +121,14 @@ type Result struct {
 	// Wall is the replay's wall time.
 	Wall time.Duration
 	// Barriers counts visibility waits, BarrierWall their total time,
-	// BarrierTimeouts those that gave up.
+	// BarrierTimeouts those that gave up (stats syncs included).
 	Barriers, BarrierTimeouts int
 	BarrierWall               time.Duration
+	// StatsSyncs counts the scrapes, at a virtual scrape tick, of the
+	// engines whose metrics changed (lookuproute-sdk with several
+	// gateways), StatsSyncWall their time.
+	StatsSyncs    int
+	StatsSyncWall time.Duration
 	// FailOpen counts lookups the client answered NO_HINT itself (error
 	// or timeout); UnknownReplica hints naming a replica outside the fleet.
 	FailOpen, UnknownReplica int64
@@ -358,6 +363,12 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 		failOpen0 = int64(cl.Stats().FailOpen)
 	}
 	scrapeEvery := cfg.ScrapeInterval.Seconds()
+	// With several gateways the picker relies on the engines' queue that
+	// the hints carry; the subscriber then scrapes at every tick of
+	// virtual time, as llm-d's refresh does, instead of at its wall-time
+	// interval (which the replay's compression would make seconds stale).
+	syncStats := obs != nil && name == StrategyLookupRouteSDK && n > 1
+	var changed []string // engines whose metrics changed at this request's tick
 	lastScrape := math.Inf(-1)
 	start := time.Now()
 	var sumTTFT float64
@@ -367,10 +378,13 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 		}
 		q := &reqs[i]
 		t := float64(q.Timestamp-t0) / 1000
+		changed = changed[:0]
 		if tick := math.Floor(t/scrapeEvery) * scrapeEvery; tick > lastScrape {
 			lastScrape = tick
-			for _, e := range f.Engines {
-				e.Scrape(tick)
+			for k, e := range f.Engines {
+				if e.Scrape(tick) {
+					changed = append(changed, f.ReplicaID(k))
+				}
 			}
 		}
 		vis := cfg.visible(t)
@@ -393,6 +407,18 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 				cfg.Logger.Warn("visibility barrier", "request", i, "err", err)
 			}
 			res.BarrierWall += time.Since(bs)
+		}
+		if len(changed) > 0 && syncStats {
+			bs := time.Now()
+			res.StatsSyncs++
+			if err := obs.syncStats(ctx, changed); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				res.BarrierTimeouts++
+				cfg.Logger.Warn("stats sync", "request", i, "err", err)
+			}
+			res.StatsSyncWall += time.Since(bs)
 		}
 		e := g.Route(ctx, i, q, t)
 		s := f.Engines[e].Serve(q, t)

@@ -31,14 +31,14 @@ import (
 //	              that have not produced their first token (Start …
 //	              FirstToken): exact for what this gateway sent
 //	others(r)   = (max(0, waiting(r) − own_waiting(r))
-//	              + RunningWeight × max(0, running(r) − own_in_flight(r)))
+//	              + RunningWeight × max(0, running(r) − own_running(r)))
 //	              × tokens per request: the load other gateways sent, from
 //	              the engine's own counts carried by r's hint or, for a
 //	              replica without one, by the response's loads (ask with
 //	              LookupRouteRequest.include_load); 0 when neither carries
 //	              them. own_waiting(r) is this picker's
 //	              requests there before their first token beyond the one
-//	              prefilling
+//	              prefilling, own_running(r) the rest of its requests there
 //
 // The lowest cost wins. Ties, common between idle replicas, go to the
 // replica with fewer requests in flight (this picker's, or the engine's
@@ -145,7 +145,8 @@ type PickCost struct {
 	// and ReportedRunning are the engine's own counts from the hint.
 	InFlight                         int
 	ReportedWaiting, ReportedRunning uint32
-	// Cost = QueuedTokens + OthersTokens + UncachedTokens.
+	// Cost = QueuedTokens + OthersTokens + UncachedTokens − CacheAffinity
+	// × CachedTokens.
 	Cost float64
 }
 
@@ -225,7 +226,7 @@ func (p *Picker) Pick(resp *pb.LookupRouteResponse, candidates []string, promptT
 		total += c.InFlight
 		ownWaiting := max(0, l.prefilling-1)
 		c.OthersTokens = (float64(max(0, int(c.ReportedWaiting)-ownWaiting)) +
-			p.cfg.RunningWeight*float64(max(0, int(c.ReportedRunning)-c.InFlight))) * perReq
+			p.cfg.RunningWeight*float64(max(0, int(c.ReportedRunning)-(c.InFlight-ownWaiting)))) * perReq
 		c.Cost = c.QueuedTokens + c.OthersTokens + float64(c.UncachedTokens) - p.cfg.CacheAffinity*float64(c.CachedTokens)
 	}
 	bound := math.Inf(1)

@@ -19,7 +19,8 @@ import (
 // expectedCost is the documented cost of one candidate.
 func expectedCost(cfg PickerConfig, prompt, cached int, queued float64, waiting, running, ownPrefilling, ownInFlight int, perReq float64) (others, cost float64) {
 	ownWaiting := max(0, ownPrefilling-1)
-	others = (float64(max(0, waiting-ownWaiting)) + cfg.RunningWeight*float64(max(0, running-ownInFlight))) * perReq
+	ownRunning := ownInFlight - ownWaiting
+	others = (float64(max(0, waiting-ownWaiting)) + cfg.RunningWeight*float64(max(0, running-ownRunning))) * perReq
 	return others, queued + others + float64(prompt-cached) - cfg.CacheAffinity*float64(cached)
 }
 
@@ -84,7 +85,7 @@ func TestPicker_CachedPrefixAgainstQueue(t *testing.T) {
 // them and the request from the prefilling ones; Done from those in
 // flight (and does FirstToken's part when it was not called). Each call
 // counts once. The state is read back through Pick's terms: QueuedTokens,
-// InFlight, and OthersTokens, where own_waiting and own_in_flight offset
+// InFlight, and OthersTokens, where own_waiting and own_running offset
 // the engine's reported counts.
 func TestPicker_StartFirstTokenDoneMoveTheLoad(t *testing.T) {
 	cfg := PickerConfig{TokensPerWaitingRequest: 1000, RunningWeight: 0.5, Seed: 1}
@@ -104,7 +105,8 @@ func TestPicker_StartFirstTokenDoneMoveTheLoad(t *testing.T) {
 	}
 	check("nothing sent", 0, 0, 0)
 	r1, r2, r3 := p.StartOn("a", 300), p.StartOn("a", 500), p.StartOn("a", 700)
-	// others = (5 − 2 + 0.5 × (4 − 3)) × 1000 = 3500.
+	// own waiting 2, own running 3 − 2 = 1:
+	// others = (5 − 2 + 0.5 × (4 − 1)) × 1000 = 4500.
 	check("three started", 1500, 3, 3)
 	r1.FirstToken()
 	check("r1 first token", 1200, 2, 3)
@@ -157,12 +159,12 @@ func TestPicker_ReportedCountsEnterOthersTokens(t *testing.T) {
 		{"waiting only, default tokens per request", 0, nil, 3, 0, 2048, 0},
 		{"running only: RunningWeight of each", 0, nil, 0, 10, 2048, 0},
 		{"no counts in the hint", 0, nil, 0, 0, 2048, 0},
-		// Mean of 1000 and 3000; own waiting = 2 − 1 = 1, own in flight 2:
-		// (4 − 1 + 0.3 × (5 − 2)) × 2000.
+		// Mean of 1000 and 3000; own waiting = 2 − 1 = 1, own running
+		// 2 − 1 = 1: (4 − 1 + 0.3 × (5 − 1)) × 2000.
 		{"mean of the requests sent", 0, []int{1000, 3000}, 4, 5, 2000, 2},
-		// Own counts above the reported ones: nothing from others
-		// (own waiting 2 > 1 reported, own in flight 3 > 2 reported).
-		{"own requests cover the reported ones", 500, []int{10, 10, 10}, 1, 2, 500, 3},
+		// Own counts cover the reported ones: nothing from others
+		// (own waiting 2 > 1 reported, own running 3 − 2 = 1 = 1 reported).
+		{"own requests cover the reported ones", 500, []int{10, 10, 10}, 1, 1, 500, 3},
 		// A negative uncached count is taken as 0 and still counts as a
 		// request for the mean: (0 + 600) / 2.
 		{"negative uncached counted as 0", 0, []int{-50, 600}, 1, 0, 300, 2},

@@ -52,6 +52,11 @@ func (ix *Index) Lookup(req *LookupRequest, res *Result) {
 		}
 	}()
 	ps := ix.pol.Load()
+	if req.IncludeLoad {
+		// Whatever the key: a prompt too short for a block still needs
+		// the replicas' queue to be placed well.
+		defer ix.loads(ps, req, res)
+	}
 	if req.Explain {
 		res.RankingVersion = ps.p.RankingVersion
 	}
@@ -89,9 +94,6 @@ func (ix *Index) Lookup(req *LookupRequest, res *Result) {
 
 	ix.metaMu.RLock()
 	defer ix.metaMu.RUnlock()
-	if req.IncludeLoad {
-		defer ix.loads(ps, req, res) // under metaMu: deferred after the unlock's registration
-	}
 	m := ix.m
 	why := detailNoMatch
 	if pe := m.parts[*p]; pe != nil {
@@ -357,9 +359,10 @@ func (ix *Index) matchExact(pe *partEnt, prefix uint64, chain []uint64, res *Res
 }
 
 // loads fills res.Loads: the replicas whose fresh stats serve the
-// request's (scheme, model), replica id ascending. Caller holds
-// metaMu.RLock.
+// request's (scheme, model), replica id ascending.
 func (ix *Index) loads(ps *polState, req *LookupRequest, res *Result) {
+	ix.metaMu.RLock()
+	defer ix.metaMu.RUnlock()
 	m := ix.m
 	st := m.statSM[smKey{req.Partition.Scheme, req.Partition.Model}]
 	if st == nil || !statsFresh(req.NowMs, st.max, ps.freshMs) {

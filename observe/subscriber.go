@@ -165,16 +165,24 @@ func (s *Subscriber) start(ctx context.Context, ec EngineConfig, replayTimeout, 
 	return e
 }
 
-// ScrapeNow has every engine's stats scraper scrape its metrics_url once
-// more, outside its interval, and report the stats; it returns when every
-// scraper has had its report answered (successfully or not), or with
-// ctx's error. For tests and the benchmark gateway, whose engines change
+// ScrapeNow has the stats scrapers of the engines named by replica id
+// (none named: every engine) scrape their metrics_url once more, outside
+// their interval, and report the stats; it returns when each has had its
+// report answered (successfully or not), or with ctx's error. Unknown ids
+// are skipped. For tests and the benchmark gateway, whose engines change
 // their metrics in virtual time.
-func (s *Subscriber) ScrapeNow(ctx context.Context) error {
+func (s *Subscriber) ScrapeNow(ctx context.Context, replicaIDs ...string) error {
 	s.mu.Lock()
 	scs := make([]*scraper, 0, len(s.scrapers))
-	for _, sc := range s.scrapers {
-		scs = append(scs, sc)
+	if len(replicaIDs) == 0 {
+		for _, sc := range s.scrapers {
+			scs = append(scs, sc)
+		}
+	}
+	for _, id := range replicaIDs {
+		if sc := s.scrapers[id]; sc != nil {
+			scs = append(scs, sc)
+		}
 	}
 	s.mu.Unlock()
 	dones := make([]chan struct{}, 0, len(scs))
