@@ -63,9 +63,10 @@ func TestReport_JSONShapeIsSPEC12(t *testing.T) {
 	}
 }
 
-// End to end: a few hundred generated requests through every strategy,
-// the hint strategies against an embedded 3-node cluster fed only by the
-// engines' ZMQ KV events through the observe subscriber.
+// End to end: a few hundred generated requests through every strategy
+// with two gateways, the hint strategies against an embedded 3-node
+// cluster fed only by the engines' ZMQ KV events and /metrics through the
+// observe subscriber.
 func TestRun_SmokeEmbeddedCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
@@ -81,7 +82,7 @@ func TestRun_SmokeEmbeddedCluster(t *testing.T) {
 	tr := Generate(GeneratorConfig{Seed: 5, Requests: 300, RatePerSec: 8})
 	start := time.Now()
 	rep, err := Run(ctx, Config{Trace: tr, Fleet: FleetConfig{Engines: 4, CacheBlocks: 64}, Addrs: lc.Addrs(), Seed: 1,
-		Encoding: EncodingMap})
+		Encoding: EncodingMap, Gateways: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,13 @@ func TestRun_SmokeEmbeddedCluster(t *testing.T) {
 			t.Errorf("%s: engines served %d requests, want 300", s.Name, n)
 		}
 	}
-	for _, name := range []string{StrategyLookupRouteV1, StrategyLookupRouteV2} {
+	if rep.Gateways != 2 {
+		t.Errorf("report says %d gateways, want 2", rep.Gateways)
+	}
+	if s := by[StrategyLookupRouteSDK]; s.StatsSyncs == 0 {
+		t.Errorf("lookuproute-sdk with 2 gateways: no stats synced at the scrape ticks")
+	}
+	for _, name := range []string{StrategyLookupRouteV1, StrategyLookupRouteV2, StrategyLookupRouteSDK} {
 		s := by[name]
 		var n int64
 		for _, c := range s.ReasonCodes {

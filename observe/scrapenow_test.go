@@ -1,0 +1,63 @@
+package observe
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// ScrapeNow scrapes outside the interval (an hour here) and returns only
+// once the report is answered: the sink holds the new queue on return,
+// with no waiting on the test's side. An unknown replica id is skipped.
+func TestSubscriber_ScrapeNowReportsBeforeReturning(t *testing.T) {
+	var waiting atomic.Int64
+	waiting.Store(3)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		fmt.Fprintf(w, "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} %d\nvllm:num_requests_running{engine=\"0\",model_name=\"m\"} 2\nvllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5\n", waiting.Load())
+	}))
+	defer srv.Close()
+	p := publisher(t, false)
+	ec := engineCfg(p, "e0")
+	ec.MetricsURL = srv.URL + "/metrics"
+	sink := &fakeSink{}
+	s, _ := startSubscriber(t, &Config{Engines: []EngineConfig{ec}, ScrapeInterval: Duration(time.Hour)}, sink)
+	last := func() (int, uint32) {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		if len(sink.stats) == 0 {
+			return 0, 0
+		}
+		return len(sink.stats), sink.stats[len(sink.stats)-1].GetWaitingRequests()
+	}
+	// The scraper reports once when it starts.
+	deadline := time.Now().Add(10 * time.Second)
+	for n, _ := last(); n == 0; n, _ = last() {
+		if time.Now().After(deadline) {
+			t.Fatal("no stats reported at start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n, w := last(); n != 1 || w != 3 {
+		t.Fatalf("at start: %d reports, waiting %d; want 1, 3", n, w)
+	}
+	waiting.Store(9)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.ScrapeNow(ctx, "e0", "no-such-engine"); err != nil {
+		t.Fatal(err)
+	}
+	if n, w := last(); n != 2 || w != 9 {
+		t.Fatalf("after ScrapeNow: %d reports, waiting %d; want 2, 9", n, w)
+	}
+	if err := s.ScrapeNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := last(); n != 3 {
+		t.Fatalf("ScrapeNow of every engine: %d reports, want 3", n)
+	}
+}
