@@ -43,26 +43,41 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Replay a request trace through a simulated fleet and compare routing strategies",
 		Long: `Plays a gateway in front of a simulated fleet of inference engines: replays a
-Mooncake JSONL trace (--trace; without it the built-in generator), asks the
-cluster for hints, routes, and reports per strategy the token-weighted
-prefix-cache hit rate, its fraction of the trace's ideal bound, requests per
-engine max/mean, modelled TTFT p50/p99, LookupRoute latency p50/p99 as the
-gateway saw it, and the reason codes.
+Mooncake JSONL trace (--trace; without it the built-in generator), routes each
+request with one strategy after another, and reports per strategy the
+token-weighted prefix-cache hit rate, its fraction of the trace's ideal bound,
+requests per engine max/mean, modelled TTFT p50/p99/mean, LookupRoute latency
+p50/p99 as the gateway saw it, and the reason codes.
+
+Strategies: round-robin, random, least-loaded, consistent-hash; the hint
+strategies lookuproute-v1, lookuproute-v2 (head of the hint list) and
+lookuproute-sdk (v2 hints and the Go SDK's load-aware picker); the peers'
+routers from their public defaults, dynamo, llm-d and sglang; longest-match
+(greedy longest cached run, the herding reference) and oracle (perfect,
+instant knowledge of caches and queues, lowest predicted TTFT; greedy, a
+reference and not a bound).
 
 Every strategy replays the same trace on a fresh fleet with the same
 settings (--engines, --cache-blocks per engine, --prefill-tps, --decode-tps).
-The hint strategies (lookuproute-v1, lookuproute-v2) ask a real cluster,
-which learns what each engine caches only from the engines' vLLM-format KV
-events over ZMQ, read by the observe subscriber. Without --addr an embedded
-3-node cluster (real Raft over loopback TCP, a gRPC server per node) is
-started for the run. With --addr the cluster's CachePolicy is changed for
-the run (ranking version, blockSize of model "bench") and restored at the end.
+Time model (--visibility delay, the default): an engine publishes a request's
+KV events when its prefill ends and a lookup at virtual time t sees those
+published before t - --event-delay, applied on every node; dynamo and llm-d
+read a perfect KV-event indexer with the same delay; KV capacity is shared
+with running requests. --gateways N splits the requests over N gateway
+instances, each with its own router state. The hint strategies ask a real
+cluster, which learns what each engine caches only from the engines'
+vLLM-format KV events over ZMQ, read by the observe subscriber. Without
+--addr an embedded 3-node cluster (real Raft over loopback TCP, a gRPC server
+per node) is started for the run. With --addr the cluster's CachePolicy is
+changed for the run (ranking version, blockSize of the bench models) and
+restored at the end.
 
 TTFT is modelled (queue wait + uncached tokens / prefill speed in the
 trace's virtual time), never measured; the output says how time was
 compressed.`,
 		Example: `  inference-cache bench --trace ../shared/data/mooncake/conversation_trace.jsonl --engines 8 --cache-blocks 5712
-  inference-cache bench --requests 2000 --strategies round-robin,lookuproute-v2,oracle --json
+  inference-cache bench --requests 2000 --strategies round-robin,dynamo,lookuproute-sdk,oracle --json
+  inference-cache bench --trace trace.jsonl --gateways 4 --prefill-tps 7000 --plot out.png
   inference-cache bench --trace trace.jsonl --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --plot out.png
   inference-cache bench --trace trace.jsonl --sweep 1000,2000,4000,8000 --plot sweep.png`,
 		Args: cobra.NoArgs,
