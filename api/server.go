@@ -80,10 +80,11 @@ func refuseOptions() []grpc.ServerOption {
 }
 
 // serverOptions assembles NewServer's options: the base settings, the
-// caller's, the token interceptors, and last the refusal of undecodable
-// requests.
+// panic recovery (outermost), the caller's, the token interceptors, and
+// last the refusal of undecodable requests.
 func serverOptions(cfg ServerConfig) []grpc.ServerOption {
-	opts := append(baseOptions(), cfg.Options...)
+	opts := append(baseOptions(), recoveryOptions(cfg.Logger, cfg.Metrics)...)
+	opts = append(opts, cfg.Options...)
 	if cfg.Auth != nil && cfg.Auth.Enabled() {
 		opts = append(opts, cfg.Auth.ServerOptions()...)
 	}

@@ -31,6 +31,7 @@ type Metrics struct {
 	ingestEvents  *prometheus.CounterVec
 	ingestRefused *prometheus.CounterVec
 	commitLatency *prometheus.HistogramVec
+	rpcPanics     *prometheus.CounterVec
 	raft          *raftMetrics
 }
 
@@ -67,12 +68,16 @@ func New() *Metrics {
 			Help:    "Write latency seen by the API, from request to committed and applied (or failed), by operation and outcome.",
 			Buckets: prometheus.ExponentialBuckets(100e-6, 2, 16),
 		}, []string{"op", "outcome"}),
+		rpcPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "rpc_panics_total",
+			Help: "Panics recovered in gRPC handlers and answered INTERNAL (SPEC 9), by full method name.",
+		}, []string{"method"}),
 	}
 	for v := int32(0); v < int32(len(pb.ReasonCode_name)); v++ {
 		m.lookupCalls = append(m.lookupCalls, calls.WithLabelValues(pb.ReasonCode(v).String()))
 	}
 	m.lookupCalls = append(m.lookupCalls, calls.WithLabelValues("UNKNOWN"))
-	reg.MustRegister(calls, m.lookupLatency, m.ingestEvents, m.ingestRefused, m.commitLatency)
+	reg.MustRegister(calls, m.lookupLatency, m.ingestEvents, m.ingestRefused, m.commitLatency, m.rpcPanics)
 	m.raft = newRaftMetrics(reg)
 	return m
 }
@@ -98,6 +103,15 @@ func (m *Metrics) IngestEvents(kind, outcome string, n int) {
 		return
 	}
 	m.ingestEvents.WithLabelValues(kind, outcome).Add(float64(n))
+}
+
+// RPCPanic counts a panic recovered in the handler of method (the gRPC
+// full method name, e.g. "/inferencecache.v1.InferenceCache/Ingest").
+func (m *Metrics) RPCPanic(method string) {
+	if m == nil {
+		return
+	}
+	m.rpcPanics.WithLabelValues(method).Inc()
 }
 
 // IngestRefused counts a write request refused whole; request is "events"
