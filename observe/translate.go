@@ -60,6 +60,7 @@ type translator struct {
 	reps  map[string]*replica
 	// mismatchLogged rate-limits the block-size mismatch log line.
 	mismatchLoggedAt time.Time
+	parentLoggedAt   time.Time // last unknown-parent warning
 }
 
 func newTranslator(cfg *EngineConfig, rank int64, m *engineMetrics, log *slog.Logger) *translator {
@@ -215,15 +216,28 @@ func (t *translator) stored(dst []*pb.BlockEvent, r *replica, e *Event, atMs int
 	}
 	var parentFP uint64
 	var before uint32
+	chained := e.HasParent // the first block chains from a known parent
 	if e.HasParent {
 		p, ok := r.blocks[e.Parent]
-		if !ok {
+		switch {
+		case ok:
+			parentFP, before = p.fp, p.cum
+		case e.Parent == 0:
+			// Some publishers (llm-d's vLLM simulator) send 0, not nil, for a
+			// chain's first block; 0 names no block this engine stored, so it
+			// starts a chain.
+			chained = false
+		default:
 			// Never chain from a guess: the fingerprint would name another
 			// prefix. Children of this event will be dropped the same way.
 			t.m.unknownParent.Inc()
+			if now.Sub(t.parentLoggedAt) >= 10*time.Second {
+				t.parentLoggedAt = now
+				t.log.Warn("stored blocks dropped: their parent block is unknown to the subscriber (missed events, or a publisher restart); later blocks chained to them are dropped too (counted in unknown_parent_total; logged at most every 10 s)",
+					"engine", t.cfg.ReplicaID, "replica", r.id, "parent", e.Parent, "blocks_lost", len(e.BlockHashes))
+			}
 			return dst
 		}
-		parentFP, before = p.fp, p.cum
 	}
 	if uint64(before)+uint64(k*bs) > math.MaxUint32 {
 		t.m.tokenMismatch.Inc()
@@ -236,7 +250,7 @@ func (t *translator) stored(dst []*pb.BlockEvent, r *replica, e *Event, atMs int
 	for i := 0; i < k; i++ {
 		local := fingerprint.LocalHash(e.TokenIDs[i*bs : (i+1)*bs])
 		h := local
-		if i > 0 || e.HasParent {
+		if i > 0 || chained {
 			h = fingerprint.Chain(parentFP, local)
 		}
 		fps[i], counts[i] = h, uint32(bs)

@@ -1,8 +1,10 @@
 package observe
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -321,5 +323,39 @@ func TestTranslate_UndecodableBatchClearsTheReplica(t *testing.T) {
 	wantEvents(t, out, cleared(tReplica, tNow.UnixMilli()))
 	if got := testutil.ToFloat64(h.m.DecodeErrors.WithLabelValues(tReplica)); got != 1 {
 		t.Fatalf("decode errors = %v, want 1", got)
+	}
+}
+
+// A parent of 0 (how llm-d's vLLM simulator marks a chain's first block)
+// starts a chain like a nil parent: the block is stored with 0 tokens
+// before it, and its child chains from it. A parent the subscriber never
+// saw drops the blocks, counts them and warns once, naming the engine,
+// the parent and the blocks lost.
+func TestTranslate_ParentZeroStartsAChainUnknownParentWarns(t *testing.T) {
+	c := &Config{Engines: []EngineConfig{{Endpoint: "tcp://127.0.0.1:5557", ReplicaID: tReplica, ModelID: "m", TenantID: "t", HashScheme: "vllm", BlockSize: 4}}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	m := NewMetrics(nil)
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	em := m.forEngine(tReplica)
+	h := &harness{t: t, m: m, cfg: &c.Engines[0], s: newSequencer(newTranslator(&c.Engines[0], 0, em, log), em, log, false)}
+	prompt := ot.Tokens(100, 8)
+	out := h.liveNoReplay(0, ot.Batch(tTS, -1, ot.Stored(ot.Hashes(900), uint64(0), prompt[:4], 4, nil, "GPU", nil)))
+	wantEvents(t, out, cleared(tReplica, tNow.UnixMilli()), stored(tReplica, "", fps(t, prompt[:4], 0), 0))
+	out = h.liveNoReplay(1, ot.Batch(tTS, -1, ot.Stored(ot.Hashes(901), uint64(900), prompt[4:], 4, nil, "GPU", nil)))
+	wantEvents(t, out, stored(tReplica, "", fps(t, prompt, 1), 4))
+	if strings.Contains(logs.String(), "parent block is unknown") {
+		t.Fatalf("warned for known parents: %s", logs.String())
+	}
+	out = h.liveNoReplay(2, ot.Batch(tTS, -1, ot.Stored(ot.Hashes(903, 904), uint64(777), ot.Tokens(500, 8), 4, nil, "GPU", nil)))
+	wantEvents(t, out)
+	if got := testutil.ToFloat64(h.m.UnknownParent.WithLabelValues(tReplica)); got != 1 {
+		t.Fatalf("unknown parent = %v, want 1", got)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "parent block is unknown") ||
+		!strings.Contains(l, "parent=777") || !strings.Contains(l, "blocks_lost=2") || !strings.Contains(l, "engine="+tReplica) {
+		t.Fatalf("warning %q: want WARN naming the engine, parent 777 and 2 blocks lost", l)
 	}
 }
