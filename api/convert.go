@@ -406,7 +406,7 @@ func statsFromPB(s *pb.ReplicaStats, nowMs int64) (index.ReplicaStats, string) {
 	}
 	rates := make(map[string]float64, len(s.GetTenantHitRate()))
 	for t, v := range s.GetTenantHitRate() {
-		if r := checkID("tenant_hit_rate key", t, true); r != "" {
+		if r := checkID("tenant_hit_rate key", t, false); r != "" {
 			return st, r
 		}
 		if r := checkUnit(fmt.Sprintf("tenant_hit_rate[%q]", t), v); r != "" {

@@ -278,3 +278,26 @@ func TestPolicyPB_RoundTripAndEnums(t *testing.T) {
 		t.Fatal("nil policy accepted")
 	}
 }
+
+// The empty tenant is a partition for stats as it is for blocks (SPEC 11:
+// the key "" is the empty tenant): an engine configured without a tenant
+// keeps its whole stats entry, hit rate included.
+func TestStatsFromPB_EmptyTenantKeyIsTheEmptyTenant(t *testing.T) {
+	s := goodStats()
+	s.TenantHitRate = map[string]float64{"": 0.7, "team-a": 0.2}
+	sts, rej, err := StatsFromPB(&pb.ReportReplicaStatsRequest{Stats: []*pb.ReplicaStats{s}}, testNow)
+	if err != nil || len(rej) != 0 || len(sts) != 1 {
+		t.Fatalf("stats=%d rej=%v err=%v; want the entry accepted", len(sts), rej, err)
+	}
+	if got := sts[0].TenantHitRate; len(got) != 2 || got[""] != 0.7 || got["team-a"] != 0.2 {
+		t.Fatalf("hit rates %v, want the empty tenant at 0.7 and team-a at 0.2", got)
+	}
+	// Still refused: a key that is only spaces or holds a control character.
+	for _, k := range []string{"  ", "a\x00b"} {
+		s := goodStats()
+		s.TenantHitRate = map[string]float64{k: 0.5}
+		if _, rej, _ := StatsFromPB(&pb.ReportReplicaStatsRequest{Stats: []*pb.ReplicaStats{s}}, testNow); len(rej) != 1 || !strings.Contains(rej[0].GetReason(), "tenant_hit_rate key") {
+			t.Fatalf("key %q: rejections %v, want one naming tenant_hit_rate key", k, rej)
+		}
+	}
+}

@@ -64,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Overflows:          cv("hash_map_overflows_total", "Replicas cleared because their engine-hash map reached its bound."),
 		Reconnects:         cv("connects_total", "Connections of the SUB socket to the engine (first and later)."),
 		StatsScrapes:       cv("stats_scrapes_total", "Scrapes of the engine metrics_url, by outcome (ok, absent, error).", "outcome"),
-		StatsReports:       cv("stats_reports_total", "ReportReplicaStats calls, by outcome (ok, error).", "outcome"),
+		StatsReports:       cv("stats_reports_total", "ReportReplicaStats calls, by outcome (ok; rejected: the cluster refused the entry; error).", "outcome"),
 		BlockEventsEmitted: cv("block_events_total", "BlockEvents produced for ingest, by kind.", "kind"),
 		IngestBatches: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ingest_requests_total",
 			Help: "IngestStream requests, by outcome (ok, error)."}, []string{"outcome"}),

@@ -3,11 +3,18 @@ package observe
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
 
 // ScrapeNow scrapes outside the interval (an hour here) and returns only
@@ -59,5 +66,30 @@ func TestSubscriber_ScrapeNowReportsBeforeReturning(t *testing.T) {
 	}
 	if n, _ := last(); n != 3 {
 		t.Fatalf("ScrapeNow of every engine: %d reports, want 3", n)
+	}
+}
+
+// rejectingSink refuses every stats entry, as the cluster does an invalid
+// one.
+type rejectingSink struct{ fakeSink }
+
+func (r *rejectingSink) ReportStats(context.Context, *pb.ReportReplicaStatsRequest) (*pb.ReportReplicaStatsResponse, error) {
+	return &pb.ReportReplicaStatsResponse{Rejected: []*pb.Rejection{{Reason: "pressure is 2, over the limit of 1"}}}, nil
+}
+
+// A report the cluster answers with a rejection is counted as rejected,
+// not ok.
+func TestStats_RejectedReportCountedAsRejected(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5\n")
+	}))
+	defer srv.Close()
+	cfg := EngineConfig{ReplicaID: "e0", ModelID: "m", TenantID: "t", HashScheme: "vllm", BlockSize: 4, MetricsURL: srv.URL + "/metrics"}
+	m := NewMetrics(prometheus.NewRegistry())
+	sc := &scraper{cfg: &cfg, client: srv.Client(), sink: &rejectingSink{}, interval: time.Second, m: m.forEngine("e0"),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now}
+	sc.scrape(context.Background())
+	if ok, rej := testutil.ToFloat64(m.StatsReports.WithLabelValues("e0", "ok")), testutil.ToFloat64(m.StatsReports.WithLabelValues("e0", "rejected")); ok != 0 || rej != 1 {
+		t.Fatalf("reports ok %v rejected %v, want 0 and 1", ok, rej)
 	}
 }

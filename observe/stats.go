@@ -241,10 +241,12 @@ func (s *scraper) scrape(ctx context.Context) {
 		}
 		return
 	}
-	s.m.reports.WithLabelValues("ok").Inc()
 	if len(resp.GetRejected()) > 0 {
+		s.m.reports.WithLabelValues("rejected").Inc()
 		s.log.Warn("cluster rejected replica stats", "reason", resp.GetRejected()[0].GetReason())
+		return
 	}
+	s.m.reports.WithLabelValues("ok").Inc()
 }
 
 func (s *scraper) fetch(ctx context.Context) (map[string]*dto.MetricFamily, error) {
