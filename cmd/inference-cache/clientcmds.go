@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,6 +52,14 @@ func (c *clientFlags) register(cmd *cobra.Command) {
 func (c *clientFlags) validate() error {
 	if c.timeout <= 0 {
 		return fmt.Errorf("--timeout %v: must be positive", c.timeout)
+	}
+	for _, a := range c.addrs {
+		if strings.Contains(a, "://") {
+			continue // a gRPC target with a scheme (dns:///…) names its own port
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return fmt.Errorf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:7401 (without a port gRPC would dial :443)", a)
+		}
 	}
 	return nil
 }
@@ -179,6 +188,7 @@ pick. With --json the explanation is each hint's "factors" object.`,
   inference-cache lookup --model qwen3-8b --prompt-file conversation.txt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			warnEmptyPartition(cmd.ErrOrStderr(), req.ModelId, req.TenantId)
 			if blockSize < 0 || blockSize > fingerprint.MaxBlockSize {
 				return fmt.Errorf("--block-size %d: must be 0 (the server fingerprints) or between 1 and %d", blockSize, fingerprint.MaxBlockSize)
 			}
@@ -862,4 +872,17 @@ func printable(s string) string {
 		return s
 	}
 	return strconv.Quote(s)
+}
+
+// warnEmptyPartition says on stderr what an empty --model or --tenant
+// means, since the answer alone looks plausible either way: blocks are
+// partitioned by model and tenant (SPEC 4), so an empty one matches only
+// what was stored under the empty value.
+func warnEmptyPartition(w io.Writer, model, tenant string) {
+	if model == "" {
+		fmt.Fprintln(w, "warning: --model is empty: only blocks stored with an empty model_id can match (most engines report one; pass --model)")
+	}
+	if tenant == "" {
+		fmt.Fprintln(w, "warning: --tenant is empty: only blocks stored under the empty tenant can match; a fallback hint may name a replica that holds the prefix under another tenant")
+	}
 }

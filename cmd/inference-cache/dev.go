@@ -113,7 +113,7 @@ run restarts the same cluster (delete --dir to start empty).`,
 			}
 			leader := waitLeader(ctx, ns, 30*time.Second)
 			if leader != "" {
-				fmt.Fprintf(out, "cluster ready: leader %s. Try:\n  inference-cache status --addr %s\n", leader, ns[0].grpc)
+				fmt.Fprintf(out, "cluster ready: leader %s. Try:\n  %s status --addr %s\n", leader, selfCommand(), ns[0].grpc)
 			} else if ctx.Err() == nil {
 				fmt.Fprintf(out, "no leader yet after 30s; see the node logs\n")
 			}
@@ -245,4 +245,23 @@ func checkDevLayout(dir, host string, basePort, nodes int) error {
 		return err
 	}
 	return os.WriteFile(path, []byte(want), 0o644)
+}
+
+// selfCommand is how to run this binary from the current directory, for
+// commands printed to be pasted: relative when it lies below the
+// directory (bin/inference-cache for make run), else as invoked.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return os.Args[0]
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, exe); err == nil && !strings.HasPrefix(rel, "..") {
+			if !strings.ContainsRune(rel, filepath.Separator) {
+				rel = "." + string(filepath.Separator) + rel
+			}
+			return rel
+		}
+	}
+	return exe
 }

@@ -151,7 +151,7 @@ var explainedMatch = &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_PREFIX_MA
 func TestLookupCmd_ExplainPrintsFactors(t *testing.T) {
 	s := &lookupServer{resp: explainedMatch}
 	addr := startLookupServer(t, s)
-	out, err := runCLI(t, "", "lookup", "--addr", addr, "--model", "m", "--tokens", "1,2,3", "--explain")
+	out, err := runCLI(t, "", "lookup", "--addr", addr, "--model", "m", "--tenant", "t", "--tokens", "1,2,3", "--explain")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestLookupCmd_ExplainPrintsFactors(t *testing.T) {
 		t.Errorf("vllm-a row %q", row)
 	}
 
-	out, err = runCLI(t, "", "lookup", "--addr", addr, "--model", "m", "--tokens", "1,2,3", "--explain", "--json")
+	out, err = runCLI(t, "", "lookup", "--addr", addr, "--model", "m", "--tenant", "t", "--tokens", "1,2,3", "--explain", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
