@@ -37,7 +37,7 @@ type storedBatch struct {
 }
 
 // Publisher is one engine's KV-event publisher in vLLM's wire format
-// (issue 6): a ZMQ PUB socket sending [topic, seq (8 bytes big-endian),
+// (vLLM's kv_events publisher): a ZMQ PUB socket sending [topic, seq (8 bytes big-endian),
 // msgpack batch] and a ROUTER replay socket answering [identity, "",
 // start seq] with every buffered batch from start and an end marker
 // (seq −1). Publish is called from one goroutine.

@@ -1,4 +1,4 @@
-// Package chaos is the fault-injection harness of issue 9: it starts a
+// Package chaos is the fault-injection harness: it starts a
 // cluster of real `inference-cache server` processes (3 by default, 5 on
 // request), runs a workload against them, injects faults, heals, and checks
 // the invariants the design promises.

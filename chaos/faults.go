@@ -13,7 +13,7 @@ import (
 // FaultKind names a fault the harness injects.
 type FaultKind string
 
-// The faults of issue 9.
+// The faults the harness injects.
 const (
 	LeaderKill      FaultKind = "leader-kill"
 	FollowerKill    FaultKind = "follower-kill"

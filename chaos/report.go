@@ -75,7 +75,7 @@ func (r *Report) Passed() bool {
 		len(r.TwoLeaders) == 0 && len(r.DigestClashes) == 0 && len(r.Violations) == 0 && len(r.RegisterAnomalies) == 0
 }
 
-// SummaryLines are the comparable lines of issue 9, exactly.
+// SummaryLines are the comparable lines of a run, exactly (CHAOS.md).
 func (r *Report) SummaryLines() []string {
 	lin := "no"
 	if r.LinearizableYes() {

@@ -11,8 +11,10 @@
 // derived after the sort and the cap for the hints returned only; a
 // lookup without Explain computes, stores and allocates nothing for them.
 //
-// The package is pure: no clock (callers pass now in ms), no I/O, no
-// goroutines. Every write method is deterministic in its arguments, so the
+// The package is pure: no clock (callers pass now in ms), no I/O, and no
+// goroutine outlives a call (ApplyEvents may split a large batch over
+// SetApplyWorkers goroutines and waits for them, with a result identical
+// to the sequential apply). Every write method is deterministic in its arguments, so the
 // Raft FSM can replay the same commands on every node and obtain the same
 // state and the same Digest.
 //

@@ -110,8 +110,8 @@ type shardData struct {
 	// disp[i] is how far table[i]'s entry sits from its home slot
 	// (dispFar: at least that far, or unknown); 0 for an empty slot.
 	// Writer only: a delete's backward shift reads it instead of loading
-	// every following entry's block to find its home, which was one cache
-	// miss per entry shifted (BENCHMARKS.md, fsm / raftnode Round 7).
+	// every following entry's block to find its home, one cache miss per
+	// entry shifted.
 	disp       []uint8
 	freeBlocks []uint32
 	free       *freeRuns

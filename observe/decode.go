@@ -119,7 +119,7 @@ func DecodeBatch(payload []byte) (Batch, error) {
 	return *b, nil
 }
 
-// Decode decodes one msgpack payload (issue 6 "The wire format"):
+// Decode decodes one msgpack payload (vLLM's KV-event wire format):
 //
 //   - the batch is either the positional array [ts, [events…],
 //     data_parallel_rank?] or a map {"ts", "events", "data_parallel_rank"};
@@ -387,7 +387,7 @@ func (d *Decoder) hash() (uint64, error) {
 }
 
 // FoldHashBytes folds a raw-bytes engine block hash to uint64: its last 8
-// bytes read big-endian, left-padded with zeros when shorter (issue 6).
+// bytes read big-endian, left-padded with zeros when shorter.
 func FoldHashBytes(b []byte) uint64 {
 	if len(b) >= 8 {
 		return binary.BigEndian.Uint64(b[len(b)-8:])

@@ -43,8 +43,8 @@ type queued struct {
 }
 
 // Forwarder batches block events into IngestRequests and writes them to a
-// Sink from one goroutine, in enqueue order (issue 6 "Batching and
-// backpressure"). A failed write is retried with backoff, with the same
+// Sink from one goroutine, in enqueue order (batching and backpressure).
+// A failed write is retried with backoff, with the same
 // request_id, until it succeeds or the forwarder stops; the next batch is
 // never sent before the current one is acknowledged, so acknowledged order
 // is never changed. Lag (the age of the oldest unacknowledged event) and

@@ -4,8 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics holds every counter of the observation path (issue 6 "Metrics for
-// every counter named above, per engine"). Engine-level series carry the
+// Metrics holds every counter of the observation path, per engine. Engine-level series carry the
 // label engine=<the engine's configured replica_id>. Create one with
 // NewMetrics and share it between subscribers of one process.
 type Metrics struct {

@@ -18,7 +18,7 @@ type pending struct {
 	payload []byte
 }
 
-// sequencer orders one stream's batches (issue 6): it tracks the engine's
+// sequencer orders one stream's batches: it tracks the engine's
 // seq, detects restarts and gaps, buffers live batches while a replay runs,
 // applies everything strictly in seq order and drops seq <= last applied,
 // so a late replayed store can never resurrect a removed block. Like the

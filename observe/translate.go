@@ -49,7 +49,7 @@ func (r *replica) adapterIndex(a string) uint32 {
 }
 
 // translator turns decoded engine events of one stream into BlockEvents
-// (issue 6 "Correct handling of each case"). It is pure: no clock (the
+// (observe/DESIGN.md, one rule per case). It is pure: no clock (the
 // caller passes times), no I/O, no goroutines.
 type translator struct {
 	cfg   *EngineConfig

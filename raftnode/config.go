@@ -60,10 +60,9 @@ const (
 	// keeps in memory so replication to followers rarely reads bbolt: one
 	// full AppendEntries batch (maxAppendEntries). The cache holds whole
 	// entries, so under load it costs up to logCacheSize ×
-	// entryTargetBytes (64 MiB) per node; at 1,024 it held 256 MiB, and
-	// a 3-node process spent its time touching fresh heap pages as the
-	// caches filled (BENCHMARKS.md, Round 6: +15 % ingest in steady state
-	// at 256).
+	// entryTargetBytes (64 MiB) per node; a larger cache spends its time
+	// touching fresh heap pages as it fills, for no hit rate gained
+	// (one AppendEntries batch is what followers re-read).
 	logCacheSize = 256
 	// maxAppendEntries: entries per AppendEntries RPC and per leader
 	// batch from BatchApplyCh (raft caps it at 1024).

@@ -64,9 +64,8 @@ const compactChunk = 1024
 // first, so appends wait for one chunk, not the whole range: bbolt has
 // one writer, and a compaction after a large snapshot removes tens of
 // thousands of entries and up to twice the snapshot's bytes (the
-// log-growth rule), which blocked appends for 150 ms on an idle machine
-// and is the likely cause of a 14 s write stall on an overloaded one
-// (BENCHMARKS.md, Round 7). Each chunk leaves the log contiguous, so a
+// log-growth rule), and one bbolt transaction that large blocks appends
+// for as long as it takes (BENCHMARKS.md, the compaction figure). Each chunk leaves the log contiguous, so a
 // failure part way keeps a valid log that starts later. Any other range
 // (a follower truncating a conflicting suffix) is deleted at once.
 type chunkedCompaction struct{ raft.LogStore }

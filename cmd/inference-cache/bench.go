@@ -35,8 +35,7 @@ type benchOptions struct {
 	logLevel                          string
 }
 
-// newBenchCmd is `inference-cache bench` (SPEC 12 "Benchmark gateway",
-// issue 7).
+// newBenchCmd is `inference-cache bench` (SPEC 12 "Benchmark gateway").
 func newBenchCmd() *cobra.Command {
 	o := &benchOptions{}
 	cmd := &cobra.Command{

@@ -22,7 +22,7 @@ import (
 	"github.com/inference-cache/inference-cache/observe"
 )
 
-// newSubscribeCmd is `inference-cache subscribe` (SPEC 12, issue 6): the
+// newSubscribeCmd is `inference-cache subscribe` (SPEC 12): the
 // KV-event subscriber, feeding any cluster node.
 func newSubscribeCmd() *cobra.Command {
 	var (

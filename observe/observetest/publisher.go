@@ -19,7 +19,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// ReplyStyle is the frame layout of replay replies (issue 6: older vLLM
+// ReplyStyle is the frame layout of replay replies (older vLLM
 // sends [seq, payload], newer [topic, seq, payload]).
 type ReplyStyle int
 
