@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"container/heap"
 	"fmt"
 	"io"
 	"slices"
@@ -55,43 +54,16 @@ func (c *FleetConfig) fill() error {
 
 // inflight is a request admitted to an engine and not finished.
 type inflight struct {
-	start, done float64  // prefill start, last token (virtual s)
-	blocks      []uint64 // its pinned prompt run
-	output      int      // its reserved output blocks
-}
-
-type inflightHeap []inflight
-
-func (h inflightHeap) Len() int           { return len(h) }
-func (h inflightHeap) Less(i, j int) bool { return h[i].done < h[j].done }
-func (h inflightHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *inflightHeap) Push(x any)        { *h = append(*h, x.(inflight)) }
-func (h *inflightHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	start  float64  // prefill start (virtual s); its last token is its due time
+	blocks []uint64 // its pinned prompt run
+	output int      // its reserved output blocks
 }
 
 // pinned is what a running request holds in the engine's KV cache until
 // it finishes: its pinned prompt blocks and its reserved output blocks.
 type pinned struct {
-	done   float64
 	blocks []uint64
 	output int
-}
-
-type pinnedHeap []pinned
-
-func (h pinnedHeap) Len() int           { return len(h) }
-func (h pinnedHeap) Less(i, j int) bool { return h[i].done < h[j].done }
-func (h pinnedHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *pinnedHeap) Push(x any)        { *h = append(*h, x.(pinned)) }
-func (h *pinnedHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 // Served is the outcome of one request on one engine.
@@ -160,9 +132,9 @@ type Engine struct {
 
 	cfg           FleetConfig
 	prefillFreeAt float64
-	inflight      inflightHeap // retired at arrival times
-	pins          pinnedHeap   // released at prefill starts
-	outputBlocks  int          // reserved by the running requests
+	inflight      due[inflight] // by last token; retired at arrival times
+	pins          due[pinned]   // by last token; released at prefill starts
+	outputBlocks  int           // reserved by the running requests
 	adm           Admission
 	events        []KVEvent // not yet released, in At order
 	usedBlocks    map[uint64]struct{}
@@ -180,18 +152,15 @@ func NewEngine(id int, cfg FleetConfig) *Engine {
 
 // advance retires the requests finished by virtual time t.
 func (e *Engine) advance(t float64) {
-	for len(e.inflight) > 0 && e.inflight[0].done <= t {
-		heap.Pop(&e.inflight)
-	}
+	e.inflight.until(t, func(inflight) {})
 }
 
 // release unpins what the requests finished by virtual time s held.
 func (e *Engine) release(s float64) {
-	for len(e.pins) > 0 && e.pins[0].done <= s {
-		p := heap.Pop(&e.pins).(pinned)
+	e.pins.until(s, func(p pinned) {
 		e.Cache.Unpin(p.blocks)
 		e.outputBlocks -= p.output
-	}
+	})
 }
 
 // Load is the number of requests admitted to the engine and not finished
@@ -199,7 +168,7 @@ func (e *Engine) release(s float64) {
 // strategy's measure. Calls must not go back in time.
 func (e *Engine) Load(t float64) int {
 	e.advance(t)
-	return len(e.inflight)
+	return e.inflight.len()
 }
 
 // PrefillBacklog is how long a prefill arriving at t would wait (virtual
@@ -236,8 +205,8 @@ func (e *Engine) Serve(r *Request, t float64) Served {
 	output := (r.OutputLength + TraceBlockTokens - 1) / TraceBlockTokens
 	held := e.Cache.AdmitPinned(blocks, &e.adm, e.outputBlocks+output)
 	e.outputBlocks += output
-	heap.Push(&e.pins, pinned{done: done, blocks: blocks[:held:held], output: output})
-	heap.Push(&e.inflight, inflight{start: start, done: done, blocks: blocks[:held:held], output: output})
+	e.pins.push(done, pinned{blocks: blocks[:held:held], output: output})
+	e.inflight.push(done, inflight{start: start, blocks: blocks[:held:held], output: output})
 	at := end
 	if e.cfg.EventsAtArrival {
 		at = t
@@ -278,20 +247,19 @@ func (e *Engine) Scrape(at float64) bool {
 	m := MetricsSnapshot{At: at, QueryTokens: e.queryTokens, HitTokens: e.hitTokens}
 	kv := 0
 	clear(e.usedBlocks)
-	for _, f := range e.inflight {
-		if f.done <= at {
-			continue
-		}
-		if f.start > at {
+	e.inflight.each(func(done float64, f inflight) {
+		switch {
+		case done <= at:
+		case f.start > at:
 			m.Waiting++
-			continue
+		default:
+			m.Running++
+			kv += f.output
+			for _, h := range f.blocks {
+				e.usedBlocks[h] = struct{}{} // a block shared by running requests takes one slot
+			}
 		}
-		m.Running++
-		kv += f.output
-		for _, h := range f.blocks {
-			e.usedBlocks[h] = struct{}{} // a block shared by running requests takes one slot
-		}
-	}
+	})
 	kv += len(e.usedBlocks)
 	m.KVUsage = min(1, float64(kv)/float64(e.Cache.Capacity()))
 	e.mu.Lock()

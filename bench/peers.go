@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"container/heap"
 	"context"
 	"math/rand/v2"
 )
@@ -53,33 +52,12 @@ func (v *IndexerView) CachedRun(engine int, blocks []uint64) int {
 	return len(blocks)
 }
 
-// timedRelease is a min-heap of load a router tracks until a virtual
-// time (a request's first or last token).
-type timedRelease []release
-
+// release is load a router tracks until a virtual time (a request's
+// first or last token).
 type release struct {
-	at     float64
 	engine int
 	amount float64
 	kind   int
-}
-
-func (h timedRelease) Len() int           { return len(h) }
-func (h timedRelease) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h timedRelease) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timedRelease) Push(x any)        { *h = append(*h, x.(release)) }
-func (h *timedRelease) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// until pops every release due by t and passes it to fn.
-func (h *timedRelease) until(t float64, fn func(r release)) {
-	for len(*h) > 0 && (*h)[0].at <= t {
-		fn(heap.Pop(h).(release))
-	}
 }
 
 // dynamo is Dynamo's KV router with its defaults (overlap credit 1,
@@ -96,7 +74,7 @@ type dynamo struct {
 	rng     *rand.Rand
 	prefill []float64
 	decode  []float64
-	due     timedRelease
+	due     due[release]
 	cost    []float64 // of the last Route, per engine
 	new     []float64 // uncached tokens of the last Route, per engine
 	ties    []int
@@ -134,8 +112,8 @@ func (r *dynamo) Routed(q *Request, e int, s *Served) {
 	d := float64((q.InputLength + TraceBlockTokens - 1) / TraceBlockTokens)
 	r.prefill[e] += r.new[e]
 	r.decode[e] += d
-	heap.Push(&r.due, release{at: s.FirstTokenAt, engine: e, amount: r.new[e], kind: releasePrefill})
-	heap.Push(&r.due, release{at: s.DoneAt, engine: e, amount: d, kind: releaseDecode})
+	r.due.push(s.FirstTokenAt, release{engine: e, amount: r.new[e], kind: releasePrefill})
+	r.due.push(s.DoneAt, release{engine: e, amount: d, kind: releaseDecode})
 }
 
 // pickMin returns the index of the lowest value, ties uniformly at random.
@@ -220,7 +198,7 @@ func (r *llmd) Route(_ context.Context, _ int, q *Request, _ float64) int {
 type sglang struct {
 	load []int
 	tree []map[uint64]struct{}
-	due  timedRelease
+	due  due[release]
 }
 
 // SGLang's cache-aware policy defaults.
@@ -282,5 +260,5 @@ func (r *sglang) Routed(q *Request, e int, s *Served) {
 		r.tree[e][h] = struct{}{}
 	}
 	r.load[e]++
-	heap.Push(&r.due, release{at: s.DoneAt, engine: e, kind: releaseRequest})
+	r.due.push(s.DoneAt, release{engine: e, kind: releaseRequest})
 }

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"container/heap"
 	"context"
 	"slices"
 
@@ -17,29 +16,17 @@ type sdkRouter struct {
 	*lookupRouter
 	picker     *client.Picker
 	candidates []string
-	due        []sdkDue // in flight, a heap by the next due time
+	due        due[sdkDue] // in flight, by the next due time
 	last       client.Decision
 	hints      *indexerHints // the picker-indexer ablation; nil = ask the cluster
 }
 
+// sdkDue is a request in flight: its first token is due, or (first
+// false) its end.
 type sdkDue struct {
-	at      float64
-	first   bool // the first token (else the end)
+	first   bool
 	doneAt  float64
 	request *client.Inflight
-}
-
-type sdkHeap []sdkDue
-
-func (h sdkHeap) Len() int           { return len(h) }
-func (h sdkHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h sdkHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *sdkHeap) Push(x any)        { *h = append(*h, x.(sdkDue)) }
-func (h *sdkHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 func newSDKRouter(f *Fleet, cl *client.Client, st *lookupStats, seed uint64) *sdkRouter {
@@ -53,16 +40,14 @@ func newSDKRouter(f *Fleet, cl *client.Client, st *lookupStats, seed uint64) *sd
 }
 
 func (r *sdkRouter) Route(ctx context.Context, _ int, q *Request, t float64) int {
-	h := (*sdkHeap)(&r.due)
-	for len(r.due) > 0 && r.due[0].at <= t {
-		x := heap.Pop(h).(sdkDue)
+	r.due.until(t, func(x sdkDue) {
 		if x.first {
 			x.request.FirstToken()
-			heap.Push(h, sdkDue{at: x.doneAt, request: x.request})
-			continue
+			r.due.push(x.doneAt, sdkDue{request: x.request})
+			return
 		}
 		x.request.Done()
-	}
+	})
 	var resp *pb.LookupRouteResponse
 	if r.hints != nil {
 		resp = r.hints.respond(q)
@@ -78,7 +63,7 @@ func (r *sdkRouter) Routed(_ *Request, e int, s *Served) {
 		return
 	}
 	req := r.picker.Start(&r.last)
-	heap.Push((*sdkHeap)(&r.due), sdkDue{at: s.FirstTokenAt, first: true, doneAt: s.DoneAt, request: req})
+	r.due.push(s.FirstTokenAt, sdkDue{first: true, doneAt: s.DoneAt, request: req})
 }
 
 // StrategyPickerIndexer is an ablation, not in AllStrategies: the SDK's
