@@ -135,3 +135,25 @@ func TestRun_SmokeEmbeddedCluster(t *testing.T) {
 		t.Errorf("lookuproute-v2 %.3f not above round-robin %.3f on a session-heavy trace", hr, by[StrategyRoundRobin].TokenHitRate)
 	}
 }
+
+// Bad settings are refused before anything runs, each naming the setting
+// and its limit.
+func TestRun_RefusesBadSettings(t *testing.T) {
+	tr := Generate(GeneratorConfig{Seed: 1, Requests: 10})
+	fleet := FleetConfig{Engines: 2, CacheBlocks: 8}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"negative gateways", Config{Gateways: -1}, "-1 gateways: want 1 to 1024"},
+		{"too many gateways", Config{Gateways: 1025}, "1025 gateways: want 1 to 1024"},
+		{"negative event delay", Config{EventDelay: -time.Millisecond}, "event delay -1ms: must not be negative"},
+		{"unknown time model", Config{Visibility: "later"}, `visibility "later": want delay, timestamp or request`},
+	} {
+		c.cfg.Trace, c.cfg.Fleet, c.cfg.Strategies = tr, fleet, []string{StrategyRoundRobin}
+		if _, err := Run(context.Background(), c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want %q", c.name, err, c.want)
+		}
+	}
+}
