@@ -123,7 +123,7 @@ type Timing struct {
 	// CommitTimeout: see DefaultCommitTimeout. Default 10 ms.
 	CommitTimeout time.Duration
 	// LocalGossip selects memberlist's loopback profile (fast probes) in
-	// place of the LAN profile.
+	// place of the LAN profile, with a full-state sync every 2 s.
 	LocalGossip bool
 }
 

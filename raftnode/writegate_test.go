@@ -240,12 +240,20 @@ func TestWriteGate_MixedVersionClusterStaysFormat1UntilEveryServerUpgrades(t *te
 	oldFormat.Store(0)
 	start := time.Now()
 	c.Start(old)
+	stuck := ""
+	t.Cleanup(func() {
+		if t.Failed() && stuck != "" {
+			t.Log("last node not writing format 2: " + stuck)
+		}
+	})
 	waitFor(t, "every node to write format 2", 15*time.Second, func() bool {
 		for _, i := range c.Running() {
-			if c.Nodes[i].Status().WriteFormat != fsm.EntryFormatPacked {
+			if st := c.Nodes[i].Status(); st.WriteFormat != fsm.EntryFormatPacked {
+				stuck = fmt.Sprintf("%s: format %d (%s), members %+v", st.NodeID, st.WriteFormat, st.WriteFormatReason, st.Members)
 				return false
 			}
 		}
+		stuck = ""
 		return true
 	})
 	t.Logf("gate open on every node %v after n3 restarted with format 2", time.Since(start))
