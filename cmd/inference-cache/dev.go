@@ -21,13 +21,17 @@ import (
 	"github.com/inference-cache/inference-cache/client"
 )
 
-// devNode is one server of the dev cluster.
+// devNode is one server of the dev cluster. cmd and done belong to the
+// running process (nil while it is down); devProcs guards them.
 type devNode struct {
 	id                             string
 	grpc, raft, gossip, http, data string
-	cmd                            *exec.Cmd
+	args                           []string // the server command line, the same at every restart
 	logPath                        string
+	cmd                            *exec.Cmd
 	done                           chan struct{} // closed when the process exited
+	started                        time.Time     // when the process was last started
+	restarts                       int           // supervised restarts so far
 }
 
 func newDevCmd() *cobra.Command {
@@ -41,8 +45,11 @@ func newDevCmd() *cobra.Command {
 ports and data under --dir (node1, node2, …), bootstraps them into one Raft
 cluster, and prints each node's gRPC address and metrics URL. Node i (from 0)
 uses ports base+10i+1 (gRPC), +2 (Raft), +3 (gossip), +4 (HTTP). Logs go to
-<dir>/nodeN.log. Ctrl-C stops every node cleanly; the data stays, so the next
-run restarts the same cluster (delete --dir to start empty).`,
+<dir>/nodeN.log. A node that dies (kill -9 its pid to watch failover) is
+reported with how it ended and its last log line, and started again after 3 s
+while the others keep serving. Busy ports refuse the start with a non-zero
+exit. Ctrl-C stops every node cleanly; the data stays, so the next run
+restarts the same cluster (delete --dir to start empty).`,
 		Example: `  inference-cache dev
   inference-cache dev --dir /tmp/ic --base-port 9400 --policy policy.yaml
   # then, in another shell:
@@ -71,49 +78,64 @@ run restarts the same cluster (delete --dir to start empty).`,
 			if err := checkDevLayout(dir, host, basePort, nodes); err != nil {
 				return err
 			}
+			if err := checkDevPorts(ns); err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
+			live := isTerminal(out)
+			say := func(format string, args ...any) {
+				if live {
+					// Above the demo's in-place line, which its next
+					// update redraws.
+					fmt.Fprint(out, "\r\033[K")
+				}
+				fmt.Fprintf(out, format+"\n", args...)
+			}
+			procs := newDevProcs(exe, len(ns))
 			for _, n := range ns {
-				args := []string{"server", "--node-id", n.id, "--data-dir", n.data, "--grpc-addr", n.grpc, "--raft-addr", n.raft,
+				n.args = []string{"server", "--node-id", n.id, "--data-dir", n.data, "--grpc-addr", n.grpc, "--raft-addr", n.raft,
 					"--gossip-addr", n.gossip, "--http-addr", n.http, "--bootstrap-expect", strconv.Itoa(nodes), "--fast-timing"}
 				for _, o := range ns {
 					if o != n {
-						args = append(args, "--join", o.gossip)
+						n.args = append(n.args, "--join", o.gossip)
 					}
 				}
 				if policyFile != "" {
-					args = append(args, "--policy", policyFile)
+					n.args = append(n.args, "--policy", policyFile)
 				}
 				if modelsDir != "" {
-					args = append(args, "--models-dir", modelsDir)
+					n.args = append(n.args, "--models-dir", modelsDir)
 				}
-				logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-				if err != nil {
+				if err := procs.start(n); err != nil {
+					procs.stop(ns, out)
 					return err
 				}
-				defer logf.Close()
-				n.cmd = exec.Command(exe, args...)
-				n.cmd.Stdout, n.cmd.Stderr = logf, logf
-				// Own process group: Ctrl-C in the terminal reaches only
-				// dev, which then stops the nodes in order.
-				n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-				n.done = make(chan struct{})
-				if err := n.cmd.Start(); err != nil {
-					n.cmd = nil
-					stopDev(ns, out)
-					return fmt.Errorf("start %s: %w", n.id, err)
-				}
-			}
-			exited := make(chan string, len(ns))
-			for _, n := range ns {
-				go func(n *devNode) { _ = n.cmd.Wait(); close(n.done); exited <- n.id }(n)
 			}
 			fmt.Fprintf(out, "inference-cache dev: %d nodes, data under %s\n", nodes, dir)
 			for _, n := range ns {
-				fmt.Fprintf(out, "  %s  grpc %s  metrics http://%s/metrics  log %s\n", n.id, n.grpc, n.http, n.logPath)
+				fmt.Fprintf(out, "  %s  pid %d  grpc %s  metrics http://%s/metrics  log %s\n", n.id, n.cmd.Process.Pid, n.grpc, n.http, n.logPath)
 			}
-			leader := waitLeader(ctx, ns, 30*time.Second)
+			waitCtx, waitStop := context.WithCancel(ctx)
+			defer waitStop()
+			ready := make(chan string, 1)
+			go func() { ready <- waitLeader(waitCtx, ns, 30*time.Second) }()
+			var leader string
+			select {
+			case leader = <-ready:
+			case e := <-procs.exits:
+				// A node that cannot start (a port taken since the
+				// check, a lock, damaged data) fails the whole start.
+				procs.exited(e.n)
+				waitStop()
+				procs.stop(ns, out)
+				return fmt.Errorf("%s %s while the cluster was starting: %s (log %s)", e.n.id, howExited(e.err), orNone(lastLogLine(e.n.logPath)), e.n.logPath)
+			case <-ctx.Done():
+				procs.stop(ns, out)
+				return nil
+			}
 			if leader != "" {
 				fmt.Fprintf(out, "cluster ready: leader %s. Try:\n  %s status --addr %s\n", leader, selfCommand(), ns[0].grpc)
+				fmt.Fprintf(out, "Failover: kill -9 a node's pid; the others keep answering and dev restarts it after %v.\n", devRestartDelay)
 			} else if ctx.Err() == nil {
 				fmt.Fprintf(out, "no leader yet after 30s; see the node logs\n")
 			}
@@ -130,21 +152,17 @@ run restarts the same cluster (delete --dir to start empty).`,
 					"  a gateway routes generated chat traffic with LookupRoute (--demo-fleet=false turns it off)")
 				go func() {
 					defer close(demoDone)
-					if err := bench.RunDemo(demoCtx, bench.DemoConfig{Addrs: addrs, Out: out, Live: isTerminal(out)}); err != nil && demoCtx.Err() == nil {
-						fmt.Fprintf(out, "\ndemo fleet stopped: %v (the cluster keeps serving)\n", err)
+					if err := bench.RunDemo(demoCtx, bench.DemoConfig{Addrs: addrs, Out: out, Live: live}); err != nil && demoCtx.Err() == nil {
+						say("demo fleet stopped: %v (the cluster keeps serving)", err)
 					}
 				}()
 			} else {
 				close(demoDone)
 			}
-			select {
-			case <-ctx.Done():
-			case id := <-exited:
-				fmt.Fprintf(out, "%s exited; stopping the cluster (see %s)\n", id, filepath.Join(dir, id+".log"))
-			}
+			superviseDev(ctx, procs, say)
 			demoStop()
 			<-demoDone
-			stopDev(ns, out)
+			procs.stop(ns, out)
 			return nil
 		},
 	}
@@ -192,29 +210,6 @@ func waitLeader(ctx context.Context, ns []*devNode, limit time.Duration) string 
 		}
 	}
 	return ""
-}
-
-// stopDev sends SIGTERM to every started node and waits up to 15 s for
-// them to exit (a leader transfers leadership first) before killing.
-func stopDev(ns []*devNode, out interface{ Write([]byte) (int, error) }) {
-	for _, n := range ns {
-		if n.cmd != nil {
-			_ = n.cmd.Process.Signal(syscall.SIGTERM)
-		}
-	}
-	deadline := time.After(15 * time.Second)
-	for _, n := range ns {
-		if n.cmd == nil {
-			continue
-		}
-		select {
-		case <-n.done:
-		case <-deadline:
-			_ = n.cmd.Process.Kill()
-			<-n.done
-		}
-	}
-	fmt.Fprintln(out, "cluster stopped")
 }
 
 // isTerminal reports whether w is a terminal (the demo line is then

@@ -98,3 +98,28 @@ func free(p int) bool {
 	u.Close()
 	return true
 }
+
+// Range returns a base port b such that b+1 … b+n were all free for TCP
+// and UDP a moment ago and none was handed out before by this process
+// (for layouts that derive ports from one base, like `inference-cache
+// dev`'s base+10i+k). b+n stays below the ephemeral range. Errors after
+// 100 random tries.
+func Range(n int) (int, error) {
+	hi := ephemeralLow()
+	for tries := 0; tries < 100; tries++ {
+		b := lowest + rand.IntN(hi-lowest-n-1)
+		ok := true
+		for p := b + 1; p <= b+n && ok; p++ {
+			_, dup := given.Load(p)
+			ok = !dup && free(p)
+		}
+		if !ok {
+			continue
+		}
+		for p := b + 1; p <= b+n; p++ {
+			given.Store(p, struct{}{})
+		}
+		return b, nil
+	}
+	return 0, fmt.Errorf("freeport: no %d consecutive free loopback ports below the ephemeral range after 100 tries", n)
+}

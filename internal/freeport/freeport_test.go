@@ -57,3 +57,28 @@ func TestPortNeverRepeatsInAProcess(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+func TestRangeIsFreeAndNotHandedOutAgain(t *testing.T) {
+	// TestPortNeverRepeatsInAProcess hands out thousands of ports; with
+	// -count > 1 no window of 24 would be left.
+	given.Clear()
+	b, err := Range(24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b < lowest || b+24 >= ephemeralLow() {
+		t.Fatalf("base %d: range outside [%d, %d)", b, lowest, ephemeralLow())
+	}
+	for p := b + 1; p <= b+24; p++ {
+		if _, dup := given.Load(p); !dup {
+			t.Fatalf("port %d of the range not recorded as handed out", p)
+		}
+	}
+	b2, err := Range(24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2+24 >= b+1 && b2+1 <= b+24 {
+		t.Fatalf("second range %d..%d overlaps the first %d..%d", b2+1, b2+24, b+1, b+24)
+	}
+}

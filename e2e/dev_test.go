@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/internal/freeport"
+)
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitOutput polls out until re matches, and returns the submatches.
+func waitOutput(t *testing.T, out *syncBuffer, re *regexp.Regexp, limit time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no %q in the dev output after %v:\n%s", re, limit, out.String())
+	return nil
+}
+
+// `inference-cache dev` keeps the cluster up through a node's death: the
+// SIGKILLed node is reported (signal, last log line), writes still commit
+// on the other two, and the node comes back by itself and catches up. A
+// second dev on the same ports refuses to start with the bind error and a
+// non-zero exit instead of reporting the first cluster as its own.
+func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a dev cluster of three server processes")
+	}
+	base, err := freeport.Range(24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var out syncBuffer
+	dev := exec.Command(binPath, "dev", "--dir", filepath.Join(dir, "a"), "--base-port", strconv.Itoa(base), "--demo-fleet=false")
+	dev.Stdout, dev.Stderr = &out, &out
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- dev.Wait() }()
+	defer func() {
+		if dev.ProcessState == nil {
+			_ = dev.Process.Signal(syscall.SIGINT)
+			select {
+			case <-exited:
+			case <-time.After(30 * time.Second):
+				_ = dev.Process.Kill()
+			}
+		}
+	}()
+	waitOutput(t, &out, regexp.MustCompile(`cluster ready: leader node\d`), 60*time.Second)
+	pid, _ := strconv.Atoi(waitOutput(t, &out, regexp.MustCompile(`node2  pid (\d+)`), time.Second)[1])
+	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(base+10*i+1) }
+
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, &out, regexp.MustCompile(`node2 killed by signal SIGKILL after .*; last log line: \S`), 10*time.Second)
+
+	// Quorum is two of three: a write through the survivors commits.
+	c, err := client.New(client.Config{Addrs: []string{addr(0), addr(2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tokens := toks(70000, 128) // 8 blocks: at least minimumMatchedTokens
+	// A second replica with other blocks: a prefix held by every serving
+	// replica distinguishes none (SPEC 5) and is no PREFIX_MATCH.
+	resp, err := c.Ingest(ctx, &pb.IngestRequest{Events: []*pb.BlockEvent{stored("r-dev", tenant, tokens), stored("r-other", tenant, toks(80000, 128))}})
+	if err != nil || resp.Accepted != 2 {
+		t.Fatalf("write with node2 down: %v %v", resp, err)
+	}
+	select {
+	case err := <-exited:
+		t.Fatalf("dev exited when one node died: %v\n%s", err, out.String())
+	default:
+	}
+
+	newPid, _ := strconv.Atoi(waitOutput(t, &out, regexp.MustCompile(`node2 restarted \(pid (\d+)\)`), 15*time.Second)[1])
+	if newPid == pid {
+		t.Fatalf("node2 restarted with the killed pid %d", pid)
+	}
+	// The restarted node catches up on the write it missed.
+	c2, err := client.New(client.Config{Addrs: []string{addr(1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		lctx, lcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		r := c2.LookupRoute(lctx, lookupReq(tenant, tokens))
+		lcancel()
+		if r.ReasonCode == pb.ReasonCode_PREFIX_MATCH && r.Replicas[0].ReplicaId == "r-dev" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted node2 never answered the write made while it was down: %v", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// A second dev on the same ports.
+	second := exec.Command(binPath, "dev", "--dir", filepath.Join(dir, "b"), "--base-port", strconv.Itoa(base), "--demo-fleet=false")
+	got, err := second.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("second dev on busy ports: err %v, want a non-zero exit\n%s", err, got)
+	}
+	if !strings.Contains(string(got), addr(0)) || !strings.Contains(string(got), "address already in use") || strings.Contains(string(got), "cluster ready") {
+		t.Fatalf("second dev on busy ports said:\n%s\nwant the busy port, the bind error and no banner", got)
+	}
+
+	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("dev after Ctrl-C: %v\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("dev did not stop within 30 s of SIGINT")
+	}
+	if !strings.Contains(out.String(), "cluster stopped") {
+		t.Fatalf("no \"cluster stopped\" after SIGINT:\n%s", out.String())
+	}
+}
