@@ -360,8 +360,22 @@ func yamlErrMsg(err error) string {
 	return msg
 }
 
+// BaseVersion returns the policy version a file was written from: the
+// "# version N" comment MarshalYAML puts on its first line (what `policy
+// get` prints). ok is false when the file has no such first line (written
+// by hand). Parse ignores the comment: the server sets versions.
+func BaseVersion(data []byte) (v uint64, ok bool) {
+	line, _, _ := strings.Cut(string(data), "\n")
+	rest, found := strings.CutPrefix(strings.TrimSpace(line), "# version ")
+	if !found {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(rest), 10, 64)
+	return v, err == nil
+}
+
 // MarshalYAML renders p as a policy file that Parse reads back to the same
-// knobs (Version is written as a comment).
+// knobs (Version is written as a comment, read back by BaseVersion).
 func MarshalYAML(p Policy) []byte {
 	var b strings.Builder
 	aff := "Disabled"

@@ -161,3 +161,16 @@ func TestLoadFile_MissingFileNamesPathOnce(t *testing.T) {
 		t.Fatalf("error names the path %d times: %v", n, err)
 	}
 }
+
+func TestBaseVersion_ReadsTheHeadCommentOfPolicyGet(t *testing.T) {
+	p := Default()
+	p.Version = 7
+	if v, ok := BaseVersion(MarshalYAML(p)); !ok || v != 7 {
+		t.Fatalf("BaseVersion of a marshalled version-7 policy = %d, %v; want 7, true", v, ok)
+	}
+	for _, in := range []string{"kind: CachePolicy\nspec: {}\n", "", "# version x\nkind: CachePolicy\n", "kind: CachePolicy\n# version 3\n"} {
+		if v, ok := BaseVersion([]byte(in)); ok {
+			t.Errorf("BaseVersion(%q) = %d, true; want no version (only a first-line comment counts)", in, v)
+		}
+	}
+}

@@ -626,18 +626,29 @@ func newPolicyCmd() *cobra.Command {
 	}
 	gf.register(get)
 	var sf clientFlags
+	var force bool
 	set := &cobra.Command{
 		Use:   "set FILE",
 		Short: "Replace the policy with a CachePolicy YAML file (through the Raft log)",
 		Long: `Loads FILE (kind: CachePolicy, spec: with the camelCase knobs of SPEC 7;
 absent knobs take their defaults), validates it locally (errors name the file,
 line, field and reason) and commits it. Prints the policy now in force with
-its new version.`,
+its new version.
+
+A file written by "policy get" starts with "# version N": when the cluster's
+policy has moved past N since, the file would silently undo those changes, so
+it is refused unless --force. A file whose knobs equal the policy in force is
+reported as unchanged and commits nothing (the version stays).`,
 		Example: `  inference-cache policy set policy.yaml
-  inference-cache policy set policy.yaml --addr 127.0.0.1:7411 --json`,
+  inference-cache policy set policy.yaml --addr 127.0.0.1:7411 --json
+  inference-cache policy set old-policy.yaml --force`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := policy.LoadFile(args[0])
+			data, err := os.ReadFile(args[0])
+			if err != nil {
+				return fmt.Errorf("policy set: %w", pathErr(args[0], err))
+			}
+			p, err := policy.Parse(args[0], data)
 			if err != nil {
 				return err
 			}
@@ -648,9 +659,27 @@ its new version.`,
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), sf.timeout)
 			defer cancel()
-			var got *pb.CachePolicy
+			want := api.PolicyToPB(p)
+			var cur, got *pb.CachePolicy
 			err = c.Do(ctx, func(ctx context.Context, _ string, ic pb.InferenceCacheClient, _ pb.ClusterClient) error {
-				got, err = ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: api.PolicyToPB(p)})
+				cur, err = ic.GetCachePolicy(ctx, &pb.GetCachePolicyRequest{})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if base, ok := policy.BaseVersion(data); ok && base < cur.Version && !force {
+				return fmt.Errorf("policy set: %s was written from policy version %d, and the cluster's policy is now version %d: setting it would undo the changes made since; read the current one with `policy get`, or pass --force", args[0], base, cur.Version)
+			}
+			if sameKnobs(cur, want) {
+				if sf.json {
+					return printJSON(cmd.OutOrStdout(), cur)
+				}
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "policy unchanged: %s equals the policy in force (version %d); nothing committed\n", args[0], cur.Version)
+				return err
+			}
+			err = c.Do(ctx, func(ctx context.Context, _ string, ic pb.InferenceCacheClient, _ pb.ClusterClient) error {
+				got, err = ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: want})
 				return err
 			})
 			if err != nil {
@@ -662,9 +691,17 @@ its new version.`,
 			return writePolicyYAML(cmd.OutOrStdout(), got)
 		},
 	}
+	set.Flags().BoolVar(&force, "force", false, "set the file even when it was written from an older policy version than the cluster's")
 	sf.register(set)
 	cmd.AddCommand(get, set)
 	return cmd
+}
+
+// sameKnobs reports whether two policies differ only in their version.
+func sameKnobs(a, b *pb.CachePolicy) bool {
+	x, y := proto.Clone(a).(*pb.CachePolicy), proto.Clone(b).(*pb.CachePolicy)
+	x.Version, y.Version = 0, 0
+	return proto.Equal(x, y)
 }
 
 func writePolicyYAML(w io.Writer, q *pb.CachePolicy) error {
@@ -746,22 +783,44 @@ func newSnapshotCmd() *cobra.Command {
 				os.Remove(tmp)
 				return fmt.Errorf("snapshot save: %w", err)
 			}
-			return printMeta(cmd.OutOrStdout(), args[0], meta, saveF.json)
+			if saveF.json {
+				return printMeta(cmd.OutOrStdout(), args[0], meta, true)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d bytes, applied index %d (term %d), %d residencies of %d replicas, policy version %d, digest %016x (verified)\n",
+				filepath.Clean(args[0]), meta.StreamBytes, meta.AppliedIndex, meta.AppliedTerm, meta.Sizes.Residencies, meta.Sizes.Replicas, meta.Policy.Version, meta.Digest)
+			return err
 		},
 	}
 	saveF.register(save)
 	var restF clientFlags
+	var restYes bool
 	restore := &cobra.Command{
 		Use:   "restore FILE",
 		Short: "Replace the whole cluster's state with a saved snapshot",
 		Long: `Verifies FILE locally, uploads it to a node, which forwards it to the leader;
 the leader installs it through Raft so every node ends with the same state.
-Everything written after the snapshot was taken is lost.`,
-		Example: `  inference-cache snapshot restore backup.snap --addr 127.0.0.1:7401`,
-		Args:    cobra.ExactArgs(1),
+Both the index and the CachePolicy are replaced by the snapshot's: everything
+written after the snapshot was taken is lost, and a policy set since is rolled
+back. Asks for confirmation on a terminal; elsewhere --yes is required.`,
+		Example: `  inference-cache snapshot restore backup.snap --addr 127.0.0.1:7401
+  inference-cache snapshot restore backup.snap --yes`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := snapshot.InspectFile(args[0]); err != nil {
+			meta, err := snapshot.InspectFile(args[0])
+			if err != nil {
 				return fmt.Errorf("snapshot restore: %w", pathErr(args[0], err))
+			}
+			what := fmt.Sprintf("replaces the whole cluster's index and policy with %s (applied index %d, policy version %d, taken %s): writes made since and policy changes since are lost",
+				filepath.Clean(args[0]), meta.AppliedIndex, meta.Policy.Version, meta.CreatedAt.UTC().Format(time.RFC3339))
+			if !restYes {
+				if !isTerminalReader(cmd.InOrStdin()) {
+					return fmt.Errorf("snapshot restore %s; pass --yes to confirm (standard input is not a terminal to ask on)", what)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "snapshot restore %s.\nRestore? [y/N] ", what)
+				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+					return errors.New("snapshot restore: not confirmed; nothing changed")
+				}
 			}
 			c, err := restF.dial()
 			if err != nil {
@@ -810,6 +869,7 @@ Everything written after the snapshot was taken is lost.`,
 		},
 	}
 	restF.register(restore)
+	restore.Flags().BoolVar(&restYes, "yes", false, "confirm replacing the cluster's index and policy without asking")
 	var inspJSON bool
 	inspect := &cobra.Command{
 		Use:   "inspect FILE",

@@ -219,6 +219,13 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
+// isTerminalReader reports whether r is a terminal (a confirmation can be
+// asked on it).
+func isTerminalReader(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
 // devLayoutFile records, in a dev cluster's --dir, the addresses its Raft
 // configuration was made with.
 const devLayoutFile = "dev-layout"
