@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -345,15 +344,6 @@ func readInput(cmd *cobra.Command, path string) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
-// wrapArray turns a top-level JSON array into {"<field>": [...]}.
-func wrapArray(b []byte, field string) []byte {
-	t := bytes.TrimSpace(b)
-	if len(t) > 0 && t[0] == '[' {
-		return append(append([]byte(`{"`+field+`":`), t...), '}')
-	}
-	return b
-}
-
 func printRejections(w io.Writer, accepted uint32, applied uint64, duplicate bool, rej []*pb.Rejection, what string) error {
 	tw := table(w)
 	fmt.Fprintf(tw, "accepted\t%d %s\n", accepted, what)
@@ -430,8 +420,14 @@ func runWrite[Req proto.Message, Resp writeResponse](cmd *cobra.Command, cf *cli
 	if err != nil {
 		return err
 	}
-	if err := protojson.Unmarshal(wrapArray(b, field), req); err != nil {
-		return fmt.Errorf("%s: not %s: %v", orStdin(file), shape, err)
+	if err := parseWriteInput(b, field, shape, req); err != nil {
+		if errors.Is(err, errEmptyInput) {
+			if file == "" || file == "-" {
+				return fmt.Errorf("no %s on standard input (it was empty)", field)
+			}
+			return fmt.Errorf("no %s in %s (the file is empty)", field, file)
+		}
+		return fmt.Errorf("%s: %v", orStdin(file), err)
 	}
 	c, err := cf.dial()
 	if err != nil {
