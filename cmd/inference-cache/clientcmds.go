@@ -555,7 +555,7 @@ even without writes: the leader commits an expire command.`,
 			for _, r := range rows {
 				if r.err != nil {
 					failed++
-					fmt.Fprintf(w, "%s\t-\tunreachable\t-\t-\t-\t-\t-\t%v\n", r.addr, r.err)
+					fmt.Fprintf(w, "%s\t-\tunreachable\t-\t-\t-\t-\t-\t%v\n", r.addr, explainCallErr(r.err))
 					continue
 				}
 				s := r.st
@@ -575,7 +575,7 @@ even without writes: the leader commits an expire command.`,
 				return err
 			}
 			if failed == len(rows) {
-				return fmt.Errorf("no node answered (%d addresses)", failed)
+				return fmt.Errorf("no node answered (%d addresses); is the cluster running? `make run` starts a local one on 127.0.0.1:7401,7411,7421", failed)
 			}
 			return nil
 		},

@@ -25,14 +25,17 @@ type fingerprintOutput struct {
 
 func newFingerprintCmd() *cobra.Command {
 	var blockSize int
+	var tokens string
 	cmd := &cobra.Command{
-		Use:   "fingerprint [TOKEN_ID ...]",
+		Use:   "fingerprint [--tokens IDS | TOKEN_ID ...]",
 		Short: "Print the content fingerprint (block hashes, prefix hash) of token ids",
 		Long: `Computes the content fingerprint of SPEC 3: chained XXH3-64 (seed 1337) block
 hashes over little-endian token ids, partial tail dropped. Token ids come from
-the arguments or, when none are given, from a JSON array on stdin. Use it to
-check that a gateway computes the same keys as the server.`,
-		Example: `  inference-cache fingerprint --block-size 16 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16
+--tokens (comma- or space-separated, as for lookup), from the arguments, or,
+when neither is given, from a JSON array on stdin. Use it to check that a
+gateway computes the same keys as the server.`,
+		Example: `  inference-cache fingerprint --block-size 16 --tokens "$(seq -s, 1 16)"
+  inference-cache fingerprint --block-size 16 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16
   echo '[1,2,3,4]' | inference-cache fingerprint --block-size 2`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if blockSize < 1 || blockSize > fingerprint.MaxBlockSize {
@@ -40,9 +43,21 @@ check that a gateway computes the same keys as the server.`,
 			}
 			var ids []uint32
 			var err error
-			if len(args) > 0 {
+			switch {
+			case tokens != "" && len(args) > 0:
+				return fmt.Errorf("token ids both in --tokens and as arguments: give one")
+			case tokens != "":
+				var vs []uint64
+				if vs, err = parseUints(tokens, 32); err != nil {
+					return fmt.Errorf("--tokens: %w", err)
+				}
+				ids = make([]uint32, len(vs))
+				for i, v := range vs {
+					ids[i] = uint32(v)
+				}
+			case len(args) > 0:
 				ids, err = parseTokenArgs(args)
-			} else {
+			default:
 				ids, err = parseTokenJSON(cmd.InOrStdin())
 			}
 			if err != nil {
@@ -65,6 +80,7 @@ check that a gateway computes the same keys as the server.`,
 		},
 	}
 	cmd.Flags().IntVar(&blockSize, "block-size", 16, "tokens per block (1..4096)")
+	cmd.Flags().StringVar(&tokens, "tokens", "", "token ids, comma- or space-separated (as for lookup)")
 	// A negative token id looks like a flag to the parser; report it as the
 	// bad token id it is.
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {

@@ -57,11 +57,18 @@ func TestFingerprintCmd_ReproducesGoldenVectors(t *testing.T) {
 			args = append(args, strconv.FormatUint(uint64(id), 10))
 		}
 		stdinIDs, _ := json.Marshal(v.TokenIDs)
-		for _, mode := range []string{"args", "stdin"} {
+		csv := make([]string, len(v.TokenIDs))
+		for i, id := range v.TokenIDs {
+			csv[i] = strconv.FormatUint(uint64(id), 10)
+		}
+		for _, mode := range []string{"args", "tokens", "stdin"} {
 			var out string
-			if mode == "args" && len(v.TokenIDs) > 0 {
+			switch {
+			case mode == "args" && len(v.TokenIDs) > 0:
 				out, err = runCLI(t, "", args...)
-			} else {
+			case mode == "tokens" && len(v.TokenIDs) > 0:
+				out, err = runCLI(t, "", "fingerprint", "--block-size", strconv.Itoa(v.BlockSize), "--tokens", strings.Join(csv, ","))
+			default:
 				out, err = runCLI(t, string(stdinIDs), "fingerprint", "--block-size", strconv.Itoa(v.BlockSize))
 			}
 			if err != nil {

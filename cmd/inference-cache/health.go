@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,14 +20,13 @@ import (
 // against a node, exit status 0 only when it answers SERVING. Images built
 // FROM scratch have no shell or curl, so the binary checks itself.
 func newHealthCmd() *cobra.Command {
-	var addr, service string
-	var timeout time.Duration
-	var sec clientSecurityFlags
+	var service string
+	var cf clientFlags
 	cmd := &cobra.Command{
 		Use:   "health",
-		Short: "Check a node's gRPC health service (exit 0 when SERVING)",
-		Long: `Calls grpc.health.v1.Health/Check on --addr and exits 0 when the node reports
-SERVING, 1 otherwise (not serving, unreachable or slower than --timeout).
+		Short: "Check nodes' gRPC health service (exit 0 when every one is SERVING)",
+		Long: `Calls grpc.health.v1.Health/Check on each --addr and exits 0 when every node
+reports SERVING, 1 otherwise (not serving, unreachable or slower than --timeout).
 A node reports SERVING once its Raft node has started and while its own log
 and state machine keep up; NOT_SERVING while appends to its log fail (e.g. a
 full disk), while it replays the log found at start, while committed entries
@@ -33,39 +34,102 @@ wait longer than maxStaleness to be applied, and while it shuts down.
 Meant for container health checks (Docker HEALTHCHECK, compose); Kubernetes
 probes the same service natively.`,
 		Example: `  inference-cache health
-  inference-cache health --addr 10.0.0.1:7401 --service inferencecache.v1.InferenceCache`,
+  inference-cache health --addr 10.0.0.1:7401 --service inferencecache.v1.InferenceCache
+  inference-cache health --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 			var cc client.Config
-			if err := sec.apply(&cc); err != nil {
+			if err := cf.security.apply(&cc); err != nil {
 				return err
 			}
+			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 			if cc.TLS != nil {
 				opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cc.TLS)))
 			}
-			conn, err := grpc.NewClient(addr, opts...)
-			if err != nil {
-				return fmt.Errorf("health %s: %w", addr, err)
+			results := make([]healthResult, len(cf.addrs))
+			failed := 0
+			for i, addr := range cf.addrs {
+				results[i] = checkHealth(cmd.Context(), addr, service, cf.timeout, opts)
+				if results[i].Status != healthpb.HealthCheckResponse_SERVING.String() {
+					failed++
+				}
 			}
-			defer conn.Close()
-			r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.WaitForReady(true))
-			if err != nil {
-				return fmt.Errorf("health %s: %w", addr, err)
+			out := cmd.OutOrStdout()
+			switch {
+			case cf.json:
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(results); err != nil {
+					return err
+				}
+			case len(results) == 1 && failed == 0:
+				fmt.Fprintln(out, results[0].Status)
+			case len(results) > 1:
+				tw := table(out)
+				fmt.Fprintln(tw, "ADDR\tSTATUS\tERROR")
+				for _, r := range results {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Addr, r.Status, r.Error)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
 			}
-			if r.Status != healthpb.HealthCheckResponse_SERVING {
-				return fmt.Errorf("health %s: %s", addr, r.Status)
+			if failed == 1 && len(results) == 1 {
+				r := results[0]
+				if r.Error != "" {
+					return fmt.Errorf("health %s: %s", r.Addr, r.Error)
+				}
+				return fmt.Errorf("health %s: %s", r.Addr, r.Status)
 			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), r.Status)
-			return err
+			if failed > 0 {
+				return fmt.Errorf("%d of %d nodes not SERVING", failed, len(results))
+			}
+			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&addr, "addr", defaultGRPCAddr, "gRPC address of the node to check")
-	f.StringVar(&service, "service", "", `service name to check ("" = the whole server)`)
-	f.DurationVar(&timeout, "timeout", 3*time.Second, "bound on the check")
-	sec.register(cmd)
+	cmd.Flags().StringVar(&service, "service", "", `service name to check ("" = the whole server)`)
+	cf.register(cmd)
+	// A container health check wants a short bound.
+	t := cmd.Flags().Lookup("timeout")
+	t.DefValue, t.Usage = "3s", "bound on each node's check (positive)"
+	_ = t.Value.Set("3s")
 	return cmd
+}
+
+// healthResult is one node's answer, as printed by `health --json`.
+type healthResult struct {
+	Addr   string `json:"addr"`
+	Status string `json:"status"` // SERVING, NOT_SERVING, UNKNOWN, SERVICE_UNKNOWN or UNREACHABLE
+	Error  string `json:"error,omitempty"`
+}
+
+// checkHealth calls grpc.health.v1 Check on addr within timeout.
+func checkHealth(ctx context.Context, addr, service string, timeout time.Duration, opts []grpc.DialOption) healthResult {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return healthResult{Addr: addr, Status: "UNREACHABLE", Error: err.Error()}
+	}
+	defer conn.Close()
+	r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.WaitForReady(true))
+	if err != nil {
+		return healthResult{Addr: addr, Status: "UNREACHABLE", Error: explainCallErr(err)}
+	}
+	return healthResult{Addr: addr, Status: r.Status.String()}
+}
+
+// explainCallErr is a gRPC call error in words a person can act on: a
+// call that reached an HTTP/1 port, or a node that is not there.
+func explainCallErr(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "is the cluster running?") || strings.Contains(msg, "not gRPC:"):
+		return msg // explained already
+	case strings.Contains(msg, "frame too large"):
+		return "the address answers HTTP/1.1, not gRPC: it is likely the node's HTTP port (--http-addr, metrics and /readyz); use its --grpc-addr"
+	case strings.Contains(msg, "connection refused"):
+		return "nothing listens there (connection refused); is the cluster running? `make run` starts a local one on 127.0.0.1:7401,7411,7421"
+	}
+	return msg
 }
