@@ -47,7 +47,9 @@ func nameEnvInErrors(c *cobra.Command) {
 		c.PreRunE = func(cmd *cobra.Command, args []string) error { return envNamed(cmd, run(cmd, args)) }
 	}
 	if run := c.RunE; run != nil {
-		c.RunE = func(cmd *cobra.Command, args []string) error { return explainUnreachable(cmd, envNamed(cmd, run(cmd, args))) }
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			return explainUnreachable(cmd, envNamed(cmd, run(cmd, args)))
+		}
 	}
 	for _, s := range c.Commands() {
 		nameEnvInErrors(s)
