@@ -152,11 +152,6 @@ func (s *Subscriber) start(ctx context.Context, ec EngineConfig, replayTimeout, 
 	ectx, cancel := context.WithCancel(ctx)
 	e := &engineRun{cfg: ec, cancel: cancel}
 	em := s.m.forEngine(ec.ReplicaID)
-	if ec.servedByListen() {
-		s.log.Info("engine added (served by listen)", "engine", ec.ReplicaID, "topic", ec.Topic, "pod", ec.Pod, "ranks", ec.DataParallelSize)
-	} else {
-		s.log.Info("engine added", "engine", ec.ReplicaID, "endpoint", ec.Endpoint, "ranks", ec.DataParallelSize)
-	}
 	for r := 0; r < ec.DataParallelSize; r++ {
 		st := newStream(&e.cfg, int64(r), replayTimeout, em, s.log, s.fw, s.opts.Now)
 		e.streams = append(e.streams, st)
@@ -165,6 +160,12 @@ func (s *Subscriber) start(ctx context.Context, ec EngineConfig, replayTimeout, 
 		if ec.servedByListen() && s.lis != nil {
 			s.lis.add(&e.cfg, r, &route{ch: st.live, done: ectx.Done(), m: em, log: st.log})
 		}
+	}
+	// Logged once its streams (and listen routes) are in place.
+	if ec.servedByListen() {
+		s.log.Info("engine added (served by listen)", "engine", ec.ReplicaID, "topic", ec.Topic, "pod", ec.Pod, "ranks", ec.DataParallelSize)
+	} else {
+		s.log.Info("engine added", "engine", ec.ReplicaID, "endpoint", ec.Endpoint, "ranks", ec.DataParallelSize)
 	}
 	if ec.MetricsURL != "" {
 		sc := &scraper{cfg: &e.cfg, client: s.opts.HTTPClient, sink: s.sink, interval: scrape, m: em,

@@ -50,7 +50,8 @@ type Publisher struct {
 
 	pub     zmq4.Socket
 	router  zmq4.Socket
-	connect string // the endpoint the PUB socket dialled ("" = it listens)
+	connect string        // the endpoint the PUB socket dials ("" = it listens)
+	dialed  chan struct{} // closed when the background dial returned (connecting only)
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
@@ -79,20 +80,27 @@ func NewPublisher(withReplay bool) (*Publisher, error) {
 // connects to endpoint (tcp://HOST:PORT, a subscriber's listen socket), as
 // vLLM's does for an endpoint without a wildcard host and as every engine
 // does in llm-d's topology, and every message carries topic (for example
-// "kv@pod-a@qwen3-8b"). Dialling retries every 20 ms for up to 10 s, so the
-// subscriber may still be binding. withReplay adds the replay ROUTER, which
-// binds a random loopback port like vLLM's. Close it when done.
+// "kv@pod-a@qwen3-8b"). Like libzmq's connect it returns at once and keeps
+// dialling in the background (every 20 ms) until it reaches endpoint or is
+// closed, so it may start before the subscriber binds; messages published
+// before then are dropped, as a PUB socket without peers drops them: call
+// WaitSubscribed first. withReplay adds the replay ROUTER, which binds a
+// random loopback port like vLLM's. Close it when done.
 func NewConnectingPublisher(endpoint, topic string, withReplay bool) (*Publisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	quiet := zmq4.WithLogger(log.New(io.Discard, "", 0))
 	p := &Publisher{Topic: topic, cancel: cancel, connect: endpoint,
-		pub: zmq4.NewPub(ctx, quiet, zmq4.WithDialerRetry(20*time.Millisecond), zmq4.WithDialerMaxRetries(500))}
-	if err := p.pub.Dial(endpoint); err != nil {
-		p.pub.Close()
-		cancel()
+		pub: zmq4.NewPub(ctx, quiet, zmq4.WithDialerRetry(20*time.Millisecond), zmq4.WithDialerMaxRetries(-1))}
+	if _, err := p.withReplay(ctx, withReplay); err != nil {
 		return nil, err
 	}
-	return p.withReplay(ctx, withReplay)
+	p.dialed = make(chan struct{})
+	go func() {
+		defer close(p.dialed)
+		// Returns when connected, or with an error once Close cancels it.
+		_ = p.pub.Dial(endpoint)
+	}()
+	return p, nil
 }
 
 func (p *Publisher) withReplay(ctx context.Context, withReplay bool) (*Publisher, error) {
@@ -250,6 +258,9 @@ func (p *Publisher) serveReplay() {
 // Close stops the sockets.
 func (p *Publisher) Close() {
 	p.cancel()
+	if p.dialed != nil {
+		<-p.dialed // the socket is not closed under a dial in progress
+	}
 	p.pub.Close()
 	if p.router != nil {
 		p.router.Close()
