@@ -299,3 +299,40 @@ func TestListen_ReloadMapsAndUnmapsPublishers(t *testing.T) {
 		t.Fatalf("unknown topics = %v, want 2 (c before the reload, a after)", n)
 	}
 }
+
+// A reload that moves listen to another address rebinds: the engines
+// served by the old socket are stopped and cleared, and start again on the
+// new one, where their publishers now connect.
+func TestListen_ReloadToAnotherAddressRebinds(t *testing.T) {
+	old, moved := freeListen(t, 1), freeListen(t, 1)
+	for moved == old {
+		moved = freeListen(t, 1)
+	}
+	p := connecting(t, old, "kv@pod-a@m", false)
+	e := listenEngine("a")
+	e.Pod = "pod-a"
+	sink := &fakeSink{}
+	s, m := startSubscriber(t, &Config{Listen: old, Engines: []EngineConfig{e}}, sink)
+	waitSubscribed(t, p)
+	x := ot.Tokens(0, 4)
+	mustPublish(t, p, ot.Batch(tTS, -1, ot.Stored(ot.Hashes(1), nil, x, 4, nil, nil, nil)))
+	eventsOf(t, sink, "a", 2)
+
+	cfg := &Config{Listen: moved, Engines: []EngineConfig{e}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s.Reload(cfg)
+	if got, want := kinds(eventsOf(t, sink, "a", 3)), []string{"CLEARED:a", "STORED:a", "CLEARED:a"}; !equalStrings(got, want) {
+		t.Fatalf("after the move: %v, want %v", got, want)
+	}
+	q := connecting(t, moved, "kv@pod-a@m", false) // the engine, reconfigured
+	waitSubscribed(t, q)
+	mustPublish(t, q, ot.Batch(tTS, -1, ot.Stored(ot.Hashes(2), nil, x, 4, nil, nil, nil)))
+	if got, want := kinds(eventsOf(t, sink, "a", 5)[3:]), []string{"CLEARED:a", "STORED:a"}; !equalStrings(got, want) {
+		t.Fatalf("on the new address: %v, want %v", got, want)
+	}
+	if n := testutil.ToFloat64(m.ListenUnknownMessages); n != 0 {
+		t.Fatalf("unknown messages = %v, want 0", n)
+	}
+}
