@@ -110,6 +110,11 @@ func TestConfig_ListenMixedTopologiesAndDefaultPattern(t *testing.T) {
 			t.Errorf("default pattern on %q: pod %q %v, want %q %v", c.topic, pod, ok, c.pod, c.ok)
 		}
 	}
+	// llm-d's own indexer binds tcp://*:5557; zmq4 reads "*" as every
+	// interface.
+	if _, err := ParseConfig([]byte("listen: tcp://*:5557\nengines:" + listenEngineYAML)); err != nil {
+		t.Errorf("listen tcp://*:5557: %v", err)
+	}
 	custom, err := ParseConfig([]byte("listen: tcp://0.0.0.0:5557\ntopic_pattern: 'engines/(?P<pod>[^/]+)/events'\nengines:" + listenEngineYAML))
 	if err != nil {
 		t.Fatal(err)

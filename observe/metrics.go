@@ -39,7 +39,7 @@ type Metrics struct {
 	// their topics are unbounded, so they are counted in one series and
 	// logged instead.
 	ListenUnknownMessages prometheus.Counter // listen-socket messages whose topic matches no engine entry
-	ListenUnknownTopics   prometheus.Counter // distinct such topics (each logged once; at most 1,024 counted)
+	ListenUnknownTopics   prometheus.Counter // distinct such topics, each logged once (at most 1,024 per listener)
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not
@@ -86,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ListenUnknownMessages: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "listen_unknown_messages_total",
 			Help: "Messages on the listen socket whose topic matches no engine entry (topic or pod), dropped. Non-zero means an engine connects that the config does not list, or its topic is not the configured one."}),
 		ListenUnknownTopics: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "listen_unknown_topics_total",
-			Help: "Distinct unknown topics seen on the listen socket (each is logged once, at WARN); counts at most 1,024 per listen socket."}),
+			Help: "Distinct unknown topics seen on the listen socket, each logged once at WARN; at most 1,024 are remembered and counted until the socket is rebound (listen or topic_pattern changed)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Batches, m.EngineEvents, m.DecodeErrors, m.UnknownEvents, m.Restarts, m.Gaps, m.Replays,
