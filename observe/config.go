@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -33,17 +34,44 @@ type Config struct {
 	// up to the end marker). Past it the replay counts as failed and the
 	// replica is cleared. Default 5s.
 	ReplayTimeout Duration `yaml:"replay_timeout"`
+
+	// Listen mode (see listen.go): engines whose PUB socket connects to the
+	// subscriber instead of binding.
+
+	// Listen is the tcp://HOST:PORT the subscriber binds one SUB socket on
+	// for engines that connect to it (llm-d's topology); "" = off. Engine
+	// entries without an endpoint are served by it, each matched by its
+	// topic or pod. Data-parallel rank r of such an engine connects to
+	// PORT + r (vLLM offsets the port whether it binds or connects), so
+	// PORT..PORT+N-1 are bound for the largest data_parallel_size N among
+	// those entries. Engine entries with an endpoint are still dialled.
+	Listen string `yaml:"listen"`
+
+	// TopicPattern extracts the pod from a topic on the listen socket, for
+	// engine entries matched by pod: an RE2 regular expression with a named
+	// group "pod" (and optionally "model", only logged), matched against the
+	// whole topic. Default DefaultTopicPattern, llm-d's kv@<pod>@<model>.
+	// Only with listen.
+	TopicPattern string `yaml:"topic_pattern"`
+
+	// topicRE is TopicPattern compiled by Validate (nil without listen).
+	topicRE *regexp.Regexp
 }
 
 // EngineConfig is one engine entry. Field names are the YAML keys of SPEC
 // 12; data_parallel_size is an addition.
 type EngineConfig struct {
-	// Endpoint is the engine's ZMQ PUB socket, tcp://HOST:PORT (required).
+	// Endpoint is the engine's ZMQ PUB socket, tcp://HOST:PORT, which the
+	// subscriber dials. Required unless the top-level listen is set: an
+	// entry without it is an engine that connects to the listen socket.
 	Endpoint string `yaml:"endpoint"`
 	// ReplayEndpoint is the engine's optional ROUTER replay socket,
 	// tcp://HOST:PORT. Without it a sequence gap clears the replica.
 	ReplayEndpoint string `yaml:"replay_endpoint"`
-	// Topic is the ZMQ subscription prefix ("" = every message).
+	// Topic is, for an engine with an endpoint, the ZMQ subscription
+	// prefix ("" = every message). For an engine served by listen (no
+	// endpoint) it is the exact topic the engine publishes on, e.g.
+	// llm-d's "kv@vllm-0@Qwen/Qwen3-8B"; set it or Pod.
 	Topic string `yaml:"topic"`
 	// ReplicaID names the replica in the index (required, at most 200
 	// bytes so the "-dp<r>" suffix still fits the server's 256-byte id
@@ -72,6 +100,12 @@ type EngineConfig struct {
 	// replays on ReplayEndpoint's port + r), as vLLM does; one subscriber
 	// stream is opened per rank.
 	DataParallelSize int `yaml:"data_parallel_size"`
+
+	// Pod matches, for an engine served by listen (no endpoint), every
+	// topic whose "pod" group of topic_pattern equals it: with the default
+	// pattern, "vllm-0" matches kv@vllm-0@<any model>. Set it or Topic.
+	// Not allowed with an endpoint.
+	Pod string `yaml:"pod"`
 }
 
 // Duration is a time.Duration read from YAML as a Go duration string
@@ -169,13 +203,20 @@ func (c *Config) Validate() error {
 			return bad(f("replica_id"), "%q is also engines[%d]", e.ReplicaID, j)
 		}
 		ids[e.ReplicaID] = i
-		if err := checkTCPEndpoint(e.Endpoint); err != nil {
-			return bad(f("endpoint"), "%v", err)
+		switch {
+		case e.Endpoint == "" && c.Listen != "":
+			// Served by the listen socket: validateListen checks it.
+		case e.Endpoint == "":
+			return bad(f("endpoint"), "required (tcp://HOST:PORT); only an engine served by listen (top-level listen: tcp://HOST:PORT) may omit it")
+		default:
+			if err := checkTCPEndpoint(e.Endpoint); err != nil {
+				return bad(f("endpoint"), "%v", err)
+			}
+			if j, dup := eps[e.Endpoint]; dup {
+				return bad(f("endpoint"), "%q is also engines[%d]", e.Endpoint, j)
+			}
+			eps[e.Endpoint] = i
 		}
-		if j, dup := eps[e.Endpoint]; dup {
-			return bad(f("endpoint"), "%q is also engines[%d]", e.Endpoint, j)
-		}
-		eps[e.Endpoint] = i
 		if e.ReplayEndpoint != "" {
 			if err := checkTCPEndpoint(e.ReplayEndpoint); err != nil {
 				return bad(f("replay_endpoint"), "%v", err)
@@ -219,13 +260,13 @@ func (c *Config) Validate() error {
 		if e.DataParallelSize < 1 || e.DataParallelSize > maxDataParallelSize {
 			return bad(f("data_parallel_size"), "%d is not between 1 and %d", e.DataParallelSize, maxDataParallelSize)
 		}
-		if e.DataParallelSize > 1 {
+		if e.DataParallelSize > 1 && e.Endpoint != "" {
 			if _, err := offsetEndpoint(e.Endpoint, e.DataParallelSize-1); err != nil {
 				return bad(f("endpoint"), "%v", err)
 			}
 		}
 	}
-	return nil
+	return c.validateListen(bad)
 }
 
 // checkTCPEndpoint accepts tcp://HOST:PORT with a numeric port.
@@ -278,7 +319,7 @@ func (e *EngineConfig) equal(o *EngineConfig) bool {
 	if e.Endpoint != o.Endpoint || e.ReplayEndpoint != o.ReplayEndpoint || e.Topic != o.Topic ||
 		e.ReplicaID != o.ReplicaID || e.ModelID != o.ModelID || e.TenantID != o.TenantID ||
 		e.HashScheme != o.HashScheme || e.BlockSize != o.BlockSize || e.MetricsURL != o.MetricsURL ||
-		e.DataParallelSize != o.DataParallelSize || len(e.Media) != len(o.Media) {
+		e.DataParallelSize != o.DataParallelSize || e.Pod != o.Pod || len(e.Media) != len(o.Media) {
 		return false
 	}
 	for i := range e.Media {

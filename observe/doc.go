@@ -14,7 +14,10 @@
 //
 // The sequencer and translator are pure (no clock, no I/O); the stream loop
 // in engine.go owns the sockets; the Subscriber (subscriber.go) starts one
-// stream per engine socket and handles configuration reloads; the Sink
+// stream per engine socket and handles configuration reloads. Engines that
+// connect to the subscriber instead (listen mode, listen.go) share one
+// bound SUB socket per data-parallel rank, whose listener hands each
+// message to the stream its topic names; the streams are the same. The Sink
 // interface (sink.go) is all observe knows of the cluster — it never
 // imports the server packages.
 //

@@ -54,13 +54,24 @@ type stream struct {
 
 	tr  *translator
 	seq *sequencer
+	// live carries the live messages: from read (the stream dials its
+	// endpoint) or, for an engine served by listen, from the listener.
+	live chan liveMsg
 }
 
 func newStream(cfg *EngineConfig, rank int64, replayTimeout time.Duration, m *engineMetrics, log *slog.Logger, fw *Forwarder, now func() time.Time) *stream {
 	ep, _ := offsetEndpoint(cfg.Endpoint, int(rank))
 	rep, _ := offsetEndpoint(cfg.ReplayEndpoint, int(rank))
+	where := []any{"engine", cfg.ReplicaID, "endpoint", ep}
+	if cfg.servedByListen() {
+		where = []any{"engine", cfg.ReplicaID, "listen_topic", cfg.Topic, "rank", rank}
+		if cfg.Pod != "" {
+			where[3] = "listen_pod"
+			where[4] = cfg.Pod
+		}
+	}
 	s := &stream{cfg: cfg, rank: rank, endpoint: ep, replayEndpoint: rep, replayTimeout: replayTimeout, m: m,
-		log: log.With("engine", cfg.ReplicaID, "endpoint", ep), fw: fw, now: now}
+		log: log.With(where...), fw: fw, now: now, live: make(chan liveMsg, 256)}
 	s.tr = newTranslator(cfg, rank, m, s.log)
 	s.seq = newSequencer(s.tr, m, s.log, rep != "")
 	return s
@@ -69,9 +80,11 @@ func newStream(cfg *EngineConfig, rank int64, replayTimeout time.Duration, m *en
 // run subscribes until ctx ends. The translator's state stays valid after
 // it returns (the caller clears the replicas of a removed engine).
 func (s *stream) run(ctx context.Context) {
-	live := make(chan liveMsg, 256)
+	live := s.live
 	replies := make(chan replayMsg, 256)
-	go s.read(ctx, live)
+	if !s.cfg.servedByListen() {
+		go s.read(ctx, live)
+	}
 	var out []*pb.BlockEvent
 	for {
 		out = out[:0]

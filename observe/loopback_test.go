@@ -77,11 +77,17 @@ func kinds(evs []*pb.BlockEvent) []string {
 
 func startSubscriber(t *testing.T, cfg *Config, sink Sink) (*Subscriber, *Metrics) {
 	t.Helper()
+	return startSubscriberLog(t, cfg, sink, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// startSubscriberLog is startSubscriber logging to log.
+func startSubscriberLog(t *testing.T, cfg *Config, sink Sink, log *slog.Logger) (*Subscriber, *Metrics) {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	m := NewMetrics(nil)
-	s := New(cfg, sink, Options{Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := New(cfg, sink, Options{Metrics: m, Logger: log})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(ctx) }()

@@ -34,6 +34,12 @@ type Metrics struct {
 	IngestLag          prometheus.Gauge       // seconds the oldest unacknowledged event has waited
 	StatsReports       *prometheus.CounterVec // ReportReplicaStats calls, by outcome
 	BlockEventsEmitted *prometheus.CounterVec // BlockEvents produced, by kind (STORED, REMOVED, CLEARED)
+
+	// Listen mode (listen.go). Unknown publishers have no engine label:
+	// their topics are unbounded, so they are counted in one series and
+	// logged instead.
+	ListenUnknownMessages prometheus.Counter // listen-socket messages whose topic matches no engine entry
+	ListenUnknownTopics   prometheus.Counter // distinct such topics, each logged once (at most 1,024 per listener)
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not
@@ -77,13 +83,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Block events queued and not yet acknowledged."}),
 		IngestLag: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "ingest_lag_seconds",
 			Help: "Age of the oldest block event not yet acknowledged by the cluster (0 when the queue is empty)."}),
+		ListenUnknownMessages: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "listen_unknown_messages_total",
+			Help: "Messages on the listen socket whose topic matches no engine entry (topic or pod), dropped. Non-zero means an engine connects that the config does not list, or its topic is not the configured one."}),
+		ListenUnknownTopics: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "listen_unknown_topics_total",
+			Help: "Distinct unknown topics seen on the listen socket, each logged once at WARN; at most 1,024 are remembered and counted until the socket is rebound (listen or topic_pattern changed)."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Batches, m.EngineEvents, m.DecodeErrors, m.UnknownEvents, m.Restarts, m.Gaps, m.Replays,
 			m.Duplicates, m.Clears, m.UnknownParent, m.TokenMismatch, m.BlockSizeMismatch, m.IgnoredGroup,
 			m.IgnoredMedium, m.UnknownRemovals, m.Overflows, m.Reconnects, m.StatsScrapes, m.StatsReports,
 			m.BlockEventsEmitted, m.IngestBatches, m.IngestEvents, m.IngestRejected, m.IngestRetries,
-			m.IngestQueue, m.IngestLag)
+			m.IngestQueue, m.IngestLag, m.ListenUnknownMessages, m.ListenUnknownTopics)
 	}
 	return m
 }

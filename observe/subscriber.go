@@ -38,6 +38,10 @@ type Subscriber struct {
 	mu       sync.Mutex
 	cfg      *Config
 	scrapers map[string]*scraper // by replica id, while running
+
+	// lis is the listen-mode listener while cfg.Listen is set; only the
+	// Run goroutine touches it.
+	lis *listener
 }
 
 // engineRun is a running engine: its streams and their stop handle.
@@ -107,6 +111,10 @@ func (s *Subscriber) Run(ctx context.Context) error {
 				e.cancel()
 				e.wg.Wait()
 			}
+			if s.lis != nil {
+				s.lis.close()
+				s.lis = nil
+			}
 			return nil
 		case c := <-s.reload:
 			s.mu.Lock()
@@ -119,6 +127,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 
 // apply brings running in line with cfg.
 func (s *Subscriber) apply(ctx context.Context, running map[string]*engineRun, cfg *Config) {
+	s.applyListen(ctx, running, cfg)
 	want := map[string]*EngineConfig{}
 	for i := range cfg.Engines {
 		want[cfg.Engines[i].ReplicaID] = &cfg.Engines[i]
@@ -143,12 +152,20 @@ func (s *Subscriber) start(ctx context.Context, ec EngineConfig, replayTimeout, 
 	ectx, cancel := context.WithCancel(ctx)
 	e := &engineRun{cfg: ec, cancel: cancel}
 	em := s.m.forEngine(ec.ReplicaID)
-	s.log.Info("engine added", "engine", ec.ReplicaID, "endpoint", ec.Endpoint, "ranks", ec.DataParallelSize)
 	for r := 0; r < ec.DataParallelSize; r++ {
 		st := newStream(&e.cfg, int64(r), replayTimeout, em, s.log, s.fw, s.opts.Now)
 		e.streams = append(e.streams, st)
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); st.run(ectx) }()
+		if ec.servedByListen() && s.lis != nil {
+			s.lis.add(&e.cfg, r, &route{ch: st.live, done: ectx.Done(), m: em, log: st.log})
+		}
+	}
+	// Logged once its streams (and listen routes) are in place.
+	if ec.servedByListen() {
+		s.log.Info("engine added (served by listen)", "engine", ec.ReplicaID, "topic", ec.Topic, "pod", ec.Pod, "ranks", ec.DataParallelSize)
+	} else {
+		s.log.Info("engine added", "engine", ec.ReplicaID, "endpoint", ec.Endpoint, "ranks", ec.DataParallelSize)
 	}
 	if ec.MetricsURL != "" {
 		sc := &scraper{cfg: &e.cfg, client: s.opts.HTTPClient, sink: s.sink, interval: scrape, m: em,
@@ -209,6 +226,11 @@ func (s *Subscriber) ScrapeNow(ctx context.Context, replicaIDs ...string) error 
 // stop ends an engine's streams and clears every replica they produced
 // ("a replica removed from the config has its entries cleared").
 func (s *Subscriber) stop(ctx context.Context, e *engineRun, reason string) {
+	if e.cfg.servedByListen() && s.lis != nil {
+		for r := range e.streams {
+			s.lis.remove(&e.cfg, r)
+		}
+	}
 	e.cancel()
 	e.wg.Wait()
 	s.mu.Lock()
@@ -221,4 +243,30 @@ func (s *Subscriber) stop(ctx context.Context, e *engineRun, reason string) {
 	}
 	s.log.Info("engine removed; its replicas are cleared", "engine", e.cfg.ReplicaID, "replicas", len(evs))
 	_ = s.fw.Enqueue(ctx, evs)
+}
+
+// applyListen brings the listener in line with cfg before the engines are:
+// a changed listen or topic_pattern stops every engine served by the old
+// listener (their topics may now name other engines; apply starts them
+// again on the new one), no listen closes it, and a larger
+// data_parallel_size binds the extra rank sockets.
+func (s *Subscriber) applyListen(ctx context.Context, running map[string]*engineRun, cfg *Config) {
+	if s.lis != nil && !s.lis.serves(cfg) {
+		for id, e := range running {
+			if e.cfg.servedByListen() {
+				s.stop(ctx, e, "config_removed")
+				delete(running, id)
+			}
+		}
+		s.lis.close()
+		s.lis = nil
+	}
+	if cfg.Listen == "" {
+		return
+	}
+	if s.lis == nil {
+		s.lis = startListener(ctx, cfg, listenRanks(cfg), s.m, s.log)
+		return
+	}
+	s.lis.ensureRanks(listenRanks(cfg))
 }

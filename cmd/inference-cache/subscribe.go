@@ -33,8 +33,10 @@ func newSubscribeCmd() *cobra.Command {
 		Use:   "subscribe",
 		Short: "Subscribe to vLLM/SGLang KV-cache events and feed the cluster",
 		Long: `Subscribes to the ZMQ KV-cache event streams of the engines listed in --config
-(SPEC 12 "Subscriber configuration"), turns them into content-fingerprinted
-block events and writes them to the cluster with IngestStream, through any of
+(SPEC 12 "Subscriber configuration") — dialling each engine's PUB socket, or,
+with a top-level listen, binding one socket the engines connect to — turns
+them into content-fingerprinted block events and writes them to the cluster
+with IngestStream, through any of
 the --addr nodes (the next one is tried when a node fails). Engines with a
 metrics_url are scraped for KV pressure and prefix-cache hit rate, reported
 with ReportReplicaStats.
@@ -52,7 +54,24 @@ and the running configuration kept.`,
   #       tenant_id: team-a
   #       hash_scheme: vllm
   #       block_size: 16
-  #       metrics_url: http://10.0.0.5:8000/metrics`,
+  #       metrics_url: http://10.0.0.5:8000/metrics
+
+  # Engines that connect to the subscriber instead (llm-d's topology; vLLM
+  # connects when its kv-events endpoint has no "*" host): bind one socket
+  # and match each engine by its topic, exactly or by pod (the pod group of
+  # topic_pattern, default kv@<pod>@<model>). Entries with an endpoint are
+  # still dialled. See docs/examples/subscriber-listen.yaml.
+  #   listen: tcp://0.0.0.0:5557
+  #   engines:
+  #     - pod: vllm-a-0                      # any topic kv@vllm-a-0@<model>
+  #       replay_endpoint: tcp://10.0.0.5:5558
+  #       replica_id: vllm-a-0
+  #       model_id: qwen3-8b
+  #       hash_scheme: vllm
+  #     - topic: kv@vllm-b-0@Qwen/Qwen3-8B   # an exact topic
+  #       replica_id: vllm-b-0
+  #       model_id: qwen3-8b
+  #       hash_scheme: vllm`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(cmd.ErrOrStderr(), logFormat, logLevel)

@@ -107,6 +107,31 @@ func TestRealPublisherIntoRealCluster(t *testing.T) {
 			}
 		})
 	}
+	// llm-d's topology: the engine connects to the subscriber's listen
+	// socket and is matched by the pod in its topic kv@<pod>@<model>; its
+	// chain starts at parent_block_hash 0, and its gap is replayed from its
+	// own replay socket.
+	t.Run("engine connects to a listening subscriber", func(t *testing.T) {
+		p, name, m := startScenario(t, py, addrs, true, true)
+		pubEvents(p, "publish", nil, "array", stored([]int{1}, 0, a[:16], nil))
+		pubEvents(p, "skip", nil, "array", stored([]int{2, 3, 4, 5}, 1, a[16:], nil))
+		pubEvents(p, "publish", nil, "array", stored([]int{11}, nil, b[:16], nil))
+		waitRoute(t, cli, a, name, "", name, 80)
+		// The replay is counted when its end marker arrives, which may be
+		// just after its events reached the cluster.
+		var got float64
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if got = testutil.ToFloat64(m.Replays.WithLabelValues(name, "complete")); got == 1 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if got != 1 {
+			t.Fatalf("complete replays = %v, want 1", got)
+		}
+		if got := testutil.ToFloat64(m.ListenUnknownMessages); got != 0 {
+			t.Fatalf("unknown messages = %v, want 0", got)
+		}
+	})
 	t.Run("gap without replay clears", func(t *testing.T) {
 		p, name, m := scenario(t, py, addrs, false)
 		pubEvents(p, "publish", nil, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, nil))
@@ -281,9 +306,28 @@ var scenarioN int
 // and tenant are unique to the scenario so scenarios do not see each other.
 func scenario(t *testing.T, py string, addrs []string, replay bool) (*pyPub, string, *observe.Metrics) {
 	t.Helper()
+	return startScenario(t, py, addrs, replay, false)
+}
+
+// startScenario is scenario; with connect the publisher's PUB socket
+// connects to the subscriber's listen socket (llm-d's topology) with topic
+// kv@<replica>@qwen3-8b, and the engine entry is matched by pod.
+func startScenario(t *testing.T, py string, addrs []string, replay, connect bool) (*pyPub, string, *observe.Metrics) {
+	t.Helper()
 	scenarioN++
 	name := "py" + strconv.Itoa(scenarioN)
-	cmd := exec.Command(py, "../testdata/publisher.py")
+	args := []string{"../testdata/publisher.py"}
+	var listen string
+	if connect {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listen = "tcp://" + l.Addr().String()
+		l.Close()
+		args = append(args, "--connect", listen, "--topic", "kv@"+name+"@qwen3-8b")
+	}
+	cmd := exec.Command(py, args...)
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -305,6 +349,10 @@ func scenario(t *testing.T, py string, addrs []string, replay bool) (*pyPub, str
 		ec.ReplayEndpoint = p.replay
 	}
 	cfg := &observe.Config{Engines: []observe.EngineConfig{ec}}
+	if connect {
+		cfg.Listen = listen
+		cfg.Engines[0].Endpoint, cfg.Engines[0].Pod = "", name
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

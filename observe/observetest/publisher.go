@@ -37,17 +37,23 @@ type stored struct {
 	payload []byte
 }
 
-// Publisher is a fake engine: a PUB socket on 127.0.0.1 (random port) and,
-// optionally, a replay ROUTER socket. Every Publish is numbered and kept for
+// Publisher is a fake engine: a PUB socket on 127.0.0.1 (random port), or
+// connected to a subscriber's listen socket, and, optionally, a replay
+// ROUTER socket. Every Publish is numbered and kept for
 // replay, like vLLM's ZmqEventPublisher. Safe for use by one test goroutine
 // (the ROUTER is served in the background).
 type Publisher struct {
+	// Topic is the first frame of every message and of three-frame replay
+	// replies (vLLM's kv_events_config topic, "" by default). Set it before
+	// publishing.
 	Topic string
 
-	pub    zmq4.Socket
-	router zmq4.Socket
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	pub     zmq4.Socket
+	router  zmq4.Socket
+	connect string        // the endpoint the PUB socket dials ("" = it listens)
+	dialed  chan struct{} // closed when the background dial returned (connecting only)
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	mu     sync.Mutex
 	seq    uint64
@@ -67,6 +73,38 @@ func NewPublisher(withReplay bool) (*Publisher, error) {
 		cancel()
 		return nil, err
 	}
+	return p.withReplay(ctx, withReplay)
+}
+
+// NewConnectingPublisher is a fake engine in connect mode: its PUB socket
+// connects to endpoint (tcp://HOST:PORT, a subscriber's listen socket), as
+// vLLM's does for an endpoint without a wildcard host and as every engine
+// does in llm-d's topology, and every message carries topic (for example
+// "kv@pod-a@qwen3-8b"). Like libzmq's connect it returns at once and keeps
+// dialling in the background (every 20 ms) until it reaches endpoint or is
+// closed, so it may start before the subscriber binds; messages published
+// before then are dropped, as a PUB socket without peers drops them: call
+// WaitSubscribed first. withReplay adds the replay ROUTER, which binds a
+// random loopback port like vLLM's. Close it when done.
+func NewConnectingPublisher(endpoint, topic string, withReplay bool) (*Publisher, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	quiet := zmq4.WithLogger(log.New(io.Discard, "", 0))
+	p := &Publisher{Topic: topic, cancel: cancel, connect: endpoint,
+		pub: zmq4.NewPub(ctx, quiet, zmq4.WithDialerRetry(20*time.Millisecond), zmq4.WithDialerMaxRetries(-1))}
+	if _, err := p.withReplay(ctx, withReplay); err != nil {
+		return nil, err
+	}
+	p.dialed = make(chan struct{})
+	go func() {
+		defer close(p.dialed)
+		// Returns when connected, or with an error once Close cancels it.
+		_ = p.pub.Dial(endpoint)
+	}()
+	return p, nil
+}
+
+func (p *Publisher) withReplay(ctx context.Context, withReplay bool) (*Publisher, error) {
+	quiet := zmq4.WithLogger(log.New(io.Discard, "", 0))
 	if withReplay {
 		p.router = zmq4.NewRouter(ctx, quiet)
 		if err := p.router.Listen("tcp://127.0.0.1:0"); err != nil {
@@ -79,8 +117,14 @@ func NewPublisher(withReplay bool) (*Publisher, error) {
 	return p, nil
 }
 
-// Endpoint is the PUB socket, tcp://127.0.0.1:PORT.
-func (p *Publisher) Endpoint() string { return "tcp://" + p.pub.Addr().String() }
+// Endpoint is the PUB socket's address, tcp://127.0.0.1:PORT, or for a
+// connecting publisher the endpoint it connected to.
+func (p *Publisher) Endpoint() string {
+	if p.connect != "" {
+		return p.connect
+	}
+	return "tcp://" + p.pub.Addr().String()
+}
 
 // ReplayEndpoint is the ROUTER socket ("" without replay).
 func (p *Publisher) ReplayEndpoint() string {
@@ -214,6 +258,9 @@ func (p *Publisher) serveReplay() {
 // Close stops the sockets.
 func (p *Publisher) Close() {
 	p.cancel()
+	if p.dialed != nil {
+		<-p.dialed // the socket is not closed under a dial in progress
+	}
 	p.pub.Close()
 	if p.router != nil {
 		p.router.Close()

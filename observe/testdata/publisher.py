@@ -6,9 +6,17 @@ socket sending [topic, seq (8 bytes big-endian), msgpack batch] and a ROUTER
 replay socket answering [delimiter, start seq] with one reply per kept batch
 and an end marker (seq = -1, empty payload).
 
+Two modes, like vLLM's publisher:
+  publisher.py                         binds its PUB socket (vLLM with a "*" host)
+  publisher.py --connect EP --topic T  connects its PUB socket to EP, a
+                                       subscriber's listen socket (vLLM with
+                                       a remote host; llm-d's topology), and
+                                       sends topic T (e.g. kv@<pod>@<model>)
+The replay ROUTER binds in both modes.
+
 Driven by JSON lines on stdin, one command each, answered by "ok" (or
 "error ...") on stdout. At start it prints "ready <pub_endpoint>
-<replay_endpoint>". Commands:
+<replay_endpoint>" (in connect mode <pub_endpoint> is EP). Commands:
   {"op": "publish", "events": [...], "rank": r|null, "form": "array"|"map"}
   {"op": "skip", ...same...}          numbered and kept for replay, not sent live
   {"op": "restart"}                   seq back to 0, replay buffer emptied
@@ -19,6 +27,7 @@ h|null, "token_ids": [...], "block_size": n, "lora_id": n|null, "medium":
 "GPU", "lora_name": s|null} / {"type": "BlockRemoved", "block_hashes": [...],
 "medium": "GPU"} / {"type": "AllBlocksCleared"}.
 """
+import argparse
 import json
 import os
 import select
@@ -41,15 +50,24 @@ def encode_event(ev, form):
 
 
 def main():
+    args = argparse.ArgumentParser()
+    args.add_argument("--connect", help="connect the PUB socket to this endpoint instead of binding")
+    args.add_argument("--topic", default="", help="topic frame of every message")
+    opts = args.parse_args()
     ctx = zmq.Context()
     pub = ctx.socket(zmq.XPUB)  # XPUB: sees subscriptions (wait_subscriber)
-    pub_port = pub.bind_to_random_port("tcp://127.0.0.1")
+    if opts.connect:
+        # libzmq connects in the background and reconnects on its own.
+        pub.connect(opts.connect)
+        pub_endpoint = opts.connect
+    else:
+        pub_endpoint = "tcp://127.0.0.1:%d" % pub.bind_to_random_port("tcp://127.0.0.1")
     router = ctx.socket(zmq.ROUTER)
     router_port = router.bind_to_random_port("tcp://127.0.0.1")
-    topic = b""
+    topic = opts.topic.encode()
     seq, buf, frames = 0, [], 3
     subscribed = False
-    print("ready tcp://127.0.0.1:%d tcp://127.0.0.1:%d" % (pub_port, router_port), flush=True)
+    print("ready %s tcp://127.0.0.1:%d" % (pub_endpoint, router_port), flush=True)
     poller = zmq.Poller()
     # stdin is read from its file descriptor with our own line buffer:
     # sys.stdin's buffered reader can hold a line poll() no longer reports
