@@ -48,9 +48,9 @@ type RegistryOptions struct {
 // Registry maps model ids to tokenizers found in a models directory laid
 // out as <dir>/<model_id>/tokenizer.json (plus tokenizer_config.json when
 // present). Model ids may contain slashes ("Qwen/Qwen3-8B" is
-// <dir>/Qwen/Qwen3-8B/). Tokenizers are loaded by Preload or on first use, shared by
-// concurrent callers (one load per model at a time), and kept up to
-// MaxModels. A Registry is safe for concurrent use.
+// <dir>/Qwen/Qwen3-8B/). Tokenizers are loaded by Preload or on first
+// use, shared by concurrent callers (one load per model at a time), and
+// kept up to MaxModels. A Registry is safe for concurrent use.
 type Registry struct {
 	dir  string
 	opts RegistryOptions
