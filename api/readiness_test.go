@@ -233,7 +233,34 @@ func TestServer_ReadyAfterTokenizerLoadTimeout(t *testing.T) {
 	waitUntil(t, 5*time.Second, "gRPC health SERVING after the limit", func() bool {
 		return healthOf(t, cc) == healthpb.HealthCheckResponse_SERVING
 	})
-	if !strings.Contains(logs.String(), "tokenizer still loading at the readiness time limit") {
-		t.Errorf("no log names the tokenizer still loading:\n%s", logs.String())
+	waitUntil(t, 5*time.Second, "a log naming the tokenizer still loading", func() bool {
+		return strings.Contains(logs.String(), `msg="tokenizer still loading at the readiness time limit; ready without it" model_id=qwen3`)
+	})
+}
+
+// stuckPreloader never returns until released, whatever its context.
+type stuckPreloader struct{ release chan struct{} }
+
+func (p stuckPreloader) EncodeContext(context.Context, string, string, int) ([]uint32, error) {
+	return nil, tokenizer.ErrLoading
+}
+
+func (p stuckPreloader) Preload(context.Context) ([]tokenizer.ModelLoad, error) {
+	<-p.release
+	return nil, nil
+}
+
+// The time limit holds even for a Preloader that ignores its context.
+func TestServer_TokenizerLoadTimeoutHoldsForAStuckPreloader(t *testing.T) {
+	p := stuckPreloader{release: make(chan struct{})}
+	defer close(p.release)
+	srv := NewServer(ServerConfig{Node: servingNode(t), Tokenizer: p, TokenizerLoadTimeout: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil))})
+	serveAPI(t, srv)
+	select {
+	case <-srv.TokenizersLoaded():
+	case <-time.After(10 * time.Second):
+		t.Fatal("readiness waits on a stuck preload past its 100 ms limit")
 	}
+	waitUntil(t, 5*time.Second, "Ready after the limit", srv.Ready)
 }

@@ -196,40 +196,44 @@ func (s *Server) tokenizersLoaded() {
 
 // preload loads every model's tokenizer through p, logging each outcome,
 // and marks the tokenizers loaded when done or after limit, whichever is
-// first. A broken tokenizer is logged and skipped: it fails only its own
-// model's prompt_text lookups.
+// first, even if p does not stop at its context's end. A broken tokenizer
+// is logged and skipped: it fails only its own model's prompt_text
+// lookups.
 func (s *Server) preload(p Preloader, limit time.Duration, log *slog.Logger) {
 	defer s.tokenizersLoaded()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	go func() { // Shutdown stops the wait
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		start := time.Now()
+		res, err := p.Preload(ctx)
+		if err != nil {
+			log.Error("tokenizers not preloaded: prompt_text lookups will load them on first use", "err", err)
+			return
 		}
+		loaded := 0
+		for _, m := range res {
+			switch {
+			case m.Err == nil:
+				loaded++
+				log.Info("tokenizer loaded", "model_id", m.Model, "took", m.Took.Round(time.Millisecond))
+			case errors.Is(m.Err, tokenizer.ErrLoading):
+				log.Warn("tokenizer still loading at the readiness time limit; ready without it", "model_id", m.Model, "limit", limit)
+			case errors.Is(m.Err, tokenizer.ErrSkipped):
+				log.Warn("tokenizer not preloaded; it loads on first use", "model_id", m.Model, "err", m.Err)
+			default:
+				log.Error("tokenizer skipped: its prompt_text lookups answer NO_HINT", "model_id", m.Model, "err", m.Err)
+			}
+		}
+		log.Info("tokenizers preloaded", "models", len(res), "loaded", loaded, "took", time.Since(start).Round(time.Millisecond))
 	}()
-	start := time.Now()
-	res, err := p.Preload(ctx)
-	if err != nil {
-		log.Error("tokenizers not preloaded: prompt_text lookups will load them on first use", "err", err)
-		return
+	select {
+	case <-done:
+	case <-ctx.Done():
+		log.Warn("tokenizers still loading at the readiness time limit (--tokenizer-load-timeout); reporting ready", "limit", limit)
+	case <-s.stop:
 	}
-	loaded := 0
-	for _, m := range res {
-		switch {
-		case m.Err == nil:
-			loaded++
-			log.Info("tokenizer loaded", "model_id", m.Model, "took", m.Took.Round(time.Millisecond))
-		case errors.Is(m.Err, tokenizer.ErrLoading):
-			log.Warn("tokenizer still loading at the readiness time limit; ready without it", "model_id", m.Model, "limit", limit)
-		case errors.Is(m.Err, tokenizer.ErrSkipped):
-			log.Warn("tokenizer not preloaded; it loads on first use", "model_id", m.Model, "err", m.Err)
-		default:
-			log.Error("tokenizer skipped: its prompt_text lookups answer NO_HINT", "model_id", m.Model, "err", m.Err)
-		}
-	}
-	log.Info("tokenizers preloaded", "models", len(res), "loaded", loaded, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // healthPoll is how often the health service re-reads Node.Serving.
