@@ -2,7 +2,10 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -14,6 +17,7 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/metrics"
 	"github.com/inference-cache/inference-cache/raftnode"
+	"github.com/inference-cache/inference-cache/tokenizer"
 )
 
 // ServerConfig assembles the gRPC server of one node.
@@ -23,7 +27,16 @@ type ServerConfig struct {
 	// GRPCAddr is this node's advertised gRPC address (reported by Status).
 	GRPCAddr string
 	// Tokenizer for prompt_text lookups; nil = NO_HINT with a detail.
+	// When it is also a Preloader (tokenizer.Registry is), NewServer
+	// preloads it and the node reports ready only once that finished or
+	// TokenizerLoadTimeout passed.
 	Tokenizer Tokenizer
+	// TokenizerLoadTimeout bounds how long readiness waits for the
+	// Tokenizer's preload; 0 = DefaultTokenizerLoadTimeout, < 0 = do not
+	// preload (tokenizers load on their first lookup). Past the bound the
+	// node reports ready anyway and the loads go on in the background: a
+	// slow disk must not keep a node out of service for good.
+	TokenizerLoadTimeout time.Duration
 	// Metrics; nil = not recorded.
 	Metrics *metrics.Metrics
 	// Logger; nil = slog.Default().
@@ -43,15 +56,35 @@ type Server struct {
 	// GRPC is the server to Serve on a listener.
 	GRPC *grpc.Server
 	// Health is the health service; for "" and both services it reports
-	// SERVING while the node is Serving (state loaded, its log appends
-	// succeed, its applies keep up; raftnode.Node.Serving), NOT_SERVING
-	// otherwise and after Shutdown. It follows the node within
-	// healthPoll. A NOT_SERVING node still answers lookups, marked stale.
+	// SERVING while Ready, NOT_SERVING otherwise and after Shutdown. It
+	// follows Ready within healthPoll. A NOT_SERVING node still answers
+	// lookups, marked stale.
 	Health *health.Server
 	// Service is the InferenceCache implementation.
 	Service *Service
 
-	stop chan struct{}
+	node        *raftnode.Node
+	tokLoaded   atomic.Bool // the tokenizer preload finished or timed out
+	tokDone     chan struct{}
+	stop        chan struct{}
+	healthMu    sync.Mutex // serializes syncHealth
+	healthState struct{ serving, started bool }
+}
+
+// DefaultTokenizerLoadTimeout is how long readiness waits, by default,
+// for every model's tokenizer to load: a byte-level BPE tokenizer.json of
+// ~10 MB parses in about a second, so this is room for a handful of models
+// on a busy machine, and short enough that a hung disk does not keep a
+// node out of service.
+const DefaultTokenizerLoadTimeout = 2 * time.Minute
+
+// Preloader is a Tokenizer that can load the tokenizer of every model it
+// knows before the first lookup (tokenizer.Registry). Preload returns one
+// outcome per model and an error only when it could not list them (an
+// unreadable models directory); a model that fails to load is an outcome,
+// not an error. It must stop waiting once ctx ends.
+type Preloader interface {
+	Preload(ctx context.Context) ([]tokenizer.ModelLoad, error)
 }
 
 // healthServices are the names whose health follows Node.Serving
@@ -124,42 +157,121 @@ func NewServer(cfg ServerConfig) *Server {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
-	s := &Server{GRPC: gs, Health: hs, Service: svc, stop: make(chan struct{})}
+	s := &Server{GRPC: gs, Health: hs, Service: svc, node: cfg.Node, tokDone: make(chan struct{}), stop: make(chan struct{})}
 	for _, name := range append(healthServices, StartedHealthService) {
 		hs.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
-	go s.watchHealth(cfg.Node)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if p, ok := cfg.Tokenizer.(Preloader); ok && cfg.TokenizerLoadTimeout >= 0 {
+		d := cfg.TokenizerLoadTimeout
+		if d == 0 {
+			d = DefaultTokenizerLoadTimeout
+		}
+		go s.preload(p, d, log)
+	} else {
+		s.tokenizersLoaded()
+	}
+	go s.watchHealth()
 	return s
+}
+
+// Ready reports whether this node should get traffic: the node is Serving
+// (state loaded, its log appends succeed, its applies keep up;
+// raftnode.Node.Serving) and the tokenizer preload has finished or timed
+// out. /readyz and the health service report it.
+func (s *Server) Ready() bool { return s.tokLoaded.Load() && s.node.Serving() }
+
+// TokenizersLoaded is closed once the tokenizer preload finished or timed
+// out (at once when there is nothing to preload).
+func (s *Server) TokenizersLoaded() <-chan struct{} { return s.tokDone }
+
+func (s *Server) tokenizersLoaded() {
+	if s.tokLoaded.CompareAndSwap(false, true) {
+		close(s.tokDone)
+	}
+}
+
+// preload loads every model's tokenizer through p, logging each outcome,
+// and marks the tokenizers loaded when done or after limit, whichever is
+// first, even if p does not stop at its context's end. A broken tokenizer
+// is logged and skipped: it fails only its own model's prompt_text
+// lookups.
+func (s *Server) preload(p Preloader, limit time.Duration, log *slog.Logger) {
+	defer s.tokenizersLoaded()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		start := time.Now()
+		res, err := p.Preload(ctx)
+		if err != nil {
+			log.Error("tokenizers not preloaded: prompt_text lookups will load them on first use", "err", err)
+			return
+		}
+		loaded := 0
+		for _, m := range res {
+			switch {
+			case m.Err == nil:
+				loaded++
+				log.Info("tokenizer loaded", "model_id", m.Model, "took", m.Took.Round(time.Millisecond))
+			case errors.Is(m.Err, tokenizer.ErrLoading):
+				log.Warn("tokenizer still loading at the readiness time limit; ready without it", "model_id", m.Model, "limit", limit)
+			case errors.Is(m.Err, tokenizer.ErrSkipped):
+				log.Warn("tokenizer not preloaded; it loads on first use", "model_id", m.Model, "err", m.Err)
+			default:
+				log.Error("tokenizer skipped: its prompt_text lookups answer NO_HINT", "model_id", m.Model, "err", m.Err)
+			}
+		}
+		log.Info("tokenizers preloaded", "models", len(res), "loaded", loaded, "took", time.Since(start).Round(time.Millisecond))
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		log.Warn("tokenizers still loading at the readiness time limit (--tokenizer-load-timeout); reporting ready", "limit", limit)
+	case <-s.stop:
+	}
 }
 
 // healthPoll is how often the health service re-reads Node.Serving.
 const healthPoll = 50 * time.Millisecond
 
-// watchHealth keeps the health service's status equal to n.Serving()
-// until Shutdown.
-func (s *Server) watchHealth(n *raftnode.Node) {
+// watchHealth keeps the health service's status equal to Ready until
+// Shutdown.
+func (s *Server) watchHealth() {
 	t := time.NewTicker(healthPoll)
 	defer t.Stop()
-	serving, started := false, false // NewServer starts NOT_SERVING
 	for {
-		if !started && n.Ready() {
-			started = true
-			s.Health.SetServingStatus(StartedHealthService, healthpb.HealthCheckResponse_SERVING)
-		}
-		if now := n.Serving(); now != serving {
-			serving = now
-			st := healthpb.HealthCheckResponse_NOT_SERVING
-			if now {
-				st = healthpb.HealthCheckResponse_SERVING
-			}
-			for _, name := range healthServices {
-				s.Health.SetServingStatus(name, st)
-			}
-		}
+		s.syncHealth()
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// syncHealth sets the health service's statuses from Ready and
+// Node.Ready once.
+func (s *Server) syncHealth() {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	h := &s.healthState // NewServer starts NOT_SERVING
+	if !h.started && s.node.Ready() {
+		h.started = true
+		s.Health.SetServingStatus(StartedHealthService, healthpb.HealthCheckResponse_SERVING)
+	}
+	if now := s.Ready(); now != h.serving {
+		h.serving = now
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if now {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		for _, name := range healthServices {
+			s.Health.SetServingStatus(name, st)
 		}
 	}
 }

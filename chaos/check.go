@@ -50,17 +50,11 @@ func (r *Runner) check(ctx context.Context, rep *Report) {
 	rep.Lost, rep.LostSamples = r.checkWrites(ctx, acked)
 
 	// Lookups.
-	rep.Lookups = len(lookups)
-	for _, l := range lookups {
-		if l.Err && l.Counted {
-			rep.LookupErrors++
-			if len(rep.LookupErrorSamples) < 10 {
-				rep.LookupErrorSamples = append(rep.LookupErrorSamples, fmt.Sprintf("%s at %s: %s", r.c.Nodes[l.Node].ID, l.At.Format(time.RFC3339Nano), l.Msg))
-			}
-		} else if l.Err {
-			rep.LookupErrorsUnreachable++
-		}
+	names := make([]string, len(r.c.Nodes))
+	for i, n := range r.c.Nodes {
+		names[i] = n.ID
 	}
+	tallyLookups(rep, lookups, names)
 	var lat []time.Duration
 	for _, l := range lookups {
 		if !l.Err {
@@ -95,6 +89,31 @@ func (r *Runner) check(ctx context.Context, rep *Report) {
 
 	// The register.
 	r.checkRegister(rep, regOps)
+}
+
+// tallyLookups counts the readers' lookups into rep: errors from
+// reachable nodes, errors from unreachable ones, and wrong answers (see
+// LookupRec.Wrong), with samples naming the node (names[l.Node]).
+func tallyLookups(rep *Report, lookups []LookupRec, names []string) {
+	rep.Lookups = len(lookups)
+	for _, l := range lookups {
+		switch {
+		case l.Err && l.Counted:
+			rep.LookupErrors++
+			if len(rep.LookupErrorSamples) < 10 {
+				rep.LookupErrorSamples = append(rep.LookupErrorSamples, fmt.Sprintf("%s at %s: %s", names[l.Node], l.At.Format(time.RFC3339Nano), l.Msg))
+			}
+		case l.Err:
+			rep.LookupErrorsUnreachable++
+		case l.Wrong:
+			rep.LookupWrong++
+			if len(rep.LookupWrongSamples) < 10 {
+				rep.LookupWrongSamples = append(rep.LookupWrongSamples, fmt.Sprintf("seeded chain on %s at %s: %s", names[l.Node], l.At.Format(time.RFC3339Nano), l.Msg))
+			}
+		case l.Stale:
+			rep.LookupStale++
+		}
+	}
 }
 
 // checkWrites looks up every acknowledged write's exact chain on every

@@ -25,7 +25,9 @@
 // Checkers (check.go): every acknowledged ingest answers PREFIX_MATCH with
 // its replica on every node after heal (LookupRoute with the exact chain);
 // nodes that report the same applied index report the same digest, during
-// the run and at the end; zero LookupRoute errors from a reachable node;
+// the run and at the end; zero LookupRoute errors from a reachable node,
+// and from a reachable node whose answer is not marked stale, nothing but
+// PREFIX_MATCH for the chain seeded before the readers start;
 // stale = true on a partitioned minority after maxStaleness; never two
 // leaders in one term (Cluster.Status polled on every node); the policy
 // register history is linearizable (porcupine; the HTML visualization is

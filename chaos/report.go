@@ -31,8 +31,13 @@ type Report struct {
 
 	Lookups, LookupErrors, LookupErrorsUnreachable int
 	LookupErrorSamples                             []string
-	LookupP99Ms                                    float64
-	StaleChecks                                    int
+	// LookupWrong counts fresh answers from reachable nodes that were not
+	// a PREFIX_MATCH of the seeded chain (LookupRec.Wrong); LookupStale
+	// the answers marked stale, which may miss it.
+	LookupWrong, LookupStale int
+	LookupWrongSamples       []string
+	LookupP99Ms              float64
+	StaleChecks              int
 
 	RegSets, RegGets, RegLeaderGets, RegHistory int
 	// Linearizable is porcupine's result: Ok, Illegal or Unknown.
@@ -71,7 +76,7 @@ func (r *Report) LinearizableYes() bool { return r.Linearizable == "Ok" }
 
 // Passed reports whether every invariant held and the harness finished.
 func (r *Report) Passed() bool {
-	return r.HarnessError == "" && r.Lost == 0 && r.LookupErrors == 0 && r.LinearizableYes() &&
+	return r.HarnessError == "" && r.Lost == 0 && r.LookupErrors == 0 && r.LookupWrong == 0 && r.LinearizableYes() &&
 		len(r.TwoLeaders) == 0 && len(r.DigestClashes) == 0 && len(r.Violations) == 0 && len(r.RegisterAnomalies) == 0
 }
 
@@ -150,6 +155,7 @@ func (r *Report) Markdown(command string) string {
 	p("| every acknowledged ingest present on every node after heal (LookupRoute, exact chain) | %s | %d acknowledged of %d writes, %d lost, checked on %d nodes |", held(r.Lost == 0), r.Acked, r.Writes, r.Lost, r.Nodes)
 	p("| equal digests at equal applied index (sampled during the run and at the end) | %s | %d digest samples, final index %d digest %016x, %d clashes |", held(len(r.DigestClashes) == 0 && r.FinalIndex > 0), r.DigestPolls, r.FinalIndex, r.FinalDigest, len(r.DigestClashes))
 	p("| zero LookupRoute errors from reachable nodes | %s | %d lookups, %d errors from reachable nodes (%d more while the node was down, paused or starting), p99 %.1f ms |", held(r.LookupErrors == 0), r.Lookups, r.LookupErrors, r.LookupErrorsUnreachable, r.LookupP99Ms)
+	p("| the seeded chain answered PREFIX_MATCH by every reachable node not marked stale | %s | %d wrong answers (%d answers marked stale) |", held(r.LookupWrong == 0), r.LookupWrong, r.LookupStale)
 	p("| stale = true on a partitioned minority after maxStaleness (2 s) | %s | %d minority nodes checked |", held(!hasViolation(r.Violations, "partitioned")), r.StaleChecks)
 	p("| never two leaders in one term (Cluster.Status on every node every 50 ms) | %s | %d terms seen, %d status polls |", held(len(r.TwoLeaders) == 0), r.Terms, r.StatusPolls)
 	p("| policy register linearizable (porcupine) | %s | %d sets, %d gets (%d to the leader); history checked: %d ops; result %s |", held(r.LinearizableYes()), r.RegSets, r.RegGets, r.RegLeaderGets, r.RegHistory, r.Linearizable)
@@ -164,7 +170,7 @@ func (r *Report) Markdown(command string) string {
 		p("")
 		p("Harness stopped early: %s", r.HarnessError)
 	}
-	for _, l := range [][]string{r.LostSamples, r.LookupErrorSamples, r.StaleLeaderReadSamples, r.TwoLeaders, r.DigestClashes, r.Violations, r.RegisterAnomalies} {
+	for _, l := range [][]string{r.LostSamples, r.LookupErrorSamples, r.LookupWrongSamples, r.StaleLeaderReadSamples, r.TwoLeaders, r.DigestClashes, r.Violations, r.RegisterAnomalies} {
 		for i, s := range l {
 			if i == 0 {
 				p("")

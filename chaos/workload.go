@@ -67,6 +67,14 @@ type LookupRec struct {
 	Err, Counted bool
 	Stale        bool
 	Msg          string
+	// Reason is the answer's reason code ("" after an error).
+	Reason string
+	// Wrong: the node was Up (same generation) throughout the call and
+	// answered fresh (not stale), yet not with a PREFIX_MATCH naming the
+	// seeded chain's replica. The chain is committed before the readers
+	// start and never expires during a run, so such an answer hides
+	// acknowledged state; it fails the run.
+	Wrong bool
 }
 
 // RegInput is a register operation: Set(Value) or Get.
@@ -173,7 +181,7 @@ func NewWorkload(ctx context.Context, c *Cluster, mon *Monitor) (*Workload, erro
 	// The readers' chain, held by two replicas of their own.
 	w.seeded = chainAt(4_000_000_000)
 	_, err = sdk.Ingest(ctx, &pb.IngestRequest{RequestId: "seed-" + w.runTag, Events: []*pb.BlockEvent{
-		stored("seed-a", w.seeded), stored("seed-b", chainAt(4_000_100_000)),
+		stored(seedReplica, w.seeded), stored("seed-b", chainAt(4_000_100_000)),
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: seed: %w", err)
@@ -266,29 +274,15 @@ func (w *Workload) reader(ctx context.Context, n *Node) {
 	defer w.wg.Done()
 	req := &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, TenantId: tenant, TokenIds: w.seeded}
 	for ctx.Err() == nil {
-		s0, g0 := n.State()
-		if s0 != Up {
+		if s, _ := n.State(); s != Up {
 			if !sleepCtx(ctx, 20*time.Millisecond) {
 				return
 			}
 			continue
 		}
-		start := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		r, err := n.IC.LookupRoute(cctx, req)
-		cancel()
-		lat := time.Since(start)
-		if ctx.Err() != nil {
+		rec, ok := readOnce(ctx, n, req)
+		if !ok {
 			return
-		}
-		rec := LookupRec{Node: n.Index, At: start, Lat: lat}
-		if err != nil {
-			s1, g1 := n.State()
-			rec.Err = true
-			rec.Counted = s1 == Up && g1 == g0
-			rec.Msg = err.Error()
-		} else {
-			rec.Stale = r.Stale
 		}
 		w.mu.Lock()
 		w.lookups = append(w.lookups, rec)
@@ -297,6 +291,48 @@ func (w *Workload) reader(ctx context.Context, n *Node) {
 			return
 		}
 	}
+}
+
+// seedReplica is the replica holding the readers' chain.
+const seedReplica = "seed-a"
+
+// readOnce looks up the seeded chain (req) on n once and classifies the
+// answer; ok is false when ctx ended during the call (nothing to record).
+func readOnce(ctx context.Context, n *Node, req *pb.LookupRouteRequest) (rec LookupRec, ok bool) {
+	_, g0 := n.State()
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	r, err := n.IC.LookupRoute(cctx, req)
+	cancel()
+	rec = LookupRec{Node: n.Index, At: start, Lat: time.Since(start)}
+	if ctx.Err() != nil {
+		return rec, false
+	}
+	s1, g1 := n.State()
+	reachable := s1 == Up && g1 == g0
+	if err != nil {
+		rec.Err, rec.Counted, rec.Msg = true, reachable, err.Error()
+		return rec, true
+	}
+	rec.Stale, rec.Reason = r.Stale, r.ReasonCode.String()
+	if reachable && !r.Stale && !holdsSeed(r) {
+		rec.Wrong = true
+		rec.Msg = fmt.Sprintf("%s %q served by %s at applied index %d, replicas %v", r.ReasonCode, r.Detail, r.ServedBy, r.AppliedIndex, r.Replicas)
+	}
+	return rec, true
+}
+
+// holdsSeed reports whether r is a PREFIX_MATCH naming seedReplica.
+func holdsSeed(r *pb.LookupRouteResponse) bool {
+	if r.ReasonCode != pb.ReasonCode_PREFIX_MATCH {
+		return false
+	}
+	for _, h := range r.Replicas {
+		if h.ReplicaId == seedReplica {
+			return true
+		}
+	}
+	return false
 }
 
 // pickUp returns a random Up node, or nil.

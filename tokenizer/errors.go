@@ -48,4 +48,9 @@ var (
 	// while the model's tokenizer was still loading (its first use):
 	// nothing was encoded, and a retry shortly after will find it loaded.
 	ErrLoading = errors.New("tokenizer: still loading")
+
+	// ErrSkipped is Registry.Preload's error for a model it did not load
+	// because the registry keeps only MaxModels tokenizers: loading it
+	// would evict one just preloaded. It loads on its first use.
+	ErrSkipped = errors.New("tokenizer: not preloaded: more models than the registry keeps")
 )

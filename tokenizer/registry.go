@@ -39,14 +39,18 @@ type RegistryOptions struct {
 	RetryFailedAfter time.Duration
 	// Load is passed to LoadDir for every model.
 	Load LoadOptions
+	// Loader loads one model directory (<dir>/<model_id>) with Load; nil
+	// means LoadDir. Its errors are classified as LoadDir's are. Tests
+	// inject one to control when a load finishes.
+	Loader func(dir string, opts LoadOptions) (*Tokenizer, error)
 }
 
 // Registry maps model ids to tokenizers found in a models directory laid
 // out as <dir>/<model_id>/tokenizer.json (plus tokenizer_config.json when
 // present). Model ids may contain slashes ("Qwen/Qwen3-8B" is
-// <dir>/Qwen/Qwen3-8B/). Tokenizers are loaded on first use, shared by
-// concurrent callers (one load per model at a time), and kept up to
-// MaxModels. A Registry is safe for concurrent use.
+// <dir>/Qwen/Qwen3-8B/). Tokenizers are loaded by Preload or on first
+// use, shared by concurrent callers (one load per model at a time), and
+// kept up to MaxModels. A Registry is safe for concurrent use.
 type Registry struct {
 	dir  string
 	opts RegistryOptions
@@ -68,7 +72,7 @@ type entry struct {
 
 // NewRegistry returns a registry over dir. An empty dir gives a registry
 // whose Encode always fails with ErrNoModelsDir, so a server can hold one
-// unconditionally. Nothing is read until the first Encode.
+// unconditionally. Nothing is read until the first Encode or Preload.
 func NewRegistry(dir string, opts RegistryOptions) *Registry {
 	if opts.MaxModels <= 0 {
 		opts.MaxModels = DefaultMaxModels
@@ -232,7 +236,11 @@ func (r *Registry) load(modelID string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("%w: model %q: no %s in %s", ErrUnknownModel, modelID, tokenizerFile, dir)
 	}
 	r.loads.Add(1)
-	tok, err := loadDir(dir, r.opts.Load)
+	ld := loadDir
+	if r.opts.Loader != nil {
+		ld = r.opts.Loader
+	}
+	tok, err := ld(dir, r.opts.Load)
 	if err != nil {
 		return nil, fmt.Errorf("model %q: %w", modelID, err)
 	}

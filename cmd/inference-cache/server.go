@@ -45,6 +45,7 @@ type serverOptions struct {
 	join                                     []string
 	bootstrapExpect                          int
 	policyFile, modelsDir                    string
+	tokenizerLoadTimeout                     time.Duration
 	logFormat, logLevel                      string
 	pprof                                    bool
 	fastTiming                               bool
@@ -106,6 +107,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 3, "bootstrap a new cluster once this many servers without Raft state see each other; 0 = only join an existing cluster")
 	f.StringVar(&o.policyFile, "policy", "", "CachePolicy YAML file (kind: CachePolicy, spec: …) committed at start when it differs from the replicated policy")
 	f.StringVar(&o.modelsDir, "models-dir", "", "directory of <model_id>/tokenizer.json for prompt_text lookups; empty = prompt_text answers NO_HINT")
+	f.DurationVar(&o.tokenizerLoadTimeout, "tokenizer-load-timeout", api.DefaultTokenizerLoadTimeout, "with --models-dir: /readyz and gRPC health wait this long at most for every model's tokenizer to load (a broken one is logged and skipped); 0 = do not wait, load each on its first prompt_text lookup")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on the HTTP side port")
@@ -195,14 +197,22 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		tok = tokenizer.NewRegistry(o.modelsDir, tokenizer.RegistryOptions{})
 	}
 	tmp := filepath.Join(o.dataDir, "tmp")
-	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: adv.grpc, Tokenizer: tok, Metrics: m, Logger: log, TmpDir: tmp,
-		Options: sec.grpcOptions, Auth: sec.auth})
-	m.RegisterNode(func() metrics.NodeInfo { return nodeInfo(node) })
+	tokWait := o.tokenizerLoadTimeout
+	if tokWait == 0 {
+		tokWait = -1 // the flag's 0 is "do not wait"; api's is "default"
+	}
+	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: adv.grpc, Tokenizer: tok, TokenizerLoadTimeout: tokWait,
+		Metrics: m, Logger: log, TmpDir: tmp, Options: sec.grpcOptions, Auth: sec.auth})
+	m.RegisterNode(func() metrics.NodeInfo {
+		info := nodeInfo(node)
+		info.Serving = srv.Ready() // node_serving is what /readyz reports
+		return info
+	})
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.GRPC.Serve(lis) }()
 	var hs *http.Server
 	if httpLis != nil {
-		hs = &http.Server{Handler: metrics.NewMux(m, node.Serving, o.pprof), ReadHeaderTimeout: 10 * time.Second}
+		hs = &http.Server{Handler: metrics.NewMux(m, srv.Ready, o.pprof), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := hs.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("http: %w", err)
@@ -362,6 +372,8 @@ func (o *serverOptions) validate() error {
 		return fmt.Errorf("--node-id %q: only printable characters without spaces", o.nodeID)
 	case o.bootstrapExpect < 0:
 		return fmt.Errorf("--bootstrap-expect %d: must be 0 (join only) or the number of servers to bootstrap with", o.bootstrapExpect)
+	case o.tokenizerLoadTimeout < 0:
+		return fmt.Errorf("--tokenizer-load-timeout %v: must be 0 (do not wait) or positive", o.tokenizerLoadTimeout)
 	case o.shutdownTimeout <= 0:
 		return fmt.Errorf("--shutdown-timeout %v: must be positive", o.shutdownTimeout)
 	case o.applyWorkers < 0:

@@ -1,0 +1,266 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/metrics"
+	"github.com/inference-cache/inference-cache/raftnode"
+	"github.com/inference-cache/inference-cache/tokenizer"
+)
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// servingNode starts a one-node cluster and waits until it is Serving.
+func servingNode(t *testing.T) *raftnode.Node {
+	t.Helper()
+	c := clustertest.New(t, 1, func(_ int, cfg *raftnode.Config) { cfg.ExpireInterval = -1 })
+	c.StartAll()
+	c.WaitLeader(15 * time.Second)
+	n := c.Nodes[0].Node
+	waitUntil(t, 10*time.Second, "node Serving", n.Serving)
+	return n
+}
+
+// waitUntil polls cond every 10 ms until it holds or d passes.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// serveAPI serves srv on loopback and returns a connection to it.
+func serveAPI(t *testing.T, srv *Server) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.GRPC.Serve(lis)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func healthOf(t *testing.T, cc *grpc.ClientConn) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Status
+}
+
+func readyzCode(srv *Server) int {
+	rec := httptest.NewRecorder()
+	metrics.NewMux(nil, srv.Ready, false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	return rec.Code
+}
+
+// A server given a models directory reports not ready (gRPC health and
+// /readyz) while the tokenizers load, even though its node is Serving;
+// once they have loaded, the first prompt_text lookup is tokenized and
+// matched instead of answering "loading". A malformed and an unsupported
+// tokenizer.json in the directory are logged and skipped: readiness
+// still comes.
+func TestServer_NotReadyUntilTokenizersLoad(t *testing.T) {
+	dir := modelsDirWith(t) // qwen3 (the shared reference) and wordpiece (unsupported)
+	if err := os.Mkdir(filepath.Join(dir, "broken"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "broken", "tokenizer.json"), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	entered := make(chan string, 8)
+	release := make(chan struct{})
+	reg := tokenizer.NewRegistry(dir, tokenizer.RegistryOptions{Loader: func(d string, o tokenizer.LoadOptions) (*tokenizer.Tokenizer, error) {
+		entered <- filepath.Base(d)
+		<-release
+		return tokenizer.LoadDir(d, o)
+	}})
+	node := servingNode(t)
+	logs := &syncBuffer{}
+	srv := NewServer(ServerConfig{Node: node, Tokenizer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	cc := serveAPI(t, srv)
+
+	select {
+	case m := <-entered:
+		if m != "broken" { // Models order: broken, qwen3, wordpiece
+			t.Fatalf("first preloaded model %q, want broken", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not start loading the models directory's tokenizers")
+	}
+	srv.syncHealth() // what the health watcher does every healthPoll
+	if !node.Serving() || srv.Ready() {
+		t.Fatalf("while loading: node Serving %v, server Ready %v; want true, false", node.Serving(), srv.Ready())
+	}
+	if st := healthOf(t, cc); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("gRPC health while loading: %v, want NOT_SERVING", st)
+	}
+	if code := readyzCode(srv); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz while loading: %d, want 503", code)
+	}
+
+	close(release)
+	waitUntil(t, 30*time.Second, "gRPC health SERVING after the loads", func() bool {
+		return healthOf(t, cc) == healthpb.HealthCheckResponse_SERVING
+	})
+	if !srv.Ready() || readyzCode(srv) != http.StatusOK {
+		t.Fatalf("after the loads: Ready %v, /readyz %d", srv.Ready(), readyzCode(srv))
+	}
+	if n := reg.Loads(); n != 3 {
+		t.Fatalf("registry loaded %d tokenizers, want 3 (every model of the directory once)", n)
+	}
+	out := logs.String()
+	for _, want := range []string{"model_id=broken", "model_id=wordpiece", "model_id=qwen3"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log does not mention %s:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, `msg="tokenizer skipped: its prompt_text lookups answer NO_HINT" model_id=broken`) {
+		t.Errorf("the malformed tokenizer is not logged as skipped:\n%s", out)
+	}
+
+	// The prompt's chain, tokenized by a tokenizer of the test's own (not
+	// the server's registry, which must have loaded it already).
+	ref, err := tokenizer.LoadDir(filepath.Join(dir, "qwen3"), tokenizer.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := strings.Repeat("You are a helpful assistant. Answer briefly and cite sources. ", 10)
+	ids, err := ref.Encode(prompt, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic := pb.NewInferenceCacheClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ing, err := ic.Ingest(ctx, &pb.IngestRequest{RequestId: "seed", Events: []*pb.BlockEvent{
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "r-warm", HashScheme: "vllm", ModelId: "qwen3", TenantId: "t", TokenIds: ids, BlockSize: 16},
+		{Kind: pb.BlockEvent_STORED, ReplicaId: "r-other", HashScheme: "vllm", ModelId: "qwen3", TenantId: "t", TokenIds: make([]uint32, 16), BlockSize: 16},
+	}})
+	if err != nil || ing.Accepted != 2 {
+		t.Fatalf("ingest: %v %v", ing, err)
+	}
+	loads := reg.Loads()
+	r, err := ic.LookupRoute(ctx, &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "qwen3", TenantId: "t", PromptText: prompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ReasonCode != pb.ReasonCode_PREFIX_MATCH || len(r.Replicas) == 0 || r.Replicas[0].ReplicaId != "r-warm" {
+		t.Fatalf("first prompt_text lookup after readiness: %v %q %v, want PREFIX_MATCH led by r-warm", r.ReasonCode, r.Detail, r.Replicas)
+	}
+	if want := uint32(len(ids) / 16 * 16); r.Replicas[0].MatchedTokens != want {
+		t.Errorf("matched %d tokens, want %d", r.Replicas[0].MatchedTokens, want)
+	}
+	if reg.Loads() != loads {
+		t.Errorf("the first lookup loaded a tokenizer: it was not preloaded")
+	}
+}
+
+// A load that does not finish delays readiness only up to
+// TokenizerLoadTimeout: the node then reports ready, saying in the log
+// which tokenizer is still loading.
+func TestServer_ReadyAfterTokenizerLoadTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	reg := tokenizer.NewRegistry(modelsDirWith(t), tokenizer.RegistryOptions{Loader: func(d string, o tokenizer.LoadOptions) (*tokenizer.Tokenizer, error) {
+		<-release
+		return tokenizer.LoadDir(d, o)
+	}})
+	node := servingNode(t)
+	logs := &syncBuffer{}
+	start := time.Now()
+	srv := NewServer(ServerConfig{Node: node, Tokenizer: reg, TokenizerLoadTimeout: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	cc := serveAPI(t, srv)
+	select {
+	case <-srv.TokenizersLoaded():
+	case <-time.After(10 * time.Second):
+		t.Fatal("readiness still waits for the tokenizers 10 s after a 300 ms limit")
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("stopped waiting after %v, before the 300 ms limit", took)
+	}
+	waitUntil(t, 5*time.Second, "gRPC health SERVING after the limit", func() bool {
+		return healthOf(t, cc) == healthpb.HealthCheckResponse_SERVING
+	})
+	waitUntil(t, 5*time.Second, "a log naming the tokenizer still loading", func() bool {
+		return strings.Contains(logs.String(), `msg="tokenizer still loading at the readiness time limit; ready without it" model_id=qwen3`)
+	})
+}
+
+// stuckPreloader never returns until released, whatever its context.
+type stuckPreloader struct{ release chan struct{} }
+
+func (p stuckPreloader) EncodeContext(context.Context, string, string, int) ([]uint32, error) {
+	return nil, tokenizer.ErrLoading
+}
+
+func (p stuckPreloader) Preload(context.Context) ([]tokenizer.ModelLoad, error) {
+	<-p.release
+	return nil, nil
+}
+
+// The time limit holds even for a Preloader that ignores its context.
+func TestServer_TokenizerLoadTimeoutHoldsForAStuckPreloader(t *testing.T) {
+	p := stuckPreloader{release: make(chan struct{})}
+	defer close(p.release)
+	srv := NewServer(ServerConfig{Node: servingNode(t), Tokenizer: p, TokenizerLoadTimeout: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil))})
+	serveAPI(t, srv)
+	select {
+	case <-srv.TokenizersLoaded():
+	case <-time.After(10 * time.Second):
+		t.Fatal("readiness waits on a stuck preload past its 100 ms limit")
+	}
+	waitUntil(t, 5*time.Second, "Ready after the limit", srv.Ready)
+}

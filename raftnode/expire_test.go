@@ -1,0 +1,87 @@
+package raftnode_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/raftnode"
+)
+
+// waitConverged polls every running node's (applied index, digest) until
+// all report the same pair, and returns it. A periodic command (the expire
+// ticker) moves the index between polls; nodes agree between two ticks.
+func waitConverged(t *testing.T, c *clustertest.Cluster, timeout time.Duration) (uint64, uint64) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var idx, dg uint64
+		same := true
+		for k, i := range c.Running() {
+			ai, d := c.Nodes[i].Digest()
+			if k == 0 {
+				idx, dg = ai, d
+			} else if ai != idx || d != dg {
+				same = false
+			}
+		}
+		if same {
+			return idx, dg
+		}
+		if time.Now().After(deadline) {
+			for _, i := range c.Running() {
+				ai, d := c.Nodes[i].Digest()
+				t.Logf("%s: applied %d digest %016x", c.Nodes[i].ID, ai, d)
+			}
+			t.Fatalf("nodes did not converge on one (applied index, digest) within %v", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The leader's periodic expire command (Config.ExpireInterval) drops
+// residencies past the policy's EvictionTTL on every node, with nothing
+// but the ticker writing: after the TTL every node holds 0 residencies
+// and all digests are equal at equal applied index.
+func TestExpireTicker_DropsExpiredResidenciesOnEveryNode(t *testing.T) {
+	c := clustertest.New(t, 3, func(_ int, cfg *raftnode.Config) { cfg.ExpireInterval = 100 * time.Millisecond })
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	p := c.Nodes[l].Policy()
+	p.EvictionTTL = time.Second // the policy's smallest TTL
+	if _, err := c.Nodes[l].SetPolicy(c.Ctx(5*time.Second), p); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Now()
+	idx, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 8, written.UnixMilli()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitApplied(idx, 10*time.Second)
+	for _, i := range c.Running() {
+		if sz := c.Nodes[i].Index().Sizes(); sz.Residencies != 16 && time.Since(written) < p.EvictionTTL {
+			t.Fatalf("%s holds %d residencies right after the write, want 16", c.Nodes[i].ID, sz.Residencies)
+		}
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for _, i := range c.Running() {
+		for c.Nodes[i].Index().Sizes().Residencies != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds %+v %v after the write with a %v TTL", c.Nodes[i].ID, c.Nodes[i].Index().Sizes(), time.Since(written), p.EvictionTTL)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if took := time.Since(written); took < p.EvictionTTL {
+		t.Fatalf("residencies gone after %v, before the %v TTL", took, p.EvictionTTL)
+	}
+	at, _ := waitConverged(t, c, 10*time.Second)
+	if at <= idx {
+		t.Fatalf("applied index %d, not past the write's %d: no expire command was committed", at, idx)
+	}
+	for _, i := range c.Running() {
+		if sz := c.Nodes[i].Index().Sizes(); sz.Residencies != 0 || sz.Blocks != 0 {
+			t.Fatalf("%s holds %+v after expiry, want no residencies and no blocks", c.Nodes[i].ID, sz)
+		}
+	}
+}
