@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vmihailenco/msgpack/v5"
@@ -357,4 +358,54 @@ func newHarnessLog(t *testing.T, w io.Writer, mod ...func(*EngineConfig)) *harne
 	log := slog.New(slog.NewTextHandler(w, nil))
 	em := m.forEngine(tReplica)
 	return &harness{t: t, m: m, cfg: &c.Engines[0], s: newSequencer(newTranslator(&c.Engines[0], 0, em, log), em, log, false)}
+}
+
+// Every dropped event kind is logged, naming the engine and what was lost,
+// at most once per kind every 10 s per stream; another kind has its own
+// limit, and the limit elapses.
+func TestDropLog_RateLimitedPerKind(t *testing.T) {
+	var logs bytes.Buffer
+	h := newHarnessLog(t, &logs)
+	p := ot.Tokens(0, 4)
+	h.liveNoReplay(0, ot.Batch(tTS, -1))
+	lostMedium := vllmBatch(t, vllmStored([]uint64{1, 2}, nil, ot.Tokens(0, 8), nil, "FOO", nil))
+	lostTokens := vllmBatch(t, vllmStored([]uint64{3}, nil, p[:3], nil, "GPU", nil))
+	at := func(seq int64, d time.Duration, payload []byte) {
+		if _, req := h.s.live(nil, seq, payload, tNow.Add(d)); req != nil {
+			t.Fatalf("replay request %+v", req)
+		}
+	}
+	at(1, 0, lostMedium)
+	at(2, time.Second, lostMedium)
+	at(3, 2*time.Second, lostTokens)
+	at(4, 3*time.Second, []byte("garbage"))
+	at(5, 11*time.Second, lostMedium)
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	count := func(kind string) int {
+		n := 0
+		for _, l := range lines {
+			if strings.Contains(l, "drop="+kind) {
+				if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "engine="+tReplica) {
+					t.Errorf("%s line %q: want WARN naming the engine", kind, l)
+				}
+				n++
+			}
+		}
+		return n
+	}
+	if n := count("unknown_medium"); n != 2 {
+		t.Fatalf("unknown_medium lines %d, want 2 (t=0 and t=11s): %s", n, logs.String())
+	}
+	if n := count("token_length"); n != 1 {
+		t.Fatalf("token_length lines %d, want 1: %s", n, logs.String())
+	}
+	if n := count("decode_error"); n != 1 {
+		t.Fatalf("decode_error lines %d, want 1: %s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "medium=FOO") || !strings.Contains(logs.String(), "blocks_lost=2") {
+		t.Fatalf("lines do not say what was lost: %s", logs.String())
+	}
+	if got := testutil.ToFloat64(h.m.IgnoredMedium.WithLabelValues(tReplica)); got != 3 {
+		t.Fatalf("ignored medium counter %v, want 3: the counter counts every drop", got)
+	}
 }
