@@ -159,6 +159,8 @@ func checkUTF8(req *pb.LookupRouteRequest) string {
 		return "tenant_id is not valid UTF-8"
 	case !utf8.ValidString(req.AdapterId):
 		return "adapter_id is not valid UTF-8"
+	case !utf8.ValidString(req.CacheSalt):
+		return "cache_salt is not valid UTF-8"
 	}
 	return ""
 }

@@ -65,6 +65,10 @@ const (
 	// use; a longer list cannot be a real prompt.
 	MaxTokens = 262144
 
+	// MaxCacheSaltBytes bounds a lookup's cache_salt (4 KiB): a salt is a
+	// tenant secret or id, not content; anything longer is a client bug.
+	MaxCacheSaltBytes = 4096
+
 	// MaxPromptBytes bounds prompt_text of a lookup (1 MiB): about 250k
 	// tokens of English text, in line with MaxTokens.
 	MaxPromptBytes = 1 << 20

@@ -23,6 +23,7 @@ const (
 	DetailModelTooLong     = "model_id over MaxIDBytes (256)"
 	DetailTenantTooLong    = "tenant_id over MaxIDBytes (256)"
 	DetailAdapterTooLong   = "adapter_id over MaxIDBytes (256)"
+	DetailSaltTooLong      = "cache_salt over MaxCacheSaltBytes (4096)"
 	DetailChainTooLong     = "block_hashes over MaxChainLength (8192)"
 	DetailCountsTooLong    = "block_token_counts over MaxChainLength (8192)"
 	DetailCountsMismatch   = "block_token_counts length differs from block_hashes"
@@ -144,6 +145,7 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 	r.NowMs = start.UnixMilli()
 	r.Explain = req.GetExplain()
 	r.IncludeLoad = req.GetIncludeLoad()
+	r.CacheSalt = req.GetCacheSalt()
 	switch {
 	case len(req.GetBlockHashes()) > 0 || req.GetPrefixHash() != 0:
 		r.BlockHashes = req.GetBlockHashes()
@@ -293,6 +295,8 @@ func checkLookup(req *pb.LookupRouteRequest) string {
 		return DetailTenantTooLong
 	case len(req.GetAdapterId()) > MaxIDBytes:
 		return DetailAdapterTooLong
+	case len(req.GetCacheSalt()) > MaxCacheSaltBytes:
+		return DetailSaltTooLong
 	case len(req.GetBlockHashes()) > MaxChainLength:
 		return DetailChainTooLong
 	case len(req.GetBlockTokenCounts()) > MaxChainLength:

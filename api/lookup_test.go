@@ -156,6 +156,28 @@ func TestLookupRoute_PromptTextTokenizedIntoTokenIDs(t *testing.T) {
 	}
 }
 
+// cache_salt reaches the index with the token ids (prompt_text too); an
+// over-long salt is refused before any lookup.
+func TestLookupRoute_CacheSaltReachesTheIndex(t *testing.T) {
+	var got index.LookupRequest
+	f := &fakeNode{lookup: func(req *index.LookupRequest, res *index.Result) { got = *req; match(req, res) }}
+	s := newSvc(f, fakeTok{})
+	for _, req := range []*pb.LookupRouteRequest{
+		{HashScheme: "vllm", ModelId: "m", TokenIds: []uint32{1, 2, 3}, CacheSalt: "s1"},
+		{HashScheme: "vllm", ModelId: "known", PromptText: "hello", CacheSalt: "s1"},
+	} {
+		got = index.LookupRequest{}
+		if r, _ := s.LookupRoute(context.Background(), req); r.ReasonCode != pb.ReasonCode_PREFIX_MATCH || got.CacheSalt != "s1" {
+			t.Fatalf("%v: reason %v, index salt %q", req, r.ReasonCode, got.CacheSalt)
+		}
+	}
+	got = index.LookupRequest{}
+	r, _ := s.LookupRoute(context.Background(), &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m", TokenIds: []uint32{1}, CacheSalt: strings.Repeat("x", MaxCacheSaltBytes+1)})
+	if r.ReasonCode != pb.ReasonCode_NO_HINT || r.Detail != DetailSaltTooLong || got.Partition.Scheme != "" {
+		t.Fatalf("over-long salt: %v %q (index called: %v)", r.ReasonCode, r.Detail, got.Partition.Scheme != "")
+	}
+}
+
 func TestIngest_MapsErrorsAndAssignsRequestID(t *testing.T) {
 	f := &fakeNode{lookup: match}
 	s := newSvc(f, nil)

@@ -269,10 +269,13 @@ func nodeFault(err error) bool {
 
 // Fingerprint fills req's block_hashes, block_token_counts and prefix_hash
 // from token ids with blockSize tokens per block (SPEC 3), exactly as the
-// server would, and clears token_ids and prompt_text. With fewer tokens
-// than one block the key stays empty (the server answers NO_HINT).
+// server would, and clears token_ids and prompt_text. A non-empty
+// req.CacheSalt fingerprints in that salt's hash domain
+// (fingerprint.AppendSaltedBlockHashes), as the server does for salted
+// token lookups. With fewer tokens than one block the key stays empty (the
+// server answers NO_HINT).
 func Fingerprint(req *pb.LookupRouteRequest, tokens []uint32, blockSize int) error {
-	hs, err := fingerprint.AppendBlockHashes(req.BlockHashes[:0], tokens, blockSize)
+	hs, err := fingerprint.AppendSaltedBlockHashes(req.BlockHashes[:0], tokens, blockSize, req.GetCacheSalt())
 	if err != nil {
 		return err
 	}

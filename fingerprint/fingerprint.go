@@ -74,6 +74,45 @@ func AppendBlockHashes(dst []uint64, tokens []uint32, blockSize int) ([]uint64, 
 	return dst, nil
 }
 
+// SaltRoot returns the hash that stands in for "no parent" at the root of a
+// salted chain: XXH3_64bits_withSeed(salt, 1337) over the salt's UTF-8
+// bytes as given (no length prefix, no terminator). An empty salt has no
+// root (ok = false): the chain is the unsalted one of SPEC 3.
+func SaltRoot(salt string) (root uint64, ok bool) {
+	if salt == "" {
+		return 0, false
+	}
+	return xxh3.HashStringSeed(salt, Seed), true
+}
+
+// AppendSaltedBlockHashes is AppendBlockHashes in the hash domain of a
+// cache salt (vLLM's per-request cache_salt, SGLang's
+// BlockStoredMetadata.cache_salt), so two tenants with different salts
+// never share a key. With s = SaltRoot(salt):
+//
+//	h_0 = XXH3_64bits_withSeed(LE64(s) ‖ LE64(local_0), 1337)   = Chain(s, local_0)
+//	h_i = XXH3_64bits_withSeed(LE64(h_{i−1}) ‖ LE64(local_i), 1337) for i ≥ 1
+//
+// local_i as in SPEC 3. An empty salt gives exactly AppendBlockHashes (the
+// SPEC 3 golden vectors). Errors: ErrBlockSize.
+func AppendSaltedBlockHashes(dst []uint64, tokens []uint32, blockSize int, salt string) ([]uint64, error) {
+	root, salted := SaltRoot(salt)
+	if !salted {
+		return AppendBlockHashes(dst, tokens, blockSize)
+	}
+	if blockSize < 1 || blockSize > MaxBlockSize {
+		return dst, ErrBlockSize
+	}
+	parent := root
+	k := len(tokens) / blockSize
+	for i := 0; i < k; i++ {
+		h := Chain(parent, LocalHash(tokens[i*blockSize:(i+1)*blockSize]))
+		dst = append(dst, h)
+		parent = h
+	}
+	return dst, nil
+}
+
 // AppendLocalHashes appends the local (unchained) hash of each full block
 // to dst; used by tests and diagnostics.
 func AppendLocalHashes(dst []uint64, tokens []uint32, blockSize int) ([]uint64, error) {
@@ -99,7 +138,13 @@ type Key struct {
 // Compute returns the Key of tokens for blockSize (SPEC 3). It allocates the
 // two slices; hot paths use AppendBlockHashes with reused buffers.
 func Compute(tokens []uint32, blockSize int) (Key, error) {
-	hs, err := AppendBlockHashes(nil, tokens, blockSize)
+	return ComputeSalted(tokens, blockSize, "")
+}
+
+// ComputeSalted returns the Key of tokens for blockSize in the hash domain
+// of salt (AppendSaltedBlockHashes); "" is Compute.
+func ComputeSalted(tokens []uint32, blockSize int, salt string) (Key, error) {
+	hs, err := AppendSaltedBlockHashes(nil, tokens, blockSize, salt)
 	if err != nil {
 		return Key{}, err
 	}

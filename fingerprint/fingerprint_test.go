@@ -194,3 +194,72 @@ func BenchmarkFingerprint(b *testing.B) {
 		_ = sink
 	})
 }
+
+// TestSalted_FromFirstPrinciples recomputes the salted chain with xxh3 and
+// encoding/binary only, per AppendSaltedBlockHashes' formula: the salt's
+// bytes hashed with seed 1337 stand in for the missing parent of block 0.
+func TestSalted_FromFirstPrinciples(t *testing.T) {
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	const bs, salt = 4, "tenant-a-salt"
+	le32 := func(ts []uint32) []byte {
+		b := make([]byte, 4*len(ts))
+		for i, v := range ts {
+			binary.LittleEndian.PutUint32(b[4*i:], v)
+		}
+		return b
+	}
+	pair := func(a, b uint64) []byte {
+		var buf [16]byte
+		binary.LittleEndian.PutUint64(buf[:8], a)
+		binary.LittleEndian.PutUint64(buf[8:], b)
+		return buf[:]
+	}
+	s := xxh3.HashSeed([]byte(salt), 1337)
+	h0 := xxh3.HashSeed(pair(s, xxh3.HashSeed(le32(tokens[0:4]), 1337)), 1337)
+	h1 := xxh3.HashSeed(pair(h0, xxh3.HashSeed(le32(tokens[4:8]), 1337)), 1337)
+	got, err := AppendSaltedBlockHashes(nil, tokens, bs, salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]uint64{h0, h1}, got); d != "" {
+		t.Fatalf("salted chain (-want +got):\n%s", d)
+	}
+	k, err := ComputeSalted(tokens, bs, salt)
+	if err != nil || !k.HasPrefix || k.PrefixHash != h1 {
+		t.Fatalf("ComputeSalted = %+v, %v; want prefix %x", k, err, h1)
+	}
+	// Another salt, and no salt, are other hash domains.
+	other, _ := AppendSaltedBlockHashes(nil, tokens, bs, "tenant-b-salt")
+	plain, _ := AppendBlockHashes(nil, tokens, bs)
+	for i := range got {
+		if other[i] == got[i] || plain[i] == got[i] {
+			t.Fatalf("block %d: salted key equals another domain's", i)
+		}
+	}
+	if _, err := AppendSaltedBlockHashes(nil, tokens, 0, salt); err != ErrBlockSize {
+		t.Fatalf("block size 0: err %v, want ErrBlockSize", err)
+	}
+}
+
+// TestSalted_EmptySaltIsTheGoldenChain: no salt must leave SPEC 3's keys
+// exactly as the reference vectors.
+func TestSalted_EmptySaltIsTheGoldenChain(t *testing.T) {
+	for _, v := range loadGolden(t) {
+		if v.BlockSize < 1 || v.BlockSize > MaxBlockSize {
+			continue
+		}
+		got, err := AppendSaltedBlockHashes(nil, v.TokenIDs, v.BlockSize, "")
+		if err != nil {
+			t.Fatalf("%s: %v", v.Name, err)
+		}
+		want := make([]uint64, len(v.BlockHashes))
+		for i, h := range v.BlockHashes {
+			if want[i], err = strconv.ParseUint(h, 10, 64); err != nil {
+				t.Fatalf("%s: golden hash %q: %v", v.Name, h, err)
+			}
+		}
+		if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
+			t.Fatalf("%s (-golden +got):\n%s", v.Name, d)
+		}
+	}
+}

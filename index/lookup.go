@@ -72,7 +72,7 @@ func (ix *Index) Lookup(req *LookupRequest, res *Result) {
 	uniform := ps.p.BlockSizeFor(p.Model)
 	if len(chain) == 0 && !req.HasPrefixHash && len(req.TokenIDs) > 0 {
 		var err error
-		res.keyBuf, err = fingerprint.AppendBlockHashes(res.keyBuf[:0], req.TokenIDs, int(uniform))
+		res.keyBuf, err = fingerprint.AppendSaltedBlockHashes(res.keyBuf[:0], req.TokenIDs, int(uniform), req.CacheSalt)
 		if err != nil {
 			res.Detail = detailBadBlockSize
 			return

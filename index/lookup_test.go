@@ -282,6 +282,33 @@ func TestLookup_TokenIDsFingerprintedWithModelBlockSize(t *testing.T) {
 	}
 }
 
+// A salted engine store (vLLM cache_salt) matches only lookups with the
+// same salt: another salt or none is another hash domain.
+func TestLookup_CacheSaltSeparatesHashDomains(t *testing.T) {
+	p := testPolicy()
+	p.BlockSize = map[string]uint32{"m": 4}
+	ix := New(p)
+	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
+	salted, _ := fingerprint.AppendSaltedBlockHashes(nil, toks, 4, "team-a")
+	plain, _ := fingerprint.AppendBlockHashes(nil, toks, 4)
+	ix.ApplyEvents([]BlockEvent{
+		{Kind: Stored, ReplicaID: "salted", Partition: vllm, BlockHashes: salted, BlockTokenCounts: []uint32{4, 4}, ObservedAtMs: t0},
+		{Kind: Stored, ReplicaID: "plain", Partition: vllm, BlockHashes: plain, BlockTokenCounts: []uint32{4, 4}, ObservedAtMs: t0},
+	})
+	for _, c := range []struct{ salt, want string }{{"team-a", "salted"}, {"", "plain"}} {
+		r := lookup(ix, LookupRequest{Partition: vllm, TokenIDs: toks, CacheSalt: c.salt, NowMs: t0})
+		if got := hintIDs(r); r.Reason != PrefixMatch || len(got) != 1 || got[0] != c.want || r.Hints[0].MatchedTokens != 8 {
+			t.Fatalf("salt %q: got %v %v, want only %q", c.salt, r.Reason, got, c.want)
+		}
+	}
+	r := lookup(ix, LookupRequest{Partition: vllm, TokenIDs: toks, CacheSalt: "team-b", NowMs: t0})
+	for _, h := range r.Hints {
+		if h.MatchedTokens > 0 {
+			t.Fatalf("salt team-b matched %+v; it must match nothing", h)
+		}
+	}
+}
+
 func TestLookup_ChainMatchingOffMatchesPrefixExactly(t *testing.T) {
 	// b holds only the first block: with chain matching off it does not
 	// match at all; a matches with its stored cumulative 32 tokens.

@@ -91,9 +91,14 @@ type LookupRequest struct {
 	BlockHashes      []uint64
 	BlockTokenCounts []uint32 // optional; len must equal len(BlockHashes)
 	TokenIDs         []uint32
-	SLOTTFTMs        uint32 // 0 = no SLO
-	MaxReplicas      uint32 // 0 = policy MaxReplicas
-	NowMs            int64  // the caller's clock, ms since epoch
+	// CacheSalt is the hash domain of TokenIDs (vLLM's cache_salt): when
+	// non-empty the chain is fingerprint.AppendSaltedBlockHashes, so a
+	// salted request matches only blocks stored under the same salt. It
+	// does not apply to caller-given BlockHashes or PrefixHash.
+	CacheSalt   string
+	SLOTTFTMs   uint32 // 0 = no SLO
+	MaxReplicas uint32 // 0 = policy MaxReplicas
+	NowMs       int64  // the caller's clock, ms since epoch
 	// Explain fills Result.Factors and Result.RankingVersion. Off, the
 	// lookup stores nothing beyond the hints.
 	Explain bool

@@ -106,6 +106,16 @@ type EngineConfig struct {
 	// pattern, "vllm-0" matches kv@vllm-0@<any model>. Set it or Topic.
 	// Not allowed with an endpoint.
 	Pod string `yaml:"pod"`
+
+	// ---- engine paging (reblock.go) ----
+
+	// PageSize is the engine's tokens per page, i.e. per block of its KV
+	// events (0 = block_size). When smaller than BlockSize (SGLang's
+	// default page is 1 token), BlockSize must be a multiple of it and the
+	// subscriber concatenates pages along their chain into BlockSize-token
+	// index blocks; removing any page removes the block holding it. Events
+	// are then checked against PageSize instead of BlockSize.
+	PageSize int `yaml:"page_size"`
 }
 
 // Duration is a time.Duration read from YAML as a Go duration string
@@ -254,6 +264,9 @@ func (c *Config) Validate() error {
 			}
 			e.Media[k] = strings.ToUpper(strings.TrimSpace(m))
 		}
+		if err := e.validatePaging(); err != nil {
+			return bad(f("page_size"), "%v", err)
+		}
 		if e.DataParallelSize == 0 {
 			e.DataParallelSize = 1
 		}
@@ -319,7 +332,8 @@ func (e *EngineConfig) equal(o *EngineConfig) bool {
 	if e.Endpoint != o.Endpoint || e.ReplayEndpoint != o.ReplayEndpoint || e.Topic != o.Topic ||
 		e.ReplicaID != o.ReplicaID || e.ModelID != o.ModelID || e.TenantID != o.TenantID ||
 		e.HashScheme != o.HashScheme || e.BlockSize != o.BlockSize || e.MetricsURL != o.MetricsURL ||
-		e.DataParallelSize != o.DataParallelSize || e.Pod != o.Pod || len(e.Media) != len(o.Media) {
+		e.DataParallelSize != o.DataParallelSize || e.Pod != o.Pod || len(e.Media) != len(o.Media) ||
+		e.PageSize != o.PageSize {
 		return false
 	}
 	for i := range e.Media {
@@ -328,4 +342,20 @@ func (e *EngineConfig) equal(o *EngineConfig) bool {
 		}
 	}
 	return true
+}
+
+// ---- engine paging (reblock.go) ----
+
+// validatePaging checks page_size against the (defaulted) block_size: 0 or
+// a divisor of block_size.
+func (e *EngineConfig) validatePaging() error {
+	switch {
+	case e.PageSize == 0:
+		return nil
+	case e.PageSize < 0 || e.PageSize > e.BlockSize:
+		return fmt.Errorf("%d is not between 1 and block_size (%d)", e.PageSize, e.BlockSize)
+	case e.BlockSize%e.PageSize != 0:
+		return fmt.Errorf("block_size %d is not a multiple of page_size %d", e.BlockSize, e.PageSize)
+	}
+	return nil
 }

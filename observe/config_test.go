@@ -29,6 +29,9 @@ func TestConfig_ValidationNamesTheField(t *testing.T) {
 		{"metrics url not http", "engines:" + goodEngine + "    metrics_url: ftp://x/metrics\n", "engines[0].metrics_url"},
 		{"scrape interval too short", "scrape_interval: 10ms\nengines:" + goodEngine, "scrape_interval"},
 		{"unknown key", "engines:" + goodEngine + "    replica: typo\n", "replica"},
+		{"page size over block size", "engines:" + goodEngine + "    page_size: 32\n", "engines[0].page_size: 32 is not between 1 and block_size (16)"},
+		{"page size not a divisor", "engines:" + goodEngine + "    page_size: 3\n", "engines[0].page_size: block_size 16 is not a multiple of page_size 3"},
+		{"negative page size", "engines:" + goodEngine + "    page_size: -1\n", "engines[0].page_size"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -57,5 +60,23 @@ func TestConfig_DefaultsAndRankReplicaIDs(t *testing.T) {
 	}
 	if got := e.ReplicaForRank(3); got != "vllm-0-dp3" {
 		t.Errorf("rank 3 replica %q, want vllm-0-dp3", got)
+	}
+}
+
+// page_size: 1 (SGLang's default) is valid with any block size, and a
+// change of it restarts the engine like any other field.
+func TestConfig_PageSize(t *testing.T) {
+	cfg, err := ParseConfig([]byte("engines:" + goodEngine + "    page_size: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cfg.Engines[0]
+	if e.PageSize != 1 || e.BlockSize != 16 {
+		t.Fatalf("page_size %d block_size %d", e.PageSize, e.BlockSize)
+	}
+	o := e
+	o.PageSize = 2
+	if e.equal(&o) {
+		t.Fatal("entries differing in page_size compare equal")
 	}
 }

@@ -67,9 +67,45 @@ type Event struct {
 	// GroupIdx is the KV-cache group (0 when absent: the main attention
 	// group).
 	GroupIdx int64
+	// SpecKind is vLLM's kv_cache_spec_kind of the group ("" when absent;
+	// values of vllm/v1/kv_cache_interface.py KVCacheSpecKind, e.g.
+	// "full_attention", "sliding_window", "mamba").
+	SpecKind string
+	// Locality is vLLM's locality: "LOCAL" or "REMOTE" relative to the
+	// publisher ("" when absent: unspecified).
+	Locality string
+	// Extra summarises extra_keys (vLLM) and SGLang's BlockStoredMetadata.
+	Extra ExtraKeys
 
 	// Offsets into the Decoder's arenas, resolved at the end of Decode.
 	hashOff, hashLen, tokOff, tokLen int
+}
+
+// ExtraKeys is what the subscriber needs from a BlockStored's extra keys:
+// vLLM's extra_keys (one entry per block, each nil or a tuple of the keys
+// its block hash mixed in: the LoRA name, multimodal (identifier, offset)
+// pairs, the cache_salt on a request's first block, prompt-embeds hashes;
+// untyped tuples before event_version 1, tagged maps {"type": "lora" |
+// "mm" | "cache_salt" | "prompt_embeds" | "legacy", …} since), and SGLang's
+// BlockStoredMetadata {"cache_salt"}.
+type ExtraKeys struct {
+	// HasContent is set when some block's hash mixes in content that is
+	// not in token_ids (multimodal items, prompt embeddings, or a key of
+	// unknown shape); ContentFrom is the index of the first such block.
+	HasContent  bool
+	ContentFrom int
+	// Lora is the LoRA name of a typed LoRAKey ("" when none).
+	Lora string
+	// Salt is the cache salt of a typed CacheSaltKey on the first block or
+	// of SGLang's metadata ("" when none).
+	Salt string
+	// Strings0 are the untyped string keys of the first block in order
+	// (the LoRA name comes first, the cache_salt last; which is which is
+	// decided with the event's lora fields, see saltAndLora).
+	Strings0 []string
+	// StringLater is the first untyped string key of a later block (a
+	// LoRA name: the salt is on the first block only).
+	StringLater string
 }
 
 // Batch is one decoded engine message payload: [ts, events, dp_rank?] or
@@ -126,9 +162,15 @@ func DecodeBatch(payload []byte) (Batch, error) {
 //   - each event is either a tagged positional array ["BlockStored",
 //     block_hashes, parent_block_hash, token_ids, block_size, lora_id,
 //     medium, lora_name, extra_keys?, group_idx?, kv_cache_spec_kind?,
-//     kv_cache_spec_sliding_window?], ["BlockRemoved", block_hashes,
-//     medium, group_idx?], ["AllBlocksCleared"], or a map with "type" and the
-//     same field names, default-valued fields omitted;
+//     kv_cache_spec_sliding_window?, locality?, ownership?],
+//     ["BlockRemoved", block_hashes, medium, group_idx?, locality?,
+//     ownership?], ["AllBlocksCleared"], or a map with "type" and the same
+//     field names, default-valued fields omitted (vLLM's event_version and
+//     ownership are skipped; extra_keys is summarised in Event.Extra);
+//   - SGLang's positional BlockStored ends [… lora_id, medium, metadata?]:
+//     a map where vLLM has lora_name is SGLang's BlockStoredMetadata;
+//   - the batch's rank is "data_parallel_rank" (vLLM) or "attn_dp_rank"
+//     (SGLang) in the map form, the third element in the positional one;
 //   - every field after the tag may be absent (older engines) and takes its
 //     default; unknown map keys and extra trailing elements are skipped;
 //   - a block hash is an unsigned 64-bit int (any value), a signed int
@@ -256,7 +298,8 @@ func (d *Decoder) batch() error {
 				return err
 			}
 			sawEvents = true
-		case "data_parallel_rank":
+		case "data_parallel_rank", "attn_dp_rank":
+			// attn_dp_rank is SGLang's name for the same field.
 			if err := d.rank(); err != nil {
 				return err
 			}
@@ -533,6 +576,14 @@ func (d *Decoder) field(e *Event, name string) error {
 		e.LoraName, err = d.str()
 	case "group_idx":
 		e.GroupIdx, _, err = d.int()
+	case "kv_cache_spec_kind":
+		e.SpecKind, err = d.str()
+	case "locality":
+		e.Locality, err = d.str()
+	case "extra_keys":
+		err = d.extraKeys(e)
+	case "metadata":
+		err = d.sglangMetadata(e)
 	default:
 		err = d.dec.Skip()
 	}
@@ -544,8 +595,8 @@ func (d *Decoder) field(e *Event, name string) error {
 
 // positional field names after the tag, per kind (vLLM field order).
 var (
-	storedFields  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
-	removedFields = []string{"block_hashes", "medium", "group_idx"}
+	storedFields  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality", "ownership"}
+	removedFields = []string{"block_hashes", "medium", "group_idx", "locality", "ownership"}
 )
 
 func (d *Decoder) event(e *Event) error {
@@ -573,7 +624,13 @@ func (d *Decoder) event(e *Event) error {
 		}
 		for i := 1; i < n; i++ {
 			if i-1 < len(names) {
-				if err := d.field(e, names[i-1]); err != nil {
+				name := names[i-1]
+				if name == "lora_name" && d.peekMap() {
+					// SGLang's BlockStoredWithMetadata appends its metadata
+					// struct where vLLM has lora_name (a string or nil).
+					name = "metadata"
+				}
+				if err := d.field(e, name); err != nil {
 					return err
 				}
 			} else if err := d.dec.Skip(); err != nil {
@@ -606,6 +663,163 @@ func (d *Decoder) event(e *Event) error {
 	e.Kind = kindOf(tag)
 	if e.Kind == EventUnknown {
 		e.Tag = tag
+	}
+	return nil
+}
+
+// peekMap reports whether the next value is a map.
+func (d *Decoder) peekMap() bool {
+	c, err := d.dec.PeekCode()
+	return err == nil && (msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32)
+}
+
+// extraKeys decodes vLLM's extra_keys: nil, or one entry per block, each
+// nil or an array of keys (see ExtraKeys).
+func (d *Decoder) extraKeys(e *Event) error {
+	isNil, err := d.isNil()
+	if err != nil || isNil {
+		return err
+	}
+	n, err := d.dec.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	if err := d.guardLen(n); err != nil {
+		return err
+	}
+	for b := 0; b < n; b++ {
+		isNil, err := d.isNil()
+		if err != nil {
+			return fmt.Errorf("[%d]: %w", b, err)
+		}
+		if isNil {
+			continue
+		}
+		m, err := d.dec.DecodeArrayLen()
+		if err != nil {
+			return fmt.Errorf("[%d]: %w", b, err)
+		}
+		if err := d.guardLen(m); err != nil {
+			return err
+		}
+		for k := 0; k < m; k++ {
+			if err := d.extraKey(e, b); err != nil {
+				return fmt.Errorf("[%d][%d]: %w", b, k, err)
+			}
+		}
+	}
+	return nil
+}
+
+// content marks block b as mixing in content that is not in token_ids.
+func (x *ExtraKeys) content(b int) {
+	if !x.HasContent || b < x.ContentFrom {
+		x.HasContent, x.ContentFrom = true, b
+	}
+}
+
+// extraKey decodes one key of block b: an untyped string (LoRA name or
+// cache_salt), bytes (a prompt-embeds hash), an [identifier, offset]
+// array (a multimodal item), or a typed {"type": …} map; anything else is
+// content of unknown shape.
+func (d *Decoder) extraKey(e *Event, b int) error {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return err
+	}
+	x := &e.Extra
+	switch {
+	case msgpcode.IsString(c):
+		v, err := d.dec.DecodeString()
+		if err != nil {
+			return err
+		}
+		if b == 0 {
+			x.Strings0 = append(x.Strings0, v)
+		} else if x.StringLater == "" {
+			x.StringLater = v
+		}
+		return nil
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		return d.typedExtraKey(e, b)
+	}
+	// Bytes (prompt embeds), arrays (multimodal) and unknown shapes all
+	// make the block's hash depend on more than its tokens.
+	x.content(b)
+	return d.dec.Skip()
+}
+
+// typedExtraKey decodes an event_version 1 ExtraKey map.
+func (d *Decoder) typedExtraKey(e *Event, b int) error {
+	n, err := d.dec.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	if err := d.guardLen(n); err != nil {
+		return err
+	}
+	var tag, name, salt string
+	for i := 0; i < n; i++ {
+		k, err := d.key()
+		if err != nil {
+			return err
+		}
+		switch k {
+		case "type":
+			tag, err = d.str()
+		case "name":
+			name, err = d.str()
+		case "salt":
+			salt, err = d.str()
+		default:
+			err = d.dec.Skip()
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	switch tag {
+	case "lora":
+		if e.Extra.Lora == "" {
+			e.Extra.Lora = name
+		}
+	case "cache_salt":
+		if b == 0 {
+			e.Extra.Salt = salt
+		}
+	default: // "mm", "prompt_embeds", "legacy" or a newer key
+		e.Extra.content(b)
+	}
+	return nil
+}
+
+// sglangMetadata decodes SGLang's BlockStoredMetadata {"cache_salt": s}.
+func (d *Decoder) sglangMetadata(e *Event) error {
+	isNil, err := d.isNil()
+	if err != nil || isNil {
+		return err
+	}
+	n, err := d.dec.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	if err := d.guardLen(n); err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		k, err := d.key()
+		if err != nil {
+			return err
+		}
+		if k == "cache_salt" {
+			if e.Extra.Salt, err = d.str(); err != nil {
+				return fmt.Errorf("cache_salt: %w", err)
+			}
+			continue
+		}
+		if err := d.dec.Skip(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

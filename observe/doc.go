@@ -22,6 +22,7 @@
 // imports the server packages.
 //
 // See DESIGN.md for the cases handled (restart, gap and replay, unknown
-// parents, block-size mismatch, DP ranks, LoRA partitions…) and the
-// trade-offs.
+// parents, block-size mismatch, DP ranks, LoRA partitions, multimodal
+// blocks, cache_salt, hybrid-model groups, locality, media, pages smaller
+// than blocks (reblock.go), rate-limited drop logs…) and the trade-offs.
 package observe

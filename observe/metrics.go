@@ -22,6 +22,8 @@ type Metrics struct {
 	BlockSizeMismatch  *prometheus.CounterVec // stores rejected: block_size differs from the config (loud)
 	IgnoredGroup       *prometheus.CounterVec // events of a KV group other than 0
 	IgnoredMedium      *prometheus.CounterVec // events of a medium not configured
+	IgnoredLocality    *prometheus.CounterVec // events of blocks the engine reports REMOTE
+	NotIndexedContent  *prometheus.CounterVec // stored blocks whose hash mixes in content beyond token ids (multimodal, prompt embeds)
 	UnknownRemovals    *prometheus.CounterVec // removed hashes never stored (or already gone)
 	Overflows          *prometheus.CounterVec // replicas cleared because their hash map hit its bound
 	Reconnects         *prometheus.CounterVec // SUB socket (re)connections
@@ -65,6 +67,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		BlockSizeMismatch:  cv("block_size_mismatch_total", "BlockStored events rejected: block_size differs from the configured block size. Non-zero means every lookup for this engine would miss: fix the config."),
 		IgnoredGroup:       cv("ignored_group_total", "Events of a KV-cache group other than the main attention group (group_idx != 0), ignored."),
 		IgnoredMedium:      cv("ignored_medium_total", "Events of a storage medium not configured (default: only GPU), ignored."),
+		IgnoredLocality:    cv("ignored_locality_total", "Events of blocks the engine reports as REMOTE (not resident on it), ignored."),
+		NotIndexedContent:  cv("not_indexed_content_blocks_total", "Stored blocks not indexed because their engine hash mixes in content that is not in token_ids (multimodal items, prompt embeddings, unknown extra keys), or they chain after such a block."),
 		UnknownRemovals:    cv("unknown_removals_total", "Removed block hashes that were not known, ignored."),
 		Overflows:          cv("hash_map_overflows_total", "Replicas cleared because their engine-hash map reached its bound."),
 		Reconnects:         cv("connects_total", "Connections of the SUB socket to the engine (first and later)."),
@@ -91,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Batches, m.EngineEvents, m.DecodeErrors, m.UnknownEvents, m.Restarts, m.Gaps, m.Replays,
 			m.Duplicates, m.Clears, m.UnknownParent, m.TokenMismatch, m.BlockSizeMismatch, m.IgnoredGroup,
-			m.IgnoredMedium, m.UnknownRemovals, m.Overflows, m.Reconnects, m.StatsScrapes, m.StatsReports,
+			m.IgnoredMedium, m.IgnoredLocality, m.NotIndexedContent, m.UnknownRemovals, m.Overflows, m.Reconnects, m.StatsScrapes, m.StatsReports,
 			m.BlockEventsEmitted, m.IngestBatches, m.IngestEvents, m.IngestRejected, m.IngestRetries,
 			m.IngestQueue, m.IngestLag, m.ListenUnknownMessages, m.ListenUnknownTopics)
 	}
@@ -105,6 +109,7 @@ type engineMetrics struct {
 	stored, removed, cleared                                         prometheus.Counter
 	unknownParent, tokenMismatch, blockSizeMismatch                  prometheus.Counter
 	ignoredGroup, ignoredMedium, unknownRemovals, overflows          prometheus.Counter
+	ignoredLocality, notIndexedContent                               prometheus.Counter
 	reconnects                                                       prometheus.Counter
 	replayComplete, replayIncomplete, replayFailed                   prometheus.Counter
 	emitStored, emitRemoved, emitCleared                             prometheus.Counter
@@ -130,6 +135,8 @@ func (m *Metrics) forEngine(engine string) *engineMetrics {
 		blockSizeMismatch: m.BlockSizeMismatch.WithLabelValues(engine),
 		ignoredGroup:      m.IgnoredGroup.WithLabelValues(engine),
 		ignoredMedium:     m.IgnoredMedium.WithLabelValues(engine),
+		ignoredLocality:   m.IgnoredLocality.WithLabelValues(engine),
+		notIndexedContent: m.NotIndexedContent.WithLabelValues(engine),
 		unknownRemovals:   m.UnknownRemovals.WithLabelValues(engine),
 		overflows:         m.Overflows.WithLabelValues(engine),
 		reconnects:        m.Reconnects.WithLabelValues(engine),

@@ -86,7 +86,7 @@ func (s *sequencer) live(dst []*pb.BlockEvent, seq int64, payload []byte, now ti
 	}
 	switch {
 	case seq <= s.lastApplied:
-		s.m.duplicates.Inc()
+		s.duplicate(seq, now)
 		return dst, nil
 	case seq == s.lastApplied+1:
 		return s.applyPayload(dst, seq, payload, now), nil
@@ -117,7 +117,7 @@ func (s *sequencer) replayed(dst []*pb.BlockEvent, gen uint64, seq int64, payloa
 	}
 	switch {
 	case seq <= s.lastApplied:
-		s.m.duplicates.Inc()
+		s.duplicate(seq, now)
 		return dst
 	case seq == s.lastApplied+1 || s.lastApplied < 0:
 		// lastApplied < 0: a replay from 0 after start or restart takes
@@ -163,7 +163,7 @@ func (s *sequencer) drain(dst []*pb.BlockEvent, now time.Time) []*pb.BlockEvent 
 	for _, p := range pend {
 		switch {
 		case p.seq <= s.lastApplied:
-			s.m.duplicates.Inc()
+			s.duplicate(p.seq, now)
 		case p.seq == s.lastApplied+1 || s.lastApplied < 0:
 			dst = s.applyPayload(dst, p.seq, p.payload, now)
 		default:
@@ -183,9 +183,18 @@ func (s *sequencer) applyPayload(dst []*pb.BlockEvent, seq int64, payload []byte
 	b, err := s.dec.Decode(payload)
 	if err != nil {
 		s.m.decodeErrors.Inc()
-		s.log.Warn("undecodable batch: clearing the replica", "engine", s.tr.cfg.ReplicaID, "seq", seq, "err", err)
+		s.tr.drops.log(s.tr, now, slog.LevelWarn, "decode_error", "undecodable batch: its events are lost and the replica is cleared (counted in decode_errors_total; logged at most every 10 s)",
+			"seq", seq, "err", err)
 		return s.tr.clearAll(dst, "decode_error", now.UnixMilli())
 	}
 	s.m.batches.Inc()
 	return s.tr.apply(dst, b, now)
+}
+
+// duplicate counts and logs (rate-limited, at INFO: replay and live
+// overlap by design) a batch dropped because its seq was already applied.
+func (s *sequencer) duplicate(seq int64, now time.Time) {
+	s.m.duplicates.Inc()
+	s.tr.drops.log(s.tr, now, slog.LevelInfo, "duplicate", "batch dropped: its seq was already applied (replay and live overlap; counted in duplicate_batches_total)",
+		"seq", seq, "last_applied", s.lastApplied)
 }

@@ -25,14 +25,16 @@ import (
 // or without the _total suffix depending on the exposition format. SGLang
 // (python/sglang/srt/metrics/collector.py, SchedulerMetricsCollector)
 // exports token_usage, the fraction of its KV pool in use, and its queue
-// as num_queue_reqs and num_running_reqs; it has no prefix-cache counters,
-// so an SGLang replica reports no hit rate.
+// as num_queue_reqs and num_running_reqs, and its prefix-cache hit rate as
+// the gauge cache_hit_rate (the scheduler's own recent rate, per rank;
+// read when the engine has no hit/query counters).
 var (
 	usageGauges   = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}
 	hitCounters   = []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"}
 	queryCounters = []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"}
 	waitingGauges = []string{"vllm:num_requests_waiting", "sglang:num_queue_reqs"}
 	runningGauges = []string{"vllm:num_requests_running", "sglang:num_running_reqs"}
+	hitRateGauges = []string{"sglang:cache_hit_rate"}
 )
 
 // maxQueue is the largest queue length reported: the server's
@@ -122,7 +124,9 @@ func queue(v float64) uint32 {
 // (SPEC 6): pressure = the KV usage gauge (0..1, clamped);
 // the configured tenant's hit rate = Δhits / Δqueries since the previous
 // scrape (the cumulative ratio on the first scrape or after a counter
-// reset; the last rate again when no query arrived meanwhile);
+// reset; the last rate again when no query arrived meanwhile), or, for an
+// engine without those counters, its hit-rate gauge (SGLang's
+// cache_hit_rate, clamped to 0..1);
 // waiting_requests and running_requests = the queue gauges. Each
 // data-parallel rank is its own replica, so every series is read per
 // rank; several series of one rank (SGLang exports one per tensor- and
@@ -139,6 +143,7 @@ func statsFromFamilies(fams map[string]*dto.MetricFamily, cfg *EngineConfig, st 
 	queries := perRank(fams, queryCounters, false)
 	waiting := perRank(fams, waitingGauges, true)
 	running := perRank(fams, runningGauges, true)
+	rates := perRank(fams, hitRateGauges, true)
 	if st.prev == nil {
 		st.prev = map[int64]*rankCounters{}
 	}
@@ -171,6 +176,8 @@ func statsFromFamilies(fams map[string]*dto.MetricFamily, cfg *EngineConfig, st 
 			if p.hasRate {
 				s.TenantHitRate = map[string]float64{cfg.TenantID: p.hitRate}
 			}
+		} else if v, ok := rates[r]; ok && !math.IsNaN(v) {
+			s.TenantHitRate = map[string]float64{cfg.TenantID: min(max(v, 0), 1)}
 		}
 		out = append(out, s)
 	}

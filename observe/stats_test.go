@@ -168,12 +168,13 @@ func TestStats_VLLMQueueReachesReportReplicaStats(t *testing.T) {
 // A real SGLang scrape (dp_rank 0 and 1, two tensor-parallel schedulers
 // each reporting the same queue) reaches ReportReplicaStats: one replica
 // per data-parallel rank, the queue counted once, token_usage as pressure,
-// no hit rate (SGLang exports no prefix-cache counters).
+// the rank's cache_hit_rate gauge as the tenant's hit rate (SGLang has no
+// per-rank hit/query counters).
 func TestStats_SGLangQueueReachesReportReplicaStats(t *testing.T) {
 	sts := scrapeFixture(t, "sglang-metrics.txt", EngineConfig{ReplicaID: "sglang-0", ModelID: "qwen3-8b", TenantID: "team-a", HashScheme: "sglang"})
 	want := []scraped{
-		{"sglang-0", 0.74, 42, 18, -1},
-		{"sglang-0-dp1", 0.28, 3, 9, -1},
+		{"sglang-0", 0.74, 42, 18, 0.61},
+		{"sglang-0-dp1", 0.28, 3, 9, 0.47},
 	}
 	if d := cmp.Diff(want, summarize(sts, "team-a")); d != "" {
 		t.Fatalf("reported stats (-want +got):\n%s", d)

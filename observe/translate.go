@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"context"
 	"log/slog"
 	"math"
 	"strconv"
@@ -24,6 +25,10 @@ type blockEntry struct {
 	fp      uint64
 	cum     uint32
 	adapter uint32
+	// noIndex marks a block that was not indexed (its hash mixes in
+	// content beyond its tokens, or it chains after such a block): its
+	// children are not indexed either and its removal emits nothing.
+	noIndex bool
 }
 
 // replica is the translator's state for one replica id.
@@ -32,11 +37,19 @@ type replica struct {
 	blocks   map[uint64]blockEntry // engine hash → entry
 	adapters []string              // adapter ids, interned
 	adapterN map[string]uint32
+	// pages and live are used instead of blocks when the engine's pages
+	// are smaller than the index's blocks (reblock.go).
+	pages map[uint64]*pageEntry // engine page hash → entry
+	live  map[uint64]struct{}   // index blocks emitted STORED and not yet REMOVED
 }
 
 func newReplica(id string) *replica {
-	return &replica{id: id, blocks: make(map[uint64]blockEntry), adapters: []string{""}, adapterN: map[string]uint32{"": 0}}
+	return &replica{id: id, blocks: make(map[uint64]blockEntry), adapters: []string{""}, adapterN: map[string]uint32{"": 0},
+		pages: map[uint64]*pageEntry{}, live: map[uint64]struct{}{}}
 }
+
+// size is the number of engine hashes the replica remembers.
+func (r *replica) size() int { return len(r.blocks) + len(r.pages) }
 
 func (r *replica) adapterIndex(a string) uint32 {
 	if i, ok := r.adapterN[a]; ok {
@@ -58,13 +71,14 @@ type translator struct {
 	m     *engineMetrics
 	log   *slog.Logger
 	reps  map[string]*replica
-	// mismatchLogged rate-limits the block-size mismatch log line.
-	mismatchLoggedAt time.Time
-	parentLoggedAt   time.Time // last unknown-parent warning
+	// fullGroup is the KV-cache group indexed (-1: not learned yet); see
+	// groupIndexed.
+	fullGroup int64
+	drops     dropLog
 }
 
 func newTranslator(cfg *EngineConfig, rank int64, m *engineMetrics, log *slog.Logger) *translator {
-	t := &translator{cfg: cfg, rank: rank, media: map[string]bool{}, m: m, log: log, reps: map[string]*replica{}}
+	t := &translator{cfg: cfg, rank: rank, media: map[string]bool{}, m: m, log: log, reps: map[string]*replica{}, fullGroup: -1}
 	for _, md := range cfg.Media {
 		t.media[md] = true
 	}
@@ -91,6 +105,7 @@ func (t *translator) base(kind pb.BlockEvent_Kind, rep string, atMs int64) *pb.B
 // their blocks, and counts the reason (start, restart, gap, decode_error,
 // config_removed, overflow).
 func (t *translator) clearAll(dst []*pb.BlockEvent, reason string, atMs int64) []*pb.BlockEvent {
+	t.fullGroup = -1 // learned again from the next stores
 	for id := range t.reps {
 		dst = t.clearReplica(dst, id, reason, atMs)
 	}
@@ -120,32 +135,127 @@ func (t *translator) replicaFor(b *Batch) *replica {
 
 // adapterOf implements "lora_name selects the adapter partition (lora_id
 // only when no name is present, and then as a distinct id space)": a name
-// is the adapter id itself; an integer id n becomes "lora-id:<n>"; nil or 0
-// (vLLM's LoRA ids start at 1) is the base model.
+// is the adapter id itself — the event's lora_name, else the LoRA name in
+// its extra_keys (a typed LoRAKey, or the first untyped string key when
+// lora_id says a LoRA is active: vLLM puts the LoRA name first); an
+// integer id n without any name becomes "lora-id:<n>"; nil or 0 (vLLM's
+// LoRA ids start at 1) is the base model.
 func adapterOf(e *Event) string {
 	if e.LoraName != "" {
 		return e.LoraName
 	}
+	if e.Extra.Lora != "" {
+		return e.Extra.Lora
+	}
 	if e.HasLoraID && e.LoraID != 0 {
+		if len(e.Extra.Strings0) > 0 {
+			return e.Extra.Strings0[0]
+		}
+		if e.Extra.StringLater != "" {
+			return e.Extra.StringLater
+		}
 		return "lora-id:" + strconv.FormatInt(e.LoraID, 10)
 	}
 	return ""
 }
 
-// indexed reports whether an event's KV group and medium are indexed: only
-// the main attention group (group_idx 0) and the configured media (nil or
-// empty medium means GPU).
-func (t *translator) indexed(e *Event) bool {
-	if e.GroupIdx != 0 {
+// saltOf returns the cache salt of a store that starts a chain: SGLang's
+// metadata or a typed CacheSaltKey, else the untyped string key of the
+// first block that is not the LoRA name (vLLM orders a block's keys LoRA
+// name, multimodal items, cache_salt, prompt embeds). ok is false when the
+// untyped strings cannot be told apart (more than one besides the LoRA
+// name): the block's hash domain is unknown.
+func saltOf(e *Event, adapter string) (salt string, ok bool) {
+	if e.Extra.Salt != "" {
+		return e.Extra.Salt, true
+	}
+	strs := e.Extra.Strings0
+	if len(strs) > 0 && adapter != "" && strs[0] == adapter && (e.LoraName != "" || e.Extra.Lora != "" || e.HasLoraID && e.LoraID != 0) {
+		strs = strs[1:]
+	}
+	switch len(strs) {
+	case 0:
+		return "", true
+	case 1:
+		return strs[0], true
+	}
+	return "", false
+}
+
+// fullAttentionKinds are the kv_cache_spec_kind values (vLLM
+// vllm/v1/kv_cache_interface.py KVCacheSpecKind) whose blocks hold the KV
+// of every token of their prefix, so a block's residency means the prefix
+// up to it is cached. Sliding-window, chunked-local, Mamba, encoder-only
+// and cross-attention groups keep only part of it (or state of another
+// shape) and are not indexed.
+var fullAttentionKinds = map[string]bool{"full_attention": true, "mla_attention": true, "sink_full_attention": true}
+
+// knownMedia are the medium values engines publish: vLLM's MEDIUM_GPU,
+// MEDIUM_CPU, MEDIUM_STORAGE (vllm/distributed/kv_events.py) and SGLang's
+// StorageMedium GPU, CPU_PINNED, DISK, EXTERNAL
+// (python/sglang/srt/disaggregation/kv_events.py). A configured medium
+// outside this list is still honoured; an event of a medium neither known
+// nor configured is logged as unexpected.
+var knownMedia = map[string]bool{"GPU": true, "CPU": true, "STORAGE": true, "CPU_PINNED": true, "DISK": true, "EXTERNAL": true}
+
+// groupIndexed reports whether e's KV-cache group is the one indexed. With
+// kv_cache_spec_kind (vLLM hybrid models) it is the first full-attention
+// group the stream's stores name: every group carries the same block
+// hashes, so indexing one keeps a removal in another group (a sliding
+// window dropping old blocks) from removing the prefix, and indexing two
+// would let either group's removal remove it while the other still holds
+// it. Removals carry only group_idx and are matched against that group.
+// Without the kind (older engines), group_idx 0 (or absent) is the main
+// attention group.
+func (t *translator) groupIndexed(e *Event) bool {
+	if e.Kind == EventBlockStored && e.SpecKind != "" {
+		if !fullAttentionKinds[e.SpecKind] {
+			return false
+		}
+		if t.fullGroup < 0 {
+			t.fullGroup = e.GroupIdx
+		}
+		return e.GroupIdx == t.fullGroup
+	}
+	if t.fullGroup >= 0 {
+		return e.GroupIdx == t.fullGroup
+	}
+	return e.GroupIdx == 0
+}
+
+// indexed reports whether an event's KV group, locality and medium are
+// indexed: the full-attention group (groupIndexed), not REMOTE (vLLM's
+// locality: the blocks live in a tier another instance owns, so this
+// replica would have to fetch them — not a local prefix hit), and the
+// configured media (nil or empty medium means GPU). Every ignored event is
+// counted and logged (rate-limited); the unexpected ones — a medium
+// neither known nor configured — at WARN.
+func (t *translator) indexed(e *Event, rep string, now time.Time) bool {
+	if !t.groupIndexed(e) {
 		t.m.ignoredGroup.Inc()
+		t.drops.log(t, now, slog.LevelInfo, "group", "events of a KV-cache group that is not the indexed full-attention group are ignored (by design: hybrid models' sliding-window or Mamba groups)",
+			"replica", rep, "event", e.Kind.String(), "group_idx", e.GroupIdx, "kv_cache_spec_kind", e.SpecKind, "blocks_lost", len(e.BlockHashes))
 		return false
 	}
-	md := e.Medium
+	if upper(e.Locality) == "REMOTE" {
+		t.m.ignoredLocality.Inc()
+		t.drops.log(t, now, slog.LevelInfo, "locality", "events of REMOTE blocks are ignored (by design: not resident on this replica)",
+			"replica", rep, "event", e.Kind.String(), "medium", e.Medium, "blocks_lost", len(e.BlockHashes))
+		return false
+	}
+	md := upper(e.Medium)
 	if md == "" {
 		md = "GPU"
 	}
-	if !t.media[md] && !t.media[upper(md)] {
+	if !t.media[md] {
 		t.m.ignoredMedium.Inc()
+		if knownMedia[md] {
+			t.drops.log(t, now, slog.LevelInfo, "medium", "events of a storage medium not in the engine's media are ignored",
+				"replica", rep, "event", e.Kind.String(), "medium", e.Medium, "media", t.cfg.Media, "blocks_lost", len(e.BlockHashes))
+		} else {
+			t.drops.log(t, now, slog.LevelWarn, "unknown_medium", "events of an unknown storage medium are dropped (counted in ignored_medium_total); add it to the engine's media to index it",
+				"replica", rep, "event", e.Kind.String(), "medium", e.Medium, "media", t.cfg.Media, "blocks_lost", len(e.BlockHashes))
+		}
 		return false
 	}
 	return true
@@ -170,16 +280,24 @@ func (t *translator) apply(dst []*pb.BlockEvent, b *Batch, now time.Time) []*pb.
 		switch e.Kind {
 		case EventBlockStored:
 			t.m.stored.Inc()
-			dst = t.stored(dst, r, e, atMs, now)
-			if len(r.blocks) > maxBlocksPerReplica {
+			if t.paged() {
+				dst = t.pageStored(dst, r, e, atMs, now)
+			} else {
+				dst = t.stored(dst, r, e, atMs, now)
+			}
+			if r.size() > maxBlocksPerReplica {
 				t.m.overflows.Inc()
-				t.log.Warn("engine hash map reached its bound; clearing the replica", "engine", t.cfg.ReplicaID, "replica", r.id, "blocks", len(r.blocks))
+				t.log.Warn("engine hash map reached its bound; clearing the replica", "engine", t.cfg.ReplicaID, "replica", r.id, "blocks", r.size())
 				dst = t.clearReplica(dst, r.id, "overflow", atMs)
 				r = t.reps[r.id]
 			}
 		case EventBlockRemoved:
 			t.m.removed.Inc()
-			dst = t.removed(dst, r, e, atMs)
+			if t.paged() {
+				dst = t.pageRemoved(dst, r, e, atMs, now)
+			} else {
+				dst = t.removed(dst, r, e, atMs, now)
+			}
 		case EventAllBlocksCleared:
 			t.m.cleared.Inc()
 			// Only this replica's blocks: other ranks and engines keep theirs.
@@ -187,41 +305,65 @@ func (t *translator) apply(dst []*pb.BlockEvent, b *Batch, now time.Time) []*pb.
 			r = t.reps[r.id]
 		default:
 			t.m.unknownEvents.Inc()
+			t.drops.log(t, now, slog.LevelWarn, "unknown_event", "engine event of an unknown type skipped (counted in unknown_events_total); a newer engine may need a newer subscriber",
+				"replica", r.id, "tag", e.Tag)
 		}
 	}
 	return dst
 }
 
-func (t *translator) stored(dst []*pb.BlockEvent, r *replica, e *Event, atMs int64, now time.Time) []*pb.BlockEvent {
-	if !t.indexed(e) {
-		return dst
+// checkStore applies the checks every store passes before translation:
+// the indexed group, locality and medium; the engine's tokens per event
+// block (the configured page_size, else block_size); token_ids of exactly
+// that many tokens per block hash. It reports whether e may be translated.
+func (t *translator) checkStore(r *replica, e *Event, now time.Time) bool {
+	if !t.indexed(e, r.id, now) {
+		return false
 	}
-	bs := int(t.cfg.BlockSize)
-	if e.BlockSize != int64(bs) {
+	per := t.engineBlock()
+	if e.BlockSize != int64(per) {
 		// Keys made with another block size never match the gateway's: every
 		// lookup for this engine would miss without an error anywhere. Make
 		// it loud (error log at most every 10 s, plus a counter).
 		t.m.blockSizeMismatch.Inc()
-		if now.Sub(t.mismatchLoggedAt) >= 10*time.Second {
-			t.mismatchLoggedAt = now
-			t.log.Error("engine block_size differs from the configured block_size: its events are rejected and this engine gets no prefix hits until the config is fixed",
-				"engine", t.cfg.ReplicaID, "replica", r.id, "event_block_size", e.BlockSize, "configured_block_size", bs)
-		}
-		return dst
+		t.drops.log(t, now, slog.LevelError, "block_size", "engine block_size differs from the configured block_size (page_size when set): its events are rejected and this engine gets no prefix hits until the config is fixed",
+			"replica", r.id, "event_block_size", e.BlockSize, "configured_block_size", per, "blocks_lost", len(e.BlockHashes))
+		return false
 	}
-	k := len(e.BlockHashes)
-	if k == 0 || len(e.TokenIDs) != k*bs {
+	if len(e.BlockHashes) == 0 || len(e.TokenIDs) != len(e.BlockHashes)*per {
 		t.m.tokenMismatch.Inc()
+		t.drops.log(t, now, slog.LevelWarn, "token_length", "stored blocks dropped: token_ids is not block_size tokens per block hash (counted in token_length_mismatch_total)",
+			"replica", r.id, "block_hashes", len(e.BlockHashes), "token_ids", len(e.TokenIDs), "block_size", per, "blocks_lost", len(e.BlockHashes))
+		return false
+	}
+	return true
+}
+
+// notIndexed counts and logs n stored blocks left out of the index because
+// their engine hash mixes in content that is not in token_ids (or chains
+// after such a block): a lookup by token ids alone could match them
+// against another image or embedding (observe/DESIGN.md).
+func (t *translator) notIndexed(r *replica, n int, why string, now time.Time) {
+	t.m.notIndexedContent.Add(float64(n))
+	t.drops.log(t, now, slog.LevelInfo, "content", "stored blocks not indexed: their hash covers more than their token ids (by design; counted in not_indexed_content_blocks_total)",
+		"replica", r.id, "why", why, "blocks_lost", n)
+}
+
+func (t *translator) stored(dst []*pb.BlockEvent, r *replica, e *Event, atMs int64, now time.Time) []*pb.BlockEvent {
+	if !t.checkStore(r, e, now) {
 		return dst
 	}
+	bs := int(t.cfg.BlockSize)
+	k := len(e.BlockHashes)
 	var parentFP uint64
 	var before uint32
 	chained := e.HasParent // the first block chains from a known parent
+	parentNoIndex := false
 	if e.HasParent {
 		p, ok := r.blocks[e.Parent]
 		switch {
 		case ok:
-			parentFP, before = p.fp, p.cum
+			parentFP, before, parentNoIndex = p.fp, p.cum, p.noIndex
 		case e.Parent == 0:
 			// Some publishers (llm-d's vLLM simulator) send 0, not nil, for a
 			// chain's first block; 0 names no block this engine stored, so it
@@ -231,31 +373,61 @@ func (t *translator) stored(dst []*pb.BlockEvent, r *replica, e *Event, atMs int
 			// Never chain from a guess: the fingerprint would name another
 			// prefix. Children of this event will be dropped the same way.
 			t.m.unknownParent.Inc()
-			if now.Sub(t.parentLoggedAt) >= 10*time.Second {
-				t.parentLoggedAt = now
-				t.log.Warn("stored blocks dropped: their parent block is unknown to the subscriber (missed events, or a publisher restart); later blocks chained to them are dropped too (counted in unknown_parent_total; logged at most every 10 s)",
-					"engine", t.cfg.ReplicaID, "replica", r.id, "parent", e.Parent, "blocks_lost", len(e.BlockHashes))
-			}
+			t.drops.log(t, now, slog.LevelWarn, "unknown_parent", "stored blocks dropped: their parent block is unknown to the subscriber (missed events, or a publisher restart); later blocks chained to them are dropped too (counted in unknown_parent_total; logged at most every 10 s)",
+				"replica", r.id, "parent", e.Parent, "blocks_lost", len(e.BlockHashes))
 			return dst
 		}
 	}
 	if uint64(before)+uint64(k*bs) > math.MaxUint32 {
 		t.m.tokenMismatch.Inc()
+		t.drops.log(t, now, slog.LevelWarn, "token_length", "stored blocks dropped: the chain would pass 2^32 tokens",
+			"replica", r.id, "tokens_before", before, "blocks_lost", k)
 		return dst
 	}
 	adapter := adapterOf(e)
 	ai := r.adapterIndex(adapter)
-	fps := make([]uint64, k)
-	counts := make([]uint32, k)
+	// Blocks from `cut` on are not indexed: they (or a block before them)
+	// mix content beyond their tokens into their hash.
+	cut, why := k, ""
+	switch {
+	case parentNoIndex:
+		cut, why = 0, "chained after a block that is not indexed"
+	case e.Extra.HasContent && e.Extra.ContentFrom < k:
+		cut, why = e.Extra.ContentFrom, "multimodal or prompt-embeds extra keys"
+	}
+	if !chained && cut > 0 {
+		// A chain's first block carries the request's cache_salt: it is
+		// the root of the hash domain (fingerprint.AppendSaltedBlockHashes).
+		salt, ok := saltOf(e, adapter)
+		switch {
+		case !ok:
+			cut, why = 0, "extra keys of unknown shape on the first block"
+		case salt != "":
+			parentFP, _ = fingerprint.SaltRoot(salt)
+			chained = true
+		}
+	}
+	fps := make([]uint64, 0, cut)
+	counts := make([]uint32, 0, cut)
 	for i := 0; i < k; i++ {
+		if i >= cut {
+			r.blocks[e.BlockHashes[i]] = blockEntry{noIndex: true, adapter: ai}
+			continue
+		}
 		local := fingerprint.LocalHash(e.TokenIDs[i*bs : (i+1)*bs])
 		h := local
 		if i > 0 || chained {
 			h = fingerprint.Chain(parentFP, local)
 		}
-		fps[i], counts[i] = h, uint32(bs)
+		fps, counts = append(fps, h), append(counts, uint32(bs))
 		parentFP = h
 		r.blocks[e.BlockHashes[i]] = blockEntry{fp: h, cum: before + uint32((i+1)*bs), adapter: ai}
+	}
+	if cut < k {
+		t.notIndexed(r, k-cut, why, now)
+	}
+	if len(fps) == 0 {
+		return dst
 	}
 	ev := t.base(pb.BlockEvent_STORED, r.id, atMs)
 	ev.AdapterId = adapter
@@ -264,21 +436,34 @@ func (t *translator) stored(dst []*pb.BlockEvent, r *replica, e *Event, atMs int
 	return append(dst, ev)
 }
 
-func (t *translator) removed(dst []*pb.BlockEvent, r *replica, e *Event, atMs int64) []*pb.BlockEvent {
-	if !t.indexed(e) {
+// unknownRemoval counts and logs removed hashes the subscriber never saw
+// stored; nothing is lost (right after a start, or for blocks of ignored
+// media or groups, they are expected).
+func (t *translator) unknownRemoval(r *replica, n int, now time.Time) {
+	t.m.unknownRemovals.Add(float64(n))
+	t.drops.log(t, now, slog.LevelWarn, "unknown_removal", "removed block hashes the subscriber never saw stored were ignored (expected right after a start; counted in unknown_removals_total)",
+		"replica", r.id, "hashes", n)
+}
+
+func (t *translator) removed(dst []*pb.BlockEvent, r *replica, e *Event, atMs int64, now time.Time) []*pb.BlockEvent {
+	if !t.indexed(e, r.id, now) {
 		return dst
 	}
 	// One REMOVED event per adapter partition, in order of first
 	// appearance, so the output is deterministic.
 	var byAdapter [][]uint64
 	var order []uint32
+	unknown := 0
 	for _, h := range e.BlockHashes {
 		ent, ok := r.blocks[h]
 		if !ok {
-			t.m.unknownRemovals.Inc()
+			unknown++
 			continue
 		}
 		delete(r.blocks, h)
+		if ent.noIndex {
+			continue
+		}
 		j := -1
 		for n, a := range order {
 			if a == ent.adapter {
@@ -293,6 +478,9 @@ func (t *translator) removed(dst []*pb.BlockEvent, r *replica, e *Event, atMs in
 		}
 		byAdapter[j] = append(byAdapter[j], ent.fp)
 	}
+	if unknown > 0 {
+		t.unknownRemoval(r, unknown, now)
+	}
 	for n, a := range order {
 		ev := t.base(pb.BlockEvent_REMOVED, r.id, atMs)
 		ev.AdapterId = r.adapters[a]
@@ -305,4 +493,28 @@ func (t *translator) removed(dst []*pb.BlockEvent, r *replica, e *Event, atMs in
 		dst = append(dst, ev)
 	}
 	return dst
+}
+
+// dropLogEvery is the rate limit of each kind of drop log line, per stream.
+const dropLogEvery = 10 * time.Second
+
+// dropLog rate-limits the log lines of dropped or ignored engine events:
+// at most one line per kind every dropLogEvery per stream (the counters
+// count every one). The zero value is ready to use.
+type dropLog struct {
+	last map[string]time.Time
+}
+
+// log writes msg at level for kind unless one was written less than
+// dropLogEvery before now, naming the engine and kind; args add what was
+// lost.
+func (d *dropLog) log(t *translator, now time.Time, level slog.Level, kind, msg string, args ...any) {
+	if d.last == nil {
+		d.last = map[string]time.Time{}
+	}
+	if last, ok := d.last[kind]; ok && now.Sub(last) < dropLogEvery {
+		return
+	}
+	d.last[kind] = now
+	t.log.Log(context.Background(), level, msg, append([]any{"engine", t.cfg.ReplicaID, "drop", kind}, args...)...)
 }

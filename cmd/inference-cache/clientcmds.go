@@ -184,7 +184,8 @@ pick. With --json the explanation is each hint's "factors" object.`,
   inference-cache lookup --model qwen3-8b --tenant team-a --tokens "$(seq -s, 0 127)" --explain
   inference-cache lookup --model qwen3-8b --prompt "You are a helpful assistant." --json
   inference-cache lookup --addr 127.0.0.1:7411 --model m --block-hashes 123,456
-  inference-cache lookup --model qwen3-8b --prompt-file conversation.txt`,
+  inference-cache lookup --model qwen3-8b --prompt-file conversation.txt
+  inference-cache lookup --model qwen3-8b --cache-salt "$TENANT_SALT" --tokens "$(seq -s, 0 127)"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			warnEmptyPartition(cmd.ErrOrStderr(), req.ModelId, req.TenantId)
@@ -273,6 +274,7 @@ pick. With --json the explanation is each hint's "factors" object.`,
 	f.StringVar(&req.ModelId, "model", "", "model_id")
 	f.StringVar(&req.TenantId, "tenant", "", "tenant_id")
 	f.StringVar(&req.AdapterId, "adapter", "", "adapter_id (LoRA); empty = base model")
+	f.StringVar(&req.CacheSalt, "cache-salt", "", "vLLM cache_salt of the request: --tokens, --prompt and --block-size fingerprints use its hash domain")
 	f.StringVar(&tokens, "tokens", "", "token ids, comma- or space-separated")
 	f.IntVar(&blockSize, "block-size", 0, "fingerprint --tokens locally with this block size (0 = let the server do it)")
 	f.StringVar(&hashes, "block-hashes", "", "block hash chain, comma-separated decimal uint64")

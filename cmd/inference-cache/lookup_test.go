@@ -14,6 +14,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/api"
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/fingerprint"
 )
 
 // lookupServer is a LookupRoute that records the requests it gets.
@@ -125,6 +126,27 @@ func TestLookupCmd_PromptFileSendsThePromptVerbatim(t *testing.T) {
 		if r.PromptText != long {
 			t.Errorf("lookup %d: prompt of %d bytes, want the file's %d verbatim", i, len(r.PromptText), len(long))
 		}
+	}
+}
+
+// --cache-salt is sent, and a local --block-size fingerprint is computed in
+// the salt's hash domain, not the unsalted one.
+func TestLookupCmd_CacheSalt(t *testing.T) {
+	s := &lookupServer{}
+	addr := startLookupServer(t, s)
+	if _, err := runCLI(t, "", "lookup", "--addr", addr, "--model", "m", "--cache-salt", "s1", "--tokens", "1,2,3,4"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runCLI(t, "", "lookup", "--addr", addr, "--model", "m", "--cache-salt", "s1", "--tokens", "1,2,3,4", "--block-size", "4"); err != nil {
+		t.Fatal(err)
+	}
+	reqs := s.requests()
+	if len(reqs) != 2 || reqs[0].CacheSalt != "s1" || len(reqs[0].TokenIds) != 4 {
+		t.Fatalf("requests %v", reqs)
+	}
+	salted, _ := fingerprint.AppendSaltedBlockHashes(nil, []uint32{1, 2, 3, 4}, 4, "s1")
+	if r := reqs[1]; r.CacheSalt != "s1" || len(r.BlockHashes) != 1 || r.BlockHashes[0] != salted[0] || len(r.TokenIds) != 0 {
+		t.Fatalf("local fingerprint %v, want salted %v", r, salted)
 	}
 }
 

@@ -216,7 +216,14 @@ type LookupRouteRequest struct {
 	// include_load asks for LookupRouteResponse.loads: the queue of every
 	// replica serving the model, not only of those the hints name, so a
 	// gateway's picker sees load on replicas without a hint. Off by default.
-	IncludeLoad   bool `protobuf:"varint,13,opt,name=include_load,json=includeLoad,proto3" json:"include_load,omitempty"`
+	IncludeLoad bool `protobuf:"varint,13,opt,name=include_load,json=includeLoad,proto3" json:"include_load,omitempty"`
+	// cache_salt is vLLM's per-request cache_salt: token_ids and prompt_text
+	// are fingerprinted in its hash domain (SPEC 3 with the salt mixed into
+	// the chain root, fingerprint.AppendSaltedBlockHashes), so they match
+	// only blocks an engine stored for requests with the same salt. Empty:
+	// unsalted. Ignored for caller-given block_hashes / prefix_hash, which
+	// the caller computes in the salted domain itself.
+	CacheSalt     string `protobuf:"bytes,14,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +347,13 @@ func (x *LookupRouteRequest) GetIncludeLoad() bool {
 		return x.IncludeLoad
 	}
 	return false
+}
+
+func (x *LookupRouteRequest) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
 }
 
 // ReplicaLoad is one serving replica's queue from its fresh ReplicaStats
@@ -2516,7 +2530,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"*api/inferencecache/v1/inferencecache.proto\x12\x11inferencecache.v1\"5\n" +
 	"\x03Slo\x12\x17\n" +
 	"\attft_ms\x18\x01 \x01(\rR\x06ttftMs\x12\x15\n" +
-	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\xc6\x03\n" +
+	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\xe5\x03\n" +
 	"\x12LookupRouteRequest\x12\x1f\n" +
 	"\vprefix_hash\x18\x01 \x01(\x04R\n" +
 	"prefixHash\x12!\n" +
@@ -2535,7 +2549,9 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	" \x01(\v2\x16.inferencecache.v1.SloR\x03slo\x12!\n" +
 	"\fmax_replicas\x18\v \x01(\rR\vmaxReplicas\x12\x18\n" +
 	"\aexplain\x18\f \x01(\bR\aexplain\x12!\n" +
-	"\finclude_load\x18\r \x01(\bR\vincludeLoad\"\xc0\x01\n" +
+	"\finclude_load\x18\r \x01(\bR\vincludeLoad\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\x0e \x01(\tR\tcacheSalt\"\xc0\x01\n" +
 	"\vReplicaLoad\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12)\n" +
