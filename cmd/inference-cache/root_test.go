@@ -53,3 +53,29 @@ func TestSnapshotSave_RefusesBadDestinationFirst(t *testing.T) {
 		}
 	}
 }
+
+// Every client command takes --addr, repeatable, and --json (the README
+// says so); subscribe is a daemon with nothing to print. Walked, so a new
+// command cannot forget.
+func TestClientCommands_TakeRepeatableAddrAndJSON(t *testing.T) {
+	var walk func(c *cobra.Command)
+	clients := 0
+	walk = func(c *cobra.Command) {
+		if a := c.Flags().Lookup("addr"); a != nil && c.Name() != "subscribe" {
+			clients++
+			if typ := a.Value.Type(); typ != "stringSlice" && typ != "stringArray" {
+				t.Errorf("%s: --addr is a %s, not repeatable", c.CommandPath(), typ)
+			}
+			if c.Flags().Lookup("json") == nil {
+				t.Errorf("%s takes --addr but not --json", c.CommandPath())
+			}
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(newRootCmd())
+	if clients < 12 {
+		t.Fatalf("found only %d client commands; the tree is not what this test expects", clients)
+	}
+}
