@@ -226,16 +226,43 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 // newProgress returns a Progress callback drawing one progress bar per
 // strategy on w.
 func newProgress(w io.Writer) func(strategy string, done, total int) {
+	return newProgressAt(w, isTerminal(w), time.Now)
+}
+
+// newProgressAt is newProgress with the terminal test and the clock
+// given: a bar redrawn in place on a terminal, else one plain line per
+// tenth of the run (a log or CI file gets no carriage returns). The rate
+// is measured from a strategy's first report, never over ~0 s (which
+// printed millions of req/s), and shown once a second has passed.
+func newProgressAt(w io.Writer, terminal bool, now func() time.Time) func(strategy string, done, total int) {
 	var bar *progressbar.ProgressBar
 	var cur string
-	return func(strategy string, done, total int) {
-		if strategy != cur || bar == nil {
-			cur = strategy
-			bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(fmt.Sprintf("%-16s", strategy)),
-				progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("req"),
-				progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(30),
-				progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
+	var t0 time.Time
+	var d0, lastTenth int
+	rate := func(done int) string {
+		el := now().Sub(t0)
+		if el < time.Second || done <= d0 {
+			return ""
 		}
-		_ = bar.Set(done)
+		return fmt.Sprintf(", %.0f req/s", float64(done-d0)/el.Seconds())
+	}
+	return func(strategy string, done, total int) {
+		if strategy != cur {
+			cur, t0, d0, lastTenth = strategy, now(), done, 0
+			if terminal {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(fmt.Sprintf("%-16s", strategy)),
+					progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(30),
+					progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))
+			}
+		}
+		if terminal {
+			bar.Describe(fmt.Sprintf("%-16s%s", strategy, rate(done)))
+			_ = bar.Set(done)
+			return
+		}
+		if tenth := done * 10 / max(total, 1); tenth > lastTenth || done == total {
+			lastTenth = tenth
+			fmt.Fprintf(w, "bench: %s: %d/%d requests (%d%%)%s\n", strategy, done, total, done*100/max(total, 1), rate(done))
+		}
 	}
 }

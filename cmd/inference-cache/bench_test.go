@@ -1,0 +1,36 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Off a terminal the progress is plain lines, one per tenth of the run,
+// with no carriage return; the rate is measured from the first report and
+// left out until a second has passed (it once read 28738213 req/s).
+func TestProgress_PlainLinesOffATerminal(t *testing.T) {
+	var out bytes.Buffer
+	clock := time.Unix(1000, 0)
+	p := newProgressAt(&out, false, func() time.Time { return clock })
+	step := func(strategy string, done, total int, after time.Duration) {
+		clock = clock.Add(after)
+		p(strategy, done, total)
+	}
+	step("dynamo", 64, 640, 0)                     // 10 %: the first line, no rate yet
+	step("dynamo", 100, 640, 500*time.Millisecond) // still the first tenth: nothing
+	step("dynamo", 128, 640, 500*time.Millisecond) // 20 % after 1 s: 64 req/s
+	step("dynamo", 640, 640, 2*time.Second)        // done: 576 more in 3 s
+	step("sglang", 64, 640, 0)                     // a new strategy starts over
+	want := "bench: dynamo: 64/640 requests (10%)\n" +
+		"bench: dynamo: 128/640 requests (20%), 64 req/s\n" +
+		"bench: dynamo: 640/640 requests (100%), 192 req/s\n" +
+		"bench: sglang: 64/640 requests (10%)\n"
+	if got := out.String(); got != want {
+		t.Fatalf("progress:\n%s\nwant:\n%s", got, want)
+	}
+	if strings.ContainsRune(out.String(), '\r') {
+		t.Fatal("carriage return written off a terminal")
+	}
+}
