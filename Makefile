@@ -59,7 +59,7 @@ clean:
 
 ## deps-test: Debian packages the observe integration test needs (real libzmq publisher)
 deps-test:
-	apt-get install -y -qq python3-zmq python3-msgpack
+	apt-get install -y -qq python3-zmq python3-msgpack tmux
 
 .PHONY: docker compose-up compose-down compose-test
 

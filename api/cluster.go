@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/metrics"
 	"github.com/inference-cache/inference-cache/raftnode"
 	"github.com/inference-cache/inference-cache/snapshot"
 )
@@ -30,18 +31,26 @@ type ClusterService struct {
 	grpcAddr string
 	// tmpDir receives uploaded Restore streams before they are verified.
 	tmpDir string
+	// metrics supplies Status's lookup counts (nil = none).
+	metrics *metrics.Metrics
 }
 
 // NewClusterService returns the Cluster service of n. grpcAddr is reported
 // in Status; tmpDir ("" = the OS default) holds uploaded restore files
-// while they are verified.
-func NewClusterService(n *raftnode.Node, grpcAddr, tmpDir string) *ClusterService {
-	return &ClusterService{n: n, grpcAddr: grpcAddr, tmpDir: tmpDir}
+// while they are verified; m (nil = none) gives Status its lookup counts.
+func NewClusterService(n *raftnode.Node, grpcAddr, tmpDir string, m *metrics.Metrics) *ClusterService {
+	return &ClusterService{n: n, grpcAddr: grpcAddr, tmpDir: tmpDir, metrics: m}
 }
 
-// Status reports this node's view of the cluster.
+// Status reports this node's view of the cluster, whether its answers are
+// stale now (the same read state LookupRoute reports) and its lookup
+// counts by reason code.
 func (c *ClusterService) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
-	return StatusToPB(c.n.Status(), c.grpcAddr), nil
+	out := StatusToPB(c.n.Status(), c.grpcAddr)
+	rs := c.n.ReadState()
+	out.Stale, out.StaleReason = rs.Stale, rs.StaleReason
+	out.LookupRouteCalls = c.metrics.LookupCounts()
+	return out, nil
 }
 
 // StatusToPB converts a raftnode.Status; grpcAddr is this node's address.

@@ -134,7 +134,7 @@ func TestUndecodableRequests_AreInvalidArgumentNamingTheProblem(t *testing.T) {
 	f := &fakeNode{lookup: match}
 	cc := grpcServer(t, BaseServerOptions(), func(gs *grpc.Server) {
 		pb.RegisterInferenceCacheServer(gs, newSvc(f, nil))
-		pb.RegisterClusterServer(gs, NewClusterService(nil, "", "")) // the handlers must not run
+		pb.RegisterClusterServer(gs, NewClusterService(nil, "", "", nil)) // the handlers must not run
 	})
 
 	msg := func(num protowire.Number, body []byte) []byte {

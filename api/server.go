@@ -152,7 +152,7 @@ func NewServer(cfg ServerConfig) *Server {
 	gs := grpc.NewServer(serverOptions(cfg)...)
 	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger})
 	pb.RegisterInferenceCacheServer(gs, svc)
-	pb.RegisterClusterServer(gs, NewClusterService(cfg.Node, cfg.GRPCAddr, cfg.TmpDir))
+	pb.RegisterClusterServer(gs, NewClusterService(cfg.Node, cfg.GRPCAddr, cfg.TmpDir, cfg.Metrics))
 	cfg.Node.RegisterGRPC(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)

@@ -45,7 +45,8 @@ const (
 // LookupRoute (the cluster's own policy; blockSize of model "demo" is set
 // to 512 if absent), served by simulated engines that publish their KV
 // events over ZMQ to an observe subscriber feeding the cluster. It prints
-// a status line: requests, token hit rate, the ideal so far, reason codes,
+// a status line: requests, token hit rate against round-robin's on a
+// shadow fleet serving the same requests, the ideal so far, reason codes,
 // lookup latency.
 func RunDemo(ctx context.Context, cfg DemoConfig) error {
 	if cfg.Engines <= 0 {
@@ -99,6 +100,10 @@ func RunDemo(ctx context.Context, cfg DemoConfig) error {
 	}
 	defer obs.stop()
 	lr := newLookupRouter(f, cl, newLookupStats())
+	// The same requests on a second fleet routed round-robin (no events
+	// published): the hit rate the fleet would get without the index.
+	rr := NewFleet(fc, DemoModel, "rr-")
+	var rrCached int64
 	all := func(float64) bool { return true }
 	seen := map[uint64]struct{}{}
 	var prompt, cached, idealHit int64
@@ -137,6 +142,10 @@ func RunDemo(ctx context.Context, cfg DemoConfig) error {
 				eng.Scrape(t)
 				eng.Release(all, func(ev *KVEvent) { obs.publish(k, ev) })
 			}
+			rrCached += int64(rr.Engines[n%len(rr.Engines)].Serve(&q, t).CachedTokens)
+			for _, eng := range rr.Engines {
+				eng.Release(all, func(*KVEvent) {})
+			}
 			n++
 			prompt += int64(q.InputLength)
 			cached += int64(s.CachedTokens)
@@ -157,8 +166,8 @@ func RunDemo(ctx context.Context, cfg DemoConfig) error {
 			}
 			if cfg.Live && time.Since(lastLine) >= 500*time.Millisecond || !cfg.Live && time.Since(lastLine) >= cfg.LineEvery {
 				lastLine = time.Now()
-				line := fmt.Sprintf("demo fleet (%d engines, lookuproute): %d requests, token hit rate %.1f%% (ideal so far %.1f%%), %s, lookup p50 %.0f µs",
-					cfg.Engines, n, 100*float64(cached)/float64(max(prompt, 1)), 100*float64(idealHit)/float64(max(prompt, 1)),
+				line := fmt.Sprintf("demo fleet (%d engines, lookuproute): %d requests, token hit rate %.1f%% (round-robin %.1f%%, ideal so far %.1f%%), %s, lookup p50 %.0f µs",
+					cfg.Engines, n, 100*float64(cached)/float64(max(prompt, 1)), 100*float64(rrCached)/float64(max(prompt, 1)), 100*float64(idealHit)/float64(max(prompt, 1)),
 					formatReasons(lr.reasons), Percentile(lr.lat, 0.5))
 				lr.lat = lr.lat[:0]
 				if cfg.Live {

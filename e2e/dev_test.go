@@ -163,3 +163,88 @@ func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
 		t.Fatalf("no \"cluster stopped\" after SIGINT:\n%s", out.String())
 	}
 }
+
+// On a terminal, dev's live view is one frame redrawn in place (tmux
+// stands in for the terminal): after several refreshes the header is on
+// the screen once, every node has a row, and a killed node's death and
+// restart show up inside the frame.
+func TestDev_LiveViewRedrawsInPlaceOnATerminal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a dev cluster of three server processes")
+	}
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Skip("tmux not installed (make deps-test installs it): the terminal view needs a terminal")
+	}
+	base, err := freeport.Range(24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	session := "ic-dev-" + strconv.Itoa(base)
+	sock := filepath.Join(dir, "tmux.sock")
+	run := func(args ...string) string {
+		out, err := exec.Command(tmux, append([]string{"-S", sock}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	cmdline := binPath + " dev --dir " + filepath.Join(dir, "c") + " --base-port " + strconv.Itoa(base)
+	run("new-session", "-d", "-s", session, "-x", "200", "-y", "50", cmdline)
+	defer func() {
+		_ = exec.Command(tmux, "-S", sock, "send-keys", "-t", session, "C-c").Run()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) && exec.Command(tmux, "-S", sock, "has-session", "-t", session).Run() == nil {
+			time.Sleep(200 * time.Millisecond)
+		}
+		_ = exec.Command(tmux, "-S", sock, "kill-server").Run()
+	}()
+	screen := func() string { return run("capture-pane", "-p", "-t", session) }
+	waitScreen := func(what string, ok func(string) bool) string {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			s := screen()
+			if ok(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s on the screen after 60 s:\n%s", what, s)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// Three refreshes of a frame with lookups flowing.
+	s := waitScreen("frame with demo lookups", func(s string) bool {
+		return regexp.MustCompile(`lookups [1-9][0-9.]*/s  PREFIX_MATCH`).MatchString(s) && strings.Contains(s, "round-robin")
+	})
+	// Three more redraws (the header's clock moves each time): still one frame.
+	stamp := regexp.MustCompile(`inference-cache top  (\d\d:\d\d:\d\d)`)
+	for i := 0; i < 3; i++ {
+		before := stamp.FindStringSubmatch(s)
+		s = waitScreen("a redraw", func(now string) bool {
+			m := stamp.FindStringSubmatch(now)
+			return m != nil && (before == nil || m[1] != before[1])
+		})
+	}
+	if n := strings.Count(s, "inference-cache top"); n != 1 {
+		t.Fatalf("the frame header is on the screen %d times, want 1 (redrawn in place):\n%s", n, s)
+	}
+	for _, id := range []string{"node1", "node2", "node3"} {
+		if !regexp.MustCompile(`(?m)^` + id + `\s+127\.0\.0\.1:\d+\s+(Leader|Follower)`).MatchString(s) {
+			t.Fatalf("no row for %s in the frame:\n%s", id, s)
+		}
+	}
+	m := regexp.MustCompile(`node2  pid (\d+)`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("banner with node2's pid not on the screen:\n%s", s)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitScreen("death and restart of node2 in the frame", func(s string) bool {
+		return strings.Contains(s, "node2 killed by signal SIGKILL") && strings.Contains(s, "node2 restarted (pid") && strings.Count(s, "inference-cache top") == 1
+	})
+}

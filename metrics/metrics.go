@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -94,6 +95,28 @@ func (m *Metrics) LookupDone(reason int32, d time.Duration) {
 	}
 	m.lookupCalls[i].Inc()
 	m.lookupLatency.Observe(d.Seconds())
+}
+
+// LookupCounts returns the LookupRoute answers counted so far by reason
+// code name (the lookup_route_calls_total series; "UNKNOWN" for an
+// out-of-range code), leaving out zeros. nil on a nil Metrics.
+func (m *Metrics) LookupCounts() map[string]uint64 {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]uint64, len(m.lookupCalls))
+	for i, c := range m.lookupCalls {
+		var d dto.Metric
+		if c.Write(&d) != nil || d.GetCounter().GetValue() == 0 {
+			continue
+		}
+		name := "UNKNOWN"
+		if i < len(m.lookupCalls)-1 {
+			name = pb.ReasonCode(int32(i)).String()
+		}
+		out[name] = uint64(d.GetCounter().GetValue())
+	}
+	return out
 }
 
 // IngestEvents adds n to the events of kind with outcome ("accepted",

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -83,13 +84,20 @@ restarts the same cluster (delete --dir to start empty).`,
 			}
 			out := cmd.OutOrStdout()
 			live := isTerminal(out)
+			// The live view (top.go): on a terminal, supervisor lines and
+			// the demo's status join its frame; elsewhere they print as
+			// lines beside its periodic summary.
+			var viewMu sync.Mutex
+			view := &topView{}
 			say := func(format string, args ...any) {
+				line := fmt.Sprintf(format, args...)
 				if live {
-					// Above the demo's in-place line, which its next
-					// update redraws.
-					fmt.Fprint(out, "\r\033[K")
+					viewMu.Lock()
+					view.event(time.Now().Format("15:04:05 ") + line)
+					viewMu.Unlock()
+					return
 				}
-				fmt.Fprintf(out, format+"\n", args...)
+				fmt.Fprintln(out, line)
 			}
 			procs := newDevProcs(exe, len(ns))
 			for _, n := range ns {
@@ -150,16 +158,39 @@ restarts the same cluster (delete --dir to start empty).`,
 				}
 				fmt.Fprintln(out, "demo fleet: 4 simulated engines (model \"demo\") publish vLLM KV events over ZMQ to a subscriber feeding the cluster;\n"+
 					"  a gateway routes generated chat traffic with LookupRoute (--demo-fleet=false turns it off)")
+				var demoOut io.Writer = out
+				if live {
+					demoOut = demoLineSink{mu: &viewMu, v: view}
+				}
 				go func() {
 					defer close(demoDone)
-					if err := bench.RunDemo(demoCtx, bench.DemoConfig{Addrs: addrs, Out: out, Live: live}); err != nil && demoCtx.Err() == nil {
+					if err := bench.RunDemo(demoCtx, bench.DemoConfig{Addrs: addrs, Out: demoOut, Live: live}); err != nil && demoCtx.Err() == nil {
 						say("demo fleet stopped: %v (the cluster keeps serving)", err)
 					}
 				}()
 			} else {
 				close(demoDone)
 			}
+			topDone := make(chan struct{})
+			topCtx, topStop := context.WithCancel(ctx)
+			defer topStop()
+			go func() {
+				defer close(topDone)
+				cf := &clientFlags{timeout: time.Second}
+				p := &topPoller{cf: cf, conns: map[string]*client.Client{}}
+				for _, n := range ns {
+					p.addrs = append(p.addrs, n.grpc)
+				}
+				defer p.close()
+				r := topRun{every: time.Second, mode: topPlain, plainEvery: 10 * time.Second}
+				if live {
+					r.mode = topTerminal
+				}
+				_ = runTop(topCtx, out, p, view, &viewMu, r)
+			}()
 			superviseDev(ctx, procs, say)
+			topStop()
+			<-topDone
 			demoStop()
 			<-demoDone
 			procs.stop(ns, out)

@@ -34,6 +34,7 @@ every node answers LookupRoute from its local copy.`,
 	root.AddCommand(newSubscribeCmd())
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newHealthCmd())
+	root.AddCommand(newTopCmd())
 	root.AddCommand(newClusterCmd())
 	nameEnvInErrors(root)
 	return root

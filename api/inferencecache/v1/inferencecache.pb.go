@@ -1771,8 +1771,17 @@ type StatusResponse struct {
 	CommitIndex         uint64                 `protobuf:"varint,9,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	LastLogIndex        uint64                 `protobuf:"varint,10,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
 	GrpcAddress         string                 `protobuf:"bytes,11,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// stale: whether this node's LookupRoute answers are marked stale now
+	// (SPEC 8: no leader contact, or applies behind, beyond maxStaleness);
+	// stale_reason says why when it is.
+	Stale       bool   `protobuf:"varint,12,opt,name=stale,proto3" json:"stale,omitempty"`
+	StaleReason string `protobuf:"bytes,13,opt,name=stale_reason,json=staleReason,proto3" json:"stale_reason,omitempty"`
+	// lookup_route_calls: LookupRoute answers this node gave since it
+	// started, by reason code name (the inferencecache_lookup_route_calls_total
+	// counters), so a live view needs no metrics scrape.
+	LookupRouteCalls map[string]uint64 `protobuf:"bytes,14,rep,name=lookup_route_calls,json=lookupRouteCalls,proto3" json:"lookup_route_calls,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1880,6 +1889,27 @@ func (x *StatusResponse) GetGrpcAddress() string {
 		return x.GrpcAddress
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *StatusResponse) GetStaleReason() string {
+	if x != nil {
+		return x.StaleReason
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLookupRouteCalls() map[string]uint64 {
+	if x != nil {
+		return x.LookupRouteCalls
+	}
+	return nil
 }
 
 type AddServerRequest struct {
@@ -2694,7 +2724,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
 	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x18\n" +
-	"\ahealthy\x18\x05 \x01(\bR\ahealthy\"\x92\x03\n" +
+	"\ahealthy\x18\x05 \x01(\bR\ahealthy\"\xf7\x04\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2707,7 +2737,13 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\fcommit_index\x18\t \x01(\x04R\vcommitIndex\x12$\n" +
 	"\x0elast_log_index\x18\n" +
 	" \x01(\x04R\flastLogIndex\x12!\n" +
-	"\fgrpc_address\x18\v \x01(\tR\vgrpcAddress\"a\n" +
+	"\fgrpc_address\x18\v \x01(\tR\vgrpcAddress\x12\x14\n" +
+	"\x05stale\x18\f \x01(\bR\x05stale\x12!\n" +
+	"\fstale_reason\x18\r \x01(\tR\vstaleReason\x12e\n" +
+	"\x12lookup_route_calls\x18\x0e \x03(\v27.inferencecache.v1.StatusResponse.LookupRouteCallsEntryR\x10lookupRouteCalls\x1aC\n" +
+	"\x15LookupRouteCallsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"a\n" +
 	"\x10AddServerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1a\n" +
@@ -2780,7 +2816,7 @@ func file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inferencecache_v1_inferencecache_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(ReasonCode)(0),                    // 0: inferencecache.v1.ReasonCode
 	(BlockEvent_Kind)(0),               // 1: inferencecache.v1.BlockEvent.Kind
@@ -2820,6 +2856,7 @@ var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(*DigestResponse)(nil),             // 35: inferencecache.v1.DigestResponse
 	nil,                                // 36: inferencecache.v1.ReplicaStats.TenantHitRateEntry
 	nil,                                // 37: inferencecache.v1.CachePolicy.BlockSizeEntry
+	nil,                                // 38: inferencecache.v1.StatusResponse.LookupRouteCallsEntry
 }
 var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	2,  // 0: inferencecache.v1.LookupRouteRequest.slo:type_name -> inferencecache.v1.Slo
@@ -2837,39 +2874,40 @@ var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	37, // 12: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
 	16, // 13: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
 	20, // 14: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
-	3,  // 15: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
-	9,  // 16: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
-	9,  // 17: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
-	13, // 18: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
-	17, // 19: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
-	18, // 20: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
-	19, // 21: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
-	22, // 22: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
-	24, // 23: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
-	26, // 24: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
-	28, // 25: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
-	34, // 26: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
-	30, // 27: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
-	32, // 28: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
-	7,  // 29: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
-	11, // 30: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
-	11, // 31: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
-	14, // 32: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
-	16, // 33: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	16, // 34: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	21, // 35: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
-	23, // 36: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
-	25, // 37: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
-	27, // 38: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
-	29, // 39: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
-	35, // 40: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
-	31, // 41: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
-	33, // 42: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
-	29, // [29:43] is the sub-list for method output_type
-	15, // [15:29] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	38, // 15: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
+	3,  // 16: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
+	9,  // 17: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
+	9,  // 18: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
+	13, // 19: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
+	17, // 20: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
+	18, // 21: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
+	19, // 22: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
+	22, // 23: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
+	24, // 24: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
+	26, // 25: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
+	28, // 26: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
+	34, // 27: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
+	30, // 28: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
+	32, // 29: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
+	7,  // 30: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
+	11, // 31: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
+	11, // 32: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
+	14, // 33: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
+	16, // 34: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	16, // 35: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	21, // 36: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
+	23, // 37: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
+	25, // 38: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
+	27, // 39: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
+	29, // 40: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
+	35, // 41: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
+	31, // 42: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
+	33, // 43: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
+	30, // [30:44] is the sub-list for method output_type
+	16, // [16:30] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_api_inferencecache_v1_inferencecache_proto_init() }
@@ -2883,7 +2921,7 @@ func file_api_inferencecache_v1_inferencecache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inferencecache_v1_inferencecache_proto_rawDesc), len(file_api_inferencecache_v1_inferencecache_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// topNode is one node's Status as the live view shows it; Err is set
+// (and the rest empty) when the node did not answer.
+type topNode struct {
+	Addr        string            `json:"addr"`
+	ID          string            `json:"node_id,omitempty"`
+	State       string            `json:"state,omitempty"`
+	Leader      string            `json:"leader_id,omitempty"`
+	Term        uint64            `json:"term,omitempty"`
+	Applied     uint64            `json:"applied_index,omitempty"`
+	Stale       bool              `json:"stale"`
+	StaleReason string            `json:"stale_reason,omitempty"`
+	Calls       map[string]uint64 `json:"lookup_route_calls,omitempty"`
+	Err         string            `json:"error,omitempty"`
+}
+
+// topSample is one poll of every node, taken at At.
+type topSample struct {
+	At    time.Time `json:"at"`
+	Nodes []topNode `json:"nodes"`
+}
+
+// topView folds polls into what the live view shows: rates and the
+// reason-code mix over the last interval, the leader and its last change,
+// and how long the cluster had no leader (writes unavailable) around that
+// change. Pure: the caller polls and passes each sample with its time.
+type topView struct {
+	prev, cur *topSample
+
+	leader      string        // leader id in the latest sample ("" = none)
+	known       string        // the last leader seen in any sample
+	leaderSince time.Time     // when known was first seen
+	lastFrom    string        // the leader before the last change
+	noLeaderAt  time.Time     // first sample without a leader (zero while one is seen)
+	outage      time.Duration // leaderless time around the last change
+	changePoll  time.Duration // the poll interval then: the outage's resolution
+	hadChange   bool
+	interval    time.Duration
+
+	rate float64           // lookups per second, all nodes, last interval
+	mix  map[string]uint64 // lookups by reason code, last interval
+
+	events []string // recent supervisor lines (dev), newest last
+	demo   string   // the demo fleet's latest status line (dev)
+}
+
+// topEvents is how many supervisor lines the terminal view keeps.
+const topEvents = 5
+
+// observe folds sample s into the view.
+func (v *topView) observe(s topSample) {
+	v.prev, v.cur = v.cur, &s
+	leader := ""
+	for _, n := range s.Nodes {
+		if n.Err == "" && n.State == "Leader" {
+			leader = n.ID
+		}
+	}
+	if v.prev != nil {
+		v.interval = s.At.Sub(v.prev.At)
+	}
+	switch {
+	case leader == "":
+		if v.noLeaderAt.IsZero() {
+			v.noLeaderAt = s.At
+		}
+	case leader != v.known:
+		if v.known != "" { // the first leader seen is no change
+			v.hadChange, v.lastFrom, v.outage, v.changePoll = true, v.known, 0, v.interval
+			if !v.noLeaderAt.IsZero() {
+				v.outage = s.At.Sub(v.noLeaderAt)
+			}
+		}
+		v.known, v.leaderSince, v.noLeaderAt = leader, s.At, time.Time{}
+	default:
+		v.noLeaderAt = time.Time{}
+	}
+	v.leader = leader
+	v.rate, v.mix = 0, nil
+	if v.prev == nil {
+		return
+	}
+	dt := s.At.Sub(v.prev.At).Seconds()
+	before := map[string]map[string]uint64{}
+	for _, n := range v.prev.Nodes {
+		if n.Err == "" {
+			before[n.Addr] = n.Calls
+		}
+	}
+	mix := map[string]uint64{}
+	var total uint64
+	for _, n := range s.Nodes {
+		b, ok := before[n.Addr]
+		if n.Err != "" || !ok {
+			continue
+		}
+		for code, c := range n.Calls {
+			if c >= b[code] { // a restarted node's counters start over
+				mix[code] += c - b[code]
+				total += c - b[code]
+			}
+		}
+	}
+	if dt > 0 {
+		v.rate = float64(total) / dt
+	}
+	v.mix = mix
+}
+
+// event records a supervisor line for the terminal view.
+func (v *topView) event(line string) {
+	v.events = append(v.events, line)
+	if len(v.events) > topEvents {
+		v.events = v.events[len(v.events)-topEvents:]
+	}
+}
+
+// mixText is the reason-code mix as "PREFIX_MATCH 62%, NO_HINT 38%",
+// largest first, or "no lookups".
+func (v *topView) mixText() string {
+	var total uint64
+	codes := make([]string, 0, len(v.mix))
+	for c, n := range v.mix {
+		if n > 0 {
+			codes = append(codes, c)
+			total += n
+		}
+	}
+	if total == 0 {
+		return "no lookups"
+	}
+	slices.SortFunc(codes, func(a, b string) int {
+		if v.mix[a] != v.mix[b] {
+			return int(v.mix[b]) - int(v.mix[a])
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(codes))
+	for i, c := range codes {
+		parts[i] = fmt.Sprintf("%s %.0f%%", c, 100*float64(v.mix[c])/float64(total))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// leaderText says who leads since when, and the last change with how long
+// writes were unavailable (measured between polls, so ± one interval).
+func (v *topView) leaderText() string {
+	var b strings.Builder
+	if v.leader == "" {
+		b.WriteString("no leader")
+		if !v.noLeaderAt.IsZero() && v.cur != nil {
+			fmt.Fprintf(&b, " for %.1f s: writes unavailable", v.cur.At.Sub(v.noLeaderAt).Seconds())
+		}
+	} else {
+		fmt.Fprintf(&b, "leader %s since %s", v.leader, v.leaderSince.Format("15:04:05"))
+	}
+	if v.hadChange {
+		if v.outage > 0 {
+			fmt.Fprintf(&b, "; last change %s → %s at %s, writes unavailable ≈ %.1f s (± %.1f s poll)", v.lastFrom, v.known, v.leaderSince.Format("15:04:05"), v.outage.Seconds(), v.changePoll.Seconds())
+		} else {
+			fmt.Fprintf(&b, "; last change %s → %s at %s, within one %.1f s poll", v.lastFrom, v.known, v.leaderSince.Format("15:04:05"), v.changePoll.Seconds())
+		}
+	}
+	return b.String()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// writeLine prints the view as one plain line (logs, CI, pipes).
+func (v *topView) writeLine(w io.Writer) error {
+	if v.cur == nil {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "top %s |", v.cur.At.Format("15:04:05"))
+	for _, n := range v.cur.Nodes {
+		if n.Err != "" {
+			fmt.Fprintf(&b, " %s down |", n.Addr)
+			continue
+		}
+		stale := ""
+		if n.Stale {
+			stale = " STALE"
+		}
+		fmt.Fprintf(&b, " %s %s t%d applied %d%s |", n.ID, n.State, n.Term, n.Applied, stale)
+	}
+	fmt.Fprintf(&b, " %.1f lookups/s: %s | %s\n", v.rate, v.mixText(), v.leaderText())
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeFrame prints the view as the terminal table, each line cut to
+// width characters (0 = not cut) so none wraps; it returns the number of
+// lines written so the next frame can move back over exactly them.
+func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, error) {
+	var b strings.Builder
+	if v.cur != nil {
+		fmt.Fprintf(&b, "inference-cache top  %s  (every %v; Ctrl-C quits)\n", v.cur.At.Format("15:04:05"), every)
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tADDR\tSTATE\tTERM\tAPPLIED\tSTALE")
+		for _, n := range v.cur.Nodes {
+			if n.Err != "" {
+				fmt.Fprintf(tw, "-\t%s\tdown\t-\t-\t-\n", n.Addr)
+				continue
+			}
+			stale := yesNo(n.Stale)
+			if n.Stale && n.StaleReason != "" {
+				stale += " (" + n.StaleReason + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.Addr, n.State, n.Term, n.Applied, stale)
+		}
+		tw.Flush()
+		fmt.Fprintf(&b, "lookups %.1f/s  %s\n%s\n", v.rate, v.mixText(), v.leaderText())
+	}
+	if v.demo != "" {
+		b.WriteString(v.demo + "\n")
+	}
+	for _, e := range v.events {
+		b.WriteString("  " + e + "\n")
+	}
+	s := b.String()
+	if width > 0 {
+		lines := strings.SplitAfter(s, "\n")
+		for i, l := range lines {
+			if r := []rune(strings.TrimSuffix(l, "\n")); len(r) >= width {
+				lines[i] = string(r[:width-1]) + "\n"
+			}
+		}
+		s = strings.Join(lines, "")
+	}
+	_, err := io.WriteString(w, s)
+	return strings.Count(s, "\n"), err
+}

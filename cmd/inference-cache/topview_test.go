@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The live view's plain mode, line by line, through a leader kill: rates
+// and the reason mix come from counter deltas over the interval, the
+// leaderless polls are the write outage, and a node that restarts with
+// fresh counters adds nothing negative. Expected lines written by hand.
+func TestTopView_PlainLinesThroughALeaderChange(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	node := func(addr, id, state string, term, applied uint64, calls map[string]uint64) topNode {
+		return topNode{Addr: addr, ID: id, State: state, Term: term, Applied: applied, Calls: calls}
+	}
+	down := func(addr string) topNode { return topNode{Addr: addr, Err: "connection refused"} }
+	samples := []topSample{
+		{At: at(0), Nodes: []topNode{
+			node("a:1", "n1", "Leader", 2, 10, map[string]uint64{"PREFIX_MATCH": 10}),
+			node("a:2", "n2", "Follower", 2, 10, map[string]uint64{"NO_HINT": 4})}},
+		{At: at(1), Nodes: []topNode{ // 20 lookups in 1 s: 15 + 5
+			node("a:1", "n1", "Leader", 2, 30, map[string]uint64{"PREFIX_MATCH": 25}),
+			node("a:2", "n2", "Follower", 2, 30, map[string]uint64{"NO_HINT": 9})}},
+		{At: at(2), Nodes: []topNode{down("a:1"), // n1 killed: no leader yet
+			node("a:2", "n2", "Candidate", 3, 30, map[string]uint64{"NO_HINT": 13})}},
+		{At: at(2.5), Nodes: []topNode{down("a:1"), // n2 leads 0.5 s after the first leaderless poll
+			node("a:2", "n2", "Leader", 3, 31, map[string]uint64{"NO_HINT": 13, "PREFIX_MATCH": 2})}},
+		{At: at(3.5), Nodes: []topNode{ // n1 back with counters from 0
+			node("a:1", "n1", "Follower", 3, 40, map[string]uint64{"PREFIX_MATCH": 3}),
+			node("a:2", "n2", "Leader", 3, 40, map[string]uint64{"NO_HINT": 13, "PREFIX_MATCH": 8})}},
+	}
+	var out bytes.Buffer
+	v := &topView{}
+	for _, s := range samples {
+		v.observe(s)
+		if err := v.writeLine(&out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{
+		"top 13:00:00 | n1 Leader t2 applied 10 | n2 Follower t2 applied 10 | 0.0 lookups/s: no lookups | leader n1 since 13:00:00",
+		"top 13:00:01 | n1 Leader t2 applied 30 | n2 Follower t2 applied 30 | 20.0 lookups/s: PREFIX_MATCH 75%, NO_HINT 25% | leader n1 since 13:00:00",
+		"top 13:00:02 | a:1 down | n2 Candidate t3 applied 30 | 4.0 lookups/s: NO_HINT 100% | no leader for 0.0 s: writes unavailable",
+		"top 13:00:02 | a:1 down | n2 Leader t3 applied 31 | 4.0 lookups/s: PREFIX_MATCH 100% | leader n2 since 13:00:02; last change n1 → n2 at 13:00:02, writes unavailable ≈ 0.5 s (± 0.5 s poll)",
+		"top 13:00:03 | n1 Follower t3 applied 40 | n2 Leader t3 applied 40 | 6.0 lookups/s: PREFIX_MATCH 100% | leader n2 since 13:00:02; last change n1 → n2 at 13:00:02, writes unavailable ≈ 0.5 s (± 0.5 s poll)",
+	}
+	if got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("plain lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The terminal frame: a table of nodes with the stale reason, the rates,
+// the leader line, the demo's latest line and the supervisor's events.
+func TestTopView_FrameHoldsNodesDemoAndEvents(t *testing.T) {
+	v := &topView{}
+	at := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	v.observe(topSample{At: at, Nodes: []topNode{
+		{Addr: "a:1", ID: "n1", State: "Leader", Term: 2, Applied: 7},
+		{Addr: "a:2", ID: "n2", State: "Follower", Term: 2, Applied: 5, Stale: true, StaleReason: "no leader contact for 3s"},
+		{Addr: "a:3", Err: "refused"},
+	}})
+	v.demo = "demo fleet (4 engines, lookuproute): 10 requests"
+	for i := 0; i < topEvents+2; i++ {
+		v.event("event " + string(rune('a'+i)))
+	}
+	var out bytes.Buffer
+	n, err := v.writeFrame(&out, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "inference-cache top  13:00:00  (every 1s; Ctrl-C quits)\n" +
+		"NODE  ADDR  STATE     TERM  APPLIED  STALE\n" +
+		"n1    a:1   Leader    2     7        no\n" +
+		"n2    a:2   Follower  2     5        yes (no leader contact for 3s)\n" +
+		"-     a:3   down      -     -        -\n" +
+		"lookups 0.0/s  no lookups\n" +
+		"leader n1 since 13:00:00\n" +
+		"demo fleet (4 engines, lookuproute): 10 requests\n" +
+		"  event c\n  event d\n  event e\n  event f\n  event g\n"
+	if out.String() != want {
+		t.Fatalf("frame:\n%s\nwant:\n%s", out.String(), want)
+	}
+	if n != strings.Count(want, "\n") {
+		t.Fatalf("writeFrame reported %d lines, wrote %d", n, strings.Count(want, "\n"))
+	}
+}
+
+// Cut to the terminal's width, no line wraps: the next frame moves back up
+// exactly the lines counted (a wrapped demo line left one old header line
+// behind per redraw).
+func TestTopView_FrameLinesFitTheWidth(t *testing.T) {
+	v := &topView{demo: strings.Repeat("é", 300)}
+	var out bytes.Buffer
+	n, err := v.writeFrame(&out, time.Second, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != strings.Repeat("é", 79)+"\n" || n != 1 {
+		t.Fatalf("frame %q (%d lines), want 79 characters and one line", out.String(), n)
+	}
+}
