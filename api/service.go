@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
@@ -106,6 +107,8 @@ type Config struct {
 	// Now is the clock for observed_at_ms defaults and skew checks; nil =
 	// time.Now. Lookups always use time.Now.
 	Now func() time.Time
+	// Admission bounds write work in flight (zero = the defaults).
+	Admission AdmissionLimits
 }
 
 // policyRefresh is how long LookupRoute keeps its cached copy of the policy
@@ -123,6 +126,7 @@ type Service struct {
 	metrics *metrics.Metrics
 	log     *slog.Logger
 	now     func() time.Time
+	admit   *admission
 
 	pol   atomic.Pointer[policy.Policy]
 	polAt atomic.Int64 // unix ns of the cached policy
@@ -130,7 +134,7 @@ type Service struct {
 
 // NewService returns the InferenceCache service for cfg.Backend.
 func NewService(cfg Config) *Service {
-	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now}
+	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now, admit: newAdmission(cfg.Admission)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -212,10 +216,18 @@ func pbKindName(k pb.BlockEvent_Kind) string {
 
 // Ingest validates the events, rejects the invalid ones with reasons and
 // commits the rest through the Raft log (SPEC 6). A request over a size
-// limit is refused whole with INVALID_ARGUMENT. With no valid event nothing
+// limit is refused whole with INVALID_ARGUMENT; one that finds no room in
+// the write admission bounds within AdmissionWait is refused with
+// RESOURCE_EXHAUSTED and a RetryInfo (admission.go). With no valid event nothing
 // is committed and applied_index is this node's current one.
 func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
 	start := time.Now()
+	done, err := s.admit.acquire(ctx, int64(proto.Size(req)))
+	if err != nil {
+		s.metrics.AdmissionRefused()
+		return nil, err
+	}
+	defer done()
 	pol := s.policy(start)
 	evs, rej, err := EventsFromPB(req, pol, s.now().UnixMilli())
 	if err != nil {
@@ -302,6 +314,12 @@ func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) erro
 // through the log, with the same rules as Ingest.
 func (s *Service) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaStatsRequest) (*pb.ReportReplicaStatsResponse, error) {
 	start := time.Now()
+	done, err := s.admit.acquire(ctx, int64(proto.Size(req)))
+	if err != nil {
+		s.metrics.AdmissionRefused()
+		return nil, err
+	}
+	defer done()
 	sts, rej, err := StatsFromPB(req, s.now().UnixMilli())
 	if err != nil {
 		s.metrics.IngestRefused("stats")

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -322,6 +323,22 @@ func Retriable(err error) bool {
 	return false
 }
 
+// retryAfter reports the delay a RESOURCE_EXHAUSTED refusal asks for in
+// its google.rpc.RetryInfo (the server's write admission control); ok is
+// false for any other error.
+func retryAfter(err error) (time.Duration, bool) {
+	st, isStatus := status.FromError(err)
+	if !isStatus || st.Code() != codes.ResourceExhausted {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
 // errUnresponsive is the cause an attempt is abandoned with when its node
 // does not answer a health check.
 var errUnresponsive = errors.New("node did not answer a health check")
@@ -332,7 +349,9 @@ var errUnresponsive = errors.New("node did not answer a health check")
 // whose node stopped answering) skip the node for writes (see
 // Config.FailBackoff) and are retried on another node after a pause of
 // 25 ms doubling to 500 ms, with full jitter; everything within
-// WriteRetry. Other errors (the request refused) end the write at once
+// WriteRetry. A RESOURCE_EXHAUSTED refusal with a RetryInfo (the node is
+// busy) is retried after the delay it asks for, blaming no node. Other
+// errors (the request refused) end the write at once
 // and blame no node.
 func (c *Client) write(ctx context.Context, call func(ctx context.Context, n *node) error) error {
 	deadline := time.Now().Add(c.cfg.WriteRetry)
@@ -346,6 +365,21 @@ func (c *Client) write(ctx context.Context, call func(ctx context.Context, n *no
 			return nil
 		}
 		now := time.Now()
+		if d, ok := retryAfter(err); ok && ctx.Err() == nil {
+			// The node is up and refused for load (write admission):
+			// wait what it asks, on the same rotation, blaming no node.
+			n.write.ok()
+			if left := deadline.Sub(now); left > d {
+				select {
+				case <-ctx.Done():
+					return err
+				case <-time.After(d):
+				}
+				c.writeRetries.Add(1)
+				continue
+			}
+			return err
+		}
 		if !Retriable(err) || ctx.Err() != nil {
 			if ctx.Err() == nil {
 				n.write.ok() // a refusal is an answer: the node is up

@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/fingerprint"
@@ -259,5 +261,30 @@ func TestLookupRoute_BadRequestFailsOpenWithoutBlamingNodes(t *testing.T) {
 	}
 	if a.callCount() != 2 || b.callCount() != 2 {
 		t.Fatalf("calls a=%d b=%d, want 2 each (neither node skipped)", a.callCount(), b.callCount())
+	}
+}
+
+// A node refusing a write for load (RESOURCE_EXHAUSTED with a RetryInfo)
+// is asked again after the delay it names, with the same request id; a
+// RESOURCE_EXHAUSTED without one is an ordinary refusal.
+func TestIngest_WaitsTheRetryDelayOfALoadRefusal(t *testing.T) {
+	busy, _ := status.New(codes.ResourceExhausted, "write not admitted").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(150 * time.Millisecond)})
+	f := &fake{ingestErr: []error{busy.Err()}}
+	c := newClient(t, Config{Addrs: []string{serve(t, f)}})
+	start := time.Now()
+	resp, err := c.Ingest(context.Background(), &pb.IngestRequest{Events: []*pb.BlockEvent{{}}})
+	if err != nil || resp.Accepted != 1 {
+		t.Fatalf("resp=%v err=%v, want the retry to commit", resp, err)
+	}
+	if el := time.Since(start); el < 150*time.Millisecond {
+		t.Fatalf("retried after %v, before the 150ms the node asked for", el)
+	}
+	if len(f.ids) != 2 || f.ids[0] != f.ids[1] {
+		t.Fatalf("attempts %v, want two with one request id", f.ids)
+	}
+	plain := &fake{ingestErr: []error{status.Error(codes.ResourceExhausted, "quota")}}
+	c2 := newClient(t, Config{Addrs: []string{serve(t, plain)}})
+	if _, err := c2.Ingest(context.Background(), &pb.IngestRequest{}); status.Code(err) != codes.ResourceExhausted || len(plain.ids) != 1 {
+		t.Fatalf("err = %v after %d attempts, want RESOURCE_EXHAUSTED unretried", err, len(plain.ids))
 	}
 }

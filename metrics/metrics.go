@@ -33,6 +33,7 @@ type Metrics struct {
 	ingestRefused *prometheus.CounterVec
 	commitLatency *prometheus.HistogramVec
 	rpcPanics     *prometheus.CounterVec
+	admitRefused  prometheus.Counter
 	raft          *raftMetrics
 }
 
@@ -74,11 +75,15 @@ func New() *Metrics {
 			Help: "Panics recovered in gRPC handlers and answered INTERNAL (SPEC 9), by full method name.",
 		}, []string{"method"}),
 	}
+	m.admitRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "write_admission_refused_total",
+		Help: "Writes refused RESOURCE_EXHAUSTED because the node's or the connection's in-flight write bound stayed full (api admission).",
+	})
 	for v := int32(0); v < int32(len(pb.ReasonCode_name)); v++ {
 		m.lookupCalls = append(m.lookupCalls, calls.WithLabelValues(pb.ReasonCode(v).String()))
 	}
 	m.lookupCalls = append(m.lookupCalls, calls.WithLabelValues("UNKNOWN"))
-	reg.MustRegister(calls, m.lookupLatency, m.ingestEvents, m.ingestRefused, m.commitLatency, m.rpcPanics)
+	reg.MustRegister(calls, m.lookupLatency, m.ingestEvents, m.ingestRefused, m.commitLatency, m.rpcPanics, m.admitRefused)
 	m.raft = newRaftMetrics(reg)
 	return m
 }
@@ -144,6 +149,14 @@ func (m *Metrics) IngestRefused(request string) {
 		return
 	}
 	m.ingestRefused.WithLabelValues(request).Inc()
+}
+
+// AdmissionRefused counts one write refused by admission control.
+func (m *Metrics) AdmissionRefused() {
+	if m == nil {
+		return
+	}
+	m.admitRefused.Inc()
 }
 
 // CommitDone observes one write's latency through the log; op is "ingest",
