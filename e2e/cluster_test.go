@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/internal/freeport"
 )
@@ -139,8 +141,33 @@ func tryStartCluster(t *testing.T, n int, extra ...string) (*cluster, error) {
 		}
 		p.conn, p.ic, p.cl = cc, pb.NewInferenceCacheClient(cc), pb.NewClusterClient(cc)
 	}
-	_, err := c.leader(20 * time.Second)
-	return c, err
+	if _, err := c.leader(20 * time.Second); err != nil {
+		return c, err
+	}
+	// Ready as a load balancer sees it: with --models-dir a node reports
+	// SERVING only once its tokenizers are loaded.
+	return c, c.waitServing(30*time.Second, c.procs...)
+}
+
+// waitServing polls gRPC health until every listed node answers SERVING.
+func (c *cluster) waitServing(limit time.Duration, ps ...*proc) error {
+	deadline := time.Now().Add(limit)
+	for _, p := range ps {
+		hc := healthpb.NewHealthClient(p.conn)
+		for {
+			ctx, cancel := ctxT(time.Second)
+			r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+			cancel()
+			if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s not SERVING after %v: %v %v", p.id, limit, r, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // anyLogContains reports whether some server's log holds s.
