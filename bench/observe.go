@@ -230,7 +230,7 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encodin
 		o.conns = append(o.conns, cc)
 		o.status = append(o.status, pb.NewClusterClient(cc))
 	}
-	gs, err := observe.NewGRPCSink(leaderFirst(ctx, addrs, o.status), log)
+	gs, err := observe.NewGRPCSink(leaderFirst(ctx, addrs, o.status))
 	if err != nil {
 		return o, err
 	}
