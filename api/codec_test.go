@@ -36,9 +36,9 @@ func appendString(b []byte, num protowire.Number, s string) []byte {
 }
 
 // Bytes the protobuf runtime refuses (a string that is not UTF-8, or no
-// protobuf at all) used to be answered by gRPC itself with INTERNAL before
-// the handler ran. LookupRoute never errors: they are NO_HINT with a
-// detail naming the problem (SPEC 5 fail-open, SPEC 9).
+// protobuf at all) would be answered by gRPC's own codec with INTERNAL
+// before the handler runs. LookupRoute never errors: they are NO_HINT with
+// a detail naming the problem (SPEC 5 fail-open, SPEC 9).
 func TestLookupRoute_UndecodableBytesAreNoHintNotAnError(t *testing.T) {
 	cc := grpcServer(t, BaseServerOptions(), func(gs *grpc.Server) {
 		pb.RegisterInferenceCacheServer(gs, newSvc(&fakeNode{lookup: match}, nil))
@@ -80,7 +80,7 @@ func TestLookupRoute_UndecodableBytesAreNoHintNotAnError(t *testing.T) {
 	}
 }
 
-// A write carrying a string that is not UTF-8 used to fail in the gRPC
+// A write carrying a string that is not UTF-8 would fail in gRPC's own
 // codec with INTERNAL, losing the valid events beside it. It is decoded
 // leniently and the offending event is rejected naming the field, while
 // the valid events of the same request commit (SPEC 6, 9).
@@ -126,10 +126,10 @@ func TestIngest_NonUTF8FieldIsRejectedPerEventOverGRPC(t *testing.T) {
 }
 
 // Request bytes that cannot be decoded (not protobuf, or a string that is
-// not UTF-8 where no lenient decoding applies) used to get gRPC's INTERNAL
-// "failed to unmarshal". The client sent an invalid argument: it gets
-// INVALID_ARGUMENT naming the message and what in it could not be decoded.
-// LookupRoute still fails open.
+// not UTF-8 where no lenient decoding applies) would get gRPC's INTERNAL
+// "failed to unmarshal" from its own codec. The client sent an invalid
+// argument: it gets INVALID_ARGUMENT naming the message and what in it
+// could not be decoded. LookupRoute still fails open.
 func TestUndecodableRequests_AreInvalidArgumentNamingTheProblem(t *testing.T) {
 	f := &fakeNode{lookup: match}
 	cc := grpcServer(t, BaseServerOptions(), func(gs *grpc.Server) {

@@ -42,7 +42,7 @@ func saturation() time.Duration {
 // cluster runs with the loopback timings (150 ms heartbeat timeout, 3×
 // stricter than production) and asserts that no node changes term: a
 // flood of lookups on the leader or on a follower cannot starve Raft
-// heartbeats (issue 11).
+// heartbeats.
 func TestElectionStability_LookupSaturationCausesNoElection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("saturates the machine for several seconds")
@@ -72,10 +72,17 @@ func TestElectionStability_LookupSaturationCausesNoElection(t *testing.T) {
 				evs = append(evs, index.BlockEvent{Kind: index.Stored, ReplicaID: "r" + strconv.Itoa(r),
 					Partition: index.Partition{Scheme: "vllm", Model: "m", Tenant: "t"}, BlockHashes: hs[:8*(r+1)], BlockTokenCounts: tc[:8*(r+1)], ObservedAtMs: now})
 			}
-			if _, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs); err != nil {
+			idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs)
+			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond) // settle after bootstrap
+			// Settled after bootstrap: every node applied the write (each
+			// follower has heard from this leader) and all agree on it,
+			// so the terms read next are the ones the flood must keep.
+			c.WaitApplied(idx, 10*time.Second)
+			if l2 := c.WaitLeader(10 * time.Second); l2 != l {
+				t.Fatalf("leader moved from %s to %s before the flood", c.Nodes[l].ID, c.Nodes[l2].ID)
+			}
 
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

@@ -16,9 +16,9 @@
 //	engine.go     one simulated engine: FIFO prefill, modelled TTFT, its KV
 //	              events queued until their publication time, its /metrics
 //	              (vLLM names) as of the last scrape tick
-//	publish.go    the engine's vLLM-format KV-event publisher (ZMQ PUB with
-//	              sequence numbers, ROUTER replay socket, positional or
-//	              map msgpack)
+//	publish.go    an engine's admissions as vLLM KV-event batches on its
+//	              internal/vllmpub publisher (ZMQ PUB with sequence
+//	              numbers, ROUTER replay socket, positional or map msgpack)
 //	observe.go    the observation path for a run: the real observe
 //	              Subscriber feeding the cluster, plus the visibility
 //	              barrier (see below)

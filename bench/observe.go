@@ -118,7 +118,7 @@ func (s *ackSink) waitAcked(ctx context.Context, want []int64) (uint64, error) {
 // publisher and a /metrics server per engine, the observe Subscriber
 // reading them and writing to the cluster through ackSink.
 type observation struct {
-	pubs      []*Publisher
+	pubs      []*enginePublisher
 	http      []*http.Server
 	sink      *ackSink
 	published []int64
@@ -143,7 +143,7 @@ type observation struct {
 
 // publish sends one KV event of engine over its ZMQ publisher at once.
 func (o *observation) publish(engine int, ev *KVEvent) {
-	n, err := o.pubs[engine].PublishAdmission(ev.Blocks, &ev.Adm, time.Now())
+	n, err := o.pubs[engine].publishAdmission(ev.Blocks, &ev.Adm, time.Now())
 	if err != nil {
 		o.log.Warn("publish failed", "engine", engine, "err", err)
 		return
@@ -192,7 +192,7 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encodin
 	cfg := &observe.Config{ScrapeInterval: observe.Duration(time.Second), ReplayTimeout: observe.Duration(5 * time.Second)}
 	replicas := make([]string, len(f.Engines))
 	for i, e := range f.Engines {
-		p, err := NewPublisher(enc, mix64(seed^uint64(i+1)*0x9e3779b97f4a7c15))
+		p, err := newEnginePublisher(enc, mix64(seed^uint64(i+1)*0x9e3779b97f4a7c15))
 		if err != nil {
 			return o, err
 		}
@@ -230,7 +230,7 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encodin
 		o.conns = append(o.conns, cc)
 		o.status = append(o.status, pb.NewClusterClient(cc))
 	}
-	gs, err := observe.NewGRPCSink(leaderFirst(ctx, addrs, o.status), log)
+	gs, err := observe.NewGRPCSink(leaderFirst(ctx, addrs, o.status))
 	if err != nil {
 		return o, err
 	}

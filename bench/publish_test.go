@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/inference-cache/inference-cache/internal/vllmpub"
 	"github.com/inference-cache/inference-cache/observe"
 )
 
@@ -21,7 +24,7 @@ import (
 func TestPublisher_BatchesDecodeAsVLLMEvents(t *testing.T) {
 	for _, enc := range []Encoding{EncodingPositional, EncodingMap} {
 		t.Run(string(enc), func(t *testing.T) {
-			p, err := NewPublisher(enc, 99)
+			p, err := newEnginePublisher(enc, 99)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -39,7 +42,7 @@ func TestPublisher_BatchesDecodeAsVLLMEvents(t *testing.T) {
 			}
 			blocks := []uint64{1, 5, 6, 7}
 			a := &Admission{Evicted: []uint64{3}, Stored: []BlockRun{{0, 1}, {2, 4}}}
-			n, err := p.PublishAdmission(blocks, a, time.Unix(1700000000, 0))
+			n, err := p.publishAdmission(blocks, a, time.Unix(1700000000, 0))
 			if err != nil || n != 4 {
 				t.Fatalf("published %d hashes, err %v; want 4 (1 removed + 3 stored)", n, err)
 			}
@@ -47,7 +50,7 @@ func TestPublisher_BatchesDecodeAsVLLMEvents(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(msg.Frames) != 3 || !bytes.Equal(msg.Frames[1], be64(0)) {
+			if len(msg.Frames) != 3 || !bytes.Equal(msg.Frames[1], vllmpub.Seq(0)) {
 				t.Fatalf("frames %d, seq %x: want [topic, seq 0, payload]", len(msg.Frames), msg.Frames[1])
 			}
 			b, err := observe.DecodeBatch(msg.Frames[2])
@@ -58,20 +61,20 @@ func TestPublisher_BatchesDecodeAsVLLMEvents(t *testing.T) {
 				t.Fatalf("batch ts %v, %d events, rank %v/%d", b.TS, len(b.Events), b.HasDPRank, b.DPRank)
 			}
 			rm, s1, s2 := b.Events[0], b.Events[1], b.Events[2]
-			if rm.Kind != observe.EventBlockRemoved || !slices.Equal(rm.BlockHashes, []uint64{p.EngineHash(3)}) {
+			if rm.Kind != observe.EventBlockRemoved || !slices.Equal(rm.BlockHashes, []uint64{p.engineHash(3)}) {
 				t.Fatalf("first event %+v, want BlockRemoved of block 3", rm)
 			}
-			if s1.Kind != observe.EventBlockStored || s1.HasParent || !slices.Equal(s1.BlockHashes, []uint64{p.EngineHash(1)}) ||
+			if s1.Kind != observe.EventBlockStored || s1.HasParent || !slices.Equal(s1.BlockHashes, []uint64{p.engineHash(1)}) ||
 				s1.BlockSize != 512 || !slices.Equal(s1.TokenIDs, AppendBlockTokens(nil, 1, 512)) {
 				t.Fatalf("second event: kind %v parent %v hashes %x size %d tokens %d", s1.Kind, s1.HasParent, s1.BlockHashes, s1.BlockSize, len(s1.TokenIDs))
 			}
 			want := AppendBlockTokens(AppendBlockTokens(nil, 6, 512), 7, 512)
-			if !s2.HasParent || s2.Parent != p.EngineHash(5) || !slices.Equal(s2.BlockHashes, []uint64{p.EngineHash(6), p.EngineHash(7)}) ||
+			if !s2.HasParent || s2.Parent != p.engineHash(5) || !slices.Equal(s2.BlockHashes, []uint64{p.engineHash(6), p.engineHash(7)}) ||
 				!slices.Equal(s2.TokenIDs, want) || s2.Medium != "GPU" {
 				t.Fatalf("third event: parent %v %x, hashes %x, %d tokens, medium %q", s2.HasParent, s2.Parent, s2.BlockHashes, len(s2.TokenIDs), s2.Medium)
 			}
 			// Nothing to publish: no batch, no seq used.
-			if n, err := p.PublishAdmission(blocks, &Admission{}, time.Now()); n != 0 || err != nil {
+			if n, err := p.publishAdmission(blocks, &Admission{}, time.Now()); n != 0 || err != nil {
 				t.Fatalf("empty admission published %d, %v", n, err)
 			}
 		})
@@ -125,7 +128,7 @@ func TestEngine_MetricsUseVLLMNames(t *testing.T) {
 // The replay socket answers [identity, "", start] with every buffered
 // batch from start, in order, then the end marker (seq −1), as vLLM's does.
 func TestPublisher_ReplaySocket(t *testing.T) {
-	p, err := NewPublisher(EncodingPositional, 1)
+	p, err := newEnginePublisher(EncodingPositional, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +136,7 @@ func TestPublisher_ReplaySocket(t *testing.T) {
 	blocks := []uint64{1, 2, 3}
 	for i := range blocks {
 		a := &Admission{Stored: []BlockRun{{i, i + 1}}}
-		if _, err := p.PublishAdmission(blocks, a, time.Now()); err != nil {
+		if _, err := p.publishAdmission(blocks, a, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -142,7 +145,7 @@ func TestPublisher_ReplaySocket(t *testing.T) {
 	if err := d.Dial(p.ReplayEndpoint()); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.SendMulti(zmq4.NewMsgFrom([]byte{}, be64(1))); err != nil {
+	if err := d.SendMulti(zmq4.NewMsgFrom([]byte{}, vllmpub.Seq(1))); err != nil {
 		t.Fatal(err)
 	}
 	var seqs []uint64
@@ -159,12 +162,70 @@ func TestPublisher_ReplaySocket(t *testing.T) {
 			break
 		}
 		b, err := observe.DecodeBatch(msg.Frames[1])
-		if err != nil || len(b.Events) != 1 || b.Events[0].BlockHashes[0] != p.EngineHash(blocks[seq]) {
+		if err != nil || len(b.Events) != 1 || b.Events[0].BlockHashes[0] != p.engineHash(blocks[seq]) {
 			t.Fatalf("replayed seq %d: %+v, %v", seq, b, err)
 		}
 		seqs = append(seqs, seq)
 	}
 	if !slices.Equal(seqs, []uint64{1, 2}) {
 		t.Fatalf("replayed %v, want [1 2]", seqs)
+	}
+}
+
+// The published frames stay byte for byte what they were when they were
+// checked against vLLM's msgspec layout: bench/testdata holds the frames
+// (hex, one message a line) of three admissions in both encodings. A
+// deliberate change of the layout rewrites it with
+// GOLDEN_UPDATE=1 go test ./bench -run TestPublisher_FramesMatchGolden.
+func TestPublisher_FramesMatchGolden(t *testing.T) {
+	var out strings.Builder
+	for _, enc := range []Encoding{EncodingPositional, EncodingMap} {
+		p, err := newEnginePublisher(enc, 99)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub := zmq4.NewSub(t.Context())
+		if err := sub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Dial(p.Endpoint()); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.WaitSubscribed(t.Context(), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		blocks := []uint64{1, 5, 6, 7, 0, 3}
+		for _, a := range []*Admission{
+			{Evicted: []uint64{3, 0}, Stored: []BlockRun{{0, 1}, {2, 4}}},
+			{Stored: []BlockRun{{4, 6}}},
+			{Evicted: []uint64{9}},
+		} {
+			if _, err := p.publishAdmission(blocks, a, time.Unix(1700000000, 123456789)); err != nil {
+				t.Fatal(err)
+			}
+			msg, err := sub.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range msg.Frames {
+				out.WriteString(hex.EncodeToString(f) + " ")
+			}
+			out.WriteString("\n")
+		}
+		sub.Close()
+		p.Close()
+	}
+	const golden = "testdata/published-batches.golden"
+	if os.Getenv("GOLDEN_UPDATE") != "" {
+		if err := os.WriteFile(golden, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != string(want) {
+		t.Fatalf("published frames differ from %s:\n got %.300s…\nwant %.300s…", golden, out.String(), want)
 	}
 }

@@ -12,13 +12,12 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
 
-// TestRegression_LeaderGetPolicyNotBeforeBarrier: found by the chaos
-// register check. After a full-cluster restart the new leader answered
-// GetCachePolicy from its FSM before replaying the log (version 0, the
-// default policy), though thousands of policy changes had been
-// acknowledged: a read from the leader older than a completed write. The
-// leader must not serve the policy before its post-election Barrier has
-// applied every earlier committed entry.
+// TestRegression_LeaderGetPolicyNotBeforeBarrier: after a full-cluster
+// restart a new leader must not serve GetCachePolicy before its
+// post-election Barrier has applied every earlier committed entry. Its FSM
+// holds version 0 (the default policy) until the log is replayed, so an
+// early answer would be a read from the leader older than thousands of
+// acknowledged policy changes, which the chaos register check flags.
 func TestRegression_LeaderGetPolicyNotBeforeBarrier(t *testing.T) {
 	if os.Getenv("CHAOS") == "" {
 		t.Skip("starts server processes; set CHAOS=smoke (make chaos-smoke)")

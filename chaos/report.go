@@ -113,7 +113,7 @@ func (r *Report) Markdown(command string) string {
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	p("# Chaos run report")
 	p("")
-	p("Written by `%s` (package `chaos`, issue 9): real `inference-cache server` processes, real faults, a recorded history and checkers. Rerun to compare; the lines below are stable.", command)
+	p("Written by `%s` (package `chaos`): real `inference-cache server` processes, real faults, a recorded history and checkers. Rerun to compare; the lines below are stable.", command)
 	p("")
 	p("```")
 	for _, l := range r.SummaryLines() {

@@ -117,13 +117,21 @@ type Config struct {
 	// ProbeTimeout bounds the health check of WriteProbeAfter.
 	// 0 = DefaultProbeTimeout (500 ms).
 	ProbeTimeout time.Duration
+	// StickyWrites sends each write to the node that answered the last
+	// one (Addrs[0] at first) instead of the next node round robin, and
+	// moves on only when that node fails for its own sake. For a writer
+	// that knows the leader and names it first (the KV-event subscriber):
+	// its writes skip the follower's forwarding hop until the leader
+	// fails. Lookups are spread round robin either way.
+	StickyWrites bool
 }
 
 // Client is safe for concurrent use.
 type Client struct {
-	cfg   Config
-	nodes []*node
-	next  atomic.Uint64
+	cfg     Config
+	nodes   []*node
+	next    atomic.Uint64
+	writeAt atomic.Uint64 // index of the node of the last successful write (StickyWrites)
 
 	lookups, failOpen, lookupRetries, writeRetries, writeTimeouts atomic.Uint64
 }
@@ -187,7 +195,7 @@ func New(cfg Config) (*Client, error) {
 			c.Close()
 			return nil, fmt.Errorf("client: dial %s: %w", a, err)
 		}
-		c.nodes = append(c.nodes, &node{addr: a, cc: cc, ic: pb.NewInferenceCacheClient(cc),
+		c.nodes = append(c.nodes, &node{idx: len(c.nodes), addr: a, cc: cc, ic: pb.NewInferenceCacheClient(cc),
 			cl: pb.NewClusterClient(cc), hc: healthpb.NewHealthClient(cc)})
 	}
 	return c, nil
@@ -225,7 +233,7 @@ func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *p
 	var lastErr error
 	var prev *node
 	for attempt := 0; attempt < 2; attempt++ {
-		n, probe := c.pick(lookupTrack, prev, c.cfg.LookupTimeout)
+		n, probe := c.pick(lookupTrack, c.next.Add(1), prev, c.cfg.LookupTimeout)
 		if attempt > 0 {
 			c.lookupRetries.Add(1)
 		}
@@ -344,7 +352,8 @@ func retryAfter(err error) (time.Duration, bool) {
 var errUnresponsive = errors.New("node did not answer a health check")
 
 // write runs one logical write with retries: each attempt goes to the next
-// node round robin that writes are not skipping. Retriable failures
+// node round robin that writes are not skipping (with StickyWrites, the
+// first such node from the last one that answered a write). Retriable failures
 // (UNAVAILABLE; DEADLINE_EXCEEDED, also of an attempt that timed out or
 // whose node stopped answering) skip the node for writes (see
 // Config.FailBackoff) and are retried on another node after a pause of
@@ -358,10 +367,15 @@ func (c *Client) write(ctx context.Context, call func(ctx context.Context, n *no
 	backoff := 25 * time.Millisecond
 	var prev *node
 	for {
-		n, probe := c.pick(writeTrack, prev, c.cfg.WriteAttemptTimeout)
+		start := c.writeAt.Load()
+		if !c.cfg.StickyWrites {
+			start = c.next.Add(1)
+		}
+		n, probe := c.pick(writeTrack, start, prev, c.cfg.WriteAttemptTimeout)
 		err := c.attempt(ctx, n, deadline, call)
 		if err == nil {
 			n.write.ok()
+			c.writeAt.Store(uint64(n.idx))
 			return nil
 		}
 		now := time.Now()

@@ -288,3 +288,35 @@ func TestIngest_WaitsTheRetryDelayOfALoadRefusal(t *testing.T) {
 		t.Fatalf("err = %v after %d attempts, want RESOURCE_EXHAUSTED unretried", err, len(plain.ids))
 	}
 }
+
+// With StickyWrites every write goes to the first address while it
+// answers, moves to the next when it fails (the retry keeps the request
+// id), and stays there afterwards.
+func TestIngest_StickyWritesStayOnTheNodeThatAnswered(t *testing.T) {
+	a := &fake{name: "a"}
+	b := &fake{name: "b"}
+	c := newClient(t, Config{Addrs: []string{serve(t, a), serve(t, b)}, StickyWrites: true})
+	ingest := func(id string) {
+		t.Helper()
+		if _, err := c.Ingest(context.Background(), &pb.IngestRequest{RequestId: id}); err != nil {
+			t.Fatalf("ingest %s: %v", id, err)
+		}
+	}
+	for _, id := range []string{"w1", "w2", "w3"} {
+		ingest(id)
+	}
+	if got := a.ingestIDs(); strings.Join(got, ",") != "w1,w2,w3" || len(b.ingestIDs()) != 0 {
+		t.Fatalf("a got %v, b got %v; want every write on a", got, b.ingestIDs())
+	}
+	a.mu.Lock()
+	a.ingestErr = []error{status.Error(codes.Unavailable, "down"), status.Error(codes.Unavailable, "down")}
+	a.mu.Unlock()
+	ingest("w4")
+	ingest("w5")
+	if got := b.ingestIDs(); strings.Join(got, ",") != "w4,w5" {
+		t.Fatalf("b got %v, want w4 (retried after a failed) and w5", got)
+	}
+	if got := a.ingestIDs(); strings.Join(got, ",") != "w1,w2,w3,w4" {
+		t.Fatalf("a got %v, want w1..w4 (w4 failed) and nothing after", got)
+	}
+}

@@ -19,6 +19,7 @@ import (
 const maxBackoffShift = 3
 
 type node struct {
+	idx  int // position in Config.Addrs
 	addr string
 	cc   *grpc.ClientConn
 	ic   pb.InferenceCacheClient
@@ -97,13 +98,13 @@ func (b *backoff) claim(now time.Time, hold time.Duration) (usable, probe bool) 
 	return false, false
 }
 
-// pick returns the next node round robin that track (lookup or write)
-// does not skip, and whether the call is that node's probe; when it skips
-// every node, the plain round-robin choice. skip (may be nil) is avoided
-// unless it is the only node. hold bounds the call (see backoff.claim).
-func (c *Client) pick(track func(*node) *backoff, skip *node, hold time.Duration) (*node, bool) {
+// pick returns the first node from index start (mod the node count) that
+// track (lookup or write) does not skip, and whether the call is that
+// node's probe; when it skips every node, the first from start. skip (may
+// be nil) is avoided unless it is the only node. hold bounds the call
+// (see backoff.claim).
+func (c *Client) pick(track func(*node) *backoff, start uint64, skip *node, hold time.Duration) (*node, bool) {
 	now := time.Now()
-	start := c.next.Add(1)
 	var fallback *node
 	for i := range c.nodes {
 		n := c.nodes[(start+uint64(i))%uint64(len(c.nodes))]

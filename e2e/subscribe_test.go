@@ -46,7 +46,7 @@ func TestServer_EmbeddedSubscriberFeedsTheIndexAndReloadsOnSIGHUP(t *testing.T) 
 	c := startCluster(t, 1, "--subscribe-config", cfgPath)
 	n := c.procs[0]
 	for id, p := range pubs {
-		if err := p.WaitSubscribed(15 * time.Second); err != nil {
+		if err := p.WaitSubscribed(t.Context(), 15*time.Second); err != nil {
 			t.Fatalf("%s: the server's subscriber never connected: %v", id, err)
 		}
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/inference-cache/inference-cache/policy"
 )
 
-// Benchmarks (issue 3). The index is built by replaying the Mooncake
+// Benchmarks of the index. It is built by replaying the Mooncake
 // conversation trace over 8 replicas (one block per 512-token hash id, the
 // partial last block dropped), then topped up with synthetic 24-block
 // chains to the target residency count. Each chain lands on one replica,

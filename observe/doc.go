@@ -1,8 +1,8 @@
 // Package observe is the observation path (SPEC 6 and 12): it
 // subscribes to the KV-cache events of vLLM and SGLang engines over ZMQ,
 // translates them into content-fingerprinted BlockEvents, and writes them to
-// the cluster with IngestStream; it also scrapes each engine's Prometheus
-// metrics into ReportReplicaStats.
+// the cluster with Ingest through the client SDK; it also scrapes each
+// engine's Prometheus metrics into ReportReplicaStats.
 //
 // Data flows one way through small, separately tested parts:
 //

@@ -59,7 +59,7 @@ func connecting(t *testing.T, endpoint, topic string, replay bool) *ot.Publisher
 func waitSubscribed(t *testing.T, ps ...*ot.Publisher) {
 	t.Helper()
 	for _, p := range ps {
-		if err := p.WaitSubscribed(10 * time.Second); err != nil {
+		if err := p.WaitSubscribed(t.Context(), 10*time.Second); err != nil {
 			t.Fatalf("topic %q: %v", p.Topic, err)
 		}
 	}

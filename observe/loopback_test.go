@@ -121,7 +121,7 @@ func TestLoopback_LiveRestartAndConfigRemoval(t *testing.T) {
 	sink := &fakeSink{}
 	cfg := &Config{Engines: []EngineConfig{engineCfg(p, "e0")}}
 	s, m := startSubscriber(t, cfg, sink)
-	if err := p.WaitSubscribed(10 * time.Second); err != nil {
+	if err := p.WaitSubscribed(t.Context(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	a := ot.Tokens(0, 8)
@@ -163,7 +163,7 @@ func TestLoopback_GapIsReplayed(t *testing.T) {
 			p.SetReplayDelay(20 * time.Millisecond) // live batches arrive during the replay
 			sink := &fakeSink{}
 			_, m := startSubscriber(t, &Config{Engines: []EngineConfig{engineCfg(p, "e0")}}, sink)
-			if err := p.WaitSubscribed(10 * time.Second); err != nil {
+			if err := p.WaitSubscribed(t.Context(), 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			a, x := ot.Tokens(0, 4), ot.Tokens(10, 4)
@@ -196,7 +196,7 @@ func TestLoopback_GapWithoutReplayClears(t *testing.T) {
 	p := publisher(t, false)
 	sink := &fakeSink{}
 	_, m := startSubscriber(t, &Config{Engines: []EngineConfig{engineCfg(p, "e0")}}, sink)
-	if err := p.WaitSubscribed(10 * time.Second); err != nil {
+	if err := p.WaitSubscribed(t.Context(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	a := ot.Tokens(0, 4)

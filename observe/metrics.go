@@ -76,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		StatsReports:       cv("stats_reports_total", "ReportReplicaStats calls, by outcome (ok; rejected: the cluster refused the entry; error).", "outcome"),
 		BlockEventsEmitted: cv("block_events_total", "BlockEvents produced for ingest, by kind.", "kind"),
 		IngestBatches: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ingest_requests_total",
-			Help: "IngestStream requests, by outcome (ok, error)."}, []string{"outcome"}),
+			Help: "Ingest requests, by outcome (ok, error)."}, []string{"outcome"}),
 		IngestEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ingest_events_total",
 			Help: "Block events acknowledged by the cluster (accepted or rejected)."}),
 		IngestRejected: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ingest_rejected_total",

@@ -11,12 +11,30 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/inference-cache/inference-cache/tlsconfig"
 	"github.com/inference-cache/inference-cache/tlsconfig/tlstest"
 )
+
+// stampN numbers the mtimes newStamp hands out.
+var stampN atomic.Int64
+
+// newStamp gives each path an mtime no file of this test had before. A
+// reloader sees a change by (mtime, size), and a rewrite within the file
+// system's clock granularity keeps the old mtime: setting it explicitly
+// makes every rewrite a change without waiting for the clock to move.
+func newStamp(t *testing.T, paths ...string) {
+	t.Helper()
+	m := time.Unix(1_700_000_000+stampN.Add(1), 0)
+	for _, p := range paths {
+		if err := os.Chtimes(p, m, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
 
 func pki(t *testing.T) tlstest.Set {
 	t.Helper()
@@ -167,10 +185,10 @@ func TestReloader_RotatedCertificateServedWithoutRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(10 * time.Millisecond) // distinct mtime on coarse file systems
 	if err := tlstest.WriteLeaf(l, s.NodeCert, s.NodeKey); err != nil {
 		t.Fatal(err)
 	}
+	newStamp(t, s.NodeCert, s.NodeKey)
 	after, err := roundTrip(addr, trust)
 	if err != nil {
 		t.Fatal(err)
@@ -245,13 +263,13 @@ func TestSecretFile_ReloadsAndKeepsOldOnEmpty(t *testing.T) {
 	if got := s.Secrets(); len(got) != 2 || string(got[0]) != "alpha" || string(got[1]) != "beta" || s.First() != "alpha" {
 		t.Fatalf("secrets %q", got)
 	}
-	time.Sleep(10 * time.Millisecond)
 	os.WriteFile(p, []byte("gamma\n"), 0o600)
+	newStamp(t, p)
 	if s.First() != "gamma" {
 		t.Fatalf("after rewrite: %q", s.First())
 	}
-	time.Sleep(10 * time.Millisecond)
 	os.WriteFile(p, []byte("\n"), 0o600)
+	newStamp(t, p)
 	if s.First() != "gamma" {
 		t.Fatalf("an emptied file must keep the previous secret, got %q", s.First())
 	}
@@ -318,8 +336,8 @@ func TestGossipKeyFile_ReloadReportsNewKeysAndKeepsOldOnBadFile(t *testing.T) {
 		{s2 + "\n", true, [][]byte{k2}},
 	}
 	for i, st := range steps {
-		time.Sleep(10 * time.Millisecond) // a new mtime even on coarse clocks
 		os.WriteFile(p, []byte(st.body), 0o600)
+		newStamp(t, p)
 		keys, changed := g.Reload()
 		if changed != st.changed || len(keys) != len(st.want) {
 			t.Fatalf("step %d: changed=%v keys=%d, want changed=%v keys=%d", i, changed, len(keys), st.changed, len(st.want))

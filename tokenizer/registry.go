@@ -43,6 +43,10 @@ type RegistryOptions struct {
 	// means LoadDir. Its errors are classified as LoadDir's are. Tests
 	// inject one to control when a load finishes.
 	Loader func(dir string, opts LoadOptions) (*Tokenizer, error)
+	// Now is the clock RetryFailedAfter is measured on; nil means
+	// time.Now. Tests inject one to step past the retry period instead of
+	// sleeping through it.
+	Now func() time.Time
 }
 
 // Registry maps model ids to tokenizers found in a models directory laid
@@ -79,6 +83,9 @@ func NewRegistry(dir string, opts RegistryOptions) *Registry {
 	}
 	if opts.RetryFailedAfter <= 0 {
 		opts.RetryFailedAfter = DefaultRetryFailedAfter
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	return &Registry{dir: dir, opts: opts, entries: make(map[string]*entry)}
 }
@@ -149,7 +156,7 @@ func (r *Registry) tokenizer(ctx context.Context, modelID string) (*Tokenizer, e
 		if err := wait(ctx, e, modelID); err != nil {
 			return nil, err
 		}
-		if e.err == nil || time.Since(e.loadedAt) < r.opts.RetryFailedAfter {
+		if e.err == nil || r.opts.Now().Sub(e.loadedAt) < r.opts.RetryFailedAfter {
 			return e.tok, e.err
 		}
 	}
@@ -197,7 +204,7 @@ func (r *Registry) fill(modelID string, e *entry) {
 		}()
 		e.tok, e.err = r.load(modelID)
 	}()
-	e.loadedAt = time.Now()
+	e.loadedAt = r.opts.Now()
 	close(e.ready)
 	if errors.Is(e.err, ErrUnknownModel) || errors.Is(e.err, ErrNoModelsDir) {
 		r.mu.Lock()

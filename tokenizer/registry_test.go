@@ -207,19 +207,31 @@ func TestRegistry_EncodesSharedReferenceModel(t *testing.T) {
 	}
 }
 
-// TestRegistry_RetriesFailedLoadAfterTimeout: once RetryFailedAfter has
-// passed, a fixed file is picked up without a restart.
+// TestRegistry_RetriesFailedLoadAfterTimeout: a failed load is remembered
+// until RetryFailedAfter has passed, then a fixed file is picked up
+// without a restart.
 func TestRegistry_RetriesFailedLoadAfterTimeout(t *testing.T) {
 	root := modelsDir(t, "m")
 	path := filepath.Join(root, "m", "tokenizer.json")
 	good, _ := os.ReadFile(path)
 	os.WriteFile(path, []byte("{broken"), 0o644)
-	r := NewRegistry(root, RegistryOptions{RetryFailedAfter: time.Nanosecond})
+	var mu sync.Mutex
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	r := NewRegistry(root, RegistryOptions{RetryFailedAfter: time.Minute, Now: clock})
 	if _, err := r.Encode("m", "hello"); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("err = %v, want ErrMalformed", err)
 	}
 	os.WriteFile(path, good, 0o644)
-	time.Sleep(time.Millisecond)
+	mu.Lock()
+	now = now.Add(time.Minute - time.Nanosecond)
+	mu.Unlock()
+	if _, err := r.Encode("m", "hello"); !errors.Is(err, ErrMalformed) || r.Loads() != 1 {
+		t.Fatalf("within RetryFailedAfter: err = %v, loads %d; want the remembered ErrMalformed, 1 load", err, r.Loads())
+	}
+	mu.Lock()
+	now = now.Add(time.Nanosecond)
+	mu.Unlock()
 	if _, err := r.Encode("m", "hello"); err != nil {
 		t.Fatalf("after fixing the file: %v", err)
 	}

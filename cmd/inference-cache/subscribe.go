@@ -85,7 +85,7 @@ and the running configuration kept.`,
 			if err != nil {
 				return err
 			}
-			sink, err := observe.NewGRPCSink(addrs, log)
+			sink, err := observe.NewGRPCSink(addrs)
 			if err != nil {
 				return err
 			}

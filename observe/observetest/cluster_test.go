@@ -356,7 +356,7 @@ func startScenario(t *testing.T, py string, addrs []string, replay, connect bool
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	sink, err := observe.NewGRPCSink(addrs, nil)
+	sink, err := observe.NewGRPCSink(addrs)
 	if err != nil {
 		t.Fatal(err)
 	}
