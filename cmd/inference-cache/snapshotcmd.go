@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inference-cache/inference-cache/api"
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/snapshot"
+)
+
+func newSnapshotCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Save, restore and inspect snapshot backups",
+		Example: `  inference-cache snapshot save backup.snap
+  inference-cache snapshot inspect backup.snap
+  inference-cache snapshot restore backup.snap`,
+	}
+	var saveF clientFlags
+	save := &cobra.Command{
+		Use:     "save FILE",
+		Short:   "Take a snapshot on a node and save it to FILE",
+		Example: `  inference-cache snapshot save backup.snap --addr 127.0.0.1:7401`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// Check the destination before the node does the work: a
+			// directory or an empty name would only fail at the rename.
+			if args[0] == "" {
+				return errors.New("snapshot save: FILE is empty")
+			}
+			if fi, err := os.Stat(args[0]); err == nil && fi.IsDir() {
+				return fmt.Errorf("snapshot save: %s is a directory; give a file name", args[0])
+			}
+			return saveF.run(cmd, func(ctx context.Context, c *client.Client) error {
+				var err error
+				tmp := args[0] + ".partial"
+				err = c.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
+					st, err := cl.Backup(ctx, &pb.BackupRequest{})
+					if err != nil {
+						return err
+					}
+					f, err := os.Create(tmp)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					for {
+						ch, err := st.Recv()
+						if err == io.EOF {
+							return f.Sync()
+						}
+						if err != nil {
+							return err
+						}
+						if _, err := f.Write(ch.Data); err != nil {
+							return err
+						}
+					}
+				})
+				if err != nil {
+					os.Remove(tmp)
+					return fmt.Errorf("snapshot save: %w", err)
+				}
+				meta, err := snapshot.InspectFile(tmp)
+				if err != nil {
+					os.Remove(tmp)
+					return fmt.Errorf("snapshot save: the received file does not verify: %w", err)
+				}
+				if err := os.Rename(tmp, args[0]); err != nil {
+					os.Remove(tmp)
+					return fmt.Errorf("snapshot save: %w", err)
+				}
+				if saveF.json {
+					return printMeta(cmd.OutOrStdout(), args[0], meta, true)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d bytes, applied index %d (term %d), %d residencies of %d replicas, policy version %d, digest %016x (verified)\n",
+					filepath.Clean(args[0]), meta.StreamBytes, meta.AppliedIndex, meta.AppliedTerm, meta.Sizes.Residencies, meta.Sizes.Replicas, meta.Policy.Version, meta.Digest)
+				return err
+			})
+		},
+	}
+	saveF.register(save)
+	var restF clientFlags
+	var restYes bool
+	restore := &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Replace the whole cluster's state with a saved snapshot",
+		Long: `Verifies FILE locally, uploads it to a node, which forwards it to the leader;
+the leader installs it through Raft so every node ends with the same state.
+Both the index and the CachePolicy are replaced by the snapshot's: everything
+written after the snapshot was taken is lost, and a policy set since is rolled
+back. Asks for confirmation on a terminal; elsewhere --yes is required.`,
+		Example: `  inference-cache snapshot restore backup.snap --addr 127.0.0.1:7401
+  inference-cache snapshot restore backup.snap --yes`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			meta, err := snapshot.InspectFile(args[0])
+			if err != nil {
+				return fmt.Errorf("snapshot restore: %w", pathErr(args[0], err))
+			}
+			what := fmt.Sprintf("replaces the whole cluster's index and policy with %s (applied index %d, policy version %d, taken %s): writes made since and policy changes since are lost",
+				filepath.Clean(args[0]), meta.AppliedIndex, meta.Policy.Version, meta.CreatedAt.UTC().Format(time.RFC3339))
+			if !restYes {
+				if !isTerminalReader(cmd.InOrStdin()) {
+					return fmt.Errorf("snapshot restore %s; pass --yes to confirm (standard input is not a terminal to ask on)", what)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "snapshot restore %s.\nRestore? [y/N] ", what)
+				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+					return errors.New("snapshot restore: not confirmed; nothing changed")
+				}
+			}
+			return restF.run(cmd, func(ctx context.Context, c *client.Client) error {
+				var err error
+				var resp *pb.RestoreResponse
+				err = c.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
+					f, err := os.Open(args[0])
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					st, err := cl.Restore(ctx)
+					if err != nil {
+						return err
+					}
+					buf := make([]byte, api.BackupChunkBytes)
+					for {
+						n, rerr := f.Read(buf)
+						if n > 0 {
+							if err := st.Send(&pb.RestoreChunk{Data: buf[:n]}); err != nil {
+								break // CloseAndRecv reports why
+							}
+						}
+						if rerr == io.EOF {
+							break
+						}
+						if rerr != nil {
+							return rerr
+						}
+					}
+					resp, err = st.CloseAndRecv()
+					return err
+				})
+				if err != nil {
+					return fmt.Errorf("snapshot restore: %w", err)
+				}
+				if restF.json {
+					return printJSON(cmd.OutOrStdout(), resp)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored the cluster from %s (snapshot of index %d); restore committed at index %d\n", args[0], resp.RestoredFromIndex, resp.AppliedIndex)
+				return err
+			})
+		},
+	}
+	restF.register(restore)
+	restore.Flags().BoolVar(&restYes, "yes", false, "confirm replacing the cluster's index and policy without asking")
+	var inspJSON bool
+	inspect := &cobra.Command{
+		Use:   "inspect FILE",
+		Short: "Verify a snapshot file and print its metadata (offline)",
+		Example: `  inference-cache snapshot inspect backup.snap
+  inference-cache snapshot inspect data/raft/snapshots/2-123-456/state.bin --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			meta, err := snapshot.InspectFile(args[0])
+			if err != nil {
+				return fmt.Errorf("snapshot inspect: %w", pathErr(args[0], err))
+			}
+			return printMeta(cmd.OutOrStdout(), args[0], meta, inspJSON)
+		},
+	}
+	inspect.Flags().BoolVar(&inspJSON, "json", false, "print JSON instead of a table")
+	cmd.AddCommand(save, restore, inspect)
+	return cmd
+}
+
+// snapshotInfo is the JSON form of snapshot metadata.
+type snapshotInfo struct {
+	File          string `json:"file"`
+	FormatVersion uint32 `json:"format_version"`
+	AppliedIndex  uint64 `json:"applied_index"`
+	AppliedTerm   uint64 `json:"applied_term"`
+	CreatedAt     string `json:"created_at"`
+	Digest        string `json:"digest"`
+	Checksum      string `json:"checksum"`
+	Bytes         int64  `json:"bytes"`
+	Partitions    int    `json:"partitions"`
+	Blocks        int    `json:"blocks"`
+	Residencies   int    `json:"residencies"`
+	Replicas      int    `json:"replicas"`
+	PolicyVersion uint64 `json:"policy_version"`
+}
+
+func printMeta(w io.Writer, file string, m snapshot.Meta, asJSON bool) error {
+	info := snapshotInfo{File: filepath.Clean(file), FormatVersion: m.FormatVersion, AppliedIndex: m.AppliedIndex, AppliedTerm: m.AppliedTerm,
+		CreatedAt: m.CreatedAt.UTC().Format(time.RFC3339), Digest: fmt.Sprintf("%016x", m.Digest), Checksum: fmt.Sprintf("%016x", m.Checksum),
+		Bytes: m.StreamBytes, Partitions: m.Sizes.Partitions, Blocks: m.Sizes.Blocks, Residencies: m.Sizes.Residencies,
+		Replicas: m.Sizes.Replicas, PolicyVersion: m.Policy.Version}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(info)
+	}
+	tw := table(w)
+	fmt.Fprintf(tw, "file\t%s\nformat version\t%d\napplied index\t%d (term %d)\ncreated at\t%s\ndigest\t%s\nchecksum\t%s (verified)\nbytes\t%d\n",
+		info.File, info.FormatVersion, info.AppliedIndex, info.AppliedTerm, info.CreatedAt, info.Digest, info.Checksum, info.Bytes)
+	fmt.Fprintf(tw, "partitions\t%d\nblocks\t%d\nresidencies\t%d\nreplicas\t%d\npolicy version\t%d\n", info.Partitions, info.Blocks, info.Residencies, info.Replicas, info.PolicyVersion)
+	return tw.Flush()
+}
