@@ -49,6 +49,7 @@ type serverOptions struct {
 	logFormat, logLevel                      string
 	pprof                                    bool
 	fastTiming                               bool
+	raftTiming                               raftTimingFlags
 	deadServerCleanup                        time.Duration
 	applyWorkers                             int
 	shutdownTimeout                          time.Duration
@@ -111,7 +112,8 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on the HTTP side port")
-	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s); for dev clusters and tests, not for networks")
+	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s; = --raft-timing fast); for dev clusters and tests, not for networks")
+	o.raftTiming.register(f)
 	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never, else at least 10s); never below 3 voters")
 	f.IntVar(&o.applyWorkers, "apply-workers", 0, "goroutines applying the blocks of a log entry (0 = one per CPU, at most 4; 1 = one); the replicated state does not depend on it")
 	f.StringVar(&o.subscribeConfig, "subscribe-config", "", "run the KV-event subscriber inside this server with this engines YAML (SPEC 12; same format as subscribe --config); SIGHUP reloads it")
@@ -185,8 +187,8 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 			OnLeader:   m.LeaderChanged,
 		},
 	}
-	if o.fastTiming {
-		cfg.Timing = raftnode.FastTiming
+	if cfg.Timing, err = o.raftTiming.timing(o.fastTiming); err != nil {
+		return err
 	}
 	node, err := raftnode.New(cfg)
 	if err != nil {
@@ -363,6 +365,9 @@ const minDeadServerCleanup = 10 * time.Second
 // validate refuses flag values that would start a server that cannot work
 // (or only wait forever), naming the flag and the rule.
 func (o *serverOptions) validate() error {
+	if _, err := o.raftTiming.timing(o.fastTiming); err != nil {
+		return err
+	}
 	switch {
 	case o.nodeID == "":
 		return errors.New("--node-id is required")
