@@ -121,11 +121,3 @@ func DecodeEntry(b []byte) (*fsmpb.Entry, error) {
 	}
 	return &e, nil
 }
-
-// unmarshalCommand decodes one command's bytes; an error wraps ErrDecode.
-func unmarshalCommand(b []byte, c *fsmpb.Command) error {
-	if err := proto.Unmarshal(b, c); err != nil {
-		return fmt.Errorf("%w: %v", ErrDecode, err)
-	}
-	return nil
-}
