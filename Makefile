@@ -8,7 +8,7 @@ LDFLAGS       := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 STATICCHECK_VERSION        := v0.8.2
-PROTOS        := $(shell find api fsm raftnode -name '*.proto' 2>/dev/null)
+PROTOS        := $(shell find api command raftnode -name '*.proto' 2>/dev/null)
 TEST_TIMEOUT  ?= 14m
 BENCHTIME     ?= 1s
 BENCHCOUNT    ?= 5
@@ -119,7 +119,7 @@ chaos-deps:
 GOVULNCHECK_VERSION := v1.1.4
 FUZZTIME      ?= 10s
 # Every fuzz target as package:Name; CI runs each for $(FUZZTIME).
-FUZZ_TARGETS  := ./api:FuzzValidateRequest ./observe:FuzzDecodeBatch ./fsm:FuzzApplyEntry ./fsm:FuzzPackedDecode ./snapshot:FuzzRead ./tokenizer:FuzzEncode_NeverPanics
+FUZZ_TARGETS  := ./api:FuzzValidateRequest ./observe:FuzzDecodeBatch ./fsm:FuzzApplyEntry ./command:FuzzPackedDecode ./snapshot:FuzzRead ./tokenizer:FuzzEncode_NeverPanics
 
 ## certs: a throwaway CA, node/client/expired/other-CA certificates, a gossip key and tokens in .certs/ (tests and local TLS trials only)
 certs:

@@ -31,12 +31,12 @@ func (b nodeBackend) ReadState() ReadState {
 }
 
 func (b nodeBackend) Ingest(ctx context.Context, id string, evs []index.BlockEvent) (WriteResult, error) {
-	r, err := b.n.IngestWrite(ctx, id, evs)
+	r, err := b.n.Ingest(ctx, id, evs)
 	return WriteResult{AppliedIndex: r.Index, Duplicate: r.Duplicate}, NodeError(err)
 }
 
 func (b nodeBackend) ReportStats(ctx context.Context, id string, st []index.ReplicaStats) (WriteResult, error) {
-	r, err := b.n.ReportStatsWrite(ctx, id, st)
+	r, err := b.n.ReportStats(ctx, id, st)
 	return WriteResult{AppliedIndex: r.Index, Duplicate: r.Duplicate}, NodeError(err)
 }
 

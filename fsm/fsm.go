@@ -12,7 +12,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/command"
+	"github.com/inference-cache/inference-cache/command/fsmpb"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/snapshot"
@@ -25,6 +26,17 @@ const (
 	// DedupWindow is how many recent request ids apply remembers. At 5 k
 	// ingest calls/s it covers ~26 s, far beyond the ~5 s a client retries.
 	DedupWindow = 1 << 17
+)
+
+var (
+	// ErrRejected: apply refused a command (invalid policy, unknown
+	// command, a panic in the index); state is unchanged by it.
+	ErrRejected = errors.New("fsm: command rejected")
+	// ErrRequestIDReused: a command carried a request id still in the
+	// dedup window (DedupWindow ids) that was first used for a command
+	// with different bytes; it is refused (and wraps ErrRejected too), so
+	// a client bug reusing ids never silently drops a write.
+	ErrRequestIDReused = errors.New("request id reused for a different payload")
 )
 
 // Result is the outcome of one command.
@@ -43,7 +55,8 @@ type Result struct {
 	// Policy is the committed policy (SetPolicy only).
 	Policy *policy.Policy
 	// Err is non-nil when apply refused the command (wraps ErrRejected,
-	// ErrEntryFormat or ErrDecode); state is unchanged by it.
+	// command.ErrEntryFormat or command.ErrDecode); state is unchanged by
+	// it.
 	Err error
 }
 
@@ -87,10 +100,6 @@ type Options struct {
 	// alone). With more than one, the consecutive ingest commands of an
 	// entry are applied as one batch. The state never depends on it.
 	ApplyWorkers int
-	// MaxEntryFormat is the newest entry format this FSM applies (0 =
-	// EntryFormat). A lower value makes it refuse newer entries as an
-	// older binary would (ErrEntryFormat): for upgrade tests.
-	MaxEntryFormat uint32
 }
 
 // FSM holds the index and applies the Raft log to it. Apply, Snapshot,
@@ -102,10 +111,10 @@ type FSM struct {
 	applied     atomic.Uint64
 	appliedTerm atomic.Uint64
 	dd          *dedup
-	hashBuf     []byte      // payloadHash scratch (apply is single-threaded)
-	arena       decodeArena // decodeEntryFast's reused slices (ditto)
-	run         ingestRun   // applyIngestRun's scratch (ditto)
-	broken      error       // set by a corrupt entry; apply and snapshot stop
+	hashBuf     []byte          // PayloadHash scratch (apply is single-threaded)
+	dec         command.Decoder // reused for every entry (ditto)
+	run         ingestRun       // applyIngestRun's scratch (ditto)
+	broken      error           // set by a corrupt entry; apply and snapshot stop
 	opts        Options
 	log         *slog.Logger
 	// abort is done once AbortSnapshots was called: snapshot writes stop.
@@ -172,7 +181,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		var data []byte
 		if f.broken == nil && l.Type == raft.LogCommand {
 			var err error
-			if data, err = VerifyEntry(l.Data); err != nil {
+			if data, err = command.VerifyEntry(l.Data); err != nil {
 				f.broken = fmt.Errorf("log entry %d (term %d): %w", l.Index, l.Term, err)
 				f.log.Error("fsm: log entry fails its checksum; applying nothing more (this node's log is damaged: replace its data)",
 					"index", l.Index, "err", err)
@@ -206,84 +215,54 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []interface{} {
 }
 
 // applyEntry applies command entry l; data is its verified body
-// (VerifyEntry).
+// (command.VerifyEntry).
 func (f *FSM) applyEntry(l *raft.Log, data []byte) *EntryResult {
 	res := &EntryResult{Index: l.Index}
-	format, cmds, ok := decodeEntryFast(data, &f.arena)
-	if !ok {
-		e, err := DecodeEntry(data)
-		if err != nil {
-			f.log.Error("fsm: log entry does not decode", "index", l.Index, "err", err)
-			res.Results = []Result{{Index: l.Index, Err: err}}
-			return res
-		}
-		format = e.Format
-		raws := entryCommandBytes(data)
-		if len(raws) != len(e.Commands) {
-			raws = nil // no payload check for this entry's commands
-		}
-		cmds = make([]decodedCommand, len(e.Commands))
-		for i, c := range e.Commands {
-			cmds[i] = decodedCommand{requestID: c.GetRequestId(), pb: c}
-			if raws != nil {
-				cmds[i].raw = raws[i]
-			}
-		}
+	format, cmds, err := f.dec.Decode(data)
+	if err != nil {
+		f.log.Error("fsm: log entry does not decode", "index", l.Index, "err", err)
+		res.Results = []Result{{Index: l.Index, Err: err}}
+		return res
 	}
 	res.Results = make([]Result, len(cmds))
-	if maxf := f.maxEntryFormat(); format > maxf {
+	if format > command.EntryFormat {
 		for i, c := range cmds {
-			res.Results[i] = Result{RequestID: c.requestID, Index: l.Index,
-				Err: fmt.Errorf("%w: entry %d has format %d, this binary applies ≤ %d", ErrEntryFormat, l.Index, format, maxf)}
+			res.Results[i] = Result{RequestID: c.RequestID, Index: l.Index,
+				Err: fmt.Errorf("%w: entry %d has format %d, this binary applies ≤ %d", command.ErrEntryFormat, l.Index, format, command.EntryFormat)}
 		}
 		return res
 	}
 	for i := 0; i < len(cmds) && f.broken == nil; i++ {
-		if j := f.applyIngestRun(l.Index, format, cmds, i, res.Results); j > i {
+		if j := f.applyIngestRun(l.Index, cmds, i, res.Results); j > i {
 			i = j - 1
 			continue
-		}
-		if format < EntryFormatPacked && (cmds[i].packed || cmds[i].pb.GetIngestPacked() != nil) {
-			// Only a faulty writer puts a packed command in a format-1
-			// entry; a binary that predates format 2 rejects it as an
-			// unknown command, so this one must too.
-			prepareCommand(&cmds[i])
-			cmds[i].err = errUnknownBody
 		}
 		res.Results[i] = f.applyCommand(l.Index, &cmds[i])
 	}
 	return res
 }
 
-func (f *FSM) maxEntryFormat() uint32 {
-	if m := f.opts.MaxEntryFormat; m != 0 && m < EntryFormat {
-		return m
-	}
-	return EntryFormat
-}
-
-func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
-	r = Result{RequestID: dc.requestID, Index: idx}
-	prepareCommand(dc)
+func (f *FSM) applyCommand(idx uint64, dc *command.Decoded) (r Result) {
+	r = Result{RequestID: dc.RequestID, Index: idx}
 	var hash uint64
-	if dc.requestID != "" {
-		hash, f.hashBuf = payloadHash(dc, f.hashBuf)
-		if d := f.dd.get(dc.requestID); d != nil {
+	if dc.RequestID != "" {
+		hash, f.hashBuf = command.PayloadHash(dc, f.hashBuf)
+		if d := f.dd.get(dc.RequestID); d != nil {
 			if d.PayloadHash != 0 && hash != 0 && d.PayloadHash != hash {
 				// Not a retry: the client reused the id for another
 				// write. Taking it for one would silently drop this
 				// write; applying it would break "a request id applies
 				// once". Refuse it, on every node alike.
 				r.Err = fmt.Errorf("%w: %w: request_id %q was first used at log index %d",
-					ErrRejected, ErrRequestIDReused, dc.requestID, d.Index)
+					ErrRejected, ErrRequestIDReused, dc.RequestID, d.Index)
 				return r
 			}
-			r = Result{RequestID: dc.requestID, Index: d.Index, Changed: int(d.Changed), Duplicate: true}
+			r = Result{RequestID: dc.RequestID, Index: d.Index, Changed: int(d.Changed), Duplicate: true}
 			if d.Error != "" {
 				r.Err = fmt.Errorf("%w: %s", ErrRejected, d.Error)
 			}
-			if dc.pb != nil {
-				if _, ok := dc.pb.Body.(*fsmpb.Command_SetPolicy); ok {
+			if dc.Msg != nil {
+				if _, ok := dc.Msg.Body.(*fsmpb.Command_SetPolicy); ok {
 					p := f.ix.Load().Policy()
 					r.Policy = &p
 				}
@@ -294,40 +273,39 @@ func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
 	defer func() {
 		if p := recover(); p != nil {
 			if pp, ok := p.(index.ParallelPanic); ok {
-				f.halt(idx, fmt.Errorf("%w: log entry %d, request %q: %v", ErrApplyPanic, idx, dc.requestID, pp.Value))
+				f.halt(idx, fmt.Errorf("%w: log entry %d, request %q: %v", ErrApplyPanic, idx, dc.RequestID, pp.Value))
 				r.Err = f.broken
 				return
 			}
 			// Deterministic: every node panics on the same command. The
 			// index may be partly updated, identically everywhere.
-			f.log.Error("fsm: apply panicked", "index", idx, "request_id", dc.requestID, "panic", p)
+			f.log.Error("fsm: apply panicked", "index", idx, "request_id", dc.RequestID, "panic", p)
 			r.Err = fmt.Errorf("%w: apply panicked: %v", ErrRejected, p)
 			f.remember(r, hash)
 		}
 	}()
-	if dc.err == errUnknownBody {
+	if errors.Is(dc.Err, command.ErrUnknownBody) {
 		// What a binary that predates the body says (its default case
 		// below), so both record the same in the dedup window.
 		r.Err = fmt.Errorf("%w: unknown command at index %d (written by a newer binary?)", ErrRejected, idx)
 		f.remember(r, hash)
 		return r
 	}
-	if dc.err != nil {
-		r.Err = fmt.Errorf("%w: %w", ErrRejected, dc.err)
+	if dc.Err != nil {
+		r.Err = fmt.Errorf("%w: %w", ErrRejected, dc.Err)
 		f.remember(r, hash)
 		return r
 	}
 	ix := f.ix.Load()
-	if dc.pb == nil { // ingest (fast-decoded or prepared)
-		r.Changed = ix.ApplyEvents(dc.events)
+	if dc.Msg == nil { // ingest
+		r.Changed = ix.ApplyEvents(dc.Events)
 		f.remember(r, hash)
 		return r
 	}
-	c := dc.pb
-	switch b := c.Body.(type) {
+	switch b := dc.Msg.Body.(type) {
 	case *fsmpb.Command_Stats:
-		ix.ApplyStats(dc.stats)
-		r.Changed = len(dc.stats)
+		ix.ApplyStats(dc.Stats)
+		r.Changed = len(dc.Stats)
 	case *fsmpb.Command_SetPolicy:
 		p := fsmpb.PolicyFromPB(b.SetPolicy.GetPolicy())
 		p.Version = ix.Policy().Version + 1
@@ -357,11 +335,6 @@ func (f *FSM) applyCommand(idx uint64, dc *decodedCommand) (r Result) {
 	f.remember(r, hash)
 	return r
 }
-
-// errUnknownBody marks a command whose body its entry's format does not
-// allow (a packed ingest in a format-1 entry: only a faulty writer makes
-// one); apply rejects it as an older binary rejects an unknown body.
-var errUnknownBody = errors.New("command body not allowed in its entry's format")
 
 // ErrApplyPanic: the apply panicked in a parallel batch or a run of
 // ingest commands, where what the index holds after the panic depends on

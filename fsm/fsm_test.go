@@ -12,7 +12,8 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/command"
+	"github.com/inference-cache/inference-cache/command/fsmpb"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
 )
@@ -29,6 +30,18 @@ func events(replica string, base uint64, n int, at int64) []index.BlockEvent {
 	return []index.BlockEvent{{Kind: index.Stored, ReplicaID: replica, Partition: part, BlockHashes: hs, BlockTokenCounts: tc, ObservedAtMs: at}}
 }
 
+// legacyIngest is an ingest command as entries of format 1 carry it (a
+// protobuf message per event): no longer written, still applied.
+func legacyIngest(t testing.TB, requestID string, evs []index.BlockEvent) []byte {
+	t.Helper()
+	b, err := command.Marshal(&fsmpb.Command{RequestId: requestID,
+		Body: &fsmpb.Command_Ingest{Ingest: &fsmpb.Ingest{Events: fsmpb.EventsToPB(evs)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 type logBuilder struct {
 	idx  uint64
 	logs []*raft.Log
@@ -36,7 +49,7 @@ type logBuilder struct {
 
 func (b *logBuilder) add(t testing.TB, cmds ...*fsmpb.Command) *raft.Log {
 	t.Helper()
-	data, err := EncodeEntry(cmds...)
+	data, err := command.EncodeEntry(cmds...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,48 +61,15 @@ func (b *logBuilder) add(t testing.TB, cmds ...*fsmpb.Command) *raft.Log {
 
 func sampleLog(t *testing.T) *logBuilder {
 	b := &logBuilder{}
-	b.add(t, IngestCommand("r1", events("a", 100, 8, 1_000)), IngestCommand("r2", events("b", 100, 4, 2_000)))
-	b.add(t, StatsCommand("s1", []index.ReplicaStats{{ReplicaID: "a", ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: 0.5,
+	b.add(t, command.IngestCommand("r1", events("a", 100, 8, 1_000)), command.IngestCommand("r2", events("b", 100, 4, 2_000)))
+	b.add(t, command.StatsCommand("s1", []index.ReplicaStats{{ReplicaID: "a", ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: 0.5,
 		TenantHitRate: map[string]float64{"t": 0.3, "u": 0.1, "v": 0.9}, ObservedAtMs: 1_500}}))
 	b.logs = append(b.logs, &raft.Log{Index: b.idx + 1, Term: 1, Type: raft.LogConfiguration})
 	b.idx++
-	b.add(t, IngestCommand("r3", events("c", 200, 16, 3_000)))
-	b.add(t, ExpireCommand("e1", 600_000+1_500))
-	b.add(t, CreditCommand("c1", part, []uint64{200, 201}))
+	b.add(t, command.IngestCommand("r3", events("c", 200, 16, 3_000)))
+	b.add(t, command.ExpireCommand("e1", 600_000+1_500))
+	b.add(t, command.CreditCommand("c1", part, []uint64{200, 201}))
 	return b
-}
-
-func TestEntry_EncodeDecodeRoundTrip(t *testing.T) {
-	cmds := []*fsmpb.Command{
-		IngestCommand("r1", events("a", 1, 3, 5)),
-		StatsCommand("s", []index.ReplicaStats{{ReplicaID: "a", TenantHitRate: map[string]float64{"x": 1}}}),
-		SetPolicyCommand("p", policy.Default()),
-		ExpireCommand("e", 42),
-		CreditCommand("c", part, []uint64{7}),
-		RestoreMarkCommand("m", 9, 10),
-	}
-	b, err := EncodeEntry(cmds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := DecodeEntry(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.Format != 1 || len(e.Commands) != len(cmds) { // protobuf commands only: every binary applies it
-		t.Fatalf("format %d, %d commands", e.Format, len(e.Commands))
-	}
-	for i := range cmds {
-		if !proto.Equal(cmds[i], e.Commands[i]) {
-			t.Errorf("command %d differs after round trip", i)
-		}
-	}
-	if got := fsmpb.PolicyFromPB(e.Commands[2].GetSetPolicy().GetPolicy()); got.EvictionTTL != policy.Default().EvictionTTL || !got.ChainMatching {
-		t.Errorf("policy round trip: %+v", got)
-	}
-	if _, err := DecodeEntry([]byte{0xff, 0xff}); !errors.Is(err, ErrDecode) {
-		t.Errorf("garbage: %v", err)
-	}
 }
 
 func TestApply_DeterministicAcrossNodes(t *testing.T) {
@@ -109,9 +89,9 @@ func TestApply_DeterministicAcrossNodes(t *testing.T) {
 func TestApply_RetriedRequestIDAppliesOnce(t *testing.T) {
 	f := New(policy.Default(), Options{})
 	b := &logBuilder{}
-	r1 := f.Apply(b.add(t, IngestCommand("same", events("a", 1, 4, 10)))).(*EntryResult).Results[0]
+	r1 := f.Apply(b.add(t, command.IngestCommand("same", events("a", 1, 4, 10)))).(*EntryResult).Results[0]
 	_, d1 := f.Digest()
-	r2 := f.Apply(b.add(t, IngestCommand("same", events("a", 1, 4, 10)))).(*EntryResult).Results[0]
+	r2 := f.Apply(b.add(t, command.IngestCommand("same", events("a", 1, 4, 10)))).(*EntryResult).Results[0]
 	_, d2 := f.Digest()
 	if r1.Duplicate || !r2.Duplicate || r2.Index != r1.Index || r2.Err != nil || d1 != d2 {
 		t.Fatalf("first %+v second %+v digests %x %x", r1, r2, d1, d2)
@@ -126,20 +106,20 @@ func TestApply_RetriedRequestIDAppliesOnce(t *testing.T) {
 // original stays remembered (its own retry is still a duplicate).
 func TestApply_ReusedRequestIDWithOtherPayloadIsRefused(t *testing.T) {
 	stats := func(rate float64) *fsmpb.Command {
-		return StatsCommand("st", []index.ReplicaStats{{ReplicaID: "a", Pressure: 0.5,
+		return command.StatsCommand("st", []index.ReplicaStats{{ReplicaID: "a", Pressure: 0.5,
 			TenantHitRate: map[string]float64{"t1": rate, "t2": 0.1, "t3": 0.2, "t4": 0.3}}})
 	}
 	for _, c := range []struct {
 		name          string
 		first, reused *fsmpb.Command
 	}{
-		{"ingest, other blocks", IngestCommand("same", events("a", 1, 4, 10)), IngestCommand("same", events("a", 50, 4, 10))},
-		{"ingest, other replica", IngestCommand("same", events("a", 1, 4, 10)), IngestCommand("same", events("b", 1, 4, 10))},
+		{"ingest, other blocks", command.IngestCommand("same", events("a", 1, 4, 10)), command.IngestCommand("same", events("a", 50, 4, 10))},
+		{"ingest, other replica", command.IngestCommand("same", events("a", 1, 4, 10)), command.IngestCommand("same", events("b", 1, 4, 10))},
 		{"stats", stats(0.5), stats(0.9)},
-		{"policy", SetPolicyCommand("p", policy.Default()), func() *fsmpb.Command {
+		{"policy", command.SetPolicyCommand("p", policy.Default()), func() *fsmpb.Command {
 			p := policy.Default()
 			p.MinimumMatchedTokens++
-			return SetPolicyCommand("p", p)
+			return command.SetPolicyCommand("p", p)
 		}()},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -167,10 +147,10 @@ func TestApply_RetryWithAnotherServerTimestampIsADuplicate(t *testing.T) {
 	f := New(policy.Default(), Options{})
 	b := &logBuilder{}
 	st := func(at int64) *fsmpb.Command {
-		return StatsCommand("st", []index.ReplicaStats{{ReplicaID: "a", Pressure: 0.5, TenantHitRate: map[string]float64{"t": 0.2}, ObservedAtMs: at}})
+		return command.StatsCommand("st", []index.ReplicaStats{{ReplicaID: "a", Pressure: 0.5, TenantHitRate: map[string]float64{"t": 0.2}, ObservedAtMs: at}})
 	}
 	for _, pair := range [][2]*fsmpb.Command{
-		{IngestCommand("in", events("a", 1, 4, 1_000)), IngestCommand("in", events("a", 1, 4, 2_000))},
+		{command.IngestCommand("in", events("a", 1, 4, 1_000)), command.IngestCommand("in", events("a", 1, 4, 2_000))},
 		{st(1_000), st(2_000)},
 	} {
 		r1 := f.Apply(b.add(t, pair[0])).(*EntryResult).Results[0]
@@ -181,48 +161,24 @@ func TestApply_RetryWithAnotherServerTimestampIsADuplicate(t *testing.T) {
 	}
 }
 
-// Map fields encode in random order unless marshalled deterministically;
-// a retried stats command must encode to the same bytes or it would be
-// refused as a reuse.
-func TestMarshalCommand_IsDeterministicForMaps(t *testing.T) {
-	rates := map[string]float64{}
-	for i := 0; i < 64; i++ {
-		rates[fmt.Sprintf("tenant-%d", i)] = float64(i) / 64
-	}
-	c := StatsCommand("s", []index.ReplicaStats{{ReplicaID: "a", TenantHitRate: rates}})
-	first, err := MarshalCommand(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 20; i++ {
-		again, err := MarshalCommand(StatsCommand("s", []index.ReplicaStats{{ReplicaID: "a", TenantHitRate: rates}}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(first, again) {
-			t.Fatal("the same stats command encoded to different bytes")
-		}
-	}
-}
-
 func TestSetPolicy_VersionGrowsByOne(t *testing.T) {
 	f := New(policy.Default(), Options{})
 	b := &logBuilder{}
 	p := policy.Default()
 	p.MaxReplicas = 7
 	p.Version = 99 // ignored
-	r := f.Apply(b.add(t, SetPolicyCommand("p1", p))).(*EntryResult).Results[0]
+	r := f.Apply(b.add(t, command.SetPolicyCommand("p1", p))).(*EntryResult).Results[0]
 	if r.Err != nil || r.Policy.Version != 1 || f.Policy().MaxReplicas != 7 {
 		t.Fatalf("%+v %+v", r, f.Policy())
 	}
 	p.MaxReplicas = 0 // invalid
-	r = f.Apply(b.add(t, SetPolicyCommand("p2", p))).(*EntryResult).Results[0]
+	r = f.Apply(b.add(t, command.SetPolicyCommand("p2", p))).(*EntryResult).Results[0]
 	if !errors.Is(r.Err, ErrRejected) || f.Policy().Version != 1 {
 		t.Fatalf("invalid policy: %+v version %d", r, f.Policy().Version)
 	}
 	p.MaxReplicas = 3
 	p.EvictionBatch = 16
-	r = f.Apply(b.add(t, SetPolicyCommand("p3", p))).(*EntryResult).Results[0]
+	r = f.Apply(b.add(t, command.SetPolicyCommand("p3", p))).(*EntryResult).Results[0]
 	if r.Policy.Version != 2 || f.Policy().EvictionBatch != 16 {
 		t.Fatalf("version %d, eviction batch %d", r.Policy.Version, f.Policy().EvictionBatch)
 	}
@@ -239,10 +195,10 @@ func TestSetPolicy_VersionGrowsByOne(t *testing.T) {
 
 func TestApply_NewerEntryFormatRejectedEverywhere(t *testing.T) {
 	f := New(policy.Default(), Options{})
-	e := &fsmpb.Entry{Format: EntryFormat + 1, Commands: []*fsmpb.Command{IngestCommand("x", events("a", 1, 2, 1))}}
+	e := &fsmpb.Entry{Format: command.EntryFormat + 1, Commands: []*fsmpb.Command{command.IngestCommand("x", events("a", 1, 2, 1))}}
 	data, _ := proto.Marshal(e)
 	r := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data}).(*EntryResult)
-	if !errors.Is(r.Results[0].Err, ErrEntryFormat) {
+	if !errors.Is(r.Results[0].Err, command.ErrEntryFormat) {
 		t.Fatalf("%+v", r.Results[0])
 	}
 }
@@ -263,8 +219,8 @@ func TestRestore_DiscardsPreviousStateAndKeepsDedup(t *testing.T) {
 
 	dst := New(policy.Default(), Options{TmpDir: t.TempDir()})
 	other := &logBuilder{}
-	other.add(t, IngestCommand("zzz", events("other", 9000, 32, 9)))
-	other.add(t, SetPolicyCommand("pol", policy.Default()))
+	other.add(t, command.IngestCommand("zzz", events("other", 9000, 32, 9)))
+	other.add(t, command.SetPolicyCommand("pol", policy.Default()))
 	dst.ApplyBatch(other.logs)
 
 	if err := dst.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
@@ -283,12 +239,12 @@ func TestRestore_DiscardsPreviousStateAndKeepsDedup(t *testing.T) {
 	}
 	// the dedup window came with the snapshot: r1 (retried with its bytes) is a duplicate, zzz is not
 	b := &logBuilder{idx: 100}
-	res := dst.Apply(b.add(t, IngestCommand("r1", events("a", 100, 8, 1_000)), IngestCommand("zzz", events("x", 1, 1, 1)))).(*EntryResult)
+	res := dst.Apply(b.add(t, command.IngestCommand("r1", events("a", 100, 8, 1_000)), command.IngestCommand("zzz", events("x", 1, 1, 1)))).(*EntryResult)
 	if !res.Results[0].Duplicate || res.Results[1].Duplicate {
 		t.Fatalf("dedup after restore: %+v", res.Results)
 	}
 	// ... and so did the payload hashes: r1 reused for other events is refused.
-	res = dst.Apply(b.add(t, IngestCommand("r1", events("a", 7, 2, 1_000)))).(*EntryResult)
+	res = dst.Apply(b.add(t, command.IngestCommand("r1", events("a", 7, 2, 1_000)))).(*EntryResult)
 	if !errors.Is(res.Results[0].Err, ErrRequestIDReused) {
 		t.Fatalf("reuse after restore: %+v", res.Results[0])
 	}

@@ -8,9 +8,11 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/inference-cache/inference-cache/command"
+	"github.com/inference-cache/inference-cache/command/fsmpb"
 	"github.com/inference-cache/inference-cache/fsm"
-	"github.com/inference-cache/inference-cache/fsm/fsmpb"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
 )
@@ -27,27 +29,29 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	}
 	st := []index.ReplicaStats{{ReplicaID: "r1", ModelID: "m", HashSchemes: []string{"vllm"}, Pressure: 0.5, TenantHitRate: map[string]float64{"t": 0.3}, ObservedAtMs: 1000}}
 	cmds := [][]*fsmpb.Command{
-		{fsm.IngestCommand("req-1", evs)},
-		{fsm.StatsCommand("req-2", st)},
-		{fsm.SetPolicyCommand("req-3", policy.Default())},
-		{fsm.ExpireCommand("req-4", 5000)},
-		{fsm.CreditCommand("", p, []uint64{1, 2})},
-		{fsm.RestoreMarkCommand("req-5", 7, 9)},
-		{fsm.IngestCommand("a", evs[:1]), fsm.IngestCommand("a", evs[:1]), fsm.ExpireCommand("b", 1<<40)},
+		{command.IngestCommand("req-1", evs)},
+		{command.StatsCommand("req-2", st)},
+		{command.SetPolicyCommand("req-3", policy.Default())},
+		{command.ExpireCommand("req-4", 5000)},
+		{command.CreditCommand("", p, []uint64{1, 2})},
+		{command.RestoreMarkCommand("req-5", 7, 9)},
+		{command.IngestCommand("a", evs[:1]), command.IngestCommand("a", evs[:1]), command.ExpireCommand("b", 1<<40)},
 	}
 	var out [][]byte
 	for _, c := range cmds {
-		b, err := fsm.EncodeEntry(c...)
+		b, err := command.EncodeEntry(c...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, b)
 	}
-	packed, err := fsm.MarshalIngestPacked("req-6", evs)
+	// An entry of format 1, as older logs hold (protobuf ingest events).
+	legacy, err := proto.Marshal(&fsmpb.Entry{Format: 1, Commands: []*fsmpb.Command{{RequestId: "req-6",
+		Body: &fsmpb.Command_Ingest{Ingest: &fsmpb.Ingest{Events: fsmpb.EventsToPB(evs)}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, fsm.AppendCommand(fsm.NewEntryFormat(nil, fsm.EntryFormatPacked), packed))
+	out = append(out, legacy)
 	return append(out, nil, []byte{0x08, 0x02}, []byte{0x12, 0xff, 0xff, 0xff, 0xff, 0x0f})
 }
 
@@ -66,8 +70,8 @@ func FuzzApplyEntry(f *testing.F) {
 	b := fsm.New(policy.Default(), fsm.Options{TmpDir: tmp})
 	var idx uint64
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _ = fsm.DecodeEntry(data)
-		if _, err := fsm.VerifyEntry(data); err != nil {
+		_, _ = command.DecodeEntry(data)
+		if _, err := command.VerifyEntry(data); err != nil {
 			// A sealed entry with a wrong checksum stops an FSM for good
 			// (TestApply_CorruptEntryStopsTheFSM); these two must live on.
 			t.Skip()

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 
+	"github.com/inference-cache/inference-cache/command"
 	"github.com/inference-cache/inference-cache/index"
 )
 
@@ -24,7 +25,7 @@ const minRunCommands = 2
 // cmds[i], writing their results to out, and returns the index after the
 // run; it returns i (nothing done) when no run of at least minRunCommands
 // starts there or the FSM applies with one worker.
-func (f *FSM) applyIngestRun(idx uint64, format uint32, cmds []decodedCommand, i int, out []Result) int {
+func (f *FSM) applyIngestRun(idx uint64, cmds []command.Decoded, i int, out []Result) int {
 	if f.opts.ApplyWorkers < 2 {
 		return i
 	}
@@ -32,13 +33,16 @@ func (f *FSM) applyIngestRun(idx uint64, format uint32, cmds []decodedCommand, i
 	clear(f.run.ids)
 	for ; k < len(cmds); k++ {
 		dc := &cmds[k]
-		if !dc.inArena || dc.err != nil || dc.pb != nil || (dc.packed && format < EntryFormatPacked) {
+		off, _, ok := dc.ArenaSpan()
+		if !ok {
 			break
 		}
-		if k > i && dc.evOff != cmds[k-1].evEnd {
-			break // not adjacent in the arena (a command between them fell back)
+		if k > i {
+			if _, prevEnd, _ := cmds[k-1].ArenaSpan(); off != prevEnd {
+				break // not adjacent in the arena (a command between them fell back)
+			}
 		}
-		if id := dc.requestID; id != "" {
+		if id := dc.RequestID; id != "" {
 			if f.dd.get(id) != nil {
 				break
 			}
@@ -55,31 +59,33 @@ func (f *FSM) applyIngestRun(idx uint64, format uint32, cmds []decodedCommand, i
 		return i
 	}
 	run := cmds[i:k]
-	base := run[0].evOff
+	base, _, _ := run[0].ArenaSpan()
 	f.run.ends = f.run.ends[:0]
 	f.run.hashes = f.run.hashes[:0]
+	end := base
 	for m := range run {
-		f.run.ends = append(f.run.ends, run[m].evEnd-base)
+		_, end, _ = run[m].ArenaSpan()
+		f.run.ends = append(f.run.ends, end-base)
 		var h uint64
-		if run[m].requestID != "" {
-			h, f.hashBuf = payloadHash(&run[m], f.hashBuf)
+		if run[m].RequestID != "" {
+			h, f.hashBuf = command.PayloadHash(&run[m], f.hashBuf)
 		}
 		f.run.hashes = append(f.run.hashes, h)
 	}
 	f.run.changed = append(f.run.changed[:0], make([]int, len(run))...)
-	evs := f.arena.evs[base:run[len(run)-1].evEnd]
+	evs := f.dec.Events(base, end)
 	if err := f.applySegments(evs); err != nil {
 		// Runs exist only on nodes with ApplyWorkers > 1; one applying
 		// the commands one by one would reject just the one that
 		// panicked. Stop rather than go on with state that differs.
 		f.halt(idx, fmt.Errorf("%w: log entry %d: %w", ErrApplyPanic, idx, err))
 		for m := range run {
-			out[i+m] = Result{RequestID: run[m].requestID, Index: idx, Err: f.broken}
+			out[i+m] = Result{RequestID: run[m].RequestID, Index: idx, Err: f.broken}
 		}
 		return len(cmds)
 	}
 	for m := range run {
-		r := Result{RequestID: run[m].requestID, Index: idx, Changed: f.run.changed[m]}
+		r := Result{RequestID: run[m].RequestID, Index: idx, Changed: f.run.changed[m]}
 		f.remember(r, f.run.hashes[m])
 		out[i+m] = r
 	}

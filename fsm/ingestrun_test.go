@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/inference-cache/inference-cache/command"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
 )
@@ -42,7 +43,7 @@ func TestApplyIngestRun_SameAsOneByOne(t *testing.T) {
 	var sent []string // ids of earlier commands, for retries
 	idx := uint64(0)
 	for round := range 60 {
-		entry := NewEntryFormat(nil, EntryFormatPacked)
+		entry := command.NewEntry(nil)
 		n := 1 + rng.IntN(30)
 		for c := 0; c < n; c++ {
 			id := fmt.Sprintf("req-%d-%d", round, c)
@@ -62,16 +63,16 @@ func TestApplyIngestRun_SameAsOneByOne(t *testing.T) {
 			var err error
 			switch rng.IntN(6) {
 			case 0:
-				cmd, err = MarshalCommand(ExpireCommand(id, 900))
+				cmd, err = command.Marshal(command.ExpireCommand(id, 900))
 			case 1, 2:
-				cmd, err = MarshalIngest(id, batch())
+				cmd = legacyIngest(t, id, batch()) // read from logs of format 1
 			default:
-				cmd, err = MarshalIngestPacked(id, batch())
+				cmd, err = command.MarshalIngest(id, batch())
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			entry = AppendCommand(entry, cmd)
+			entry = command.AppendCommand(entry, cmd)
 			if id != "" {
 				sent = append(sent, id)
 			}
@@ -108,13 +109,13 @@ func TestApplyIngestRun_PanicStopsTheFSM(t *testing.T) {
 	var told error
 	f := New(policy.Default(), Options{TmpDir: t.TempDir(), ApplyWorkers: 2, OnCorrupt: func(_ uint64, err error) { told = err }})
 	entry := func(round int) []byte {
-		e := NewEntryFormat(nil, EntryFormatPacked)
+		e := command.NewEntry(nil)
 		for c := 0; c < 3; c++ {
-			cmd, err := MarshalIngestPacked(fmt.Sprintf("req-%d-%d", round, c), events("r1", uint64(round*100+c*10), 4, 1000))
+			cmd, err := command.MarshalIngest(fmt.Sprintf("req-%d-%d", round, c), events("r1", uint64(round*100+c*10), 4, 1000))
 			if err != nil {
 				t.Fatal(err)
 			}
-			e = AppendCommand(e, cmd)
+			e = command.AppendCommand(e, cmd)
 		}
 		return e
 	}

@@ -6,7 +6,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/command"
+	"github.com/inference-cache/inference-cache/command/fsmpb"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
 )
@@ -21,7 +22,7 @@ func benchEntry(b *testing.B, round int) *raft.Log {
 		for e := 0; e < 64; e++ {
 			evs = append(evs, events("replica-"+string(rune('a'+e%8)), uint64(round)<<20|uint64(c*64+e)<<4, 4, 1_000)...)
 		}
-		cmds = append(cmds, IngestCommand(fmt.Sprintf("req-%d-%d", round, c), evs))
+		cmds = append(cmds, command.IngestCommand(fmt.Sprintf("req-%d-%d", round, c), evs))
 	}
 	return lb.add(b, cmds...)
 }
@@ -44,15 +45,16 @@ func BenchmarkApplyIngestEntry(b *testing.B) {
 	})
 	b.Run("payload-hash-only", func(b *testing.B) {
 		l := benchEntry(b, 1)
-		_, cmds, ok := decodeEntryFast(l.Data, nil)
-		if !ok {
-			b.Fatal("entry does not fast-decode")
+		var dec command.Decoder
+		_, cmds, err := dec.Decode(l.Data)
+		if err != nil {
+			b.Fatal(err)
 		}
 		var buf []byte
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			for j := range cmds {
-				_, buf = payloadHash(&cmds[j], buf)
+				_, buf = command.PayloadHash(&cmds[j], buf)
 			}
 		}
 	})

@@ -9,17 +9,18 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/command"
+	"github.com/inference-cache/inference-cache/command/fsmpb"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
 )
 
 // oldStatsEntry is a log entry holding one stats command, as written by the
 // release before ReplicaStats carried the engine's queue:
-// StatsCommand("stats-old", vllm-0, model m, scheme vllm, pressure 0.5,
+// command.StatsCommand("stats-old", vllm-0, model m, scheme vllm, pressure 0.5,
 // hit rate t = 0.25, observed at 1,700,000,000,000, endpoint
 // http://10.0.0.5:8000/metrics). oldStatsHash is that release's
-// payloadHash of the command.
+// payload hash of the command.
 const (
 	oldStatsEntry = "0801125b0a0973746174732d6f6c641a4e0a4c0a06766c6c6d2d3012016d1a04766c6c6d21000000000000e03f2a01743208000000000000d03f3880d095ffbc31421c687474703a2f2f31302e302e302e353a383030302f6d657472696373"
 	oldStatsHash  = uint64(0x54ba34f8bb559f26)
@@ -44,7 +45,7 @@ func TestStatsCommand_QueueReachesIndexAndSnapshot(t *testing.T) {
 	st.WaitingRequests, st.RunningRequests = 17, 5
 	b := &logBuilder{}
 	f := New(policy.Default(), Options{TmpDir: t.TempDir()})
-	if r := f.Apply(b.add(t, StatsCommand("q", []index.ReplicaStats{st}))).(*EntryResult).Results[0]; r.Err != nil || r.Changed != 1 {
+	if r := f.Apply(b.add(t, command.StatsCommand("q", []index.ReplicaStats{st}))).(*EntryResult).Results[0]; r.Err != nil || r.Changed != 1 {
 		t.Fatalf("apply: %+v", r)
 	}
 	got := statsOf(t, f)
@@ -86,27 +87,31 @@ func TestStatsCommand_OldEntryDecodesWithZeroQueue(t *testing.T) {
 		t.Fatalf("stats from the old entry: %+v", got)
 	}
 
-	again, err := EncodeEntry(StatsCommand("stats-old", []index.ReplicaStats{oldStats}))
+	// The command's bytes, after the entry's format field (0x08 0x01).
+	again, err := command.Marshal(command.StatsCommand("stats-old", []index.ReplicaStats{oldStats}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(again, data) {
-		t.Errorf("stats without a queue encode to\n%x\nwant the old bytes\n%x", again, data)
+	if again := command.AppendCommand(nil, again); !bytes.Equal(again, data[2:]) {
+		t.Errorf("stats without a queue encode to\n%x\nwant the old bytes\n%x", again, data[2:])
 	}
-	dc := &decodedCommand{pb: StatsCommand("stats-old", []index.ReplicaStats{oldStats})}
-	prepareCommand(dc)
-	if h, _ := payloadHash(dc, nil); h != oldStatsHash {
+	var dec command.Decoder
+	_, dcs, err := dec.Decode(data)
+	if err != nil || len(dcs) != 1 {
+		t.Fatalf("decode the old entry: %v, %d commands", err, len(dcs))
+	}
+	if h, _ := command.PayloadHash(&dcs[0], nil); h != oldStatsHash {
 		t.Errorf("payload hash %#x, want the old %#x", h, oldStatsHash)
 	}
 	// The retry of that write is a duplicate; the same id with a queue
 	// is another write, refused as a reuse.
 	b := &logBuilder{idx: 1}
-	if r := f.Apply(b.add(t, StatsCommand("stats-old", []index.ReplicaStats{oldStats}))).(*EntryResult).Results[0]; !r.Duplicate {
+	if r := f.Apply(b.add(t, command.StatsCommand("stats-old", []index.ReplicaStats{oldStats}))).(*EntryResult).Results[0]; !r.Duplicate {
 		t.Errorf("retry: %+v, want a duplicate", r)
 	}
 	queued := oldStats
 	queued.WaitingRequests = 1
-	if r := f.Apply(b.add(t, StatsCommand("stats-old", []index.ReplicaStats{queued}))).(*EntryResult).Results[0]; !errors.Is(r.Err, ErrRequestIDReused) {
+	if r := f.Apply(b.add(t, command.StatsCommand("stats-old", []index.ReplicaStats{queued}))).(*EntryResult).Results[0]; !errors.Is(r.Err, ErrRequestIDReused) {
 		t.Errorf("same id with a queue: %+v, want ErrRequestIDReused", r)
 	}
 }

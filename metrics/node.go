@@ -43,9 +43,8 @@ type NodeInfo struct {
 	// workers since the index was built (index.ParallelBatches; a restore
 	// builds a new index, so the counter restarts).
 	ApplyParallelBatches uint64
-	// WriteFormat is the log entry format the node writes now (1, or 2 =
-	// packed ingest once every server applies it; raftnode
-	// Status.WriteFormat). 0 = unknown, not exported.
+	// WriteFormat is the log entry format the node writes (raftnode
+	// Status.WriteFormat: 2, packed ingest). 0 = unknown, not exported.
 	WriteFormat uint32
 }
 
@@ -91,7 +90,7 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"appendBytes":   desc("raft_log_appended_bytes_total", "Bytes of entry data written by those appends."),
 		"snapByBytes":   desc("snapshots_by_log_bytes_total", "Snapshots taken because the Raft log grew past its limit since the last one: 256 MiB or twice the last snapshot, whichever is more."),
 		"parallel":      desc("apply_parallel_batches_total", "Ingest batches the index applied on several apply workers (--apply-workers); restarts when a restore builds a new index."),
-		"writeFormat":   desc("raft_write_format", "Log entry format this node writes: 2 (packed ingest) once every server advertises it applies format 2, else 1."),
+		"writeFormat":   desc("raft_write_format", "Log entry format this node writes: 2 (packed ingest), the only one."),
 	}}
 	m.Registry.MustRegister(c)
 }

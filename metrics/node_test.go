@@ -36,7 +36,7 @@ inferencecache_raft_log_appended_entries_total 25
 # HELP inferencecache_raft_log_appends_total Appends to the local Raft log (one bbolt transaction and fsync each).
 # TYPE inferencecache_raft_log_appends_total counter
 inferencecache_raft_log_appends_total 10
-# HELP inferencecache_raft_write_format Log entry format this node writes: 2 (packed ingest) once every server advertises it applies format 2, else 1.
+# HELP inferencecache_raft_write_format Log entry format this node writes: 2 (packed ingest), the only one.
 # TYPE inferencecache_raft_write_format gauge
 inferencecache_raft_write_format 2
 # HELP inferencecache_snapshot_last_index Log index covered by the newest snapshot on disk.

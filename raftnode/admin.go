@@ -13,13 +13,13 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/inference-cache/inference-cache/fsm"
+	"github.com/inference-cache/inference-cache/command"
 	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
 	"github.com/inference-cache/inference-cache/snapshot"
 )
 
 func expireBytes(reqID string, nowMs int64) []byte {
-	b, _ := fsm.MarshalCommand(fsm.ExpireCommand(reqID, nowMs))
+	b, _ := command.Marshal(command.ExpireCommand(reqID, nowMs))
 	return b
 }
 
@@ -40,8 +40,6 @@ func (n *Node) wait(ctx context.Context, f raft.Future) error {
 // member at the same address with the same suffrage changes nothing and
 // returns the latest index; a member id at another address is ErrInvalid
 // (remove it first: silently re-pointing a live voter would cost quorum).
-// A server gossip reports as applying only log entry format 1 (an older
-// release) is ErrInvalid: this release writes format 2 (writegate.go).
 // Servers announced by gossip are added by the leader automatically; this
 // is for operators.
 func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint64, error) {
@@ -62,9 +60,6 @@ func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint
 			return n.raft.LastIndex(), nil
 		}
 	}
-	if why := n.formatRefusal(id); why != "" {
-		return 0, fmt.Errorf("%w: server %q: %s", ErrInvalid, id, why)
-	}
 	var f raft.IndexFuture
 	if voter {
 		f = n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0)
@@ -74,7 +69,6 @@ func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint
 	if err := n.wait(ctx, f); err != nil {
 		return 0, err
 	}
-	n.refreshWriteGate() // the new server counts from now on, not at the next tick
 	return f.Index(), nil
 }
 
@@ -336,7 +330,7 @@ func (n *Node) restoreLocal(ctx context.Context, r io.Reader) (uint64, error) {
 	// InstallSnapshots can delay heartbeats) retries it on the new leader
 	// under the same request id instead of failing a restore that
 	// happened.
-	cmd, _ := fsm.MarshalCommand(fsm.RestoreMarkCommand(n.NewRequestID(), meta.AppliedIndex, meta.Digest))
+	cmd, _ := command.Marshal(command.RestoreMarkCommand(n.NewRequestID(), meta.AppliedIndex, meta.Digest))
 	res, err := n.submitEncoded(ctx, cmd)
 	if errors.Is(err, ErrRejected) {
 		// Writes landed between the restore and the mark (see fsm).

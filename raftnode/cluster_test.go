@@ -17,47 +17,6 @@ import (
 	"github.com/inference-cache/inference-cache/snapshot"
 )
 
-var part = index.Partition{Scheme: "vllm", Model: "m", Tenant: "t"}
-
-func evs(replica string, base uint64, n int, at int64) []index.BlockEvent {
-	hs := make([]uint64, n)
-	tc := make([]uint32, n)
-	for i := range hs {
-		hs[i] = base + uint64(i)
-		tc[i] = 16
-	}
-	bg := make([]uint64, n)
-	for i := range bg {
-		bg[i] = base + 1<<40 + uint64(i)
-	}
-	// a second replica on a disjoint chain, so the serving set has more
-	// than one replica and a match has distinguishing power (SPEC 5)
-	return []index.BlockEvent{
-		{Kind: index.Stored, ReplicaID: replica, Partition: part, BlockHashes: hs, BlockTokenCounts: tc, ObservedAtMs: at},
-		{Kind: index.Stored, ReplicaID: "bg-" + replica, Partition: part, BlockHashes: bg, BlockTokenCounts: tc, ObservedAtMs: at},
-	}
-}
-
-// lookup asks node nd for the chain base..base+n-1 and returns the hints.
-func lookup(nd *clustertest.Node, base uint64, n int, now int64) index.Result {
-	hs := make([]uint64, n)
-	for i := range hs {
-		hs[i] = base + uint64(i)
-	}
-	var res index.Result
-	nd.Lookup(&index.LookupRequest{Partition: part, BlockHashes: hs, NowMs: now}, &res)
-	return res
-}
-
-func follower(c *clustertest.Cluster, leader int) int {
-	for _, i := range c.Running() {
-		if i != leader {
-			return i
-		}
-	}
-	return -1
-}
-
 func noExpire(_ int, cfg *raftnode.Config) { cfg.ExpireInterval = -1 }
 
 // assertSameDigest waits for every running node to reach idx and compares
@@ -111,7 +70,7 @@ func TestBootstrap_EveryStartOrderFormsOneCluster(t *testing.T) {
 				}
 				terms[st.Term] = true
 			}
-			idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 4, time.Now().UnixMilli()))
+			idx, err := appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 4, time.Now().UnixMilli())))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +85,7 @@ func TestIngest_ViaFollowerAckedAfterCommitVisibleEverywhere(t *testing.T) {
 	l := c.WaitLeader(15 * time.Second)
 	f := follower(c, l)
 	now := time.Now().UnixMilli()
-	idx, err := c.Nodes[f].Ingest(c.Ctx(5*time.Second), "req-1", evs("replica-a", 100, 8, now))
+	idx, err := appliedAt(c.Nodes[f].Ingest(c.Ctx(5*time.Second), "req-1", evs("replica-a", 100, 8, now)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,14 +113,14 @@ func TestIngest_RetriedRequestIDAppliesOnce(t *testing.T) {
 	l := c.WaitLeader(15 * time.Second)
 	f := follower(c, l)
 	now := time.Now().UnixMilli()
-	i1, err := c.Nodes[f].Ingest(c.Ctx(5*time.Second), "dup", evs("a", 1, 4, now))
+	i1, err := appliedAt(c.Nodes[f].Ingest(c.Ctx(5*time.Second), "dup", evs("a", 1, 4, now)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, d1 := c.Nodes[l].Digest()
 	// the retry, through another node, is acknowledged at the original
 	// index and does not apply again
-	w2, err := c.Nodes[l].IngestWrite(c.Ctx(5*time.Second), "dup", evs("a", 1, 4, now))
+	w2, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "dup", evs("a", 1, 4, now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +157,7 @@ func TestIngest_ConcurrentCallsAreGroupCommitted(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for k := 0; k < 20; k++ {
-				idx, err := c.Nodes[l].Ingest(c.Ctx(10*time.Second), "", evs(fmt.Sprint("r", g), uint64(g*1000+k*10), 4, time.Now().UnixMilli()))
+				idx, err := appliedAt(c.Nodes[l].Ingest(c.Ctx(10*time.Second), "", evs(fmt.Sprint("r", g), uint64(g*1000+k*10), 4, time.Now().UnixMilli())))
 				if err != nil {
 					t.Error(err)
 					return
@@ -226,7 +185,7 @@ func TestFailover_LeaderStopNewLeaderWritesContinueLookupsServe(t *testing.T) {
 	c.StartAll()
 	l := c.WaitLeader(15 * time.Second)
 	now := time.Now().UnixMilli()
-	idx, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(5*time.Second), "", evs("a", 100, 8, now))
+	idx, err := appliedAt(c.Nodes[follower(c, l)].Ingest(c.Ctx(5*time.Second), "", evs("a", 100, 8, now)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +223,7 @@ func TestFailover_LeaderStopNewLeaderWritesContinueLookupsServe(t *testing.T) {
 	nl := c.WaitLeader(10 * time.Second)
 	failover := time.Since(killed)
 	t.Logf("failover: new leader %s ready %v after the leader was killed (FastTiming: heartbeat %v)", c.Nodes[nl].ID, failover, raftnode.FastTiming.HeartbeatTimeout)
-	idx, err = c.Nodes[follower(c, nl)].Ingest(c.Ctx(5*time.Second), "", evs("b", 500, 4, now))
+	idx, err = appliedAt(c.Nodes[follower(c, nl)].Ingest(c.Ctx(5*time.Second), "", evs("b", 500, 4, now)))
 	if err != nil {
 		t.Fatalf("write after failover: %v", err)
 	}
@@ -289,7 +248,7 @@ func TestRestart_RestoresFromSnapshotAndLogSameDigest(t *testing.T) {
 	var idx uint64
 	var err error
 	for k := 0; k < 40; k++ {
-		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(k*100), 4, time.Now().UnixMilli())); err != nil {
+		if idx, err = appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(k*100), 4, time.Now().UnixMilli()))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -297,7 +256,7 @@ func TestRestart_RestoresFromSnapshotAndLogSameDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := 40; k < 50; k++ { // a log tail after the snapshot
-		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", uint64(k*100), 4, time.Now().UnixMilli())); err != nil {
+		if idx, err = appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", uint64(k*100), 4, time.Now().UnixMilli()))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -334,7 +293,7 @@ func TestLaggingNode_CatchesUpBySnapshotInstall(t *testing.T) {
 	var idx uint64
 	var err error
 	for k := 0; k < 60; k++ {
-		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(k*100), 4, time.Now().UnixMilli())); err != nil {
+		if idx, err = appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(k*100), 4, time.Now().UnixMilli()))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -389,70 +348,6 @@ func TestExpireAndEviction_IdenticalEverywhere(t *testing.T) {
 	}
 }
 
-func TestFourthNodeJoinsAsVoter(t *testing.T) {
-	c := clustertest.New(t, 3, noExpire)
-	c.StartAll()
-	c.WaitLeader(15 * time.Second)
-	c.WaitVoters(3, 10*time.Second)
-	c.AddNode() // same command line: bootstrap_expect=3, join list
-	c.Start(3)
-	ids := c.WaitVoters(4, 15*time.Second)
-	t.Logf("voters %v", ids)
-	l := c.WaitLeader(10 * time.Second)
-	idx, err := c.Nodes[3].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 4, time.Now().UnixMilli()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = l
-	assertSameDigest(t, c, idx)
-}
-
-func TestDeadServerCleanup_NeverBelowThreeVoters(t *testing.T) {
-	c := clustertest.New(t, 3, func(_ int, cfg *raftnode.Config) {
-		cfg.ExpireInterval = -1
-		cfg.DeadServerCleanup = 500 * time.Millisecond
-	})
-	c.StartAll()
-	c.WaitLeader(15 * time.Second)
-	c.AddNode()
-	c.Start(3)
-	c.WaitVoters(4, 15*time.Second)
-	l := c.WaitLeader(10 * time.Second)
-	victims := []int{}
-	for _, i := range c.Running() {
-		if i != l && len(victims) < 2 {
-			victims = append(victims, i)
-		}
-	}
-	c.Kill(victims[0])
-	// Gossip must call it dead, then the grace period pass, on a machine
-	// that may be running other packages' tests: allow for a slow verdict.
-	ids := c.WaitVoters(3, 30*time.Second)
-	t.Logf("after one dead: voters %v", ids)
-	c.Kill(victims[1]) // 3 voters, 1 dead: cleanup must not remove it
-	time.Sleep(2 * time.Second)
-	l = c.WaitLeader(10 * time.Second)
-	n := 0
-	for _, m := range c.Nodes[l].Status().Members {
-		if m.Suffrage == "Voter" {
-			n++
-		}
-	}
-	if n != 3 {
-		t.Fatalf("cleanup went below 3 voters: %d", n)
-	}
-}
-
-func TestCleanupBudget(t *testing.T) {
-	for _, tc := range []struct{ voters, dead, want int }{
-		{3, 1, 0}, {4, 1, 1}, {4, 2, 1}, {5, 1, 1}, {5, 2, 2}, {5, 3, 2}, {7, 3, 3}, {7, 5, 3}, {2, 1, 0},
-	} {
-		if got := raftnode.CleanupBudget(tc.voters, tc.dead); got != tc.want {
-			t.Errorf("CleanupBudget(%d voters, %d dead) = %d, want %d", tc.voters, tc.dead, got, tc.want)
-		}
-	}
-}
-
 // A restore sent to a follower while the leader has just died waits out
 // the election (nothing of the stream is read before a leader is known)
 // instead of failing at once with no leader or an unreachable old leader.
@@ -483,7 +378,7 @@ func backedUpCluster(t *testing.T) (*clustertest.Cluster, int, *bytes.Buffer, ui
 	c.StartAll()
 	l := c.WaitLeader(15 * time.Second)
 	now := time.Now().UnixMilli()
-	idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 8, now))
+	idx, err := appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 8, now)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,10 @@
 package raftnode
 
 import (
+	"cmp"
+	"fmt"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"google.golang.org/grpc"
@@ -239,13 +242,56 @@ type Config struct {
 	// The replicated state never depends on it (index/parallel.go); it
 	// lifts the node's apply ceiling of one core. Negative is an error.
 	ApplyWorkers int
-	// MaxEntryFormat is the newest log entry format this node applies and
-	// advertises over gossip; 0 (or more than fsm.EntryFormat) =
-	// fsm.EntryFormat. A lower value makes the node behave like an older
-	// binary: it advertises that format, never writes a newer one, and
-	// its FSM refuses entries of a newer format (fsm.ErrEntryFormat). For
-	// upgrade tests; leave it 0 in production. The cluster writes packed
-	// entries (format 2) only while every server advertises ≥ 2
-	// (writegate.go).
-	MaxEntryFormat uint32
+}
+
+// Validate reports whether New would accept c: the required fields are
+// set, the initial policy (after defaults) is valid and ApplyWorkers is
+// not negative. It lets a caller check its flags before opening anything.
+// Errors wrap ErrInvalid, except a negative ApplyWorkers.
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
+// validate checks a config whose defaults are set.
+func (c *Config) validate() error {
+	if c.NodeID == "" || c.DataDir == "" || c.RaftAddr == "" || c.GossipAddr == "" {
+		return fmt.Errorf("%w: NodeID, DataDir, RaftAddr and GossipAddr are required", ErrInvalid)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("%w: initial policy: %w", ErrInvalid, err)
+	}
+	if c.ApplyWorkers < 0 {
+		return fmt.Errorf("raftnode: ApplyWorkers %d: must be 0 (one per CPU, at most %d) or positive", c.ApplyWorkers, MaxApplyWorkers)
+	}
+	return nil
+}
+
+// setDefaults replaces every zero field that has a default with it (the
+// Default constants; see each field).
+func (c *Config) setDefaults() {
+	c.RaftAdvertise = cmp.Or(c.RaftAdvertise, c.RaftAddr)
+	c.GossipAdvertise = cmp.Or(c.GossipAdvertise, c.GossipAddr)
+	if c.Policy.MaxReplicas == 0 && c.Policy.RankingVersion == "" {
+		c.Policy = policy.Default()
+	}
+	c.SnapshotThreshold = cmp.Or(c.SnapshotThreshold, DefaultSnapshotThreshold)
+	c.SnapshotLogBytes = cmp.Or(c.SnapshotLogBytes, DefaultSnapshotLogBytes)
+	c.SnapshotInterval = cmp.Or(c.SnapshotInterval, DefaultSnapshotInterval)
+	c.TrailingLogs = cmp.Or(c.TrailingLogs, DefaultTrailingLogs)
+	c.SnapshotRetain = max(c.SnapshotRetain, DefaultSnapshotRetain)
+	c.ExpireInterval = cmp.Or(c.ExpireInterval, DefaultExpireInterval)
+	c.WriteRetry = cmp.Or(c.WriteRetry, DefaultWriteRetry)
+	c.GroupCommitLinger = cmp.Or(c.GroupCommitLinger, DefaultGroupCommitLinger)
+	c.GroupCommitMaxBytes = cmp.Or(c.GroupCommitMaxBytes, DefaultGroupCommitMaxBytes)
+	t := &c.Timing
+	t.HeartbeatTimeout = cmp.Or(t.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	t.ElectionTimeout = cmp.Or(t.ElectionTimeout, DefaultElectionTimeout)
+	t.LeaderLeaseTimeout = cmp.Or(t.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
+	t.CommitTimeout = cmp.Or(t.CommitTimeout, DefaultCommitTimeout)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
+	c.RaftLogLevel = cmp.Or(c.RaftLogLevel, slog.LevelWarn)
+	if c.ApplyWorkers == 0 {
+		c.ApplyWorkers = min(runtime.GOMAXPROCS(0), MaxApplyWorkers)
+	}
 }

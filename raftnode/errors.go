@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/inference-cache/inference-cache/command"
 	"github.com/inference-cache/inference-cache/fsm"
 	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
 )
@@ -55,7 +56,7 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %v", ErrShutdown, err)
 	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w: %v", ErrTimeout, err)
-	case errors.Is(err, fsm.ErrRejected), errors.Is(err, fsm.ErrEntryFormat), errors.Is(err, fsm.ErrDecode):
+	case errors.Is(err, fsm.ErrRejected), errors.Is(err, command.ErrEntryFormat), errors.Is(err, command.ErrDecode):
 		return rejectedError{cause: err}
 	}
 	return err

@@ -53,7 +53,7 @@ func TestExpireTicker_DropsExpiredResidenciesOnEveryNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	written := time.Now()
-	idx, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 8, written.UnixMilli()))
+	idx, err := appliedAt(c.Nodes[follower(c, l)].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 8, written.UnixMilli())))
 	if err != nil {
 		t.Fatal(err)
 	}

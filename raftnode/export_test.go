@@ -15,9 +15,9 @@ func SetWrapLogStoreForTest(f func(nodeID string, s raft.LogStore) raft.LogStore
 	return func() { wrapLogStore = old }
 }
 
-// SubmitEncodedForTest runs an already encoded command (fsm.MarshalIngest,
-// fsm.MarshalIngestPacked, fsm.MarshalCommand output) through n's write
-// path as IngestWrite does after encoding: proposed on the leader,
+// SubmitEncodedForTest runs an already encoded command (command.Marshal
+// or command.MarshalIngest output) through n's write path as Ingest does
+// after encoding: proposed on the leader,
 // forwarded from a follower, retried, acknowledged once applied on n.
 // Returns the log index it applied at.
 func (n *Node) SubmitEncodedForTest(ctx context.Context, cmd []byte) (uint64, error) {
@@ -28,3 +28,7 @@ func (n *Node) SubmitEncodedForTest(ctx context.Context, cmd []byte) (uint64, er
 // SnapshotThresholdForTest is raft's entry-count snapshot threshold in
 // force on n (snapshotbytes.go turns it off for large snapshots).
 func (n *Node) SnapshotThresholdForTest() uint64 { return n.raft.ReloadableConfig().SnapshotThreshold }
+
+// ReconcileRoundsForTest is how many reconcile passes n made as leader
+// (membership.go): a test waits for rounds instead of sleeping.
+func (n *Node) ReconcileRoundsForTest() uint64 { return n.reconcileRounds.Load() }

@@ -64,7 +64,7 @@ func startWithOneWrite(t *testing.T, c *clustertest.Cluster) (leader, follow int
 	c.StartAll()
 	leader = c.WaitLeader(15 * time.Second)
 	now = time.Now().UnixMilli()
-	idx, err := c.Nodes[leader].Ingest(c.Ctx(5*time.Second), "", evs("a", 100, 4, now))
+	idx, err := appliedAt(c.Nodes[leader].Ingest(c.Ctx(5*time.Second), "", evs("a", 100, 4, now)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 	var idx uint64
 	var err error
 	for k := 0; k < 5; k++ { // the leader and the other follower commit
-		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", uint64(1000+100*k), 4, now)); err != nil {
+		if idx, err = appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", uint64(1000+100*k), 4, now))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -215,7 +215,7 @@ func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 	}
 
 	full[f].Store(false) // space freed: the leader's next retry succeeds
-	if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("c", 5000, 4, now)); err != nil {
+	if idx, err = appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("c", 5000, 4, now))); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "follower caught up and serving again", 30*time.Second, func() bool {
@@ -244,19 +244,19 @@ func TestFullDisk_LeaderWriteRetriedOnNextLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	full[l].Store(true)
-	idx, err := c.Nodes[l].Ingest(c.Ctx(10*time.Second), "retry-me", evs("b", 1000, 4, now))
+	idx, err := appliedAt(c.Nodes[l].Ingest(c.Ctx(10*time.Second), "retry-me", evs("b", 1000, 4, now)))
 	if err != nil {
 		t.Fatalf("write through a leader whose disk is full: %v (want it retried on the next leader)", err)
 	}
 	full[l].Store(false)
 	// Applied once: a retry of the same id is a duplicate of that index.
-	r, err := c.Nodes[follower(c, l)].IngestWrite(c.Ctx(10*time.Second), "retry-me", evs("b", 1000, 4, now))
+	r, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(10*time.Second), "retry-me", evs("b", 1000, 4, now))
 	if err != nil || !r.Duplicate || r.Index != idx {
 		t.Fatalf("re-sent write = %+v, %v; want a duplicate of index %d", r, err, idx)
 	}
 	// The duplicate took a log entry of its own (reported with the
 	// original's index): compare digests after a later write.
-	last, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(10*time.Second), "", evs("c", 3000, 4, now))
+	last, err := appliedAt(c.Nodes[follower(c, l)].Ingest(c.Ctx(10*time.Second), "", evs("c", 3000, 4, now)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestRestart_StaleAndNotServingUntilItsLogIsApplied(t *testing.T) {
 	var idx uint64
 	var err error
 	for k := 0; k < 5; k++ {
-		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(100*k), 4, time.Now().UnixMilli())); err != nil {
+		if idx, err = appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(100*k), 4, time.Now().UnixMilli()))); err != nil {
 			t.Fatal(err)
 		}
 	}

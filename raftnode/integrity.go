@@ -9,14 +9,14 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
-	"github.com/inference-cache/inference-cache/fsm"
+	"github.com/inference-cache/inference-cache/command"
 	"github.com/inference-cache/inference-cache/snapshot"
 )
 
 // SPEC 9: a corrupt snapshot or log is detected and refused with a clear
 // error; the node does not start with silently wrong state. Snapshots
 // carry their own checksums (snapshot package, and raft's CRC of the
-// file store); log entries carry fsm.SealEntry's. What is checked here:
+// file store); log entries carry command.SealEntry's. What is checked here:
 // at start, every sealed entry of the local log, and that a node with
 // snapshots still has its Raft term and vote (a lost raft.db would let
 // it vote twice in one term); while running, a damaged entry reaching the
@@ -66,7 +66,7 @@ func checkRaftState(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		if _, err := fsm.VerifyEntry(l.Data); err != nil {
+		if _, err := command.VerifyEntry(l.Data); err != nil {
 			return fmt.Errorf("%w: log entry %d (term %d): %v", ErrCorruptState, i, l.Term, err)
 		}
 	}

@@ -27,7 +27,7 @@ func damagedCluster(t *testing.T, snap bool) (*clustertest.Cluster, int, string)
 	var idx uint64
 	var err error
 	for k := 0; k < 5; k++ {
-		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(k*100), 4, time.Now().UnixMilli())); err != nil {
+		if idx, err = appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", uint64(k*100), 4, time.Now().UnixMilli()))); err != nil {
 			t.Fatal(err)
 		}
 	}

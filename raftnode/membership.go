@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
+
+	"github.com/inference-cache/inference-cache/command"
 )
 
 // gossipMeta is what every server advertises in memberlist (≤ 512 bytes).
@@ -20,9 +22,9 @@ type gossipMeta struct {
 	Raft  string `json:"raft"`
 	GRPC  string `json:"grpc"`
 	State bool   `json:"state"` // holds Raft state (bootstrapped or joined)
-	// Fmt is the newest log entry format the server applies
-	// (Config.MaxEntryFormat); absent (0) from binaries that predate it,
-	// which apply format 1 (metaFormat).
+	// Fmt is the log entry format the server writes and the newest it
+	// applies (command.EntryFormat). Informational: every server of this
+	// code writes the same, single format, so nothing depends on it.
 	Fmt uint32 `json:"fmt,omitempty"`
 }
 
@@ -35,7 +37,7 @@ type member struct {
 type delegate struct{ n *Node }
 
 func (d delegate) NodeMeta(limit int) []byte {
-	b, _ := json.Marshal(gossipMeta{ID: d.n.cfg.NodeID, Raft: d.n.cfg.RaftAdvertise, GRPC: d.n.cfg.GRPCAddr, State: d.n.hasState.Load(), Fmt: d.n.cfg.MaxEntryFormat})
+	b, _ := json.Marshal(gossipMeta{ID: d.n.cfg.NodeID, Raft: d.n.cfg.RaftAdvertise, GRPC: d.n.cfg.GRPCAddr, State: d.n.hasState.Load(), Fmt: command.EntryFormat})
 	if len(b) > limit {
 		return nil
 	}
@@ -183,16 +185,15 @@ const (
 )
 
 // membershipLoop joins the gossip pool, bootstraps when asked to, keeps
-// the advertised "has Raft state" flag current, recomputes the packed
-// write gate (writegate.go) and, on the leader, reconciles the Raft
-// configuration with gossip.
+// the advertised "has Raft state" flag current and, on the leader,
+// reconciles the Raft configuration with gossip.
 func (n *Node) membershipLoop() {
 	defer n.wg.Done()
 	joined := len(n.cfg.Join) == 0
 	lastJoin, lastJoinWarn := time.Time{}, time.Time{}
 	t := time.NewTicker(bootstrapPoll)
 	defer t.Stop()
-	lastReconcile, lastGate := time.Time{}, time.Time{}
+	lastReconcile := time.Time{}
 	deadSince := map[string]time.Time{}
 	for {
 		kicked := false
@@ -226,16 +227,10 @@ func (n *Node) membershipLoop() {
 				n.tryBootstrap()
 			}
 		}
-		reconciled := false
 		if n.leaderReady.Load() && (kicked || time.Since(lastReconcile) >= reconcileInterval) {
 			lastReconcile = time.Now()
 			n.reconcile(deadSince)
-			reconciled = true
-		}
-		// After reconcile, so a server it just added counts at once.
-		if kicked || reconciled || time.Since(lastGate) >= writeGateInterval {
-			lastGate = time.Now()
-			n.refreshWriteGate()
+			n.reconcileRounds.Add(1)
 		}
 	}
 }
@@ -320,10 +315,6 @@ func (n *Node) reconcile(deadSince map[string]time.Time) {
 		}
 		s, ok := inCfg[id]
 		if ok && string(s.Address) == m.meta.Raft && s.Suffrage == raft.Voter {
-			continue
-		}
-		if why := n.formatRefusal(id); why != "" {
-			n.log.Warn("raftnode: not adding server: "+why, "id", id)
 			continue
 		}
 		err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 5*time.Second).Error()

@@ -3,18 +3,14 @@ package raftnode
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -48,7 +44,10 @@ type Node struct {
 	leaderReady atomic.Bool // leader and Barrier done
 	hasState    atomic.Bool // advertised in gossip meta
 	reqSeq      atomic.Uint64
-	reqPrefix   string
+	// reconcileRounds counts the leader's reconcile passes
+	// (membership.go), so a test can wait for rounds instead of sleeping.
+	reconcileRounds atomic.Uint64
+	reqPrefix       string
 
 	proposeCh chan *proposal
 	inflight  chan *inflightEntry
@@ -65,8 +64,7 @@ type Node struct {
 	conns   map[string]*grpc.ClientConn // by gRPC address
 
 	metrics metrics
-	health  health    // local log and apply health (health.go)
-	gate    writeGate // may this node write packed entries (writegate.go)
+	health  health // local log and apply health (health.go)
 
 	shutdownCh   chan struct{}
 	shutdownOnce sync.Once
@@ -84,7 +82,8 @@ type Node struct {
 // for a bad Config; otherwise the failing step (a corrupt snapshot names
 // snapshot.ErrCorrupt etc.).
 func New(cfg Config) (*Node, error) {
-	if err := cfg.fill(); err != nil {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	n := &Node{
@@ -126,11 +125,10 @@ func New(cfg Config) (*Node, error) {
 	hooks := cfg.Hooks
 	n.fatalCh = make(chan struct{})
 	n.fsm = fsm.New(cfg.Policy, fsm.Options{
-		TmpDir:         tmpDir,
-		Logger:         n.log,
-		MaxEntryFormat: cfg.MaxEntryFormat,
-		ApplyWorkers:   cfg.ApplyWorkers,
-		OnCorrupt:      func(_ uint64, err error) { n.fail(err) },
+		TmpDir:       tmpDir,
+		Logger:       n.log,
+		ApplyWorkers: cfg.ApplyWorkers,
+		OnCorrupt:    func(_ uint64, err error) { n.fail(err) },
 		Hooks: fsm.Hooks{
 			OnApply: func(entries, commands int, d time.Duration) {
 				n.metrics.applyBatches.Add(1)
@@ -272,141 +270,6 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-func (c *Config) fill() error {
-	if c.NodeID == "" || c.DataDir == "" || c.RaftAddr == "" || c.GossipAddr == "" {
-		return fmt.Errorf("%w: NodeID, DataDir, RaftAddr and GossipAddr are required", ErrInvalid)
-	}
-	if c.RaftAdvertise == "" {
-		c.RaftAdvertise = c.RaftAddr
-	}
-	if c.GossipAdvertise == "" {
-		c.GossipAdvertise = c.GossipAddr
-	}
-	if c.Policy.MaxReplicas == 0 && c.Policy.RankingVersion == "" {
-		c.Policy = policy.Default()
-	}
-	if err := c.Policy.Validate(); err != nil {
-		return fmt.Errorf("%w: initial policy: %w", ErrInvalid, err)
-	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = DefaultSnapshotThreshold
-	}
-	if c.SnapshotLogBytes == 0 {
-		c.SnapshotLogBytes = DefaultSnapshotLogBytes
-	}
-	if c.SnapshotInterval == 0 {
-		c.SnapshotInterval = DefaultSnapshotInterval
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = DefaultTrailingLogs
-	}
-	if c.SnapshotRetain < DefaultSnapshotRetain {
-		c.SnapshotRetain = DefaultSnapshotRetain
-	}
-	if c.ExpireInterval == 0 {
-		c.ExpireInterval = DefaultExpireInterval
-	}
-	if c.WriteRetry == 0 {
-		c.WriteRetry = DefaultWriteRetry
-	}
-	if c.GroupCommitLinger == 0 {
-		c.GroupCommitLinger = DefaultGroupCommitLinger
-	}
-	if c.GroupCommitMaxBytes == 0 {
-		c.GroupCommitMaxBytes = DefaultGroupCommitMaxBytes
-	}
-	t := &c.Timing
-	if t.HeartbeatTimeout == 0 {
-		t.HeartbeatTimeout = DefaultHeartbeatTimeout
-	}
-	if t.ElectionTimeout == 0 {
-		t.ElectionTimeout = DefaultElectionTimeout
-	}
-	if t.LeaderLeaseTimeout == 0 {
-		t.LeaderLeaseTimeout = DefaultLeaderLeaseTimeout
-	}
-	if t.CommitTimeout == 0 {
-		t.CommitTimeout = DefaultCommitTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.RaftLogLevel == 0 {
-		c.RaftLogLevel = slog.LevelWarn
-	}
-	switch {
-	case c.ApplyWorkers < 0:
-		return fmt.Errorf("raftnode: ApplyWorkers %d: must be 0 (one per CPU, at most %d) or positive", c.ApplyWorkers, MaxApplyWorkers)
-	case c.ApplyWorkers == 0:
-		c.ApplyWorkers = min(runtime.GOMAXPROCS(0), MaxApplyWorkers)
-	}
-	if c.MaxEntryFormat == 0 || c.MaxEntryFormat > fsm.EntryFormat {
-		c.MaxEntryFormat = fsm.EntryFormat
-	}
-	return nil
-}
-
-// hclog adapts cfg.Logger for hashicorp/raft: each raft line becomes one
-// slog record at raft's own level (an [ERROR] from raft is an ERROR
-// record, not an INFO line with the level in its text), with raft's
-// key/value pairs as attributes.
-func (n *Node) hclog() hclog.Logger {
-	return n.interceptLogger("raft", n.cfg.RaftLogLevel)
-}
-
-// memberlistLogger adapts cfg.Logger for memberlist, which logs through a
-// *log.Logger with the level in the text ("[ERR] memberlist: ..."): hclog
-// infers each line's level from that prefix, so a gossip failure such as
-// "no installed keys could decrypt the message" is a WARN/ERROR record at
-// the default log level, not hidden at DEBUG.
-func (n *Node) memberlistLogger() *log.Logger {
-	return n.interceptLogger("memberlist", slog.LevelDebug).StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
-}
-
-// interceptLogger is an hclog.Logger named name whose records at or above
-// min go to cfg.Logger (which applies its own level too).
-func (n *Node) interceptLogger(name string, min slog.Level) hclog.InterceptLogger {
-	// The base logger writes nowhere; its level only answers IsDebug-style
-	// questions and drops what the sink would drop anyway. The sink does
-	// the writing.
-	lvl := hclog.Warn
-	switch {
-	case min <= slog.LevelDebug:
-		lvl = hclog.Debug
-	case min <= slog.LevelInfo:
-		lvl = hclog.Info
-	case min >= slog.LevelError:
-		lvl = hclog.Error
-	}
-	il := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: name, Level: lvl, Output: io.Discard})
-	il.RegisterSink(slogSink{log: n.log, min: min})
-	return il
-}
-
-// slogSink forwards hclog records at or above min to a slog.Logger.
-type slogSink struct {
-	log *slog.Logger
-	min slog.Level
-}
-
-func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...interface{}) {
-	var l slog.Level
-	switch level {
-	case hclog.Trace, hclog.Debug:
-		l = slog.LevelDebug
-	case hclog.Info, hclog.NoLevel:
-		l = slog.LevelInfo
-	case hclog.Warn:
-		l = slog.LevelWarn
-	default:
-		l = slog.LevelError
-	}
-	if l < s.min {
-		return
-	}
-	s.log.Log(context.Background(), l, msg, append([]any{"component", name}, args...)...)
-}
-
 func (n *Node) signalApplied() {
 	n.appliedMu.Lock()
 	close(n.appliedSig)
@@ -455,119 +318,6 @@ func (n *Node) Policy() policy.Policy { return n.fsm.Policy() }
 // index. For readiness (gRPC health SERVING, /readyz) use Serving, which
 // also requires the local log and state machine to keep up.
 func (n *Node) Ready() bool { return n.ready.Load() }
-
-// ReadState says how fresh this node's local reads are (SPEC 5, 8).
-type ReadState struct {
-	// NodeID is this node.
-	NodeID string
-	// AppliedIndex is the last log index the FSM applied.
-	AppliedIndex uint64
-	// LastLeaderContact is the time since this node last heard from a
-	// leader (0 on the leader; since start when never).
-	LastLeaderContact time.Duration
-	// Stale: this node's answers may be out of date: never heard from a
-	// leader since start, or longer ago than the policy's MaxStaleness; a
-	// leader that has not finished its Barrier; or a local fault: appends
-	// to its log failing, replaying the log found at start, or committed
-	// entries unapplied for longer than MaxStaleness (health.go; the node
-	// is then not Serving).
-	Stale bool
-	// StaleReason says why Stale is set (one of the Stale* constants; ""
-	// when not stale). A local fault takes precedence.
-	StaleReason string
-	// Leader: this node is the leader.
-	Leader bool
-}
-
-// ReadState returns the current read freshness. Cheap; call per lookup.
-func (n *Node) ReadState() ReadState {
-	rs := ReadState{NodeID: n.cfg.NodeID, AppliedIndex: n.fsm.AppliedIndex()}
-	if n.raft.State() == raft.Leader {
-		rs.Leader = true
-		if !n.leaderReady.Load() {
-			rs.StaleReason = StaleLeaderBarrier
-		}
-	} else if lc := n.raft.LastContact(); lc.IsZero() {
-		rs.LastLeaderContact = time.Since(n.started)
-		rs.StaleReason = StaleNoLeaderYet
-	} else {
-		rs.LastLeaderContact = time.Since(lc)
-		if rs.LastLeaderContact > n.fsm.Index().Policy().MaxStaleness {
-			rs.StaleReason = StaleNoLeader
-		}
-	}
-	if r := n.health.reason(); r != "" {
-		rs.StaleReason = r
-	}
-	rs.Stale = rs.StaleReason != ""
-	return rs
-}
-
-// Member is one server as seen by Raft and gossip.
-type Member struct {
-	ID       string
-	RaftAddr string
-	GRPCAddr string
-	// Suffrage is "Voter", "Nonvoter", "Staging" or "" (gossip only, not in
-	// the Raft configuration).
-	Suffrage string
-	// Healthy: gossip reports the member alive.
-	Healthy bool
-}
-
-// Status is the node's view of the cluster (SPEC 8 admin status).
-type Status struct {
-	NodeID string
-	// State is "Leader", "Follower", "Candidate" or "Shutdown".
-	State         string
-	LeaderID      string
-	LeaderAddress string // the leader's gRPC address ("" if unknown)
-	LeaderRaft    string // the leader's Raft address
-	Term          uint64
-	AppliedIndex  uint64 // FSM applied index
-	CommitIndex   uint64
-	LastLogIndex  uint64
-	// LastLeaderContact: 0 on the leader.
-	LastLeaderContact time.Duration
-	Members           []Member
-	// WriteFormat is the log entry format this node writes now: 2
-	// (fsm.EntryFormatPacked; packed ingest commands) once every server of
-	// the Raft configuration advertises over gossip that it applies it and
-	// this node does too, else 1. On a follower it is the encoding of the
-	// ingest commands it forwards; the leader's own value decides what
-	// enters the log (writegate.go).
-	WriteFormat uint32
-	// WriteFormatReason says why WriteFormat is 1 (e.g. "server n3
-	// applies entry format ≤ 1"); "" when it is 2.
-	WriteFormatReason string
-}
-
-// Status returns the node's current view. Members are sorted by id.
-func (n *Node) Status() Status {
-	rs := n.ReadState()
-	laddr, lid := n.raft.LeaderWithID()
-	st := Status{
-		NodeID:            n.cfg.NodeID,
-		State:             n.raft.State().String(),
-		LeaderID:          string(lid),
-		LeaderRaft:        string(laddr),
-		Term:              n.raft.CurrentTerm(),
-		AppliedIndex:      rs.AppliedIndex,
-		CommitIndex:       n.raft.CommitIndex(),
-		LastLogIndex:      n.raft.LastIndex(),
-		LastLeaderContact: rs.LastLeaderContact,
-	}
-	if m := n.member(string(lid)); m != nil {
-		st.LeaderAddress = m.meta.GRPC
-	}
-	st.Members = n.memberList()
-	st.WriteFormat, st.WriteFormatReason = n.writeFormatStatus()
-	return st
-}
-
-// Digest returns the FSM's applied index and the 64-bit index digest as a
-// consistent pair; equal on every node at an equal applied index.
-func (n *Node) Digest() (appliedIndex, digest uint64) { return n.fsm.Digest() }
 
 // Shutdown stops the node gracefully: a leader first transfers leadership
 // (bounded by 5 s), then the node leaves gossip, stops Raft and closes its
@@ -627,14 +377,14 @@ func (n *Node) shuttingDown() bool {
 	}
 }
 
+// closeAll closes what New opened, once raft (if it started) is shut
+// down. A raft that started owns the transport: its shutdown closes it
+// (raft.WithClose). Only when raft never started is it closed here.
 func (n *Node) closeAll() {
 	if n.ml != nil {
 		n.ml.Shutdown()
 	}
 	if n.raft == nil && n.trans != nil {
-		n.trans.Close()
-	}
-	if n.trans != nil {
 		n.trans.Close()
 	}
 	if n.store != nil {

@@ -75,7 +75,7 @@ func TestSlowDisk_FollowerBehindReadsStale(t *testing.T) {
 	waitFor(t, "follower caught up, fresh and serving", 30*time.Second, func() bool {
 		return !nf.ReadState().Stale && nf.Serving()
 	})
-	idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("c", 9000, 4, now))
+	idx, err := appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("c", 9000, 4, now)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func TestSnapshotLogBytes_SnapshotsOnLogGrowth(t *testing.T) {
 			var idx uint64
 			for k := 0; k < 100; k++ { // ~100 entries of ~9 KiB (packed): ~0.9 MiB of log
 				var err error
-				if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("r", uint64(k)<<20, 512, now)); err != nil {
+				if idx, err = appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("r", uint64(k)<<20, 512, now))); err != nil {
 					t.Fatal(err)
 				}
 			}

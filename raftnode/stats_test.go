@@ -41,10 +41,10 @@ func TestReportStats_QueueReplicatedAndRestoredFromSnapshot(t *testing.T) {
 	if _, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("replica-a", 100, 8, now)); err != nil {
 		t.Fatal(err)
 	}
-	idx, err := c.Nodes[f].ReportStats(c.Ctx(5*time.Second), "stats-1", []index.ReplicaStats{{
+	idx, err := appliedAt(c.Nodes[f].ReportStats(c.Ctx(5*time.Second), "stats-1", []index.ReplicaStats{{
 		ReplicaID: "replica-a", ModelID: part.Model, HashSchemes: []string{part.Scheme}, Pressure: 0.25,
 		ObservedAtMs: now, WaitingRequests: 13, RunningRequests: 8,
-	}})
+	}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestReportStats_QueueReplicatedAndRestoredFromSnapshot(t *testing.T) {
 	// Push the stats entry out of the log: later writes, a snapshot on
 	// every node, then a restart of the follower.
 	for k := 0; k < 24; k++ {
-		if idx, err = c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", uint64(1000+k*100), 4, now)); err != nil {
+		if idx, err = appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("b", uint64(1000+k*100), 4, now))); err != nil {
 			t.Fatal(err)
 		}
 	}

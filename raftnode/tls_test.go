@@ -75,7 +75,7 @@ func TestSecureCluster_RaftTLSGossipKeysAndForwardingOverMutualTLS(t *testing.T)
 	l := c.WaitLeader(20 * time.Second)
 	f := follower(c, l)
 	now := time.Now().UnixMilli()
-	idx, err := c.Nodes[f].Ingest(c.Ctx(5*time.Second), "tls-1", evs("replica-a", 100, 8, now))
+	idx, err := appliedAt(c.Nodes[f].Ingest(c.Ctx(5*time.Second), "tls-1", evs("replica-a", 100, 8, now)))
 	if err != nil {
 		t.Fatalf("write forwarded over mTLS: %v", err)
 	}

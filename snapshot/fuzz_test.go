@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/zeebo/xxh3"
 
+	"github.com/inference-cache/inference-cache/command"
 	"github.com/inference-cache/inference-cache/fsm"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
@@ -30,10 +31,10 @@ func (b *nopBuilder) AddStats(index.ReplicaStats) error { b.stats++; return nil 
 func validSnapshot(t testing.TB) []byte {
 	m := fsm.New(policy.Default(), fsm.Options{TmpDir: t.TempDir()})
 	p := index.Partition{Scheme: "vllm", Model: "m", Tenant: "t"}
-	ent, err := fsm.EncodeEntry(
-		fsm.IngestCommand("a", []index.BlockEvent{{Kind: index.Stored, ReplicaID: "r1", Partition: p, BlockHashes: []uint64{1, 2, 3}, BlockTokenCounts: []uint32{16, 16, 16}, ObservedAtMs: 1000}}),
-		fsm.IngestCommand("b", []index.BlockEvent{{Kind: index.Stored, ReplicaID: "r2", Partition: p, BlockHashes: []uint64{1, 9}, BlockTokenCounts: []uint32{16, 16}, ObservedAtMs: 1000}}),
-		fsm.StatsCommand("c", []index.ReplicaStats{{ReplicaID: "r1", ModelID: "m", HashSchemes: []string{"vllm"}, TenantHitRate: map[string]float64{"t": 0.5}, ObservedAtMs: 1000}}),
+	ent, err := command.EncodeEntry(
+		command.IngestCommand("a", []index.BlockEvent{{Kind: index.Stored, ReplicaID: "r1", Partition: p, BlockHashes: []uint64{1, 2, 3}, BlockTokenCounts: []uint32{16, 16, 16}, ObservedAtMs: 1000}}),
+		command.IngestCommand("b", []index.BlockEvent{{Kind: index.Stored, ReplicaID: "r2", Partition: p, BlockHashes: []uint64{1, 9}, BlockTokenCounts: []uint32{16, 16}, ObservedAtMs: 1000}}),
+		command.StatsCommand("c", []index.ReplicaStats{{ReplicaID: "r1", ModelID: "m", HashSchemes: []string{"vllm"}, TenantHitRate: map[string]float64{"t": 0.5}, ObservedAtMs: 1000}}),
 	)
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type ForwardClient interface {
-	// Apply proposes one encoded fsm command (fsm.MarshalCommand) on the
+	// Apply proposes one encoded fsm command (command.Marshal) on the
 	// leader and answers after it is committed and applied there.
 	Apply(ctx context.Context, in *ApplyRequest, opts ...grpc.CallOption) (*ApplyResponse, error)
 	// Restore streams a snapshot file to the leader, which restores the whole
@@ -73,7 +73,7 @@ type Forward_RestoreClient = grpc.ClientStreamingClient[RestoreChunk, RestoreRes
 // All implementations must embed UnimplementedForwardServer
 // for forward compatibility.
 type ForwardServer interface {
-	// Apply proposes one encoded fsm command (fsm.MarshalCommand) on the
+	// Apply proposes one encoded fsm command (command.Marshal) on the
 	// leader and answers after it is committed and applied there.
 	Apply(context.Context, *ApplyRequest) (*ApplyResponse, error)
 	// Restore streams a snapshot file to the leader, which restores the whole

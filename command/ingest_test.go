@@ -1,4 +1,4 @@
-package fsm
+package command
 
 import (
 	"bytes"
@@ -50,14 +50,15 @@ func randomEvents(rng *rand.Rand) []index.BlockEvent {
 	return evs
 }
 
-// The hand encoder must produce exactly what the generated code produces:
-// followers decode either, and a retry must hash (dedup) alike.
+// The hand encoder must produce exactly what the generated code produces
+// from IngestCommand's message: entries built either way are the same
+// entries.
 func TestMarshalIngest_SameBytesAsProto(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 9))
 	for i := range 5000 {
 		evs := randomEvents(rng)
 		id := []string{"", "req-1", "é" + strings.Repeat("x", 150)}[i%3]
-		want, err := MarshalCommand(IngestCommand(id, evs))
+		want, err := Marshal(IngestCommand(id, evs))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +91,7 @@ func TestMarshalIngest_InvalidUTF8(t *testing.T) {
 			second := ok
 			c.ev(&second)
 			evs := []index.BlockEvent{ok, second}
-			if _, err := MarshalCommand(IngestCommand(c.id, evs)); err == nil {
+			if _, err := Marshal(IngestCommand(c.id, evs)); err == nil {
 				t.Fatal("proto encoded invalid UTF-8: the case does not test anything")
 			}
 			b, err := MarshalIngest(c.id, evs)

@@ -1,4 +1,4 @@
-package fsm
+package command
 
 import (
 	"encoding/binary"
@@ -17,8 +17,8 @@ import (
 // fixed64), which makes a sealed entry recognisable by its first byte:
 // entries from before sealing start with field 1 (the format).
 
-// ErrCorrupt: a log entry fails its checksum or does not decode. The FSM
-// stops applying (Options.OnCorrupt is told) instead of diverging.
+// ErrCorrupt: a log entry fails its checksum. The FSM stops applying
+// (fsm.Options.OnCorrupt is told) instead of diverging.
 var ErrCorrupt = errors.New("fsm: corrupt log entry")
 
 // sealTag is the first byte of a sealed entry: field 15, wire type fixed64.

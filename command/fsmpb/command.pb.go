@@ -6,7 +6,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: fsm/fsmpb/command.proto
+// source: command/fsmpb/command.proto
 
 package fsmpb
 
@@ -28,11 +28,11 @@ const (
 // Entry is one Raft log entry: the commands the leader group-committed.
 type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// format is the entry encoding version (fsm.EntryFormat); an apply that
+	// format is the entry encoding version (command.EntryFormat); an apply that
 	// meets a newer format rejects the entry's commands with an error.
 	Format   uint32     `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
 	Commands []*Command `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
-	// checksum, written first by fsm.SealEntry: xxh3 of every byte of the
+	// checksum, written first by command.SealEntry: xxh3 of every byte of the
 	// entry after it, so a log entry damaged on disk is detected (SPEC 9)
 	// instead of applied. Entries written before it existed start with
 	// field 1 and carry none.
@@ -43,7 +43,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[0]
+	mi := &file_command_fsmpb_command_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +55,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[0]
+	mi := &file_command_fsmpb_command_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +68,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{0}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Entry) GetFormat() uint32 {
@@ -113,7 +113,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[1]
+	mi := &file_command_fsmpb_command_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -125,7 +125,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[1]
+	mi := &file_command_fsmpb_command_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -138,7 +138,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{1}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Command) GetRequestId() string {
@@ -276,7 +276,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[2]
+	mi := &file_command_fsmpb_command_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -288,7 +288,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[2]
+	mi := &file_command_fsmpb_command_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -301,7 +301,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{2}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Partition) GetScheme() string {
@@ -347,7 +347,7 @@ type BlockEvent struct {
 
 func (x *BlockEvent) Reset() {
 	*x = BlockEvent{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[3]
+	mi := &file_command_fsmpb_command_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +359,7 @@ func (x *BlockEvent) String() string {
 func (*BlockEvent) ProtoMessage() {}
 
 func (x *BlockEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[3]
+	mi := &file_command_fsmpb_command_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +372,7 @@ func (x *BlockEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockEvent.ProtoReflect.Descriptor instead.
 func (*BlockEvent) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{3}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BlockEvent) GetKind() uint32 {
@@ -424,6 +424,8 @@ func (x *BlockEvent) GetObservedAtMs() int64 {
 	return 0
 }
 
+// Ingest is the ingest body of entries of format 1, which this code no
+// longer writes; it is still read so that logs holding such entries load.
 type Ingest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Events        []*BlockEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
@@ -433,7 +435,7 @@ type Ingest struct {
 
 func (x *Ingest) Reset() {
 	*x = Ingest{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[4]
+	mi := &file_command_fsmpb_command_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +447,7 @@ func (x *Ingest) String() string {
 func (*Ingest) ProtoMessage() {}
 
 func (x *Ingest) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[4]
+	mi := &file_command_fsmpb_command_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +460,7 @@ func (x *Ingest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ingest.ProtoReflect.Descriptor instead.
 func (*Ingest) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{4}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Ingest) GetEvents() []*BlockEvent {
@@ -468,12 +470,10 @@ func (x *Ingest) GetEvents() []*BlockEvent {
 	return nil
 }
 
-// IngestPacked is an Ingest in a compact, columnar form
-// (fsm.MarshalIngestPacked): each distinct partition and replica id once,
-// one packed column per event field, block hashes as fixed64. It decodes
-// to exactly the events it was made from. A command carrying it is written
-// only in an entry of format 2, and only once every voter applies format
-// 2 (raftnode gates it on what the servers advertise over gossip).
+// IngestPacked is the ingest body written today (command.MarshalIngest), a
+// compact, columnar form: each distinct partition and replica id once, one
+// packed column per event field, block hashes as fixed64. It decodes to
+// exactly the events it was made from. Only entries of format 2 carry it.
 type IngestPacked struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Partitions []*Partition           `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
@@ -497,7 +497,7 @@ type IngestPacked struct {
 
 func (x *IngestPacked) Reset() {
 	*x = IngestPacked{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[5]
+	mi := &file_command_fsmpb_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +509,7 @@ func (x *IngestPacked) String() string {
 func (*IngestPacked) ProtoMessage() {}
 
 func (x *IngestPacked) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[5]
+	mi := &file_command_fsmpb_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +522,7 @@ func (x *IngestPacked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestPacked.ProtoReflect.Descriptor instead.
 func (*IngestPacked) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{5}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *IngestPacked) GetPartitions() []*Partition {
@@ -623,7 +623,7 @@ type ReplicaStats struct {
 
 func (x *ReplicaStats) Reset() {
 	*x = ReplicaStats{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[6]
+	mi := &file_command_fsmpb_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +635,7 @@ func (x *ReplicaStats) String() string {
 func (*ReplicaStats) ProtoMessage() {}
 
 func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[6]
+	mi := &file_command_fsmpb_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +648,7 @@ func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStats.ProtoReflect.Descriptor instead.
 func (*ReplicaStats) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{6}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReplicaStats) GetReplicaId() string {
@@ -730,7 +730,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[7]
+	mi := &file_command_fsmpb_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +742,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[7]
+	mi := &file_command_fsmpb_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +755,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{7}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Stats) GetStats() []*ReplicaStats {
@@ -795,7 +795,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[8]
+	mi := &file_command_fsmpb_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +807,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[8]
+	mi := &file_command_fsmpb_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +820,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{8}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Policy) GetChainMatching() bool {
@@ -980,7 +980,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[9]
+	mi := &file_command_fsmpb_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +992,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[9]
+	mi := &file_command_fsmpb_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1005,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{9}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetPolicy) GetPolicy() *Policy {
@@ -1026,7 +1026,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[10]
+	mi := &file_command_fsmpb_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1038,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[10]
+	mi := &file_command_fsmpb_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1051,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{10}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Expire) GetNowMs() int64 {
@@ -1072,7 +1072,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[11]
+	mi := &file_command_fsmpb_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1084,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[11]
+	mi := &file_command_fsmpb_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1097,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{11}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Credit) GetPartition() *Partition {
@@ -1128,7 +1128,7 @@ type RestoreMark struct {
 
 func (x *RestoreMark) Reset() {
 	*x = RestoreMark{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[12]
+	mi := &file_command_fsmpb_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1140,7 @@ func (x *RestoreMark) String() string {
 func (*RestoreMark) ProtoMessage() {}
 
 func (x *RestoreMark) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[12]
+	mi := &file_command_fsmpb_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1153,7 @@ func (x *RestoreMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreMark.ProtoReflect.Descriptor instead.
 func (*RestoreMark) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{12}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RestoreMark) GetBackupAppliedIndex() uint64 {
@@ -1181,7 +1181,7 @@ type Dedup struct {
 
 func (x *Dedup) Reset() {
 	*x = Dedup{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[13]
+	mi := &file_command_fsmpb_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1193,7 @@ func (x *Dedup) String() string {
 func (*Dedup) ProtoMessage() {}
 
 func (x *Dedup) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[13]
+	mi := &file_command_fsmpb_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1206,7 @@ func (x *Dedup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dedup.ProtoReflect.Descriptor instead.
 func (*Dedup) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{13}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Dedup) GetEntries() []*DedupEntry {
@@ -1235,7 +1235,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[14]
+	mi := &file_command_fsmpb_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1247,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_fsmpb_command_proto_msgTypes[14]
+	mi := &file_command_fsmpb_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1260,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_fsm_fsmpb_command_proto_rawDescGZIP(), []int{14}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DedupEntry) GetRequestId() string {
@@ -1305,47 +1305,47 @@ func (x *DedupEntry) GetPayloadHash() uint64 {
 	return 0
 }
 
-var File_fsm_fsmpb_command_proto protoreflect.FileDescriptor
+var File_command_fsmpb_command_proto protoreflect.FileDescriptor
 
-const file_fsm_fsmpb_command_proto_rawDesc = "" +
+const file_command_fsmpb_command_proto_rawDesc = "" +
 	"\n" +
-	"\x17fsm/fsmpb/command.proto\x12\x15inferencecache.fsm.v1\"w\n" +
+	"\x1bcommand/fsmpb/command.proto\x12\x19inferencecache.command.v1\"{\n" +
 	"\x05Entry\x12\x16\n" +
-	"\x06format\x18\x01 \x01(\rR\x06format\x12:\n" +
-	"\bcommands\x18\x02 \x03(\v2\x1e.inferencecache.fsm.v1.CommandR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x0f \x01(\x06R\bchecksum\"\xe9\x03\n" +
+	"\x06format\x18\x01 \x01(\rR\x06format\x12>\n" +
+	"\bcommands\x18\x02 \x03(\v2\".inferencecache.command.v1.CommandR\bcommands\x12\x1a\n" +
+	"\bchecksum\x18\x0f \x01(\x06R\bchecksum\"\x85\x04\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\x127\n" +
-	"\x06ingest\x18\x02 \x01(\v2\x1d.inferencecache.fsm.v1.IngestH\x00R\x06ingest\x124\n" +
-	"\x05stats\x18\x03 \x01(\v2\x1c.inferencecache.fsm.v1.StatsH\x00R\x05stats\x12A\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
+	"\x06ingest\x18\x02 \x01(\v2!.inferencecache.command.v1.IngestH\x00R\x06ingest\x128\n" +
+	"\x05stats\x18\x03 \x01(\v2 .inferencecache.command.v1.StatsH\x00R\x05stats\x12E\n" +
 	"\n" +
-	"set_policy\x18\x04 \x01(\v2 .inferencecache.fsm.v1.SetPolicyH\x00R\tsetPolicy\x127\n" +
-	"\x06expire\x18\x05 \x01(\v2\x1d.inferencecache.fsm.v1.ExpireH\x00R\x06expire\x127\n" +
-	"\x06credit\x18\x06 \x01(\v2\x1d.inferencecache.fsm.v1.CreditH\x00R\x06credit\x12G\n" +
-	"\frestore_mark\x18\a \x01(\v2\".inferencecache.fsm.v1.RestoreMarkH\x00R\vrestoreMark\x12J\n" +
-	"\ringest_packed\x18\b \x01(\v2#.inferencecache.fsm.v1.IngestPackedH\x00R\fingestPackedB\x06\n" +
+	"set_policy\x18\x04 \x01(\v2$.inferencecache.command.v1.SetPolicyH\x00R\tsetPolicy\x12;\n" +
+	"\x06expire\x18\x05 \x01(\v2!.inferencecache.command.v1.ExpireH\x00R\x06expire\x12;\n" +
+	"\x06credit\x18\x06 \x01(\v2!.inferencecache.command.v1.CreditH\x00R\x06credit\x12K\n" +
+	"\frestore_mark\x18\a \x01(\v2&.inferencecache.command.v1.RestoreMarkH\x00R\vrestoreMark\x12N\n" +
+	"\ringest_packed\x18\b \x01(\v2'.inferencecache.command.v1.IngestPackedH\x00R\fingestPackedB\x06\n" +
 	"\x04body\"k\n" +
 	"\tPartition\x12\x16\n" +
 	"\x06scheme\x18\x01 \x01(\tR\x06scheme\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x18\n" +
-	"\aadapter\x18\x04 \x01(\tR\aadapter\"\xa8\x02\n" +
+	"\aadapter\x18\x04 \x01(\tR\aadapter\"\xac\x02\n" +
 	"\n" +
 	"BlockEvent\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\rR\x04kind\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x02 \x01(\tR\treplicaId\x12>\n" +
-	"\tpartition\x18\x03 \x01(\v2 .inferencecache.fsm.v1.PartitionR\tpartition\x12!\n" +
+	"replica_id\x18\x02 \x01(\tR\treplicaId\x12B\n" +
+	"\tpartition\x18\x03 \x01(\v2$.inferencecache.command.v1.PartitionR\tpartition\x12!\n" +
 	"\fblock_hashes\x18\x04 \x03(\x04R\vblockHashes\x12,\n" +
 	"\x12block_token_counts\x18\x05 \x03(\rR\x10blockTokenCounts\x120\n" +
 	"\x14prefix_tokens_before\x18\x06 \x01(\rR\x12prefixTokensBefore\x12$\n" +
-	"\x0eobserved_at_ms\x18\a \x01(\x03R\fobservedAtMs\"C\n" +
-	"\x06Ingest\x129\n" +
-	"\x06events\x18\x01 \x03(\v2!.inferencecache.fsm.v1.BlockEventR\x06events\"\xb9\x03\n" +
-	"\fIngestPacked\x12@\n" +
+	"\x0eobserved_at_ms\x18\a \x01(\x03R\fobservedAtMs\"G\n" +
+	"\x06Ingest\x12=\n" +
+	"\x06events\x18\x01 \x03(\v2%.inferencecache.command.v1.BlockEventR\x06events\"\xbd\x03\n" +
+	"\fIngestPacked\x12D\n" +
 	"\n" +
-	"partitions\x18\x01 \x03(\v2 .inferencecache.fsm.v1.PartitionR\n" +
+	"partitions\x18\x01 \x03(\v2$.inferencecache.command.v1.PartitionR\n" +
 	"partitions\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12\x14\n" +
 	"\x05kinds\x18\x03 \x03(\rR\x05kinds\x12!\n" +
@@ -1371,9 +1371,9 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\bendpoint\x18\b \x01(\tR\bendpoint\x12)\n" +
 	"\x10waiting_requests\x18\t \x01(\rR\x0fwaitingRequests\x12)\n" +
 	"\x10running_requests\x18\n" +
-	" \x01(\rR\x0frunningRequests\"B\n" +
-	"\x05Stats\x129\n" +
-	"\x05stats\x18\x01 \x03(\v2#.inferencecache.fsm.v1.ReplicaStatsR\x05stats\"\x89\a\n" +
+	" \x01(\rR\x0frunningRequests\"F\n" +
+	"\x05Stats\x12=\n" +
+	"\x05stats\x18\x01 \x03(\v2'.inferencecache.command.v1.ReplicaStatsR\x05stats\"\x89\a\n" +
 	"\x06Policy\x12%\n" +
 	"\x0echain_matching\x18\x01 \x01(\bR\rchainMatching\x124\n" +
 	"\x16minimum_matched_tokens\x18\x02 \x01(\rR\x14minimumMatchedTokens\x12.\n" +
@@ -1396,19 +1396,19 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\x11block_size_values\x18\x12 \x03(\rR\x0fblockSizeValues\x12(\n" +
 	"\x10max_staleness_ns\x18\x13 \x01(\x03R\x0emaxStalenessNs\x12\x18\n" +
 	"\aversion\x18\x14 \x01(\x04R\aversion\x12%\n" +
-	"\x0eeviction_batch\x18\x15 \x01(\rR\revictionBatch\"B\n" +
-	"\tSetPolicy\x125\n" +
-	"\x06policy\x18\x01 \x01(\v2\x1d.inferencecache.fsm.v1.PolicyR\x06policy\"\x1f\n" +
+	"\x0eeviction_batch\x18\x15 \x01(\rR\revictionBatch\"F\n" +
+	"\tSetPolicy\x129\n" +
+	"\x06policy\x18\x01 \x01(\v2!.inferencecache.command.v1.PolicyR\x06policy\"\x1f\n" +
 	"\x06Expire\x12\x15\n" +
-	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\"`\n" +
-	"\x06Credit\x12>\n" +
-	"\tpartition\x18\x01 \x01(\v2 .inferencecache.fsm.v1.PartitionR\tpartition\x12\x16\n" +
+	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\"d\n" +
+	"\x06Credit\x12B\n" +
+	"\tpartition\x18\x01 \x01(\v2$.inferencecache.command.v1.PartitionR\tpartition\x12\x16\n" +
 	"\x06hashes\x18\x02 \x03(\x04R\x06hashes\"d\n" +
 	"\vRestoreMark\x120\n" +
 	"\x14backup_applied_index\x18\x01 \x01(\x04R\x12backupAppliedIndex\x12#\n" +
-	"\rbackup_digest\x18\x02 \x01(\x04R\fbackupDigest\"D\n" +
-	"\x05Dedup\x12;\n" +
-	"\aentries\x18\x01 \x03(\v2!.inferencecache.fsm.v1.DedupEntryR\aentries\"\xbb\x01\n" +
+	"\rbackup_digest\x18\x02 \x01(\x04R\fbackupDigest\"H\n" +
+	"\x05Dedup\x12?\n" +
+	"\aentries\x18\x01 \x03(\v2%.inferencecache.command.v1.DedupEntryR\aentries\"\xbb\x01\n" +
 	"\n" +
 	"DedupEntry\x12\x1d\n" +
 	"\n" +
@@ -1417,54 +1417,54 @@ const file_fsm_fsmpb_command_proto_rawDesc = "" +
 	"\achanged\x18\x03 \x01(\rR\achanged\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12%\n" +
 	"\x0epolicy_version\x18\x05 \x01(\x04R\rpolicyVersion\x12!\n" +
-	"\fpayload_hash\x18\x06 \x01(\x06R\vpayloadHashB6Z4github.com/inference-cache/inference-cache/fsm/fsmpbb\x06proto3"
+	"\fpayload_hash\x18\x06 \x01(\x06R\vpayloadHashB:Z8github.com/inference-cache/inference-cache/command/fsmpbb\x06proto3"
 
 var (
-	file_fsm_fsmpb_command_proto_rawDescOnce sync.Once
-	file_fsm_fsmpb_command_proto_rawDescData []byte
+	file_command_fsmpb_command_proto_rawDescOnce sync.Once
+	file_command_fsmpb_command_proto_rawDescData []byte
 )
 
-func file_fsm_fsmpb_command_proto_rawDescGZIP() []byte {
-	file_fsm_fsmpb_command_proto_rawDescOnce.Do(func() {
-		file_fsm_fsmpb_command_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_command_proto_rawDesc), len(file_fsm_fsmpb_command_proto_rawDesc)))
+func file_command_fsmpb_command_proto_rawDescGZIP() []byte {
+	file_command_fsmpb_command_proto_rawDescOnce.Do(func() {
+		file_command_fsmpb_command_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_command_fsmpb_command_proto_rawDesc), len(file_command_fsmpb_command_proto_rawDesc)))
 	})
-	return file_fsm_fsmpb_command_proto_rawDescData
+	return file_command_fsmpb_command_proto_rawDescData
 }
 
-var file_fsm_fsmpb_command_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
-var file_fsm_fsmpb_command_proto_goTypes = []any{
-	(*Entry)(nil),        // 0: inferencecache.fsm.v1.Entry
-	(*Command)(nil),      // 1: inferencecache.fsm.v1.Command
-	(*Partition)(nil),    // 2: inferencecache.fsm.v1.Partition
-	(*BlockEvent)(nil),   // 3: inferencecache.fsm.v1.BlockEvent
-	(*Ingest)(nil),       // 4: inferencecache.fsm.v1.Ingest
-	(*IngestPacked)(nil), // 5: inferencecache.fsm.v1.IngestPacked
-	(*ReplicaStats)(nil), // 6: inferencecache.fsm.v1.ReplicaStats
-	(*Stats)(nil),        // 7: inferencecache.fsm.v1.Stats
-	(*Policy)(nil),       // 8: inferencecache.fsm.v1.Policy
-	(*SetPolicy)(nil),    // 9: inferencecache.fsm.v1.SetPolicy
-	(*Expire)(nil),       // 10: inferencecache.fsm.v1.Expire
-	(*Credit)(nil),       // 11: inferencecache.fsm.v1.Credit
-	(*RestoreMark)(nil),  // 12: inferencecache.fsm.v1.RestoreMark
-	(*Dedup)(nil),        // 13: inferencecache.fsm.v1.Dedup
-	(*DedupEntry)(nil),   // 14: inferencecache.fsm.v1.DedupEntry
+var file_command_fsmpb_command_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_command_fsmpb_command_proto_goTypes = []any{
+	(*Entry)(nil),        // 0: inferencecache.command.v1.Entry
+	(*Command)(nil),      // 1: inferencecache.command.v1.Command
+	(*Partition)(nil),    // 2: inferencecache.command.v1.Partition
+	(*BlockEvent)(nil),   // 3: inferencecache.command.v1.BlockEvent
+	(*Ingest)(nil),       // 4: inferencecache.command.v1.Ingest
+	(*IngestPacked)(nil), // 5: inferencecache.command.v1.IngestPacked
+	(*ReplicaStats)(nil), // 6: inferencecache.command.v1.ReplicaStats
+	(*Stats)(nil),        // 7: inferencecache.command.v1.Stats
+	(*Policy)(nil),       // 8: inferencecache.command.v1.Policy
+	(*SetPolicy)(nil),    // 9: inferencecache.command.v1.SetPolicy
+	(*Expire)(nil),       // 10: inferencecache.command.v1.Expire
+	(*Credit)(nil),       // 11: inferencecache.command.v1.Credit
+	(*RestoreMark)(nil),  // 12: inferencecache.command.v1.RestoreMark
+	(*Dedup)(nil),        // 13: inferencecache.command.v1.Dedup
+	(*DedupEntry)(nil),   // 14: inferencecache.command.v1.DedupEntry
 }
-var file_fsm_fsmpb_command_proto_depIdxs = []int32{
-	1,  // 0: inferencecache.fsm.v1.Entry.commands:type_name -> inferencecache.fsm.v1.Command
-	4,  // 1: inferencecache.fsm.v1.Command.ingest:type_name -> inferencecache.fsm.v1.Ingest
-	7,  // 2: inferencecache.fsm.v1.Command.stats:type_name -> inferencecache.fsm.v1.Stats
-	9,  // 3: inferencecache.fsm.v1.Command.set_policy:type_name -> inferencecache.fsm.v1.SetPolicy
-	10, // 4: inferencecache.fsm.v1.Command.expire:type_name -> inferencecache.fsm.v1.Expire
-	11, // 5: inferencecache.fsm.v1.Command.credit:type_name -> inferencecache.fsm.v1.Credit
-	12, // 6: inferencecache.fsm.v1.Command.restore_mark:type_name -> inferencecache.fsm.v1.RestoreMark
-	5,  // 7: inferencecache.fsm.v1.Command.ingest_packed:type_name -> inferencecache.fsm.v1.IngestPacked
-	2,  // 8: inferencecache.fsm.v1.BlockEvent.partition:type_name -> inferencecache.fsm.v1.Partition
-	3,  // 9: inferencecache.fsm.v1.Ingest.events:type_name -> inferencecache.fsm.v1.BlockEvent
-	2,  // 10: inferencecache.fsm.v1.IngestPacked.partitions:type_name -> inferencecache.fsm.v1.Partition
-	6,  // 11: inferencecache.fsm.v1.Stats.stats:type_name -> inferencecache.fsm.v1.ReplicaStats
-	8,  // 12: inferencecache.fsm.v1.SetPolicy.policy:type_name -> inferencecache.fsm.v1.Policy
-	2,  // 13: inferencecache.fsm.v1.Credit.partition:type_name -> inferencecache.fsm.v1.Partition
-	14, // 14: inferencecache.fsm.v1.Dedup.entries:type_name -> inferencecache.fsm.v1.DedupEntry
+var file_command_fsmpb_command_proto_depIdxs = []int32{
+	1,  // 0: inferencecache.command.v1.Entry.commands:type_name -> inferencecache.command.v1.Command
+	4,  // 1: inferencecache.command.v1.Command.ingest:type_name -> inferencecache.command.v1.Ingest
+	7,  // 2: inferencecache.command.v1.Command.stats:type_name -> inferencecache.command.v1.Stats
+	9,  // 3: inferencecache.command.v1.Command.set_policy:type_name -> inferencecache.command.v1.SetPolicy
+	10, // 4: inferencecache.command.v1.Command.expire:type_name -> inferencecache.command.v1.Expire
+	11, // 5: inferencecache.command.v1.Command.credit:type_name -> inferencecache.command.v1.Credit
+	12, // 6: inferencecache.command.v1.Command.restore_mark:type_name -> inferencecache.command.v1.RestoreMark
+	5,  // 7: inferencecache.command.v1.Command.ingest_packed:type_name -> inferencecache.command.v1.IngestPacked
+	2,  // 8: inferencecache.command.v1.BlockEvent.partition:type_name -> inferencecache.command.v1.Partition
+	3,  // 9: inferencecache.command.v1.Ingest.events:type_name -> inferencecache.command.v1.BlockEvent
+	2,  // 10: inferencecache.command.v1.IngestPacked.partitions:type_name -> inferencecache.command.v1.Partition
+	6,  // 11: inferencecache.command.v1.Stats.stats:type_name -> inferencecache.command.v1.ReplicaStats
+	8,  // 12: inferencecache.command.v1.SetPolicy.policy:type_name -> inferencecache.command.v1.Policy
+	2,  // 13: inferencecache.command.v1.Credit.partition:type_name -> inferencecache.command.v1.Partition
+	14, // 14: inferencecache.command.v1.Dedup.entries:type_name -> inferencecache.command.v1.DedupEntry
 	15, // [15:15] is the sub-list for method output_type
 	15, // [15:15] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
@@ -1472,12 +1472,12 @@ var file_fsm_fsmpb_command_proto_depIdxs = []int32{
 	0,  // [0:15] is the sub-list for field type_name
 }
 
-func init() { file_fsm_fsmpb_command_proto_init() }
-func file_fsm_fsmpb_command_proto_init() {
-	if File_fsm_fsmpb_command_proto != nil {
+func init() { file_command_fsmpb_command_proto_init() }
+func file_command_fsmpb_command_proto_init() {
+	if File_command_fsmpb_command_proto != nil {
 		return
 	}
-	file_fsm_fsmpb_command_proto_msgTypes[1].OneofWrappers = []any{
+	file_command_fsmpb_command_proto_msgTypes[1].OneofWrappers = []any{
 		(*Command_Ingest)(nil),
 		(*Command_Stats)(nil),
 		(*Command_SetPolicy)(nil),
@@ -1490,17 +1490,17 @@ func file_fsm_fsmpb_command_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_fsmpb_command_proto_rawDesc), len(file_fsm_fsmpb_command_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_fsmpb_command_proto_rawDesc), len(file_command_fsmpb_command_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_fsm_fsmpb_command_proto_goTypes,
-		DependencyIndexes: file_fsm_fsmpb_command_proto_depIdxs,
-		MessageInfos:      file_fsm_fsmpb_command_proto_msgTypes,
+		GoTypes:           file_command_fsmpb_command_proto_goTypes,
+		DependencyIndexes: file_command_fsmpb_command_proto_depIdxs,
+		MessageInfos:      file_command_fsmpb_command_proto_msgTypes,
 	}.Build()
-	File_fsm_fsmpb_command_proto = out.File
-	file_fsm_fsmpb_command_proto_goTypes = nil
-	file_fsm_fsmpb_command_proto_depIdxs = nil
+	File_command_fsmpb_command_proto = out.File
+	file_command_fsmpb_command_proto_goTypes = nil
+	file_command_fsmpb_command_proto_depIdxs = nil
 }

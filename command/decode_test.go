@@ -1,4 +1,4 @@
-package fsm
+package command
 
 import (
 	"fmt"
@@ -7,26 +7,41 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/command/fsmpb"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
 )
 
 // slowDecode is the reference: the generated protobuf decoder.
-func slowDecode(t *testing.T, b []byte) (uint32, []decodedCommand, error) {
+func slowDecode(t *testing.T, b []byte) (uint32, []Decoded, error) {
 	t.Helper()
 	e, err := DecodeEntry(b)
 	if err != nil {
 		return 0, nil, err
 	}
-	out := make([]decodedCommand, len(e.Commands))
+	out := make([]Decoded, len(e.Commands))
 	for i, c := range e.Commands {
-		out[i] = decodedCommand{requestID: c.RequestId, pb: c}
-		if ing, ok := c.Body.(*fsmpb.Command_Ingest); ok {
-			out[i] = decodedCommand{requestID: c.RequestId, events: fsmpb.EventsFromPB(ing.Ingest.GetEvents())}
+		out[i] = Decoded{RequestID: c.RequestId, Msg: c}
+		switch b := c.Body.(type) {
+		case *fsmpb.Command_Ingest:
+			out[i] = Decoded{RequestID: c.RequestId, Events: fsmpb.EventsFromPB(b.Ingest.GetEvents())}
+		case *fsmpb.Command_IngestPacked:
+			evs, err := expandPacked(packedColsFromPB(b.IngestPacked), new(Decoder))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i] = Decoded{RequestID: c.RequestId, Events: evs}
 		}
 	}
 	return e.Format, out, nil
+}
+
+// fastDecode is the fast path alone.
+func fastDecode(b []byte, a *Decoder) (uint32, []Decoded, bool) {
+	if a == nil {
+		a = new(Decoder)
+	}
+	return a.decodeFast(b)
 }
 
 func normEvents(evs []index.BlockEvent) []index.BlockEvent {
@@ -61,7 +76,9 @@ func TestDecodeEntryFast_MatchesProto(t *testing.T) {
 	var entries [][]byte
 	good, _ := EncodeEntry(IngestCommand("a", evs), ExpireCommand("b", 7), IngestCommand("", nil),
 		SetPolicyCommand("c", policy.Default()), IngestCommand("d", evs[:1]))
-	entries = append(entries, good)
+	legacy := legacyEntry(t, legacyIngestCommand("a", evs), ExpireCommand("b", 7), legacyIngestCommand("", nil),
+		SetPolicyCommand("c", policy.Default()), legacyIngestCommand("d", evs[:1]))
+	entries = append(entries, good, legacy)
 
 	// hand-made unusual encodings of one event inside one command
 	ev := func(fields ...[]byte) []byte {
@@ -80,7 +97,7 @@ func TestDecodeEntryFast_MatchesProto(t *testing.T) {
 	wrap := func(reqID string, event []byte) []byte {
 		ing := bytesF(1, event)
 		cmd := append(bytesF(1, []byte(reqID)), bytesF(2, ing)...)
-		return append(NewEntry(nil), bytesF(2, cmd)...)
+		return append(newEntryFormat(nil, 1), bytesF(2, cmd)...)
 	}
 	part := bytesF(3, append(bytesF(1, []byte("s")), bytesF(2, []byte("m"))...))
 	entries = append(entries,
@@ -98,12 +115,12 @@ func TestDecodeEntryFast_MatchesProto(t *testing.T) {
 	for i, b := range entries {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			wf, wc, werr := slowDecode(t, b)
-			gf, gc, ok := decodeEntryFast(b, nil)
-			if i == 0 && (!ok || gc[0].pb != nil || gc[1].pb == nil || gc[4].pb != nil) {
+			gf, gc, ok := fastDecode(b, nil)
+			if i <= 1 && (!ok || gc[0].Msg != nil || gc[1].Msg == nil || gc[4].Msg != nil) {
 				t.Fatalf("canonical entry did not take the fast path (ok=%v)", ok)
 			}
 			if !ok {
-				return // applyEntry uses DecodeEntry: identical by construction
+				return // Decode falls back to DecodeEntry: identical by construction
 			}
 			if werr != nil {
 				t.Fatalf("fast path accepted an entry proto refuses: %v", werr)
@@ -112,20 +129,19 @@ func TestDecodeEntryFast_MatchesProto(t *testing.T) {
 				t.Fatalf("format/commands: fast %d/%d, proto %d/%d", gf, len(gc), wf, len(wc))
 			}
 			for j := range gc {
-				if gc[j].requestID != wc[j].requestID {
-					t.Fatalf("cmd %d request id %q vs %q", j, gc[j].requestID, wc[j].requestID)
+				if gc[j].RequestID != wc[j].RequestID {
+					t.Fatalf("cmd %d request id %q vs %q", j, gc[j].RequestID, wc[j].RequestID)
 				}
-				if (gc[j].pb == nil) != (wc[j].pb == nil) {
+				if (gc[j].Msg == nil) != (wc[j].Msg == nil) {
 					// fast path fell back to proto for an ingest: compare events
-					if gc[j].pb != nil {
-						ing := gc[j].pb.Body.(*fsmpb.Command_Ingest)
-						gc[j].events = fsmpb.EventsFromPB(ing.Ingest.GetEvents())
+					if gc[j].Msg != nil {
+						prepare(&gc[j])
 					} else {
 						t.Fatalf("cmd %d: fast path decoded a non-ingest as ingest", j)
 					}
 				}
-				if !reflect.DeepEqual(normEvents(gc[j].events), normEvents(wc[j].events)) {
-					t.Fatalf("cmd %d events differ:\nfast  %+v\nproto %+v", j, gc[j].events, wc[j].events)
+				if !reflect.DeepEqual(normEvents(gc[j].Events), normEvents(wc[j].Events)) {
+					t.Fatalf("cmd %d events differ:\nfast  %+v\nproto %+v", j, gc[j].Events, wc[j].Events)
 				}
 			}
 		})
@@ -133,17 +149,17 @@ func TestDecodeEntryFast_MatchesProto(t *testing.T) {
 	// exactly as with a fresh arena, whatever was decoded (or half
 	// decoded, for the entries that fall back) before it.
 	t.Run("reused-arena", func(t *testing.T) {
-		var a decodeArena
+		var a Decoder
 		for round := 0; round < 2; round++ {
 			for i, b := range entries {
-				wf, wc, wok := decodeEntryFast(b, nil)
-				gf, gc, gok := decodeEntryFast(b, &a)
+				wf, wc, wok := fastDecode(b, nil)
+				gf, gc, gok := fastDecode(b, &a)
 				if wok != gok || wf != gf || len(wc) != len(gc) {
 					t.Fatalf("entry %d: reused arena ok/format/commands %v/%d/%d, fresh %v/%d/%d", i, gok, gf, len(gc), wok, wf, len(wc))
 				}
 				for j := range wc {
-					if gc[j].requestID != wc[j].requestID || (gc[j].pb == nil) != (wc[j].pb == nil) ||
-						!reflect.DeepEqual(gc[j].events, wc[j].events) || !reflect.DeepEqual(gc[j].raw, wc[j].raw) {
+					if gc[j].RequestID != wc[j].RequestID || (gc[j].Msg == nil) != (wc[j].Msg == nil) ||
+						!reflect.DeepEqual(gc[j].Events, wc[j].Events) || !reflect.DeepEqual(gc[j].Raw, wc[j].Raw) {
 						t.Fatalf("entry %d cmd %d: reused arena decoded %+v, fresh %+v", i, j, gc[j], wc[j])
 					}
 				}

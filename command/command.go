@@ -1,4 +1,4 @@
-package fsm
+package command
 
 import (
 	"errors"
@@ -7,42 +7,30 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/inference-cache/inference-cache/fsm/fsmpb"
+	"github.com/inference-cache/inference-cache/command/fsmpb"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
 )
 
-// EntryFormat is the newest log entry format this binary applies. An
-// entry with a larger format is not applied; each of its commands gets an
-// error wrapping ErrEntryFormat. Format 1 holds protobuf commands only;
-// format 2 (EntryFormatPacked) may also hold packed ingest commands
-// (MarshalIngestPacked). A binary writes format 2 only once every voter
-// advertises it applies format 2, so no node meets an entry it cannot
-// apply (raftnode; docs/operations.md, upgrades).
-const EntryFormat uint32 = EntryFormatPacked
-
-// EntryFormatPacked is the entry format that may carry packed ingest
-// commands.
-const EntryFormatPacked uint32 = 2
+// EntryFormat is the log entry format this package writes and the newest
+// one it reads. An entry of a larger format is not applied: each of its
+// commands gets an error wrapping ErrEntryFormat, on every node alike.
+// Format 1 (protobuf ingest commands, no longer written) is still read.
+const EntryFormat uint32 = 2
 
 var (
 	// ErrEntryFormat: a log entry was written by a newer binary.
 	ErrEntryFormat = errors.New("fsm: log entry format newer than this binary")
 	// ErrDecode: a log entry's bytes do not decode.
 	ErrDecode = errors.New("fsm: log entry does not decode")
-	// ErrRejected: apply refused a command (invalid policy, unknown
-	// command, a panic in the index); state is unchanged by it.
-	ErrRejected = errors.New("fsm: command rejected")
-	// ErrRequestIDReused: a command carried a request id still in the
-	// dedup window (DedupWindow ids) that was first used for a command
-	// with different bytes; it is refused (and wraps ErrRejected too), so
-	// a client bug reusing ids never silently drops a write.
-	ErrRequestIDReused = errors.New("request id reused for a different payload")
 )
 
-// IngestCommand builds an ingest command (SPEC 6).
+// IngestCommand builds an ingest command (SPEC 6) in the packed form:
+// Marshal of it gives the bytes MarshalIngest gives. MarshalIngest is the
+// write path's encoder; this builder is for callers that assemble entries
+// from messages (EncodeEntry).
 func IngestCommand(requestID string, evs []index.BlockEvent) *fsmpb.Command {
-	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_Ingest{Ingest: &fsmpb.Ingest{Events: fsmpb.EventsToPB(evs)}}}
+	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_IngestPacked{IngestPacked: packedToPB(evs)}}
 }
 
 // StatsCommand builds a replica stats command.
@@ -61,7 +49,8 @@ func SetPolicyCommand(requestID string, p policy.Policy) *fsmpb.Command {
 }
 
 // ExpireCommand builds an expire command with the leader's clock nowMs (ms
-// since the Unix epoch).
+// since the Unix epoch): the clock is read once, by the leader, so apply
+// stays deterministic.
 func ExpireCommand(requestID string, nowMs int64) *fsmpb.Command {
 	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_Expire{Expire: &fsmpb.Expire{NowMs: nowMs}}}
 }
@@ -77,9 +66,9 @@ func RestoreMarkCommand(requestID string, backupIndex, backupDigest uint64) *fsm
 	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_RestoreMark{RestoreMark: &fsmpb.RestoreMark{BackupAppliedIndex: backupIndex, BackupDigest: backupDigest}}}
 }
 
-// MarshalCommand encodes one command for AppendCommand (done by the
-// submitting goroutine, so the leader's batcher only concatenates bytes).
-func MarshalCommand(c *fsmpb.Command) ([]byte, error) {
+// Marshal encodes one command for AppendCommand. The submitting goroutine
+// does it, so the leader's batcher only concatenates bytes.
+func Marshal(c *fsmpb.Command) ([]byte, error) {
 	// Deterministic (map keys sorted): a retry must encode to the same
 	// bytes, since the dedup window compares payloads by hash.
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
@@ -89,22 +78,20 @@ func MarshalCommand(c *fsmpb.Command) ([]byte, error) {
 	return b, nil
 }
 
-// NewEntry starts an encoded fsmpb.Entry of format 1 (protobuf commands
-// only, which every binary applies); append commands with AppendCommand.
-// The result is what goes into raft.Apply.
+// NewEntry starts an encoded fsmpb.Entry of EntryFormat in buf (reusing
+// its storage); append commands with AppendCommand and seal the result
+// with SealEntry before it goes into raft.Apply.
 func NewEntry(buf []byte) []byte {
-	return NewEntryFormat(buf, 1)
+	return newEntryFormat(buf, EntryFormat)
 }
 
-// NewEntryFormat is NewEntry for an entry of the given format: the
-// largest CommandFormat of the commands it will hold.
-func NewEntryFormat(buf []byte, format uint32) []byte {
+func newEntryFormat(buf []byte, format uint32) []byte {
 	buf = protowire.AppendTag(buf[:0], 1, protowire.VarintType)
 	return protowire.AppendVarint(buf, uint64(format))
 }
 
-// AppendCommand appends one MarshalCommand output to an entry started with
-// NewEntry (protobuf repeated fields concatenate).
+// AppendCommand appends one Marshal or MarshalIngest output to an entry
+// started with NewEntry (protobuf repeated fields concatenate).
 func AppendCommand(entry, cmd []byte) []byte {
 	entry = protowire.AppendTag(entry, 2, protowire.BytesType)
 	return protowire.AppendBytes(entry, cmd)
@@ -116,7 +103,7 @@ func AppendCommand(entry, cmd []byte) []byte {
 func EncodeEntry(cmds ...*fsmpb.Command) ([]byte, error) {
 	e := NewEntry(nil)
 	for _, c := range cmds {
-		b, err := MarshalCommand(c)
+		b, err := Marshal(c)
 		if err != nil {
 			return nil, err
 		}
@@ -125,15 +112,8 @@ func EncodeEntry(cmds ...*fsmpb.Command) ([]byte, error) {
 	return e, nil
 }
 
-// unmarshalCommand decodes one command's bytes; an error wraps ErrDecode.
-func unmarshalCommand(b []byte, c *fsmpb.Command) error {
-	if err := proto.Unmarshal(b, c); err != nil {
-		return fmt.Errorf("%w: %v", ErrDecode, err)
-	}
-	return nil
-}
-
-// DecodeEntry decodes a log entry.
+// DecodeEntry decodes a log entry with the generated code: the reference
+// the fast decoder (Decoder) is held to, and its fallback.
 func DecodeEntry(b []byte) (*fsmpb.Entry, error) {
 	var e fsmpb.Entry
 	if err := proto.Unmarshal(b, &e); err != nil {

@@ -1,4 +1,4 @@
-package fsm
+package command
 
 import (
 	"encoding/binary"
@@ -7,7 +7,6 @@ import (
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/inference-cache/inference-cache/fsm/fsmpb"
 	"github.com/inference-cache/inference-cache/index"
 )
 
@@ -24,47 +23,26 @@ import (
 // The hash is the same on every node since it depends only on the log
 // entry.
 
-// prepareCommand converts a generic ingest command into the fast path's
-// events and a stats command into index stats, once, for both payloadHash
-// and apply.
-func prepareCommand(dc *decodedCommand) {
-	if dc.pb == nil {
-		return
-	}
-	switch b := dc.pb.Body.(type) {
-	case *fsmpb.Command_Ingest:
-		dc.events = fsmpb.EventsFromPB(b.Ingest.GetEvents())
-		dc.pb = nil
-	case *fsmpb.Command_IngestPacked:
-		dc.events, dc.err = expandPacked(packedColsFromPB(b.IngestPacked), new(decodeArena))
-		dc.pb, dc.packed = nil, true
-	case *fsmpb.Command_Stats:
-		dc.stats = make([]index.ReplicaStats, len(b.Stats.GetStats()))
-		for i, s := range b.Stats.GetStats() {
-			dc.stats[i] = fsmpb.StatsFromPB(s)
-		}
-	}
-}
-
-// payloadHash is the dedup fingerprint of a prepared command, never 0
+// PayloadHash is the dedup fingerprint of a decoded command, never 0
 // except when it is unknown (a non-ingest, non-stats command whose raw
-// bytes were not found), which skips the check. buf is scratch space,
-// returned for reuse.
-func payloadHash(dc *decodedCommand, buf []byte) (uint64, []byte) {
+// bytes were not found), which skips the check. It is computed here,
+// beside the encoding, because it must not depend on which encoding
+// carried the write. buf is scratch space, returned for reuse.
+func PayloadHash(dc *Decoded, buf []byte) (uint64, []byte) {
 	var h uint64
 	switch {
-	case dc.err != nil && dc.raw != nil: // the events are not usable
-		h = xxh3.Hash(dc.raw)
-	case dc.err != nil:
+	case dc.Err != nil && dc.Raw != nil: // the events are not usable
+		h = xxh3.Hash(dc.Raw)
+	case dc.Err != nil:
 		return 0, buf
-	case dc.pb == nil:
-		buf = appendEvents(buf[:0], dc.events)
+	case dc.Msg == nil:
+		buf = appendEvents(buf[:0], dc.Events)
 		h = xxh3.Hash(buf)
-	case dc.stats != nil:
-		buf = appendStats(buf[:0], dc.stats)
+	case dc.Stats != nil:
+		buf = appendStats(buf[:0], dc.Stats)
 		h = xxh3.Hash(buf)
-	case dc.raw != nil:
-		h = xxh3.Hash(dc.raw)
+	case dc.Raw != nil:
+		h = xxh3.Hash(dc.Raw)
 	default:
 		return 0, buf
 	}

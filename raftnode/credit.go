@@ -1,0 +1,58 @@
+package raftnode
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/inference-cache/inference-cache/command"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/policy"
+)
+
+// LFU access credits (SPEC 5): collected from lookups, batched per
+// partition and committed through the log off the lookup path.
+
+type creditReq struct {
+	p      index.Partition
+	hashes []uint64
+}
+
+// Credit queues LFU access credits for blocks of partition p (SPEC 5). It
+// never blocks: credits are batched for ~100 ms and committed through the
+// log; under overload or failure they are dropped. Ignored unless the
+// policy is LFU. hashes is copied.
+func (n *Node) Credit(p index.Partition, hashes []uint64) {
+	if len(hashes) == 0 || n.Policy().EvictionPolicy != policy.LFU {
+		return
+	}
+	select {
+	case n.creditCh <- creditReq{p: p, hashes: slices.Clone(hashes)}:
+	default:
+		n.metrics.creditsDropped.Add(1)
+	}
+}
+
+func (n *Node) creditLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(creditFlush)
+	defer t.Stop()
+	pending := map[index.Partition][]uint64{}
+	for {
+		select {
+		case c := <-n.creditCh:
+			pending[c.p] = append(pending[c.p], c.hashes...)
+		case <-t.C:
+			for p, hs := range pending {
+				delete(pending, p)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				if _, err := n.submit(ctx, command.CreditCommand(n.NewRequestID(), p, hs)); err != nil {
+					n.metrics.creditsDropped.Add(1)
+				}
+				cancel()
+			}
+		case <-n.shutdownCh:
+			return
+		}
+	}
+}
