@@ -72,14 +72,14 @@ func TestElectionStability_LookupSaturationCausesNoElection(t *testing.T) {
 				evs = append(evs, index.BlockEvent{Kind: index.Stored, ReplicaID: "r" + strconv.Itoa(r),
 					Partition: index.Partition{Scheme: "vllm", Model: "m", Tenant: "t"}, BlockHashes: hs[:8*(r+1)], BlockTokenCounts: tc[:8*(r+1)], ObservedAtMs: now})
 			}
-			idx, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs)
+			wr, err := c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// Settled after bootstrap: every node applied the write (each
 			// follower has heard from this leader) and all agree on it,
 			// so the terms read next are the ones the flood must keep.
-			c.WaitApplied(idx, 10*time.Second)
+			c.WaitApplied(wr.Index, 10*time.Second)
 			if l2 := c.WaitLeader(10 * time.Second); l2 != l {
 				t.Fatalf("leader moved from %s to %s before the flood", c.Nodes[l].ID, c.Nodes[l2].ID)
 			}
