@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 )
 
@@ -32,3 +33,15 @@ func (n *Node) SnapshotThresholdForTest() uint64 { return n.raft.ReloadableConfi
 // ReconcileRoundsForTest is how many reconcile passes n made as leader
 // (membership.go): a test waits for rounds instead of sleeping.
 func (n *Node) ReconcileRoundsForTest() uint64 { return n.reconcileRounds.Load() }
+
+// SetWrapGossipTransportForTest sets the wrapper nodes started afterwards
+// put around their memberlist transport (nil: none) and returns a func
+// restoring the previous one. Not safe to call while nodes start.
+func SetWrapGossipTransportForTest(f func(nodeID string, t memberlist.Transport) memberlist.Transport) (restore func()) {
+	old := wrapGossipTransport
+	wrapGossipTransport = f
+	return func() { wrapGossipTransport = old }
+}
+
+// GossipRejoinsForTest is how many gossip re-joins n started.
+func (n *Node) GossipRejoinsForTest() uint64 { return n.rejoins.Load() }

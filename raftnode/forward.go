@@ -78,11 +78,19 @@ func (n *Node) leaderClient() (forwardpb.ForwardClient, string, error) {
 	if string(id) == n.cfg.NodeID {
 		return nil, "", fmt.Errorf("%w: this node is the leader", ErrNotLeader)
 	}
-	m := n.member(string(id))
-	if m == nil || m.meta.GRPC == "" {
+	// Gossip's view first; when gossip cannot see the leader (a
+	// gossip-only partition, this node restarted behind one), the address
+	// it last advertised, kept in the data directory.
+	var addr string
+	if m := n.member(string(id)); m != nil {
+		addr = m.meta.GRPC
+	}
+	if addr == "" {
+		addr = n.peers.get(string(id))
+	}
+	if addr == "" {
 		return nil, "", fmt.Errorf("%w: leader %s has no known gRPC address yet", ErrNoLeader, id)
 	}
-	addr := m.meta.GRPC
 	n.connsMu.Lock()
 	defer n.connsMu.Unlock()
 	select {

@@ -29,9 +29,10 @@ type gossipMeta struct {
 }
 
 type member struct {
-	meta  gossipMeta
-	alive bool
-	since time.Time // when alive last changed
+	meta   gossipMeta
+	alive  bool
+	since  time.Time // when alive last changed
+	gossip string    // its gossip address host:port (for re-joins)
 }
 
 type delegate struct{ n *Node }
@@ -66,7 +67,9 @@ func (n *Node) observe(m *memberlist.Node, alive bool) {
 		n.members[meta.ID] = cur
 	}
 	cur.meta = meta
+	cur.gossip = m.Address()
 	n.membersMu.Unlock()
+	n.peers.set(meta.ID, meta.GRPC)
 	select {
 	case n.kick <- struct{}{}:
 	default:
@@ -157,6 +160,13 @@ func (n *Node) startGossip() error {
 	if err := n.gossipEncryption(mc); err != nil {
 		return err
 	}
+	if wrapGossipTransport != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: mc.Logger})
+		if err != nil {
+			return fmt.Errorf("raftnode: start gossip on %s: %w", n.cfg.GossipAddr, err)
+		}
+		mc.Transport = wrapGossipTransport(n.cfg.NodeID, nt)
+	}
 	n.ml, err = memberlist.Create(mc)
 	if err != nil {
 		return fmt.Errorf("raftnode: start gossip on %s: %w", n.cfg.GossipAddr, err)
@@ -172,6 +182,11 @@ func splitHostPort(a string) (string, int, error) {
 	port, err := strconv.Atoi(p)
 	return h, port, err
 }
+
+// wrapGossipTransport, when set (tests only, before New), wraps node
+// nodeID's memberlist transport: a test drops gossip without touching
+// Raft.
+var wrapGossipTransport func(nodeID string, t memberlist.Transport) memberlist.Transport
 
 // localPushPull is the full-state gossip sync interval of the loopback
 // profile (Timing.LocalGossip).
@@ -190,7 +205,7 @@ const (
 func (n *Node) membershipLoop() {
 	defer n.wg.Done()
 	joined := len(n.cfg.Join) == 0
-	lastJoin, lastJoinWarn := time.Time{}, time.Time{}
+	lastJoin, lastJoinWarn, lastRejoin := time.Time{}, time.Time{}, time.Now()
 	t := time.NewTicker(bootstrapPoll)
 	defer t.Stop()
 	lastReconcile := time.Time{}
@@ -203,6 +218,12 @@ func (n *Node) membershipLoop() {
 		case <-t.C:
 		case <-n.kick:
 			kicked = true
+		}
+		if !joined && n.ml.NumMembers() > 1 {
+			// Others joined this node: it is in the pool without its own
+			// Join having succeeded (it started first). Losing members
+			// later is the re-join's job.
+			joined = true
 		}
 		if !joined && time.Since(lastJoin) > time.Second {
 			lastJoin = time.Now()
@@ -220,6 +241,10 @@ func (n *Node) membershipLoop() {
 				n.log.Log(context.Background(), lvl, "raftnode: gossip join failed, retrying", "join", n.cfg.Join, "err", err)
 			}
 		}
+		if joined && time.Since(lastRejoin) >= n.rejoinInterval() {
+			lastRejoin = time.Now()
+			n.maybeRejoin()
+		}
 		if !n.hasState.Load() {
 			if f := n.raft.GetConfiguration(); f.Error() == nil && len(f.Configuration().Servers) > 0 {
 				n.setHasState()
@@ -233,6 +258,84 @@ func (n *Node) membershipLoop() {
 			n.reconcileRounds.Add(1)
 		}
 	}
+}
+
+// Re-joins: memberlist never probes a member it declared dead again, and
+// push-pull only reaches live ones, so after a gossip-only partition every
+// side can keep the others dead forever while Raft works. While a voter of
+// the Raft configuration is missing from the live member table, the node
+// joins again, every rejoinEvery (rejoinEveryLocal on loopback), through
+// the --join addresses and the missing voters' last gossip addresses.
+const (
+	rejoinEvery      = 10 * time.Second
+	rejoinEveryLocal = 2 * time.Second
+	rejoinLogEvery   = time.Minute
+)
+
+func (n *Node) rejoinInterval() time.Duration {
+	if n.cfg.Timing.LocalGossip {
+		return rejoinEveryLocal
+	}
+	return rejoinEvery
+}
+
+// missingVoters lists the servers of the Raft configuration (this one
+// aside) that gossip does not report alive, with the gossip addresses
+// known for them.
+func (n *Node) missingVoters() (ids, addrs []string) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil, nil
+	}
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	for _, s := range f.Configuration().Servers {
+		id := string(s.ID)
+		if id == n.cfg.NodeID {
+			continue
+		}
+		m := n.members[id]
+		if m != nil && m.alive {
+			continue
+		}
+		ids = append(ids, id)
+		if m != nil && m.gossip != "" {
+			addrs = append(addrs, m.gossip)
+		}
+	}
+	return ids, addrs
+}
+
+// maybeRejoin starts a gossip join in the background when voters are
+// missing (one at a time: a join to an address that drops packets waits
+// out memberlist's TCP timeout).
+func (n *Node) maybeRejoin() {
+	ids, addrs := n.missingVoters()
+	if len(ids) == 0 || !n.rejoining.CompareAndSwap(false, true) {
+		return
+	}
+	targets := slices.Clone(n.cfg.Join)
+	for _, a := range addrs {
+		if !slices.Contains(targets, a) {
+			targets = append(targets, a)
+		}
+	}
+	if len(targets) == 0 {
+		n.rejoining.Store(false)
+		return
+	}
+	n.rejoins.Add(1)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.rejoining.Store(false)
+		k, err := n.ml.Join(targets)
+		now := time.Now().UnixNano()
+		if last := n.rejoinLogged.Load(); now-last >= int64(rejoinLogEvery) && n.rejoinLogged.CompareAndSwap(last, now) {
+			n.log.Info("raftnode: re-joining gossip: voters missing from the member table (logged at most once a minute)",
+				"missing", ids, "targets", targets, "contacted", k, "err", err)
+		}
+	}()
 }
 
 func (n *Node) setHasState() {

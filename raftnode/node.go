@@ -57,8 +57,12 @@ type Node struct {
 	appliedMu  sync.Mutex
 	appliedSig chan struct{} // closed and replaced after every apply batch
 
-	membersMu sync.Mutex
-	members   map[string]*member // by node id
+	membersMu    sync.Mutex
+	members      map[string]*member // by node id
+	peers        *peerAddrs         // gRPC addresses learned from gossip, kept across restarts (peers.go)
+	rejoins      atomic.Uint64      // gossip re-joins attempted (membership.go)
+	rejoining    atomic.Bool        // a re-join is running
+	rejoinLogged atomic.Int64       // unix ns of the last re-join log line
 
 	connsMu sync.Mutex
 	conns   map[string]*grpc.ClientConn // by gRPC address
@@ -96,6 +100,7 @@ func New(cfg Config) (*Node, error) {
 		kick:       make(chan struct{}, 1),
 		appliedSig: make(chan struct{}),
 		members:    map[string]*member{},
+		peers:      loadPeerAddrs(cfg.DataDir),
 		conns:      map[string]*grpc.ClientConn{},
 		shutdownCh: make(chan struct{}),
 		reqPrefix:  cfg.NodeID + "-" + fmt.Sprintf("%x", time.Now().UnixNano()) + "-",
@@ -256,7 +261,8 @@ func New(cfg Config) (*Node, error) {
 	if err := n.startGossip(); err != nil {
 		return nil, err
 	}
-	n.wg.Add(7)
+	n.wg.Add(8)
+	go func() { defer n.wg.Done(); n.peers.saver(n.shutdownCh) }()
 	go n.snapshotByBytes()
 	go n.healthLoop(lt)
 	go n.leaderLoop(notify)

@@ -56,6 +56,9 @@ func (r *raftTimingFlags) register(f *pflag.FlagSet) {
 // keeps the loopback gossip profile.
 func (r *raftTimingFlags) timing(fast bool) (raftnode.Timing, error) {
 	name := r.profile
+	if name == "" {
+		name = "lan"
+	}
 	if fast {
 		name = "fast"
 	}
