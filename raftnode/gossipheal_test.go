@@ -78,7 +78,7 @@ func (f *gossipFilter) DialTimeout(addr string, timeout time.Duration) (net.Conn
 }
 
 func (f *gossipFilter) PacketCh() <-chan *memberlist.Packet { return f.packets }
-func (f *gossipFilter) StreamCh() <-chan net.Conn            { return f.streams }
+func (f *gossipFilter) StreamCh() <-chan net.Conn           { return f.streams }
 func (f *gossipFilter) Shutdown() error {
 	close(f.done)
 	return f.Transport.Shutdown()
