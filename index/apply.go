@@ -30,6 +30,11 @@ func (ix *Index) ApplyEventSegments(evs []BlockEvent, ends []int, changed []int)
 	}
 	clear(changed[:len(ends)])
 	ix.reclaimViews()
+	for i := range evs {
+		if evs[i].Kind == Stored {
+			ix.noteObserved(evs[i].ObservedAtMs)
+		}
+	}
 	if ix.applyParallel(evs, ends, changed) {
 		return
 	}
@@ -326,6 +331,7 @@ func (ix *Index) ApplyStats(st []ReplicaStats) {
 		if s.ReplicaID == "" {
 			continue
 		}
+		ix.noteObserved(s.ObservedAtMs)
 		rep, ok := ix.writerReplica(s.ReplicaID)
 		if !ok {
 			continue

@@ -36,6 +36,10 @@ type Index struct {
 	// par is the parallel apply's settings and scratch (writer only;
 	// parallel.go).
 	par parState
+
+	// newest is NewestObservedMs (newest.go): written by the writer,
+	// read by the leader's expire loop.
+	newest atomic.Int64
 }
 
 // polState is a policy plus the values lookups derive from it, computed

@@ -360,6 +360,9 @@ func (b *Builder) AddBlock(r BlockRecord) error {
 		return fmt.Errorf("index: block %#x: more than %d residents", r.Hash, maxResident)
 	}
 	ix := b.ix
+	for i := range r.Residents {
+		ix.noteObserved(r.Residents[i].LastSeenMs)
+	}
 	m := ix.m
 	pe := b.pendPE
 	if pe == nil || pe.p != r.Partition {

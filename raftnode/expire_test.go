@@ -1,6 +1,7 @@
 package raftnode_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,6 +83,40 @@ func TestExpireTicker_DropsExpiredResidenciesOnEveryNode(t *testing.T) {
 	for _, i := range c.Running() {
 		if sz := c.Nodes[i].Index().Sizes(); sz.Residencies != 0 || sz.Blocks != 0 {
 			t.Fatalf("%s holds %+v after expiry, want no residencies and no blocks", c.Nodes[i].ID, sz)
+		}
+	}
+}
+
+// A leader whose clock runs 11 minutes ahead (past the 10-minute TTL)
+// must not expire what was just reported: its expire commands carry at
+// most the newest observation plus ExpireClockMargin, every node keeps
+// every residency, digests stay equal, and the clamp is counted.
+func TestExpireTicker_LeaderClockAheadDoesNotWipeTheIndex(t *testing.T) {
+	var skew atomic.Int64
+	restore := raftnode.SetExpireClockForTest(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })
+	defer restore()
+	c := clustertest.New(t, 3, func(_ int, cfg *raftnode.Config) { cfg.ExpireInterval = 100 * time.Millisecond })
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	ttl := c.Nodes[l].Policy().EvictionTTL
+	written := time.Now().UnixMilli()
+	idx, err := appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 8, written)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitApplied(idx, 10*time.Second)
+	skew.Store(int64(ttl + time.Minute))
+	// Three clamped expire commands committed by the leader.
+	waitFor(t, "three clamped expire commands", 15*time.Second, func() bool {
+		return c.Nodes[l].Metrics().ExpireClamped >= 3
+	})
+	at, _ := waitConverged(t, c, 10*time.Second)
+	if at <= idx {
+		t.Fatalf("applied index %d, not past the write's %d: no expire command was committed", at, idx)
+	}
+	for _, i := range c.Running() {
+		if sz := c.Nodes[i].Index().Sizes(); sz.Residencies != 16 {
+			t.Fatalf("%s holds %d residencies after expire commands from a leader %v ahead, want 16", c.Nodes[i].ID, sz.Residencies, ttl+time.Minute)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
@@ -45,3 +46,12 @@ func SetWrapGossipTransportForTest(f func(nodeID string, t memberlist.Transport)
 
 // GossipRejoinsForTest is how many gossip re-joins n started.
 func (n *Node) GossipRejoinsForTest() uint64 { return n.rejoins.Load() }
+
+// SetExpireClockForTest sets the clock leaders read for expire commands
+// and returns a func restoring time.Now. Not safe while nodes run their
+// expire loop concurrently with the call.
+func SetExpireClockForTest(f func() time.Time) (restore func()) {
+	old := expireClock
+	expireClock = f
+	return func() { expireClock = old }
+}

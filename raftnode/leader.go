@@ -73,8 +73,9 @@ func (n *Node) leaderDuties(ctx context.Context) {
 			return
 		case <-t.C:
 			// The leader's clock goes into the command, so every node
-			// expires the same residencies (SPEC 6).
-			cmd := expireBytes(n.NewRequestID(), time.Now().UnixMilli())
+			// expires the same residencies (SPEC 6), bounded by what the
+			// index holds (expireNow).
+			cmd := expireBytes(n.NewRequestID(), n.expireNow(expireClock().UnixMilli()))
 			c, cancel := context.WithTimeout(ctx, n.cfg.ExpireInterval)
 			if _, err := n.submitLocal(c, cmd); err != nil && ctx.Err() == nil {
 				n.log.Warn("raftnode: expire command failed", "err", err)
@@ -82,4 +83,39 @@ func (n *Node) leaderDuties(ctx context.Context) {
 			cancel()
 		}
 	}
+}
+
+// ExpireClockMargin bounds the time an expire command carries: at most
+// this far past the newest observation the index holds (engines' event
+// times and the subscribers' stats, which arrive every few seconds while
+// a fleet lives). A leader whose clock runs minutes ahead would otherwise
+// expire every residency at once on every node, deterministically and
+// wrongly. The cost: in a fleet that stopped reporting altogether,
+// residencies seen in the last TTL − margin before it stopped stay until
+// reports resume.
+const ExpireClockMargin = time.Minute
+
+// expireClock is the leader's clock for expire commands; tests set it
+// (export_test.go) to run a leader whose clock is off.
+var expireClock = time.Now
+
+// expireClampLogEvery rate-limits the warning of a clamped expire.
+const expireClampLogEvery = time.Minute
+
+// expireNow is the time the next expire command carries: now, or the
+// newest observation plus ExpireClockMargin when now is past that (counted
+// in Metrics.ExpireClamped and logged at most once a minute).
+func (n *Node) expireNow(now int64) int64 {
+	newest := n.fsm.Index().NewestObservedMs()
+	limit := newest + ExpireClockMargin.Milliseconds()
+	if newest == 0 || now <= limit {
+		return now
+	}
+	n.metrics.expireClamped.Add(1)
+	if t := time.Now().UnixNano(); t-n.expireClampLogged.Load() >= int64(expireClampLogEvery) {
+		n.expireClampLogged.Store(t)
+		n.log.Warn("raftnode: this leader's clock is ahead of the newest observation in the index; the expire command uses the newest observation plus the margin instead (check this server's clock; logged at most once a minute)",
+			"leader_now_ms", now, "newest_observed_ms", newest, "ahead", time.Duration(now-newest)*time.Millisecond, "margin", ExpireClockMargin)
+	}
+	return limit
 }

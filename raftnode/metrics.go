@@ -39,6 +39,10 @@ type Metrics struct {
 	// Config.SnapshotLogBytes and twice the last snapshot's size;
 	// Snapshots counts every snapshot).
 	LogAppendBytes, SnapshotsByLogBytes uint64
+	// ExpireClamped: expire commands this node, as leader, bounded to the
+	// newest observation plus ExpireClockMargin because its clock was
+	// further ahead (leader.go).
+	ExpireClamped uint64
 }
 
 type metrics struct {
@@ -52,6 +56,7 @@ type metrics struct {
 	// logAppendBytes: entry bytes appended to the local log since start;
 	// snapBase: its value at the last snapshot (snapshotbytes.go).
 	logAppendBytes, snapBase, snapshotsByBytes atomic.Uint64
+	expireClamped                              atomic.Uint64
 }
 
 // Metrics returns the counters.
@@ -67,5 +72,6 @@ func (n *Node) Metrics() Metrics {
 		LastSnapshotTime: time.Duration(m.lastSnapshotNanos.Load()),
 		LogAppends:       m.logAppends.Load(), LogAppendEntries: m.logAppendEntries.Load(),
 		LogAppendBytes: m.logAppendBytes.Load(), SnapshotsByLogBytes: m.snapshotsByBytes.Load(),
+		ExpireClamped: m.expireClamped.Load(),
 	}
 }

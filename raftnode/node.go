@@ -57,12 +57,13 @@ type Node struct {
 	appliedMu  sync.Mutex
 	appliedSig chan struct{} // closed and replaced after every apply batch
 
-	membersMu    sync.Mutex
-	members      map[string]*member // by node id
-	peers        *peerAddrs         // gRPC addresses learned from gossip, kept across restarts (peers.go)
-	rejoins      atomic.Uint64      // gossip re-joins attempted (membership.go)
-	rejoining    atomic.Bool        // a re-join is running
-	rejoinLogged atomic.Int64       // unix ns of the last re-join log line
+	membersMu         sync.Mutex
+	members           map[string]*member // by node id
+	peers             *peerAddrs         // gRPC addresses learned from gossip, kept across restarts (peers.go)
+	rejoins           atomic.Uint64      // gossip re-joins attempted (membership.go)
+	rejoining         atomic.Bool        // a re-join is running
+	rejoinLogged      atomic.Int64       // unix ns of the last re-join log line
+	expireClampLogged atomic.Int64       // unix ns of the last clamped-expire warning (leader.go)
 
 	connsMu sync.Mutex
 	conns   map[string]*grpc.ClientConn // by gRPC address

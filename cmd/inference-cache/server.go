@@ -306,7 +306,7 @@ func nodeInfo(n *raftnode.Node) metrics.NodeInfo {
 	}
 	m, h := n.Metrics(), n.Health()
 	info.LastSnapshotIndex, info.LastSnapshotBytes = n.LastSnapshot()
-	info.SnapshotsByLogBytes = m.SnapshotsByLogBytes
+	info.SnapshotsByLogBytes, info.ExpireClamped = m.SnapshotsByLogBytes, m.ExpireClamped
 	info.LogAppends, info.LogAppendEntries, info.LogAppendFailures = m.LogAppends, m.LogAppendEntries, h.AppendFailures
 	info.LogAppendBytes, info.ApplyParallelBatches = m.LogAppendBytes, n.Index().ParallelBatches()
 	info.Serving, info.StaleReason = h.Serving, n.ReadState().StaleReason
