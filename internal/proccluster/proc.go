@@ -62,11 +62,11 @@ func (p *Proc) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
-		return fmt.Errorf("proccluster: start %s: already running as pid %d", p.spec.Name, p.pid)
+		return fmt.Errorf("start %s: already running as pid %d", p.spec.Name, p.pid)
 	}
 	logf, err := os.OpenFile(p.spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("proccluster: start %s: %w", p.spec.Name, err)
+		return fmt.Errorf("start %s: %w", p.spec.Name, err)
 	}
 	argv := append(append(append([]string{}, p.spec.Prefix...), p.c.opts.Binary), p.spec.Args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -77,7 +77,7 @@ func (p *Proc) Start() error {
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("proccluster: start %s: %w", p.spec.Name, err)
+		return fmt.Errorf("start %s: %w", p.spec.Name, err)
 	}
 	started := time.Now()
 	done := make(chan struct{})
