@@ -2,20 +2,16 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/inference-cache/inference-cache/internal/digestwait"
-
-	"github.com/inference-cache/inference-cache/internal/freeport"
+	"github.com/inference-cache/inference-cache/internal/proccluster"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -55,13 +51,11 @@ type Node struct {
 	DataDir, LogPath string
 
 	c    *Cluster
-	args []string
+	proc *proccluster.Proc
 
 	mu    sync.Mutex
 	state NodeState
 	gen   uint64 // bumped on every state change
-	cmd   *exec.Cmd
-	done  chan struct{}
 
 	conn *grpc.ClientConn
 	// IC and CL are gRPC clients of the node (one connection, reused
@@ -109,13 +103,14 @@ type Cluster struct {
 	opts  Options
 	log   *slog.Logger
 	net   *Network
+	procs *proccluster.Cluster
 	Nodes []*Node
 }
 
 // NewCluster allocates addresses (and namespaces when opts.Netns) and
 // starts every node; they bootstrap one cluster with --bootstrap-expect.
 func NewCluster(ctx context.Context, opts Options) (*Cluster, error) {
-	c := &Cluster{opts: opts, log: opts.Logger}
+	c := &Cluster{opts: opts, log: opts.Logger, procs: proccluster.New(proccluster.Options{Binary: opts.Binary})}
 	if opts.Netns {
 		w, err := NewNetwork(opts.Nodes, c.log)
 		if err != nil {
@@ -123,43 +118,41 @@ func NewCluster(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.net = w
 	}
+	var addrs []proccluster.Node
 	for i := 0; i < opts.Nodes; i++ {
 		id := "n" + strconv.Itoa(i+1)
-		n := &Node{ID: id, Index: i, c: c, DataDir: filepath.Join(opts.Dir, id), LogPath: filepath.Join(opts.Dir, id+".log")}
+		a := proccluster.Node{ID: id, DataDir: filepath.Join(opts.Dir, id)}
 		if c.net != nil {
 			h := c.net.Addr(i)
-			n.GRPC, n.Raft, n.Gossip = h+":7401", h+":7402", h+":7403"
+			a.GRPC, a.Raft, a.Gossip = h+":7401", h+":7402", h+":7403"
 		} else {
-			var addrs [3]string
-			for j := range addrs {
-				a, err := freeport.Addr()
-				if err != nil {
-					return nil, err
-				}
-				addrs[j] = a
+			var err error
+			if a, err = proccluster.LoopbackNode(id, a.DataDir); err != nil {
+				return nil, err
 			}
-			n.GRPC, n.Raft, n.Gossip = addrs[0], addrs[1], addrs[2]
+			a.HTTP = "" // no metrics listener: nothing here reads it
 		}
-		c.Nodes = append(c.Nodes, n)
+		addrs = append(addrs, a)
 	}
-	for _, n := range c.Nodes {
-		n.args = []string{"server", "--node-id", n.ID, "--data-dir", n.DataDir, "--grpc-addr", n.GRPC,
-			"--raft-addr", n.Raft, "--gossip-addr", n.Gossip, "--http-addr", "",
-			"--bootstrap-expect", strconv.Itoa(opts.Nodes), "--log-format", "json", "--shutdown-timeout", "5s"}
-		if opts.FastTiming {
-			n.args = append(n.args, "--fast-timing")
+	flags := []string{"--log-format", "json", "--shutdown-timeout", "5s"}
+	if opts.FastTiming {
+		flags = append(flags, "--fast-timing")
+	}
+	for i, a := range addrs {
+		spec := proccluster.Spec{Name: a.ID, Args: proccluster.ServerArgs(a, opts.Nodes, addrs, flags...),
+			LogPath: filepath.Join(opts.Dir, a.ID+".log")}
+		if c.net != nil {
+			spec.Prefix = c.net.Prefix(i)
 		}
-		for _, o := range c.Nodes {
-			if o != n {
-				n.args = append(n.args, "--join", o.Gossip)
-			}
-		}
+		n := &Node{ID: a.ID, Index: i, c: c, GRPC: a.GRPC, Raft: a.Raft, Gossip: a.Gossip, DataDir: a.DataDir,
+			LogPath: spec.LogPath, proc: c.procs.Add(spec)}
 		cc, err := grpc.NewClient(n.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			c.Close()
 			return nil, err
 		}
 		n.conn, n.IC, n.CL = cc, pb.NewInferenceCacheClient(cc), pb.NewClusterClient(cc)
+		c.Nodes = append(c.Nodes, n)
 	}
 	for _, n := range c.Nodes {
 		if err := c.Start(n); err != nil {
@@ -184,29 +177,11 @@ func (c *Cluster) Network() *Network { return c.net }
 
 // Start starts n's process (state Starting until WaitUp sees it answer).
 func (c *Cluster) Start(n *Node) error {
-	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
+	if err := n.proc.Start(); err != nil {
+		return fmt.Errorf("chaos: %w", err)
 	}
-	var cmd *exec.Cmd
-	if c.net != nil {
-		cmd = c.net.Command(n.Index, c.opts.Binary, n.args...)
-	} else {
-		cmd = exec.Command(c.opts.Binary, n.args...)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("chaos: start %s: %w", n.ID, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	n.mu.Lock()
-	n.cmd, n.done = cmd, done
-	n.state = Starting
-	n.gen++
-	n.mu.Unlock()
-	c.log.Info("chaos: started", "node", n.ID, "pid", cmd.Process.Pid)
+	n.setState(Starting)
+	c.log.Info("chaos: started", "node", n.ID, "pid", n.proc.Pid())
 	return nil
 }
 
@@ -221,11 +196,8 @@ func (c *Cluster) WaitUp(ctx context.Context, n *Node, limit time.Duration) erro
 			n.setState(Up)
 			return nil
 		}
-		n.mu.Lock()
-		done := n.done
-		n.mu.Unlock()
 		select {
-		case <-done:
+		case <-n.proc.Done():
 			return fmt.Errorf("chaos: %s exited while starting (see %s)", n.ID, n.LogPath)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -235,28 +207,10 @@ func (c *Cluster) WaitUp(ctx context.Context, n *Node, limit time.Duration) erro
 	return fmt.Errorf("chaos: %s did not answer Status within %v", n.ID, limit)
 }
 
-// signal sends sig to n's process.
-func (n *Node) signal(sig syscall.Signal) error {
-	n.mu.Lock()
-	cmd := n.cmd
-	n.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		return errors.New("chaos: " + n.ID + " has no process")
-	}
-	return cmd.Process.Signal(sig)
-}
-
 // Kill sends SIGKILL to n and waits until the process is gone.
 func (c *Cluster) Kill(n *Node) {
 	n.setState(Down)
-	_ = n.signal(syscall.SIGCONT) // a paused process dies either way; be sure
-	_ = n.signal(syscall.SIGKILL)
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	if done != nil {
-		<-done
-	}
+	n.proc.Kill()
 	c.log.Info("chaos: killed", "node", n.ID)
 }
 
@@ -264,12 +218,12 @@ func (c *Cluster) Kill(n *Node) {
 func (c *Cluster) Pause(n *Node) error {
 	n.setState(Paused)
 	c.log.Info("chaos: paused", "node", n.ID)
-	return n.signal(syscall.SIGSTOP)
+	return n.proc.Pause()
 }
 
 // Resume sends SIGCONT to n (state Starting until WaitUp).
 func (c *Cluster) Resume(n *Node) error {
-	err := n.signal(syscall.SIGCONT)
+	err := n.proc.Resume()
 	n.setState(Starting)
 	c.log.Info("chaos: resumed", "node", n.ID)
 	return err
@@ -286,22 +240,8 @@ func (c *Cluster) Wipe(n *Node) error {
 // Close stops every process (SIGTERM, then SIGKILL after 10 s), closes
 // the connections and removes the namespaces.
 func (c *Cluster) Close() {
+	c.procs.StopAll(10 * time.Second)
 	for _, n := range c.Nodes {
-		_ = n.signal(syscall.SIGCONT)
-		_ = n.signal(syscall.SIGTERM)
-	}
-	for _, n := range c.Nodes {
-		n.mu.Lock()
-		done := n.done
-		n.mu.Unlock()
-		if done != nil {
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = n.signal(syscall.SIGKILL)
-				<-done
-			}
-		}
 		n.setState(Down)
 		if n.conn != nil {
 			n.conn.Close()
@@ -319,58 +259,39 @@ func (c *Cluster) Status(ctx context.Context, n *Node) (*pb.StatusResponse, erro
 	return n.CL.Status(cctx, &pb.StatusRequest{})
 }
 
-// Leader returns the node that reports itself Leader and that every other
-// Up node (except those in skip) names as leader, or nil.
-func (c *Cluster) Leader(ctx context.Context, skip ...*Node) *Node {
-	var leader string
-	for _, n := range c.Nodes {
-		if s, _ := n.State(); s != Up || contains(skip, n) {
-			continue
-		}
-		st, err := c.Status(ctx, n)
-		if err != nil || st.LeaderId == "" || (leader != "" && st.LeaderId != leader) {
-			return nil
-		}
-		leader = st.LeaderId
-	}
-	for _, n := range c.Nodes {
-		if n.ID == leader && !contains(skip, n) {
-			if st, err := c.Status(ctx, n); err == nil && st.State == "Leader" {
-				return n
-			}
-		}
-	}
-	return nil
-}
-
-// WaitLeader waits until Leader returns a node.
+// WaitLeader waits until every Up node (except those in skip) names the
+// same leader, one of them that reports itself Leader.
 func (c *Cluster) WaitLeader(ctx context.Context, limit time.Duration, skip ...*Node) (*Node, error) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if l := c.Leader(ctx, skip...); l != nil {
-			return l, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+	var up []*Node
+	for _, n := range c.Nodes {
+		if s, _ := n.State(); s == Up && !slices.Contains(skip, n) {
+			up = append(up, n)
 		}
 	}
-	return nil, fmt.Errorf("chaos: no agreed leader within %v", limit)
+	i, err := proccluster.WaitLeader(ctx, members(up), limit)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	return up[i], nil
 }
 
 // WaitSameDigest waits until every node reports the same applied index
 // and digest and returns them.
 func (c *Cluster) WaitSameDigest(ctx context.Context, limit time.Duration) (*pb.DigestResponse, error) {
-	ms := make([]digestwait.Member, len(c.Nodes))
-	for i, n := range c.Nodes {
-		ms[i] = digestwait.Member{Name: n.ID, CL: n.CL}
-	}
-	d, err := digestwait.Wait(ctx, ms, limit, 50*time.Millisecond)
+	d, err := proccluster.WaitDigests(ctx, members(c.Nodes), limit)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	return d, nil
+}
+
+// members are ns as the proccluster waits see them.
+func members(ns []*Node) []proccluster.Member {
+	ms := make([]proccluster.Member, len(ns))
+	for i, n := range ns {
+		ms[i] = proccluster.Member{Name: n.ID, Conn: n.conn}
+	}
+	return ms
 }
 
 // WaitHealthy waits until every node is Up, one leader is agreed, every
@@ -421,11 +342,4 @@ func (c *Cluster) WaitHealthy(ctx context.Context, limit time.Duration) error {
 	return fmt.Errorf("chaos: cluster not healthy within %v", limit)
 }
 
-func contains(ns []*Node, n *Node) bool {
-	for _, x := range ns {
-		if x == n {
-			return true
-		}
-	}
-	return false
-}
+func contains(ns []*Node, n *Node) bool { return slices.Contains(ns, n) }

@@ -1,7 +1,10 @@
 // Package chaos is the fault-injection harness: it starts a
 // cluster of real `inference-cache server` processes (3 by default, 5 on
 // request), runs a workload against them, injects faults, heals, and checks
-// the invariants the design promises.
+// the invariants the design promises. The processes and the leader and
+// digest waits are internal/proccluster's, shared with the dev command and
+// the end-to-end tests; a node in a network namespace is the same command
+// run behind `ip netns exec` (Spec.Prefix).
 //
 // Workload (workload.go): several ingest writers, each write with a unique
 // request id and a unique 8-block chain, recording every acknowledged write

@@ -146,9 +146,10 @@ func (w *Network) Addr(i int) string { return fmt.Sprintf("%s.%d", w.subnet, 11+
 // Namespace is node i's namespace name.
 func (w *Network) Namespace(i int) string { return w.nodes[i] }
 
-// Command returns a command that runs name args inside node i's namespace.
-func (w *Network) Command(i int, name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", w.nodes[i], name}, args...)...)
+// Prefix is the command prefix that runs a program inside node i's
+// namespace (ip netns exec execs it, so signals reach the program).
+func (w *Network) Prefix(i int) []string {
+	return []string{"ip", "netns", "exec", w.nodes[i]}
 }
 
 // Isolate cuts every path between the nodes of groups a and b (both

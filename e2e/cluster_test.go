@@ -11,22 +11,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/inference-cache/inference-cache/internal/digestwait"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
-	"github.com/inference-cache/inference-cache/internal/freeport"
+	"github.com/inference-cache/inference-cache/internal/proccluster"
 )
 
 var binPath string
@@ -54,7 +48,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// proc is one server process.
+// proc is one server process and the test's connection to it.
 type proc struct {
 	id                             string
 	grpc, raft, gossip, http, data string
@@ -62,9 +56,7 @@ type proc struct {
 	env                            []string
 	logPath                        string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	*proccluster.Proc
 	conn *grpc.ClientConn
 	ic   pb.InferenceCacheClient
 	cl   pb.ClusterClient
@@ -72,6 +64,7 @@ type proc struct {
 
 type cluster struct {
 	t     *testing.T
+	pc    *proccluster.Cluster
 	procs []*proc
 }
 
@@ -103,43 +96,31 @@ func startCluster(t *testing.T, n int, extra ...string) *cluster {
 
 func tryStartCluster(t *testing.T, n int, extra ...string) (*cluster, error) {
 	t.Helper()
-	c := &cluster{t: t}
+	c := &cluster{t: t, pc: proccluster.New(proccluster.Options{Binary: binPath})}
 	base := t.TempDir()
+	var nodes []proccluster.Node
 	for i := 0; i < n; i++ {
-		a := func() string { return freeport.MustAddr(t) }
-		p := &proc{id: "n" + strconv.Itoa(i+1), grpc: a(), raft: a(), gossip: a(), http: a(),
-			data: filepath.Join(base, "n"+strconv.Itoa(i+1))}
-		p.logPath = p.data + ".log"
-		c.procs = append(c.procs, p)
+		nodes = append(nodes, loopbackNode(t, "n"+strconv.Itoa(i+1), base))
 	}
-	for i, p := range c.procs {
-		args := []string{"server", "--data-dir", p.data, "--grpc-addr", p.grpc, "--raft-addr", p.raft,
-			"--gossip-addr", p.gossip, "--http-addr", p.http, "--bootstrap-expect", strconv.Itoa(n), "--fast-timing",
-			"--log-format", "json"}
-		args = append(args, extra...)
-		var joins []string
-		for _, o := range c.procs {
-			if o != p {
-				joins = append(joins, o.gossip)
-			}
-		}
+	flags := append([]string{"--fast-timing", "--log-format", "json"}, extra...)
+	for i, nd := range nodes {
+		p := newProc(nd)
 		if i == 2 {
-			p.env = []string{"INFERENCE_CACHE_NODE_ID=" + p.id, "INFERENCE_CACHE_JOIN=" + joins[0] + "," + joins[1]}
-		} else {
-			args = append(args, "--node-id", p.id)
-			for _, j := range joins {
-				args = append(args, "--join", j)
+			var joins []string
+			for _, o := range nodes {
+				if o != nd {
+					joins = append(joins, o.Gossip)
+				}
 			}
+			p.env = []string{"INFERENCE_CACHE_NODE_ID=" + p.id, "INFERENCE_CACHE_JOIN=" + joins[0] + "," + joins[1]}
+			nd.ID = ""
+			p.args = proccluster.ServerArgs(nd, n, nil, flags...)
+		} else {
+			p.args = proccluster.ServerArgs(nd, n, nodes, flags...)
 		}
-		p.args = args
-		c.start(p)
-	}
-	for _, p := range c.procs {
-		cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
+		if err := c.add(p); err != nil {
 			return c, err
 		}
-		p.conn, p.ic, p.cl = cc, pb.NewInferenceCacheClient(cc), pb.NewClusterClient(cc)
 	}
 	if _, err := c.leader(20 * time.Second); err != nil {
 		return c, err
@@ -149,90 +130,79 @@ func tryStartCluster(t *testing.T, n int, extra ...string) (*cluster, error) {
 	return c, c.waitServing(30*time.Second, c.procs...)
 }
 
-// waitServing polls gRPC health until every listed node answers SERVING.
-func (c *cluster) waitServing(limit time.Duration, ps ...*proc) error {
-	deadline := time.Now().Add(limit)
-	for _, p := range ps {
-		hc := healthpb.NewHealthClient(p.conn)
-		for {
-			ctx, cancel := ctxT(time.Second)
-			r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
-			cancel()
-			if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s not SERVING after %v: %v %v", p.id, limit, r, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+// loopbackNode gives id free loopback ports and a data directory in dir.
+func loopbackNode(t *testing.T, id, dir string) proccluster.Node {
+	t.Helper()
+	nd, err := proccluster.LoopbackNode(id, filepath.Join(dir, id))
+	if err != nil {
+		t.Fatal(err)
 	}
+	return nd
+}
+
+// newProc is a proc for nd, logging beside its data directory; its
+// command line is set by the caller before add.
+func newProc(nd proccluster.Node) *proc {
+	return &proc{id: nd.ID, grpc: nd.GRPC, raft: nd.Raft, gossip: nd.Gossip, http: nd.HTTP, data: nd.DataDir, logPath: nd.DataDir + ".log"}
+}
+
+// add starts p's server (stopped by the cluster's cleanup) and connects
+// to it.
+func (c *cluster) add(p *proc) error {
+	p.Proc = c.pc.Add(proccluster.Spec{Name: p.id, Args: p.args, Env: p.env, LogPath: p.logPath})
+	c.procs = append(c.procs, p)
+	if err := p.Start(); err != nil {
+		return err
+	}
+	cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	p.conn, p.ic, p.cl = cc, pb.NewInferenceCacheClient(cc), pb.NewClusterClient(cc)
 	return nil
+}
+
+// members are ps as the proccluster waits see them.
+func members(ps []*proc) []proccluster.Member {
+	ms := make([]proccluster.Member, len(ps))
+	for i, p := range ps {
+		ms[i] = proccluster.Member{Name: p.id, Conn: p.conn}
+	}
+	return ms
+}
+
+// waitServing waits until every listed node answers SERVING.
+func (c *cluster) waitServing(limit time.Duration, ps ...*proc) error {
+	return proccluster.WaitServing(context.Background(), members(ps), limit)
 }
 
 // anyLogContains reports whether some server's log holds s.
 func (c *cluster) anyLogContains(s string) bool {
 	for _, p := range c.procs {
-		if b, err := os.ReadFile(p.logPath); err == nil && strings.Contains(string(b), s) {
+		if p.LogContains(s) {
 			return true
 		}
 	}
 	return false
 }
 
+// start starts p again with the same command line.
 func (c *cluster) start(p *proc) {
 	c.t.Helper()
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if err := p.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	cmd := exec.Command(binPath, p.args...)
-	cmd.Env = append(os.Environ(), p.env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
-func (c *cluster) kill(p *proc) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-done
-}
+func (c *cluster) kill(p *proc) { p.Kill() }
 
 // stopAll stops every server (SIGTERM, then SIGKILL after 10 s) and, when
 // the test failed, logs the tail of each server's log. It may run more
 // than once.
 func (c *cluster) stopAll() {
+	c.pc.StopAll(10 * time.Second)
 	for _, p := range c.procs {
-		p.mu.Lock()
-		cmd := p.cmd
-		p.mu.Unlock()
-		if cmd != nil {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-		}
-	}
-	for _, p := range c.procs {
-		p.mu.Lock()
-		cmd, done := p.cmd, p.done
-		p.mu.Unlock()
-		if cmd == nil {
-			continue
-		}
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
 		if p.conn != nil {
 			p.conn.Close()
 			p.conn = nil
@@ -246,12 +216,7 @@ func (c *cluster) stopAll() {
 // dumpLogs logs the last 6000 bytes of each server's log.
 func (c *cluster) dumpLogs() {
 	for _, p := range c.procs {
-		if b, err := os.ReadFile(p.logPath); err == nil {
-			if len(b) > 6000 {
-				b = b[len(b)-6000:]
-			}
-			c.t.Logf("--- log tail of %s ---\n%s", p.id, b)
-		}
+		c.t.Logf("--- log tail of %s ---\n%s", p.id, p.LogTail(6000))
 	}
 }
 
@@ -272,53 +237,24 @@ func (c *cluster) waitLeader(limit time.Duration, skip ...*proc) *proc {
 
 // leader is waitLeader returning an error instead of failing the test.
 func (c *cluster) leader(limit time.Duration, skip ...*proc) (*proc, error) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		leader := ""
-		agree := true
-		for _, p := range c.procs {
-			if contains(skip, p) {
-				continue
-			}
-			ctx, cancel := ctxT(time.Second)
-			st, err := p.cl.Status(ctx, &pb.StatusRequest{})
-			cancel()
-			if err != nil || st.LeaderId == "" || (leader != "" && st.LeaderId != leader) {
-				agree = false
-				break
-			}
-			leader = st.LeaderId
-		}
-		if agree && leader != "" {
-			for _, p := range c.procs {
-				if p.id == leader {
-					return p, nil
-				}
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return nil, fmt.Errorf("no agreed leader within %v", limit)
-}
-
-func contains(ps []*proc, p *proc) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
+	var live []*proc
+	for _, p := range c.procs {
+		if !slices.Contains(skip, p) {
+			live = append(live, p)
 		}
 	}
-	return false
+	i, err := proccluster.WaitLeader(context.Background(), members(live), limit)
+	if err != nil {
+		return nil, err
+	}
+	return live[i], nil
 }
 
 // waitSameDigest waits until every listed node reports the same
 // (applied index, digest) pair and returns it.
 func (c *cluster) waitSameDigest(limit time.Duration, ps ...*proc) *pb.DigestResponse {
 	c.t.Helper()
-	ms := make([]digestwait.Member, len(ps))
-	for i, p := range ps {
-		ms[i] = digestwait.Member{Name: p.id, CL: p.cl}
-	}
-	d, err := digestwait.Wait(context.Background(), ms, limit, 50*time.Millisecond)
+	d, err := proccluster.WaitDigests(context.Background(), members(ps), limit)
 	if err != nil {
 		c.t.Fatal(err)
 	}

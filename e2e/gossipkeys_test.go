@@ -9,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
-	"github.com/inference-cache/inference-cache/internal/freeport"
+	"github.com/inference-cache/inference-cache/internal/proccluster"
 )
 
 // A gossip key change on running servers: the key file is rewritten in
@@ -51,22 +48,15 @@ func TestServer_GossipKeyRotationWithoutRestart(t *testing.T) {
 	joiner := func(id string, k string) *proc {
 		f := filepath.Join(dir, id+".keys")
 		write(f, k)
-		p := &proc{id: id, grpc: freeport.MustAddr(t), raft: freeport.MustAddr(t), gossip: freeport.MustAddr(t),
-			http: freeport.MustAddr(t), data: filepath.Join(dir, id)}
-		p.logPath = p.data + ".log"
-		p.args = []string{"server", "--node-id", id, "--data-dir", p.data, "--grpc-addr", p.grpc, "--raft-addr", p.raft,
-			"--gossip-addr", p.gossip, "--http-addr", p.http, "--bootstrap-expect", "3", "--fast-timing",
-			"--log-format", "json", "--gossip-key-file", f}
+		nd := loopbackNode(t, id, dir)
+		p := newProc(nd)
+		p.args = proccluster.ServerArgs(nd, 3, nil, "--fast-timing", "--log-format", "json", "--gossip-key-file", f)
 		for _, o := range c.procs {
 			p.args = append(p.args, "--join", o.gossip)
 		}
-		c.procs = append(c.procs, p) // stopped by the cluster's cleanup
-		c.start(p)
-		cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
+		if err := c.add(p); err != nil { // stopped by the cluster's cleanup
 			t.Fatal(err)
 		}
-		p.conn, p.ic, p.cl = cc, pb.NewInferenceCacheClient(cc), pb.NewClusterClient(cc)
 		return p
 	}
 	stale := joiner("stale", oldK)

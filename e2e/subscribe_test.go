@@ -91,10 +91,7 @@ func TestServer_EmbeddedSubscriberFeedsTheIndexAndReloadsOnSIGHUP(t *testing.T) 
 	if err := os.WriteFile(cfgPath, []byte(engineYAML(pubs)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.mu.Lock()
-	proc := n.cmd.Process
-	n.mu.Unlock()
-	if err := proc.Signal(syscall.SIGHUP); err != nil {
+	if err := n.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	want(chainA, "")
@@ -108,11 +105,9 @@ func TestServer_EmbeddedSubscriberFeedsTheIndexAndReloadsOnSIGHUP(t *testing.T) 
 func TestServer_SIGHUPWithoutSubscriberKeepsServing(t *testing.T) {
 	c := startCluster(t, 1)
 	n := c.procs[0]
-	n.mu.Lock()
-	proc, done := n.cmd.Process, n.done
-	n.mu.Unlock()
+	done := n.Done()
 	for i := 0; i < 3; i++ {
-		if err := proc.Signal(syscall.SIGHUP); err != nil {
+		if err := n.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)

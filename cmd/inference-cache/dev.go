@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -17,22 +16,20 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/inference-cache/inference-cache/bench"
 	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/internal/proccluster"
 )
 
-// devNode is one server of the dev cluster. cmd and done belong to the
-// running process (nil while it is down); devProcs guards them.
+// devNode is one server of the dev cluster: its addresses and process,
+// and how often the supervisor restarted it.
 type devNode struct {
-	id                             string
-	grpc, raft, gossip, http, data string
-	args                           []string // the server command line, the same at every restart
-	logPath                        string
-	cmd                            *exec.Cmd
-	done                           chan struct{} // closed when the process exited
-	started                        time.Time     // when the process was last started
-	restarts                       int           // supervised restarts so far
+	proccluster.Node
+	proc     *proccluster.Proc
+	restarts int // supervised restarts so far
 }
 
 func newDevCmd() *cobra.Command {
@@ -69,9 +66,9 @@ restarts the same cluster (delete --dir to start empty).`,
 			addr := func(p int) string { return host + ":" + strconv.Itoa(p) }
 			var ns []*devNode
 			for i := 0; i < nodes; i++ {
-				p := basePort + 10*i
-				ns = append(ns, &devNode{id: "node" + strconv.Itoa(i+1), grpc: addr(p + 1), raft: addr(p + 2), gossip: addr(p + 3), http: addr(p + 4),
-					data: filepath.Join(dir, "node"+strconv.Itoa(i+1)), logPath: filepath.Join(dir, "node"+strconv.Itoa(i+1)+".log")})
+				p, id := basePort+10*i, "node"+strconv.Itoa(i+1)
+				ns = append(ns, &devNode{Node: proccluster.Node{ID: id, DataDir: filepath.Join(dir, id),
+					GRPC: addr(p + 1), Raft: addr(p + 2), Gossip: addr(p + 3), HTTP: addr(p + 4)}})
 			}
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
@@ -99,50 +96,70 @@ restarts the same cluster (delete --dir to start empty).`,
 				}
 				fmt.Fprintln(out, line)
 			}
-			procs := newDevProcs(exe, len(ns))
+			// Every exit reaches the supervisor; a node has at most one
+			// exit outstanding (it restarts only after its exit was
+			// received), so the buffer never blocks a process's reaper.
+			exits := make(chan devExit, len(ns))
+			byProc := map[*proccluster.Proc]*devNode{}
+			procs := proccluster.New(proccluster.Options{Binary: exe, OwnProcessGroup: true,
+				OnExit: func(p *proccluster.Proc, e proccluster.Exit) { exits <- devExit{n: byProc[p], exit: e} }})
+			stopAll := func() {
+				procs.StopAll(devStopTimeout)
+				fmt.Fprintln(out, "cluster stopped")
+			}
 			for _, n := range ns {
-				n.args = []string{"server", "--node-id", n.id, "--data-dir", n.data, "--grpc-addr", n.grpc, "--raft-addr", n.raft,
-					"--gossip-addr", n.gossip, "--http-addr", n.http, "--bootstrap-expect", strconv.Itoa(nodes), "--fast-timing"}
-				for _, o := range ns {
-					if o != n {
-						n.args = append(n.args, "--join", o.gossip)
-					}
-				}
+				extra := []string{"--fast-timing"}
 				if policyFile != "" {
-					n.args = append(n.args, "--policy", policyFile)
+					extra = append(extra, "--policy", policyFile)
 				}
 				if modelsDir != "" {
-					n.args = append(n.args, "--models-dir", modelsDir)
+					extra = append(extra, "--models-dir", modelsDir)
 				}
-				if err := procs.start(n); err != nil {
-					procs.stop(ns, out)
+				n.proc = procs.Add(proccluster.Spec{Name: n.ID, Args: proccluster.ServerArgs(n.Node, nodes, nodeList(ns), extra...),
+					LogPath: filepath.Join(dir, n.ID+".log")})
+				byProc[n.proc] = n
+			}
+			for _, n := range ns {
+				if err := n.proc.Start(); err != nil {
+					stopAll()
 					return err
 				}
 			}
 			fmt.Fprintf(out, "inference-cache dev: %d nodes, data under %s\n", nodes, dir)
 			for _, n := range ns {
-				fmt.Fprintf(out, "  %s  pid %d  grpc %s  metrics http://%s/metrics  log %s\n", n.id, n.cmd.Process.Pid, n.grpc, n.http, n.logPath)
+				fmt.Fprintf(out, "  %s  pid %d  grpc %s  metrics http://%s/metrics  log %s\n", n.ID, n.proc.Pid(), n.GRPC, n.HTTP, n.proc.LogPath())
 			}
+			members, closeMembers, err := devMembers(ns)
+			if err != nil {
+				stopAll()
+				return err
+			}
+			defer closeMembers()
 			waitCtx, waitStop := context.WithCancel(ctx)
 			defer waitStop()
 			ready := make(chan string, 1)
-			go func() { ready <- waitLeader(waitCtx, ns, 30*time.Second) }()
+			go func() {
+				leader := ""
+				if i, err := proccluster.WaitLeader(waitCtx, members, 30*time.Second); err == nil {
+					leader = members[i].Name
+				}
+				ready <- leader
+			}()
 			var leader string
 			select {
 			case leader = <-ready:
-			case e := <-procs.exits:
+			case e := <-exits:
 				// A node that cannot start (a port taken since the
 				// check, a lock, damaged data) fails the whole start.
-				procs.exited(e.n)
 				waitStop()
-				procs.stop(ns, out)
-				return fmt.Errorf("%s %s while the cluster was starting: %s (log %s)", e.n.id, howExited(e.err), orNone(lastLogLine(e.n.logPath)), e.n.logPath)
+				stopAll()
+				return fmt.Errorf("%s %s while the cluster was starting: %s (log %s)", e.n.ID, e.exit, orNone(e.n.proc.LastLogLine()), e.n.proc.LogPath())
 			case <-ctx.Done():
-				procs.stop(ns, out)
+				stopAll()
 				return nil
 			}
 			if leader != "" {
-				fmt.Fprintf(out, "cluster ready: leader %s. Try:\n  %s status --addr %s\n", leader, selfCommand(), ns[0].grpc)
+				fmt.Fprintf(out, "cluster ready: leader %s. Try:\n  %s status --addr %s\n", leader, selfCommand(), ns[0].GRPC)
 				fmt.Fprintf(out, "Failover: kill -9 a node's pid; the others keep answering and dev restarts it after %v.\n", devRestartDelay)
 			} else if ctx.Err() == nil {
 				fmt.Fprintf(out, "no leader yet after 30s; see the node logs\n")
@@ -154,7 +171,7 @@ restarts the same cluster (delete --dir to start empty).`,
 			if demoFleet && leader != "" {
 				addrs := make([]string, len(ns))
 				for i, n := range ns {
-					addrs[i] = n.grpc
+					addrs[i] = n.GRPC
 				}
 				fmt.Fprintln(out, "demo fleet: 4 simulated engines (model \"demo\") publish vLLM KV events over ZMQ to a subscriber feeding the cluster;\n"+
 					"  a gateway routes generated chat traffic with LookupRoute (--demo-fleet=false turns it off)")
@@ -179,7 +196,7 @@ restarts the same cluster (delete --dir to start empty).`,
 				cf := &clientFlags{timeout: time.Second}
 				p := &topPoller{cf: cf, conns: map[string]*client.Client{}}
 				for _, n := range ns {
-					p.addrs = append(p.addrs, n.grpc)
+					p.addrs = append(p.addrs, n.GRPC)
 				}
 				defer p.close()
 				r := topRun{every: time.Second, mode: topPlain, plainEvery: 10 * time.Second}
@@ -188,12 +205,12 @@ restarts the same cluster (delete --dir to start empty).`,
 				}
 				_ = runTop(topCtx, out, p, view, &viewMu, r)
 			}()
-			superviseDev(ctx, procs, say)
+			superviseDev(ctx, exits, say)
 			topStop()
 			<-topDone
 			demoStop()
 			<-demoDone
-			procs.stop(ns, out)
+			stopAll()
 			return nil
 		},
 	}
@@ -209,38 +226,34 @@ restarts the same cluster (delete --dir to start empty).`,
 	return cmd
 }
 
-// waitLeader polls Status until some node reports a leader.
-func waitLeader(ctx context.Context, ns []*devNode, limit time.Duration) string {
-	addrs := make([]string, len(ns))
+// nodeList is the nodes' addresses, for the join flags.
+func nodeList(ns []*devNode) []proccluster.Node {
+	out := make([]proccluster.Node, len(ns))
 	for i, n := range ns {
-		addrs[i] = n.grpc
+		out[i] = n.Node
 	}
-	c, err := client.New(client.Config{Addrs: addrs})
-	if err != nil {
-		return ""
-	}
-	defer c.Close()
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		var leader string
-		_ = c.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			st, err := cl.Status(cctx, &pb.StatusRequest{})
-			if err == nil {
-				leader = st.LeaderId
-			}
-			return err
-		})
-		if leader != "" {
-			return leader
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
+	return out
+}
+
+// devMembers dials every node for the leader wait (dev's servers run
+// without TLS); closeAll releases the connections.
+func devMembers(ns []*devNode) (ms []proccluster.Member, closeAll func(), err error) {
+	var conns []*grpc.ClientConn
+	closeAll = func() {
+		for _, c := range conns {
+			c.Close()
 		}
 	}
-	return ""
+	for _, n := range ns {
+		cc, err := grpc.NewClient(n.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("dial %s at %s: %w", n.ID, n.GRPC, err)
+		}
+		conns = append(conns, cc)
+		ms = append(ms, proccluster.Member{Name: n.ID, Conn: cc})
+	}
+	return ms, closeAll, nil
 }
 
 // isTerminal reports whether w is a terminal (the demo line is then

@@ -24,13 +24,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inference-cache/inference-cache/internal/digestwait"
-
 	"github.com/inference-cache/inference-cache/internal/freeport"
+	"github.com/inference-cache/inference-cache/internal/proccluster"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
@@ -379,32 +377,21 @@ func (s *stack) expectChains(chains map[string][]uint32, ns ...*node) {
 // them and returns it.
 func (s *stack) waitLeader(limit time.Duration, ns ...*node) *node {
 	s.t.Helper()
-	deadline := time.Now().Add(limit)
-	last := ""
-	for time.Now().Before(deadline) {
-		leader, agree := "", true
-		for _, n := range ns {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := n.cl.Status(ctx, &pb.StatusRequest{})
-			cancel()
-			if err != nil || st.LeaderId == "" || (leader != "" && st.LeaderId != leader) {
-				agree = false
-				last = fmt.Sprintf("%s: %v %v", n.service, st, err)
-				break
-			}
-			leader = st.LeaderId
-		}
-		if agree {
-			for _, n := range ns {
-				if n.service == leader {
-					return n
-				}
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
+	i, err := proccluster.WaitLeader(context.Background(), members(ns), limit)
+	if err != nil {
+		s.t.Fatal(err)
 	}
-	s.t.Fatalf("no leader agreed among %d nodes within %v; last: %s", len(ns), limit, last)
-	return nil
+	return ns[i]
+}
+
+// members are ns as the proccluster waits see them (containers, not
+// processes, but the same gRPC questions).
+func members(ns []*node) []proccluster.Member {
+	ms := make([]proccluster.Member, len(ns))
+	for i, n := range ns {
+		ms[i] = proccluster.Member{Name: n.service, Conn: n.conn}
+	}
+	return ms
 }
 
 func (s *stack) waitVoters(limit time.Duration, n *node, want int) {
@@ -452,11 +439,7 @@ func (s *stack) waitApplied(limit time.Duration, index uint64, ns ...*node) {
 // digest) pair.
 func (s *stack) waitSameDigest(limit time.Duration, ns ...*node) *pb.DigestResponse {
 	s.t.Helper()
-	ms := make([]digestwait.Member, len(ns))
-	for i, n := range ns {
-		ms[i] = digestwait.Member{Name: n.service, CL: n.cl}
-	}
-	d, err := digestwait.Wait(context.Background(), ms, limit, 100*time.Millisecond)
+	d, err := proccluster.WaitDigests(context.Background(), members(ns), limit)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -472,17 +455,17 @@ func (s *stack) waitHealthy(limit time.Duration, ns ...*node) {
 	for _, n := range ns {
 		for {
 			state := s.inspect(n, "{{.State.Health.Status}}")
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			r, err := healthpb.NewHealthClient(n.conn).Check(ctx, &healthpb.HealthCheckRequest{})
-			cancel()
-			if state == "healthy" && err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
+			if state == "healthy" {
 				break
 			}
 			if time.Now().After(deadline) {
-				s.t.Fatalf("%s not healthy within %v: docker says %q, gRPC health %v %v", n.service, limit, state, r, err)
+				s.t.Fatalf("%s not healthy within %v: docker says %q", n.service, limit, state)
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
+	}
+	if err := proccluster.WaitServing(context.Background(), members(ns), time.Until(deadline)); err != nil {
+		s.t.Fatal(err)
 	}
 }
 

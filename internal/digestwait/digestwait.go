@@ -1,7 +1,7 @@
 // Package digestwait waits for nodes of one cluster to converge: the same
 // applied index and index digest on every node (SPEC 13's check that
-// replicas hold identical state). The end-to-end, chaos and compose
-// harnesses share it.
+// replicas hold identical state). proccluster.WaitDigests, which the
+// end-to-end, chaos and compose harnesses share, is built on it.
 package digestwait
 
 import (
