@@ -17,7 +17,8 @@ import (
 // error; the node does not start with silently wrong state. Snapshots
 // carry their own checksums (snapshot package, and raft's CRC of the
 // file store); log entries carry command.SealEntry's. What is checked here:
-// at start, every sealed entry of the local log, and that a node with
+// at start, every entry of the local log (its position seal, logseal.go,
+// and its own checksum), and that a node with
 // snapshots still has its Raft term and vote (a lost raft.db would let
 // it vote twice in one term); while running, a damaged entry reaching the
 // FSM stops the node (Fatal).
@@ -62,6 +63,9 @@ func checkRaftState(store *raftboltdb.BoltStore, snaps raft.SnapshotStore) error
 			continue // a user restore leaves a gap below its index
 		} else if err != nil {
 			return fmt.Errorf("%w: log entry %d of %d..%d: %v", ErrCorruptState, i, first, last, err)
+		}
+		if err := checkPos(i, &l); err != nil {
+			return err
 		}
 		if l.Type != raft.LogCommand {
 			continue

@@ -1,6 +1,7 @@
 package raftnode_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 
 	"github.com/inference-cache/inference-cache/internal/clustertest"
 	"github.com/inference-cache/inference-cache/raftnode"
@@ -100,6 +102,44 @@ func TestStart_RefusesATruncatedRaftDB(t *testing.T) {
 	err := c.TryStart(f)
 	if !errors.Is(err, raftnode.ErrCorruptState) || !strings.Contains(err.Error(), "raft.db") {
 		t.Fatalf("start with a raft.db cut after its meta pages: %v; want ErrCorruptState naming raft.db", err)
+	}
+	t.Log(err)
+}
+
+// A log entry's value copied onto the next key of raft.db (a valid bbolt
+// edit: the entry's own checksum still verifies) is refused at start: the
+// entry says it is another index, and its position checksum covers the
+// index and term it was stored at.
+func TestStart_RefusesAMisplacedLogEntry(t *testing.T) {
+	c, f, path := damagedCluster(t, false)
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved uint64
+	err = db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket([]byte("logs"))
+		if b == nil {
+			return errors.New("no logs bucket in raft.db")
+		}
+		k, _ := b.Cursor().Last()
+		last := binary.BigEndian.Uint64(k)
+		// The last two entries are commands (the writes); copy the
+		// second last onto the last.
+		src := b.Get(binary.BigEndian.AppendUint64(nil, last-1))
+		if src == nil {
+			return errors.New("no entry before the last")
+		}
+		moved = last
+		return b.Put(binary.BigEndian.AppendUint64(nil, last), append([]byte(nil), src...))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.TryStart(f)
+	if !errors.Is(err, raftnode.ErrCorruptState) || !strings.Contains(err.Error(), "misplaced") {
+		t.Fatalf("start with entry %d replaced by a copy of entry %d: %v; want ErrCorruptState naming the misplaced entry", moved, moved-1, err)
 	}
 	t.Log(err)
 }

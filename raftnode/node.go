@@ -186,7 +186,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: open log store %s: %w", raftDir, err)
 	}
-	var base raft.LogStore = chunkedCompaction{n.store}
+	var base raft.LogStore = sealedLogStore{chunkedCompaction{n.store}}
 	if wrapLogStore != nil {
 		base = wrapLogStore(cfg.NodeID, base)
 	}
