@@ -128,6 +128,9 @@ type Timing struct {
 	// LocalGossip selects memberlist's loopback profile (fast probes) in
 	// place of the LAN profile, with a full-state sync every 2 s.
 	LocalGossip bool
+	// WANGossip selects memberlist's WAN profile (slower probes, longer
+	// suspicion) for servers across regions; ignored with LocalGossip.
+	WANGossip bool
 }
 
 // FastTiming is for tests and the loopback `dev` cluster: ~3× faster

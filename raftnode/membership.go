@@ -132,6 +132,9 @@ func (n *Node) memberList() []Member {
 
 func (n *Node) startGossip() error {
 	mc := memberlist.DefaultLANConfig()
+	if n.cfg.Timing.WANGossip {
+		mc = memberlist.DefaultWANConfig()
+	}
 	if n.cfg.Timing.LocalGossip {
 		mc = memberlist.DefaultLocalConfig()
 		// A restarted server's new meta (its entry format) reaches

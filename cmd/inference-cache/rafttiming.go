@@ -30,7 +30,7 @@ var raftProfiles = map[string]raftProfile{
 		LeaderLeaseTimeout: 250 * time.Millisecond, CommitTimeout: 10 * time.Millisecond}, rtt: 20 * time.Millisecond,
 		use: "one data centre (round trip ≤ 20 ms): failover ≈ 0.6–1.5 s"},
 	"wan": {timing: raftnode.Timing{HeartbeatTimeout: 2500 * time.Millisecond, ElectionTimeout: 2500 * time.Millisecond,
-		LeaderLeaseTimeout: 1200 * time.Millisecond, CommitTimeout: 50 * time.Millisecond}, rtt: 400 * time.Millisecond,
+		LeaderLeaseTimeout: 1200 * time.Millisecond, CommitTimeout: 50 * time.Millisecond, WANGossip: true}, rtt: 400 * time.Millisecond,
 		use: "across regions (round trip ≤ 400 ms, some loss): failover ≈ 3–7 s"},
 }
 

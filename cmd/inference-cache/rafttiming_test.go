@@ -17,7 +17,7 @@ func TestRaftTiming_ProfilesOverridesAndRules(t *testing.T) {
 		t.Fatalf("lan = %+v, %v", lan, err)
 	}
 	wan, err := (&raftTimingFlags{profile: "wan"}).timing(false)
-	if err != nil || wan.HeartbeatTimeout != 2500*time.Millisecond || wan.LeaderLeaseTimeout != 1200*time.Millisecond {
+	if err != nil || wan.HeartbeatTimeout != 2500*time.Millisecond || wan.LeaderLeaseTimeout != 1200*time.Millisecond || !wan.WANGossip {
 		t.Fatalf("wan = %+v, %v", wan, err)
 	}
 	if fast, err := (&raftTimingFlags{profile: "lan"}).timing(true); err != nil || fast != raftnode.FastTiming {
