@@ -61,7 +61,7 @@ func StatusToPB(st raftnode.Status, grpcAddr string) *pb.StatusResponse {
 		CommitIndex: st.CommitIndex, LastLogIndex: st.LastLogIndex, GrpcAddress: grpcAddr,
 	}
 	for _, m := range st.Members {
-		out.Members = append(out.Members, &pb.Member{Id: m.ID, RaftAddress: m.RaftAddr, GrpcAddress: m.GRPCAddr, Suffrage: m.Suffrage, Healthy: m.Healthy})
+		out.Members = append(out.Members, &pb.Member{Id: m.ID, RaftAddress: m.RaftAddr, GrpcAddress: m.GRPCAddr, Suffrage: m.Suffrage, Healthy: m.Healthy, UnhealthyReason: m.UnhealthyReason})
 	}
 	return out
 }

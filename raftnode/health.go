@@ -204,6 +204,7 @@ func (n *Node) healthLoop(t *lagTracker) {
 		s.contact = leader || !n.raft.LastContact().IsZero()
 		s.commitKnown = leader || lc > 0
 		n.health.setLag(t.step(s, n.fsm.Index().Policy().MaxStaleness, n.pending))
+		n.appendHealthChanged(leader)
 		r := n.health.reason()
 		if r == last {
 			continue
@@ -254,4 +255,39 @@ func (n *Node) Health() Health {
 	h.LastAppendError = n.health.lastAppendErr
 	n.health.errMu.Unlock()
 	return h
+}
+
+// stepDownEvery spaces the leadership transfers of a leader whose log
+// appends keep failing.
+const stepDownEvery = 5 * time.Second
+
+// appendHealthChanged runs every health tick: when the local log's append
+// health flips it re-advertises over gossip (so the others report this
+// node unhealthy), and a leader whose appends fail hands leadership over:
+// it cannot commit anything, and a re-elected full-disk leader would keep
+// the cluster from writing.
+func (n *Node) appendHealthChanged(leader bool) {
+	failing := n.health.appendFailing.Load()
+	if failing != n.advertisedAppendFail.Load() {
+		n.advertisedAppendFail.Store(failing)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			_ = n.ml.UpdateNode(time.Second)
+		}()
+	}
+	if !failing || !leader {
+		return
+	}
+	if t := time.Now().UnixNano(); t-n.lastStepDown.Load() >= int64(stepDownEvery) {
+		n.lastStepDown.Store(t)
+		n.log.Warn("raftnode: this leader's log appends fail; transferring leadership")
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+				n.log.Warn("raftnode: leadership transfer after failing appends", "err", err)
+			}
+		}()
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -302,5 +303,54 @@ func TestRestart_StaleAndNotServingUntilItsLogIsApplied(t *testing.T) {
 	waitFor(t, "restarted node applied its log and serving", 15*time.Second, func() bool {
 		rs := nr.ReadState()
 		return rs.AppliedIndex >= idx && !rs.Stale && nr.Serving()
+	})
+}
+
+// A leader whose disk is full cannot commit: it hands leadership over
+// instead of staying (or being re-elected) while full, and every node's
+// Status reports it unhealthy and why, until its appends succeed again.
+func TestFullDisk_LeaderStepsDownAndIsReportedUnhealthy(t *testing.T) {
+	var full [3]atomic.Bool
+	defer wrapStores(func(i int, s raft.LogStore) raft.LogStore { return fullDiskStore{s, &full[i]} })()
+	c := clustertest.New(t, 3, noExpire)
+	l, _, now := startWithOneWrite(t, c)
+	old := c.Nodes[l].ID
+	full[l].Store(true)
+	// A write makes the leader append (and fail); it is retried on the
+	// new leader and commits there.
+	if _, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(20*time.Second), "", evs("b", 5000, 4, now)); err != nil {
+		t.Fatalf("write while the leader's disk is full: %v", err)
+	}
+	waitFor(t, "leadership to leave the full-disk node", 15*time.Second, func() bool {
+		nl := c.WaitLeader(10 * time.Second)
+		return nl != l
+	})
+	reason := func(i int) string {
+		for _, m := range c.Nodes[i].Status().Members {
+			if m.ID == old && !m.Healthy {
+				return m.UnhealthyReason
+			}
+		}
+		return ""
+	}
+	waitFor(t, "every node to report the full-disk node unhealthy", 10*time.Second, func() bool {
+		for _, i := range c.Running() {
+			if !strings.Contains(reason(i), "log appends are failing") {
+				return false
+			}
+		}
+		return true
+	})
+	if nl := c.WaitLeader(10 * time.Second); nl == l {
+		t.Fatalf("%s leads again while its disk is full", old)
+	}
+	full[l].Store(false)
+	waitFor(t, "the node healthy again once it can append", 20*time.Second, func() bool {
+		for _, i := range c.Running() {
+			if reason(i) != "" {
+				return false
+			}
+		}
+		return true
 	})
 }

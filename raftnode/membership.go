@@ -26,6 +26,9 @@ type gossipMeta struct {
 	// applies (command.EntryFormat). Informational: every server of this
 	// code writes the same, single format, so nothing depends on it.
 	Fmt uint32 `json:"fmt,omitempty"`
+	// AppendFail: the server's own log appends are failing (a full
+	// disk); it is not healthy whatever gossip says.
+	AppendFail bool `json:"af,omitempty"`
 }
 
 type member struct {
@@ -38,7 +41,7 @@ type member struct {
 type delegate struct{ n *Node }
 
 func (d delegate) NodeMeta(limit int) []byte {
-	b, _ := json.Marshal(gossipMeta{ID: d.n.cfg.NodeID, Raft: d.n.cfg.RaftAdvertise, GRPC: d.n.cfg.GRPCAddr, State: d.n.hasState.Load(), Fmt: command.EntryFormat})
+	b, _ := json.Marshal(gossipMeta{ID: d.n.cfg.NodeID, Raft: d.n.cfg.RaftAdvertise, GRPC: d.n.cfg.GRPCAddr, State: d.n.hasState.Load(), Fmt: command.EntryFormat, AppendFail: d.n.health.appendFailing.Load()})
 	if len(b) > limit {
 		return nil
 	}
@@ -113,9 +116,26 @@ func (n *Node) memberList() []Member {
 		}
 		x.GRPCAddr = m.meta.GRPC
 		x.Healthy = m.alive
+		switch {
+		case !m.alive:
+			x.UnhealthyReason = "gossip: not alive"
+		case m.meta.AppendFail && id != n.cfg.NodeID:
+			x.UnhealthyReason = "its log appends are failing (disk full or I/O errors)"
+		}
 	}
 	out := make([]Member, 0, len(byID))
-	for _, m := range byID {
+	for id, m := range byID {
+		if _, seen := g[id]; !seen {
+			m.UnhealthyReason = "not seen in gossip"
+		}
+		if m.UnhealthyReason == "" {
+			if id == n.cfg.NodeID && n.health.appendFailing.Load() {
+				m.UnhealthyReason = "this node's log appends are failing (disk full or I/O errors)"
+			} else if r := n.raftContactProblem(id); r != "" {
+				m.UnhealthyReason = r
+			}
+		}
+		m.Healthy = m.UnhealthyReason == ""
 		out = append(out, *m)
 	}
 	slices.SortFunc(out, func(a, b Member) int {

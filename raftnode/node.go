@@ -57,13 +57,16 @@ type Node struct {
 	appliedMu  sync.Mutex
 	appliedSig chan struct{} // closed and replaced after every apply batch
 
-	membersMu         sync.Mutex
-	members           map[string]*member // by node id
-	peers             *peerAddrs         // gRPC addresses learned from gossip, kept across restarts (peers.go)
-	rejoins           atomic.Uint64      // gossip re-joins attempted (membership.go)
-	rejoining         atomic.Bool        // a re-join is running
-	rejoinLogged      atomic.Int64       // unix ns of the last re-join log line
-	expireClampLogged atomic.Int64       // unix ns of the last clamped-expire warning (leader.go)
+	membersMu            sync.Mutex
+	members              map[string]*member // by node id
+	peers                *peerAddrs         // gRPC addresses learned from gossip, kept across restarts (peers.go)
+	rejoins              atomic.Uint64      // gossip re-joins attempted (membership.go)
+	rejoining            atomic.Bool        // a re-join is running
+	rejoinLogged         atomic.Int64       // unix ns of the last re-join log line
+	contact              raftContact        // followers the leader's heartbeats fail to reach (raftcontact.go)
+	advertisedAppendFail atomic.Bool        // the AppendFail gossip last advertised (health.go)
+	lastStepDown         atomic.Int64       // unix ns of the last step-down for failing appends
+	expireClampLogged    atomic.Int64       // unix ns of the last clamped-expire warning (leader.go)
 
 	connsMu sync.Mutex
 	conns   map[string]*grpc.ClientConn // by gRPC address
@@ -262,7 +265,8 @@ func New(cfg Config) (*Node, error) {
 	if err := n.startGossip(); err != nil {
 		return nil, err
 	}
-	n.wg.Add(8)
+	n.wg.Add(9)
+	n.watchRaftContact()
 	go func() { defer n.wg.Done(); n.peers.saver(n.shutdownCh) }()
 	go n.snapshotByBytes()
 	go n.healthLoop(lt)

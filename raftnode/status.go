@@ -66,8 +66,11 @@ type Member struct {
 	// Suffrage is "Voter", "Nonvoter", "Staging" or "" (gossip only, not in
 	// the Raft configuration).
 	Suffrage string
-	// Healthy: gossip reports the member alive.
-	Healthy bool
+	// Healthy: gossip reports the member alive, its log appends succeed
+	// (advertised over gossip) and Raft reaches it as far as this node
+	// can tell (health.go, raftContact); UnhealthyReason says which failed.
+	Healthy         bool
+	UnhealthyReason string
 }
 
 // Status is the node's view of the cluster (SPEC 8 admin status).

@@ -91,9 +91,9 @@ even without writes: the leader commits an expire command.`,
 				}
 				if len(members) > 0 {
 					fmt.Fprintln(w)
-					fmt.Fprintln(w, "MEMBER\tRAFT ADDRESS\tGRPC ADDRESS\tSUFFRAGE\tHEALTHY")
+					fmt.Fprintln(w, "MEMBER\tRAFT ADDRESS\tGRPC ADDRESS\tSUFFRAGE\tHEALTHY\tWHY NOT")
 					for _, m := range members {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\n", m.Id, m.RaftAddress, m.GrpcAddress, m.Suffrage, m.Healthy)
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%s\n", m.Id, m.RaftAddress, m.GrpcAddress, m.Suffrage, m.Healthy, m.UnhealthyReason)
 					}
 				}
 				if err := w.Flush(); err != nil {

@@ -1683,14 +1683,19 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type Member struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	GrpcAddress   string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
-	Suffrage      string                 `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"` // "Voter" | "Nonvoter"
-	Healthy       bool                   `protobuf:"varint,5,opt,name=healthy,proto3" json:"healthy,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	GrpcAddress string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	Suffrage    string                 `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"` // "Voter" | "Nonvoter"
+	// healthy: gossip reports the member alive, its own log appends
+	// succeed, and Raft reaches it (the leader's heartbeats to a follower;
+	// a follower's contact with the leader). unhealthy_reason says which
+	// failed.
+	Healthy         bool   `protobuf:"varint,5,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	UnhealthyReason string `protobuf:"bytes,6,opt,name=unhealthy_reason,json=unhealthyReason,proto3" json:"unhealthy_reason,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Member) Reset() {
@@ -1756,6 +1761,13 @@ func (x *Member) GetHealthy() bool {
 		return x.Healthy
 	}
 	return false
+}
+
+func (x *Member) GetUnhealthyReason() string {
+	if x != nil {
+		return x.UnhealthyReason
+	}
+	return ""
 }
 
 type StatusResponse struct {
@@ -2718,13 +2730,14 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x15GetCachePolicyRequest\"O\n" +
 	"\x15SetCachePolicyRequest\x126\n" +
 	"\x06policy\x18\x01 \x01(\v2\x1e.inferencecache.v1.CachePolicyR\x06policy\"\x0f\n" +
-	"\rStatusRequest\"\x94\x01\n" +
+	"\rStatusRequest\"\xbf\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
 	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x18\n" +
-	"\ahealthy\x18\x05 \x01(\bR\ahealthy\"\xf7\x04\n" +
+	"\ahealthy\x18\x05 \x01(\bR\ahealthy\x12)\n" +
+	"\x10unhealthy_reason\x18\x06 \x01(\tR\x0funhealthyReason\"\xf7\x04\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
