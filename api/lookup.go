@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -51,9 +52,10 @@ const (
 // lookupScratch holds the per-call buffers of LookupRoute, pooled so that a
 // lookup allocates only its response.
 type lookupScratch struct {
-	req    index.LookupRequest
-	res    index.Result
-	counts []uint32
+	req      index.LookupRequest
+	res      index.Result
+	counts   []uint32
+	newestMs int64 // ReadState.NewestObservedMs of this lookup
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(lookupScratch) }}
@@ -88,7 +90,7 @@ func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (
 			s.log.Error("lookup panic recovered", slog.Any("panic", r))
 			func() {
 				defer func() { _ = recover() }()
-				s.fillReadState(resp)
+				s.fillReadState(resp, nil)
 			}()
 			// sc may be in any state: let the collector have it.
 		} else {
@@ -100,8 +102,11 @@ func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (
 		}
 		s.metrics.LookupDone(int32(resp.ReasonCode), el)
 	}()
-	staleReason := s.fillReadState(resp)
+	staleReason := s.fillReadState(resp, sc)
 	s.lookup(ctx, req, sc, resp, start, &el)
+	if now := start.UnixMilli(); sc.req.NowMs < now && resp.ReasonCode != pb.ReasonCode_NO_HINT {
+		resp.Detail += fmt.Sprintf(" (this node's clock is %.0f s ahead of the newest observation in its index; freshness counted from that observation)", float64(now-sc.req.NowMs+LookupClockMargin.Milliseconds())/1000)
+	}
 	if resp.Stale && staleReason != "" {
 		// The response has no field for it; operators reading a stale
 		// answer want to know why without scraping metrics.
@@ -110,14 +115,35 @@ func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (
 	return resp, nil
 }
 
-// fillReadState sets the read-state fields and returns the stale reason.
-func (s *Service) fillReadState(resp *pb.LookupRouteResponse) string {
+// fillReadState sets the read-state fields and returns the stale reason;
+// sc (nil = none) keeps the newest observation time for the lookup's
+// clock.
+func (s *Service) fillReadState(resp *pb.LookupRouteResponse, sc *lookupScratch) string {
 	rs := s.node.ReadState()
+	if sc != nil {
+		sc.newestMs = rs.NewestObservedMs
+	}
 	resp.ServedBy = rs.NodeID
 	resp.AppliedIndex = rs.AppliedIndex
 	resp.Stale = rs.Stale
 	resp.LastLeaderContactMs = rs.LastLeaderContactMs
 	return rs.StaleReason
+}
+
+// LookupClockMargin bounds the clock a lookup ranks with: at most this far
+// past the newest observation the local index holds. Freshness is the age
+// of a residency against the node's clock; a node whose clock runs
+// minutes ahead would find every residency expired-fresh and answer no
+// PREFIX_MATCH at all.
+const LookupClockMargin = time.Minute
+
+// lookupNow is the lookup's time: now, bounded to newest plus
+// LookupClockMargin when the index holds observations.
+func lookupNow(now, newest int64) int64 {
+	if newest > 0 && now > newest+LookupClockMargin.Milliseconds() {
+		return newest + LookupClockMargin.Milliseconds()
+	}
+	return now
 }
 
 func noHint(resp *pb.LookupRouteResponse, detail string) {
@@ -142,7 +168,7 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 	r.Partition = index.Partition{Scheme: req.GetHashScheme(), Model: req.GetModelId(), Tenant: req.GetTenantId(), Adapter: req.GetAdapterId()}
 	r.SLOTTFTMs = req.GetSlo().GetTtftMs()
 	r.MaxReplicas = req.GetMaxReplicas()
-	r.NowMs = start.UnixMilli()
+	r.NowMs = lookupNow(start.UnixMilli(), sc.newestMs)
 	r.Explain = req.GetExplain()
 	r.IncludeLoad = req.GetIncludeLoad()
 	r.CacheSalt = req.GetCacheSalt()

@@ -30,6 +30,7 @@ type fakeNode struct {
 	err         error
 	notReady    bool
 	staleReason string
+	newestMs    int64
 }
 
 func (f *fakeNode) Lookup(req *index.LookupRequest, res *index.Result) { f.lookup(req, res) }
@@ -39,7 +40,7 @@ func (f *fakeNode) Credit(p index.Partition, h []uint64) {
 	f.mu.Unlock()
 }
 func (f *fakeNode) ReadState() ReadState {
-	return ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContactMs: 7, Stale: true, StaleReason: f.staleReason}
+	return ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContactMs: 7, Stale: true, StaleReason: f.staleReason, NewestObservedMs: f.newestMs}
 }
 func (f *fakeNode) Ready() bool           { return !f.notReady }
 func (f *fakeNode) Policy() policy.Policy { return f.pol.Clone() }
@@ -279,5 +280,34 @@ func TestLookupRoute_StaleReasonInDetail(t *testing.T) {
 	f.staleReason = ""
 	if r, _ := newSvc(f, nil).LookupRoute(context.Background(), okReq); strings.Contains(r.Detail, "stale:") {
 		t.Fatalf("no reason known, detail %q", r.Detail)
+	}
+}
+
+// A node whose clock runs far ahead of what its index holds ranks with
+// the newest observation plus LookupClockMargin, not its own clock, and
+// says so in the detail; a node in step uses its clock.
+func TestLookupRoute_ClockBoundedByTheNewestObservation(t *testing.T) {
+	var got index.LookupRequest
+	f := &fakeNode{lookup: func(req *index.LookupRequest, res *index.Result) { got = *req; match(req, res) }}
+	newest := time.Now().Add(-10 * time.Minute).UnixMilli()
+	f.newestMs = newest
+	s := newSvc(f, nil)
+	r, err := s.LookupRoute(context.Background(), okReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := newest + LookupClockMargin.Milliseconds(); got.NowMs != want {
+		t.Fatalf("lookup clock %d, want the newest observation + margin %d", got.NowMs, want)
+	}
+	if !strings.Contains(r.Detail, "clock is 600 s ahead of the newest observation") && !strings.Contains(r.Detail, "clock is 601 s ahead") {
+		t.Fatalf("detail %q does not say the clock is ahead", r.Detail)
+	}
+	f.newestMs = time.Now().UnixMilli()
+	before := time.Now().UnixMilli()
+	if _, err := s.LookupRoute(context.Background(), okReq); err != nil {
+		t.Fatal(err)
+	}
+	if got.NowMs < before {
+		t.Fatalf("a node in step ranked with %d, before its own clock %d", got.NowMs, before)
 	}
 }

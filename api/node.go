@@ -27,7 +27,8 @@ func (b nodeBackend) Policy() policy.Policy                              { retur
 func (b nodeBackend) ReadState() ReadState {
 	rs := b.n.ReadState()
 	return ReadState{NodeID: rs.NodeID, AppliedIndex: rs.AppliedIndex, Stale: rs.Stale, StaleReason: rs.StaleReason,
-		Leader: rs.Leader, LastLeaderContactMs: uint64(rs.LastLeaderContact.Milliseconds())}
+		Leader: rs.Leader, LastLeaderContactMs: uint64(rs.LastLeaderContact.Milliseconds()),
+		NewestObservedMs: b.n.Index().NewestObservedMs()}
 }
 
 func (b nodeBackend) Ingest(ctx context.Context, id string, evs []index.BlockEvent) (WriteResult, error) {

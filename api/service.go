@@ -55,6 +55,10 @@ type ReadState struct {
 	StaleReason string
 	// Leader: this node is the Raft leader.
 	Leader bool
+	// NewestObservedMs is the newest observation time the local index
+	// holds (index.NewestObservedMs; 0 = none): LookupRoute's clock is
+	// bounded by it (LookupClockMargin).
+	NewestObservedMs int64
 }
 
 // Backend is what the InferenceCache service needs of a replicated node.
