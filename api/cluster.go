@@ -50,6 +50,9 @@ func (c *ClusterService) Status(context.Context, *pb.StatusRequest) (*pb.StatusR
 	rs := c.n.ReadState()
 	out.Stale, out.StaleReason = rs.Stale, rs.StaleReason
 	out.LookupRouteCalls = c.metrics.LookupCounts()
+	if d, ok := c.n.ClockOffsetToLeader(); ok {
+		out.ClockOffsetToLeaderMs = d.Milliseconds()
+	}
 	return out, nil
 }
 

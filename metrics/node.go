@@ -43,6 +43,11 @@ type NodeInfo struct {
 	// workers since the index was built (index.ParallelBatches; a restore
 	// builds a new index, so the counter restarts).
 	ApplyParallelBatches uint64
+	// ClockOffsetToLeader: the leader's clock minus this node's, in
+	// seconds, measured over gossip probes; Known false = not measured
+	// (the leader, or no probe answered yet): not exported.
+	ClockOffsetToLeader      float64
+	ClockOffsetToLeaderKnown bool
 	// ExpireClamped: expire commands this node, as leader, bounded because
 	// its clock ran ahead of the newest observation (raftnode
 	// Metrics.ExpireClamped), since start.
@@ -92,6 +97,7 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"appendEntries": desc("raft_log_appended_entries_total", "Log entries written by those appends."),
 		"appendFails":   desc("raft_log_append_failures_total", "Appends to the local Raft log that failed (disk full, I/O error)."),
 		"appendBytes":   desc("raft_log_appended_bytes_total", "Bytes of entry data written by those appends."),
+		"clockOffset":   desc("clock_offset_to_leader_seconds", "The leader's clock minus this node's, measured over gossip probes (not exported on the leader). Expiry and lookups are bounded against a clock that runs ahead; keep the servers on NTP."),
 		"expireClamped": desc("expire_clock_clamped_total", "Expire commands this node, as leader, bounded to the newest observation in the index plus a minute because its clock was further ahead (check the clock)."),
 		"snapByBytes":   desc("snapshots_by_log_bytes_total", "Snapshots taken because the Raft log grew past its limit since the last one: 256 MiB or twice the last snapshot, whichever is more."),
 		"parallel":      desc("apply_parallel_batches_total", "Ingest batches the index applied on several apply workers (--apply-workers); restarts when a restore builds a new index."),
@@ -148,6 +154,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	cnt("appendBytes", in.LogAppendBytes)
 	cnt("snapByBytes", in.SnapshotsByLogBytes)
 	cnt("expireClamped", in.ExpireClamped)
+	if in.ClockOffsetToLeaderKnown {
+		g("clockOffset", in.ClockOffsetToLeader)
+	}
 	cnt("parallel", in.ApplyParallelBatches)
 	if in.WriteFormat != 0 {
 		g("writeFormat", float64(in.WriteFormat))

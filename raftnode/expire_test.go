@@ -94,7 +94,7 @@ func TestExpireTicker_DropsExpiredResidenciesOnEveryNode(t *testing.T) {
 func TestExpireTicker_LeaderClockAheadDoesNotWipeTheIndex(t *testing.T) {
 	var skew atomic.Int64
 	restore := raftnode.SetExpireClockForTest(func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })
-	defer restore()
+	t.Cleanup(restore) // after the cluster's own cleanup: its leader reads the clock
 	c := clustertest.New(t, 3, func(_ int, cfg *raftnode.Config) { cfg.ExpireInterval = 100 * time.Millisecond })
 	c.StartAll()
 	l := c.WaitLeader(15 * time.Second)

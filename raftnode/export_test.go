@@ -55,3 +55,11 @@ func SetExpireClockForTest(f func() time.Time) (restore func()) {
 	expireClock = f
 	return func() { expireClock = old }
 }
+
+// SetAckClockForTest sets the clock each node puts in its gossip acks and
+// returns a func restoring time.Now.
+func SetAckClockForTest(f func(nodeID string) time.Time) (restore func()) {
+	old := ackClock
+	ackClock = f
+	return func() { ackClock = old }
+}

@@ -178,6 +178,7 @@ func (n *Node) startGossip() error {
 	}
 	mc.Delegate = delegate{n}
 	mc.Events = events{n}
+	mc.Ping = pingClock{n}
 	mc.LogOutput = nil
 	mc.Logger = n.memberlistLogger()
 	if err := n.gossipEncryption(mc); err != nil {

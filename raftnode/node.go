@@ -63,6 +63,7 @@ type Node struct {
 	rejoins              atomic.Uint64      // gossip re-joins attempted (membership.go)
 	rejoining            atomic.Bool        // a re-join is running
 	rejoinLogged         atomic.Int64       // unix ns of the last re-join log line
+	offsets              clockOffsets       // peers' clocks minus this node's (clockoffset.go)
 	contact              raftContact        // followers the leader's heartbeats fail to reach (raftcontact.go)
 	advertisedAppendFail atomic.Bool        // the AppendFail gossip last advertised (health.go)
 	lastStepDown         atomic.Int64       // unix ns of the last step-down for failing appends

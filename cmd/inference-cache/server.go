@@ -307,6 +307,9 @@ func nodeInfo(n *raftnode.Node) metrics.NodeInfo {
 	m, h := n.Metrics(), n.Health()
 	info.LastSnapshotIndex, info.LastSnapshotBytes = n.LastSnapshot()
 	info.SnapshotsByLogBytes, info.ExpireClamped = m.SnapshotsByLogBytes, m.ExpireClamped
+	if d, ok := n.ClockOffsetToLeader(); ok {
+		info.ClockOffsetToLeader, info.ClockOffsetToLeaderKnown = d.Seconds(), true
+	}
 	info.LogAppends, info.LogAppendEntries, info.LogAppendFailures = m.LogAppends, m.LogAppendEntries, h.AppendFailures
 	info.LogAppendBytes, info.ApplyParallelBatches = m.LogAppendBytes, n.Index().ParallelBatches()
 	info.Serving, info.StaleReason = h.Serving, n.ReadState().StaleReason

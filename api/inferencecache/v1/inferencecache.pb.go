@@ -1792,8 +1792,11 @@ type StatusResponse struct {
 	// started, by reason code name (the inferencecache_lookup_route_calls_total
 	// counters), so a live view needs no metrics scrape.
 	LookupRouteCalls map[string]uint64 `protobuf:"bytes,14,rep,name=lookup_route_calls,json=lookupRouteCalls,proto3" json:"lookup_route_calls,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// clock_offset_to_leader_ms: the leader's clock minus this node's,
+	// measured over gossip probes (0 on the leader or before a measurement).
+	ClockOffsetToLeaderMs int64 `protobuf:"varint,15,opt,name=clock_offset_to_leader_ms,json=clockOffsetToLeaderMs,proto3" json:"clock_offset_to_leader_ms,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1922,6 +1925,13 @@ func (x *StatusResponse) GetLookupRouteCalls() map[string]uint64 {
 		return x.LookupRouteCalls
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetClockOffsetToLeaderMs() int64 {
+	if x != nil {
+		return x.ClockOffsetToLeaderMs
+	}
+	return 0
 }
 
 type AddServerRequest struct {
@@ -2737,7 +2747,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x18\n" +
 	"\ahealthy\x18\x05 \x01(\bR\ahealthy\x12)\n" +
-	"\x10unhealthy_reason\x18\x06 \x01(\tR\x0funhealthyReason\"\xf7\x04\n" +
+	"\x10unhealthy_reason\x18\x06 \x01(\tR\x0funhealthyReason\"\xb1\x05\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2753,7 +2763,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\fgrpc_address\x18\v \x01(\tR\vgrpcAddress\x12\x14\n" +
 	"\x05stale\x18\f \x01(\bR\x05stale\x12!\n" +
 	"\fstale_reason\x18\r \x01(\tR\vstaleReason\x12e\n" +
-	"\x12lookup_route_calls\x18\x0e \x03(\v27.inferencecache.v1.StatusResponse.LookupRouteCallsEntryR\x10lookupRouteCalls\x1aC\n" +
+	"\x12lookup_route_calls\x18\x0e \x03(\v27.inferencecache.v1.StatusResponse.LookupRouteCallsEntryR\x10lookupRouteCalls\x128\n" +
+	"\x19clock_offset_to_leader_ms\x18\x0f \x01(\x03R\x15clockOffsetToLeaderMs\x1aC\n" +
 	"\x15LookupRouteCallsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"a\n" +

@@ -1,0 +1,41 @@
+package raftnode_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/raftnode"
+)
+
+// Followers measure the leader's clock over gossip probes: a leader 10
+// minutes ahead shows as an offset of about +10 minutes on each follower,
+// and an offset near 0 when the clocks agree.
+func TestClockOffset_FollowersMeasureTheLeadersClock(t *testing.T) {
+	var skewed atomic.Value // node id whose clock is 10 minutes ahead
+	skewed.Store("")
+	restore := raftnode.SetAckClockForTest(func(id string) time.Time {
+		if id == skewed.Load().(string) {
+			return time.Now().Add(10 * time.Minute)
+		}
+		return time.Now()
+	})
+	t.Cleanup(restore) // after the cluster's own cleanup: its gossip reads the clock
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	f := follower(c, l)
+	waitFor(t, "an offset measured near 0", 15*time.Second, func() bool {
+		d, ok := c.Nodes[f].ClockOffsetToLeader()
+		return ok && d.Abs() < 100*time.Millisecond
+	})
+	if _, ok := c.Nodes[l].ClockOffsetToLeader(); ok {
+		t.Fatal("the leader reports an offset to itself")
+	}
+	skewed.Store(c.Nodes[l].ID)
+	waitFor(t, "the leader's 10-minute lead measured", 15*time.Second, func() bool {
+		d, ok := c.Nodes[f].ClockOffsetToLeader()
+		return ok && (d-10*time.Minute).Abs() < 100*time.Millisecond
+	})
+}
