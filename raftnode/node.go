@@ -60,7 +60,7 @@ type Node struct {
 	membersMu            sync.Mutex
 	members              map[string]*member // by node id
 	peers                *peerAddrs         // gRPC addresses learned from gossip, kept across restarts (peers.go)
-	rejoins              atomic.Uint64      // gossip re-joins attempted (membership.go)
+	rejoins              atomic.Uint64      // gossip re-joins attempted (gossipheal.go)
 	rejoining            atomic.Bool        // a re-join is running
 	rejoinLogged         atomic.Int64       // unix ns of the last re-join log line
 	offsets              clockOffsets       // peers' clocks minus this node's (clockoffset.go)
