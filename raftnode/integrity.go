@@ -96,14 +96,34 @@ func checkBoltFile(path string) error {
 
 // newRaft is raft.NewRaft with its panics (it panics on some damaged
 // snapshot stores and logs, e.g. "log not found" after falling back to an
-// older snapshot) turned into ErrCorruptState.
+// older snapshot) and its errors loading state (every snapshot failing
+// raft's CRC or the FSM's restore: "failed to load any existing
+// snapshots"; a term or last log it cannot read) turned into
+// ErrCorruptState. Configuration errors pass through.
 func newRaft(rc *raft.Config, f raft.FSM, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore, trans raft.Transport) (r *raft.Raft, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r, err = nil, fmt.Errorf("%w: raft could not load its state: %v", ErrCorruptState, p)
 		}
 	}()
-	return raft.NewRaft(rc, f, logs, stable, snaps, trans)
+	r, err = raft.NewRaft(rc, f, logs, stable, snaps, trans)
+	if err != nil && isLoadError(err) {
+		err = fmt.Errorf("%w: raft could not load its state: %v", ErrCorruptState, err)
+	}
+	return r, err
+}
+
+// isLoadError reports whether a raft.NewRaft error is about the state on
+// disk (hashicorp/raft's messages for loading snapshots, the term, the
+// last vote and the last log) rather than the configuration.
+func isLoadError(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"failed to load", "failed to find last log", "failed to get last log", "snapshot"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // fail marks the node's state untrustworthy: Fatal closes, Ready turns

@@ -143,3 +143,29 @@ func TestStart_RefusesAMisplacedLogEntry(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// A snapshot file whose bytes no longer match raft's CRC (or the
+// snapshot's own checksums) is refused at start with the documented
+// "raft data on disk is damaged" error, not a bare raft error.
+func TestStart_RefusesADamagedSnapshotFile(t *testing.T) {
+	c, f, _ := damagedCluster(t, true)
+	states, _ := filepath.Glob(filepath.Join(c.Nodes[f].Dir, "raft", "snapshots", "*", "state.bin"))
+	if len(states) == 0 {
+		t.Fatal("no snapshot on the follower")
+	}
+	for _, p := range states {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 0x10
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := c.TryStart(f)
+	if !errors.Is(err, raftnode.ErrCorruptState) {
+		t.Fatalf("start with a damaged snapshot file: %v; want ErrCorruptState", err)
+	}
+	t.Log(err)
+}
