@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/inference-cache/inference-cache/command/commandtest"
+
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -40,10 +42,10 @@ func decodeBoth(t *testing.T, cmd []byte) (fast, generic Decoded) {
 func TestMarshalIngest_DecodesToSameEvents(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 11))
 	for i := range 5000 {
-		evs := randomEvents(rng)
+		evs := commandtest.RandomEvents(rng)
 		if i%7 == 0 { // many events sharing a few ids, as real commands do
 			for range 40 {
-				evs = append(evs, randomEvents(rng)...)
+				evs = append(evs, commandtest.RandomEvents(rng)...)
 			}
 		}
 		id := []string{"", "req-1", "é" + strings.Repeat("x", 150)}[i%3]
@@ -193,7 +195,7 @@ func TestPacked_InconsistentCommandRejected(t *testing.T) {
 func FuzzPackedDecode(f *testing.F) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 8 {
-		cmd, err := MarshalIngest("id", randomEvents(rng))
+		cmd, err := MarshalIngest("id", commandtest.RandomEvents(rng))
 		if err != nil {
 			f.Fatal(err)
 		}
