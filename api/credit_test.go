@@ -13,36 +13,6 @@ import (
 	"github.com/inference-cache/inference-cache/raftnode"
 )
 
-// converged polls every running node until all report the same (applied
-// index, digest) pair and cond holds for it, and returns the pair.
-func converged(t *testing.T, c *clustertest.Cluster, timeout time.Duration, cond func(idx, digest uint64) bool) (uint64, uint64) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var idx, dg uint64
-		same := true
-		for k, i := range c.Running() {
-			ai, d := c.Nodes[i].Digest()
-			if k == 0 {
-				idx, dg = ai, d
-			} else if ai != idx || d != dg {
-				same = false
-			}
-		}
-		if same && cond(idx, dg) {
-			return idx, dg
-		}
-		if time.Now().After(deadline) {
-			for _, i := range c.Running() {
-				ai, d := c.Nodes[i].Digest()
-				t.Logf("%s: applied %d digest %016x", c.Nodes[i].ID, ai, d)
-			}
-			t.Fatalf("nodes did not converge on the wanted state within %v", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // Under an LFU policy, PREFIX_MATCH lookups answered by a follower credit
 // the matched blocks: the node batches the credits into a command that
 // goes through the Raft log, and every node ends with exactly the state
@@ -79,7 +49,7 @@ func TestLookupRoute_LFUCreditsReachTheLogAndEveryNode(t *testing.T) {
 	model := index.New(pol)
 	model.ApplyEvents(evs)
 	before := model.Digest()
-	idx0, _ := converged(t, c, 10*time.Second, func(_, d uint64) bool { return d == before })
+	idx0, _ := c.WaitConverged(10*time.Second, func(_, d uint64) bool { return d == before })
 
 	svc := api.NewService(api.Config{Backend: api.NewNodeBackend(f.Node)})
 	const lookups = 5
@@ -94,7 +64,7 @@ func TestLookupRoute_LFUCreditsReachTheLogAndEveryNode(t *testing.T) {
 	if want == before {
 		t.Fatal("crediting the model changed nothing: the digest does not cover access counters")
 	}
-	idx, _ := converged(t, c, 10*time.Second, func(_, d uint64) bool { return d == want })
+	idx, _ := c.WaitConverged(10*time.Second, func(_, d uint64) bool { return d == want })
 	if idx <= idx0 {
 		t.Fatalf("state changed at applied index %d, not past %d: the credits did not come through the log", idx, idx0)
 	}

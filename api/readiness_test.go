@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -10,9 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/inference-cache/inference-cache/internal/syncbuf"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -24,24 +24,6 @@ import (
 	"github.com/inference-cache/inference-cache/raftnode"
 	"github.com/inference-cache/inference-cache/tokenizer"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // servingNode starts a one-node cluster and waits until it is Serving.
 func servingNode(t *testing.T) *raftnode.Node {
@@ -126,7 +108,7 @@ func TestServer_NotReadyUntilTokenizersLoad(t *testing.T) {
 		return tokenizer.LoadDir(d, o)
 	}})
 	node := servingNode(t)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	srv := NewServer(ServerConfig{Node: node, Tokenizer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	cc := serveAPI(t, srv)
 
@@ -217,7 +199,7 @@ func TestServer_ReadyAfterTokenizerLoadTimeout(t *testing.T) {
 		return tokenizer.LoadDir(d, o)
 	}})
 	node := servingNode(t)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	start := time.Now()
 	srv := NewServer(ServerConfig{Node: node, Tokenizer: reg, TokenizerLoadTimeout: 300 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
@@ -255,7 +237,7 @@ func TestServer_TokenizerLoadTimeoutHoldsForAStuckPreloader(t *testing.T) {
 	p := stuckPreloader{release: make(chan struct{})}
 	defer close(p.release)
 	srv := NewServer(ServerConfig{Node: servingNode(t), Tokenizer: p, TokenizerLoadTimeout: 100 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil))})
+		Logger: slog.New(slog.NewTextHandler(&syncbuf.Buffer{}, nil))})
 	serveAPI(t, srv)
 	select {
 	case <-srv.TokenizersLoaded():

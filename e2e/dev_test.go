@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os/exec"
@@ -9,36 +8,19 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/inference-cache/inference-cache/internal/syncbuf"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/internal/freeport"
 )
 
-// syncBuffer is a bytes.Buffer a process writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitOutput polls out until re matches, and returns the submatches.
-func waitOutput(t *testing.T, out *syncBuffer, re *regexp.Regexp, limit time.Duration) []string {
+func waitOutput(t *testing.T, out *syncbuf.Buffer, re *regexp.Regexp, limit time.Duration) []string {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
@@ -65,7 +47,7 @@ func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	dev := exec.Command(binPath, "dev", "--dir", filepath.Join(dir, "a"), "--base-port", strconv.Itoa(base), "--demo-fleet=false")
 	dev.Stdout, dev.Stderr = &out, &out
 	if err := dev.Start(); err != nil {

@@ -1,14 +1,14 @@
 package observe
 
 import (
-	"bytes"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/inference-cache/inference-cache/internal/syncbuf"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -70,25 +70,7 @@ func listenEngine(id string) EngineConfig {
 	return EngineConfig{ReplicaID: id, ModelID: "m", TenantID: "t", HashScheme: "vllm", BlockSize: 4}
 }
 
-// syncBuffer is a log sink safe for the subscriber's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func textLog(buf *syncBuffer) *slog.Logger { return slog.New(slog.NewTextHandler(buf, nil)) }
+func textLog(buf *syncbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(buf, nil)) }
 
 // waitUntil polls cond every 5 ms for up to 10 s and fails naming what.
 func waitUntil(t *testing.T, what string, cond func() bool) {
@@ -136,7 +118,7 @@ func TestListen_ConnectingEnginesAreIndexedPerEngineAndUnknownCounted(t *testing
 	ea.Pod = "pod-a"
 	eb.Topic, eb.ReplayEndpoint = "kv@pod-b@qwen3-8b", b.ReplayEndpoint()
 	sink := &fakeSink{}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	_, m := startSubscriberLog(t, &Config{Listen: listen, Engines: []EngineConfig{ea, eb}}, sink, textLog(&logs))
 	waitSubscribed(t, a, b, z)
 
@@ -258,7 +240,7 @@ func TestListen_ReloadMapsAndUnmapsPublishers(t *testing.T) {
 	ea, ec := listenEngine("a"), listenEngine("c")
 	ea.Pod, ec.Topic = "pod-a", "kv@pod-c@m"
 	sink := &fakeSink{}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	s, m := startSubscriberLog(t, &Config{Listen: listen, Engines: []EngineConfig{ea}}, sink, textLog(&logs))
 	waitSubscribed(t, a, c)
 	x := ot.Tokens(0, 4)

@@ -9,37 +9,6 @@ import (
 	"github.com/inference-cache/inference-cache/raftnode"
 )
 
-// waitConverged polls every running node's (applied index, digest) until
-// all report the same pair, and returns it. A periodic command (the expire
-// ticker) moves the index between polls; nodes agree between two ticks.
-func waitConverged(t *testing.T, c *clustertest.Cluster, timeout time.Duration) (uint64, uint64) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var idx, dg uint64
-		same := true
-		for k, i := range c.Running() {
-			ai, d := c.Nodes[i].Digest()
-			if k == 0 {
-				idx, dg = ai, d
-			} else if ai != idx || d != dg {
-				same = false
-			}
-		}
-		if same {
-			return idx, dg
-		}
-		if time.Now().After(deadline) {
-			for _, i := range c.Running() {
-				ai, d := c.Nodes[i].Digest()
-				t.Logf("%s: applied %d digest %016x", c.Nodes[i].ID, ai, d)
-			}
-			t.Fatalf("nodes did not converge on one (applied index, digest) within %v", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // The leader's periodic expire command (Config.ExpireInterval) drops
 // residencies past the policy's EvictionTTL on every node, with nothing
 // but the ticker writing: after the TTL every node holds 0 residencies
@@ -76,7 +45,7 @@ func TestExpireTicker_DropsExpiredResidenciesOnEveryNode(t *testing.T) {
 	if took := time.Since(written); took < p.EvictionTTL {
 		t.Fatalf("residencies gone after %v, before the %v TTL", took, p.EvictionTTL)
 	}
-	at, _ := waitConverged(t, c, 10*time.Second)
+	at, _ := c.WaitConverged(10*time.Second, nil)
 	if at <= idx {
 		t.Fatalf("applied index %d, not past the write's %d: no expire command was committed", at, idx)
 	}
@@ -110,7 +79,7 @@ func TestExpireTicker_LeaderClockAheadDoesNotWipeTheIndex(t *testing.T) {
 	waitFor(t, "three clamped expire commands", 15*time.Second, func() bool {
 		return c.Nodes[l].Metrics().ExpireClamped >= 3
 	})
-	at, _ := waitConverged(t, c, 10*time.Second)
+	at, _ := c.WaitConverged(10*time.Second, nil)
 	if at <= idx {
 		t.Fatalf("applied index %d, not past the write's %d: no expire command was committed", at, idx)
 	}

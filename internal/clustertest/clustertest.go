@@ -247,6 +247,38 @@ func (c *Cluster) WaitApplied(idx uint64, timeout time.Duration) {
 	c.T.Fatalf("not every node applied %d within %v", idx, timeout)
 }
 
+// WaitConverged polls every running node's (applied index, digest) until
+// all report the same pair and cond (nil = any) holds for it, and returns
+// the pair. A periodic command (the expire ticker) moves the index
+// between polls; the nodes agree between two ticks.
+func (c *Cluster) WaitConverged(timeout time.Duration, cond func(idx, digest uint64) bool) (uint64, uint64) {
+	c.T.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var idx, dg uint64
+		same := true
+		for k, i := range c.Running() {
+			ai, d := c.Nodes[i].Digest()
+			if k == 0 {
+				idx, dg = ai, d
+			} else if ai != idx || d != dg {
+				same = false
+			}
+		}
+		if same && (cond == nil || cond(idx, dg)) {
+			return idx, dg
+		}
+		if time.Now().After(deadline) {
+			for _, i := range c.Running() {
+				ai, d := c.Nodes[i].Digest()
+				c.T.Logf("%s: applied %d digest %016x", c.Nodes[i].ID, ai, d)
+			}
+			c.T.Fatalf("nodes did not converge on one wanted (applied index, digest) within %v", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // WaitVoters waits until the leader's configuration has want voters and
 // returns their ids.
 func (c *Cluster) WaitVoters(want int, timeout time.Duration) []string {
