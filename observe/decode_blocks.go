@@ -44,18 +44,8 @@ func FoldHashBytes(b []byte) uint64 {
 }
 
 func (d *Decoder) hashList(e *Event) error {
-	c, err := d.dec.PeekCode()
-	if err != nil {
-		return err
-	}
-	if c == msgpcode.Nil {
-		return d.dec.DecodeNil()
-	}
-	n, err := d.dec.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	if err := d.guardLen(n); err != nil {
+	n, null, err := d.optArray()
+	if err != nil || null {
 		return err
 	}
 	e.hashOff = len(d.hashes)
@@ -84,18 +74,8 @@ func (d *Decoder) parent(e *Event) error {
 }
 
 func (d *Decoder) tokenList(e *Event) error {
-	c, err := d.dec.PeekCode()
-	if err != nil {
-		return err
-	}
-	if c == msgpcode.Nil {
-		return d.dec.DecodeNil()
-	}
-	n, err := d.dec.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	if err := d.guardLen(n); err != nil {
+	n, null, err := d.optArray()
+	if err != nil || null {
 		return err
 	}
 	e.tokOff = len(d.tokens)

@@ -36,15 +36,8 @@ type ExtraKeys struct {
 // extraKeys decodes vLLM's extra_keys: nil, or one entry per block, each
 // nil or an array of keys (see ExtraKeys).
 func (d *Decoder) extraKeys(e *Event) error {
-	isNil, err := d.isNil()
-	if err != nil || isNil {
-		return err
-	}
-	n, err := d.dec.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	if err := d.guardLen(n); err != nil {
+	n, null, err := d.optArray()
+	if err != nil || null {
 		return err
 	}
 	for b := 0; b < n; b++ {

@@ -47,6 +47,18 @@ func (d *Decoder) guardLen(n int) error {
 	return nil
 }
 
+// optArray reads an array header or nil (null true, n 0); the length is
+// guarded (guardLen).
+func (d *Decoder) optArray() (n int, null bool, err error) {
+	if null, err = d.isNil(); err != nil || null {
+		return 0, null, err
+	}
+	if n, err = d.dec.DecodeArrayLen(); err != nil {
+		return 0, false, err
+	}
+	return n, false, d.guardLen(n)
+}
+
 func (d *Decoder) isNil() (bool, error) {
 	c, err := d.dec.PeekCode()
 	if err != nil {
