@@ -123,3 +123,27 @@ func TestReader_WrongAnswerForSeededChainFailsTheRun(t *testing.T) {
 		t.Fatalf("a run with only correct, stale or restarted-node answers failed: %+v", rep)
 	}
 }
+
+// A node that has not applied the seed yet (its answer's applied index is
+// below the seed's) is behind, not wrong; from the seed's index on, a
+// fresh answer without the seed is wrong.
+func TestReader_WrongOnlyOnceTheSeedIsApplied(t *testing.T) {
+	miss := func(applied uint64, stale bool) *pb.LookupRouteResponse {
+		return &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT, Detail: "index is empty (cold start)", AppliedIndex: applied, Stale: stale}
+	}
+	hit := &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_PREFIX_MATCH, AppliedIndex: 9, Replicas: []*pb.ReplicaHint{{ReplicaId: seedReplica}}}
+	for _, c := range []struct {
+		r    *pb.LookupRouteResponse
+		want bool
+	}{
+		{miss(5, false), false}, // not applied yet
+		{miss(7, false), true},  // at the seed's index
+		{miss(12, false), true}, // past it
+		{miss(12, true), false}, // marked stale
+		{hit, false},
+	} {
+		if got := wrongAnswer(c.r, 7); got != c.want {
+			t.Errorf("applied %d stale %t %s: wrong = %t, want %t", c.r.AppliedIndex, c.r.Stale, c.r.ReasonCode, got, c.want)
+		}
+	}
+}

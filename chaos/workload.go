@@ -64,7 +64,8 @@ type LookupRec struct {
 	// Reason is the answer's reason code ("" after an error).
 	Reason string
 	// Wrong: the node was Up (same generation) throughout the call and
-	// answered fresh (not stale), yet not with a PREFIX_MATCH naming the
+	// answered fresh (not stale) from a state that includes the seeded
+	// chain (applied index ≥ its index), yet not with a PREFIX_MATCH naming the
 	// seeded chain's replica. The chain is committed before the readers
 	// start and never expires during a run, so such an answer hides
 	// acknowledged state; it fails the run.
@@ -100,6 +101,11 @@ type Workload struct {
 	wg     sync.WaitGroup
 	t0     time.Time
 	seeded []uint32
+	// seedIndex is the log index the seeded chain applied at: a node
+	// answering from an earlier applied index has not applied it yet
+	// (behind by moments, or catching up from a snapshot) and is not
+	// wrong.
+	seedIndex uint64
 }
 
 // NewWorkload prepares a workload against c: it sets the base policy
@@ -145,12 +151,13 @@ func NewWorkload(ctx context.Context, c *Cluster, mon *Monitor) (*Workload, erro
 	w.regNext.Store(1000)
 	// The readers' chain, held by two replicas of their own.
 	w.seeded = chainAt(4_000_000_000)
-	_, err = sdk.Ingest(ctx, &pb.IngestRequest{RequestId: "seed-" + w.runTag, Events: []*pb.BlockEvent{
+	seed, err := sdk.Ingest(ctx, &pb.IngestRequest{RequestId: "seed-" + w.runTag, Events: []*pb.BlockEvent{
 		stored(seedReplica, w.seeded), stored("seed-b", chainAt(4_000_100_000)),
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: seed: %w", err)
 	}
+	w.seedIndex = seed.GetAppliedIndex()
 	return w, nil
 }
 
@@ -245,7 +252,7 @@ func (w *Workload) reader(ctx context.Context, n *Node) {
 			}
 			continue
 		}
-		rec, ok := readOnce(ctx, n, req)
+		rec, ok := readOnce(ctx, n, req, w.seedIndex)
 		if !ok {
 			return
 		}
@@ -263,7 +270,7 @@ const seedReplica = "seed-a"
 
 // readOnce looks up the seeded chain (req) on n once and classifies the
 // answer; ok is false when ctx ended during the call (nothing to record).
-func readOnce(ctx context.Context, n *Node, req *pb.LookupRouteRequest) (rec LookupRec, ok bool) {
+func readOnce(ctx context.Context, n *Node, req *pb.LookupRouteRequest, seedIndex uint64) (rec LookupRec, ok bool) {
 	_, g0 := n.State()
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -280,11 +287,18 @@ func readOnce(ctx context.Context, n *Node, req *pb.LookupRouteRequest) (rec Loo
 		return rec, true
 	}
 	rec.Stale, rec.Reason = r.Stale, r.ReasonCode.String()
-	if reachable && !r.Stale && !holdsSeed(r) {
+	if reachable && wrongAnswer(r, seedIndex) {
 		rec.Wrong = true
 		rec.Msg = fmt.Sprintf("%s %q served by %s at applied index %d, replicas %v", r.ReasonCode, r.Detail, r.ServedBy, r.AppliedIndex, r.Replicas)
 	}
 	return rec, true
+}
+
+// wrongAnswer reports whether r, from a reachable node, hides the seeded
+// chain: fresh (not stale), from a state that includes the seed (applied
+// index at or past seedIndex), yet not a PREFIX_MATCH naming seedReplica.
+func wrongAnswer(r *pb.LookupRouteResponse, seedIndex uint64) bool {
+	return !r.Stale && r.AppliedIndex >= seedIndex && !holdsSeed(r)
 }
 
 // holdsSeed reports whether r is a PREFIX_MATCH naming seedReplica.
