@@ -80,7 +80,7 @@ func (sc *lookupScratch) reset() {
 // applied_index, stale and last_leader_contact_ms from the node's read
 // state.
 func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (resp *pb.LookupRouteResponse, _ error) {
-	start := time.Now()
+	start := s.now()
 	resp = &pb.LookupRouteResponse{}
 	sc := scratchPool.Get().(*lookupScratch)
 	var el time.Duration // measured after ranking; saves a clock read

@@ -48,6 +48,8 @@ type ServerConfig struct {
 	// Auth checks bearer tokens per RPC class (auth.go); nil or without
 	// any token = every RPC open (the local quick start).
 	Auth *Auth
+	// Now is the server's wall clock (Config.Now); nil = time.Now.
+	Now func() time.Time
 }
 
 // Server is a node's gRPC server: InferenceCache, Cluster, raftnode's
@@ -150,7 +152,7 @@ func baseOptions() []grpc.ServerOption {
 // long-lived gateway connections, and cfg.Auth's token interceptors.
 func NewServer(cfg ServerConfig) *Server {
 	gs := grpc.NewServer(serverOptions(cfg)...)
-	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger})
+	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now})
 	pb.RegisterInferenceCacheServer(gs, svc)
 	pb.RegisterClusterServer(gs, NewClusterService(cfg.Node, cfg.GRPCAddr, cfg.TmpDir, cfg.Metrics))
 	cfg.Node.RegisterGRPC(gs)

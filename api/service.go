@@ -108,8 +108,10 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
-	// Now is the clock for observed_at_ms defaults and skew checks; nil =
-	// time.Now. Lookups always use time.Now.
+	// Now is the wall clock for observed_at_ms defaults, skew checks and
+	// the lookup's freshness (ranking at now); nil = time.Now. A clock
+	// that keeps time.Now's monotonic reading keeps latencies and
+	// budgets exact.
 	Now func() time.Time
 	// Admission bounds write work in flight (zero = the defaults).
 	Admission AdmissionLimits

@@ -44,9 +44,17 @@ type pingClock struct{ n *Node }
 // (export_test.go) to give one node a clock that is off.
 var ackClock = func(nodeID string) time.Time { return time.Now() }
 
+// probeNow is this node's wall clock for gossip clock probes.
+func (n *Node) probeNow() time.Time {
+	if n.cfg.Clock != nil {
+		return n.cfg.Clock()
+	}
+	return ackClock(n.cfg.NodeID)
+}
+
 // AckPayload is this node's clock, unix ns, little endian.
 func (p pingClock) AckPayload() []byte {
-	return binary.LittleEndian.AppendUint64(nil, uint64(ackClock(p.n.cfg.NodeID).UnixNano()))
+	return binary.LittleEndian.AppendUint64(nil, uint64(p.n.probeNow().UnixNano()))
 }
 
 // NotifyPingComplete records other's clock offset from its ack.
@@ -60,7 +68,7 @@ func (p pingClock) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	}
 	remote := int64(binary.LittleEndian.Uint64(payload))
 	// The ack was written about half a round trip ago.
-	p.n.offsets.set(meta.ID, time.Duration(remote+int64(rtt/2)-time.Now().UnixNano()))
+	p.n.offsets.set(meta.ID, time.Duration(remote+int64(rtt/2)-p.n.probeNow().UnixNano()))
 }
 
 // ClockOffsetToLeader is the leader's clock minus this node's, as

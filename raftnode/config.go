@@ -234,6 +234,12 @@ type Config struct {
 	// Logger for raftnode, raft (via an hclog adapter, level RaftLogLevel)
 	// and memberlist; nil = discard.
 	Logger *slog.Logger
+	// Clock is this server's wall clock for the times it writes into
+	// commands and clock probes: the expire command's now and the clock in
+	// its gossip acks (nil = time.Now). Raft and gossip timeouts use the
+	// monotonic clock and never read it. The chaos build of the server
+	// sets it to run a node whose clock is off.
+	Clock func() time.Time
 	// RaftLogLevel: the least level of hashicorp/raft logs passed to
 	// Logger (default slog.LevelWarn; raft is chatty at info).
 	RaftLogLevel slog.Level

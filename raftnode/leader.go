@@ -75,7 +75,7 @@ func (n *Node) leaderDuties(ctx context.Context) {
 			// The leader's clock goes into the command, so every node
 			// expires the same residencies (SPEC 6), bounded by what the
 			// index holds (expireNow).
-			cmd := expireBytes(n.NewRequestID(), n.expireNow(expireClock().UnixMilli()))
+			cmd := expireBytes(n.NewRequestID(), n.expireNow(n.wallNow(expireClock).UnixMilli()))
 			c, cancel := context.WithTimeout(ctx, n.cfg.ExpireInterval)
 			if _, err := n.submitLocal(c, cmd); err != nil && ctx.Err() == nil {
 				n.log.Warn("raftnode: expire command failed", "err", err)
@@ -95,9 +95,18 @@ func (n *Node) leaderDuties(ctx context.Context) {
 // reports resume.
 const ExpireClockMargin = time.Minute
 
-// expireClock is the leader's clock for expire commands; tests set it
-// (export_test.go) to run a leader whose clock is off.
+// expireClock is the leader's clock for expire commands when
+// Config.Clock is nil; tests set it (export_test.go) to run a leader whose
+// clock is off.
 var expireClock = time.Now
+
+// wallNow is Config.Clock's time, or def's when Config.Clock is nil.
+func (n *Node) wallNow(def func() time.Time) time.Time {
+	if n.cfg.Clock != nil {
+		return n.cfg.Clock()
+	}
+	return def()
+}
 
 // expireClampLogEvery rate-limits the warning of a clamped expire.
 const expireClampLogEvery = time.Minute

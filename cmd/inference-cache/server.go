@@ -174,10 +174,14 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	if err != nil {
 		return err
 	}
+	clock, err := chaosClock(log)
+	if err != nil {
+		return err
+	}
 	cfg := raftnode.Config{
 		NodeID: o.nodeID, DataDir: o.dataDir, RaftAddr: o.raftAddr, GossipAddr: o.gossipAddr,
 		RaftAdvertise: adv.raft, GossipAdvertise: adv.gossip, GRPCAddr: adv.grpc, Join: o.join, BootstrapExpect: o.bootstrapExpect, Policy: pol,
-		DeadServerCleanup: o.deadServerCleanup, ApplyWorkers: o.applyWorkers, Logger: log,
+		DeadServerCleanup: o.deadServerCleanup, ApplyWorkers: o.applyWorkers, Logger: log, Clock: clock,
 		RaftTLS: sec.raftTLS, GossipKeys: sec.gossipKeys, DialOptions: sec.dial,
 		Hooks: raftnode.Hooks{
 			OnCommit:   m.RaftCommit,
@@ -204,7 +208,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		tokWait = -1 // the flag's 0 is "do not wait"; api's is "default"
 	}
 	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: adv.grpc, Tokenizer: tok, TokenizerLoadTimeout: tokWait,
-		Metrics: m, Logger: log, TmpDir: tmp, Options: sec.grpcOptions, Auth: sec.auth})
+		Metrics: m, Logger: log, TmpDir: tmp, Options: sec.grpcOptions, Auth: sec.auth, Now: clock})
 	m.RegisterNode(func() metrics.NodeInfo {
 		info := nodeInfo(node)
 		info.Serving = srv.Ready() // node_serving is what /readyz reports
