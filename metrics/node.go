@@ -48,6 +48,10 @@ type NodeInfo struct {
 	// (the leader, or no probe answered yet): not exported.
 	ClockOffsetToLeader      float64
 	ClockOffsetToLeaderKnown bool
+	// ClockCorrection: seconds this node adds to its own clock because it
+	// is off the cluster's median clock (raftnode Node.ClockCorrection);
+	// 0 when it agrees.
+	ClockCorrection float64
 	// ExpireClamped: expire commands this node, as leader, bounded because
 	// its clock ran ahead of the newest observation (raftnode
 	// Metrics.ExpireClamped), since start.
@@ -98,6 +102,7 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"appendFails":   desc("raft_log_append_failures_total", "Appends to the local Raft log that failed (disk full, I/O error)."),
 		"appendBytes":   desc("raft_log_appended_bytes_total", "Bytes of entry data written by those appends."),
 		"clockOffset":   desc("clock_offset_to_leader_seconds", "The leader's clock minus this node's, measured over gossip probes (not exported on the leader). Expiry and lookups are bounded against a clock that runs ahead; keep the servers on NTP."),
+		"clockFix":      desc("clock_correction_seconds", "Seconds this node adds to its own wall clock because it is more than 5 s off the median clock of the cluster (at least three clocks); 0 when it agrees. Non-zero means: fix this server's NTP."),
 		"expireClamped": desc("expire_clock_clamped_total", "Expire commands this node, as leader, bounded to the newest observation in the index plus a minute because its clock was further ahead (check the clock)."),
 		"snapByBytes":   desc("snapshots_by_log_bytes_total", "Snapshots taken because the Raft log grew past its limit since the last one: 256 MiB or twice the last snapshot, whichever is more."),
 		"parallel":      desc("apply_parallel_batches_total", "Ingest batches the index applied on several apply workers (--apply-workers); restarts when a restore builds a new index."),
@@ -157,6 +162,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	if in.ClockOffsetToLeaderKnown {
 		g("clockOffset", in.ClockOffsetToLeader)
 	}
+	g("clockFix", in.ClockCorrection)
 	cnt("parallel", in.ApplyParallelBatches)
 	if in.WriteFormat != 0 {
 		g("writeFormat", float64(in.WriteFormat))

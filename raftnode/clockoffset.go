@@ -3,6 +3,7 @@ package raftnode
 import (
 	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -12,29 +13,118 @@ import (
 // Clock offsets: every gossip probe's ack carries the responder's clock
 // (memberlist's ping delegate), so each node estimates, per peer, the
 // peer's clock minus its own, corrected by half the round trip. The
-// offset to the leader is reported in Status and as a metric; the
-// replicated state never depends on it.
+// offset to the leader is reported in Status and as a metric. A node
+// whose own clock is more than ClockCorrectThreshold off the cluster's
+// (the median over itself and every peer probed within offsetMaxAge, at
+// least three clocks) corrects its wall clock by that median (Node.Now):
+// one node with a wrong clock then neither stamps observations in its
+// own time nor, as leader, expires the index in it.
+
+// ClockCorrectThreshold is how far this node's clock may be off the
+// cluster's median clock before Node.Now corrects it. Well above the
+// probe's error (half a round trip) and far below the eviction TTL.
+const ClockCorrectThreshold = 5 * time.Second
+
+// offsetMaxAge: older offset samples (a peer not probed since) do not
+// count toward the cluster's median.
+const offsetMaxAge = 30 * time.Second
+
+// offsetSample is one peer's offset and when (monotonic) it was measured.
+type offsetSample struct {
+	d  time.Duration
+	at time.Time
+}
 
 // clockOffsets holds the latest estimate per peer id.
 type clockOffsets struct {
 	mu sync.Mutex
-	by map[string]time.Duration
+	by map[string]offsetSample
 }
 
-func (c *clockOffsets) set(id string, d time.Duration) {
+// set records id's offset d measured at (local monotonic) time at.
+func (c *clockOffsets) set(id string, d time.Duration, at time.Time) {
 	c.mu.Lock()
 	if c.by == nil {
-		c.by = map[string]time.Duration{}
+		c.by = map[string]offsetSample{}
 	}
-	c.by[id] = d
+	c.by[id] = offsetSample{d: d, at: at}
 	c.mu.Unlock()
 }
 
 func (c *clockOffsets) get(id string) (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d, ok := c.by[id]
-	return d, ok
+	s, ok := c.by[id]
+	return s.d, ok
+}
+
+// median is the cluster's clock minus this node's: the median of 0 (this
+// node) and every sample newer than now-offsetMaxAge, and false with fewer
+// than three clocks (two cannot tell which one is wrong). Of two middle
+// values the one nearer 0 is taken, so a tie never moves the clock.
+func (c *clockOffsets) median(now time.Time) (time.Duration, bool) {
+	c.mu.Lock()
+	ds := make([]time.Duration, 1, len(c.by)+1)
+	for _, s := range c.by {
+		if now.Sub(s.at) <= offsetMaxAge {
+			ds = append(ds, s.d)
+		}
+	}
+	c.mu.Unlock()
+	if len(ds) < 3 {
+		return 0, false
+	}
+	slices.Sort(ds)
+	m := ds[len(ds)/2]
+	if len(ds)%2 == 0 {
+		if lo := ds[len(ds)/2-1]; lo.Abs() < m.Abs() {
+			m = lo
+		}
+	}
+	return m, true
+}
+
+// correctionFor is the correction Node.Now applies for a median offset m:
+// m when it exceeds ClockCorrectThreshold either way, else 0.
+func correctionFor(m time.Duration) time.Duration {
+	if m.Abs() > ClockCorrectThreshold {
+		return m
+	}
+	return 0
+}
+
+// Now is this server's wall clock corrected toward the cluster's: the
+// configured clock (Config.Clock, or time.Now) plus the correction
+// computed at the last clock probe (0 unless this node's clock is more
+// than ClockCorrectThreshold off the median of at least three clocks).
+// Ingest stamps, skew checks, lookup freshness and the expire command's
+// now read it. It keeps time.Now's monotonic reading.
+func (n *Node) Now() time.Time {
+	return n.wallNow(time.Now).Add(time.Duration(n.clockCorrection.Load()))
+}
+
+// ClockCorrection is what Now adds to this server's own clock (0 when
+// its clock agrees with the cluster's).
+func (n *Node) ClockCorrection() time.Duration {
+	return time.Duration(n.clockCorrection.Load())
+}
+
+// updateClockCorrection recomputes the correction after a probe and logs
+// when it starts or stops.
+func (n *Node) updateClockCorrection(now time.Time) {
+	m, ok := n.offsets.median(now)
+	if !ok {
+		return
+	}
+	c := correctionFor(m)
+	if old := time.Duration(n.clockCorrection.Swap(int64(c))); (old == 0) != (c == 0) {
+		if c != 0 {
+			n.log.Warn("raftnode: this server's clock is off the cluster's median clock; stamping, expiry and lookups use the cluster's time until it is fixed (check NTP on this server)",
+				"correction", c.Round(time.Millisecond), "threshold", ClockCorrectThreshold)
+		} else {
+			n.log.Info("raftnode: this server's clock agrees with the cluster's again; correction removed", "was", old.Round(time.Millisecond))
+		}
+	}
 }
 
 // pingClock is the memberlist ping delegate carrying the clock.
@@ -68,7 +158,9 @@ func (p pingClock) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	}
 	remote := int64(binary.LittleEndian.Uint64(payload))
 	// The ack was written about half a round trip ago.
-	p.n.offsets.set(meta.ID, time.Duration(remote+int64(rtt/2)-p.n.probeNow().UnixNano()))
+	now := time.Now()
+	p.n.offsets.set(meta.ID, time.Duration(remote+int64(rtt/2)-p.n.probeNow().UnixNano()), now)
+	p.n.updateClockCorrection(now)
 }
 
 // ClockOffsetToLeader is the leader's clock minus this node's, as

@@ -39,3 +39,28 @@ func TestClockOffset_FollowersMeasureTheLeadersClock(t *testing.T) {
 		return ok && (d-10*time.Minute).Abs() < 100*time.Millisecond
 	})
 }
+
+// A node whose own clock is 10 minutes ahead corrects toward the other
+// two (whose clocks agree): its Now is the cluster's time, the others
+// apply no correction.
+func TestClockCorrection_TheOddClockOutIsCorrected(t *testing.T) {
+	c := clustertest.New(t, 3, func(i int, cfg *raftnode.Config) {
+		noExpire(i, cfg)
+		if i == 0 {
+			cfg.Clock = func() time.Time { return time.Now().Add(10 * time.Minute) }
+		}
+	})
+	c.StartAll()
+	c.WaitLeader(15 * time.Second)
+	waitFor(t, "n1 corrects by about -10 min", 20*time.Second, func() bool {
+		return (c.Nodes[0].ClockCorrection() + 10*time.Minute).Abs() < 200*time.Millisecond
+	})
+	if d := c.Nodes[0].Now().Sub(time.Now()).Abs(); d > 200*time.Millisecond {
+		t.Fatalf("n1's corrected clock is %v off the real time", d)
+	}
+	for i := 1; i < 3; i++ {
+		if d := c.Nodes[i].ClockCorrection(); d != 0 {
+			t.Fatalf("node %d with a right clock corrects by %v", i, d)
+		}
+	}
+}

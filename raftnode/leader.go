@@ -75,7 +75,7 @@ func (n *Node) leaderDuties(ctx context.Context) {
 			// The leader's clock goes into the command, so every node
 			// expires the same residencies (SPEC 6), bounded by what the
 			// index holds (expireNow).
-			cmd := expireBytes(n.NewRequestID(), n.expireNow(n.wallNow(expireClock).UnixMilli()))
+			cmd := expireBytes(n.NewRequestID(), n.expireNow(n.wallNow(expireClock).Add(n.ClockCorrection()).UnixMilli()))
 			c, cancel := context.WithTimeout(ctx, n.cfg.ExpireInterval)
 			if _, err := n.submitLocal(c, cmd); err != nil && ctx.Err() == nil {
 				n.log.Warn("raftnode: expire command failed", "err", err)

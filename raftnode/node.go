@@ -47,6 +47,8 @@ type Node struct {
 	// reconcileRounds counts the leader's reconcile passes
 	// (membership.go), so a test can wait for rounds instead of sleeping.
 	reconcileRounds atomic.Uint64
+	// clockCorrection (ns) is what Now adds to this server's clock.
+	clockCorrection atomic.Int64
 	reqPrefix       string
 
 	proposeCh chan *proposal

@@ -208,7 +208,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		tokWait = -1 // the flag's 0 is "do not wait"; api's is "default"
 	}
 	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: adv.grpc, Tokenizer: tok, TokenizerLoadTimeout: tokWait,
-		Metrics: m, Logger: log, TmpDir: tmp, Options: sec.grpcOptions, Auth: sec.auth, Now: clock})
+		Metrics: m, Logger: log, TmpDir: tmp, Options: sec.grpcOptions, Auth: sec.auth, Now: node.Now})
 	m.RegisterNode(func() metrics.NodeInfo {
 		info := nodeInfo(node)
 		info.Serving = srv.Ready() // node_serving is what /readyz reports
@@ -314,6 +314,7 @@ func nodeInfo(n *raftnode.Node) metrics.NodeInfo {
 	if d, ok := n.ClockOffsetToLeader(); ok {
 		info.ClockOffsetToLeader, info.ClockOffsetToLeaderKnown = d.Seconds(), true
 	}
+	info.ClockCorrection = n.ClockCorrection().Seconds()
 	info.LogAppends, info.LogAppendEntries, info.LogAppendFailures = m.LogAppends, m.LogAppendEntries, h.AppendFailures
 	info.LogAppendBytes, info.ApplyParallelBatches = m.LogAppendBytes, n.Index().ParallelBatches()
 	info.Serving, info.StaleReason = h.Serving, n.ReadState().StaleReason
