@@ -50,6 +50,9 @@ type ServerConfig struct {
 	Auth *Auth
 	// Now is the server's wall clock (Config.Now); nil = time.Now.
 	Now func() time.Time
+	// ClockTrusted gates writes on a checked clock (Config.ClockTrusted);
+	// nil = always checked.
+	ClockTrusted func() bool
 }
 
 // Server is a node's gRPC server: InferenceCache, Cluster, raftnode's
@@ -152,7 +155,7 @@ func baseOptions() []grpc.ServerOption {
 // long-lived gateway connections, and cfg.Auth's token interceptors.
 func NewServer(cfg ServerConfig) *Server {
 	gs := grpc.NewServer(serverOptions(cfg)...)
-	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now})
+	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now, ClockTrusted: cfg.ClockTrusted})
 	pb.RegisterInferenceCacheServer(gs, svc)
 	pb.RegisterClusterServer(gs, NewClusterService(cfg.Node, cfg.GRPCAddr, cfg.TmpDir, cfg.Metrics))
 	cfg.Node.RegisterGRPC(gs)

@@ -115,6 +115,12 @@ type Config struct {
 	Now func() time.Time
 	// Admission bounds write work in flight (zero = the defaults).
 	Admission AdmissionLimits
+	// ClockTrusted reports whether Now may stamp writes (raftnode
+	// Node.ClockTrusted: checked against the cluster's clocks, or not
+	// ahead of the newest observation); while it is false writes are
+	// refused with UNAVAILABLE so that a server started with a clock far
+	// ahead stamps nothing in it. nil = always trusted.
+	ClockTrusted func() bool
 }
 
 // policyRefresh is how long LookupRoute keeps its cached copy of the policy
@@ -132,7 +138,9 @@ type Service struct {
 	metrics *metrics.Metrics
 	log     *slog.Logger
 	now     func() time.Time
-	admit   *admission
+	// clockTrusted: Config.ClockTrusted, or nil.
+	clockTrusted func() bool
+	admit        *admission
 
 	pol   atomic.Pointer[policy.Policy]
 	polAt atomic.Int64 // unix ns of the cached policy
@@ -140,7 +148,7 @@ type Service struct {
 
 // NewService returns the InferenceCache service for cfg.Backend.
 func NewService(cfg Config) *Service {
-	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now, admit: newAdmission(cfg.Admission)}
+	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now, clockTrusted: cfg.ClockTrusted, admit: newAdmission(cfg.Admission)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -228,6 +236,9 @@ func pbKindName(k pb.BlockEvent_Kind) string {
 // is committed and applied_index is this node's current one.
 func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
 	start := time.Now()
+	if err := s.checkClock(); err != nil {
+		return nil, err
+	}
 	done, err := s.admit.acquire(ctx, int64(proto.Size(req)))
 	if err != nil {
 		s.metrics.AdmissionRefused()
@@ -316,10 +327,27 @@ func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) erro
 	}
 }
 
+// ErrClockUntrusted is the UNAVAILABLE a write gets from a server that
+// started moments ago with a clock ahead of the newest observation and has
+// not compared it with the cluster's yet (Config.ClockTrusted): retry, on
+// this server or another.
+var ErrClockUntrusted = status.Error(codes.Unavailable, "this server started moments ago with a clock ahead of the newest observation in its index and has not compared it with the cluster's yet; it stamps no write until it has: retry")
+
+// checkClock is ErrClockUntrusted while the clock is not trusted.
+func (s *Service) checkClock() error {
+	if s.clockTrusted != nil && !s.clockTrusted() {
+		return ErrClockUntrusted
+	}
+	return nil
+}
+
 // ReportReplicaStats validates replica stats and commits the valid entries
 // through the log, with the same rules as Ingest.
 func (s *Service) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaStatsRequest) (*pb.ReportReplicaStatsResponse, error) {
 	start := time.Now()
+	if err := s.checkClock(); err != nil {
+		return nil, err
+	}
 	done, err := s.admit.acquire(ctx, int64(proto.Size(req)))
 	if err != nil {
 		s.metrics.AdmissionRefused()

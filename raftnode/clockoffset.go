@@ -109,6 +109,32 @@ func (n *Node) ClockCorrection() time.Duration {
 	return time.Duration(n.clockCorrection.Load())
 }
 
+// clockCheckWait bounds how long after start a node waits for a cluster
+// median before it trusts its clock unchecked (a cluster whose gossip
+// probes never answer must still take writes).
+const clockCheckWait = 10 * time.Second
+
+// ClockTrusted reports whether this node may stamp writes with Now. It is
+// true once the clock has been compared with the cluster's (a median of
+// at least three clocks since start), or when the Raft configuration has
+// fewer than three voters (no clock can be outvoted), or after
+// clockCheckWait. Before that it is true unless the clock runs more than
+// ClockCorrectThreshold past the newest observation the index holds: a
+// server restarted with a clock far ahead would otherwise stamp
+// observations that outlive everything else and let the expire bound
+// slide with them. An empty index (a new cluster) is trusted.
+func (n *Node) ClockTrusted() bool {
+	if n.clockChecked.Load() {
+		return true
+	}
+	if time.Since(n.started) >= clockCheckWait || n.voters() < 3 {
+		n.clockChecked.Store(true)
+		return true
+	}
+	newest := n.fsm.Index().NewestObservedMs()
+	return newest == 0 || n.Now().UnixMilli() <= newest+ClockCorrectThreshold.Milliseconds()
+}
+
 // updateClockCorrection recomputes the correction after a probe and logs
 // when it starts or stops.
 func (n *Node) updateClockCorrection(now time.Time) {
@@ -116,6 +142,7 @@ func (n *Node) updateClockCorrection(now time.Time) {
 	if !ok {
 		return
 	}
+	n.clockChecked.Store(true)
 	c := correctionFor(m)
 	if old := time.Duration(n.clockCorrection.Swap(int64(c))); (old == 0) != (c == 0) {
 		if c != 0 {

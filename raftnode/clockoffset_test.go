@@ -55,6 +55,9 @@ func TestClockCorrection_TheOddClockOutIsCorrected(t *testing.T) {
 	waitFor(t, "n1 corrects by about -10 min", 20*time.Second, func() bool {
 		return (c.Nodes[0].ClockCorrection() + 10*time.Minute).Abs() < 200*time.Millisecond
 	})
+	if !c.Nodes[0].ClockTrusted() {
+		t.Fatal("n1 computed a cluster median yet reports its clock unchecked")
+	}
 	if d := c.Nodes[0].Now().Sub(time.Now()).Abs(); d > 200*time.Millisecond {
 		t.Fatalf("n1's corrected clock is %v off the real time", d)
 	}

@@ -49,7 +49,9 @@ type Node struct {
 	reconcileRounds atomic.Uint64
 	// clockCorrection (ns) is what Now adds to this server's clock.
 	clockCorrection atomic.Int64
-	reqPrefix       string
+	// clockChecked latches the end of ClockTrusted's check.
+	clockChecked atomic.Bool
+	reqPrefix    string
 
 	proposeCh chan *proposal
 	inflight  chan *inflightEntry

@@ -208,7 +208,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		tokWait = -1 // the flag's 0 is "do not wait"; api's is "default"
 	}
 	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: adv.grpc, Tokenizer: tok, TokenizerLoadTimeout: tokWait,
-		Metrics: m, Logger: log, TmpDir: tmp, Options: sec.grpcOptions, Auth: sec.auth, Now: node.Now})
+		Metrics: m, Logger: log, TmpDir: tmp, Options: sec.grpcOptions, Auth: sec.auth, Now: node.Now, ClockTrusted: node.ClockTrusted})
 	m.RegisterNode(func() metrics.NodeInfo {
 		info := nodeInfo(node)
 		info.Serving = srv.Ready() // node_serving is what /readyz reports
