@@ -94,6 +94,14 @@ type Options struct {
 	// Netns puts each node in its own network namespace (required for
 	// partitions).
 	Netns bool
+	// Flags are added to every server's command line (e.g.
+	// "--raft-timing", "wan").
+	Flags []string
+	// DelayRaft routes every node's Raft traffic through a DelayProxy of
+	// its own (loopback only): a node advertises its proxy as its Raft
+	// address, so all Raft traffic into it passes the proxy's delay line
+	// in both directions (Cluster.Proxies).
+	DelayRaft bool
 	// Logger for harness events.
 	Logger *slog.Logger
 }
@@ -105,6 +113,9 @@ type Cluster struct {
 	net   *Network
 	procs *proccluster.Cluster
 	Nodes []*Node
+	// Proxies are the nodes' Raft delay proxies (Options.DelayRaft), by
+	// node index.
+	Proxies []*DelayProxy
 }
 
 // NewCluster allocates addresses (and namespaces when opts.Netns) and
@@ -138,8 +149,22 @@ func NewCluster(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.FastTiming {
 		flags = append(flags, "--fast-timing")
 	}
+	flags = append(flags, opts.Flags...)
+	if opts.DelayRaft && c.net != nil {
+		return nil, fmt.Errorf("chaos: DelayRaft runs on loopback only")
+	}
 	for i, a := range addrs {
-		spec := proccluster.Spec{Name: a.ID, Args: proccluster.ServerArgs(a, opts.Nodes, addrs, flags...),
+		nodeFlags := flags
+		if opts.DelayRaft {
+			p, err := NewDelayProxy("127.0.0.1:0", a.Raft)
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			c.Proxies = append(c.Proxies, p)
+			nodeFlags = append(append([]string{}, flags...), "--raft-advertise", p.Addr())
+		}
+		spec := proccluster.Spec{Name: a.ID, Args: proccluster.ServerArgs(a, opts.Nodes, addrs, nodeFlags...),
 			LogPath: filepath.Join(opts.Dir, a.ID+".log")}
 		if c.net != nil {
 			spec.Prefix = c.net.Prefix(i)
@@ -246,6 +271,9 @@ func (c *Cluster) Close() {
 		if n.conn != nil {
 			n.conn.Close()
 		}
+	}
+	for _, p := range c.Proxies {
+		p.Close()
 	}
 	if c.net != nil {
 		c.net.Close()

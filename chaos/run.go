@@ -49,10 +49,12 @@ type Runner struct {
 	staleChecks int
 }
 
-// BuildBinary builds ./cmd/inference-cache of the module at root into dir.
+// BuildBinary builds ./cmd/inference-cache of the module at root into dir
+// with the chaos build tag, whose only difference is the wall-clock offset
+// hook (INFERENCE_CACHE_CHAOS_CLOCK_OFFSET) the clock-skew fault uses.
 func BuildBinary(root, dir string) (string, error) {
 	bin := filepath.Join(dir, "inference-cache")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/inference-cache")
+	cmd := exec.Command("go", "build", "-tags", "chaos", "-o", bin, "./cmd/inference-cache")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("chaos: go build: %v\n%s", err, out)

@@ -42,6 +42,7 @@ type serverOptions struct {
 	nodeID, dataDir                          string
 	grpcAddr, raftAddr, gossipAddr, httpAddr string
 	advertiseAddr                            string
+	raftAdvertise                            string
 	join                                     []string
 	bootstrapExpect                          int
 	policyFile, modelsDir                    string
@@ -103,6 +104,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.StringVar(&o.raftAddr, "raft-addr", defaultRaftAddr, "Raft TCP address host:port (bound, and advertised unless --advertise-addr is set or it is 0.0.0.0)")
 	f.StringVar(&o.gossipAddr, "gossip-addr", defaultGossipAddr, "memberlist gossip address host:port (TCP and UDP)")
 	f.StringVar(&o.advertiseAddr, "advertise-addr", "", "host name or IP peers reach this node at (Raft, gossip, write forwarding), with the ports of --grpc-addr, --raft-addr and --gossip-addr; needed when those bind 0.0.0.0, as in containers (default: each bind address; for 0.0.0.0 this host's name)")
+	f.StringVar(&o.raftAdvertise, "raft-advertise", "", "Raft address host:port peers dial, when it differs from --raft-addr and --advertise-addr's host with --raft-addr's port (a NAT or a proxy in between); default: derived as described there")
 	f.StringVar(&o.httpAddr, "http-addr", defaultHTTPAddr, "HTTP side port for /metrics, /healthz, /readyz (and /debug/pprof with --pprof); empty = off")
 	f.StringSliceVar(&o.join, "join", nil, "gossip address host:port of another server (repeatable, or comma-separated); any one reachable is enough; a host name may resolve later")
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 3, "bootstrap a new cluster once this many servers without Raft state see each other; 0 = only join an existing cluster")
@@ -173,6 +175,12 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	adv, err := advertiseAddrs(ctx, o.advertiseAddr, lis.Addr().String(), o.raftAddr, o.gossipAddr, net.DefaultResolver, advertiseResolveWait)
 	if err != nil {
 		return err
+	}
+	if o.raftAdvertise != "" {
+		if _, _, err := net.SplitHostPort(o.raftAdvertise); err != nil {
+			return fmt.Errorf("--raft-advertise %q: want host:port: %w", o.raftAdvertise, err)
+		}
+		adv.raft = o.raftAdvertise
 	}
 	clock, err := chaosClock(log)
 	if err != nil {

@@ -52,6 +52,14 @@ type Proc struct {
 // Name is the Spec's name.
 func (p *Proc) Name() string { return p.spec.Name }
 
+// SetEnv replaces the Spec's extra environment (KEY=value) for the next
+// Start; a running process keeps its own.
+func (p *Proc) SetEnv(env []string) {
+	p.mu.Lock()
+	p.spec.Env = append([]string(nil), env...)
+	p.mu.Unlock()
+}
+
 // LogPath is the file the process writes to.
 func (p *Proc) LogPath() string { return p.spec.LogPath }
 
