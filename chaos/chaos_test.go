@@ -29,7 +29,8 @@ func envInt(t *testing.T, name string, def int) int {
 // CHAOS is set: CHAOS=smoke (bounded, for CI) or CHAOS=long (the report
 // run). Knobs: CHAOS_NODES (3|5), CHAOS_LEADER_KILLS, CHAOS_FOLLOWER_KILLS,
 // CHAOS_PAUSES, CHAOS_REPLACES, CHAOS_FULL_RESTARTS, CHAOS_PARTITIONS
-// (per partition kind), CHAOS_MIN_DURATION (Go duration), CHAOS_FAST=1
+// (per partition kind), CHAOS_GOSSIP_PARTITIONS, CHAOS_RAFT_PARTITIONS,
+// CHAOS_DISK_FULLS, CHAOS_CLOCK_SKEWS, CHAOS_FLOODS, CHAOS_MIN_DURATION (Go duration), CHAOS_FAST=1
 // (--fast-timing), CHAOS_NO_NETNS=1, CHAOS_REPORT (Markdown path),
 // CHAOS_DIR (keep data and logs there).
 func TestChaos(t *testing.T) {
@@ -37,9 +38,9 @@ func TestChaos(t *testing.T) {
 	if mode == "" {
 		t.Skip("set CHAOS=smoke or CHAOS=long to run (make chaos-smoke / make chaos)")
 	}
-	def := map[string]int{"leader": 3, "follower": 1, "pause": 1, "replace": 1, "restart": 1, "part": 1}
+	def := map[string]int{"leader": 3, "follower": 1, "pause": 1, "replace": 1, "restart": 1, "part": 1, "one": 1}
 	if mode == "long" {
-		def = map[string]int{"leader": 22, "follower": 3, "pause": 6, "replace": 2, "restart": 2, "part": 2}
+		def = map[string]int{"leader": 22, "follower": 3, "pause": 6, "replace": 2, "restart": 2, "part": 2, "one": 2}
 	}
 	cfg := Config{
 		Nodes: envInt(t, "CHAOS_NODES", 3),
@@ -52,6 +53,11 @@ func TestChaos(t *testing.T) {
 			IsolateLeader:   envInt(t, "CHAOS_PARTITIONS", def["part"]),
 			IsolateFollower: envInt(t, "CHAOS_PARTITIONS", def["part"]),
 			SplitMinority:   envInt(t, "CHAOS_PARTITIONS", def["part"]),
+			GossipCut:       envInt(t, "CHAOS_GOSSIP_PARTITIONS", def["one"]),
+			RaftCut:         envInt(t, "CHAOS_RAFT_PARTITIONS", def["one"]),
+			LeaderDiskFull:  envInt(t, "CHAOS_DISK_FULLS", def["one"]),
+			ClockSkew:       envInt(t, "CHAOS_CLOCK_SKEWS", def["one"]),
+			IngestFlood:     envInt(t, "CHAOS_FLOODS", def["one"]),
 		},
 		FastTiming: os.Getenv("CHAOS_FAST") == "1",
 		NoNetns:    os.Getenv("CHAOS_NO_NETNS") == "1",

@@ -102,6 +102,10 @@ type Options struct {
 	// address, so all Raft traffic into it passes the proxy's delay line
 	// in both directions (Cluster.Proxies).
 	DelayRaft bool
+	// DiskLimit, when > 0, puts each node's data directory on a tmpfs of
+	// this many bytes (root only), so a full disk can be made on purpose
+	// (Cluster.FillDisk).
+	DiskLimit int64
 	// Logger for harness events.
 	Logger *slog.Logger
 }
@@ -116,6 +120,8 @@ type Cluster struct {
 	// Proxies are the nodes' Raft delay proxies (Options.DelayRaft), by
 	// node index.
 	Proxies []*DelayProxy
+	// mounts are the tmpfs data directories (Options.DiskLimit).
+	mounts []string
 }
 
 // NewCluster allocates addresses (and namespaces when opts.Netns) and
@@ -133,6 +139,12 @@ func NewCluster(ctx context.Context, opts Options) (*Cluster, error) {
 	for i := 0; i < opts.Nodes; i++ {
 		id := "n" + strconv.Itoa(i+1)
 		a := proccluster.Node{ID: id, DataDir: filepath.Join(opts.Dir, id)}
+		if opts.DiskLimit > 0 {
+			if err := c.mountData(a.DataDir, opts.DiskLimit); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
 		if c.net != nil {
 			h := c.net.Addr(i)
 			a.GRPC, a.Raft, a.Gossip = h+":7401", h+":7402", h+":7403"
@@ -254,12 +266,25 @@ func (c *Cluster) Resume(n *Node) error {
 	return err
 }
 
-// Wipe removes n's data directory (n must be Down).
+// Wipe empties n's data directory (n must be Down); the directory itself
+// stays, since it may be a mount point.
 func (c *Cluster) Wipe(n *Node) error {
 	if s, _ := n.State(); s != Down {
 		return fmt.Errorf("chaos: wipe %s while %s", n.ID, s)
 	}
-	return os.RemoveAll(n.DataDir)
+	ents, err := os.ReadDir(n.DataDir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(n.DataDir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close stops every process (SIGTERM, then SIGKILL after 10 s), closes
@@ -275,6 +300,7 @@ func (c *Cluster) Close() {
 	for _, p := range c.Proxies {
 		p.Close()
 	}
+	c.unmountAll()
 	if c.net != nil {
 		c.net.Close()
 	}

@@ -23,12 +23,31 @@ const (
 	IsolateLeader   FaultKind = "isolate-leader"
 	IsolateFollower FaultKind = "isolate-follower"
 	SplitMinority   FaultKind = "split"
+	// GossipCut cuts gossip only, between all pairs; RaftCut cuts Raft
+	// only, between the leader and the rest (netfaults.go).
+	GossipCut FaultKind = "gossip-partition"
+	RaftCut   FaultKind = "raft-partition"
+	// LeaderDiskFull fills the leader's data volume; ClockSkew runs a
+	// node whose clock is ahead by more than the eviction TTL and makes it
+	// leader; IngestFlood floods the leader with ingest streams that
+	// never read their responses (nodefaults.go, flood.go).
+	LeaderDiskFull FaultKind = "leader-disk-full"
+	ClockSkew      FaultKind = "clock-skew"
+	IngestFlood    FaultKind = "ingest-flood"
 )
+
+// AllFaults lists every kind, in report order.
+var AllFaults = []FaultKind{LeaderKill, FollowerKill, LeaderPause, Replace, FullRestart, IsolateLeader, IsolateFollower, SplitMinority,
+	GossipCut, RaftCut, LeaderDiskFull, ClockSkew, IngestFlood}
 
 // IsPartition reports whether k needs network namespaces.
 func (k FaultKind) IsPartition() bool {
-	return k == IsolateLeader || k == IsolateFollower || k == SplitMinority
+	return k == IsolateLeader || k == IsolateFollower || k == SplitMinority || k == GossipCut || k == RaftCut
 }
+
+// NeedsRoot reports whether k needs root: network namespaces, or (a full
+// disk) the nodes' data directories on size-limited tmpfs mounts.
+func (k FaultKind) NeedsRoot() bool { return k.IsPartition() || k == LeaderDiskFull }
 
 // FaultRec is one injected fault and what was measured during it.
 type FaultRec struct {
@@ -47,6 +66,12 @@ type FaultRec struct {
 	// LookupP99Ms: p99 latency of the lookups started in [Start, End].
 	LookupP99Ms float64
 	Lookups     int
+	// MembershipMs: from heal to every node listing every node healthy
+	// (gossip partitions; 0 otherwise).
+	MembershipMs float64
+	// RSSMiB: the leader's resident memory before, at peak and some time
+	// after an ingest flood (0s otherwise).
+	RSSMiB [3]int
 	// Notes and Violations found while the fault was active.
 	Notes, Violations []string
 }
@@ -56,6 +81,10 @@ type faultTiming struct {
 	restartPause time.Duration // a killed node stays down this long
 	pauseFor     time.Duration // SIGSTOP at least this long
 	partitionFor time.Duration // partitions held at least this long
+	gossipCutFor time.Duration // gossip partitions held this long
+	diskFullFor  time.Duration // a full disk stays full this long after failover
+	skewFor      time.Duration // a skewed node stays leader this long
+	floodFor     time.Duration // an ingest flood lasts this long
 	maxStaleness time.Duration
 	healthy      time.Duration // bound on returning to health
 }
@@ -273,6 +302,26 @@ func (r *Runner) inject(ctx context.Context, kind FaultKind) (*FaultRec, error) 
 			if st, err := r.c.Status(ctx, majority[0]); err == nil && st.Term != term {
 				f.Notes = append(f.Notes, fmt.Sprintf("term moved %d → %d while only followers were cut off", term, st.Term))
 			}
+		}
+	case GossipCut:
+		if err := r.gossipPartition(ctx, f, leader); err != nil {
+			return f, err
+		}
+	case RaftCut:
+		if err := r.raftPartition(ctx, f, leader, term); err != nil {
+			return f, err
+		}
+	case LeaderDiskFull:
+		if err := r.leaderDiskFull(ctx, f, leader, term); err != nil {
+			return f, err
+		}
+	case ClockSkew:
+		if err := r.clockSkew(ctx, f, leader); err != nil {
+			return f, err
+		}
+	case IngestFlood:
+		if err := r.ingestFlood(ctx, f, leader); err != nil {
+			return f, err
 		}
 	default:
 		return nil, fmt.Errorf("chaos: unknown fault %q", kind)

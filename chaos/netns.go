@@ -30,8 +30,9 @@ type Network struct {
 	nodes  []string // namespace names
 	log    *slog.Logger
 
-	mu    sync.Mutex
-	holes map[[2]int]bool // (from, to) blackholes installed
+	mu     sync.Mutex
+	holes  map[[2]int]bool // (from, to) blackholes installed
+	chains map[int]bool    // node namespaces with portChain installed
 }
 
 // ErrNoNetns is wrapped by NewNetwork when network namespaces cannot be
@@ -220,3 +221,80 @@ func (w *Network) Close() {
 
 // HarnessAddr is the harness's own address on the private network.
 func (w *Network) HarnessAddr() string { return w.subnet + ".1" }
+
+// portChain is the iptables chain the harness installs its port cuts in
+// (inside the node namespaces only), so HealPorts removes exactly them.
+const portChain = "ICCHAOS"
+
+// PortCutsAvailable reports whether CutPort can work here and, if not,
+// why.
+func PortCutsAvailable() (bool, string) {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return false, "the iptables command is not installed: apt-get install -y iptables"
+	}
+	return true, ""
+}
+
+// CutPort drops every TCP and UDP packet to or from port between the
+// nodes of groups a and b, both ways (Raft-only or gossip-only
+// partitions: the other ports keep working). The rules live in each node
+// namespace's OUTPUT path and name the peer's address, so the harness
+// still reaches every node.
+func (w *Network) CutPort(port int, a, b []int) error {
+	p := fmt.Sprint(port)
+	for _, i := range a {
+		for _, j := range b {
+			for _, pr := range [][2]int{{i, j}, {j, i}} {
+				if err := w.ensureChain(pr[0]); err != nil {
+					return err
+				}
+				for _, proto := range []string{"tcp", "udp"} {
+					for _, dir := range []string{"--dport", "--sport"} {
+						if err := run("ip", "netns", "exec", w.nodes[pr[0]], "iptables", "-A", portChain, "-d", w.Addr(pr[1]),
+							"-p", proto, dir, p, "-j", "DROP"); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (w *Network) ensureChain(i int) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.chains == nil {
+		w.chains = map[int]bool{}
+	}
+	if w.chains[i] {
+		return nil
+	}
+	ns := w.nodes[i]
+	if err := run("ip", "netns", "exec", ns, "iptables", "-N", portChain); err != nil {
+		return err
+	}
+	if err := run("ip", "netns", "exec", ns, "iptables", "-I", "OUTPUT", "-j", portChain); err != nil {
+		return err
+	}
+	w.chains[i] = true
+	return nil
+}
+
+// HealPorts removes every port cut.
+func (w *Network) HealPorts() error {
+	w.mu.Lock()
+	var ns []string
+	for i := range w.chains {
+		ns = append(ns, w.nodes[i])
+	}
+	w.mu.Unlock()
+	var first error
+	for _, n := range ns {
+		if err := run("ip", "netns", "exec", n, "iptables", "-F", portChain); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

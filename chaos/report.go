@@ -16,6 +16,8 @@ type Report struct {
 	// PartitionsSkipped says why partitions did not run ("" = they did).
 	PartitionsSkipped string
 	SkippedFaults     int
+	// Skipped says why other faults did not run, one line per kind.
+	Skipped []string
 	Duration          time.Duration
 	// LoadBefore and LoadAfter: `uptime` at start and end (the machine is
 	// shared).
@@ -140,12 +142,18 @@ func (r *Report) Markdown(command string) string {
 	p("")
 	p("| kind | count |")
 	p("|---|---|")
-	for _, k := range []FaultKind{LeaderKill, FollowerKill, LeaderPause, Replace, FullRestart, IsolateLeader, IsolateFollower, SplitMinority} {
+	for _, k := range AllFaults {
 		p("| %s | %d |", k, r.Count[k])
 	}
 	if r.SkippedFaults > 0 {
 		p("")
-		p("%d partition faults skipped: %s.", r.SkippedFaults, r.PartitionsSkipped)
+		p("%d faults skipped.", r.SkippedFaults)
+		if r.PartitionsSkipped != "" {
+			p("Partitions and the full disk (root only): %s.", r.PartitionsSkipped)
+		}
+		for _, s := range r.Skipped {
+			p("- %s", s)
+		}
 	}
 	p("")
 	p("## Invariants")
@@ -161,6 +169,20 @@ func (r *Report) Markdown(command string) string {
 	p("| policy register linearizable (porcupine) | %s | %d sets, %d gets (%d to the leader); history checked: %d ops; result %s |", held(r.LinearizableYes()), r.RegSets, r.RegGets, r.RegLeaderGets, r.RegHistory, r.Linearizable)
 	p("| reads from the confirmed leader never older than a completed set | %s | %d stale leader reads |", held(r.StaleLeaderReads == 0), r.StaleLeaderReads)
 	p("| local policy reads: no phantom values, monotonic per node process | %s | %d anomalies |", held(len(r.RegisterAnomalies) == 0), len(r.RegisterAnomalies))
+	memb, rss := "", ""
+	for _, f := range r.Faults {
+		if f.Kind == GossipCut && f.MembershipMs > 0 {
+			memb += fmt.Sprintf(" %.0f ms", f.MembershipMs)
+		}
+		if f.Kind == IngestFlood {
+			rss += fmt.Sprintf(" %d → %d (peak) → %d MiB %v later;", f.RSSMiB[0], f.RSSMiB[1], f.RSSMiB[2], rssAfter)
+		}
+	}
+	p("| membership converged within %v after a gossip-only partition healed (a follower restarted during it; ingest through it acknowledged during and after) | %s | %d gossip partitions; converged after:%s |", membershipBound, held(!hasViolation(r.Violations, "membership") && !hasViolation(r.Violations, "ingest through")), r.Count[GossipCut], memb)
+	p("| Raft-only partition of the leader: the majority elects a leader, the cut node steps down and is reported unhealthy although gossip sees it | %s | %d Raft partitions |", held(!hasViolation(r.Violations, "Raft")), r.Count[RaftCut])
+	p("| a leader whose clock is ahead by more than the eviction TTL drops or hides no acknowledged write (sampled on every node after %v as leader) | %s | %d clock-skew faults |", 25*time.Second, held(!hasViolation(r.Violations, "skewed")), r.Count[ClockSkew])
+	p("| a leader with a full disk steps down, is not elected again while full, is reported unhealthy, and catches up once space is freed | %s | %d full-disk faults |", held(!hasViolation(r.Violations, "disk")), r.Count[LeaderDiskFull])
+	p("| an ingest-stream flood (%d connections × %d streams that never read) leaves the other writers ≥ 50 %% of their acks at ≤ 10× their median latency | %s | %d floods; leader RSS:%s |", floodConns, floodStreams, held(!hasViolation(r.Violations, "starved")), r.Count[IngestFlood], rss)
 	p("| every fault's own checks (new leader elected, paused/cut-off leader steps down) | %s | %d violations |", held(len(r.Violations) == 0), len(r.Violations))
 	if r.Visualization != "" {
 		p("")

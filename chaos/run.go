@@ -65,8 +65,8 @@ func BuildBinary(root, dir string) (string, error) {
 // Schedule orders the faults: round robin over the kinds, so every kind
 // recurs throughout the run rather than in one block.
 func Schedule(counts map[FaultKind]int) []FaultKind {
-	order := []FaultKind{LeaderKill, LeaderPause, IsolateLeader, LeaderKill, FollowerKill, IsolateFollower,
-		LeaderKill, Replace, SplitMinority, LeaderKill, FullRestart}
+	order := []FaultKind{LeaderKill, LeaderPause, IsolateLeader, GossipCut, LeaderKill, FollowerKill, IsolateFollower, ClockSkew,
+		LeaderKill, Replace, SplitMinority, RaftCut, IngestFlood, LeaderKill, LeaderDiskFull, FullRestart}
 	left := map[FaultKind]int{}
 	total := 0
 	for k, v := range counts {
@@ -112,7 +112,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		log.Warn("chaos: partitions skipped", "reason", why)
 	}
 	rep.Netns = netns
-	c, err := NewCluster(ctx, Options{Nodes: cfg.Nodes, Binary: cfg.Binary, Dir: cfg.Dir, FastTiming: cfg.FastTiming, Netns: netns, Logger: log})
+	opts := Options{Nodes: cfg.Nodes, Binary: cfg.Binary, Dir: cfg.Dir, FastTiming: cfg.FastTiming, Netns: netns, Logger: log}
+	if netns && cfg.Counts[LeaderDiskFull] > 0 {
+		opts.DiskLimit = diskLimit
+	}
+	c, err := NewCluster(ctx, opts)
 	if err != nil {
 		return rep, err
 	}
@@ -122,7 +126,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r := &Runner{cfg: cfg, c: c, log: log, timing: faultTiming{
 		restartPause: 1500 * time.Millisecond, pauseFor: 4 * time.Second, partitionFor: 5 * time.Second,
-		maxStaleness: 2 * time.Second, healthy: 90 * time.Second,
+		maxStaleness: 2 * time.Second, healthy: 90 * time.Second, gossipCutFor: 20 * time.Second,
+		diskFullFor: 8 * time.Second, skewFor: 25 * time.Second, floodFor: 10 * time.Second,
 	}}
 	if cfg.FastTiming {
 		r.timing.pauseFor = 2 * time.Second
@@ -151,9 +156,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if kind == "" {
 			break
 		}
-		if kind.IsPartition() && !netns {
+		if kind.NeedsRoot() && !netns {
 			rep.SkippedFaults++
 			continue
+		}
+		if kind == GossipCut || kind == RaftCut {
+			if ok, why := PortCutsAvailable(); !ok {
+				rep.SkippedFaults++
+				rep.Skipped = append(rep.Skipped, string(kind)+": "+why)
+				continue
+			}
 		}
 		if !sleepCtx(ctx, cfg.Settle) {
 			break
@@ -178,7 +190,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// Heal everything, stop the load, and check.
 	if c.Netns() {
 		_ = c.Network().Heal()
+		_ = c.Network().HealPorts()
 	}
+	c.RemoveBallast()
 	for _, n := range c.Nodes {
 		switch s, _ := n.State(); s {
 		case Paused:

@@ -93,6 +93,8 @@ type Workload struct {
 	lookups []LookupRec
 	regOps  []RegOp
 	regNext atomic.Uint32
+	// direct numbers DirectWrite's chains.
+	direct atomic.Uint32
 	// leaderHint: index of the node the poller last saw as leader.
 	leaderHint atomic.Int32
 
