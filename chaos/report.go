@@ -17,8 +17,8 @@ type Report struct {
 	PartitionsSkipped string
 	SkippedFaults     int
 	// Skipped says why other faults did not run, one line per kind.
-	Skipped []string
-	Duration          time.Duration
+	Skipped  []string
+	Duration time.Duration
 	// LoadBefore and LoadAfter: `uptime` at start and end (the machine is
 	// shared).
 	LoadBefore, LoadAfter string
