@@ -15,14 +15,17 @@ import (
 
 // Default admission bounds on write work in flight (Ingest, IngestStream,
 // ReportReplicaStats): a write holds its share from decoded to committed.
-// One connection may hold at most a quarter of the node's bound, so a
-// client flooding many streams on a few connections leaves room for the
-// others, and the bytes bound caps the memory writes can pin.
+// Every write admitted joins the next group commit, so the work in flight
+// sets how long a commit takes for everyone: one connection may hold 16
+// writes (with group commit that is over a thousand writes a second per
+// connection), so a client flooding many streams on a few connections
+// keeps the commits small and others' writes quick; the bytes bounds cap
+// the memory writes can pin.
 const (
-	DefaultMaxInflightWrites         = 1024
-	DefaultMaxInflightWriteBytes     = 256 << 20
-	DefaultMaxConnInflightWrites     = 256
-	DefaultMaxConnInflightWriteBytes = 64 << 20
+	DefaultMaxInflightWrites         = 512
+	DefaultMaxInflightWriteBytes     = 128 << 20
+	DefaultMaxConnInflightWrites     = 16
+	DefaultMaxConnInflightWriteBytes = 16 << 20
 	// AdmissionWait is how long a write waits for room before it is
 	// refused with RESOURCE_EXHAUSTED: a stream that waits stops reading,
 	// which is backpressure on its client through HTTP/2 flow control.

@@ -122,6 +122,17 @@ const (
 	// microseconds, so 256 in flight per connection is far above what a
 	// gateway needs.
 	MaxConcurrentStreams = 256
+	// StreamWindowBytes and ConnWindowBytes are the HTTP/2 flow-control
+	// windows the server grants each stream and each connection. Fixed
+	// windows turn off gRPC's bandwidth-delay estimate, which grows a
+	// stream's window to 16 MiB: a client that floods streams the server
+	// is not reading (admission makes them wait) could otherwise park
+	// 16 MiB per stream in the server's memory. A stream buffers at most
+	// its window, so one connection pins at most MaxConcurrentStreams ×
+	// StreamWindowBytes (64 MiB); 256 KiB still moves 2.5 MB/s per stream
+	// over a 100 ms round trip.
+	StreamWindowBytes = 256 << 10
+	ConnWindowBytes   = 1 << 20
 	// StreamWorkers is the size of the gRPC server's pool of stream
 	// worker goroutines; calls beyond it get a goroutine of their own.
 	StreamWorkers = 64

@@ -134,6 +134,8 @@ func baseOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.InitialWindowSize(StreamWindowBytes),
+		grpc.InitialConnWindowSize(ConnWindowBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, MaxConnectionIdle: MaxConnectionIdle}),
 		// A fixed pool of stream workers keeps goroutines (and their grown
