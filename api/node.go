@@ -26,9 +26,10 @@ func (b nodeBackend) Policy() policy.Policy                              { retur
 
 func (b nodeBackend) ReadState() ReadState {
 	rs := b.n.ReadState()
+	off, _ := b.n.ClockOffsetToLeader() // 0 when unknown: nothing to report
 	return ReadState{NodeID: rs.NodeID, AppliedIndex: rs.AppliedIndex, Stale: rs.Stale, StaleReason: rs.StaleReason,
 		Leader: rs.Leader, LastLeaderContactMs: uint64(rs.LastLeaderContact.Milliseconds()),
-		NewestObservedMs: b.n.Index().NewestObservedMs()}
+		NewestObservedMs: b.n.Index().NewestObservedMs(), ClockOffsetToLeader: off}
 }
 
 func (b nodeBackend) Ingest(ctx context.Context, id string, evs []index.BlockEvent) (WriteResult, error) {

@@ -59,6 +59,12 @@ type ReadState struct {
 	// holds (index.NewestObservedMs; 0 = none): LookupRoute's clock is
 	// bounded by it (LookupClockMargin).
 	NewestObservedMs int64
+	// ClockOffsetToLeader is the leader's clock minus this node's, as
+	// measured over gossip probes (raftnode.Node.ClockOffsetToLeader);
+	// 0 on the leader and before the first probe of the leader answered.
+	// Positive: this node is behind. LookupRoute names an offset over
+	// LookupClockOffsetBound in its detail.
+	ClockOffsetToLeader time.Duration
 }
 
 // Backend is what the InferenceCache service needs of a replicated node.

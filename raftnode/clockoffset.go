@@ -15,9 +15,10 @@ import (
 // offset to the leader is reported in Status and as a metric; the
 // replicated state never depends on it.
 
-// clockOffsets holds the latest estimate per peer id.
+// clockOffsets holds the latest estimate per peer id. Read-locked: every
+// lookup reads the leader's entry (api ReadState), a probe writes one.
 type clockOffsets struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	by map[string]time.Duration
 }
 
@@ -31,8 +32,8 @@ func (c *clockOffsets) set(id string, d time.Duration) {
 }
 
 func (c *clockOffsets) get(id string) (time.Duration, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	d, ok := c.by[id]
 	return d, ok
 }
@@ -65,7 +66,7 @@ func (p pingClock) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 
 // ClockOffsetToLeader is the leader's clock minus this node's, as
 // measured over gossip probes (0 and false on the leader, or before a
-// probe of the leader answered).
+// probe of the leader answered). Cheap enough to call per lookup.
 func (n *Node) ClockOffsetToLeader() (time.Duration, bool) {
 	_, id := n.raft.LeaderWithID()
 	if id == "" || string(id) == n.cfg.NodeID {
