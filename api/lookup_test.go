@@ -212,6 +212,43 @@ func TestIngest_MapsErrorsAndAssignsRequestID(t *testing.T) {
 	}
 }
 
+// A batch whose events are all 10 minutes ahead of the server clock is
+// answered, not refused: accepted 0, every event counted in
+// rejected_ahead_of_clock, and the server clock it was checked against in
+// server_time_ms. In a mixed batch the valid event still commits and only
+// the future one is counted; a clean batch counts none.
+func TestIngest_EventsAheadOfTheClockAreCountedWithTheServerClock(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	f := &fakeNode{lookup: match}
+	f.pol = policy.Default()
+	s := NewService(Config{Backend: f, Now: func() time.Time { return now }})
+	ev := func(at time.Time) *pb.BlockEvent {
+		return &pb.BlockEvent{Kind: pb.BlockEvent_STORED, ReplicaId: "r", HashScheme: "vllm", ModelId: "m", BlockHashes: []uint64{1}, ObservedAtMs: at.UnixMilli()}
+	}
+	future := now.Add(10 * time.Minute)
+	cases := []struct {
+		name            string
+		events          []*pb.BlockEvent
+		accepted, ahead uint32
+	}{
+		{"all ahead", []*pb.BlockEvent{ev(future), ev(future), ev(future)}, 0, 3},
+		{"mixed", []*pb.BlockEvent{ev(now), ev(future)}, 1, 1},
+		{"in step", []*pb.BlockEvent{ev(now), ev(now.Add(-time.Minute))}, 2, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := s.Ingest(context.Background(), &pb.IngestRequest{Events: c.events})
+			if err != nil {
+				t.Fatalf("error %v; clock trouble is an answer, not an error", err)
+			}
+			if r.Accepted != c.accepted || r.RejectedAheadOfClock != c.ahead || r.ServerTimeMs != now.UnixMilli() {
+				t.Fatalf("accepted %d, rejected_ahead_of_clock %d, server_time_ms %d; want %d, %d, %d",
+					r.Accepted, r.RejectedAheadOfClock, r.ServerTimeMs, c.accepted, c.ahead, now.UnixMilli())
+			}
+		})
+	}
+}
+
 func TestSetCachePolicy_ValidatesAndVersions(t *testing.T) {
 	f := &fakeNode{lookup: match, pol: policy.Default()}
 	f.pol.Version = 4
@@ -357,4 +394,3 @@ func TestLookupRoute_ClockOffsetToLeaderInDetail(t *testing.T) {
 		})
 	}
 }
-
