@@ -233,6 +233,12 @@ func checkID(field, v string, required bool) string {
 	return ""
 }
 
+// AheadOfClock reports whether an observed_at_ms of v (unix ms) lies more
+// than MaxFutureSkew ahead of the server clock nowMs: the event or stats
+// entry is rejected for it, and Ingest counts it in
+// IngestResponse.rejected_ahead_of_clock.
+func AheadOfClock(v, nowMs int64) bool { return v > nowMs+MaxFutureSkew.Milliseconds() }
+
 func checkObservedAt(v int64, nowMs int64) (int64, string) {
 	if v < 0 {
 		return 0, "observed_at_ms is negative (" + strconv.FormatInt(v, 10) + ")"
@@ -240,7 +246,7 @@ func checkObservedAt(v int64, nowMs int64) (int64, string) {
 	if v == 0 {
 		return nowMs, ""
 	}
-	if v > nowMs+MaxFutureSkew.Milliseconds() {
+	if AheadOfClock(v, nowMs) {
 		return 0, "observed_at_ms " + strconv.FormatInt(v, 10) + " is more than " + MaxFutureSkew.String() + " ahead of the server clock (" + strconv.FormatInt(nowMs, 10) + ")"
 	}
 	return v, ""

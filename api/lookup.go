@@ -55,7 +55,8 @@ type lookupScratch struct {
 	req      index.LookupRequest
 	res      index.Result
 	counts   []uint32
-	newestMs int64 // ReadState.NewestObservedMs of this lookup
+	newestMs int64         // ReadState.NewestObservedMs of this lookup
+	offset   time.Duration // ReadState.ClockOffsetToLeader of this lookup
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(lookupScratch) }}
@@ -78,7 +79,8 @@ func (sc *lookupScratch) reset() {
 // key resolution and after ranking (the index lookup itself is bounded by
 // the request limits and is not preempted). It fills served_by,
 // applied_index, stale and last_leader_contact_ms from the node's read
-// state.
+// state, and names in detail a clock offset to the leader over
+// LookupClockOffsetBound.
 func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (resp *pb.LookupRouteResponse, _ error) {
 	start := s.now()
 	resp = &pb.LookupRouteResponse{}
@@ -107,6 +109,9 @@ func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (
 	if now := start.UnixMilli(); sc.req.NowMs < now && resp.ReasonCode != pb.ReasonCode_NO_HINT {
 		resp.Detail += fmt.Sprintf(" (this node's clock is %.0f s ahead of the newest observation in its index; freshness counted from that observation)", float64(now-sc.req.NowMs+LookupClockMargin.Milliseconds())/1000)
 	}
+	if d := sc.offset; d > LookupClockOffsetBound || d < -LookupClockOffsetBound {
+		resp.Detail += clockOffsetDetail(d)
+	}
 	if resp.Stale && staleReason != "" {
 		// The response has no field for it; operators reading a stale
 		// answer want to know why without scraping metrics.
@@ -122,6 +127,7 @@ func (s *Service) fillReadState(resp *pb.LookupRouteResponse, sc *lookupScratch)
 	rs := s.node.ReadState()
 	if sc != nil {
 		sc.newestMs = rs.NewestObservedMs
+		sc.offset = rs.ClockOffsetToLeader
 	}
 	resp.ServedBy = rs.NodeID
 	resp.AppliedIndex = rs.AppliedIndex
@@ -136,6 +142,28 @@ func (s *Service) fillReadState(resp *pb.LookupRouteResponse, sc *lookupScratch)
 // minutes ahead would find every residency expired-fresh and answer no
 // PREFIX_MATCH at all.
 const LookupClockMargin = time.Minute
+
+// LookupClockOffsetBound is how far this node's clock may differ from the
+// leader's (ReadState.ClockOffsetToLeader, measured over gossip) before
+// LookupRoute says so in its detail, with the direction and the seconds.
+// Freshness (SPEC 5) is a residency's age against the serving node's
+// clock, so a node behind the leader ranks residencies as fresher than
+// they are (down to ones the leader is about to expire) and a node ahead
+// as staler. The answer is not marked stale: SPEC reserves stale for
+// missing leader contact, and the clock says nothing about replication.
+// The bound equals LookupClockMargin: below a minute, against the
+// default 600 s evictionTTL, freshness is off by under a tenth.
+const LookupClockOffsetBound = LookupClockMargin
+
+// clockOffsetDetail is the detail clause for an offset to the leader
+// over LookupClockOffsetBound (off = the leader's clock minus this
+// node's). Formatted only then: a node in step pays nothing.
+func clockOffsetDetail(off time.Duration) string {
+	if off > 0 {
+		return fmt.Sprintf(" (this node's clock is %.0f s behind the leader's; freshness is counted from this node's clock, so residencies look fresher than they are)", off.Seconds())
+	}
+	return fmt.Sprintf(" (this node's clock is %.0f s ahead of the leader's; freshness is counted from this node's clock, so residencies look older than they are)", -off.Seconds())
+}
 
 // lookupNow is the lookup's time: now, bounded to newest plus
 // LookupClockMargin when the index holds observations.

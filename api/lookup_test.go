@@ -31,6 +31,8 @@ type fakeNode struct {
 	notReady    bool
 	staleReason string
 	newestMs    int64
+	offset      time.Duration // ReadState.ClockOffsetToLeader
+	fresh       bool          // ReadState.Stale false (default: stale)
 }
 
 func (f *fakeNode) Lookup(req *index.LookupRequest, res *index.Result) { f.lookup(req, res) }
@@ -40,7 +42,8 @@ func (f *fakeNode) Credit(p index.Partition, h []uint64) {
 	f.mu.Unlock()
 }
 func (f *fakeNode) ReadState() ReadState {
-	return ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContactMs: 7, Stale: true, StaleReason: f.staleReason, NewestObservedMs: f.newestMs}
+	return ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContactMs: 7, Stale: !f.fresh, StaleReason: f.staleReason, NewestObservedMs: f.newestMs,
+		ClockOffsetToLeader: f.offset}
 }
 func (f *fakeNode) Ready() bool           { return !f.notReady }
 func (f *fakeNode) Policy() policy.Policy { return f.pol.Clone() }
@@ -209,6 +212,43 @@ func TestIngest_MapsErrorsAndAssignsRequestID(t *testing.T) {
 	}
 }
 
+// A batch whose events are all 10 minutes ahead of the server clock is
+// answered, not refused: accepted 0, every event counted in
+// rejected_ahead_of_clock, and the server clock it was checked against in
+// server_time_ms. In a mixed batch the valid event still commits and only
+// the future one is counted; a clean batch counts none.
+func TestIngest_EventsAheadOfTheClockAreCountedWithTheServerClock(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	f := &fakeNode{lookup: match}
+	f.pol = policy.Default()
+	s := NewService(Config{Backend: f, Now: func() time.Time { return now }})
+	ev := func(at time.Time) *pb.BlockEvent {
+		return &pb.BlockEvent{Kind: pb.BlockEvent_STORED, ReplicaId: "r", HashScheme: "vllm", ModelId: "m", BlockHashes: []uint64{1}, ObservedAtMs: at.UnixMilli()}
+	}
+	future := now.Add(10 * time.Minute)
+	cases := []struct {
+		name            string
+		events          []*pb.BlockEvent
+		accepted, ahead uint32
+	}{
+		{"all ahead", []*pb.BlockEvent{ev(future), ev(future), ev(future)}, 0, 3},
+		{"mixed", []*pb.BlockEvent{ev(now), ev(future)}, 1, 1},
+		{"in step", []*pb.BlockEvent{ev(now), ev(now.Add(-time.Minute))}, 2, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := s.Ingest(context.Background(), &pb.IngestRequest{Events: c.events})
+			if err != nil {
+				t.Fatalf("error %v; clock trouble is an answer, not an error", err)
+			}
+			if r.Accepted != c.accepted || r.RejectedAheadOfClock != c.ahead || r.ServerTimeMs != now.UnixMilli() {
+				t.Fatalf("accepted %d, rejected_ahead_of_clock %d, server_time_ms %d; want %d, %d, %d",
+					r.Accepted, r.RejectedAheadOfClock, r.ServerTimeMs, c.accepted, c.ahead, now.UnixMilli())
+			}
+		})
+	}
+}
+
 func TestSetCachePolicy_ValidatesAndVersions(t *testing.T) {
 	f := &fakeNode{lookup: match, pol: policy.Default()}
 	f.pol.Version = 4
@@ -309,5 +349,48 @@ func TestLookupRoute_ClockBoundedByTheNewestObservation(t *testing.T) {
 	}
 	if got.NowMs < before {
 		t.Fatalf("a node in step ranked with %d, before its own clock %d", got.NowMs, before)
+	}
+}
+
+// A node whose clock is more than LookupClockOffsetBound off the leader's
+// says so in the detail, with the direction and the seconds, whatever the
+// reason code; it is not marked stale (SPEC 5: stale is about leader
+// contact, which this node has). A node in step, or within the bound,
+// adds nothing.
+func TestLookupRoute_ClockOffsetToLeaderInDetail(t *testing.T) {
+	noMatch := func(*index.LookupRequest, *index.Result) {}
+	cases := []struct {
+		name   string
+		offset time.Duration // the leader's clock minus this node's
+		lookup func(*index.LookupRequest, *index.Result)
+		want   string // in the detail; "" = no clock clause
+	}{
+		{"behind by 10 min", 10 * time.Minute, match, "this node's clock is 600 s behind the leader's"},
+		{"ahead by 10 min", -10 * time.Minute, match, "this node's clock is 600 s ahead of the leader's"},
+		{"behind, no match", 10 * time.Minute, noMatch, "this node's clock is 600 s behind the leader's"},
+		{"in step", 0, match, ""},
+		{"within the bound", LookupClockOffsetBound - time.Second, match, ""},
+		{"within the bound, ahead", -(LookupClockOffsetBound - time.Second), match, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeNode{lookup: c.lookup, offset: c.offset, fresh: true}
+			r, err := newSvc(f, nil).LookupRoute(context.Background(), okReq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Stale {
+				t.Errorf("stale set for a clock offset of %v; stale is for leader contact", c.offset)
+			}
+			if c.want == "" {
+				if strings.Contains(r.Detail, "clock") {
+					t.Errorf("offset %v within the bound, detail %q names the clock", c.offset, r.Detail)
+				}
+				return
+			}
+			if !strings.Contains(r.Detail, c.want) {
+				t.Errorf("detail %q, want it to contain %q", r.Detail, c.want)
+			}
+		})
 	}
 }

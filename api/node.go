@@ -26,9 +26,15 @@ func (b nodeBackend) Policy() policy.Policy                              { retur
 
 func (b nodeBackend) ReadState() ReadState {
 	rs := b.n.ReadState()
+	off, ok := b.n.ClockOffsetToLeader() // 0 when unknown: nothing to report
+	if ok {
+		// Lookups rank with the corrected clock (raftnode Node.Now): what
+		// is left of the offset after this node's own correction.
+		off -= b.n.ClockCorrection()
+	}
 	return ReadState{NodeID: rs.NodeID, AppliedIndex: rs.AppliedIndex, Stale: rs.Stale, StaleReason: rs.StaleReason,
 		Leader: rs.Leader, LastLeaderContactMs: uint64(rs.LastLeaderContact.Milliseconds()),
-		NewestObservedMs: b.n.Index().NewestObservedMs()}
+		NewestObservedMs: b.n.Index().NewestObservedMs(), ClockOffsetToLeader: off}
 }
 
 func (b nodeBackend) Ingest(ctx context.Context, id string, evs []index.BlockEvent) (WriteResult, error) {

@@ -59,6 +59,12 @@ type ReadState struct {
 	// holds (index.NewestObservedMs; 0 = none): LookupRoute's clock is
 	// bounded by it (LookupClockMargin).
 	NewestObservedMs int64
+	// ClockOffsetToLeader is the leader's clock minus this node's, as
+	// measured over gossip probes (raftnode.Node.ClockOffsetToLeader);
+	// 0 on the leader and before the first probe of the leader answered.
+	// Positive: this node is behind. LookupRoute names an offset over
+	// LookupClockOffsetBound in its detail.
+	ClockOffsetToLeader time.Duration
 }
 
 // Backend is what the InferenceCache service needs of a replicated node.
@@ -233,7 +239,12 @@ func pbKindName(k pb.BlockEvent_Kind) string {
 // limit is refused whole with INVALID_ARGUMENT; one that finds no room in
 // the write admission bounds within AdmissionWait is refused with
 // RESOURCE_EXHAUSTED and a RetryInfo (admission.go). With no valid event nothing
-// is committed and applied_index is this node's current one.
+// is committed and applied_index is this node's current one. Every answer
+// carries the server clock the events were checked against
+// (server_time_ms) and how many were rejected for an observed_at_ms ahead
+// of it (rejected_ahead_of_clock), so a caller can tell a clock problem
+// from bad events without parsing reasons; it stays an answer, not an
+// error, so the valid events of the batch are not lost to a retry.
 func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
 	start := time.Now()
 	if err := s.checkClock(); err != nil {
@@ -246,15 +257,20 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 	}
 	defer done()
 	pol := s.policy(start)
-	evs, rej, err := EventsFromPB(req, pol, s.now().UnixMilli())
+	nowMs := s.now().UnixMilli()
+	evs, rej, err := EventsFromPB(req, pol, nowMs)
 	if err != nil {
 		s.metrics.IngestRefused("events")
 		return nil, StatusFromError(err)
 	}
+	resp := &pb.IngestResponse{Rejected: rej, ServerTimeMs: nowMs}
 	for _, r := range rej {
-		s.metrics.IngestEvents(pbKindName(req.GetEvents()[r.EventIndex].GetKind()), "rejected", 1)
+		e := req.GetEvents()[r.EventIndex]
+		s.metrics.IngestEvents(pbKindName(e.GetKind()), "rejected", 1)
+		if AheadOfClock(e.GetObservedAtMs(), nowMs) {
+			resp.RejectedAheadOfClock++
+		}
 	}
-	resp := &pb.IngestResponse{Rejected: rej}
 	if len(evs) == 0 {
 		resp.AppliedIndex = s.node.ReadState().AppliedIndex
 		return resp, nil

@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -122,6 +123,10 @@ type Config struct {
 	// its writes skip the follower's forwarding hop until the leader
 	// fails. Lookups are spread round robin either way.
 	StickyWrites bool
+	// Logger receives the client's warnings (only: events the cluster
+	// rejected for a clock ahead of its own, at most once per
+	// ClockWarnInterval); nil = slog.Default().
+	Logger *slog.Logger
 }
 
 // Client is safe for concurrent use.
@@ -131,7 +136,12 @@ type Client struct {
 	next    atomic.Uint64
 	writeAt atomic.Uint64 // index of the node of the last successful write (StickyWrites)
 
+	log *slog.Logger
+
 	lookups, failOpen, lookupRetries, writeRetries, writeTimeouts atomic.Uint64
+	aheadOfClock                                                  atomic.Uint64
+	clockWarnAt                                                   atomic.Int64 // unix ns of the last clock warning (0 = none yet)
+	clockWarnSkipped                                              atomic.Uint64
 }
 
 // Stats are the client's cumulative counters.
@@ -150,6 +160,12 @@ type Stats struct {
 	// did not answer a health check (included in WriteRetries when the
 	// write was retried).
 	WriteTimeouts uint64
+	// IngestRejectedAheadOfClock is block events the cluster rejected
+	// because their observed_at_ms was over 5 minutes ahead of its clock
+	// (IngestResponse.rejected_ahead_of_clock, summed over Ingest calls).
+	// Non-zero means the clock stamping the events is wrong: the events
+	// are lost for good, since resending them cannot succeed.
+	IngestRejectedAheadOfClock uint64
 }
 
 // New dials every address (lazily: no I/O happens until the first call).
@@ -186,7 +202,10 @@ func New(cfg Config) (*Client, error) {
 		opts = append(opts, grpc.WithPerRPCCredentials(cfg.Credentials))
 	}
 	opts = append(opts, cfg.DialOptions...)
-	c := &Client{cfg: cfg}
+	c := &Client{cfg: cfg, log: cfg.Logger}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
 	for _, a := range cfg.Addrs {
 		cc, err := grpc.NewClient(a, opts...)
 		if err != nil {
@@ -213,7 +232,8 @@ func (c *Client) Close() error {
 // Stats returns the counters.
 func (c *Client) Stats() Stats {
 	return Stats{Lookups: c.lookups.Load(), FailOpen: c.failOpen.Load(), LookupRetries: c.lookupRetries.Load(),
-		WriteRetries: c.writeRetries.Load(), WriteTimeouts: c.writeTimeouts.Load()}
+		WriteRetries: c.writeRetries.Load(), WriteTimeouts: c.writeTimeouts.Load(),
+		IngestRejectedAheadOfClock: c.aheadOfClock.Load()}
 }
 
 // LookupRoute asks one node for the hint of req (SPEC 5). It never fails:

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"log/slog"
 	mrand "math/rand/v2"
 	"time"
 
@@ -172,6 +173,11 @@ func (c *Client) attempt(ctx context.Context, n *node, deadline time.Time, call 
 // request_id one is generated; every retry of this call carries the same
 // id. Per-event rejections are in the response; an error is a refused
 // request (INVALID_ARGUMENT) or the last failure once retries ran out.
+// Events rejected for an observed_at_ms ahead of the server's clock are
+// counted (Stats.IngestRejectedAheadOfClock) and logged at WARN with the
+// skew, at most once per ClockWarnInterval; the call still succeeds and
+// is not retried (the other events are committed, and these would be
+// rejected again).
 func (c *Client) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
 	r := &pb.IngestRequest{Events: req.GetEvents(), RequestId: req.GetRequestId()}
 	if r.RequestId == "" {
@@ -182,7 +188,39 @@ func (c *Client) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestR
 		resp, err = n.ic.Ingest(ctx, r)
 		return err
 	})
+	if n := resp.GetRejectedAheadOfClock(); err == nil && n > 0 {
+		c.aheadOfClock.Add(uint64(n))
+		c.warnClock(r.GetEvents(), resp)
+	}
 	return resp, err
+}
+
+// ClockWarnInterval is the least time between two of the client's
+// warnings about events rejected for a clock ahead of the server's: a
+// wrong clock rejects every batch, and one line a minute is enough to
+// name it (the count is in Stats.IngestRejectedAheadOfClock).
+const ClockWarnInterval = time.Minute
+
+// warnClock logs, unless another warning went out within
+// ClockWarnInterval, how far the newest observed_at_ms of evs runs ahead
+// of the server clock in resp, and how far this process's clock does.
+func (c *Client) warnClock(evs []*pb.BlockEvent, resp *pb.IngestResponse) {
+	now := time.Now()
+	last := c.clockWarnAt.Load()
+	if last != 0 && now.Sub(time.Unix(0, last)) < ClockWarnInterval || !c.clockWarnAt.CompareAndSwap(last, now.UnixNano()) {
+		c.clockWarnSkipped.Add(1)
+		return
+	}
+	var newest int64
+	for _, e := range evs {
+		newest = max(newest, e.GetObservedAtMs())
+	}
+	server := resp.GetServerTimeMs()
+	c.log.Warn("inference-cache: block events rejected: observed_at_ms ahead of the server clock; check the clock (NTP) of whatever stamps them",
+		slog.Uint64("rejected_ahead_of_clock", uint64(resp.GetRejectedAheadOfClock())), slog.Int("events", len(evs)),
+		slog.Duration("events_ahead_by", time.Duration(newest-server)*time.Millisecond),
+		slog.Duration("local_clock_ahead_by", time.Duration(now.UnixMilli()-server)*time.Millisecond),
+		slog.Int64("server_time_ms", server), slog.Uint64("warnings_suppressed", c.clockWarnSkipped.Swap(0)))
 }
 
 // ReportReplicaStats commits replica stats with the retry rules of Ingest.

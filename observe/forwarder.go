@@ -35,6 +35,10 @@ const (
 	// Retry backoff while the cluster is unavailable.
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = 5 * time.Second
+	// clockWarnInterval is the least time between two warnings about
+	// events rejected for a clock ahead of the server's: a wrong engine
+	// clock rejects every batch, and the count is in the metric.
+	clockWarnInterval = time.Minute
 )
 
 type queued struct {
@@ -58,6 +62,9 @@ type Forwarder struct {
 	prefix   string
 	n        uint64
 	now      func() time.Time
+
+	clockWarned  time.Time // last clock warning (Run's goroutine only)
+	clockSkipped int       // clock warnings suppressed since then
 }
 
 // NewForwarder returns a forwarder with a queue of capacity events (0:
@@ -151,6 +158,10 @@ func (f *Forwarder) send(ctx context.Context, batch []queued) bool {
 				r := resp.GetRejected()[0]
 				f.log.Warn("cluster rejected block events", "rejected", n, "of", len(batch), "first_index", r.GetEventIndex(), "first_reason", r.GetReason())
 			}
+			if n := resp.GetRejectedAheadOfClock(); n > 0 {
+				f.m.IngestClockRejects.Add(float64(n))
+				f.warnClock(req, resp)
+			}
 			if attempt > 0 {
 				f.log.Info("cluster reachable again; backlog resumed", "attempts", attempt+1)
 			}
@@ -183,4 +194,26 @@ func (f *Forwarder) send(ctx context.Context, batch []queued) bool {
 			return false
 		}
 	}
+}
+
+// warnClock logs, at most once per clockWarnInterval, how far the newest
+// observed_at_ms of req runs ahead of the server clock in resp: the
+// events carry the engines' own event times, so it is an engine's clock
+// (or the server's) that is off.
+func (f *Forwarder) warnClock(req *pb.IngestRequest, resp *pb.IngestResponse) {
+	now := f.now()
+	if !f.clockWarned.IsZero() && now.Sub(f.clockWarned) < clockWarnInterval {
+		f.clockSkipped++
+		return
+	}
+	f.clockWarned = now
+	var newest int64
+	for _, e := range req.GetEvents() {
+		newest = max(newest, e.GetObservedAtMs())
+	}
+	f.log.Warn("cluster rejected block events stamped ahead of its clock; check the engines' and the servers' clocks (NTP)",
+		"rejected_ahead_of_clock", resp.GetRejectedAheadOfClock(), "of", len(req.GetEvents()),
+		"events_ahead_by", (time.Duration(newest-resp.GetServerTimeMs()) * time.Millisecond).String(),
+		"server_time_ms", resp.GetServerTimeMs(), "warnings_suppressed", f.clockSkipped)
+	f.clockSkipped = 0
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/syncbuf"
 	ot "github.com/inference-cache/inference-cache/observe/observetest"
 )
 
@@ -254,4 +256,61 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// clockSink answers every Ingest as a cluster whose clock is 10 minutes
+// behind the events: all rejected for observed_at_ms, none accepted.
+type clockSink struct{ fakeSink }
+
+func (c *clockSink) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	resp := &pb.IngestResponse{RejectedAheadOfClock: uint32(len(req.GetEvents())), ServerTimeMs: req.GetEvents()[0].GetObservedAtMs() - 10*60*1000}
+	for i := range req.GetEvents() {
+		resp.Rejected = append(resp.Rejected, &pb.Rejection{EventIndex: uint32(i), Reason: "observed_at_ms ahead of the server clock"})
+	}
+	return resp, nil
+}
+
+// Events the cluster rejects for a clock ahead of its own are counted in
+// ingest_rejected_ahead_of_clock_total (and ingest_rejected_total), the
+// batch is acknowledged, not retried, and the forwarder warns once per
+// clockWarnInterval, naming the skew.
+func TestForwarder_CountsAndWarnsOnceAboutEventsAheadOfTheClusterClock(t *testing.T) {
+	sink := &clockSink{}
+	m := NewMetrics(nil)
+	var logs syncbuf.Buffer
+	f := NewForwarder(sink, m, slog.New(slog.NewTextHandler(&logs, nil)), 16, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.Run(ctx)
+	at := time.Now().UnixMilli()
+	var in []*pb.BlockEvent
+	for i := 0; i < 4; i++ {
+		in = append(in, &pb.BlockEvent{Kind: pb.BlockEvent_CLEARED, ReplicaId: "r", ObservedAtMs: at})
+	}
+	if err := f.Enqueue(ctx, in); err != nil { // batches of at most 2: at least two calls
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(m.IngestClockRejects) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("ingest_rejected_ahead_of_clock_total = %v, want 4", testutil.ToFloat64(m.IngestClockRejects))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(m.IngestClockRejects); got != 4 {
+		t.Fatalf("ingest_rejected_ahead_of_clock_total = %v, want 4", got)
+	}
+	if r, rej := testutil.ToFloat64(m.IngestRetries), testutil.ToFloat64(m.IngestRejected); r != 0 || rej != 4 {
+		t.Fatalf("retries %v (want 0), rejected %v (want 4)", r, rej)
+	}
+	sink.mu.Lock()
+	calls := sink.calls
+	sink.mu.Unlock()
+	out := logs.String()
+	if calls < 2 || strings.Count(out, "stamped ahead of its clock") != 1 || !strings.Contains(out, "events_ahead_by=10m0s") {
+		t.Fatalf("%d ingest calls; want one clock warning naming events_ahead_by=10m0s:\n%s", calls, out)
+	}
 }

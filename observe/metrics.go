@@ -31,6 +31,7 @@ type Metrics struct {
 	IngestBatches      *prometheus.CounterVec // ingest requests acknowledged, by outcome
 	IngestEvents       prometheus.Counter     // block events acknowledged by the cluster
 	IngestRejected     prometheus.Counter     // block events the cluster rejected (with a reason)
+	IngestClockRejects prometheus.Counter     // of those, events whose observed_at_ms ran over 5 min ahead of the server clock
 	IngestRetries      prometheus.Counter     // ingest attempts that failed and were retried
 	IngestQueue        prometheus.Gauge       // block events queued, not yet acknowledged
 	IngestLag          prometheus.Gauge       // seconds the oldest unacknowledged event has waited
@@ -81,6 +82,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Block events acknowledged by the cluster (accepted or rejected)."}),
 		IngestRejected: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ingest_rejected_total",
 			Help: "Block events the cluster rejected with a reason (not retried)."}),
+		IngestClockRejects: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ingest_rejected_ahead_of_clock_total",
+			Help: "Block events the cluster rejected because their observed_at_ms (the engine's event time) was over 5 minutes ahead of the server clock; included in ingest_rejected_total. Non-zero means an engine's or a server's clock is wrong: fix NTP, the events are lost."}),
 		IngestRetries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "ingest_retries_total",
 			Help: "Ingest attempts that failed and were retried with the same request id."}),
 		IngestQueue: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "ingest_queue_events",
@@ -96,7 +99,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Batches, m.EngineEvents, m.DecodeErrors, m.UnknownEvents, m.Restarts, m.Gaps, m.Replays,
 			m.Duplicates, m.Clears, m.UnknownParent, m.TokenMismatch, m.BlockSizeMismatch, m.IgnoredGroup,
 			m.IgnoredMedium, m.IgnoredLocality, m.NotIndexedContent, m.UnknownRemovals, m.Overflows, m.Reconnects, m.StatsScrapes, m.StatsReports,
-			m.BlockEventsEmitted, m.IngestBatches, m.IngestEvents, m.IngestRejected, m.IngestRetries,
+			m.BlockEventsEmitted, m.IngestBatches, m.IngestEvents, m.IngestRejected, m.IngestClockRejects, m.IngestRetries,
 			m.IngestQueue, m.IngestLag, m.ListenUnknownMessages, m.ListenUnknownTopics)
 	}
 	return m

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"google.golang.org/grpc"
 
@@ -50,7 +51,8 @@ func NewGRPCSink(addrs []string, opts ...grpc.DialOption) (*GRPCSink, error) {
 	if len(addrs) == 0 {
 		return nil, ErrNoAddress
 	}
-	c, err := client.New(client.Config{Addrs: addrs, DialOptions: opts, StickyWrites: true})
+	// The client's own clock warning would repeat the Forwarder's.
+	c, err := client.New(client.Config{Addrs: addrs, DialOptions: opts, StickyWrites: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, fmt.Errorf("observe: cluster addresses %q: %w", addrs, err)
 	}

@@ -35,9 +35,10 @@ type offsetSample struct {
 	at time.Time
 }
 
-// clockOffsets holds the latest estimate per peer id.
+// clockOffsets holds the latest estimate per peer id. Read-locked: every
+// lookup reads the leader's entry (api ReadState), a probe writes one.
 type clockOffsets struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	by map[string]offsetSample
 }
 
@@ -52,8 +53,8 @@ func (c *clockOffsets) set(id string, d time.Duration, at time.Time) {
 }
 
 func (c *clockOffsets) get(id string) (time.Duration, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	s, ok := c.by[id]
 	return s.d, ok
 }
@@ -63,14 +64,14 @@ func (c *clockOffsets) get(id string) (time.Duration, bool) {
 // than three clocks (two cannot tell which one is wrong). Of two middle
 // values the one nearer 0 is taken, so a tie never moves the clock.
 func (c *clockOffsets) median(now time.Time) (time.Duration, bool) {
-	c.mu.Lock()
+	c.mu.RLock()
 	ds := make([]time.Duration, 1, len(c.by)+1)
 	for _, s := range c.by {
 		if now.Sub(s.at) <= offsetMaxAge {
 			ds = append(ds, s.d)
 		}
 	}
-	c.mu.Unlock()
+	c.mu.RUnlock()
 	if len(ds) < 3 {
 		return 0, false
 	}
@@ -192,7 +193,7 @@ func (p pingClock) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 
 // ClockOffsetToLeader is the leader's clock minus this node's, as
 // measured over gossip probes (0 and false on the leader, or before a
-// probe of the leader answered).
+// probe of the leader answered). Cheap enough to call per lookup.
 func (n *Node) ClockOffsetToLeader() (time.Duration, bool) {
 	_, id := n.raft.LeaderWithID()
 	if id == "" || string(id) == n.cfg.NodeID {

@@ -29,6 +29,10 @@ type gossipMeta struct {
 	// AppendFail: the server's own log appends are failing (a full
 	// disk); it is not healthy whatever gossip says.
 	AppendFail bool `json:"af,omitempty"`
+	// Nonce is random per process (Node.nonce): it tells a restarted
+	// server from the process that was running before under the same id,
+	// which memberlist's name and address cannot (trackRemovals).
+	Nonce string `json:"nonce,omitempty"`
 }
 
 type member struct {
@@ -41,7 +45,8 @@ type member struct {
 type delegate struct{ n *Node }
 
 func (d delegate) NodeMeta(limit int) []byte {
-	b, _ := json.Marshal(gossipMeta{ID: d.n.cfg.NodeID, Raft: d.n.cfg.RaftAdvertise, GRPC: d.n.cfg.GRPCAddr, State: d.n.hasState.Load(), Fmt: command.EntryFormat, AppendFail: d.n.health.appendFailing.Load()})
+	b, _ := json.Marshal(gossipMeta{ID: d.n.cfg.NodeID, Raft: d.n.cfg.RaftAdvertise, GRPC: d.n.cfg.GRPCAddr, State: d.n.hasState.Load(), Fmt: command.EntryFormat,
+		AppendFail: d.n.health.appendFailing.Load(), Nonce: d.n.nonce})
 	if len(b) > limit {
 		return nil
 	}
@@ -234,6 +239,8 @@ func (n *Node) membershipLoop() {
 	defer t.Stop()
 	lastReconcile := time.Time{}
 	deadSince := map[string]time.Time{}
+	removed := map[string]string{} // trackRemovals
+	var inCfg map[string]bool      // the configuration's ids at the last tick
 	for {
 		kicked := false
 		select {
@@ -276,12 +283,54 @@ func (n *Node) membershipLoop() {
 				n.tryBootstrap()
 			}
 		}
+		f := n.raft.GetConfiguration()
+		if f.Error() != nil {
+			continue
+		}
+		// One read of the configuration for both: a removal reconcile
+		// sees missing has been recorded by then.
+		cfg := f.Configuration()
+		inCfg = trackRemovals(inCfg, cfg, n.gossipSnapshot(), removed)
 		if n.leaderReady.Load() && (kicked || time.Since(lastReconcile) >= reconcileInterval) {
 			lastReconcile = time.Now()
-			n.reconcile(deadSince)
+			n.reconcile(cfg, deadSince, removed)
 			n.reconcileRounds.Add(1)
 		}
 	}
+}
+
+// trackRemovals runs on every node, every membership tick: it returns the
+// ids of cfg and records in removed (id → gossip nonce) each server that
+// left the configuration since prev while gossip showed it alive. Dead
+// server cleanup only removes servers gossip calls dead, so such a
+// removal is an operator's (RemoveServer) of a running process, which
+// reconcile must not undo by adding it back while that same process
+// lives; a restarted process (a new nonce: a node wiped and started
+// again under its id) is a new server and is added. An id back in the
+// configuration (an operator's AddServer) has its record dropped.
+//
+// Every node keeps the records, not only the leader, so a follower that
+// becomes leader does not re-add either. They live in memory: a node
+// started after the removal (or restarted) has none and would re-add a
+// removed process still running, and a process that restarts within one
+// tick (bootstrapPoll) of a follower learning of its removal is recorded
+// under its new nonce on that follower. A server whose meta carries no
+// nonce (an older release) is not recorded.
+func trackRemovals(prev map[string]bool, cfg raft.Configuration, g map[string]member, removed map[string]string) map[string]bool {
+	cur := make(map[string]bool, len(cfg.Servers))
+	for _, s := range cfg.Servers {
+		cur[string(s.ID)] = true
+		delete(removed, string(s.ID))
+	}
+	for id := range prev {
+		if cur[id] {
+			continue
+		}
+		if m, ok := g[id]; ok && m.alive && m.meta.Nonce != "" {
+			removed[id] = m.meta.Nonce
+		}
+	}
+	return cur
 }
 
 func (n *Node) setHasState() {
@@ -334,15 +383,11 @@ func (n *Node) tryBootstrap() {
 }
 
 // reconcile (leader only) adds alive gossip servers missing from the Raft
-// configuration as voters (or updates a changed address) and, when
+// configuration cfg as voters (or updates a changed address), except a
+// process removed while running (removed, see trackRemovals), and, when
 // DeadServerCleanup > 0, removes servers dead for longer than the grace
 // period within the safety rules of SPEC 8.
-func (n *Node) reconcile(deadSince map[string]time.Time) {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return
-	}
-	cfg := f.Configuration()
+func (n *Node) reconcile(cfg raft.Configuration, deadSince map[string]time.Time, removed map[string]string) {
 	inCfg := map[string]raft.Server{}
 	voters := 0
 	for _, s := range cfg.Servers {
@@ -365,6 +410,13 @@ func (n *Node) reconcile(deadSince map[string]time.Time) {
 		s, ok := inCfg[id]
 		if ok && string(s.Address) == m.meta.Raft && s.Suffrage == raft.Voter {
 			continue
+		}
+		if nonce, was := removed[id]; !ok && was {
+			if nonce == m.meta.Nonce {
+				continue // the process an operator removed: still running
+			}
+			delete(removed, id) // restarted since: a new server
+			n.log.Info("raftnode: removed server restarted; adding it back", "id", id)
 		}
 		err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(m.meta.Raft), 0, 5*time.Second).Error()
 		if err != nil {

@@ -1,6 +1,8 @@
 package raftnode_test
 
 import (
+	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -84,6 +86,107 @@ func TestCleanupBudget(t *testing.T) {
 	} {
 		if got := raftnode.CleanupBudget(tc.voters, tc.dead); got != tc.want {
 			t.Errorf("CleanupBudget(%d voters, %d dead) = %d, want %d", tc.voters, tc.dead, got, tc.want)
+		}
+	}
+}
+
+// A follower an operator removes while its process keeps running is not
+// added back by the leader's reconcile, though gossip shows it alive with
+// Raft state; once that process is gone and the server is started again
+// under the same id with an empty data dir (a new process: a new gossip
+// nonce), it is added back as a voter and catches up.
+func TestRemoveServer_LiveProcessStaysOutRestartedOneIsReadded(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	c.WaitVoters(3, 10*time.Second)
+	f := follower(c, l)
+	id := c.Nodes[f].ID
+	if _, err := c.Nodes[l].RemoveServer(c.Ctx(5*time.Second), id); err != nil {
+		t.Fatal(err)
+	}
+	// Only the leader reconciles; the removed node, which no longer
+	// agrees on a leader, is left out of the sum.
+	rounds := func() uint64 {
+		var n uint64
+		for _, i := range c.Running() {
+			if i != f {
+				n += c.Nodes[i].ReconcileRoundsForTest()
+			}
+		}
+		return n
+	}
+	r0 := rounds()
+	waitUntil(t, 30*time.Second, "five reconcile rounds after the removal", func() bool { return rounds() >= r0+5 })
+	for _, i := range c.Running() {
+		if i == f {
+			continue
+		}
+		for _, m := range c.Nodes[i].Status().Members {
+			if m.ID != id {
+				continue
+			}
+			if m.Suffrage != "" {
+				t.Fatalf("%s re-added as %s while the removed process runs (seen from %s)", id, m.Suffrage, c.Nodes[i].ID)
+			}
+			if m.UnhealthyReason == "gossip: not alive" || m.UnhealthyReason == "not seen in gossip" {
+				t.Fatalf("%s not alive in gossip (%s): the test did not exercise a live removed process", id, m.UnhealthyReason)
+			}
+		}
+	}
+
+	c.Kill(f)
+	if err := os.RemoveAll(c.Nodes[f].Dir); err != nil {
+		t.Fatal(err)
+	}
+	c.Start(f)
+	ids := c.WaitVoters(3, 30*time.Second)
+	if !slices.Contains(ids, id) {
+		t.Fatalf("voters %v lack the restarted %s", ids, id)
+	}
+	l = c.WaitLeader(10 * time.Second)
+	idx, err := appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 4, time.Now().UnixMilli())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSameDigest(t, c, idx)
+}
+
+// The removal of a running process is known to every node, not only the
+// leader that made it: after a leadership transfer the new leader does
+// not add the removed process back either.
+func TestRemoveServer_NewLeaderDoesNotReaddTheLiveProcess(t *testing.T) {
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	c.WaitVoters(3, 10*time.Second)
+	f := follower(c, l)
+	other := 3 - l - f
+	id := c.Nodes[f].ID
+	if _, err := c.Nodes[l].RemoveServer(c.Ctx(5*time.Second), id); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, c.Nodes[other].ID+" to apply the removal", func() bool {
+		for _, m := range c.Nodes[other].Status().Members {
+			if m.ID == id {
+				return m.Suffrage == ""
+			}
+		}
+		return true
+	})
+	if err := c.Nodes[l].TransferLeadership(c.Ctx(5*time.Second), c.Nodes[other].ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	nl := c.Nodes[other]
+	waitUntil(t, 10*time.Second, nl.ID+" to lead", func() bool { return nl.Status().State == "Leader" })
+	r0 := nl.ReconcileRoundsForTest()
+	waitUntil(t, 30*time.Second, "five reconcile rounds on the new leader", func() bool { return nl.ReconcileRoundsForTest() >= r0+5 })
+	if nl.Status().State != "Leader" {
+		t.Fatalf("%s lost leadership during the check", nl.ID)
+	}
+	for _, m := range nl.Status().Members {
+		if m.ID == id && m.Suffrage != "" {
+			t.Fatalf("new leader %s re-added %s as %s while the removed process runs", nl.ID, id, m.Suffrage)
 		}
 	}
 }

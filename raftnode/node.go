@@ -2,6 +2,8 @@ package raftnode
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -39,7 +41,10 @@ type Node struct {
 	// set before memberlist starts, safe for concurrent use after.
 	mlKeyring *memberlist.Keyring
 
-	started     time.Time
+	started time.Time
+	// nonce is random per process, advertised in gossip meta, so that
+	// peers tell this process from an earlier one under the same id.
+	nonce       string
 	ready       atomic.Bool
 	leaderReady atomic.Bool // leader and Barrier done
 	hasState    atomic.Bool // advertised in gossip meta
@@ -103,6 +108,7 @@ func New(cfg Config) (*Node, error) {
 		cfg:        cfg,
 		log:        cfg.Logger.With("node", cfg.NodeID),
 		started:    time.Now(),
+		nonce:      processNonce(),
 		proposeCh:  make(chan *proposal, proposeQueue),
 		inflight:   make(chan *inflightEntry, inflightEntries),
 		creditCh:   make(chan creditReq, creditQueue),
@@ -431,4 +437,11 @@ func (n *Node) voters() int {
 // NewRequestID returns a fresh request id unique to this node's run.
 func (n *Node) NewRequestID() string {
 	return n.reqPrefix + fmt.Sprint(n.reqSeq.Add(1))
+}
+
+// processNonce returns 64 random bits, hex: Node.nonce.
+func processNonce() string {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -1027,7 +1027,18 @@ type IngestResponse struct {
 	// duplicate: request_id had already been applied (this was a retry); the
 	// events were acknowledged, not applied again; applied_index is the
 	// original application's.
-	Duplicate     bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Duplicate bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// rejected_ahead_of_clock: how many of the rejected events carry an
+	// observed_at_ms more than 5 minutes (api.MaxFutureSkew) ahead of the
+	// server's clock. Non-zero means the clock that stamped them (the
+	// caller's or the engine's) disagrees with the server's: compare their
+	// observed_at_ms with server_time_ms. Not an error: the other events of
+	// the batch are committed, and resending the same events cannot succeed.
+	RejectedAheadOfClock uint32 `protobuf:"varint,5,opt,name=rejected_ahead_of_clock,json=rejectedAheadOfClock,proto3" json:"rejected_ahead_of_clock,omitempty"`
+	// server_time_ms: the server clock (unix ms) the events were checked
+	// against and observed_at_ms = 0 was stamped with. Set on every answer
+	// to a request that was not refused whole.
+	ServerTimeMs  int64 `protobuf:"varint,6,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1088,6 +1099,20 @@ func (x *IngestResponse) GetDuplicate() bool {
 		return x.Duplicate
 	}
 	return false
+}
+
+func (x *IngestResponse) GetRejectedAheadOfClock() uint32 {
+	if x != nil {
+		return x.RejectedAheadOfClock
+	}
+	return 0
+}
+
+func (x *IngestResponse) GetServerTimeMs() int64 {
+	if x != nil {
+		return x.ServerTimeMs
+	}
+	return 0
 }
 
 type ReplicaStats struct {
@@ -2680,12 +2705,14 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\tRejection\x12\x1f\n" +
 	"\vevent_index\x18\x01 \x01(\rR\n" +
 	"eventIndex\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa9\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x86\x02\n" +
 	"\x0eIngestResponse\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12\x1a\n" +
 	"\baccepted\x18\x02 \x01(\rR\baccepted\x128\n" +
 	"\brejected\x18\x03 \x03(\v2\x1c.inferencecache.v1.RejectionR\brejected\x12\x1c\n" +
-	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xbd\x03\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\x125\n" +
+	"\x17rejected_ahead_of_clock\x18\x05 \x01(\rR\x14rejectedAheadOfClock\x12$\n" +
+	"\x0eserver_time_ms\x18\x06 \x01(\x03R\fserverTimeMs\"\xbd\x03\n" +
 	"\fReplicaStats\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x19\n" +
