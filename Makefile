@@ -90,28 +90,35 @@ compose-down:
 compose-test: docker
 	IC_COMPOSE_TEST=1 IC_IMAGE=$(IMAGE) IC_COMPOSE="$(COMPOSE)" $(GO) test -count=1 -timeout 15m -run TestCompose -v ./deploy/compose/
 
-## chaos-smoke: bounded chaos run against real server processes (≤ 5 min on
+## chaos-smoke: bounded chaos run against real server processes (≤ 12 min on
 ## 2 cores): 3 leader kills, a pause, a follower kill, a replacement, a full
-## restart and, as root with iproute2, one of each partition (skipped with a
-## message otherwise). Fails on any broken invariant.
-CHAOS_SMOKE_TIMEOUT ?= 5m
+## restart, a clock skewed past the TTL on the leader, an ingest flood and,
+## as root with iproute2 and iptables, one of each partition (isolate
+## leader/follower, split, gossip-only, Raft-only) and a full disk on the
+## leader (skipped with a message otherwise); then the Raft timing profiles
+## under 100/200 ms one-way delay with 1 % loss (TestChaosWAN). Fails on any
+## broken invariant.
+CHAOS_SMOKE_TIMEOUT ?= 12m
 chaos-smoke: chaos-deps
-	CHAOS=smoke $(GO) test -count=1 -run '^(TestChaos|TestRegression_.*)$$' -timeout $(CHAOS_SMOKE_TIMEOUT) -v ./chaos
+	CHAOS=smoke $(GO) test -count=1 -run '^(TestChaos|TestChaosWAN|TestRegression_.*)$$' -timeout $(CHAOS_SMOKE_TIMEOUT) -v ./chaos
 
 ## chaos: the long chaos run; writes CHAOS.md. Knobs (environment or make
 ## variables): CHAOS_NODES (3|5), CHAOS_LEADER_KILLS, CHAOS_PAUSES,
 ## CHAOS_PARTITIONS (per kind), CHAOS_FOLLOWER_KILLS, CHAOS_REPLACES,
-## CHAOS_FULL_RESTARTS, CHAOS_MIN_DURATION (e.g. 30m), CHAOS_FAST=1.
+## CHAOS_FULL_RESTARTS, CHAOS_GOSSIP_PARTITIONS, CHAOS_RAFT_PARTITIONS,
+## CHAOS_DISK_FULLS, CHAOS_CLOCK_SKEWS, CHAOS_FLOODS, CHAOS_MIN_DURATION
+## (e.g. 30m), CHAOS_FAST=1. TestChaosWAN appends its profile table.
 CHAOS_TIMEOUT ?= 120m
 CHAOS_REPORT  ?= $(CURDIR)/CHAOS.md
 chaos: chaos-deps
-	CHAOS=long CHAOS_REPORT=$(CHAOS_REPORT) $(GO) test -count=1 -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) -v ./chaos
+	CHAOS=long CHAOS_REPORT=$(CHAOS_REPORT) $(GO) test -count=1 -run '^(TestChaos|TestChaosWAN)$$' -timeout $(CHAOS_TIMEOUT) -v ./chaos
 
-# Partitions need iproute2 (ip netns, veth) and root; without either the
-# harness skips them and says why.
+# Partitions need iproute2 (ip netns, veth), iptables (gossip-only and
+# Raft-only cuts) and root; without them the harness skips those faults
+# and says why.
 chaos-deps:
-	@if [ "$$(id -u)" = 0 ] && ! command -v ip >/dev/null; then \
-	  apt-get update && apt-get install -y iproute2 || echo "chaos: iproute2 unavailable; partitions will be skipped"; fi
+	@if [ "$$(id -u)" = 0 ] && { ! command -v ip >/dev/null || ! command -v iptables >/dev/null; }; then \
+	  apt-get update && apt-get install -y iproute2 iptables || echo "chaos: iproute2/iptables unavailable; partitions will be skipped"; fi
 
 .PHONY: chaos chaos-smoke chaos-deps
 

@@ -1,7 +1,9 @@
 package raftnode
 
 import (
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -15,13 +17,37 @@ import (
 // sees no gap between "committed" and "applied"; the leader's figure
 // shows how far behind it really is (health.go, StaleApplyLag).
 //
-// Only Consumer is wrapped; every other method, and the optional
-// interfaces raft asserts (WithClose, WithPreVote), are the embedded
-// transport's.
+// It also wraps AppendEntries, which raft uses for the leader's
+// heartbeats (replication goes through pipelines): the time each peer
+// last answered one tells Status that Raft no longer reaches a follower
+// long before the transport's 10 s dial timeout turns into a failed
+// heartbeat. Every other method, and the optional interfaces raft asserts
+// (WithClose, WithPreVote), are the embedded transport's.
 type commitWatch struct {
 	*raft.NetworkTransport
 	leaderCommit *atomic.Uint64
 	ch           chan raft.RPC
+	// answered: peer id → unix ns of its last answered AppendEntries.
+	answered sync.Map
+}
+
+// AppendEntries is the transport's, recording when target answered.
+func (w *commitWatch) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	err := w.NetworkTransport.AppendEntries(id, target, args, resp)
+	if err == nil {
+		w.answered.Store(id, time.Now().UnixNano())
+	}
+	return err
+}
+
+// lastAnswer is when peer id last answered an AppendEntries (false: never
+// since this node started).
+func (w *commitWatch) lastAnswer(id string) (time.Time, bool) {
+	v, ok := w.answered.Load(raft.ServerID(id))
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.Unix(0, v.(int64)), true
 }
 
 // newCommitWatch forwards t's RPCs to raft through a channel of its own

@@ -74,6 +74,7 @@ type Node struct {
 	rejoinLogged         atomic.Int64       // unix ns of the last re-join log line
 	offsets              clockOffsets       // peers' clocks minus this node's (clockoffset.go)
 	contact              raftContact        // followers the leader's heartbeats fail to reach (raftcontact.go)
+	watch                *commitWatch       // the transport raft uses (commitwatch.go)
 	advertisedAppendFail atomic.Bool        // the AppendFail gossip last advertised (health.go)
 	lastStepDown         atomic.Int64       // unix ns of the last step-down for failing appends
 	expireClampLogged    atomic.Int64       // unix ns of the last clamped-expire warning (leader.go)
@@ -259,7 +260,8 @@ func New(cfg Config) (*Node, error) {
 	rc.MaxAppendEntries = maxAppendEntries
 	rc.NotifyCh = notify
 	rc.Logger = hl
-	n.raft, err = newRaft(rc, n.fsm, logs, n.store, n.snaps, newCommitWatch(n.trans, &n.health.leaderCommit, n.shutdownCh))
+	n.watch = newCommitWatch(n.trans, &n.health.leaderCommit, n.shutdownCh)
+	n.raft, err = newRaft(rc, n.fsm, logs, n.store, n.snaps, n.watch)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}

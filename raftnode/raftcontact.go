@@ -57,8 +57,8 @@ func (n *Node) watchRaftContact() {
 
 // raftContactProblem says why Raft does not reach member id as far as
 // this node can tell ("" = fine or unknown): on the leader, heartbeats to
-// it failing; on a follower, for the leader, no contact for longer than
-// twice the heartbeat timeout.
+// it failing, or none answered for longer than contactBound; on a
+// follower, for the leader, no contact for longer than contactBound.
 func (n *Node) raftContactProblem(id string) string {
 	if n.raft.State() == raft.Leader {
 		n.contact.mu.Lock()
@@ -67,12 +67,24 @@ func (n *Node) raftContactProblem(id string) string {
 		if failing {
 			return fmt.Sprintf("the leader's Raft heartbeats to it fail (last contact %s ago)", time.Since(since).Round(100*time.Millisecond))
 		}
+		if id != n.cfg.NodeID && n.watch != nil {
+			if t, ok := n.watch.lastAnswer(id); ok && time.Since(t) > n.contactBound() {
+				return fmt.Sprintf("it has answered no Raft heartbeat for %s", time.Since(t).Round(100*time.Millisecond))
+			}
+		}
 		return ""
 	}
 	if _, leader := n.raft.LeaderWithID(); string(leader) == id {
-		if lc := n.raft.LastContact(); !lc.IsZero() && time.Since(lc) > 2*n.cfg.Timing.HeartbeatTimeout {
+		if lc := n.raft.LastContact(); !lc.IsZero() && time.Since(lc) > n.contactBound() {
 			return fmt.Sprintf("no Raft contact from it for %s", time.Since(lc).Round(100*time.Millisecond))
 		}
 	}
 	return ""
+}
+
+// contactBound is how long Raft may go without contact before Status
+// calls a member unhealthy: twice the heartbeat timeout, at least 1 s (a
+// GC pause or a busy core must not flip health on loopback timings).
+func (n *Node) contactBound() time.Duration {
+	return max(2*n.cfg.Timing.HeartbeatTimeout, time.Second)
 }
