@@ -177,10 +177,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 		return err
 	}
 	if o.raftAdvertise != "" {
-		if _, _, err := net.SplitHostPort(o.raftAdvertise); err != nil {
-			return fmt.Errorf("--raft-advertise %q: want host:port: %w", o.raftAdvertise, err)
-		}
-		adv.raft = o.raftAdvertise
+		adv.raft = o.raftAdvertise // checked by validate
 	}
 	clock, err := chaosClock(log)
 	if err != nil {
@@ -409,6 +406,11 @@ func (o *serverOptions) validate() error {
 	for i, a := range o.join {
 		if err := checkJoinAddr(a); err != nil {
 			return fmt.Errorf("--join item %d %q: %w", i+1, a, err)
+		}
+	}
+	if o.raftAdvertise != "" {
+		if err := checkJoinAddr(o.raftAdvertise); err != nil {
+			return fmt.Errorf("--raft-advertise %q: %w", o.raftAdvertise, err)
 		}
 	}
 	return nil

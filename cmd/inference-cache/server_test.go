@@ -35,6 +35,8 @@ func TestServerOptions_Validate(t *testing.T) {
 		"join empty item":         {func(o *serverOptions) { o.join = []string{"a:7403", ""} }, "--join item 2 \"\": empty"},
 		"join space in host":      {func(o *serverOptions) { o.join = []string{"a b:7403"} }, `character ' ' at byte 1`},
 		"join slash in host":      {func(o *serverOptions) { o.join = []string{"http://a:7403"} }, "--join item 1"},
+		"raft advertise no port":  {func(o *serverOptions) { o.raftAdvertise = "10.0.0.2" }, `--raft-advertise "10.0.0.2": want host:port`},
+		"raft advertise port 0":   {func(o *serverOptions) { o.raftAdvertise = "a:0" }, `--raft-advertise "a:0": port "0"`},
 	} {
 		o := ok
 		c.mod(&o)
