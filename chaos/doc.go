@@ -25,6 +25,19 @@
 // root or network namespaces the nodes run on 127.0.0.1 and partitions are
 // skipped with a message saying why.
 //
+// Faults beyond crashes and cuts: a gossip-only partition between all
+// pairs with a follower restarted during it, and a Raft-only partition of
+// the leader (iptables rules on one port in the node namespaces;
+// netfaults.go); a full data volume on the leader (each node's data
+// directory on a size-limited tmpfs, filled with a ballast file; disk.go,
+// nodefaults.go); a follower restarted with its wall clock ahead by more
+// than the eviction TTL and made leader (the server's clock hook exists
+// only in the chaos build, `go build -tags chaos`, which BuildBinary
+// makes); and a flood of ingest streams that never read their responses
+// (flood.go). TestChaosWAN runs the Raft timing profiles with every Raft
+// connection through a userspace delay proxy (delayproxy.go: one-way
+// delay, loss as retransmission stalls; this kernel has no netem).
+//
 // Checkers (check.go): every acknowledged ingest answers PREFIX_MATCH with
 // its replica on every node after heal (LookupRoute with the exact chain);
 // nodes that report the same applied index report the same digest, during
@@ -34,7 +47,12 @@
 // stale = true on a partitioned minority after maxStaleness; never two
 // leaders in one term (Cluster.Status polled on every node); the policy
 // register history is linearizable (porcupine; the HTML visualization is
-// saved on failure); per fault, write unavailability and lookup p99.
+// saved on failure); per fault, write unavailability and lookup p99;
+// membership converged within 30 s of a gossip partition's heal; no
+// sampled acknowledged write dropped or hidden under a skewed leader; a
+// full-disk leader steps down, is not re-elected while full and is
+// reported unhealthy; the flood leaves the other writers half their
+// acknowledgements at no more than 10 times their median latency.
 //
 // The tests in this package that start processes run only when the CHAOS
 // environment variable is set (`make chaos-smoke`, `make chaos`), so `go
