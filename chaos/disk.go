@@ -57,15 +57,18 @@ func (c *Cluster) FillDisk(n *Node) (int64, error) {
 	if err := unix.Fallocate(int(f.Fd()), 0, 0, free); err != nil && err != unix.ENOSPC {
 		return 0, fmt.Errorf("chaos: fallocate %d bytes in %s: %w", free, n.DataDir, err)
 	}
-	off := free
-	for {
+	for off := free; ; off += 64 << 10 {
 		if err := unix.Fallocate(int(f.Fd()), 0, off, 64<<10); err != nil {
 			break
 		}
-		off += 64 << 10
 	}
-	c.log.Info("chaos: disk filled", "node", n.ID, "ballast_bytes", off)
-	return off, nil
+	var fst unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &fst); err != nil {
+		return 0, err
+	}
+	took := fst.Blocks * 512 // allocated, whatever the file's length
+	c.log.Info("chaos: disk filled", "node", n.ID, "ballast_bytes", took)
+	return took, nil
 }
 
 // RemoveBallast deletes every node's ballast file.
