@@ -162,7 +162,7 @@ type pingClock struct{ n *Node }
 // (export_test.go) to give one node a clock that is off.
 var ackClock = func(nodeID string) time.Time { return time.Now() }
 
-// probeNow is this node's wall clock for gossip clock probes.
+// probeNow is the clock this node puts in its gossip acks.
 func (n *Node) probeNow() time.Time {
 	if n.cfg.Clock != nil {
 		return n.cfg.Clock()
@@ -187,7 +187,9 @@ func (p pingClock) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	remote := int64(binary.LittleEndian.Uint64(payload))
 	// The ack was written about half a round trip ago.
 	now := time.Now()
-	p.n.offsets.set(meta.ID, time.Duration(remote+int64(rtt/2)-p.n.probeNow().UnixNano()), now)
+	// This side reads its configured clock, not the ack test hook: the
+	// hook only changes what this node tells others.
+	p.n.offsets.set(meta.ID, time.Duration(remote+int64(rtt/2)-p.n.wallNow(time.Now).UnixNano()), now)
 	p.n.updateClockCorrection(now)
 }
 
