@@ -15,6 +15,22 @@ const diskLimit = 512 << 20
 // ballast is the file FillDisk writes into a data directory.
 const ballast = "chaos-ballast"
 
+// TmpfsAvailable reports whether size-limited tmpfs volumes can be
+// mounted here (root, and a kernel or container that allows mount) and,
+// if not, why.
+func TmpfsAvailable() (bool, string) {
+	dir, err := os.MkdirTemp("", "chaos-tmpfs-")
+	if err != nil {
+		return false, err.Error()
+	}
+	defer os.Remove(dir)
+	if err := run("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", dir); err != nil {
+		return false, "cannot mount a tmpfs: " + err.Error()
+	}
+	_ = run("umount", dir)
+	return true, ""
+}
+
 // mountData mounts a tmpfs of limit bytes on dir (created if missing).
 func (c *Cluster) mountData(dir string, limit int64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -226,11 +226,20 @@ func (w *Network) HarnessAddr() string { return w.subnet + ".1" }
 // (inside the node namespaces only), so HealPorts removes exactly them.
 const portChain = "ICCHAOS"
 
-// PortCutsAvailable reports whether CutPort can work here and, if not,
-// why.
+// PortCutsAvailable reports whether CutPort can work here (iptables
+// installed and accepted by the kernel inside a network namespace) and,
+// if not, why.
 func PortCutsAvailable() (bool, string) {
 	if _, err := exec.LookPath("iptables"); err != nil {
 		return false, "the iptables command is not installed: apt-get install -y iptables"
+	}
+	name := fmt.Sprintf("icc-ipt-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		return false, fmt.Sprintf("ip netns add failed: %v: %s", err, bytes.TrimSpace(out))
+	}
+	defer exec.Command("ip", "netns", "del", name).Run()
+	if out, err := exec.Command("ip", "netns", "exec", name, "iptables", "-N", portChain).CombinedOutput(); err != nil {
+		return false, fmt.Sprintf("iptables refused in a network namespace: %v: %s", err, bytes.TrimSpace(out))
 	}
 	return true, ""
 }

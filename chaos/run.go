@@ -113,9 +113,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Netns = netns
 	opts := Options{Nodes: cfg.Nodes, Binary: cfg.Binary, Dir: cfg.Dir, FastTiming: cfg.FastTiming, Netns: netns, Logger: log}
+	diskOK, diskWhy := false, "needs root"
 	if netns && cfg.Counts[LeaderDiskFull] > 0 {
-		opts.DiskLimit = diskLimit
+		if diskOK, diskWhy = TmpfsAvailable(); diskOK {
+			opts.DiskLimit = diskLimit
+		} else {
+			log.Warn("chaos: full-disk faults skipped", "reason", diskWhy)
+		}
 	}
+	portOK, portWhy := PortCutsAvailable()
 	c, err := NewCluster(ctx, opts)
 	if err != nil {
 		return rep, err
@@ -160,12 +166,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.SkippedFaults++
 			continue
 		}
-		if kind == GossipCut || kind == RaftCut {
-			if ok, why := PortCutsAvailable(); !ok {
-				rep.SkippedFaults++
-				rep.Skipped = append(rep.Skipped, string(kind)+": "+why)
-				continue
+		if (kind == GossipCut || kind == RaftCut) && !portOK || kind == LeaderDiskFull && !diskOK {
+			why := portWhy
+			if kind == LeaderDiskFull {
+				why = diskWhy
 			}
+			rep.SkippedFaults++
+			rep.Skipped = append(rep.Skipped, string(kind)+": "+why)
+			continue
 		}
 		if !sleepCtx(ctx, cfg.Settle) {
 			break
