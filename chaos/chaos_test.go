@@ -32,7 +32,8 @@ func envInt(t *testing.T, name string, def int) int {
 // (per partition kind), CHAOS_GOSSIP_PARTITIONS, CHAOS_RAFT_PARTITIONS,
 // CHAOS_DISK_FULLS, CHAOS_CLOCK_SKEWS, CHAOS_FLOODS, CHAOS_MIN_DURATION (Go duration), CHAOS_FAST=1
 // (--fast-timing), CHAOS_NO_NETNS=1, CHAOS_REPORT (Markdown path),
-// CHAOS_DIR (keep data and logs there).
+// CHAOS_DIR (keep data and logs there), CHAOS_SERVER_FLAGS (extra server
+// flags, space-separated).
 func TestChaos(t *testing.T) {
 	mode := os.Getenv("CHAOS")
 	if mode == "" {
@@ -61,7 +62,9 @@ func TestChaos(t *testing.T) {
 		},
 		FastTiming: os.Getenv("CHAOS_FAST") == "1",
 		NoNetns:    os.Getenv("CHAOS_NO_NETNS") == "1",
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		// CHAOS_SERVER_FLAGS: extra server flags, space-separated.
+		ServerFlags: strings.Fields(os.Getenv("CHAOS_SERVER_FLAGS")),
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 	if d := os.Getenv("CHAOS_MIN_DURATION"); d != "" {
 		v, err := time.ParseDuration(d)

@@ -32,6 +32,9 @@ type Config struct {
 	FastTiming bool
 	// NoNetns forces loopback mode (no partitions) even as root.
 	NoNetns bool
+	// ServerFlags are added to every server's command line (e.g.
+	// "--raft-log-level", "info" to see elections and snapshot installs).
+	ServerFlags []string
 	// Logger for harness progress.
 	Logger *slog.Logger
 }
@@ -112,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		log.Warn("chaos: partitions skipped", "reason", why)
 	}
 	rep.Netns = netns
-	opts := Options{Nodes: cfg.Nodes, Binary: cfg.Binary, Dir: cfg.Dir, FastTiming: cfg.FastTiming, Netns: netns, Logger: log}
+	opts := Options{Nodes: cfg.Nodes, Binary: cfg.Binary, Dir: cfg.Dir, FastTiming: cfg.FastTiming, Netns: netns, Flags: cfg.ServerFlags, Logger: log}
 	diskOK, diskWhy := false, "needs root"
 	if netns && cfg.Counts[LeaderDiskFull] > 0 {
 		if diskOK, diskWhy = TmpfsAvailable(); diskOK {

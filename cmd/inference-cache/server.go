@@ -47,7 +47,7 @@ type serverOptions struct {
 	bootstrapExpect                          int
 	policyFile, modelsDir                    string
 	tokenizerLoadTimeout                     time.Duration
-	logFormat, logLevel                      string
+	logFormat, logLevel, raftLogLevel        string
 	pprof                                    bool
 	fastTiming                               bool
 	raftTiming                               raftTimingFlags
@@ -113,6 +113,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.DurationVar(&o.tokenizerLoadTimeout, "tokenizer-load-timeout", api.DefaultTokenizerLoadTimeout, "with --models-dir: /readyz and gRPC health wait this long at most for every model's tokenizer to load (a broken one is logged and skipped); 0 = do not wait, load each on its first prompt_text lookup")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
+	f.StringVar(&o.raftLogLevel, "raft-log-level", "warn", "least level of hashicorp/raft's own log lines passed on (debug, info, warn or error); info shows elections, configuration changes and snapshot installs")
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on the HTTP side port")
 	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s; = --raft-timing fast); for dev clusters and tests, not for networks")
 	o.raftTiming.register(f)
@@ -179,6 +180,15 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	if o.raftAdvertise != "" {
 		adv.raft = o.raftAdvertise // checked by validate
 	}
+	var raftLevel slog.Level
+	if err := raftLevel.UnmarshalText([]byte(o.raftLogLevel)); err != nil {
+		return fmt.Errorf("--raft-log-level %q: must be debug, info, warn or error", o.raftLogLevel)
+	}
+	if raftLevel == slog.LevelInfo {
+		// raftnode reads the zero Level as its default (warn); one below
+		// info passes exactly raft's info lines and up.
+		raftLevel = slog.LevelInfo - 1
+	}
 	clock, err := chaosClock(log)
 	if err != nil {
 		return err
@@ -186,7 +196,7 @@ func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error 
 	cfg := raftnode.Config{
 		NodeID: o.nodeID, DataDir: o.dataDir, RaftAddr: o.raftAddr, GossipAddr: o.gossipAddr,
 		RaftAdvertise: adv.raft, GossipAdvertise: adv.gossip, GRPCAddr: adv.grpc, Join: o.join, BootstrapExpect: o.bootstrapExpect, Policy: pol,
-		DeadServerCleanup: o.deadServerCleanup, ApplyWorkers: o.applyWorkers, Logger: log, Clock: clock,
+		DeadServerCleanup: o.deadServerCleanup, ApplyWorkers: o.applyWorkers, Logger: log, Clock: clock, RaftLogLevel: raftLevel,
 		RaftTLS: sec.raftTLS, GossipKeys: sec.gossipKeys, DialOptions: sec.dial,
 		Hooks: raftnode.Hooks{
 			OnCommit:   m.RaftCommit,
