@@ -240,7 +240,7 @@ func (n *Node) membershipLoop() {
 	lastReconcile := time.Time{}
 	deadSince := map[string]time.Time{}
 	removed := map[string]string{} // trackRemovals
-	var inCfg map[string]bool      // the configuration's ids at the last tick
+	var inCfg map[string]string    // the configuration's ids at the last tick → gossip nonce then
 	for {
 		kicked := false
 		select {
@@ -300,35 +300,40 @@ func (n *Node) membershipLoop() {
 }
 
 // trackRemovals runs on every node, every membership tick: it returns the
-// ids of cfg and records in removed (id → gossip nonce) each server that
-// left the configuration since prev while gossip showed it alive. Dead
-// server cleanup only removes servers gossip calls dead, so such a
-// removal is an operator's (RemoveServer) of a running process, which
-// reconcile must not undo by adding it back while that same process
-// lives; a restarted process (a new nonce: a node wiped and started
-// again under its id) is a new server and is added. An id back in the
-// configuration (an operator's AddServer) has its record dropped.
+// ids of cfg, each with the nonce gossip shows for it alive now ("" when
+// not alive or without one), and records in removed (id → nonce) each
+// server that left the configuration since prev while gossip showed it
+// alive at that previous tick. Dead server cleanup only removes servers
+// gossip calls dead, so such a removal is an operator's (RemoveServer) of
+// a running process, which reconcile must not undo by adding it back
+// while that same process lives. The nonce recorded is the one of the
+// previous tick, when the server was still in the configuration: an
+// operator or a supervisor that removes a server and starts it again
+// wiped within the same tick must not have the new process recorded.
+// A new nonce (a node wiped and started again under its id) is a new
+// server and is added. An id back in the configuration (an operator's
+// AddServer) has its record dropped.
 //
 // Every node keeps the records, not only the leader, so a follower that
 // becomes leader does not re-add either. They live in memory: a node
 // started after the removal (or restarted) has none and would re-add a
-// removed process still running, and a process that restarts within one
-// tick (bootstrapPoll) of a follower learning of its removal is recorded
-// under its new nonce on that follower. A server whose meta carries no
-// nonce (an older release) is not recorded.
-func trackRemovals(prev map[string]bool, cfg raft.Configuration, g map[string]member, removed map[string]string) map[string]bool {
-	cur := make(map[string]bool, len(cfg.Servers))
+// removed process still running. A server whose meta carries no nonce (an
+// older release) is not recorded.
+func trackRemovals(prev map[string]string, cfg raft.Configuration, g map[string]member, removed map[string]string) map[string]string {
+	cur := make(map[string]string, len(cfg.Servers))
 	for _, s := range cfg.Servers {
-		cur[string(s.ID)] = true
-		delete(removed, string(s.ID))
+		id := string(s.ID)
+		cur[id] = ""
+		if m, ok := g[id]; ok && m.alive {
+			cur[id] = m.meta.Nonce
+		}
+		delete(removed, id)
 	}
-	for id := range prev {
-		if cur[id] {
+	for id, nonce := range prev {
+		if _, still := cur[id]; still || nonce == "" {
 			continue
 		}
-		if m, ok := g[id]; ok && m.alive && m.meta.Nonce != "" {
-			removed[id] = m.meta.Nonce
-		}
+		removed[id] = nonce
 	}
 	return cur
 }

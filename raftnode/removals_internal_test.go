@@ -1,0 +1,70 @@
+package raftnode
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/raft"
+)
+
+func TestTrackRemovals(t *testing.T) {
+	cfg := func(ids ...string) raft.Configuration {
+		var c raft.Configuration
+		for _, id := range ids {
+			c.Servers = append(c.Servers, raft.Server{ID: raft.ServerID(id), Suffrage: raft.Voter})
+		}
+		return c
+	}
+	alive := func(nonce string) member { return member{alive: true, meta: gossipMeta{Nonce: nonce}} }
+	for _, tc := range []struct {
+		name        string
+		prev        map[string]string
+		cfg         raft.Configuration
+		gossip      map[string]member
+		removed     map[string]string
+		wantRemoved map[string]string
+		wantCur     map[string]string
+	}{
+		{
+			name: "a live server removed is recorded under its process's nonce",
+			prev: map[string]string{"a": "p1", "b": "q1"}, cfg: cfg("b"),
+			gossip:      map[string]member{"a": alive("p1"), "b": alive("q1")},
+			wantRemoved: map[string]string{"a": "p1"}, wantCur: map[string]string{"b": "q1"},
+		},
+		{
+			// A supervisor removed it and started it again, wiped, within
+			// one tick: the record names the process that was removed, so
+			// the new one is added back.
+			name: "restarted within the tick: the previous tick's nonce is recorded",
+			prev: map[string]string{"a": "p1", "b": "q1"}, cfg: cfg("b"),
+			gossip:      map[string]member{"a": alive("p2"), "b": alive("q1")},
+			wantRemoved: map[string]string{"a": "p1"}, wantCur: map[string]string{"b": "q1"},
+		},
+		{
+			name: "dead at the previous tick (dead server cleanup): not recorded",
+			prev: map[string]string{"a": "", "b": "q1"}, cfg: cfg("b"),
+			gossip:      map[string]member{"b": alive("q1")},
+			wantRemoved: map[string]string{}, wantCur: map[string]string{"b": "q1"},
+		},
+		{
+			name: "back in the configuration: the record is dropped",
+			prev: map[string]string{"b": "q1"}, cfg: cfg("a", "b"), removed: map[string]string{"a": "p1"},
+			gossip:      map[string]member{"a": alive("p1"), "b": alive("q1")},
+			wantRemoved: map[string]string{}, wantCur: map[string]string{"a": "p1", "b": "q1"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			removed := tc.removed
+			if removed == nil {
+				removed = map[string]string{}
+			}
+			cur := trackRemovals(tc.prev, tc.cfg, tc.gossip, removed)
+			if d := cmp.Diff(tc.wantRemoved, removed); d != "" {
+				t.Errorf("removed (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantCur, cur); d != "" {
+				t.Errorf("returned configuration (-want +got):\n%s", d)
+			}
+		})
+	}
+}
