@@ -64,8 +64,7 @@ func RunWAN(ctx context.Context, cfg WANConfig) (*WANResult, error) {
 		p.SetImpairment(cfg.Delay, cfg.Loss, 0)
 	}
 	res := &WANResult{Cfg: cfg, FailoverMs: -1}
-	leader, err := c.WaitLeader(ctx, 60*time.Second)
-	if err != nil {
+	if _, err := c.WaitLeader(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}
 	var addrs []string
@@ -125,7 +124,8 @@ func RunWAN(ctx context.Context, cfg WANConfig) (*WANResult, error) {
 	res.WriteP50Ms, res.WriteP99Ms = percentileF(lats, 0.5), percentileF(lats, 0.99)
 
 	// Failover under the same impairment.
-	if leader, err = c.WaitLeader(ctx, 30*time.Second); err != nil {
+	leader, err := c.WaitLeader(ctx, 30*time.Second)
+	if err != nil {
 		return res, nil
 	}
 	st, err := c.Status(ctx, leader)

@@ -58,7 +58,7 @@ func TestClockCorrection_TheOddClockOutIsCorrected(t *testing.T) {
 	if !c.Nodes[0].ClockTrusted() {
 		t.Fatal("n1 computed a cluster median yet reports its clock unchecked")
 	}
-	if d := c.Nodes[0].Now().Sub(time.Now()).Abs(); d > 200*time.Millisecond {
+	if d := time.Until(c.Nodes[0].Now()).Abs(); d > 200*time.Millisecond {
 		t.Fatalf("n1's corrected clock is %v off the real time", d)
 	}
 	for i := 1; i < 3; i++ {
