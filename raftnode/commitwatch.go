@@ -27,8 +27,10 @@ type commitWatch struct {
 	*raft.NetworkTransport
 	leaderCommit *atomic.Uint64
 	ch           chan raft.RPC
-	// answered: peer id → unix ns of its last answered AppendEntries.
+	// answered: peer id → unix ns of its last answered AppendEntries
+	// since started (unix ns: when this node last became leader).
 	answered sync.Map
+	started  atomic.Int64
 }
 
 // AppendEntries is the transport's, recording when target answered.
@@ -40,11 +42,25 @@ func (w *commitWatch) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 	return err
 }
 
-// lastAnswer is when peer id last answered an AppendEntries (false: never
-// since this node started).
+// restartAnswers forgets every recorded answer and counts each peer as
+// answering at now: a new leader's heartbeats start from there.
+func (w *commitWatch) restartAnswers(now time.Time) {
+	w.answered.Range(func(k, _ any) bool {
+		w.answered.Delete(k)
+		return true
+	})
+	w.started.Store(now.UnixNano())
+}
+
+// lastAnswer is when peer id last answered an AppendEntries since this
+// node last became leader, or when it became leader if the peer has not
+// answered since (false: this node has not been leader).
 func (w *commitWatch) lastAnswer(id string) (time.Time, bool) {
 	v, ok := w.answered.Load(raft.ServerID(id))
 	if !ok {
+		if s := w.started.Load(); s != 0 {
+			return time.Unix(0, s), true // none since this node became leader
+		}
 		return time.Time{}, false
 	}
 	return time.Unix(0, v.(int64)), true

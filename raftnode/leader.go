@@ -36,6 +36,12 @@ func (n *Node) leaderLoop(notify <-chan bool) {
 func (n *Node) leaderDuties(ctx context.Context) {
 	defer n.wg.Done()
 	start := time.Now()
+	if n.watch != nil {
+		// Heartbeat answers count from this term on: one left from an
+		// earlier term of this node's would make a follower look silent for
+		// that long, none at all would hide one that never answers.
+		n.watch.restartAnswers(start)
+	}
 	for {
 		err := n.raft.Barrier(barrierTimeout).Error()
 		if err == nil {
