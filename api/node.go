@@ -26,7 +26,7 @@ func (b nodeBackend) Policy() policy.Policy                              { retur
 
 func (b nodeBackend) ReadState() ReadState {
 	rs := b.n.ReadState()
-	off, ok := b.n.ClockOffsetToLeader() // 0 when unknown: nothing to report
+	off, ok := b.n.LeaderOffsetCached() // 0 when unknown: nothing to report
 	if ok {
 		// Lookups rank with the corrected clock (raftnode Node.Now): what
 		// is left of the offset after this node's own correction.

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"encoding/binary"
 	"encoding/json"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -191,6 +192,29 @@ func (p pingClock) NotifyPingComplete(other *memberlist.Node, rtt time.Duration,
 	// hook only changes what this node tells others.
 	p.n.offsets.set(meta.ID, time.Duration(remote+int64(rtt/2)-p.n.wallNow(time.Now).UnixNano()), now)
 	p.n.updateClockCorrection(now)
+	p.n.updateLeaderOffset()
+}
+
+// updateLeaderOffset caches ClockOffsetToLeader for LeaderOffsetCached.
+func (n *Node) updateLeaderOffset() {
+	d, ok := n.ClockOffsetToLeader()
+	if !ok {
+		n.leaderOffset.Store(math.MinInt64)
+		return
+	}
+	n.leaderOffset.Store(int64(d))
+}
+
+// LeaderOffsetCached is ClockOffsetToLeader as of the last gossip probe
+// (about a second old at most, and after a leader change until the next
+// probe it may still be the previous leader's): one atomic load, for the
+// per-lookup read state.
+func (n *Node) LeaderOffsetCached() (time.Duration, bool) {
+	v := n.leaderOffset.Load()
+	if v == math.MinInt64 {
+		return 0, false
+	}
+	return time.Duration(v), true
 }
 
 // ClockOffsetToLeader is the leader's clock minus this node's, as

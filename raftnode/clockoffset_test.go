@@ -38,6 +38,14 @@ func TestClockOffset_FollowersMeasureTheLeadersClock(t *testing.T) {
 		d, ok := c.Nodes[f].ClockOffsetToLeader()
 		return ok && (d-10*time.Minute).Abs() < 100*time.Millisecond
 	})
+	// The per-lookup copy follows at the next probe.
+	waitFor(t, "the cached offset follows", 15*time.Second, func() bool {
+		d, ok := c.Nodes[f].LeaderOffsetCached()
+		return ok && (d-10*time.Minute).Abs() < 100*time.Millisecond
+	})
+	if _, ok := c.Nodes[l].LeaderOffsetCached(); ok {
+		t.Fatal("the leader caches an offset to itself")
+	}
 }
 
 // A node whose own clock is 10 minutes ahead corrects toward the other

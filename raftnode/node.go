@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -54,6 +55,9 @@ type Node struct {
 	reconcileRounds atomic.Uint64
 	// clockCorrection (ns) is what Now adds to this server's clock.
 	clockCorrection atomic.Int64
+	// leaderOffset (ns; math.MinInt64 = unknown) caches
+	// ClockOffsetToLeader (LeaderOffsetCached).
+	leaderOffset atomic.Int64
 	// clockChecked latches the end of ClockTrusted's check.
 	clockChecked atomic.Bool
 	reqPrefix    string
@@ -121,6 +125,7 @@ func New(cfg Config) (*Node, error) {
 		shutdownCh: make(chan struct{}),
 		reqPrefix:  cfg.NodeID + "-" + fmt.Sprintf("%x", time.Now().UnixNano()) + "-",
 	}
+	n.leaderOffset.Store(math.MinInt64) // unknown until a probe of the leader answers
 	ok := false
 	defer func() {
 		if !ok {
