@@ -100,6 +100,12 @@ func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 	} else if !ok {
 		return 0, fmt.Errorf("%w: server %q is not in the Raft configuration", ErrInvalid, id)
 	}
+	// The process being removed, as gossip knows it now (alive or not):
+	// the membership loop records it before reconcile can see the server
+	// missing, whatever its tick saw (trackRemovals).
+	if m, ok := n.gossipSnapshot()[id]; ok && m.meta.Nonce != "" {
+		n.opRemoved.Store(id, opRemoval{nonce: m.meta.Nonce, at: time.Now()})
+	}
 	f := n.raft.RemoveServer(raft.ServerID(id), 0, 0)
 	if err := n.wait(ctx, f); err != nil {
 		return 0, err

@@ -291,6 +291,7 @@ func (n *Node) membershipLoop() {
 		// sees missing has been recorded by then.
 		cfg := f.Configuration()
 		inCfg = trackRemovals(inCfg, cfg, n.gossipSnapshot(), removed)
+		n.takeOpRemovals(inCfg, removed)
 		if n.leaderReady.Load() && (kicked || time.Since(lastReconcile) >= reconcileInterval) {
 			lastReconcile = time.Now()
 			n.reconcile(cfg, deadSince, removed)
@@ -336,6 +337,36 @@ func trackRemovals(prev map[string]string, cfg raft.Configuration, g map[string]
 		removed[id] = nonce
 	}
 	return cur
+}
+
+// opRemoval is a RemoveServer this node made: the removed process's
+// gossip nonce, and when.
+type opRemoval struct {
+	nonce string
+	at    time.Time
+}
+
+// opRemovalTTL drops a RemoveServer record whose removal never showed in
+// the configuration (it failed).
+const opRemovalTTL = 30 * time.Second
+
+// takeOpRemovals moves the RemoveServer calls of this node whose server has
+// left the configuration cur into removed (the same records trackRemovals
+// keeps), so the leader that made a removal never re-adds the removed
+// process, even when a membership tick missed it alive.
+func (n *Node) takeOpRemovals(cur map[string]string, removed map[string]string) {
+	n.opRemoved.Range(func(k, v any) bool {
+		id, r := k.(string), v.(opRemoval)
+		if _, in := cur[id]; !in {
+			if _, done := removed[id]; !done {
+				removed[id] = r.nonce
+			}
+			n.opRemoved.Delete(id)
+		} else if time.Since(r.at) > opRemovalTTL {
+			n.opRemoved.Delete(id)
+		}
+		return true
+	})
 }
 
 func (n *Node) setHasState() {

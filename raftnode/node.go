@@ -58,6 +58,9 @@ type Node struct {
 	// leaderOffset (ns; math.MinInt64 = unknown) caches
 	// ClockOffsetToLeader (LeaderOffsetCached).
 	leaderOffset atomic.Int64
+	// opRemoved: id → opRemoval, RemoveServer calls not yet seen by the
+	// membership loop (takeOpRemovals).
+	opRemoved sync.Map
 	// clockChecked latches the end of ClockTrusted's check.
 	clockChecked atomic.Bool
 	reqPrefix    string

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/raft"
@@ -66,5 +67,26 @@ func TestTrackRemovals(t *testing.T) {
 				t.Errorf("returned configuration (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// A RemoveServer this node made is recorded once its server has left the
+// configuration, under the nonce gossip showed when it was called; one
+// whose removal never showed is dropped after opRemovalTTL.
+func TestTakeOpRemovals(t *testing.T) {
+	var n Node
+	n.opRemoved.Store("a", opRemoval{nonce: "p1", at: time.Now()})
+	n.opRemoved.Store("b", opRemoval{nonce: "q1", at: time.Now()})
+	n.opRemoved.Store("c", opRemoval{nonce: "r1", at: time.Now().Add(-opRemovalTTL - time.Second)})
+	removed := map[string]string{}
+	n.takeOpRemovals(map[string]string{"b": "q1", "c": "r1"}, removed)
+	if d := cmp.Diff(map[string]string{"a": "p1"}, removed); d != "" {
+		t.Fatalf("removed (-want +got):\n%s", d)
+	}
+	if _, ok := n.opRemoved.Load("b"); !ok {
+		t.Fatal("a removal not yet in the configuration was dropped")
+	}
+	if _, ok := n.opRemoved.Load("c"); ok {
+		t.Fatal("a removal that never showed was kept past its TTL")
 	}
 }
