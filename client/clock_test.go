@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -82,5 +83,21 @@ func TestIngest_EventsAheadOfTheServerClockAreCountedAndWarnedOnce(t *testing.T)
 	// The skew is named: 10 minutes, less the moments the calls took.
 	if !strings.Contains(out, "events_ahead_by=9m59") && !strings.Contains(out, "events_ahead_by=10m0") {
 		t.Fatalf("warning does not name a skew of about 10 minutes:\n%s", out)
+	}
+}
+
+func TestMillisDuration_Saturates(t *testing.T) {
+	for _, tc := range []struct {
+		ms   int64
+		want time.Duration
+	}{
+		{600_000, 10 * time.Minute},
+		{-600_000, -10 * time.Minute},
+		{32503680000000 - 1796147684446, math.MaxInt64}, // a stamp in the year 3000
+		{math.MinInt64, math.MinInt64},
+	} {
+		if got := MillisDuration(tc.ms); got != tc.want {
+			t.Errorf("MillisDuration(%d) = %v, want %v", tc.ms, got, tc.want)
+		}
 	}
 }

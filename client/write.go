@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	mrand "math/rand/v2"
 	"time"
 
@@ -218,8 +219,8 @@ func (c *Client) warnClock(evs []*pb.BlockEvent, resp *pb.IngestResponse) {
 	server := resp.GetServerTimeMs()
 	c.log.Warn("inference-cache: block events rejected: observed_at_ms ahead of the server clock; check the clock (NTP) of whatever stamps them",
 		slog.Uint64("rejected_ahead_of_clock", uint64(resp.GetRejectedAheadOfClock())), slog.Int("events", len(evs)),
-		slog.Duration("events_ahead_by", time.Duration(newest-server)*time.Millisecond),
-		slog.Duration("local_clock_ahead_by", time.Duration(now.UnixMilli()-server)*time.Millisecond),
+		slog.Duration("events_ahead_by", MillisDuration(newest-server)),
+		slog.Duration("local_clock_ahead_by", MillisDuration(now.UnixMilli()-server)),
 		slog.Int64("server_time_ms", server), slog.Uint64("warnings_suppressed", c.clockWarnSkipped.Swap(0)))
 }
 
@@ -235,4 +236,18 @@ func (c *Client) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaSt
 		return err
 	})
 	return resp, err
+}
+
+// MillisDuration is ms milliseconds as a Duration, saturating at the
+// largest Duration either way instead of wrapping (a stamp from the year
+// 3000 is "ahead by 292 years", not negative).
+func MillisDuration(ms int64) time.Duration {
+	const lim = math.MaxInt64 / int64(time.Millisecond)
+	switch {
+	case ms > lim:
+		return math.MaxInt64
+	case ms < -lim:
+		return math.MinInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"github.com/inference-cache/inference-cache/client"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -213,7 +214,7 @@ func (f *Forwarder) warnClock(req *pb.IngestRequest, resp *pb.IngestResponse) {
 	}
 	f.log.Warn("cluster rejected block events stamped ahead of its clock; check the engines' and the servers' clocks (NTP)",
 		"rejected_ahead_of_clock", resp.GetRejectedAheadOfClock(), "of", len(req.GetEvents()),
-		"events_ahead_by", (time.Duration(newest-resp.GetServerTimeMs()) * time.Millisecond).String(),
+		"events_ahead_by", client.MillisDuration(newest-resp.GetServerTimeMs()).String(),
 		"server_time_ms", resp.GetServerTimeMs(), "warnings_suppressed", f.clockSkipped)
 	f.clockSkipped = 0
 }

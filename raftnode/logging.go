@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -69,6 +70,15 @@ func (s slogSink) Accept(name string, level hclog.Level, msg string, args ...int
 	}
 	if l < s.min {
 		return
+	}
+	for i, a := range args {
+		// raft passes some values as hclog.Fmt("%+v", v): format them here,
+		// as hclog's own writers do.
+		if f, ok := a.(hclog.Format); ok && len(f) > 0 {
+			if format, ok := f[0].(string); ok {
+				args[i] = fmt.Sprintf(format, f[1:]...)
+			}
+		}
 	}
 	s.log.Log(context.Background(), l, msg, append([]any{"component", name}, args...)...)
 }

@@ -418,6 +418,11 @@ func (o *serverOptions) validate() error {
 			return fmt.Errorf("--join item %d %q: %w", i+1, a, err)
 		}
 	}
+	// Peers dial the Raft port as configured: port 0 would bind a random
+	// port and advertise 0 (gRPC's is read back from its listener).
+	if _, p, err := net.SplitHostPort(o.raftAddr); o.raftAddr != "" && (err != nil || p == "0") {
+		return fmt.Errorf("--raft-addr %q: want host:port with a fixed port (peers dial it; 0 would advertise 0)", o.raftAddr)
+	}
 	if o.raftAdvertise != "" {
 		if err := checkJoinAddr(o.raftAdvertise); err != nil {
 			return fmt.Errorf("--raft-advertise %q: %w", o.raftAdvertise, err)

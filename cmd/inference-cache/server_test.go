@@ -36,6 +36,7 @@ func TestServerOptions_Validate(t *testing.T) {
 		"join space in host":      {func(o *serverOptions) { o.join = []string{"a b:7403"} }, `character ' ' at byte 1`},
 		"join slash in host":      {func(o *serverOptions) { o.join = []string{"http://a:7403"} }, "--join item 1"},
 		"raft advertise no port":  {func(o *serverOptions) { o.raftAdvertise = "10.0.0.2" }, `--raft-advertise "10.0.0.2": want host:port`},
+		"raft addr port 0":        {func(o *serverOptions) { o.raftAddr = "127.0.0.1:0" }, `--raft-addr "127.0.0.1:0": want host:port with a fixed port`},
 		"raft advertise port 0":   {func(o *serverOptions) { o.raftAdvertise = "a:0" }, `--raft-advertise "a:0": port "0"`},
 	} {
 		o := ok
