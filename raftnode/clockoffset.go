@@ -120,8 +120,10 @@ const clockCheckWait = 10 * time.Second
 // true once the clock has been compared with the cluster's (a median of
 // at least three clocks since start), or when the Raft configuration has
 // fewer than three voters (no clock can be outvoted), or after
-// clockCheckWait. Before that it is true unless the clock runs more than
-// ClockCorrectThreshold past the newest observation the index holds: a
+// clockCheckWait. Before that it is false while the node replays the log
+// it found at start (or has a local fault), and then true unless the
+// clock runs more than ClockCorrectThreshold past the newest observation
+// the index holds: a
 // server restarted with a clock far ahead would otherwise stamp
 // observations that outlive everything else and let the expire bound
 // slide with them. An empty index (a new cluster) is trusted.
@@ -132,6 +134,12 @@ func (n *Node) ClockTrusted() bool {
 	if time.Since(n.started) >= clockCheckWait || n.voters() < 3 {
 		n.clockChecked.Store(true)
 		return true
+	}
+	if n.health.reason() != "" {
+		// Still applying the log found at start (or a local fault): the
+		// index does not hold the cluster's newest observation yet, so
+		// there is nothing to compare the clock with.
+		return false
 	}
 	newest := n.fsm.Index().NewestObservedMs()
 	return newest == 0 || n.Now().UnixMilli() <= newest+ClockCorrectThreshold.Milliseconds()
