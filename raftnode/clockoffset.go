@@ -131,7 +131,7 @@ func (n *Node) ClockTrusted() bool {
 	if n.clockChecked.Load() {
 		return true
 	}
-	if time.Since(n.started) >= clockCheckWait || n.voters() < 3 {
+	if time.Since(n.started) >= clockCheckWait || n.fewVoters.Load() {
 		n.clockChecked.Store(true)
 		return true
 	}

@@ -291,6 +291,7 @@ func (n *Node) membershipLoop() {
 		// sees missing has been recorded by then.
 		cfg := f.Configuration()
 		inCfg = trackRemovals(inCfg, cfg, n.gossipSnapshot(), removed)
+		n.fewVoters.Store(countVoters(cfg) < 3)
 		n.takeOpRemovals(inCfg, removed)
 		if n.leaderReady.Load() && (kicked || time.Since(lastReconcile) >= reconcileInterval) {
 			lastReconcile = time.Now()
@@ -337,6 +338,17 @@ func trackRemovals(prev map[string]string, cfg raft.Configuration, g map[string]
 		removed[id] = nonce
 	}
 	return cur
+}
+
+// countVoters is the number of voters in cfg.
+func countVoters(cfg raft.Configuration) int {
+	v := 0
+	for _, s := range cfg.Servers {
+		if s.Suffrage == raft.Voter {
+			v++
+		}
+	}
+	return v
 }
 
 // opRemoval is a RemoveServer this node made: the removed process's

@@ -61,6 +61,9 @@ type Node struct {
 	// opRemoved: id → opRemoval, RemoveServer calls not yet seen by the
 	// membership loop (takeOpRemovals).
 	opRemoved sync.Map
+	// fewVoters: the configuration the membership loop read last has
+	// fewer than three voters (no clock can be outvoted; ClockTrusted).
+	fewVoters atomic.Bool
 	// clockChecked latches the end of ClockTrusted's check.
 	clockChecked atomic.Bool
 	reqPrefix    string
@@ -435,13 +438,7 @@ func (n *Node) voters() int {
 	if f.Error() != nil {
 		return 0
 	}
-	v := 0
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			v++
-		}
-	}
-	return v
+	return countVoters(f.Configuration())
 }
 
 // NewRequestID returns a fresh request id unique to this node's run.
