@@ -1,8 +1,10 @@
 package raftnode
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -224,3 +226,41 @@ const (
 	joinQuietFor  = 10 * time.Second
 	joinWarnEvery = 30 * time.Second
 )
+
+// gossipJoin is the membership loop's record of its gossip joins.
+type gossipJoin struct {
+	joined                             bool
+	lastJoin, lastJoinWarn, lastRejoin time.Time
+}
+
+// keepJoined joins the gossip pool through Config.Join, retried every
+// second until an address answers, and once in the pool re-joins while
+// voters are missing from it (gossipheal.go).
+func (n *Node) keepJoined(j *gossipJoin) {
+	if !j.joined && n.ml.NumMembers() > 1 {
+		// Others joined this node: it is in the pool without its own
+		// Join having succeeded (it started first). Losing members
+		// later is the re-join's job.
+		j.joined = true
+	}
+	if !j.joined && time.Since(j.lastJoin) > time.Second {
+		j.lastJoin = time.Now()
+		if k, err := n.ml.Join(n.cfg.Join); k > 0 {
+			j.joined = true
+			n.log.Info("raftnode: joined gossip", "contacted", k)
+		} else if err != nil {
+			// Peers not up yet is normal at first boot; still
+			// failing after joinQuietFor is worth an operator's
+			// attention (a wrong gossip key says so here).
+			lvl := slog.LevelDebug
+			if time.Since(n.started) > joinQuietFor && time.Since(j.lastJoinWarn) >= joinWarnEvery {
+				lvl, j.lastJoinWarn = slog.LevelWarn, time.Now()
+			}
+			n.log.Log(context.Background(), lvl, "raftnode: gossip join failed, retrying", "join", n.cfg.Join, "err", err)
+		}
+	}
+	if j.joined && time.Since(j.lastRejoin) >= n.rejoinInterval() {
+		j.lastRejoin = time.Now()
+		n.maybeRejoin()
+	}
+}
