@@ -46,7 +46,7 @@ type Node struct {
 	hasState    atomic.Bool // advertised in gossip meta
 	reqSeq      atomic.Uint64
 	// reconcileRounds counts the leader's reconcile passes
-	// (membership.go), so a test can wait for rounds instead of sleeping.
+	// (reconcile.go), so a test can wait for rounds instead of sleeping.
 	reconcileRounds atomic.Uint64
 	// clockCorrection (ns) is what Now adds to this server's clock.
 	clockCorrection atomic.Int64
