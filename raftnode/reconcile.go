@@ -56,7 +56,7 @@ func (n *Node) membershipLoop() {
 		var settled []string
 		st.inConfig, st.removed, settled = noteRemovals(st.inConfig, cfg, g, st.removed, pending, now)
 		for _, id := range settled {
-			// Not a newer call for the same id made since the snapshot.
+			// A newer call for the same id, made since the copy, stays.
 			n.opRemoved.CompareAndDelete(id, pending[id])
 		}
 		if n.leaderReady.Load() && (kicked || now.Sub(lastReconcile) >= reconcileInterval) {
