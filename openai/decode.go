@@ -82,7 +82,11 @@ func (r *Request) commonFields(f fields) error {
 			r.IncludeUsage = b
 		}
 	}
-	for _, key := range []string{"max_tokens", "max_completion_tokens"} {
+	keys := []string{"max_tokens"}
+	if r.Kind == KindChat {
+		keys = append(keys, "max_completion_tokens") // a chat field only, as in vLLM
+	}
+	for _, key := range keys {
 		n, ok, err := f.integer(key)
 		if err != nil {
 			return err

@@ -188,3 +188,12 @@ func TestMessageText_FlagsMultimodalParts(t *testing.T) {
 		t.Fatalf("null content: %q, %v", text, mm)
 	}
 }
+
+// max_completion_tokens is a chat field: a completion request ignores it,
+// as vLLM's CompletionRequest does.
+func TestDecodeCompletion_IgnoresMaxCompletionTokens(t *testing.T) {
+	r, err := DecodeCompletion([]byte(`{"model": "m", "prompt": "x", "max_tokens": 4, "max_completion_tokens": 0}`))
+	if err != nil || r.MaxTokens != 4 {
+		t.Fatalf("%v, max tokens %d; want 4", err, r.MaxTokens)
+	}
+}

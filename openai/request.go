@@ -75,8 +75,8 @@ type Request struct {
 	// usage and no choices. StreamOptions says whether stream_options was
 	// given (only allowed with stream).
 	IncludeUsage, StreamOptions bool
-	// MaxTokens is max_completion_tokens, else max_tokens (1 ≤ n ≤
-	// MaxTokensLimit); 0 when the request gives neither.
+	// MaxTokens is max_completion_tokens (chat only), else max_tokens
+	// (1 ≤ n ≤ MaxTokensLimit); 0 when the request gives neither.
 	MaxTokens int
 	// N is the number of choices; only 1 is accepted.
 	N int
