@@ -33,10 +33,19 @@ var filterOverrides = map[string]string{
 //     assistant-mask tracking they render their body unchanged;
 //   - nothing between {% raw %} and {% endraw %} changes.
 //
+// First, as Jinja2's lexer does, every line ending (\r\n, \r) becomes
+// "\n" and one newline at the very end is dropped (keep_trailing_newline
+// is off in transformers' environment).
+//
 // Tags are found exactly as the engine's scanner finds them ({{ }}, {% %},
 // {# #}, quotes respected inside the first two), so the rewrite never moves
 // a tag boundary; whitespace-control markers are kept in place.
 func rewriteSource(src string) string {
+	if strings.IndexByte(src, '\r') >= 0 {
+		src = strings.ReplaceAll(src, "\r\n", "\n")
+		src = strings.ReplaceAll(src, "\r", "\n")
+	}
+	src = strings.TrimSuffix(src, "\n")
 	var out strings.Builder
 	out.Grow(len(src) + len(src)/8)
 	inRaw := false
