@@ -50,6 +50,15 @@ type Request struct {
 // reasoningEfforts are the values vLLM's protocol accepts.
 var reasoningEfforts = []string{"none", "minimal", "low", "medium", "high", "xhigh", "max"}
 
+// ParseRequest decodes an OpenAI chat completions request body (see
+// UnmarshalJSON). Unlike json.Unmarshal, which checks the syntax first, it
+// reports malformed JSON too as a *RequestError (field "body").
+func ParseRequest(body []byte) (Request, error) {
+	var r Request
+	err := r.UnmarshalJSON(body)
+	return r, err
+}
+
 // UnmarshalJSON decodes an OpenAI chat completions request body, reading
 // messages (required), tools, documents, add_generation_prompt,
 // continue_final_message, reasoning_effort and chat_template_kwargs, and
@@ -95,10 +104,8 @@ func (r *Request) UnmarshalJSON(data []byte) error {
 	} else if ok {
 		out.AddGenerationPrompt = &b
 	}
-	if b, _, err := optionalBool(body, "continue_final_message"); err != nil {
+	if out.ContinueFinalMessage, _, err = optionalBool(body, "continue_final_message"); err != nil {
 		return err
-	} else {
-		out.ContinueFinalMessage = b
 	}
 	if e, ok := body.Get("reasoning_effort"); ok && e != nil {
 		s, isStr := e.(string)
