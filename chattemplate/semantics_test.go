@@ -12,7 +12,9 @@ import (
 // TestRender_MatchesReferenceJinja2 renders the small templates of
 // testdata/jinja2_semantics.json, each written by the reference Jinja2 in
 // transformers' environment (gen_jinja2_semantics.py), and requires the
-// same output byte for byte, or the same raise_exception message.
+// same output byte for byte, or the same raise_exception message. The
+// cases' messages and tools pass through Render's request mapping, which
+// leaves them as the reference got them.
 func TestRender_MatchesReferenceJinja2(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("testdata", "jinja2_semantics.json"))
 	if err != nil {
@@ -49,11 +51,24 @@ func TestRender_MatchesReferenceJinja2(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			kwargs := map[string]any{}
+			// messages and tools go where a request carries them, every
+			// other variable through chat_template_kwargs.
+			req := Request{Messages: file.Messages, Kwargs: map[string]any{}}
 			for _, k := range c.Vars.Keys() {
-				kwargs[k], _ = c.Vars.Get(k)
+				v, _ := c.Vars.Get(k)
+				switch k {
+				case "messages":
+					req.Messages = nil
+					for _, m := range v.([]any) {
+						req.Messages = append(req.Messages, m.(*Object))
+					}
+				case "tools":
+					req.Tools = v.([]any)
+				default:
+					req.Kwargs[k] = v
+				}
 			}
-			got, err := tmpl.Render(Request{Messages: file.Messages, Kwargs: kwargs}, now)
+			got, err := tmpl.Render(req, now)
 			if c.Error != nil {
 				var te *TemplateError
 				if !errors.As(err, &te) || te.Message != *c.Error || got != "" {
