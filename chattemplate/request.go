@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 )
@@ -67,6 +68,9 @@ func ParseRequest(body []byte) (Request, error) {
 // *RequestError naming it.
 func (r *Request) UnmarshalJSON(data []byte) error {
 	v, err := decodeJSON(data)
+	if errors.Is(err, errTooDeep) {
+		return badRequest("body", err.Error())
+	}
 	if err != nil {
 		return badRequest("body", "is not valid JSON: "+err.Error())
 	}

@@ -334,3 +334,27 @@ func TestRender_GoValuesBuildTheSameRequest(t *testing.T) {
 	_, err = tmpl.Render(req, testNow)
 	wantField(t, err, "chat_template_kwargs.opts")
 }
+
+func TestRequest_NestingDeeperThanTheLimitIsRefused(t *testing.T) {
+	deep := strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1)
+	_, err := ParseRequest([]byte(`{"messages":[],"chat_template_kwargs":{"x":` + deep + `}}`))
+	wantField(t, err, "body")
+	if !strings.Contains(err.Error(), "1000") {
+		t.Fatalf("error %q does not state the limit", err)
+	}
+	// At the limit it decodes.
+	ok := strings.Repeat("[", maxDepth-3) + strings.Repeat("]", maxDepth-3)
+	if _, err := ParseRequest([]byte(`{"messages":[],"chat_template_kwargs":{"x":` + ok + `}}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A cycle of Go values is caught the same way at render time.
+	cycle := []any{nil}
+	cycle[0] = cycle
+	tmpl, err := New("x", SpecialTokens{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tmpl.Render(Request{Kwargs: map[string]any{"c": cycle}}, testNow)
+	wantField(t, err, "chat_template_kwargs.c"+strings.Repeat("[0]", maxDepth))
+}

@@ -115,12 +115,21 @@ func (o *Object) MarshalJSON() ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
+// maxDepth bounds the nesting of decoded JSON (objects and arrays inside
+// each other). Python's json.loads, which vLLM runs, stops near its
+// recursion limit of 1000; without a bound, a body of nested brackets
+// could exhaust the stack of the recursive walks that follow.
+const maxDepth = 1000
+
+// errTooDeep is decodeValue's error past maxDepth.
+var errTooDeep = fmt.Errorf("JSON nests deeper than the limit of %d levels", maxDepth)
+
 // decodeJSON decodes one JSON document into the JSON-like values of
 // Object, refusing trailing data.
 func decodeJSON(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	v, err := decodeValue(dec)
+	v, err := decodeValue(dec, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -130,14 +139,18 @@ func decodeJSON(data []byte) (any, error) {
 	return v, nil
 }
 
-// decodeValue reads the next JSON value from dec (which has UseNumber set).
-func decodeValue(dec *json.Decoder) (any, error) {
+// decodeValue reads the next JSON value from dec (which has UseNumber set),
+// depth levels inside the document.
+func decodeValue(dec *json.Decoder, depth int) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
 	}
 	switch t := tok.(type) {
 	case json.Delim:
+		if depth >= maxDepth {
+			return nil, errTooDeep
+		}
 		switch t {
 		case '{':
 			o := &Object{}
@@ -147,7 +160,7 @@ func decodeValue(dec *json.Decoder) (any, error) {
 					return nil, err
 				}
 				k, _ := kt.(string)
-				v, err := decodeValue(dec)
+				v, err := decodeValue(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -160,7 +173,7 @@ func decodeValue(dec *json.Decoder) (any, error) {
 		case '[':
 			items := []any{}
 			for dec.More() {
-				v, err := decodeValue(dec)
+				v, err := decodeValue(dec, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -269,28 +282,38 @@ func fromGo(v any) jinja.Value {
 }
 
 // checkValue reports the first value under v that fromGo cannot convert,
-// naming it by its path below field.
+// naming it by its path below field; it also refuses nesting deeper than
+// maxDepth (which a cycle of Go values reaches).
 func checkValue(field string, v any) error {
-	switch x := v.(type) {
+	return checkDepth(field, v, 0)
+}
+
+func checkDepth(field string, v any, depth int) error {
+	switch v.(type) {
 	case nil, bool, string, int, int64, float64, json.Number:
 		return nil
+	}
+	if depth >= maxDepth {
+		return badRequest(field, errTooDeep.Error())
+	}
+	switch x := v.(type) {
 	case []any:
 		for i, e := range x {
-			if err := checkValue(fmt.Sprintf("%s[%d]", field, i), e); err != nil {
+			if err := checkDepth(fmt.Sprintf("%s[%d]", field, i), e, depth+1); err != nil {
 				return err
 			}
 		}
 		return nil
 	case *Object:
 		for _, k := range x.Keys() {
-			if err := checkValue(field+"."+k, x.vals[k]); err != nil {
+			if err := checkDepth(field+"."+k, x.vals[k], depth+1); err != nil {
 				return err
 			}
 		}
 		return nil
 	case map[string]any:
 		for k, e := range x {
-			if err := checkValue(field+"."+k, e); err != nil {
+			if err := checkDepth(field+"."+k, e, depth+1); err != nil {
 				return err
 			}
 		}
