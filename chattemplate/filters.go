@@ -14,8 +14,9 @@ import (
 type filterFunc = func(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error)
 
 // overrideFilters returns the filters rewriteSource renames templates'
-// uses to, keyed by their render-variable names, plus Jinja2's format
-// filter, which the engine lacks.
+// uses to, keyed by their render-variable names. The names start with
+// "__ic_", which leaves the variables a template reads (a kwarg named
+// format, say) to the request.
 func overrideFilters() map[string]filterFunc {
 	return map[string]filterFunc{
 		printFilter:                   filterPrint,
@@ -25,7 +26,7 @@ func overrideFilters() map[string]filterFunc {
 		filterOverrides["rejectattr"]: func(a []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) { return selectAttr(a, false) },
 		filterOverrides["join"]:       filterJoin,
 		filterOverrides["string"]:     filterString,
-		"format":                      filterFormat,
+		filterOverrides["format"]:     filterFormat,
 	}
 }
 

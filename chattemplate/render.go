@@ -163,7 +163,7 @@ func (t *Template) Render(req Request, now time.Time) (out string, err error) {
 	data := make(map[string]jinja.Value, len(t.base)+len(kwargs)+6)
 	maps.Copy(data, t.base)
 	for k, v := range kwargs {
-		if _, reserved := overrideNames[k]; !reserved {
+		if !strings.HasPrefix(k, "__ic_") {
 			data[k] = fromGo(v)
 		}
 	}
@@ -193,16 +193,6 @@ func (t *Template) Render(req Request, now time.Time) (out string, err error) {
 	}
 	return out, nil
 }
-
-// overrideNames are the render variables of this package's filter
-// overrides, which chat_template_kwargs cannot replace.
-var overrideNames = func() map[string]bool {
-	m := map[string]bool{}
-	for k := range overrideFilters() {
-		m[k] = true
-	}
-	return m
-}()
 
 // execute runs the template, turning an engine panic into ErrRender.
 func execute(t *jinja.Template, data map[string]jinja.Value) (out string, err error) {

@@ -10,8 +10,8 @@ import (
 const printFilter = "__ic_str"
 
 // filterOverrides maps the Jinja2 filters whose engine versions differ from
-// Jinja2 (or from transformers' environment) to the names under which this
-// package provides its own. The engine looks a filter up among its
+// Jinja2 (or from transformers' environment), or that the engine lacks, to
+// the names under which this package provides its own. The engine looks a filter up among its
 // built-ins first and in the render variables only after, so a template's
 // uses are renamed to names it has no built-in for.
 var filterOverrides = map[string]string{
@@ -21,6 +21,7 @@ var filterOverrides = map[string]string{
 	"rejectattr": "__ic_rejectattr",
 	"join":       "__ic_join",
 	"string":     "__ic_string",
+	"format":     "__ic_format",
 }
 
 // rewriteSource prepares a chat template for the engine, changing only

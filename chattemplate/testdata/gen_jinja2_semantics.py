@@ -112,6 +112,7 @@ CASES = [
     ("raise-exception", "{% if r != 'user' %}{{ raise_exception('bad role: ' ~ r) }}{% endif %}ok", {"r": "x"}),
     ("raise-exception-in-loop", "{% for m in messages %}{% if m.role == 'assistant' %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% endfor %}", {}),
     ("strftime-now", "{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%Y-%m-%dT%H:%M:%S') }}|{{ strftime_now('%A %B %-d %j %I%p %y %a %e') }}|{{ strftime_now('%H:%M:%S.%f%z%Z') }}", {}),
+    ("variables-named-like-filters", "{{ format }}|{{ '%s'|format(join) }}|{{ ['a', 'b']|join('-') }}|{{ tojson }}", {"format": "F", "join": "J", "tojson": 1}),
     ("fixed-variables", "{{ tools is none }}|{{ documents is none }}|{{ add_generation_prompt }}|{{ messages|length }}|{{ bos_token is defined }}", {}),
 ]
 
