@@ -1,7 +1,7 @@
 // Package chattemplate turns an OpenAI chat completions request into the
 // prompt text a vLLM replica prefills: it renders the request's messages
 // with the model's chat template exactly as vLLM does before tokenizing,
-// so that the gateway's key for a chat request (issue 27) is the engine's.
+// so that a gateway's key for a chat request is the engine's.
 // It is pure: no HTTP, no tokenizer, no clock (the caller passes now), no
 // goroutines.
 //
@@ -92,5 +92,9 @@
 //   - entries of an assistant's tool_calls keep the request's key order,
 //     which vLLM's pydantic validation may change; only a template that
 //     prints a whole tool call with tojson would show it;
+//   - the str methods title() and capitalize() neither lowercase the rest
+//     of a word nor (title) start a word after punctuation, while the
+//     title filter does start one after an apostrophe; upper() leaves ß;
+//     strip() keeps U+001C to U+001F, which Python strips;
 //   - extra_special_tokens of newer tokenizer configs are not variables.
 package chattemplate
