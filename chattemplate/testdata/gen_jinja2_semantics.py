@@ -95,6 +95,7 @@ CASES = [
     ("set-block", "{% set x %}inner {{ 1 }}{% endset %}[{{ x }}]", {}),
     ("macro", "{% macro f(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ f(1) }}{{ f(1, b=2) }}{{ f(a=3) }}", {}),
     ("generation-tag", "{%- for m in messages %}{%- if m.role == 'assistant' %}{% generation %}[{{ m.content }}]{% endgeneration %}{%- else %}({{ m.content }}){%- endif %}{%- endfor %}", {}),
+    ("tag-boundaries", "{{ '}}' }}|{# it's {{ #}|{{ \"a|tojson\" }}|{{- ' x ' -}} |{%- if '%}' -%} y {%- endif %}", {}),
     ("raw-block", "{% raw %}{{ x|tojson }}{% endraw %}|{{ 1 }}", {}),
     ("trailing-newline-crlf", "a\r\n{% if true %}\r\nb\rc\r\n{% endif %}\r\n", {}),
     ("content-loop", "{%- for m in ms %}{%- if m.content is string %}S{%- else %}{%- for c in m.content %}{{ c.type }}{%- endfor %}{%- endif %}{%- endfor %}", {"ms": [{"role": "user", "content": "a"}, {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "image"}]}]}),
