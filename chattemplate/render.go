@@ -162,6 +162,15 @@ func (t *Template) Render(req Request, now time.Time) (out string, err error) {
 
 	data := make(map[string]jinja.Value, len(t.base)+len(kwargs)+6)
 	maps.Copy(data, t.base)
+	data["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 {
+			return jinja.Undefined(), fmt.Errorf("strftime_now() takes 1 argument (%d given)", len(args))
+		}
+		return jinja.NewString(strftime(strArg(args[0]), now)), nil
+	})
+	// Render variables shadow globals in Jinja2, so kwargs come after
+	// raise_exception and strftime_now; the variables transformers passes
+	// by name come last.
 	for k, v := range kwargs {
 		if !strings.HasPrefix(k, "__ic_") {
 			data[k] = fromGo(v)
@@ -177,12 +186,6 @@ func (t *Template) Render(req Request, now time.Time) (out string, err error) {
 		data["documents"] = fromGo(documents)
 	}
 	data["add_generation_prompt"] = jinja.NewBool(addGen)
-	data["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(args) != 1 {
-			return jinja.Undefined(), fmt.Errorf("strftime_now() takes 1 argument (%d given)", len(args))
-		}
-		return jinja.NewString(strftime(strArg(args[0]), now)), nil
-	})
 
 	out, err = execute(c.tmpl, data)
 	if err != nil {
