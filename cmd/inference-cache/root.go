@@ -20,6 +20,8 @@ the engines' KV-cache events and replicated with Raft across server nodes;
 every node answers LookupRoute from its local copy.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what the version command prints.
+		Version: version,
 		// Every flag also reads INFERENCE_CACHE_<FLAG> (see env.go); no
 		// string flag reaches an RPC unless it is UTF-8.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -29,6 +31,7 @@ every node answers LookupRoute from its local copy.`,
 			return envNamed(cmd, checkUTF8Flags(cmd))
 		},
 	}
+	root.SetVersionTemplate("inference-cache {{.Version}}\n")
 	root.AddCommand(newVersionCmd(), newFingerprintCmd(), newServerCmd(), newDevCmd(),
 		newLookupCmd(), newIngestCmd(), newStatsCmd(), newStatusCmd(), newPolicyCmd(), newSnapshotCmd())
 	root.AddCommand(newSubscribeCmd())
