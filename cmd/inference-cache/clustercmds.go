@@ -16,6 +16,8 @@ import (
 func newClusterCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRunE,
 		Short: "Change membership or move leadership (add-server, remove-server, transfer-leadership)",
 		Long: `Operator commands for the Raft membership. They go to the current leader,
 found through any --addr node. Servers normally join by gossip with the same

@@ -18,6 +18,8 @@ import (
 func newPolicyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRunE,
 		Short: "Get or set the replicated CachePolicy",
 		Example: `  inference-cache policy get > policy.yaml
   inference-cache policy set policy.yaml`,

@@ -32,6 +32,7 @@ every node answers LookupRoute from its local copy.`,
 		},
 	}
 	root.SetVersionTemplate("inference-cache {{.Version}}\n")
+	root.SetFlagErrorFunc(suggestFlags)
 	root.AddCommand(newVersionCmd(), newFingerprintCmd(), newServerCmd(), newDevCmd(),
 		newLookupCmd(), newIngestCmd(), newStatsCmd(), newStatusCmd(), newPolicyCmd(), newSnapshotCmd())
 	root.AddCommand(newSubscribeCmd())

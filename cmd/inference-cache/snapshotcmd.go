@@ -23,6 +23,8 @@ import (
 func newSnapshotCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "snapshot",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRunE,
 		Short: "Save, restore and inspect snapshot backups",
 		Example: `  inference-cache snapshot save backup.snap
   inference-cache snapshot inspect backup.snap
