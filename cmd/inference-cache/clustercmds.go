@@ -72,7 +72,7 @@ func newAddServerCmd() *cobra.Command {
 		Use:     "add-server ID RAFT_ADDR",
 		Short:   "Add a server to the Raft configuration (voter unless --nonvoter)",
 		Example: "  inference-cache cluster add-server node4 10.0.0.4:7402 --addr 127.0.0.1:7401",
-		Args:    cobra.ExactArgs(2),
+		Args:    namedArgs("ID", "RAFT_ADDR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 			defer cancel()
@@ -103,7 +103,7 @@ func newRemoveServerCmd() *cobra.Command {
 lowers the quorum: never remove more than (voters−1)/2 servers that might still
 be alive.`,
 		Example: "  inference-cache cluster remove-server node3 --addr 127.0.0.1:7401",
-		Args:    cobra.ExactArgs(1),
+		Args:    namedArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 			defer cancel()

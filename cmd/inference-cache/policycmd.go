@@ -64,7 +64,7 @@ reported as unchanged and commits nothing (the version stays).`,
 		Example: `  inference-cache policy set policy.yaml
   inference-cache policy set policy.yaml --addr 127.0.0.1:7411 --json
   inference-cache policy set old-policy.yaml --force`,
-		Args: cobra.ExactArgs(1),
+		Args: namedArgs("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			data, err := os.ReadFile(args[0])
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -126,4 +127,37 @@ func groupRunE(cmd *cobra.Command, args []string) error {
 		msg += "; its commands are " + strings.Join(names, ", ")
 	}
 	return fmt.Errorf("%s", msg)
+}
+
+// namedArgs is cobra.ExactArgs(len(names)) whose errors name the missing
+// arguments as the usage line spells them (FILE, ID, RAFT_ADDR) and show
+// the command's first example, instead of "accepts 1 arg(s), received 0".
+func namedArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		eg := ""
+		if first, _, _ := strings.Cut(strings.TrimSpace(cmd.Example), "\n"); first != "" {
+			eg = ", e.g. " + first
+		}
+		switch {
+		case len(args) < len(names):
+			return fmt.Errorf("%s: missing %s; usage: %s%s", cmd.CommandPath(), strings.Join(names[len(args):], " and "), cmd.UseLine(), eg)
+		case len(args) > len(names):
+			return fmt.Errorf("%s takes %s, got %d arguments: %s; usage: %s%s", cmd.CommandPath(), strings.Join(names, " "), len(args), strings.Join(quoteAll(args), " "), cmd.UseLine(), eg)
+		}
+		return nil
+	}
+}
+
+// quoteAll quotes each argument that is empty or holds white space, so a
+// list of them reads unambiguously.
+func quoteAll(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t") {
+			out[i] = strconv.Quote(a)
+		} else {
+			out[i] = printable(a)
+		}
+	}
+	return out
 }

@@ -33,3 +33,23 @@ func TestUnknownFlagsAndSubcommandsGetSuggestions(t *testing.T) {
 		t.Errorf("policy alone: %v\n%s", err, out)
 	}
 }
+
+// A command short of its arguments names what is missing as its usage
+// line does, not "accepts 1 arg(s), received 0".
+func TestNamedArgs_NameWhatIsMissing(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"policy", "set"}, "inference-cache policy set: missing FILE; usage: inference-cache policy set FILE [flags], e.g. inference-cache policy set policy.yaml"},
+		{[]string{"snapshot", "save"}, "inference-cache snapshot save: missing FILE; usage: inference-cache snapshot save FILE [flags], e.g. inference-cache snapshot save backup.snap --addr 127.0.0.1:7401"},
+		{[]string{"cluster", "add-server", "node4"}, "inference-cache cluster add-server: missing RAFT_ADDR; usage: inference-cache cluster add-server ID RAFT_ADDR [flags], e.g. inference-cache cluster add-server node4 10.0.0.4:7402 --addr 127.0.0.1:7401"},
+		{[]string{"cluster", "remove-server"}, "inference-cache cluster remove-server: missing ID; usage: inference-cache cluster remove-server ID [flags], e.g. inference-cache cluster remove-server node3 --addr 127.0.0.1:7401"},
+		{[]string{"policy", "set", "a.yaml", "my file.yaml"}, `inference-cache policy set takes FILE, got 2 arguments: a.yaml "my file.yaml"; usage: inference-cache policy set FILE [flags], e.g. inference-cache policy set policy.yaml`},
+	} {
+		_, err := runCLI(t, "", c.args...)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v: err = %v\nwant        %s", c.args, err, c.want)
+		}
+	}
+}
