@@ -64,9 +64,9 @@ func newIngestCmd() *cobra.Command {
 in the protobuf JSON mapping (field names snake_case or lowerCamelCase, kind as
 "STORED"/"REMOVED"/"CLEARED", uint64 hashes as strings or numbers). An object
 is read as the IngestRequest: one event alone is refused with the hint to wrap
-it in [ ]. Errors name fields as the input spells them. Valid events commit; invalid ones are listed with their index and reason, and the exit
-status is then 1. Retriable failures are retried for up to 5 s with the same
-request id.`,
+it in [ ]. Errors name fields as the input spells them. Valid events commit;
+invalid ones are listed with their index and reason, and the exit status is
+then 1. Retriable failures are retried for up to 5 s with the same request id.`,
 		Example: `  echo '[{"kind":"STORED","replica_id":"vllm-0","hash_scheme":"vllm","model_id":"qwen3-8b",
          "tenant_id":"team-a","token_ids":[1,2,3,4],"block_size":2}]' | inference-cache ingest
   inference-cache ingest --file events.json --addr 127.0.0.1:7401 --addr 127.0.0.1:7411`,
@@ -143,8 +143,8 @@ ReportReplicaStatsRequest ({"stats": [...]}) or a bare array of ReplicaStats
 {tenant: 0..1}, observed_at_ms, endpoint, waiting_requests and
 running_requests at most 1,000,000 each), and commits them. An object is read
 as the request: one entry alone is refused with the hint to wrap it in [ ].
-Invalid entries
-are listed with their index and reason (exit status 1; the valid ones commit).`,
+Invalid entries are listed with their index and reason (exit status 1; the
+valid ones commit).`,
 		Example: `  echo '[{"replica_id":"vllm-0","model_id":"qwen3-8b","hash_schemes":["vllm"],
          "pressure":0.3,"tenant_hit_rate":{"team-a":0.6},
          "waiting_requests":4,"running_requests":12}]' | inference-cache stats`,
