@@ -54,8 +54,9 @@ func newPolicyCmd() *cobra.Command {
 		Short: "Replace the policy with a CachePolicy YAML file (through the Raft log)",
 		Long: `Loads FILE (kind: CachePolicy, spec: with the camelCase knobs of SPEC 7;
 absent knobs take their defaults), validates it locally (errors name the file,
-line, field and reason) and commits it. Prints the policy now in force with
-its new version.
+line, field and reason) and commits it. Says on stderr which version it
+committed ("committed FILE as policy version N (was version M)") and prints
+the policy now in force on stdout (--json: as JSON, with its "version").
 
 A file written by "policy get" starts with "# version N": when the cluster's
 policy has moved past N since, the file would silently undo those changes, so
@@ -101,6 +102,11 @@ reported as unchanged and commits nothing (the version stays).`,
 				})
 				if err != nil {
 					return err
+				}
+				// The outcome goes to stderr: stdout stays the YAML of the
+				// policy in force, which policy set reads back.
+				if !sf.json {
+					fmt.Fprintf(cmd.ErrOrStderr(), "committed %s as policy version %d (was version %d); the policy now in force:\n", args[0], got.Version, cur.Version)
 				}
 				return sf.print(cmd, got, func(w io.Writer) error { return writePolicyYAML(w, got) })
 			})
