@@ -27,9 +27,10 @@ func newTopCmd() *cobra.Command {
 		Short: "Live view of a cluster: node states, lookups per second by reason code, leader changes",
 		Long: `Polls Status on every --addr (and every member they report) each --interval and
 shows each node's Raft state, term, applied index and stale flag; lookups per
-second over the last interval with their reason-code mix; the leader, its last
-change and how long the cluster had no leader around it (writes unavailable;
-measured between polls, so within one interval). On a terminal the table is
+second over the last interval with their reason-code mix; the leader (and since
+when, once a poll has seen it take over), its last change and how long the
+cluster had no leader around it (writes unavailable; measured between polls,
+so within one interval). On a terminal the table is
 redrawn in place; otherwise one plain line per interval. --json prints each
 poll as one JSON object per line. --once polls twice, one interval apart,
 prints once and exits.`,

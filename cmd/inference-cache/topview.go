@@ -40,6 +40,7 @@ type topView struct {
 	leader      string        // leader id in the latest sample ("" = none)
 	known       string        // the last leader seen in any sample
 	leaderSince time.Time     // when known was first seen
+	sinceSeen   bool          // leaderSince is when known took over (a poll before showed another or none)
 	lastFrom    string        // the leader before the last change
 	noLeaderAt  time.Time     // first sample without a leader (zero while one is seen)
 	outage      time.Duration // leaderless time around the last change
@@ -81,6 +82,9 @@ func (v *topView) observe(s topSample) {
 				v.outage = s.At.Sub(v.noLeaderAt)
 			}
 		}
+		// A leader in the first poll that any node answered led for who
+		// knows how long before it.
+		v.sinceSeen = v.prev != nil && slices.ContainsFunc(v.prev.Nodes, func(n topNode) bool { return n.Err == "" })
 		v.known, v.leaderSince, v.noLeaderAt = leader, s.At, time.Time{}
 	default:
 		v.noLeaderAt = time.Time{}
@@ -152,8 +156,10 @@ func (v *topView) mixText() string {
 	return strings.Join(parts, ", ")
 }
 
-// leaderText says who leads since when, and the last change with how long
-// writes were unavailable (measured between polls, so ± one interval).
+// leaderText says who leads, since when when a poll saw it take over (a
+// leader already there at the first poll has no "since": top cannot know),
+// and the last change with how long writes were unavailable (measured
+// between polls, so ± one interval).
 func (v *topView) leaderText() string {
 	var b strings.Builder
 	if v.leader == "" {
@@ -161,8 +167,10 @@ func (v *topView) leaderText() string {
 		if !v.noLeaderAt.IsZero() && v.cur != nil {
 			fmt.Fprintf(&b, " for %.1f s: writes unavailable", v.cur.At.Sub(v.noLeaderAt).Seconds())
 		}
-	} else {
+	} else if v.sinceSeen {
 		fmt.Fprintf(&b, "leader %s since %s", v.leader, v.leaderSince.Format("15:04:05"))
+	} else {
+		fmt.Fprintf(&b, "leader %s", v.leader)
 	}
 	if v.hadChange {
 		if v.outage > 0 {
