@@ -97,13 +97,20 @@ pick. With --json the explanation is each hint's "factors" object.`,
 			}
 			defer c.Close()
 			resp := c.LookupRoute(cmd.Context(), &req)
-			// The SDK fails open for gateways; an operator asking a node
-			// must hear that no node answered.
+			// The SDK fails open for gateways, with the detail "client:
+			// CODE: message; failing open"; an operator asking a node must
+			// hear that no node answered, and why (the CLI does not fail
+			// open: it exits 1).
 			if c.Stats().FailOpen > 0 {
-				if !strings.Contains(resp.Detail, "Unavailable") && !strings.Contains(resp.Detail, "DeadlineExceeded") {
-					return fmt.Errorf("LookupRoute request failed (%s): %s", strings.Join(cf.addrs, ", "), resp.Detail)
+				cause := strings.TrimSuffix(strings.TrimPrefix(resp.Detail, "client: "), "; failing open")
+				addrs := strings.Join(cf.addrs, ", ")
+				switch {
+				case strings.HasPrefix(cause, "DeadlineExceeded:"):
+					return fmt.Errorf("no node answered LookupRoute at %s within --timeout %v: %s", addrs, cf.timeout, cause)
+				case strings.HasPrefix(cause, "Unavailable:"):
+					return fmt.Errorf("no node answered LookupRoute at %s: %s", addrs, cause)
 				}
-				return fmt.Errorf("no node answered LookupRoute (%s): %s", strings.Join(cf.addrs, ", "), resp.Detail)
+				return fmt.Errorf("LookupRoute failed at %s: %s", addrs, cause)
 			}
 			if cf.json {
 				return printJSON(cmd.OutOrStdout(), resp)
@@ -131,7 +138,7 @@ pick. With --json the explanation is each hint's "factors" object.`,
 			return w.Flush()
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrLookup)
 	f := cmd.Flags()
 	f.StringVar(&req.HashScheme, "scheme", "vllm", "hash_scheme (vllm, sglang, …)")
 	f.StringVar(&req.ModelId, "model", "", "model_id")

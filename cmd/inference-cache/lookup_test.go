@@ -296,7 +296,8 @@ func TestLookupCmd_DetailNamesTheFlagsTyped(t *testing.T) {
 			t.Errorf("%s: detail %q, want %q\n%s", c.name, got, c.want, out)
 		}
 		out, err = runCLI(t, "", append(args, "--json")...)
-		if err != nil || !strings.Contains(out, `"detail": "`+c.detail+`"`) {
+		var resp pb.LookupRouteResponse
+		if err != nil || protojson.Unmarshal([]byte(out), &resp) != nil || resp.Detail != c.detail {
 			t.Errorf("%s --json: %v\n%s\nwant the server's detail %q", c.name, err, out, c.detail)
 		}
 	}

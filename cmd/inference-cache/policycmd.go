@@ -46,7 +46,7 @@ func newPolicyCmd() *cobra.Command {
 			})
 		},
 	}
-	gf.register(get)
+	gf.register(get, addrTurn)
 	var sf clientFlags
 	var force bool
 	set := &cobra.Command{
@@ -113,7 +113,7 @@ reported as unchanged and commits nothing (the version stays).`,
 		},
 	}
 	set.Flags().BoolVar(&force, "force", false, "set the file even when it was written from an older policy version than the cluster's")
-	sf.register(set)
+	sf.register(set, addrTurn)
 	cmd.AddCommand(get, set)
 	return cmd
 }

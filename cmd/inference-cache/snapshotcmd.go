@@ -93,7 +93,7 @@ func newSnapshotCmd() *cobra.Command {
 			})
 		},
 	}
-	saveF.register(save)
+	saveF.register(save, addrTurn)
 	var restF clientFlags
 	var restYes bool
 	restore := &cobra.Command{
@@ -166,7 +166,7 @@ back. Asks for confirmation on a terminal; elsewhere --yes is required.`,
 			})
 		},
 	}
-	restF.register(restore)
+	restF.register(restore, addrTurn)
 	restore.Flags().BoolVar(&restYes, "yes", false, "confirm replacing the cluster's index and policy without asking")
 	var inspJSON bool
 	inspect := &cobra.Command{

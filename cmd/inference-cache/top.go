@@ -60,12 +60,12 @@ prints once and exits.`,
 				return err
 			}
 			if v.cur != nil && !slices.ContainsFunc(v.cur.Nodes, func(n topNode) bool { return n.Err == "" }) {
-				return explainUnreachable(cmd, fmt.Errorf("no node answered Status: %s", v.cur.Nodes[0].Err))
+				return fmt.Errorf("no node answered Status: %w", v.cur.Nodes[0].err) // register's explain words it
 			}
 			return nil
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrTop)
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "time between polls (at least 100ms)")
 	cmd.Flags().BoolVar(&once, "once", false, "poll twice, one interval apart, print once and exit")
 	return cmd
@@ -145,7 +145,7 @@ func (p *topPoller) poll(ctx context.Context) topSample {
 	for i, a := range p.addrs {
 		c, err := p.conn(a)
 		if err != nil {
-			s.Nodes[i] = topNode{Addr: a, Err: err.Error()}
+			s.Nodes[i] = topNode{Addr: a, Err: err.Error(), err: err}
 			continue
 		}
 		wg.Add(1)
@@ -171,7 +171,7 @@ func (p *topPoller) poll(ctx context.Context) topSample {
 				return nil
 			})
 			if err != nil {
-				n.Err = explainCallErr(err)
+				n.Err, n.err = explainCallErr(err), err
 			}
 			s.Nodes[i] = n
 		}(i, a, c)

@@ -22,6 +22,7 @@ type topNode struct {
 	StaleReason string            `json:"stale_reason,omitempty"`
 	Calls       map[string]uint64 `json:"lookup_route_calls,omitempty"`
 	Err         string            `json:"error,omitempty"`
+	err         error             // the call's error, for the command's own
 }
 
 // topSample is one poll of every node, taken at At.
@@ -157,19 +158,23 @@ func (v *topView) mixText() string {
 }
 
 // leaderText says who leads, since when when a poll saw it take over (a
-// leader already there at the first poll has no "since": top cannot know),
-// and the last change with how long writes were unavailable (measured
+// leader already there at the first poll has no "since": top cannot know;
+// with no node answering it cannot tell whether one leads), and the last
+// change with how long writes were unavailable (measured
 // between polls, so ± one interval).
 func (v *topView) leaderText() string {
 	var b strings.Builder
-	if v.leader == "" {
+	switch {
+	case v.cur != nil && !slices.ContainsFunc(v.cur.Nodes, func(n topNode) bool { return n.Err == "" }):
+		b.WriteString("no node answered") // a leader may well be there
+	case v.leader == "":
 		b.WriteString("no leader")
 		if !v.noLeaderAt.IsZero() && v.cur != nil {
 			fmt.Fprintf(&b, " for %.1f s: writes unavailable", v.cur.At.Sub(v.noLeaderAt).Seconds())
 		}
-	} else if v.sinceSeen {
+	case v.sinceSeen:
 		fmt.Fprintf(&b, "leader %s since %s", v.leader, v.leaderSince.Format("15:04:05"))
-	} else {
+	default:
 		fmt.Fprintf(&b, "leader %s", v.leader)
 	}
 	if v.hadChange {

@@ -69,6 +69,7 @@ func TestTopView_LeaderSinceOnlyWhenSeenTakingOver(t *testing.T) {
 		{"leading at the first poll", [][]topNode{{lead}, {lead}}, "leader n1"},
 		{"elected between polls", [][]topNode{{follow}, {lead}}, "leader n1 since 13:00:01"},
 		{"first poll unanswered", [][]topNode{{down}, {lead}}, "leader n1"},
+		{"no answer at all", [][]topNode{{down}, {down}}, "no node answered"},
 	} {
 		v := &topView{}
 		for i, nodes := range c.polls {

@@ -75,7 +75,7 @@ then 1. Retriable failures are retried for up to 5 s with the same request id.`,
 			return runWrite(cmd, &cf, file, "events", "events", "an IngestRequest or array of events", &pb.IngestRequest{}, (*client.Client).Ingest)
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrWrite)
 	cmd.Flags().StringVarP(&file, "file", "f", "-", "JSON file of events; - = stdin")
 	markPaths(cmd.Flags(), "file")
 	return cmd
@@ -153,7 +153,7 @@ valid ones commit).`,
 			return runWrite(cmd, &cf, file, "stats", "stats entries", "a ReportReplicaStatsRequest or array of stats", &pb.ReportReplicaStatsRequest{}, (*client.Client).ReportReplicaStats)
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrWrite)
 	cmd.Flags().StringVarP(&file, "file", "f", "-", "JSON file of stats; - = stdin")
 	markPaths(cmd.Flags(), "file")
 	return cmd
