@@ -218,7 +218,8 @@ func (v *topView) writeLine(w io.Writer) error {
 }
 
 // writeFrame prints the view as the terminal table, each line cut to
-// width characters (0 = not cut) so none wraps; it returns the number of
+// width characters (0 = not cut) so none wraps, except the supervisor's
+// events, which are wrapped to that width; it returns the number of
 // lines written so the next frame can move back over exactly them.
 func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, error) {
 	var b strings.Builder
@@ -244,7 +245,11 @@ func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, 
 		b.WriteString(v.demo + "\n")
 	}
 	for _, e := range v.events {
-		b.WriteString("  " + e + "\n")
+		// Events are wrapped, not cut: a dead node's log line is the
+		// reason it died, and is worth its lines.
+		for _, l := range wrapRunes("  "+e, width-1, "      ") {
+			b.WriteString(l + "\n")
+		}
 	}
 	s := b.String()
 	if width > 0 {
@@ -258,4 +263,22 @@ func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, 
 	}
 	_, err := io.WriteString(w, s)
 	return strings.Count(s, "\n"), err
+}
+
+// wrapRunes splits s into lines of at most width characters, the lines
+// after the first starting with indent; width 0 or one too narrow for
+// indent leaves s whole.
+func wrapRunes(s string, width int, indent string) []string {
+	r := []rune(s)
+	in := []rune(indent)
+	if width <= len(in) || len(r) <= width {
+		return []string{s}
+	}
+	lines := []string{string(r[:width])}
+	for r = r[width:]; len(r) > 0; {
+		n := min(len(r), width-len(in))
+		lines = append(lines, indent+string(r[:n]))
+		r = r[n:]
+	}
+	return lines
 }

@@ -131,3 +131,21 @@ func TestTopView_FrameLinesFitTheWidth(t *testing.T) {
 		t.Fatalf("frame %q (%d lines), want 79 characters and one line", out.String(), n)
 	}
 }
+
+// A supervisor event longer than the terminal is wrapped whole, and the
+// line count covers its lines.
+func TestTopView_FrameWrapsLongEvents(t *testing.T) {
+	v := &topView{}
+	v.event("node2 exited with code 1 after 0.4s; its log says: error: " + strings.Repeat("é", 30))
+	var out bytes.Buffer
+	n, err := v.writeFrame(&out, time.Second, 41)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "  node2 exited with code 1 after 0.4s; i\n" +
+		"      ts log says: error: " + strings.Repeat("é", 14) + "\n" + // 6 + 20 + 14 = 40
+		"      " + strings.Repeat("é", 16) + "\n"
+	if out.String() != want || n != 3 {
+		t.Fatalf("frame (%d lines):\n%s\nwant (3 lines):\n%s", n, out.String(), want)
+	}
+}
