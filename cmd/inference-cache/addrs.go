@@ -69,6 +69,8 @@ func failure(msg string) string {
 		return "refused"
 	case strings.Contains(msg, "server preface"):
 		return "notgrpc" // the peer closed the connection at the HTTP/2 handshake
+	case strings.Contains(msg, "connection reset by peer") || strings.Contains(msg, "broken pipe"):
+		return "reset" // the same, seen while gRPC still wrote its preface; or a node that died mid-call
 	}
 	return ""
 }
@@ -126,6 +128,17 @@ func (c *clientFlags) explainAddr(ctx context.Context, addr string, err error) s
 		return refusedText
 	case "notgrpc":
 		return c.notGRPC(ctx, addr)
+	case "reset":
+		// A port that closes every connection resets the next call
+		// too; a node that died mid-call is gone or back.
+		_, again := c.status(ctx, addr)
+		if again == nil {
+			return err.Error()
+		}
+		if k := failure(again.Error()); k == "notgrpc" || k == "reset" {
+			return c.notGRPC(ctx, addr)
+		}
+		return c.explainAddr(ctx, addr, again)
 	}
 	return err.Error()
 }

@@ -30,10 +30,10 @@ shows each node's Raft state, term, applied index and stale flag; lookups per
 second over the last interval with their reason-code mix; the leader (and since
 when, once a poll has seen it take over), its last change and how long the
 cluster had no leader around it (writes unavailable; measured between polls,
-so within one interval). On a terminal the table is
-redrawn in place; otherwise one plain line per interval. --json prints each
-poll as one JSON object per line. --once polls twice, one interval apart,
-prints once and exits.`,
+so within one interval). On a terminal the table is redrawn in place;
+otherwise one plain line per interval. --json prints each poll as one JSON
+object per line. --once polls twice, one interval apart, prints once and
+exits.`,
 		Example: `  inference-cache top
   inference-cache top --addr 10.0.0.1:7401 --interval 2s
   inference-cache top --once --json`,
