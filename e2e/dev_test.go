@@ -34,7 +34,7 @@ func waitOutput(t *testing.T, out *syncbuf.Buffer, re *regexp.Regexp, limit time
 }
 
 // `inference-cache dev` keeps the cluster up through a node's death: the
-// SIGKILLed node is reported (signal, last log line), writes still commit
+// SIGKILLed node is reported (signal, log path), writes still commit
 // on the other two, and the node comes back by itself and catches up. A
 // second dev on the same ports refuses to start with the bind error and a
 // non-zero exit instead of reporting the first cluster as its own.
@@ -72,7 +72,7 @@ func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitOutput(t, &out, regexp.MustCompile(`node2 killed by signal SIGKILL after .*; last log line: \S`), 10*time.Second)
+	waitOutput(t, &out, regexp.MustCompile(`node2 killed by signal SIGKILL after \S+; log \S+node2\.log`), 10*time.Second)
 
 	// Quorum is two of three: a write through the survivors commits.
 	c, err := client.New(client.Config{Addrs: []string{addr(0), addr(2)}})

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -28,12 +27,19 @@ type clientFlags struct {
 	security clientSecurityFlags
 }
 
-func (c *clientFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringSliceVar(&c.addrs, "addr", []string{defaultGRPCAddr}, "gRPC address of a server node (repeatable); calls go to the first that answers")
+// register adds the client flags to cmd; how says what cmd does with
+// several --addr (the addr* texts). A failure to reach any node comes out
+// of cmd's RunE in words (explain); register therefore goes after RunE is
+// set.
+func (c *clientFlags) register(cmd *cobra.Command, how string) {
+	cmd.Flags().StringSliceVar(&c.addrs, "addr", []string{defaultGRPCAddr}, "gRPC address HOST:PORT of a server node (its --grpc-addr; repeatable); "+how)
 	cmd.Flags().BoolVar(&c.json, "json", false, "print JSON instead of a table")
 	cmd.Flags().DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the whole command (positive)")
 	c.security.register(cmd)
 	cmd.PreRunE = func(*cobra.Command, []string) error { return c.validate() }
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(cmd *cobra.Command, args []string) error { return c.explain(cmd.Context(), run(cmd, args)) }
+	}
 }
 
 // validate refuses client flag values no call could succeed with, before
@@ -43,11 +49,8 @@ func (c *clientFlags) validate() error {
 		return fmt.Errorf("--timeout %v: must be positive", c.timeout)
 	}
 	for _, a := range c.addrs {
-		if strings.Contains(a, "://") {
-			continue // a gRPC target with a scheme (dns:///…) names its own port
-		}
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return fmt.Errorf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:7401 (without a port gRPC would dial :443)", a)
+		if err := checkAddr(a); err != nil {
+			return err
 		}
 	}
 	return nil

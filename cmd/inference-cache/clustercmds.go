@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
@@ -16,6 +18,8 @@ import (
 func newClusterCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRunE,
 		Short: "Change membership or move leadership (add-server, remove-server, transfer-leadership)",
 		Long: `Operator commands for the Raft membership. They go to the current leader,
 found through any --addr node. Servers normally join by gossip with the same
@@ -30,8 +34,8 @@ dead server by hand or to move leadership before maintenance.`,
 }
 
 // onLeader runs fn against the current leader: it asks the --addr nodes for
-// Status, then dials the leader's gRPC address first (the --addr nodes
-// follow, in case leadership moves meanwhile).
+// Status, then calls the leader's gRPC address, and the --addr nodes in
+// turn when the leader is unavailable (leadership moved meanwhile).
 func onLeader(ctx context.Context, cf *clientFlags, fn func(ctx context.Context, cl pb.ClusterClient) error) error {
 	c, err := cf.dial()
 	if err != nil {
@@ -53,14 +57,22 @@ func onLeader(ctx context.Context, cf *clientFlags, fn func(ctx context.Context,
 	if leader == "" {
 		return errors.New("no leader is known to the --addr nodes (no quorum?)")
 	}
-	lc, err := cf.dialAddrs(append([]string{leader}, cf.addrs...))
+	lc, err := cf.dialAddrs([]string{leader})
 	if err != nil {
 		return err
 	}
 	defer lc.Close()
-	return lc.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
+	call := func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
 		return fn(ctx, cl)
-	})
+	}
+	err = lc.Do(ctx, call)
+	if status.Code(err) == codes.Unavailable {
+		// Leadership moved meanwhile, or the leader's advertised address
+		// is not reachable from here: the --addr nodes in turn (a
+		// follower refuses with UNAVAILABLE, and the next is asked).
+		err = c.Do(ctx, call)
+	}
+	return err
 }
 
 func newAddServerCmd() *cobra.Command {
@@ -70,7 +82,7 @@ func newAddServerCmd() *cobra.Command {
 		Use:     "add-server ID RAFT_ADDR",
 		Short:   "Add a server to the Raft configuration (voter unless --nonvoter)",
 		Example: "  inference-cache cluster add-server node4 10.0.0.4:7402 --addr 127.0.0.1:7401",
-		Args:    cobra.ExactArgs(2),
+		Args:    namedArgs("ID", "RAFT_ADDR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 			defer cancel()
@@ -87,7 +99,7 @@ func newAddServerCmd() *cobra.Command {
 			})
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrLeader)
 	cmd.Flags().BoolVar(&nonvoter, "nonvoter", false, "add as a non-voter (receives the log, does not vote)")
 	return cmd
 }
@@ -101,7 +113,7 @@ func newRemoveServerCmd() *cobra.Command {
 lowers the quorum: never remove more than (voters−1)/2 servers that might still
 be alive.`,
 		Example: "  inference-cache cluster remove-server node3 --addr 127.0.0.1:7401",
-		Args:    cobra.ExactArgs(1),
+		Args:    namedArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), cf.timeout)
 			defer cancel()
@@ -118,7 +130,7 @@ be alive.`,
 			})
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrLeader)
 	return cmd
 }
 
@@ -155,6 +167,6 @@ func newTransferLeadershipCmd() *cobra.Command {
 			})
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrLeader)
 	return cmd
 }

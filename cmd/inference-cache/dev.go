@@ -29,7 +29,8 @@ import (
 type devNode struct {
 	proccluster.Node
 	proc     *proccluster.Proc
-	restarts int // supervised restarts so far
+	restarts int   // supervised restarts so far
+	logFrom  int64 // size of its log when the running process started: its lines follow
 }
 
 func newDevCmd() *cobra.Command {
@@ -44,8 +45,9 @@ ports and data under --dir (node1, node2, …), bootstraps them into one Raft
 cluster, and prints each node's gRPC address and metrics URL. Node i (from 0)
 uses ports base+10i+1 (gRPC), +2 (Raft), +3 (gossip), +4 (HTTP). Logs go to
 <dir>/nodeN.log. A node that dies (kill -9 its pid to watch failover) is
-reported with how it ended and its last log line, and started again after 3 s
-while the others keep serving. Busy ports refuse the start with a non-zero
+reported with how it ended, its log and the line there that says why (the
+last panic, error or warning it wrote), and started again after 3 s while the
+others keep serving. Busy ports refuse the start with a non-zero
 exit. Ctrl-C stops every node cleanly; the data stays, so the next run
 restarts the same cluster (delete --dir to start empty).`,
 		Example: `  inference-cache dev
@@ -120,7 +122,7 @@ restarts the same cluster (delete --dir to start empty).`,
 				byProc[n.proc] = n
 			}
 			for _, n := range ns {
-				if err := n.proc.Start(); err != nil {
+				if err := startNode(n); err != nil {
 					stopAll()
 					return err
 				}
@@ -153,7 +155,7 @@ restarts the same cluster (delete --dir to start empty).`,
 				// check, a lock, damaged data) fails the whole start.
 				waitStop()
 				stopAll()
-				return fmt.Errorf("%s %s while the cluster was starting: %s (log %s)", e.n.ID, e.exit, orNone(e.n.proc.LastLogLine()), e.n.proc.LogPath())
+				return fmt.Errorf("%s %s while the cluster was starting; %s", e.n.ID, e.exit, deathReport(e.n, e.exit))
 			case <-ctx.Done():
 				stopAll()
 				return nil

@@ -67,7 +67,7 @@ func probeBind(network, addr string) error {
 }
 
 // superviseDev runs until ctx ends: a node that dies is reported (how,
-// and its last log line) and started again after devRestartDelay while
+// and where its log says why: deathReport) and started again after devRestartDelay while
 // the others keep serving. A node that keeps failing right after its
 // restarts is left down, with a message. say writes one line.
 func superviseDev(ctx context.Context, exits <-chan devExit, say func(format string, args ...any)) {
@@ -79,7 +79,7 @@ func superviseDev(ctx context.Context, exits <-chan devExit, say func(format str
 			return
 		case e := <-exits:
 			ranFor := e.exit.RanFor
-			say("%s %s after %s; last log line: %s", e.n.ID, e.exit, ranFor.Round(100*time.Millisecond), orNone(e.n.proc.LastLogLine()))
+			say("%s %s after %s; %s", e.n.ID, e.exit, ranFor.Round(100*time.Millisecond), deathReport(e.n, e.exit))
 			if ranFor < devQuickExit && e.n.restarts > 0 {
 				quick[e.n]++
 			} else {
@@ -102,20 +102,11 @@ func superviseDev(ctx context.Context, exits <-chan devExit, say func(format str
 			}(e.n)
 		case n := <-restart:
 			n.restarts++
-			if err := n.proc.Start(); err != nil {
+			if err := startNode(n); err != nil {
 				say("%s: %v", n.ID, err)
 				continue
 			}
 			say("%s restarted (pid %d)", n.ID, n.proc.Pid())
 		}
 	}
-}
-
-// orNone is s, or "(none)" when empty, so a message never ends in a
-// blank.
-func orNone(s string) string {
-	if s == "" {
-		return "(none)"
-	}
-	return s
 }

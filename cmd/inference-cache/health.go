@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -50,6 +49,9 @@ probes the same service natively.`,
 			failed := 0
 			for i, addr := range cf.addrs {
 				results[i] = checkHealth(cmd.Context(), addr, service, cf.timeout, opts)
+				if results[i].err != nil {
+					results[i].Error = cf.explainAddr(cmd.Context(), addr, results[i].err)
+				}
 				if results[i].Status != healthpb.HealthCheckResponse_SERVING.String() {
 					failed++
 				}
@@ -88,7 +90,7 @@ probes the same service natively.`,
 		},
 	}
 	cmd.Flags().StringVar(&service, "service", "", `service name to check ("" = the whole server)`)
-	cf.register(cmd)
+	cf.register(cmd, addrHealth)
 	// A container health check wants a short bound.
 	t := cmd.Flags().Lookup("timeout")
 	t.DefValue, t.Usage = "3s", "bound on each node's check (positive)"
@@ -101,6 +103,7 @@ type healthResult struct {
 	Addr   string `json:"addr"`
 	Status string `json:"status"` // SERVING, NOT_SERVING, UNKNOWN, SERVICE_UNKNOWN or UNREACHABLE
 	Error  string `json:"error,omitempty"`
+	err    error  // the call's error, which Error words
 }
 
 // checkHealth calls grpc.health.v1 Check on addr within timeout.
@@ -114,22 +117,22 @@ func checkHealth(ctx context.Context, addr, service string, timeout time.Duratio
 	defer conn.Close()
 	r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.WaitForReady(true))
 	if err != nil {
-		return healthResult{Addr: addr, Status: "UNREACHABLE", Error: explainCallErr(err)}
+		return healthResult{Addr: addr, Status: "UNREACHABLE", Error: err.Error(), err: err}
 	}
 	return healthResult{Addr: addr, Status: r.Status.String()}
 }
 
-// explainCallErr is a gRPC call error in words a person can act on: a
-// call that reached an HTTP/1 port, or a node that is not there.
+// explainCallErr is a gRPC call error in words a person can act on, as
+// explainAddr words it but without asking other ports what a non-gRPC
+// port is: for top, which polls every interval.
 func explainCallErr(err error) string {
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "is the cluster running?") || strings.Contains(msg, "not gRPC:"):
-		return msg // explained already
-	case strings.Contains(msg, "frame too large"):
-		return "the address answers HTTP/1.1, not gRPC: it is likely the node's HTTP port (--http-addr, metrics and /readyz); use its --grpc-addr"
-	case strings.Contains(msg, "connection refused"):
-		return "nothing listens there (connection refused); is the cluster running? `make run` starts a local one on 127.0.0.1:7401,7411,7421"
+	switch failure(err.Error()) {
+	case "http":
+		return httpPortText
+	case "refused":
+		return refusedText
+	case "notgrpc":
+		return "it " + notGRPCText + ": it closes connections at gRPC's handshake, as a node's Raft and gossip ports do; use the node's --grpc-addr"
 	}
-	return msg
+	return err.Error()
 }

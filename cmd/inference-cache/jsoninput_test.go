@@ -53,3 +53,39 @@ func TestParseWriteInput_BareArrayAndObjectGiveTheSameRequest(t *testing.T) {
 		t.Fatalf("stats error: %v", err)
 	}
 }
+
+// One item object where the request or an array is expected is refused
+// with the way to send it; protojson's field names come back as the input
+// spells them (it reports waitingRequests for waiting_requests).
+func TestParseWriteInput_SingleObjectAndFieldNamesAsTyped(t *testing.T) {
+	for _, c := range []struct {
+		name, field, in, want string
+	}{
+		{"one event", "events", `{"kind":"CLEARED","replica_id":"r"}`,
+			"one event object, not the request: wrap it in [ ] to send it as an array of one event"},
+		{"one stats entry with a bad value", "stats", `{"replica_id":"r","waiting_requests":-3}`,
+			"one stats entry object, not the request: wrap it in [ ] to send it as an array of one stats entry"},
+		{"snake_case in an array", "stats", `[{"replica_id":"r","waiting_requests":-3}]`,
+			"stats entry 0 (at line 1, column 39): invalid value for uint32 field waiting_requests: -3"},
+		{"lowerCamelCase in an array", "stats", `[{"replicaId":"r","waitingRequests":-3}]`,
+			"stats entry 0 (at line 1, column 37): invalid value for uint32 field waitingRequests: -3"},
+		{"snake_case in a request object", "stats", `{"stats":[{"replica_id":"r","running_requests":"x"}]}`,
+			`stats entry 0 (at line 1, column 48): invalid value for uint32 field running_requests: "x"`},
+		{"inside a repeated field", "events", `[{"kind":"STORED","token_ids":[1,-2]}]`,
+			"event 0 (at line 1, column 34): invalid value for uint32 field token_ids: -2"},
+		{"a map value", "stats", `[{"tenant_hit_rate":{"a":"x"}}]`,
+			`stats entry 0 (at line 1, column 26): invalid value for double field tenant_hit_rate["a"]: "x"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var err error
+			if c.field == "events" {
+				err = parseWriteInput([]byte(c.in), c.field, "the request", &pb.IngestRequest{})
+			} else {
+				err = parseWriteInput([]byte(c.in), c.field, "the request", &pb.ReportReplicaStatsRequest{})
+			}
+			if err == nil || err.Error() != c.want {
+				t.Fatalf("error %v\nwant       %s", err, c.want)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -96,13 +97,20 @@ pick. With --json the explanation is each hint's "factors" object.`,
 			}
 			defer c.Close()
 			resp := c.LookupRoute(cmd.Context(), &req)
-			// The SDK fails open for gateways; an operator asking a node
-			// must hear that no node answered.
+			// The SDK fails open for gateways, with the detail "client:
+			// CODE: message; failing open"; an operator asking a node must
+			// hear that no node answered, and why (the CLI does not fail
+			// open: it exits 1).
 			if c.Stats().FailOpen > 0 {
-				if !strings.Contains(resp.Detail, "Unavailable") && !strings.Contains(resp.Detail, "DeadlineExceeded") {
-					return fmt.Errorf("LookupRoute request failed (%s): %s", strings.Join(cf.addrs, ", "), resp.Detail)
+				cause := strings.TrimSuffix(strings.TrimPrefix(resp.Detail, "client: "), "; failing open")
+				addrs := strings.Join(cf.addrs, ", ")
+				switch {
+				case strings.HasPrefix(cause, "DeadlineExceeded:"):
+					return fmt.Errorf("no node answered LookupRoute at %s within --timeout %v: %s", addrs, cf.timeout, cause)
+				case strings.HasPrefix(cause, "Unavailable:"):
+					return fmt.Errorf("no node answered LookupRoute at %s: %s", addrs, cause)
 				}
-				return fmt.Errorf("no node answered LookupRoute (%s): %s", strings.Join(cf.addrs, ", "), resp.Detail)
+				return fmt.Errorf("LookupRoute failed at %s: %s", addrs, cause)
 			}
 			if cf.json {
 				return printJSON(cmd.OutOrStdout(), resp)
@@ -110,7 +118,7 @@ pick. With --json the explanation is each hint's "factors" object.`,
 			w := table(cmd.OutOrStdout())
 			fmt.Fprintf(w, "reason\t%s\n", resp.ReasonCode)
 			if resp.Detail != "" {
-				fmt.Fprintf(w, "detail\t%s\n", printable(resp.Detail))
+				fmt.Fprintf(w, "detail\t%s\n", printable(detailInFlags(resp.Detail, cmd.Flags().Changed, blockSize)))
 			}
 			fmt.Fprintf(w, "served by\t%s (applied index %d, stale %t, last leader contact %d ms)\n", resp.ServedBy, resp.AppliedIndex, resp.Stale, resp.LastLeaderContactMs)
 			w.Flush()
@@ -130,7 +138,7 @@ pick. With --json the explanation is each hint's "factors" object.`,
 			return w.Flush()
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrLookup)
 	f := cmd.Flags()
 	f.StringVar(&req.HashScheme, "scheme", "vllm", "hash_scheme (vllm, sglang, …)")
 	f.StringVar(&req.ModelId, "model", "", "model_id")
@@ -148,6 +156,39 @@ pick. With --json the explanation is each hint's "factors" object.`,
 	f.Uint32Var(&req.MaxReplicas, "max-replicas", 0, "most hints to return (0 = policy maxReplicas)")
 	f.BoolVar(&explain, "explain", false, "show the ranking factors behind each hint's score")
 	return cmd
+}
+
+// requestFlags maps LookupRouteRequest fields, as a server's NO_HINT
+// detail names them, to the lookup flags that set them.
+var requestFlags = map[string]string{
+	"hash_scheme": "--scheme", "model_id": "--model", "tenant_id": "--tenant", "adapter_id": "--adapter",
+	"cache_salt": "--cache-salt", "token_ids": "--tokens", "block_hashes": "--block-hashes",
+	"prefix_hash": "--prefix-hash", "prompt_text": "--prompt", "max_replicas": "--max-replicas",
+	"ttft_ms": "--ttft-ms",
+}
+
+// requestField matches a field name of requestFlags, or
+// block_token_counts, as a whole word.
+var requestField = regexp.MustCompile(`\b(hash_scheme|model_id|tenant_id|adapter_id|cache_salt|token_ids|block_hashes|block_token_counts|prefix_hash|prompt_text|max_replicas|ttft_ms)\b`)
+
+// detailInFlags is a lookup's detail with the request fields it names
+// written as the flags the user typed (block_hashes is --block-hashes,
+// or the blocks of --tokens fingerprinted locally with --block-size;
+// prompt_text is --prompt or --prompt-file). changed reports whether a
+// flag was given. The --json output keeps the server's words.
+func detailInFlags(detail string, changed func(string) bool, blockSize int) string {
+	return requestField.ReplaceAllStringFunc(detail, func(f string) string {
+		local := blockSize > 0 && changed("tokens")
+		switch {
+		case (f == "block_hashes" || f == "block_token_counts") && local:
+			return fmt.Sprintf("the blocks of --tokens (at --block-size %d)", blockSize)
+		case f == "block_token_counts":
+			return f // no flag sets it on its own
+		case f == "prompt_text" && changed("prompt-file"):
+			return "--prompt-file"
+		}
+		return requestFlags[f]
+	})
 }
 
 // printExplained writes the hints of an explained lookup with the factors

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -254,4 +255,50 @@ func fieldsOf(out, first string) []string {
 		}
 	}
 	return nil
+}
+
+// A NO_HINT's detail names request fields; the lookup table names the
+// flags the user typed instead (--json keeps the server's words).
+func TestLookupCmd_DetailNamesTheFlagsTyped(t *testing.T) {
+	prompt := filepath.Join(t.TempDir(), "prompt.txt")
+	if err := os.WriteFile(prompt, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, detail string
+		args         []string
+		want         string
+	}{
+		{"no key", "no key: give block_hashes, prefix_hash, token_ids or prompt_text", nil,
+			"no key: give --block-hashes, --prefix-hash, --tokens or --prompt"},
+		{"ids", "model_id over MaxIDBytes (256); tenant_id too; hash_scheme is empty", nil,
+			"--model over MaxIDBytes (256); --tenant too; --scheme is empty"},
+		{"prompt file", "prompt_text tokenizes to more than MaxTokens (262144)", []string{"--prompt-file", prompt},
+			"--prompt-file tokenizes to more than MaxTokens (262144)"},
+		{"tokens fingerprinted locally", "block_hashes over MaxChainLength (8192)", []string{"--tokens", "1,2", "--block-size", "2"},
+			"the blocks of --tokens (at --block-size 2) over MaxChainLength (8192)"},
+		{"words that only contain a field name stay", "model_ids and xtoken_ids", nil, "model_ids and xtoken_ids"},
+	} {
+		addr := startLookupServer(t, &lookupServer{resp: &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT, Detail: c.detail, ServedBy: "n1"}})
+		args := append([]string{"lookup", "--addr", addr, "--model", "m", "--tenant", "t"}, c.args...)
+		if len(c.args) == 0 {
+			args = append(args, "--block-hashes", "1")
+		}
+		out, err := runCLI(t, "", args...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, out)
+		}
+		got := ""
+		if f := fieldsOf(out, "detail"); len(f) > 0 {
+			got = strings.Join(f[1:], " ")
+		}
+		if got != c.want {
+			t.Errorf("%s: detail %q, want %q\n%s", c.name, got, c.want, out)
+		}
+		out, err = runCLI(t, "", append(args, "--json")...)
+		var resp pb.LookupRouteResponse
+		if err != nil || protojson.Unmarshal([]byte(out), &resp) != nil || resp.Detail != c.detail {
+			t.Errorf("%s --json: %v\n%s\nwant the server's detail %q", c.name, err, out, c.detail)
+		}
+	}
 }

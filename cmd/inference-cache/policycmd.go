@@ -18,6 +18,8 @@ import (
 func newPolicyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRunE,
 		Short: "Get or set the replicated CachePolicy",
 		Example: `  inference-cache policy get > policy.yaml
   inference-cache policy set policy.yaml`,
@@ -44,7 +46,7 @@ func newPolicyCmd() *cobra.Command {
 			})
 		},
 	}
-	gf.register(get)
+	gf.register(get, addrTurn)
 	var sf clientFlags
 	var force bool
 	set := &cobra.Command{
@@ -52,8 +54,9 @@ func newPolicyCmd() *cobra.Command {
 		Short: "Replace the policy with a CachePolicy YAML file (through the Raft log)",
 		Long: `Loads FILE (kind: CachePolicy, spec: with the camelCase knobs of SPEC 7;
 absent knobs take their defaults), validates it locally (errors name the file,
-line, field and reason) and commits it. Prints the policy now in force with
-its new version.
+line, field and reason) and commits it. Says on stderr which version it
+committed ("committed FILE as policy version N (was version M)") and prints
+the policy now in force on stdout (--json: as JSON, with its "version").
 
 A file written by "policy get" starts with "# version N": when the cluster's
 policy has moved past N since, the file would silently undo those changes, so
@@ -62,7 +65,7 @@ reported as unchanged and commits nothing (the version stays).`,
 		Example: `  inference-cache policy set policy.yaml
   inference-cache policy set policy.yaml --addr 127.0.0.1:7411 --json
   inference-cache policy set old-policy.yaml --force`,
-		Args: cobra.ExactArgs(1),
+		Args: namedArgs("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			data, err := os.ReadFile(args[0])
 			if err != nil {
@@ -100,12 +103,17 @@ reported as unchanged and commits nothing (the version stays).`,
 				if err != nil {
 					return err
 				}
+				// The outcome goes to stderr: stdout stays the YAML of the
+				// policy in force, which policy set reads back.
+				if !sf.json {
+					fmt.Fprintf(cmd.ErrOrStderr(), "committed %s as policy version %d (was version %d); the policy now in force:\n", args[0], got.Version, cur.Version)
+				}
 				return sf.print(cmd, got, func(w io.Writer) error { return writePolicyYAML(w, got) })
 			})
 		},
 	}
 	set.Flags().BoolVar(&force, "force", false, "set the file even when it was written from an older policy version than the cluster's")
-	sf.register(set)
+	sf.register(set, addrTurn)
 	cmd.AddCommand(get, set)
 	return cmd
 }

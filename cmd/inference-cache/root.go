@@ -1,11 +1,6 @@
 package main
 
-import (
-	"fmt"
-	"strings"
-
-	"github.com/spf13/cobra"
-)
+import "github.com/spf13/cobra"
 
 // version is stamped by the Makefile with -ldflags "-X main.version=…".
 var version = "dev"
@@ -20,6 +15,8 @@ the engines' KV-cache events and replicated with Raft across server nodes;
 every node answers LookupRoute from its local copy.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what the version command prints.
+		Version: version,
 		// Every flag also reads INFERENCE_CACHE_<FLAG> (see env.go); no
 		// string flag reaches an RPC unless it is UTF-8.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -29,6 +26,8 @@ every node answers LookupRoute from its local copy.`,
 			return envNamed(cmd, checkUTF8Flags(cmd))
 		},
 	}
+	root.SetVersionTemplate("inference-cache {{.Version}}\n")
+	root.SetFlagErrorFunc(suggestFlags)
 	root.AddCommand(newVersionCmd(), newFingerprintCmd(), newServerCmd(), newDevCmd(),
 		newLookupCmd(), newIngestCmd(), newStatsCmd(), newStatusCmd(), newPolicyCmd(), newSnapshotCmd())
 	root.AddCommand(newSubscribeCmd())
@@ -49,29 +48,11 @@ func nameEnvInErrors(c *cobra.Command) {
 		c.PreRunE = func(cmd *cobra.Command, args []string) error { return envNamed(cmd, run(cmd, args)) }
 	}
 	if run := c.RunE; run != nil {
-		c.RunE = func(cmd *cobra.Command, args []string) error {
-			return explainUnreachable(cmd, envNamed(cmd, run(cmd, args)))
-		}
+		c.RunE = func(cmd *cobra.Command, args []string) error { return envNamed(cmd, run(cmd, args)) }
 	}
 	for _, s := range c.Commands() {
 		nameEnvInErrors(s)
 	}
-}
-
-// explainUnreachable rewrites a client command's error that says no
-// server was reached (connection refused, an HTTP port) into one line
-// naming the --addr list, what happened and what to do (explainCallErr).
-// Commands without --addr (the server) keep their errors.
-func explainUnreachable(cmd *cobra.Command, err error) error {
-	f := cmd.Flags().Lookup("addr")
-	if err == nil || f == nil || f.Value.Type() != "stringSlice" {
-		return err
-	}
-	e := explainCallErr(err)
-	if e == err.Error() {
-		return err
-	}
-	return fmt.Errorf("no node answered at %s: %s", strings.Trim(f.Value.String(), "[]"), e)
 }
 
 func newVersionCmd() *cobra.Command {

@@ -79,3 +79,14 @@ func TestClientCommands_TakeRepeatableAddrAndJSON(t *testing.T) {
 		t.Fatalf("found only %d client commands; the tree is not what this test expects", clients)
 	}
 }
+
+// --version answers like the version command (the Makefile stamps
+// main.version; a test binary has the default, "dev").
+func TestRoot_VersionFlag(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		out, err := runCLI(t, "", args...)
+		if err != nil || out != "inference-cache dev\n" {
+			t.Errorf("%v: %q, %v; want %q", args, out, err, "inference-cache dev\n")
+		}
+	}
+}

@@ -23,6 +23,8 @@ import (
 func newSnapshotCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "snapshot",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRunE,
 		Short: "Save, restore and inspect snapshot backups",
 		Example: `  inference-cache snapshot save backup.snap
   inference-cache snapshot inspect backup.snap
@@ -33,7 +35,7 @@ func newSnapshotCmd() *cobra.Command {
 		Use:     "save FILE",
 		Short:   "Take a snapshot on a node and save it to FILE",
 		Example: `  inference-cache snapshot save backup.snap --addr 127.0.0.1:7401`,
-		Args:    cobra.ExactArgs(1),
+		Args:    namedArgs("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Check the destination before the node does the work: a
 			// directory or an empty name would only fail at the rename.
@@ -91,7 +93,7 @@ func newSnapshotCmd() *cobra.Command {
 			})
 		},
 	}
-	saveF.register(save)
+	saveF.register(save, addrTurn)
 	var restF clientFlags
 	var restYes bool
 	restore := &cobra.Command{
@@ -104,7 +106,7 @@ written after the snapshot was taken is lost, and a policy set since is rolled
 back. Asks for confirmation on a terminal; elsewhere --yes is required.`,
 		Example: `  inference-cache snapshot restore backup.snap --addr 127.0.0.1:7401
   inference-cache snapshot restore backup.snap --yes`,
-		Args: cobra.ExactArgs(1),
+		Args: namedArgs("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			meta, err := snapshot.InspectFile(args[0])
 			if err != nil {
@@ -164,7 +166,7 @@ back. Asks for confirmation on a terminal; elsewhere --yes is required.`,
 			})
 		},
 	}
-	restF.register(restore)
+	restF.register(restore, addrTurn)
 	restore.Flags().BoolVar(&restYes, "yes", false, "confirm replacing the cluster's index and policy without asking")
 	var inspJSON bool
 	inspect := &cobra.Command{
@@ -172,7 +174,7 @@ back. Asks for confirmation on a terminal; elsewhere --yes is required.`,
 		Short: "Verify a snapshot file and print its metadata (offline)",
 		Example: `  inference-cache snapshot inspect backup.snap
   inference-cache snapshot inspect data/raft/snapshots/2-123-456/state.bin --json`,
-		Args: cobra.ExactArgs(1),
+		Args: namedArgs("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			meta, err := snapshot.InspectFile(args[0])
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -40,6 +41,7 @@ even without writes: the leader commits an expire command.`,
 					err    error
 				}
 				var rows []row
+				failed := 0
 				for _, a := range cf.addrs {
 					one, err := cf.dialAddrs([]string{a})
 					if err != nil {
@@ -56,12 +58,18 @@ even without writes: the leader commits an expire command.`,
 					})
 					one.Close()
 					rows = append(rows, r)
+					if r.err != nil {
+						failed++
+					}
 				}
+				// Each address's reason is in the output; the error says
+				// only that none answered.
+				noneAnswered := &explainedErr{fmt.Sprintf("no node answered Status at %s (the output above says why)", strings.Join(cf.addrs, ", "))}
 				if cf.json {
 					out := []json.RawMessage{}
 					for _, r := range rows {
 						if r.err != nil {
-							b, _ := json.Marshal(map[string]string{"addr": r.addr, "error": r.err.Error()})
+							b, _ := json.Marshal(map[string]string{"addr": r.addr, "error": cf.explainAddr(ctx, r.addr, r.err)})
 							out = append(out, b)
 							continue
 						}
@@ -71,16 +79,20 @@ even without writes: the leader commits an expire command.`,
 					}
 					enc := json.NewEncoder(cmd.OutOrStdout())
 					enc.SetIndent("", "  ")
-					return enc.Encode(out)
+					if err := enc.Encode(out); err != nil {
+						return err
+					}
+					if failed == len(rows) {
+						return noneAnswered
+					}
+					return nil
 				}
 				w := table(cmd.OutOrStdout())
 				fmt.Fprintln(w, "ADDR\tNODE\tSTATE\tLEADER\tTERM\tAPPLIED\tCOMMIT\tLAST CONTACT MS\tDIGEST@INDEX")
 				var members []*pb.Member
-				failed := 0
 				for _, r := range rows {
 					if r.err != nil {
-						failed++
-						fmt.Fprintf(w, "%s\t-\tunreachable\t-\t-\t-\t-\t-\t%v\n", r.addr, explainCallErr(r.err))
+						fmt.Fprintf(w, "%s\t-\tunreachable\t-\t-\t-\t-\t-\t%v\n", r.addr, cf.explainAddr(ctx, r.addr, r.err))
 						continue
 					}
 					s := r.st
@@ -100,12 +112,12 @@ even without writes: the leader commits an expire command.`,
 					return err
 				}
 				if failed == len(rows) {
-					return fmt.Errorf("no node answered (%d addresses); is the cluster running? `make run` starts a local one on 127.0.0.1:7401,7411,7421", failed)
+					return noneAnswered
 				}
 				return nil
 			})
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrEach)
 	return cmd
 }

@@ -27,12 +27,13 @@ func newTopCmd() *cobra.Command {
 		Short: "Live view of a cluster: node states, lookups per second by reason code, leader changes",
 		Long: `Polls Status on every --addr (and every member they report) each --interval and
 shows each node's Raft state, term, applied index and stale flag; lookups per
-second over the last interval with their reason-code mix; the leader, its last
-change and how long the cluster had no leader around it (writes unavailable;
-measured between polls, so within one interval). On a terminal the table is
-redrawn in place; otherwise one plain line per interval. --json prints each
-poll as one JSON object per line. --once polls twice, one interval apart,
-prints once and exits.`,
+second over the last interval with their reason-code mix; the leader (and since
+when, once a poll has seen it take over), its last change and how long the
+cluster had no leader around it (writes unavailable; measured between polls,
+so within one interval). On a terminal the table is redrawn in place;
+otherwise one plain line per interval. --json prints each poll as one JSON
+object per line. --once polls twice, one interval apart, prints once and
+exits.`,
 		Example: `  inference-cache top
   inference-cache top --addr 10.0.0.1:7401 --interval 2s
   inference-cache top --once --json`,
@@ -59,12 +60,12 @@ prints once and exits.`,
 				return err
 			}
 			if v.cur != nil && !slices.ContainsFunc(v.cur.Nodes, func(n topNode) bool { return n.Err == "" }) {
-				return explainUnreachable(cmd, fmt.Errorf("no node answered Status: %s", v.cur.Nodes[0].Err))
+				return fmt.Errorf("no node answered Status: %w", v.cur.Nodes[0].err) // register's explain words it
 			}
 			return nil
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrTop)
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "time between polls (at least 100ms)")
 	cmd.Flags().BoolVar(&once, "once", false, "poll twice, one interval apart, print once and exit")
 	return cmd
@@ -144,7 +145,7 @@ func (p *topPoller) poll(ctx context.Context) topSample {
 	for i, a := range p.addrs {
 		c, err := p.conn(a)
 		if err != nil {
-			s.Nodes[i] = topNode{Addr: a, Err: err.Error()}
+			s.Nodes[i] = topNode{Addr: a, Err: err.Error(), err: err}
 			continue
 		}
 		wg.Add(1)
@@ -170,7 +171,7 @@ func (p *topPoller) poll(ctx context.Context) topSample {
 				return nil
 			})
 			if err != nil {
-				n.Err = explainCallErr(err)
+				n.Err, n.err = explainCallErr(err), err
 			}
 			s.Nodes[i] = n
 		}(i, a, c)

@@ -22,6 +22,7 @@ type topNode struct {
 	StaleReason string            `json:"stale_reason,omitempty"`
 	Calls       map[string]uint64 `json:"lookup_route_calls,omitempty"`
 	Err         string            `json:"error,omitempty"`
+	err         error             // the call's error, for the command's own
 }
 
 // topSample is one poll of every node, taken at At.
@@ -40,6 +41,7 @@ type topView struct {
 	leader      string        // leader id in the latest sample ("" = none)
 	known       string        // the last leader seen in any sample
 	leaderSince time.Time     // when known was first seen
+	sinceSeen   bool          // leaderSince is when known took over (a poll before showed another or none)
 	lastFrom    string        // the leader before the last change
 	noLeaderAt  time.Time     // first sample without a leader (zero while one is seen)
 	outage      time.Duration // leaderless time around the last change
@@ -81,6 +83,9 @@ func (v *topView) observe(s topSample) {
 				v.outage = s.At.Sub(v.noLeaderAt)
 			}
 		}
+		// A leader in the first poll that any node answered led for who
+		// knows how long before it.
+		v.sinceSeen = v.prev != nil && slices.ContainsFunc(v.prev.Nodes, func(n topNode) bool { return n.Err == "" })
 		v.known, v.leaderSince, v.noLeaderAt = leader, s.At, time.Time{}
 	default:
 		v.noLeaderAt = time.Time{}
@@ -152,17 +157,25 @@ func (v *topView) mixText() string {
 	return strings.Join(parts, ", ")
 }
 
-// leaderText says who leads since when, and the last change with how long
-// writes were unavailable (measured between polls, so ± one interval).
+// leaderText says who leads, since when when a poll saw it take over (a
+// leader already there at the first poll has no "since": top cannot know;
+// with no node answering it cannot tell whether one leads), and the last
+// change with how long writes were unavailable (measured
+// between polls, so ± one interval).
 func (v *topView) leaderText() string {
 	var b strings.Builder
-	if v.leader == "" {
+	switch {
+	case v.cur != nil && !slices.ContainsFunc(v.cur.Nodes, func(n topNode) bool { return n.Err == "" }):
+		b.WriteString("no node answered") // a leader may well be there
+	case v.leader == "":
 		b.WriteString("no leader")
 		if !v.noLeaderAt.IsZero() && v.cur != nil {
 			fmt.Fprintf(&b, " for %.1f s: writes unavailable", v.cur.At.Sub(v.noLeaderAt).Seconds())
 		}
-	} else {
+	case v.sinceSeen:
 		fmt.Fprintf(&b, "leader %s since %s", v.leader, v.leaderSince.Format("15:04:05"))
+	default:
+		fmt.Fprintf(&b, "leader %s", v.leader)
 	}
 	if v.hadChange {
 		if v.outage > 0 {
@@ -205,7 +218,8 @@ func (v *topView) writeLine(w io.Writer) error {
 }
 
 // writeFrame prints the view as the terminal table, each line cut to
-// width characters (0 = not cut) so none wraps; it returns the number of
+// width characters (0 = not cut) so none wraps, except the supervisor's
+// events, which are wrapped to that width; it returns the number of
 // lines written so the next frame can move back over exactly them.
 func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, error) {
 	var b strings.Builder
@@ -231,7 +245,11 @@ func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, 
 		b.WriteString(v.demo + "\n")
 	}
 	for _, e := range v.events {
-		b.WriteString("  " + e + "\n")
+		// Events are wrapped, not cut: a dead node's log line is the
+		// reason it died, and is worth its lines.
+		for _, l := range wrapRunes("  "+e, width-1, "      ") {
+			b.WriteString(l + "\n")
+		}
 	}
 	s := b.String()
 	if width > 0 {
@@ -245,4 +263,22 @@ func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, 
 	}
 	_, err := io.WriteString(w, s)
 	return strings.Count(s, "\n"), err
+}
+
+// wrapRunes splits s into lines of at most width characters, the lines
+// after the first starting with indent; width 0 or one too narrow for
+// indent leaves s whole.
+func wrapRunes(s string, width int, indent string) []string {
+	r := []rune(s)
+	in := []rune(indent)
+	if width <= len(in) || len(r) <= width {
+		return []string{s}
+	}
+	lines := []string{string(r[:width])}
+	for r = r[width:]; len(r) > 0; {
+		n := min(len(r), width-len(in))
+		lines = append(lines, indent+string(r[:n]))
+		r = r[n:]
+	}
+	return lines
 }

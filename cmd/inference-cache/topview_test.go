@@ -42,14 +42,42 @@ func TestTopView_PlainLinesThroughALeaderChange(t *testing.T) {
 		}
 	}
 	want := []string{
-		"top 13:00:00 | n1 Leader t2 applied 10 | n2 Follower t2 applied 10 | 0.0 lookups/s: no lookups | leader n1 since 13:00:00",
-		"top 13:00:01 | n1 Leader t2 applied 30 | n2 Follower t2 applied 30 | 20.0 lookups/s: PREFIX_MATCH 75%, NO_HINT 25% | leader n1 since 13:00:00",
+		"top 13:00:00 | n1 Leader t2 applied 10 | n2 Follower t2 applied 10 | 0.0 lookups/s: no lookups | leader n1",
+		"top 13:00:01 | n1 Leader t2 applied 30 | n2 Follower t2 applied 30 | 20.0 lookups/s: PREFIX_MATCH 75%, NO_HINT 25% | leader n1",
 		"top 13:00:02 | a:1 down | n2 Candidate t3 applied 30 | 4.0 lookups/s: NO_HINT 100% | no leader for 0.0 s: writes unavailable",
 		"top 13:00:02 | a:1 down | n2 Leader t3 applied 31 | 4.0 lookups/s: PREFIX_MATCH 100% | leader n2 since 13:00:02; last change n1 → n2 at 13:00:02, writes unavailable ≈ 0.5 s (± 0.5 s poll)",
 		"top 13:00:03 | n1 Follower t3 applied 40 | n2 Leader t3 applied 40 | 6.0 lookups/s: PREFIX_MATCH 100% | leader n2 since 13:00:02; last change n1 → n2 at 13:00:02, writes unavailable ≈ 0.5 s (± 0.5 s poll)",
 	}
 	if got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("plain lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A leader already there at top's first poll has no "since" (top --once
+// saw no election); one that a poll saw take over has the time of that
+// poll. A first poll no node answered says nothing either way.
+func TestTopView_LeaderSinceOnlyWhenSeenTakingOver(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	lead := topNode{Addr: "a:1", ID: "n1", State: "Leader"}
+	follow := topNode{Addr: "a:1", ID: "n1", State: "Follower"}
+	down := topNode{Addr: "a:1", Err: "refused"}
+	for _, c := range []struct {
+		name  string
+		polls [][]topNode
+		want  string
+	}{
+		{"leading at the first poll", [][]topNode{{lead}, {lead}}, "leader n1"},
+		{"elected between polls", [][]topNode{{follow}, {lead}}, "leader n1 since 13:00:01"},
+		{"first poll unanswered", [][]topNode{{down}, {lead}}, "leader n1"},
+		{"no answer at all", [][]topNode{{down}, {down}}, "no node answered"},
+	} {
+		v := &topView{}
+		for i, nodes := range c.polls {
+			v.observe(topSample{At: t0.Add(time.Duration(i) * time.Second), Nodes: nodes})
+		}
+		if got := v.leaderText(); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
 	}
 }
 
@@ -78,7 +106,7 @@ func TestTopView_FrameHoldsNodesDemoAndEvents(t *testing.T) {
 		"n2    a:2   Follower  2     5        yes (no leader contact for 3s)\n" +
 		"-     a:3   down      -     -        -\n" +
 		"lookups 0.0/s  no lookups\n" +
-		"leader n1 since 13:00:00\n" +
+		"leader n1\n" +
 		"demo fleet (4 engines, lookuproute): 10 requests\n" +
 		"  event c\n  event d\n  event e\n  event f\n  event g\n"
 	if out.String() != want {
@@ -101,5 +129,23 @@ func TestTopView_FrameLinesFitTheWidth(t *testing.T) {
 	}
 	if out.String() != strings.Repeat("é", 79)+"\n" || n != 1 {
 		t.Fatalf("frame %q (%d lines), want 79 characters and one line", out.String(), n)
+	}
+}
+
+// A supervisor event longer than the terminal is wrapped whole, and the
+// line count covers its lines.
+func TestTopView_FrameWrapsLongEvents(t *testing.T) {
+	v := &topView{}
+	v.event("node2 exited with code 1 after 0.4s; its log says: error: " + strings.Repeat("é", 30))
+	var out bytes.Buffer
+	n, err := v.writeFrame(&out, time.Second, 41)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "  node2 exited with code 1 after 0.4s; i\n" +
+		"      ts log says: error: " + strings.Repeat("é", 14) + "\n" + // 6 + 20 + 14 = 40
+		"      " + strings.Repeat("é", 16) + "\n"
+	if out.String() != want || n != 3 {
+		t.Fatalf("frame (%d lines):\n%s\nwant (3 lines):\n%s", n, out.String(), want)
 	}
 }

@@ -62,10 +62,11 @@ func newIngestCmd() *cobra.Command {
 		Long: `Reads block events as JSON from --file or stdin, either an IngestRequest
 ({"events": [...], "request_id": "..."}) or a bare array of BlockEvent objects,
 in the protobuf JSON mapping (field names snake_case or lowerCamelCase, kind as
-"STORED"/"REMOVED"/"CLEARED", uint64 hashes as strings or numbers). Valid events
-commit; invalid ones are listed with their index and reason, and the exit
-status is then 1. Retriable failures are retried for up to 5 s with the same
-request id.`,
+"STORED"/"REMOVED"/"CLEARED", uint64 hashes as strings or numbers). An object
+is read as the IngestRequest: one event alone is refused with the hint to wrap
+it in [ ]. Errors name fields as the input spells them. Valid events commit;
+invalid ones are listed with their index and reason, and the exit status is
+then 1. Retriable failures are retried for up to 5 s with the same request id.`,
 		Example: `  echo '[{"kind":"STORED","replica_id":"vllm-0","hash_scheme":"vllm","model_id":"qwen3-8b",
          "tenant_id":"team-a","token_ids":[1,2,3,4],"block_size":2}]' | inference-cache ingest
   inference-cache ingest --file events.json --addr 127.0.0.1:7401 --addr 127.0.0.1:7411`,
@@ -74,7 +75,7 @@ request id.`,
 			return runWrite(cmd, &cf, file, "events", "events", "an IngestRequest or array of events", &pb.IngestRequest{}, (*client.Client).Ingest)
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrWrite)
 	cmd.Flags().StringVarP(&file, "file", "f", "-", "JSON file of events; - = stdin")
 	markPaths(cmd.Flags(), "file")
 	return cmd
@@ -140,8 +141,10 @@ func newStatsCmd() *cobra.Command {
 ReportReplicaStatsRequest ({"stats": [...]}) or a bare array of ReplicaStats
 (replica_id, model_id, hash_schemes, pressure 0..1, tenant_hit_rate
 {tenant: 0..1}, observed_at_ms, endpoint, waiting_requests and
-running_requests at most 1,000,000 each), and commits them. Invalid entries
-are listed with their index and reason (exit status 1; the valid ones commit).`,
+running_requests at most 1,000,000 each), and commits them. An object is read
+as the request: one entry alone is refused with the hint to wrap it in [ ].
+Invalid entries are listed with their index and reason (exit status 1; the
+valid ones commit).`,
 		Example: `  echo '[{"replica_id":"vllm-0","model_id":"qwen3-8b","hash_schemes":["vllm"],
          "pressure":0.3,"tenant_hit_rate":{"team-a":0.6},
          "waiting_requests":4,"running_requests":12}]' | inference-cache stats`,
@@ -150,7 +153,7 @@ are listed with their index and reason (exit status 1; the valid ones commit).`,
 			return runWrite(cmd, &cf, file, "stats", "stats entries", "a ReportReplicaStatsRequest or array of stats", &pb.ReportReplicaStatsRequest{}, (*client.Client).ReportReplicaStats)
 		},
 	}
-	cf.register(cmd)
+	cf.register(cmd, addrWrite)
 	cmd.Flags().StringVarP(&file, "file", "f", "-", "JSON file of stats; - = stdin")
 	markPaths(cmd.Flags(), "file")
 	return cmd
