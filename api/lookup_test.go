@@ -182,7 +182,7 @@ func TestLookupRoute_CacheSaltReachesTheIndex(t *testing.T) {
 	}
 }
 
-func TestIngest_MapsErrorsAndAssignsRequestID(t *testing.T) {
+func TestIngest_MapsErrorsAndPassesTheRequestID(t *testing.T) {
 	f := &fakeNode{lookup: match}
 	s := newSvc(f, nil)
 	req := &pb.IngestRequest{Events: []*pb.BlockEvent{
@@ -193,8 +193,14 @@ func TestIngest_MapsErrorsAndAssignsRequestID(t *testing.T) {
 	if err != nil || r.Accepted != 1 || r.AppliedIndex != 43 || len(r.Rejected) != 1 || r.Rejected[0].EventIndex != 1 {
 		t.Fatalf("%v %v", r, err)
 	}
-	if len(f.ingestID) != 32 || len(f.ingested) != 1 {
-		t.Fatalf("request id %q, %d events", f.ingestID, len(f.ingested))
+	// No request id: the node makes it (raftnode.Node.NewRequestID), so
+	// the service passes "" on.
+	if f.ingestID != "" || len(f.ingested) != 1 {
+		t.Fatalf("request id %q, %d events; want \"\" (the node makes ids) and 1", f.ingestID, len(f.ingested))
+	}
+	withID := &pb.IngestRequest{RequestId: "client-7", Events: req.Events}
+	if _, err := s.Ingest(context.Background(), withID); err != nil || f.ingestID != "client-7" {
+		t.Fatalf("request id %q (err %v), want the client's client-7", f.ingestID, err)
 	}
 	f.err = status.Error(codes.Unavailable, "no leader")
 	if _, err := s.Ingest(context.Background(), req); status.Code(err) != codes.Unavailable {

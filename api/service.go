@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -87,9 +85,12 @@ type Backend interface {
 	// Policy returns the policy in force (a copy).
 	Policy() policy.Policy
 	// Ingest commits events through the log and returns the applied index
-	// and whether the request id was a duplicate (a retry).
+	// and whether the request id was a duplicate (a retry). requestID is
+	// the client's, "" when it sent none: the node makes the ids (SPEC 8
+	// de-duplication), the service never does.
 	Ingest(ctx context.Context, requestID string, evs []index.BlockEvent) (WriteResult, error)
-	// ReportStats commits replica stats through the log.
+	// ReportStats commits replica stats through the log, with request ids
+	// as Ingest.
 	ReportStats(ctx context.Context, requestID string, st []index.ReplicaStats) (WriteResult, error)
 	// SetPolicy commits a validated policy and returns it with its version.
 	SetPolicy(ctx context.Context, p policy.Policy) (policy.Policy, error)
@@ -177,14 +178,6 @@ func (s *Service) policy(at time.Time) *policy.Policy {
 }
 
 func (s *Service) invalidatePolicy() { s.polAt.Store(0) }
-
-// newRequestID returns a random 128-bit hex id for writes that came without
-// one.
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // StatusFromError maps an error of a write or admin call to a gRPC status
 // error: status errors pass through, context errors become
@@ -275,11 +268,7 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 		resp.AppliedIndex = s.node.ReadState().AppliedIndex
 		return resp, nil
 	}
-	id := req.GetRequestId()
-	if id == "" {
-		id = newRequestID()
-	}
-	wr, err := s.node.Ingest(ctx, id, evs)
+	wr, err := s.node.Ingest(ctx, req.GetRequestId(), evs)
 	s.metrics.CommitDone("ingest", time.Since(start), err == nil)
 	if err != nil {
 		for i := range evs {
@@ -381,11 +370,7 @@ func (s *Service) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaS
 		resp.AppliedIndex = s.node.ReadState().AppliedIndex
 		return resp, nil
 	}
-	id := req.GetRequestId()
-	if id == "" {
-		id = newRequestID()
-	}
-	wr, err := s.node.ReportStats(ctx, id, sts)
+	wr, err := s.node.ReportStats(ctx, req.GetRequestId(), sts)
 	s.metrics.CommitDone("stats", time.Since(start), err == nil)
 	if err != nil {
 		s.metrics.IngestEvents("stats", "failed", len(sts))
