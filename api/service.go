@@ -179,30 +179,6 @@ func (s *Service) policy(at time.Time) *policy.Policy {
 
 func (s *Service) invalidatePolicy() { s.polAt.Store(0) }
 
-// StatusFromError maps an error of a write or admin call to a gRPC status
-// error: status errors pass through, context errors become
-// DEADLINE_EXCEEDED/CANCELED, *RequestError and *policy.FieldError become
-// INVALID_ARGUMENT, anything else INTERNAL.
-func StatusFromError(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	var re *RequestError
-	var fe *policy.FieldError
-	switch {
-	case errors.As(err, &re), errors.As(err, &fe):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	}
-	return status.Error(codes.Internal, err.Error())
-}
-
 func kindName(k index.EventKind) string {
 	switch k {
 	case index.Stored:
