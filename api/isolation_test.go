@@ -9,6 +9,7 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/raftnode"
 )
 
 // isoNode is a Backend over a real index, applying writes directly.
@@ -16,16 +17,16 @@ type isoNode struct{ ix *index.Index }
 
 func (b isoNode) Lookup(req *index.LookupRequest, res *index.Result) { b.ix.Lookup(req, res) }
 func (b isoNode) Credit(index.Partition, []uint64)                   {}
-func (b isoNode) ReadState() ReadState                               { return ReadState{NodeID: "n1"} }
+func (b isoNode) ReadState() raftnode.ReadState                      { return raftnode.ReadState{NodeID: "n1"} }
 func (b isoNode) Ready() bool                                        { return true }
 func (b isoNode) Policy() policy.Policy                              { return b.ix.Policy() }
-func (b isoNode) Ingest(_ context.Context, _ string, evs []index.BlockEvent) (WriteResult, error) {
+func (b isoNode) Ingest(_ context.Context, _ string, evs []index.BlockEvent) (raftnode.WriteResult, error) {
 	b.ix.ApplyEvents(evs)
-	return WriteResult{AppliedIndex: 1}, nil
+	return raftnode.WriteResult{Index: 1}, nil
 }
-func (b isoNode) ReportStats(_ context.Context, _ string, st []index.ReplicaStats) (WriteResult, error) {
+func (b isoNode) ReportStats(_ context.Context, _ string, st []index.ReplicaStats) (raftnode.WriteResult, error) {
 	b.ix.ApplyStats(st)
-	return WriteResult{AppliedIndex: 1}, nil
+	return raftnode.WriteResult{Index: 1}, nil
 }
 func (b isoNode) SetPolicy(_ context.Context, p policy.Policy) (policy.Policy, error) {
 	b.ix.SetPolicy(p)

@@ -132,7 +132,7 @@ func (s *Service) fillReadState(resp *pb.LookupRouteResponse, sc *lookupScratch)
 	resp.ServedBy = rs.NodeID
 	resp.AppliedIndex = rs.AppliedIndex
 	resp.Stale = rs.Stale
-	resp.LastLeaderContactMs = rs.LastLeaderContactMs
+	resp.LastLeaderContactMs = uint64(rs.LastLeaderContact.Milliseconds())
 	return rs.StaleReason
 }
 

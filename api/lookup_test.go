@@ -17,6 +17,7 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/raftnode"
 )
 
 // fakeNode is a Backend whose lookup behaviour a test sets.
@@ -41,18 +42,18 @@ func (f *fakeNode) Credit(p index.Partition, h []uint64) {
 	f.credits = append(f.credits, append([]uint64(nil), h...))
 	f.mu.Unlock()
 }
-func (f *fakeNode) ReadState() ReadState {
-	return ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContactMs: 7, Stale: !f.fresh, StaleReason: f.staleReason, NewestObservedMs: f.newestMs,
+func (f *fakeNode) ReadState() raftnode.ReadState {
+	return raftnode.ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContact: 7 * time.Millisecond, Stale: !f.fresh, StaleReason: f.staleReason, NewestObservedMs: f.newestMs,
 		ClockOffsetToLeader: f.offset}
 }
 func (f *fakeNode) Ready() bool           { return !f.notReady }
 func (f *fakeNode) Policy() policy.Policy { return f.pol.Clone() }
-func (f *fakeNode) Ingest(_ context.Context, id string, evs []index.BlockEvent) (WriteResult, error) {
+func (f *fakeNode) Ingest(_ context.Context, id string, evs []index.BlockEvent) (raftnode.WriteResult, error) {
 	f.ingestID, f.ingested = id, evs
-	return WriteResult{AppliedIndex: 43}, f.err
+	return raftnode.WriteResult{Index: 43}, f.err
 }
-func (f *fakeNode) ReportStats(context.Context, string, []index.ReplicaStats) (WriteResult, error) {
-	return WriteResult{AppliedIndex: 44}, f.err
+func (f *fakeNode) ReportStats(context.Context, string, []index.ReplicaStats) (raftnode.WriteResult, error) {
+	return raftnode.WriteResult{Index: 44}, f.err
 }
 func (f *fakeNode) SetPolicy(_ context.Context, p policy.Policy) (policy.Policy, error) {
 	p.Version = f.pol.Version + 1

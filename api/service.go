@@ -16,6 +16,7 @@ import (
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/metrics"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/raftnode"
 )
 
 // Tokenizer turns prompt text into token ids for a model (SPEC 5 key
@@ -32,44 +33,13 @@ type Tokenizer interface {
 	EncodeContext(ctx context.Context, modelID, text string, maxTokens int) ([]uint32, error)
 }
 
-// ReadState is how stale this node's answers may be (SPEC 8 reads).
-type ReadState struct {
-	// NodeID is this node's id (served_by).
-	NodeID string
-	// AppliedIndex is the last Raft log index the FSM finished applying.
-	AppliedIndex uint64
-	// LastLeaderContactMs is ms since this node last heard from a leader
-	// (0 on the leader itself).
-	LastLeaderContactMs uint64
-	// Stale: no leader contact within the policy's maxStaleness, or none
-	// at all since start. On the leader: it has not finished the Barrier
-	// it issues after winning an election. On any node: appends to its
-	// local log are failing (e.g. a full disk), it is replaying the log
-	// it found at start, or committed entries have waited longer than
-	// maxStaleness to be applied (raftnode.ReadState.StaleReason).
-	Stale bool
-	// StaleReason says why Stale is set ("" when fresh or unknown); a
-	// lookup answered while stale appends it to its detail.
-	StaleReason string
-	// Leader: this node is the Raft leader.
-	Leader bool
-	// NewestObservedMs is the newest observation time the local index
-	// holds (index.NewestObservedMs; 0 = none): LookupRoute's clock is
-	// bounded by it (LookupClockMargin).
-	NewestObservedMs int64
-	// ClockOffsetToLeader is the leader's clock minus this node's, as
-	// measured over gossip probes (raftnode.Node.ClockOffsetToLeader);
-	// 0 on the leader and before the first probe of the leader answered.
-	// Positive: this node is behind. LookupRoute names an offset over
-	// LookupClockOffsetBound in its detail.
-	ClockOffsetToLeader time.Duration
-}
-
-// Backend is what the InferenceCache service needs of a replicated node.
-// NewNodeBackend adapts a *raftnode.Node; tests use fakes.
+// Backend is what the InferenceCache service needs of a replicated node,
+// in raftnode's own types: a *raftnode.Node is one (NewNodeBackend);
+// tests use fakes.
 //
 // Write methods return errors the service maps to gRPC codes with
-// StatusFromError: a *status.Status error passes through unchanged.
+// StatusFromError (raftnode's sentinels, or a *status.Status error that
+// passes through unchanged).
 type Backend interface {
 	// Lookup answers req into res from the local index (never blocks on
 	// the leader).
@@ -77,8 +47,9 @@ type Backend interface {
 	// Credit queues an LFU access credit for hashes of p (lossy, batched).
 	// hashes may be reused by the caller after Credit returns.
 	Credit(p index.Partition, hashes []uint64)
-	// ReadState is cheap: it is called once per lookup.
-	ReadState() ReadState
+	// ReadState is how stale this node's answers may be (SPEC 8 reads).
+	// It is cheap: it is called once per lookup.
+	ReadState() raftnode.ReadState
 	// Ready reports whether the node has loaded its state (snapshot and
 	// log) and can answer.
 	Ready() bool
@@ -88,20 +59,12 @@ type Backend interface {
 	// and whether the request id was a duplicate (a retry). requestID is
 	// the client's, "" when it sent none: the node makes the ids (SPEC 8
 	// de-duplication), the service never does.
-	Ingest(ctx context.Context, requestID string, evs []index.BlockEvent) (WriteResult, error)
+	Ingest(ctx context.Context, requestID string, evs []index.BlockEvent) (raftnode.WriteResult, error)
 	// ReportStats commits replica stats through the log, with request ids
 	// as Ingest.
-	ReportStats(ctx context.Context, requestID string, st []index.ReplicaStats) (WriteResult, error)
+	ReportStats(ctx context.Context, requestID string, st []index.ReplicaStats) (raftnode.WriteResult, error)
 	// SetPolicy commits a validated policy and returns it with its version.
 	SetPolicy(ctx context.Context, p policy.Policy) (policy.Policy, error)
-}
-
-// WriteResult is a committed write's outcome: the applied index and
-// whether its request id had already been applied (SPEC 8 de-duplication:
-// a retry is acknowledged, not applied again).
-type WriteResult struct {
-	AppliedIndex uint64
-	Duplicate    bool
 }
 
 // Config configures a Service.
@@ -255,7 +218,7 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 	for i := range evs {
 		s.metrics.IngestEvents(kindName(evs[i].Kind), "accepted", 1)
 	}
-	resp.AppliedIndex, resp.Duplicate = wr.AppliedIndex, wr.Duplicate
+	resp.AppliedIndex, resp.Duplicate = wr.Index, wr.Duplicate
 	resp.Accepted = uint32(len(evs))
 	return resp, nil
 }
@@ -353,7 +316,7 @@ func (s *Service) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaS
 		return nil, StatusFromError(err)
 	}
 	s.metrics.IngestEvents("stats", "accepted", len(sts))
-	resp.AppliedIndex, resp.Duplicate = wr.AppliedIndex, wr.Duplicate
+	resp.AppliedIndex, resp.Duplicate = wr.Index, wr.Duplicate
 	resp.Accepted = uint32(len(sts))
 	return resp, nil
 }
