@@ -10,7 +10,6 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
-	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/tokenizer"
 )
 
@@ -283,7 +282,10 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 			resp.Loads[i] = &slab[i]
 		}
 	}
-	if res.Reason == index.PrefixMatch && len(res.CreditHashes) > 0 && pol.EvictionPolicy == policy.LFU {
+	if len(res.CreditHashes) > 0 {
+		// The index decided (SPEC 5: a delivered PREFIX_MATCH under LFU)
+		// with the policy it ranked with; the cached copy here may be
+		// older.
 		s.node.Credit(res.CreditPartition, res.CreditHashes)
 	}
 }

@@ -60,9 +60,16 @@ func (f *fakeNode) SetPolicy(_ context.Context, p policy.Policy) (policy.Policy,
 	return p, f.err
 }
 
+// match answers like an index under LRU: a PREFIX_MATCH naming no credits.
 func match(req *index.LookupRequest, res *index.Result) {
 	res.Reason = index.PrefixMatch
 	res.Hints = append(res.Hints, index.Hint{ReplicaID: "r1", Score: 64, MatchedTokens: 128, MatchedBlocks: 8, Freshness: 1, AgeMs: 3, Pressure: 0.5})
+}
+
+// matchLFU answers like an index under LFU: match, naming the 3 hashes to
+// credit.
+func matchLFU(req *index.LookupRequest, res *index.Result) {
+	match(req, res)
 	res.CreditPartition = req.Partition
 	res.CreditHashes = append(res.CreditHashes, 1, 2, 3)
 }
@@ -103,12 +110,12 @@ func TestLookupRoute_ConvertsHintsAndReadState(t *testing.T) {
 		t.Fatalf("index request %+v", got)
 	}
 	if len(f.credits) != 0 {
-		t.Errorf("LRU policy credited %v; credits are for LFU only", f.credits)
+		t.Errorf("credited %v; the index named no credits (LRU)", f.credits)
 	}
 }
 
 func TestLookupRoute_LFUCreditsDeliveredPrefixMatch(t *testing.T) {
-	f := &fakeNode{lookup: match, pol: policy.Default()}
+	f := &fakeNode{lookup: matchLFU, pol: policy.Default()}
 	f.pol.EvictionPolicy = policy.LFU
 	s := newSvc(f, nil)
 	if _, err := s.LookupRoute(context.Background(), okReq); err != nil {
@@ -116,6 +123,22 @@ func TestLookupRoute_LFUCreditsDeliveredPrefixMatch(t *testing.T) {
 	}
 	if len(f.credits) != 1 || len(f.credits[0]) != 3 {
 		t.Fatalf("credits %v, want one batch of 3 hashes", f.credits)
+	}
+}
+
+// The index decides what to credit, with the policy it ranked with; the
+// service credits what the index names even while its own cached copy of
+// the policy (refreshed every policyRefresh) still says LRU, as it does
+// right after a change to LFU.
+func TestLookupRoute_CreditsWhatTheIndexNames(t *testing.T) {
+	f := &fakeNode{lookup: matchLFU, pol: policy.Default()}
+	f.pol.EvictionPolicy = policy.LRU
+	s := newSvc(f, nil)
+	if _, err := s.LookupRoute(context.Background(), okReq); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.credits) != 1 || len(f.credits[0]) != 3 {
+		t.Fatalf("credits %v, want the index's batch of 3 hashes", f.credits)
 	}
 }
 
