@@ -132,3 +132,39 @@ func TestTenantIsolation_IdenticalPromptsNeverCrossTenants(t *testing.T) {
 		}
 	}
 }
+
+// The key rules have one owner and one wording: a request that breaks one
+// gets the same detail from LookupRoute (which checks it before resolving
+// the key) as the index gives a caller that asks it directly.
+func TestLookupRoute_KeyRulesInTheIndexWords(t *testing.T) {
+	ix := index.New(policy.Default())
+	s := NewService(Config{Backend: isoNode{ix}})
+	cases := []struct {
+		name string
+		req  *pb.LookupRouteRequest
+		key  index.LookupRequest
+		want string
+	}{
+		{"empty scheme", &pb.LookupRouteRequest{ModelId: "m", BlockHashes: []uint64{1}},
+			index.LookupRequest{Partition: index.Partition{Model: "m"}, BlockHashes: []uint64{1}}, "hash_scheme is empty"},
+		{"counts mismatch", &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m", BlockHashes: []uint64{1, 2}, BlockTokenCounts: []uint32{16}},
+			index.LookupRequest{Partition: index.Partition{Scheme: "vllm", Model: "m"}, BlockHashes: []uint64{1, 2}, BlockTokenCounts: []uint32{16}},
+			"block_token_counts length differs from block_hashes"},
+		{"no key", &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m"},
+			index.LookupRequest{Partition: index.Partition{Scheme: "vllm", Model: "m"}}, "no key: give block_hashes, prefix_hash, token_ids or prompt_text"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := s.LookupRoute(context.Background(), c.req)
+			if err != nil || r.ReasonCode != pb.ReasonCode_NO_HINT || r.Detail != c.want {
+				t.Fatalf("LookupRoute: %v %q (%v), want NO_HINT %q", r.GetReasonCode(), r.GetDetail(), err, c.want)
+			}
+			var res index.Result
+			c.key.NowMs = 1
+			ix.Lookup(&c.key, &res)
+			if res.Reason != index.NoHint || res.Detail != c.want {
+				t.Fatalf("index: %v %q, want NO_HINT %q", res.Reason, res.Detail, c.want)
+			}
+		})
+	}
+}
