@@ -68,3 +68,16 @@ func refusedWhole(err error) bool {
 	return errors.As(err, &re) || errors.As(err, &fe) ||
 		errors.Is(err, raftnode.ErrInvalid) || errors.Is(err, raftnode.ErrRejected)
 }
+
+// refusal is how IngestStream tells a request refused whole from a
+// failure, by the error's type, not by its gRPC form: refused is true for
+// what StatusFromError answers INVALID_ARGUMENT (refusedWhole, or a
+// status error of that code from a Backend), and reason is the error's
+// text (a status error's message).
+func refusal(err error) (reason string, refused bool) {
+	reason = err.Error()
+	if s, ok := status.FromError(err); ok {
+		reason = s.Message()
+	}
+	return reason, codeOf(err) == codes.InvalidArgument
+}

@@ -178,6 +178,17 @@ func pbKindName(k pb.BlockEvent_Kind) string {
 // from bad events without parsing reasons; it stays an answer, not an
 // error, so the valid events of the batch are not lost to a retry.
 func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
+	resp, err := s.ingest(ctx, req)
+	if err != nil {
+		return nil, StatusFromError(err)
+	}
+	return resp, nil
+}
+
+// ingest is Ingest with its error as it came (a *RequestError, raftnode's,
+// a status error), for IngestStream to tell a refusal from a failure by
+// its type.
+func (s *Service) ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
 	start := time.Now()
 	if err := s.checkClock(); err != nil {
 		return nil, err
@@ -193,7 +204,7 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 	evs, rej, err := EventsFromPB(req, pol, nowMs)
 	if err != nil {
 		s.metrics.IngestRefused("events")
-		return nil, StatusFromError(err)
+		return nil, err
 	}
 	resp := &pb.IngestResponse{Rejected: rej, ServerTimeMs: nowMs}
 	for _, r := range rej {
@@ -213,7 +224,7 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 		for i := range evs {
 			s.metrics.IngestEvents(kindName(evs[i].Kind), "failed", 1)
 		}
-		return nil, StatusFromError(err)
+		return nil, err
 	}
 	for i := range evs {
 		s.metrics.IngestEvents(kindName(evs[i].Kind), "accepted", 1)
@@ -228,10 +239,11 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 const WholeRequestRefused = "whole request refused: "
 
 // IngestStream answers each request with one response, in order. A request
-// refused whole (over a size limit, or bytes that are not an
-// IngestRequest) is answered with accepted = 0 and one rejection
-// (event_index 0) whose reason starts with WholeRequestRefused, and the
-// stream goes on. A failed commit (no leader, timeout) ends the
+// refused whole (over a size limit, bytes that are not an IngestRequest,
+// or any error Ingest answers INVALID_ARGUMENT: a command the node or its
+// state machine refused) is answered with accepted = 0 and one rejection
+// (event_index 0) whose reason is WholeRequestRefused and the error's
+// text, and the stream goes on. A failed commit (no leader, timeout) ends the
 // stream with that status; the requests answered before it are committed,
 // the ones after it are not (resend them, with their request ids).
 func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) error {
@@ -254,16 +266,17 @@ func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) erro
 		if err != nil {
 			return err
 		}
-		resp, err := s.Ingest(stream.Context(), req)
-		if status.Code(err) == codes.InvalidArgument {
-			// A request refused whole (over a size limit) must not end the
-			// stream: the requests behind it are valid and are owed their
-			// answers, in order. The refusal travels as the response.
-			resp, err = &pb.IngestResponse{AppliedIndex: s.node.ReadState().AppliedIndex,
-				Rejected: []*pb.Rejection{{EventIndex: 0, Reason: WholeRequestRefused + status.Convert(err).Message()}}}, nil
-		}
+		resp, err := s.ingest(stream.Context(), req)
 		if err != nil {
-			return err
+			reason, refused := refusal(err)
+			if !refused {
+				return StatusFromError(err)
+			}
+			// A request refused whole must not end the stream: the
+			// requests behind it are valid and are owed their answers, in
+			// order. The refusal travels as the response.
+			resp = &pb.IngestResponse{AppliedIndex: s.node.ReadState().AppliedIndex,
+				Rejected: []*pb.Rejection{{EventIndex: 0, Reason: WholeRequestRefused + reason}}}
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
