@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
@@ -189,49 +188,35 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 // a status error), for IngestStream to tell a refusal from a failure by
 // its type.
 func (s *Service) ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
-	start := time.Now()
-	if err := s.checkClock(); err != nil {
-		return nil, err
-	}
-	done, err := s.admit.acquire(ctx, int64(proto.Size(req)))
+	var ahead uint32
+	w, err := commitWrite(ctx, s, req, writeKind[index.BlockEvent]{
+		commitName: "ingest", refusedName: "events",
+		convert: func(start time.Time, nowMs int64) ([]index.BlockEvent, []*pb.Rejection, error) {
+			return EventsFromPB(req, s.policy(start), nowMs)
+		},
+		rejected: func(rej []*pb.Rejection, nowMs int64) {
+			for _, r := range rej {
+				e := req.GetEvents()[r.EventIndex]
+				s.metrics.IngestEvents(pbKindName(e.GetKind()), "rejected", 1)
+				if AheadOfClock(e.GetObservedAtMs(), nowMs) {
+					ahead++
+				}
+			}
+		},
+		commit: func(ctx context.Context, evs []index.BlockEvent) (raftnode.WriteResult, error) {
+			return s.node.Ingest(ctx, req.GetRequestId(), evs)
+		},
+		count: func(evs []index.BlockEvent, outcome string) {
+			for i := range evs {
+				s.metrics.IngestEvents(kindName(evs[i].Kind), outcome, 1)
+			}
+		},
+	})
 	if err != nil {
-		s.metrics.AdmissionRefused()
 		return nil, err
 	}
-	defer done()
-	pol := s.policy(start)
-	nowMs := s.now().UnixMilli()
-	evs, rej, err := EventsFromPB(req, pol, nowMs)
-	if err != nil {
-		s.metrics.IngestRefused("events")
-		return nil, err
-	}
-	resp := &pb.IngestResponse{Rejected: rej, ServerTimeMs: nowMs}
-	for _, r := range rej {
-		e := req.GetEvents()[r.EventIndex]
-		s.metrics.IngestEvents(pbKindName(e.GetKind()), "rejected", 1)
-		if AheadOfClock(e.GetObservedAtMs(), nowMs) {
-			resp.RejectedAheadOfClock++
-		}
-	}
-	if len(evs) == 0 {
-		resp.AppliedIndex = s.node.ReadState().AppliedIndex
-		return resp, nil
-	}
-	wr, err := s.node.Ingest(ctx, req.GetRequestId(), evs)
-	s.metrics.CommitDone("ingest", time.Since(start), err == nil)
-	if err != nil {
-		for i := range evs {
-			s.metrics.IngestEvents(kindName(evs[i].Kind), "failed", 1)
-		}
-		return nil, err
-	}
-	for i := range evs {
-		s.metrics.IngestEvents(kindName(evs[i].Kind), "accepted", 1)
-	}
-	resp.AppliedIndex, resp.Duplicate = wr.Index, wr.Duplicate
-	resp.Accepted = uint32(len(evs))
-	return resp, nil
+	return &pb.IngestResponse{Accepted: w.accepted, Rejected: w.rejected, AppliedIndex: w.appliedIndex, Duplicate: w.duplicate,
+		ServerTimeMs: w.nowMs, RejectedAheadOfClock: ahead}, nil
 }
 
 // WholeRequestRefused prefixes the one rejection IngestStream answers for a
@@ -299,39 +284,23 @@ func (s *Service) checkClock() error {
 }
 
 // ReportReplicaStats validates replica stats and commits the valid entries
-// through the log, with the same rules as Ingest.
+// through the log, on Ingest's path (commitWrite) and with its rules.
 func (s *Service) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaStatsRequest) (*pb.ReportReplicaStatsResponse, error) {
-	start := time.Now()
-	if err := s.checkClock(); err != nil {
-		return nil, err
-	}
-	done, err := s.admit.acquire(ctx, int64(proto.Size(req)))
+	w, err := commitWrite(ctx, s, req, writeKind[index.ReplicaStats]{
+		commitName: "stats", refusedName: "stats",
+		convert: func(_ time.Time, nowMs int64) ([]index.ReplicaStats, []*pb.Rejection, error) {
+			return StatsFromPB(req, nowMs)
+		},
+		rejected: func(rej []*pb.Rejection, _ int64) { s.metrics.IngestEvents("stats", "rejected", len(rej)) },
+		commit: func(ctx context.Context, sts []index.ReplicaStats) (raftnode.WriteResult, error) {
+			return s.node.ReportStats(ctx, req.GetRequestId(), sts)
+		},
+		count: func(sts []index.ReplicaStats, outcome string) { s.metrics.IngestEvents("stats", outcome, len(sts)) },
+	})
 	if err != nil {
-		s.metrics.AdmissionRefused()
-		return nil, err
-	}
-	defer done()
-	sts, rej, err := StatsFromPB(req, s.now().UnixMilli())
-	if err != nil {
-		s.metrics.IngestRefused("stats")
 		return nil, StatusFromError(err)
 	}
-	s.metrics.IngestEvents("stats", "rejected", len(rej))
-	resp := &pb.ReportReplicaStatsResponse{Rejected: rej}
-	if len(sts) == 0 {
-		resp.AppliedIndex = s.node.ReadState().AppliedIndex
-		return resp, nil
-	}
-	wr, err := s.node.ReportStats(ctx, req.GetRequestId(), sts)
-	s.metrics.CommitDone("stats", time.Since(start), err == nil)
-	if err != nil {
-		s.metrics.IngestEvents("stats", "failed", len(sts))
-		return nil, StatusFromError(err)
-	}
-	s.metrics.IngestEvents("stats", "accepted", len(sts))
-	resp.AppliedIndex, resp.Duplicate = wr.Index, wr.Duplicate
-	resp.Accepted = uint32(len(sts))
-	return resp, nil
+	return &pb.ReportReplicaStatsResponse{Accepted: w.accepted, Rejected: w.rejected, AppliedIndex: w.appliedIndex, Duplicate: w.duplicate}, nil
 }
 
 // GetCachePolicy returns the policy in force on this node (SPEC 7). A
