@@ -33,8 +33,8 @@ type ReadState struct {
 	// Leader: this node is the leader.
 	Leader bool
 	// NewestObservedMs is the newest observation time (unix ms) the local
-	// index holds (index.Index.NewestObservedMs; 0 = none): a lookup's
-	// clock is bounded by it (api.LookupClockMargin).
+	// index holds (index.Index.NewestObservedMs; 0 = none): the API
+	// bounds a lookup's clock by it.
 	NewestObservedMs int64
 	// ClockOffsetToLeader is the leader's clock minus this node's
 	// corrected clock (Now): LeaderOffsetCached less ClockCorrection, as
