@@ -16,6 +16,7 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/raftnode"
 )
 
 // heldNode is a Backend whose Ingest commits only when the test releases
@@ -26,14 +27,14 @@ type heldNode struct {
 	release chan struct{}
 }
 
-func (h *heldNode) Ingest(ctx context.Context, id string, evs []index.BlockEvent) (WriteResult, error) {
+func (h *heldNode) Ingest(ctx context.Context, id string, evs []index.BlockEvent) (raftnode.WriteResult, error) {
 	h.entered <- struct{}{}
 	select {
 	case <-h.release:
 	case <-ctx.Done():
-		return WriteResult{}, ctx.Err()
+		return raftnode.WriteResult{}, ctx.Err()
 	}
-	return WriteResult{AppliedIndex: 43}, nil
+	return raftnode.WriteResult{Index: 43}, nil
 }
 
 func fromConn(addr string) context.Context {

@@ -73,7 +73,7 @@ func StatusToPB(st raftnode.Status, grpcAddr string) *pb.StatusResponse {
 func (c *ClusterService) AddServer(ctx context.Context, req *pb.AddServerRequest) (*pb.AddServerResponse, error) {
 	idx, err := c.n.AddServer(ctx, req.GetId(), req.GetRaftAddress(), !req.GetNonvoter())
 	if err != nil {
-		return nil, NodeError(err)
+		return nil, StatusFromError(err)
 	}
 	return &pb.AddServerResponse{Index: idx}, nil
 }
@@ -82,7 +82,7 @@ func (c *ClusterService) AddServer(ctx context.Context, req *pb.AddServerRequest
 func (c *ClusterService) RemoveServer(ctx context.Context, req *pb.RemoveServerRequest) (*pb.RemoveServerResponse, error) {
 	idx, err := c.n.RemoveServer(ctx, req.GetId())
 	if err != nil {
-		return nil, NodeError(err)
+		return nil, StatusFromError(err)
 	}
 	return &pb.RemoveServerResponse{Index: idx}, nil
 }
@@ -92,7 +92,7 @@ func (c *ClusterService) RemoveServer(ctx context.Context, req *pb.RemoveServerR
 // 5 s; "" if not yet known).
 func (c *ClusterService) TransferLeadership(ctx context.Context, req *pb.TransferLeadershipRequest) (*pb.TransferLeadershipResponse, error) {
 	if err := c.n.TransferLeadership(ctx, req.GetId(), req.GetAddress()); err != nil {
-		return nil, NodeError(err)
+		return nil, StatusFromError(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -112,7 +112,7 @@ func (c *ClusterService) TransferLeadership(ctx context.Context, req *pb.Transfe
 func (c *ClusterService) Snapshot(ctx context.Context, _ *pb.SnapshotRequest) (*pb.SnapshotResponse, error) {
 	idx, term, err := c.n.Snapshot(ctx)
 	if err != nil {
-		return nil, NodeError(err)
+		return nil, StatusFromError(err)
 	}
 	return &pb.SnapshotResponse{Index: idx, Term: term}, nil
 }
@@ -144,7 +144,7 @@ func (w chunkWriter) Write(p []byte) (int, error) {
 // most BackupChunkBytes.
 func (c *ClusterService) Backup(_ *pb.BackupRequest, stream pb.Cluster_BackupServer) error {
 	if err := c.n.Backup(chunkWriter{stream.Send}); err != nil {
-		return NodeError(err)
+		return StatusFromError(err)
 	}
 	return nil
 }
@@ -186,7 +186,7 @@ func (c *ClusterService) Restore(stream pb.Cluster_RestoreServer) error {
 		if errors.Is(err, raftnode.ErrInvalid) {
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
-		return NodeError(fmt.Errorf("restore: %w", err))
+		return StatusFromError(fmt.Errorf("restore: %w", err))
 	}
 	return stream.SendAndClose(&pb.RestoreResponse{AppliedIndex: idx, RestoredFromIndex: meta.AppliedIndex})
 }

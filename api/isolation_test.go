@@ -9,6 +9,7 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/raftnode"
 )
 
 // isoNode is a Backend over a real index, applying writes directly.
@@ -16,16 +17,16 @@ type isoNode struct{ ix *index.Index }
 
 func (b isoNode) Lookup(req *index.LookupRequest, res *index.Result) { b.ix.Lookup(req, res) }
 func (b isoNode) Credit(index.Partition, []uint64)                   {}
-func (b isoNode) ReadState() ReadState                               { return ReadState{NodeID: "n1"} }
+func (b isoNode) ReadState() raftnode.ReadState                      { return raftnode.ReadState{NodeID: "n1"} }
 func (b isoNode) Ready() bool                                        { return true }
 func (b isoNode) Policy() policy.Policy                              { return b.ix.Policy() }
-func (b isoNode) Ingest(_ context.Context, _ string, evs []index.BlockEvent) (WriteResult, error) {
+func (b isoNode) Ingest(_ context.Context, _ string, evs []index.BlockEvent) (raftnode.WriteResult, error) {
 	b.ix.ApplyEvents(evs)
-	return WriteResult{AppliedIndex: 1}, nil
+	return raftnode.WriteResult{Index: 1}, nil
 }
-func (b isoNode) ReportStats(_ context.Context, _ string, st []index.ReplicaStats) (WriteResult, error) {
+func (b isoNode) ReportStats(_ context.Context, _ string, st []index.ReplicaStats) (raftnode.WriteResult, error) {
 	b.ix.ApplyStats(st)
-	return WriteResult{AppliedIndex: 1}, nil
+	return raftnode.WriteResult{Index: 1}, nil
 }
 func (b isoNode) SetPolicy(_ context.Context, p policy.Policy) (policy.Policy, error) {
 	b.ix.SetPolicy(p)
@@ -129,5 +130,41 @@ func TestTenantIsolation_IdenticalPromptsNeverCrossTenants(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The key rules have one owner and one wording: a request that breaks one
+// gets the same detail from LookupRoute (which checks it before resolving
+// the key) as the index gives a caller that asks it directly.
+func TestLookupRoute_KeyRulesInTheIndexWords(t *testing.T) {
+	ix := index.New(policy.Default())
+	s := NewService(Config{Backend: isoNode{ix}})
+	cases := []struct {
+		name string
+		req  *pb.LookupRouteRequest
+		key  index.LookupRequest
+		want string
+	}{
+		{"empty scheme", &pb.LookupRouteRequest{ModelId: "m", BlockHashes: []uint64{1}},
+			index.LookupRequest{Partition: index.Partition{Model: "m"}, BlockHashes: []uint64{1}}, "hash_scheme is empty"},
+		{"counts mismatch", &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m", BlockHashes: []uint64{1, 2}, BlockTokenCounts: []uint32{16}},
+			index.LookupRequest{Partition: index.Partition{Scheme: "vllm", Model: "m"}, BlockHashes: []uint64{1, 2}, BlockTokenCounts: []uint32{16}},
+			"block_token_counts length differs from block_hashes"},
+		{"no key", &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "m"},
+			index.LookupRequest{Partition: index.Partition{Scheme: "vllm", Model: "m"}}, "no key: give block_hashes, prefix_hash, token_ids or prompt_text"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := s.LookupRoute(context.Background(), c.req)
+			if err != nil || r.ReasonCode != pb.ReasonCode_NO_HINT || r.Detail != c.want {
+				t.Fatalf("LookupRoute: %v %q (%v), want NO_HINT %q", r.GetReasonCode(), r.GetDetail(), err, c.want)
+			}
+			var res index.Result
+			c.key.NowMs = 1
+			ix.Lookup(&c.key, &res)
+			if res.Reason != index.NoHint || res.Detail != c.want {
+				t.Fatalf("index: %v %q, want NO_HINT %q", res.Reason, res.Detail, c.want)
+			}
+		})
 	}
 }

@@ -10,16 +10,18 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
-	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/tokenizer"
 )
 
 // Details of NO_HINT answers produced by the API layer itself (SPEC 5
 // fail-open). They are constants so the hot path never formats a string;
-// each names the field or limit at fault.
+// each names the field or limit at fault. DetailNoScheme, DetailNoKey and
+// DetailCountsMismatch are the index's key rules (index.CheckScheme,
+// index.CheckCounts), in the index's words: one wording whichever layer
+// answers.
 const (
-	DetailNoScheme         = "hash_scheme is empty"
-	DetailNoKey            = "no key: give block_hashes, prefix_hash, token_ids or prompt_text"
+	DetailNoScheme         = index.DetailNoScheme
+	DetailNoKey            = index.DetailNoKey
 	DetailSchemeTooLong    = "hash_scheme over MaxIDBytes (256)"
 	DetailModelTooLong     = "model_id over MaxIDBytes (256)"
 	DetailTenantTooLong    = "tenant_id over MaxIDBytes (256)"
@@ -27,7 +29,7 @@ const (
 	DetailSaltTooLong      = "cache_salt over MaxCacheSaltBytes (4096)"
 	DetailChainTooLong     = "block_hashes over MaxChainLength (8192)"
 	DetailCountsTooLong    = "block_token_counts over MaxChainLength (8192)"
-	DetailCountsMismatch   = "block_token_counts length differs from block_hashes"
+	DetailCountsMismatch   = index.DetailCountsMismatch
 	DetailCountsZero       = "block_token_counts holds a 0"
 	DetailCountsTooBig     = "block_token_counts holds a value over MaxBlockSize (4096)"
 	DetailTokensTooLong    = "token_ids over MaxTokens (262144)"
@@ -132,7 +134,7 @@ func (s *Service) fillReadState(resp *pb.LookupRouteResponse, sc *lookupScratch)
 	resp.ServedBy = rs.NodeID
 	resp.AppliedIndex = rs.AppliedIndex
 	resp.Stale = rs.Stale
-	resp.LastLeaderContactMs = rs.LastLeaderContactMs
+	resp.LastLeaderContactMs = uint64(rs.LastLeaderContact.Milliseconds())
 	return rs.StaleReason
 }
 
@@ -283,7 +285,10 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 			resp.Loads[i] = &slab[i]
 		}
 	}
-	if res.Reason == index.PrefixMatch && len(res.CreditHashes) > 0 && pol.EvictionPolicy == policy.LFU {
+	if len(res.CreditHashes) > 0 {
+		// The index decided (SPEC 5: a delivered PREFIX_MATCH under LFU)
+		// with the policy it ranked with; the cached copy here may be
+		// older.
 		s.node.Credit(res.CreditPartition, res.CreditHashes)
 	}
 }
@@ -338,9 +343,10 @@ func checkLookup(req *pb.LookupRouteRequest) string {
 	if d := checkUTF8(req); d != "" {
 		return d
 	}
+	if d := index.CheckScheme(req.GetHashScheme()); d != "" {
+		return d
+	}
 	switch {
-	case req.GetHashScheme() == "":
-		return DetailNoScheme
 	case len(req.GetHashScheme()) > MaxIDBytes:
 		return DetailSchemeTooLong
 	case len(req.GetModelId()) > MaxIDBytes:
@@ -355,8 +361,11 @@ func checkLookup(req *pb.LookupRouteRequest) string {
 		return DetailChainTooLong
 	case len(req.GetBlockTokenCounts()) > MaxChainLength:
 		return DetailCountsTooLong
-	case len(req.GetBlockTokenCounts()) > 0 && len(req.GetBlockTokenCounts()) != len(req.GetBlockHashes()):
-		return DetailCountsMismatch
+	}
+	if d := index.CheckCounts(req.GetBlockHashes(), req.GetBlockTokenCounts()); d != "" {
+		return d
+	}
+	switch {
 	case len(req.GetTokenIds()) > MaxTokens:
 		return DetailTokensTooLong
 	case len(req.GetPromptText()) > MaxPromptBytes:

@@ -17,6 +17,7 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/raftnode"
 )
 
 // fakeNode is a Backend whose lookup behaviour a test sets.
@@ -41,27 +42,34 @@ func (f *fakeNode) Credit(p index.Partition, h []uint64) {
 	f.credits = append(f.credits, append([]uint64(nil), h...))
 	f.mu.Unlock()
 }
-func (f *fakeNode) ReadState() ReadState {
-	return ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContactMs: 7, Stale: !f.fresh, StaleReason: f.staleReason, NewestObservedMs: f.newestMs,
+func (f *fakeNode) ReadState() raftnode.ReadState {
+	return raftnode.ReadState{NodeID: "n1", AppliedIndex: 42, LastLeaderContact: 7 * time.Millisecond, Stale: !f.fresh, StaleReason: f.staleReason, NewestObservedMs: f.newestMs,
 		ClockOffsetToLeader: f.offset}
 }
 func (f *fakeNode) Ready() bool           { return !f.notReady }
 func (f *fakeNode) Policy() policy.Policy { return f.pol.Clone() }
-func (f *fakeNode) Ingest(_ context.Context, id string, evs []index.BlockEvent) (WriteResult, error) {
+func (f *fakeNode) Ingest(_ context.Context, id string, evs []index.BlockEvent) (raftnode.WriteResult, error) {
 	f.ingestID, f.ingested = id, evs
-	return WriteResult{AppliedIndex: 43}, f.err
+	return raftnode.WriteResult{Index: 43}, f.err
 }
-func (f *fakeNode) ReportStats(context.Context, string, []index.ReplicaStats) (WriteResult, error) {
-	return WriteResult{AppliedIndex: 44}, f.err
+func (f *fakeNode) ReportStats(context.Context, string, []index.ReplicaStats) (raftnode.WriteResult, error) {
+	return raftnode.WriteResult{Index: 44}, f.err
 }
 func (f *fakeNode) SetPolicy(_ context.Context, p policy.Policy) (policy.Policy, error) {
 	p.Version = f.pol.Version + 1
 	return p, f.err
 }
 
+// match answers like an index under LRU: a PREFIX_MATCH naming no credits.
 func match(req *index.LookupRequest, res *index.Result) {
 	res.Reason = index.PrefixMatch
 	res.Hints = append(res.Hints, index.Hint{ReplicaID: "r1", Score: 64, MatchedTokens: 128, MatchedBlocks: 8, Freshness: 1, AgeMs: 3, Pressure: 0.5})
+}
+
+// matchLFU answers like an index under LFU: match, naming the 3 hashes to
+// credit.
+func matchLFU(req *index.LookupRequest, res *index.Result) {
+	match(req, res)
 	res.CreditPartition = req.Partition
 	res.CreditHashes = append(res.CreditHashes, 1, 2, 3)
 }
@@ -102,12 +110,12 @@ func TestLookupRoute_ConvertsHintsAndReadState(t *testing.T) {
 		t.Fatalf("index request %+v", got)
 	}
 	if len(f.credits) != 0 {
-		t.Errorf("LRU policy credited %v; credits are for LFU only", f.credits)
+		t.Errorf("credited %v; the index named no credits (LRU)", f.credits)
 	}
 }
 
 func TestLookupRoute_LFUCreditsDeliveredPrefixMatch(t *testing.T) {
-	f := &fakeNode{lookup: match, pol: policy.Default()}
+	f := &fakeNode{lookup: matchLFU, pol: policy.Default()}
 	f.pol.EvictionPolicy = policy.LFU
 	s := newSvc(f, nil)
 	if _, err := s.LookupRoute(context.Background(), okReq); err != nil {
@@ -115,6 +123,22 @@ func TestLookupRoute_LFUCreditsDeliveredPrefixMatch(t *testing.T) {
 	}
 	if len(f.credits) != 1 || len(f.credits[0]) != 3 {
 		t.Fatalf("credits %v, want one batch of 3 hashes", f.credits)
+	}
+}
+
+// The index decides what to credit, with the policy it ranked with; the
+// service credits what the index names even while its own cached copy of
+// the policy (refreshed every policyRefresh) still says LRU, as it does
+// right after a change to LFU.
+func TestLookupRoute_CreditsWhatTheIndexNames(t *testing.T) {
+	f := &fakeNode{lookup: matchLFU, pol: policy.Default()}
+	f.pol.EvictionPolicy = policy.LRU
+	s := newSvc(f, nil)
+	if _, err := s.LookupRoute(context.Background(), okReq); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.credits) != 1 || len(f.credits[0]) != 3 {
+		t.Fatalf("credits %v, want the index's batch of 3 hashes", f.credits)
 	}
 }
 
@@ -182,7 +206,7 @@ func TestLookupRoute_CacheSaltReachesTheIndex(t *testing.T) {
 	}
 }
 
-func TestIngest_MapsErrorsAndAssignsRequestID(t *testing.T) {
+func TestIngest_MapsErrorsAndPassesTheRequestID(t *testing.T) {
 	f := &fakeNode{lookup: match}
 	s := newSvc(f, nil)
 	req := &pb.IngestRequest{Events: []*pb.BlockEvent{
@@ -193,8 +217,14 @@ func TestIngest_MapsErrorsAndAssignsRequestID(t *testing.T) {
 	if err != nil || r.Accepted != 1 || r.AppliedIndex != 43 || len(r.Rejected) != 1 || r.Rejected[0].EventIndex != 1 {
 		t.Fatalf("%v %v", r, err)
 	}
-	if len(f.ingestID) != 32 || len(f.ingested) != 1 {
-		t.Fatalf("request id %q, %d events", f.ingestID, len(f.ingested))
+	// No request id: the node makes it (raftnode.Node.NewRequestID), so
+	// the service passes "" on.
+	if f.ingestID != "" || len(f.ingested) != 1 {
+		t.Fatalf("request id %q, %d events; want \"\" (the node makes ids) and 1", f.ingestID, len(f.ingested))
+	}
+	withID := &pb.IngestRequest{RequestId: "client-7", Events: req.Events}
+	if _, err := s.Ingest(context.Background(), withID); err != nil || f.ingestID != "client-7" {
+		t.Fatalf("request id %q (err %v), want the client's client-7", f.ingestID, err)
 	}
 	f.err = status.Error(codes.Unavailable, "no leader")
 	if _, err := s.Ingest(context.Background(), req); status.Code(err) != codes.Unavailable {

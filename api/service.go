@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -12,12 +10,12 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/metrics"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/raftnode"
 )
 
 // Tokenizer turns prompt text into token ids for a model (SPEC 5 key
@@ -34,44 +32,13 @@ type Tokenizer interface {
 	EncodeContext(ctx context.Context, modelID, text string, maxTokens int) ([]uint32, error)
 }
 
-// ReadState is how stale this node's answers may be (SPEC 8 reads).
-type ReadState struct {
-	// NodeID is this node's id (served_by).
-	NodeID string
-	// AppliedIndex is the last Raft log index the FSM finished applying.
-	AppliedIndex uint64
-	// LastLeaderContactMs is ms since this node last heard from a leader
-	// (0 on the leader itself).
-	LastLeaderContactMs uint64
-	// Stale: no leader contact within the policy's maxStaleness, or none
-	// at all since start. On the leader: it has not finished the Barrier
-	// it issues after winning an election. On any node: appends to its
-	// local log are failing (e.g. a full disk), it is replaying the log
-	// it found at start, or committed entries have waited longer than
-	// maxStaleness to be applied (raftnode.ReadState.StaleReason).
-	Stale bool
-	// StaleReason says why Stale is set ("" when fresh or unknown); a
-	// lookup answered while stale appends it to its detail.
-	StaleReason string
-	// Leader: this node is the Raft leader.
-	Leader bool
-	// NewestObservedMs is the newest observation time the local index
-	// holds (index.NewestObservedMs; 0 = none): LookupRoute's clock is
-	// bounded by it (LookupClockMargin).
-	NewestObservedMs int64
-	// ClockOffsetToLeader is the leader's clock minus this node's, as
-	// measured over gossip probes (raftnode.Node.ClockOffsetToLeader);
-	// 0 on the leader and before the first probe of the leader answered.
-	// Positive: this node is behind. LookupRoute names an offset over
-	// LookupClockOffsetBound in its detail.
-	ClockOffsetToLeader time.Duration
-}
-
-// Backend is what the InferenceCache service needs of a replicated node.
-// NewNodeBackend adapts a *raftnode.Node; tests use fakes.
+// Backend is what the InferenceCache service needs of a replicated node,
+// in raftnode's own types: a *raftnode.Node is one (NewNodeBackend);
+// tests use fakes.
 //
 // Write methods return errors the service maps to gRPC codes with
-// StatusFromError: a *status.Status error passes through unchanged.
+// StatusFromError (raftnode's sentinels, or a *status.Status error that
+// passes through unchanged).
 type Backend interface {
 	// Lookup answers req into res from the local index (never blocks on
 	// the leader).
@@ -79,28 +46,24 @@ type Backend interface {
 	// Credit queues an LFU access credit for hashes of p (lossy, batched).
 	// hashes may be reused by the caller after Credit returns.
 	Credit(p index.Partition, hashes []uint64)
-	// ReadState is cheap: it is called once per lookup.
-	ReadState() ReadState
+	// ReadState is how stale this node's answers may be (SPEC 8 reads).
+	// It is cheap: it is called once per lookup.
+	ReadState() raftnode.ReadState
 	// Ready reports whether the node has loaded its state (snapshot and
 	// log) and can answer.
 	Ready() bool
 	// Policy returns the policy in force (a copy).
 	Policy() policy.Policy
 	// Ingest commits events through the log and returns the applied index
-	// and whether the request id was a duplicate (a retry).
-	Ingest(ctx context.Context, requestID string, evs []index.BlockEvent) (WriteResult, error)
-	// ReportStats commits replica stats through the log.
-	ReportStats(ctx context.Context, requestID string, st []index.ReplicaStats) (WriteResult, error)
+	// and whether the request id was a duplicate (a retry). requestID is
+	// the client's, "" when it sent none: the node makes the ids (SPEC 8
+	// de-duplication), the service never does.
+	Ingest(ctx context.Context, requestID string, evs []index.BlockEvent) (raftnode.WriteResult, error)
+	// ReportStats commits replica stats through the log, with request ids
+	// as Ingest.
+	ReportStats(ctx context.Context, requestID string, st []index.ReplicaStats) (raftnode.WriteResult, error)
 	// SetPolicy commits a validated policy and returns it with its version.
 	SetPolicy(ctx context.Context, p policy.Policy) (policy.Policy, error)
-}
-
-// WriteResult is a committed write's outcome: the applied index and
-// whether its request id had already been applied (SPEC 8 de-duplication:
-// a retry is acknowledged, not applied again).
-type WriteResult struct {
-	AppliedIndex uint64
-	Duplicate    bool
 }
 
 // Config configures a Service.
@@ -178,38 +141,6 @@ func (s *Service) policy(at time.Time) *policy.Policy {
 
 func (s *Service) invalidatePolicy() { s.polAt.Store(0) }
 
-// newRequestID returns a random 128-bit hex id for writes that came without
-// one.
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// StatusFromError maps an error of a write or admin call to a gRPC status
-// error: status errors pass through, context errors become
-// DEADLINE_EXCEEDED/CANCELED, *RequestError and *policy.FieldError become
-// INVALID_ARGUMENT, anything else INTERNAL.
-func StatusFromError(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	var re *RequestError
-	var fe *policy.FieldError
-	switch {
-	case errors.As(err, &re), errors.As(err, &fe):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	}
-	return status.Error(codes.Internal, err.Error())
-}
-
 func kindName(k index.EventKind) string {
 	switch k {
 	case index.Stored:
@@ -246,53 +177,46 @@ func pbKindName(k pb.BlockEvent_Kind) string {
 // from bad events without parsing reasons; it stays an answer, not an
 // error, so the valid events of the batch are not lost to a retry.
 func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
-	start := time.Now()
-	if err := s.checkClock(); err != nil {
-		return nil, err
-	}
-	done, err := s.admit.acquire(ctx, int64(proto.Size(req)))
+	resp, err := s.ingest(ctx, req)
 	if err != nil {
-		s.metrics.AdmissionRefused()
-		return nil, err
-	}
-	defer done()
-	pol := s.policy(start)
-	nowMs := s.now().UnixMilli()
-	evs, rej, err := EventsFromPB(req, pol, nowMs)
-	if err != nil {
-		s.metrics.IngestRefused("events")
 		return nil, StatusFromError(err)
 	}
-	resp := &pb.IngestResponse{Rejected: rej, ServerTimeMs: nowMs}
-	for _, r := range rej {
-		e := req.GetEvents()[r.EventIndex]
-		s.metrics.IngestEvents(pbKindName(e.GetKind()), "rejected", 1)
-		if AheadOfClock(e.GetObservedAtMs(), nowMs) {
-			resp.RejectedAheadOfClock++
-		}
-	}
-	if len(evs) == 0 {
-		resp.AppliedIndex = s.node.ReadState().AppliedIndex
-		return resp, nil
-	}
-	id := req.GetRequestId()
-	if id == "" {
-		id = newRequestID()
-	}
-	wr, err := s.node.Ingest(ctx, id, evs)
-	s.metrics.CommitDone("ingest", time.Since(start), err == nil)
-	if err != nil {
-		for i := range evs {
-			s.metrics.IngestEvents(kindName(evs[i].Kind), "failed", 1)
-		}
-		return nil, StatusFromError(err)
-	}
-	for i := range evs {
-		s.metrics.IngestEvents(kindName(evs[i].Kind), "accepted", 1)
-	}
-	resp.AppliedIndex, resp.Duplicate = wr.AppliedIndex, wr.Duplicate
-	resp.Accepted = uint32(len(evs))
 	return resp, nil
+}
+
+// ingest is Ingest with its error as it came (a *RequestError, raftnode's,
+// a status error), for IngestStream to tell a refusal from a failure by
+// its type.
+func (s *Service) ingest(ctx context.Context, req *pb.IngestRequest) (*pb.IngestResponse, error) {
+	var ahead uint32
+	w, err := commitWrite(ctx, s, req, writeKind[index.BlockEvent]{
+		commitName: "ingest", refusedName: "events",
+		convert: func(start time.Time, nowMs int64) ([]index.BlockEvent, []*pb.Rejection, error) {
+			return EventsFromPB(req, s.policy(start), nowMs)
+		},
+		rejected: func(rej []*pb.Rejection, nowMs int64) {
+			for _, r := range rej {
+				e := req.GetEvents()[r.EventIndex]
+				s.metrics.IngestEvents(pbKindName(e.GetKind()), "rejected", 1)
+				if AheadOfClock(e.GetObservedAtMs(), nowMs) {
+					ahead++
+				}
+			}
+		},
+		commit: func(ctx context.Context, evs []index.BlockEvent) (raftnode.WriteResult, error) {
+			return s.node.Ingest(ctx, req.GetRequestId(), evs)
+		},
+		count: func(evs []index.BlockEvent, outcome string) {
+			for i := range evs {
+				s.metrics.IngestEvents(kindName(evs[i].Kind), outcome, 1)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.IngestResponse{Accepted: w.accepted, Rejected: w.rejected, AppliedIndex: w.appliedIndex, Duplicate: w.duplicate,
+		ServerTimeMs: w.nowMs, RejectedAheadOfClock: ahead}, nil
 }
 
 // WholeRequestRefused prefixes the one rejection IngestStream answers for a
@@ -300,10 +224,11 @@ func (s *Service) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ingest
 const WholeRequestRefused = "whole request refused: "
 
 // IngestStream answers each request with one response, in order. A request
-// refused whole (over a size limit, or bytes that are not an
-// IngestRequest) is answered with accepted = 0 and one rejection
-// (event_index 0) whose reason starts with WholeRequestRefused, and the
-// stream goes on. A failed commit (no leader, timeout) ends the
+// refused whole (over a size limit, bytes that are not an IngestRequest,
+// or any error Ingest answers INVALID_ARGUMENT: a command the node or its
+// state machine refused) is answered with accepted = 0 and one rejection
+// (event_index 0) whose reason is WholeRequestRefused and the error's
+// text, and the stream goes on. A failed commit (no leader, timeout) ends the
 // stream with that status; the requests answered before it are committed,
 // the ones after it are not (resend them, with their request ids).
 func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) error {
@@ -326,16 +251,17 @@ func (s *Service) IngestStream(stream pb.InferenceCache_IngestStreamServer) erro
 		if err != nil {
 			return err
 		}
-		resp, err := s.Ingest(stream.Context(), req)
-		if status.Code(err) == codes.InvalidArgument {
-			// A request refused whole (over a size limit) must not end the
-			// stream: the requests behind it are valid and are owed their
-			// answers, in order. The refusal travels as the response.
-			resp, err = &pb.IngestResponse{AppliedIndex: s.node.ReadState().AppliedIndex,
-				Rejected: []*pb.Rejection{{EventIndex: 0, Reason: WholeRequestRefused + status.Convert(err).Message()}}}, nil
-		}
+		resp, err := s.ingest(stream.Context(), req)
 		if err != nil {
-			return err
+			reason, refused := refusal(err)
+			if !refused {
+				return StatusFromError(err)
+			}
+			// A request refused whole must not end the stream: the
+			// requests behind it are valid and are owed their answers, in
+			// order. The refusal travels as the response.
+			resp = &pb.IngestResponse{AppliedIndex: s.node.ReadState().AppliedIndex,
+				Rejected: []*pb.Rejection{{EventIndex: 0, Reason: WholeRequestRefused + reason}}}
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
@@ -358,43 +284,23 @@ func (s *Service) checkClock() error {
 }
 
 // ReportReplicaStats validates replica stats and commits the valid entries
-// through the log, with the same rules as Ingest.
+// through the log, on Ingest's path (commitWrite) and with its rules.
 func (s *Service) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaStatsRequest) (*pb.ReportReplicaStatsResponse, error) {
-	start := time.Now()
-	if err := s.checkClock(); err != nil {
-		return nil, err
-	}
-	done, err := s.admit.acquire(ctx, int64(proto.Size(req)))
+	w, err := commitWrite(ctx, s, req, writeKind[index.ReplicaStats]{
+		commitName: "stats", refusedName: "stats",
+		convert: func(_ time.Time, nowMs int64) ([]index.ReplicaStats, []*pb.Rejection, error) {
+			return StatsFromPB(req, nowMs)
+		},
+		rejected: func(rej []*pb.Rejection, _ int64) { s.metrics.IngestEvents("stats", "rejected", len(rej)) },
+		commit: func(ctx context.Context, sts []index.ReplicaStats) (raftnode.WriteResult, error) {
+			return s.node.ReportStats(ctx, req.GetRequestId(), sts)
+		},
+		count: func(sts []index.ReplicaStats, outcome string) { s.metrics.IngestEvents("stats", outcome, len(sts)) },
+	})
 	if err != nil {
-		s.metrics.AdmissionRefused()
-		return nil, err
-	}
-	defer done()
-	sts, rej, err := StatsFromPB(req, s.now().UnixMilli())
-	if err != nil {
-		s.metrics.IngestRefused("stats")
 		return nil, StatusFromError(err)
 	}
-	s.metrics.IngestEvents("stats", "rejected", len(rej))
-	resp := &pb.ReportReplicaStatsResponse{Rejected: rej}
-	if len(sts) == 0 {
-		resp.AppliedIndex = s.node.ReadState().AppliedIndex
-		return resp, nil
-	}
-	id := req.GetRequestId()
-	if id == "" {
-		id = newRequestID()
-	}
-	wr, err := s.node.ReportStats(ctx, id, sts)
-	s.metrics.CommitDone("stats", time.Since(start), err == nil)
-	if err != nil {
-		s.metrics.IngestEvents("stats", "failed", len(sts))
-		return nil, StatusFromError(err)
-	}
-	s.metrics.IngestEvents("stats", "accepted", len(sts))
-	resp.AppliedIndex, resp.Duplicate = wr.AppliedIndex, wr.Duplicate
-	resp.Accepted = uint32(len(sts))
-	return resp, nil
+	return &pb.ReportReplicaStatsResponse{Accepted: w.accepted, Rejected: w.rejected, AppliedIndex: w.appliedIndex, Duplicate: w.duplicate}, nil
 }
 
 // GetCachePolicy returns the policy in force on this node (SPEC 7). A

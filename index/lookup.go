@@ -11,9 +11,6 @@ import (
 // Detail strings. They are constants: they say which rule decided the
 // answer and never echo request or other tenants' data.
 const (
-	detailNoScheme       = "empty hash_scheme: not a valid key domain"
-	detailNoKey          = "no key: no block hashes, no prefix hash and fewer tokens than one block"
-	detailCountsMismatch = "block_token_counts length differs from block_hashes length"
 	detailBadBlockSize   = "policy block size for this model is invalid"
 	detailMatch          = "prefix held warm by the listed replicas"
 	detailColdStart      = "index is empty (cold start)"
@@ -61,8 +58,8 @@ func (ix *Index) Lookup(req *LookupRequest, res *Result) {
 		res.RankingVersion = ps.p.RankingVersion
 	}
 	p := &req.Partition
-	if p.Scheme == "" {
-		res.Detail = detailNoScheme
+	if d := CheckScheme(p.Scheme); d != "" {
+		res.Detail = d
 		return
 	}
 
@@ -79,8 +76,8 @@ func (ix *Index) Lookup(req *LookupRequest, res *Result) {
 		}
 		chain, counts = res.keyBuf, nil
 	}
-	if len(counts) != 0 && len(counts) != len(chain) {
-		res.Detail = detailCountsMismatch
+	if d := CheckCounts(chain, counts); d != "" {
+		res.Detail = d
 		return
 	}
 	prefix, hasPrefix := req.PrefixHash, req.HasPrefixHash
@@ -88,7 +85,10 @@ func (ix *Index) Lookup(req *LookupRequest, res *Result) {
 		prefix, hasPrefix = chain[len(chain)-1], true
 	}
 	if !hasPrefix {
-		res.Detail = detailNoKey
+		res.Detail = DetailNoKey
+		if len(req.TokenIDs) > 0 {
+			res.Detail = DetailTooFewTokens
+		}
 		return
 	}
 

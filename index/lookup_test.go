@@ -331,10 +331,10 @@ func TestLookup_NoHintCases(t *testing.T) {
 		req    LookupRequest
 		detail string
 	}{
-		{"EmptySchemeIsNoHint", LookupRequest{Partition: Partition{Model: "m", Tenant: "t"}, BlockHashes: []uint64{1}, NowMs: t0}, detailNoScheme},
-		{"EmptyKeyIsNoHint", LookupRequest{Partition: vllm, NowMs: t0}, detailNoKey},
-		{"TooFewTokensIsNoHint", LookupRequest{Partition: vllm, TokenIDs: []uint32{1, 2, 3}, NowMs: t0}, detailNoKey},
-		{"CountsLengthMismatchIsNoHint", LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2}, BlockTokenCounts: []uint32{16}, NowMs: t0}, detailCountsMismatch},
+		{"EmptySchemeIsNoHint", LookupRequest{Partition: Partition{Model: "m", Tenant: "t"}, BlockHashes: []uint64{1}, NowMs: t0}, DetailNoScheme},
+		{"EmptyKeyIsNoHint", LookupRequest{Partition: vllm, NowMs: t0}, DetailNoKey},
+		{"TooFewTokensIsNoHint", LookupRequest{Partition: vllm, TokenIDs: []uint32{1, 2, 3}, NowMs: t0}, DetailTooFewTokens},
+		{"CountsLengthMismatchIsNoHint", LookupRequest{Partition: vllm, BlockHashes: []uint64{1, 2}, BlockTokenCounts: []uint32{16}, NowMs: t0}, DetailCountsMismatch},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -179,8 +179,10 @@ type Result struct {
 	// Detail says why, in a short constant-ish phrase (no tenant data of
 	// other tenants).
 	Detail string
-	// CreditPartition/CreditHashes are the block hashes an LFU policy
-	// should credit for a delivered PREFIX_MATCH (empty otherwise).
+	// CreditPartition/CreditHashes are the block hashes to credit for a
+	// delivered PREFIX_MATCH under an LFU policy (SPEC 5), empty otherwise:
+	// the index is the one place that decides, with the policy it ranked
+	// with; a caller credits what it names and checks nothing else.
 	CreditPartition Partition
 	CreditHashes    []uint64
 

@@ -37,7 +37,7 @@ type offsetSample struct {
 }
 
 // clockOffsets holds the latest estimate per peer id. Read-locked: every
-// lookup reads the leader's entry (api ReadState), a probe writes one.
+// lookup reads the leader's entry (ReadState), a probe writes one.
 type clockOffsets struct {
 	mu sync.RWMutex
 	by map[string]offsetSample

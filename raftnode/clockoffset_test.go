@@ -46,6 +46,14 @@ func TestClockOffset_FollowersMeasureTheLeadersClock(t *testing.T) {
 	if _, ok := c.Nodes[l].LeaderOffsetCached(); ok {
 		t.Fatal("the leader caches an offset to itself")
 	}
+	// The read state lookups take carries it (less the follower's own
+	// correction: none, its clock agrees with the third node's).
+	if d := c.Nodes[f].ReadState().ClockOffsetToLeader; (d - 10*time.Minute).Abs() >= 100*time.Millisecond {
+		t.Fatalf("ReadState.ClockOffsetToLeader %v, want about 10 min", d)
+	}
+	if d := c.Nodes[l].ReadState().ClockOffsetToLeader; d != 0 {
+		t.Fatalf("the leader's read state has an offset to itself: %v", d)
+	}
 }
 
 // A node whose own clock is 10 minutes ahead corrects toward the other

@@ -7,7 +7,6 @@ import (
 
 	"github.com/inference-cache/inference-cache/command"
 	"github.com/inference-cache/inference-cache/index"
-	"github.com/inference-cache/inference-cache/policy"
 )
 
 // LFU access credits (SPEC 5): collected from lookups, batched per
@@ -18,12 +17,15 @@ type creditReq struct {
 	hashes []uint64
 }
 
-// Credit queues LFU access credits for blocks of partition p (SPEC 5). It
-// never blocks: credits are batched for ~100 ms and committed through the
-// log; under overload or failure they are dropped. Ignored unless the
-// policy is LFU. hashes is copied.
+// Credit queues LFU access credits for blocks of partition p (SPEC 5):
+// the hashes a lookup's index.Result names in CreditHashes, which the
+// index fills only for a delivered PREFIX_MATCH under LFU. The index owns
+// that decision, here and at apply (index.Index.Credit ignores credits
+// once the policy is no longer LFU), so Credit does not read the policy.
+// It never blocks: credits are batched for ~100 ms and committed through
+// the log; under overload or failure they are dropped. hashes is copied.
 func (n *Node) Credit(p index.Partition, hashes []uint64) {
-	if len(hashes) == 0 || n.Policy().EvictionPolicy != policy.LFU {
+	if len(hashes) == 0 {
 		return
 	}
 	select {

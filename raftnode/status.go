@@ -32,11 +32,25 @@ type ReadState struct {
 	StaleReason string
 	// Leader: this node is the leader.
 	Leader bool
+	// NewestObservedMs is the newest observation time (unix ms) the local
+	// index holds (index.Index.NewestObservedMs; 0 = none): the API
+	// bounds a lookup's clock by it.
+	NewestObservedMs int64
+	// ClockOffsetToLeader is the leader's clock minus this node's
+	// corrected clock (Now): LeaderOffsetCached less ClockCorrection, as
+	// of the last gossip probe; 0 on the leader and before the first
+	// probe of the leader answered. Positive: this node is behind.
+	// Lookups rank with Now, so this is how far their freshness is off.
+	ClockOffsetToLeader time.Duration
 }
 
-// ReadState returns the current read freshness. Cheap; call per lookup.
+// ReadState returns the current read freshness. Cheap (atomic loads and
+// raft's state reads, no lock of the index); call per lookup.
 func (n *Node) ReadState() ReadState {
-	rs := ReadState{NodeID: n.cfg.NodeID, AppliedIndex: n.fsm.AppliedIndex()}
+	rs := ReadState{NodeID: n.cfg.NodeID, AppliedIndex: n.fsm.AppliedIndex(), NewestObservedMs: n.fsm.Index().NewestObservedMs()}
+	if off, ok := n.LeaderOffsetCached(); ok {
+		rs.ClockOffsetToLeader = off - n.ClockCorrection()
+	}
 	if n.raft.State() == raft.Leader {
 		rs.Leader = true
 		if !n.leaderReady.Load() {

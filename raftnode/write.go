@@ -55,12 +55,13 @@ func (n *Node) ReportStats(ctx context.Context, requestID string, st []index.Rep
 	return WriteResult{Index: r.Index, Duplicate: r.Duplicate}, err
 }
 
-// SetPolicy validates p (ErrInvalid wrapping *policy.FieldError), commits
-// it and returns the committed policy with its new Version (previous + 1).
+// SetPolicy commits p and returns the committed policy with its new
+// Version (previous + 1). p is checked where a policy enters the system
+// (api.PolicyFromPB, policy.Parse) and again at apply (fsm), which refuses
+// an invalid one on every node alike: ErrRejected naming the knob (on
+// the leader a *policy.FieldError stays in the chain), the policy in
+// force unchanged.
 func (n *Node) SetPolicy(ctx context.Context, p policy.Policy) (policy.Policy, error) {
-	if err := p.Validate(); err != nil {
-		return policy.Policy{}, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
 	r, err := n.submit(ctx, command.SetPolicyCommand(n.NewRequestID(), p))
 	if err != nil {
 		return policy.Policy{}, err
