@@ -38,9 +38,10 @@ type TB interface {
 
 // Eventually calls cond at once and then every interval until it holds,
 // and returns then. If timeout passes first it fails tb with Fatalf,
-// giving the timeout and the last why cond gave. A timeout or interval
-// that is not positive fails tb at once, naming the argument. Like
-// Fatalf, it must be called from the goroutine running the test.
+// giving the timeout and the last why cond gave. A timeout that is not
+// positive asks cond once; an interval that is not positive fails tb at
+// once, naming the argument. Like Fatalf, it must be called from the
+// goroutine running the test.
 func Eventually(tb TB, timeout, interval time.Duration, cond Cond) {
 	tb.Helper()
 	if err := Until(context.Background(), timeout, interval, cond); err != nil {
@@ -52,12 +53,10 @@ func Eventually(tb TB, timeout, interval time.Duration, cond Cond) {
 // returns nil then. It returns an error wrapping ErrTimeout when timeout
 // passes first, and one wrapping ctx.Err() when ctx ends first (without
 // waiting out the interval); both carry the last why cond gave. A timeout
-// or interval that is not positive is refused with an error naming it,
+// that is not positive (a budget already spent) asks cond once. An
+// interval that is not positive is refused with an error naming it,
 // before cond is called.
 func Until(ctx context.Context, timeout, interval time.Duration, cond Cond) error {
-	if timeout <= 0 {
-		return fmt.Errorf("poll: timeout %v: must be > 0", timeout)
-	}
 	if interval <= 0 {
 		return fmt.Errorf("poll: interval %v: must be > 0", interval)
 	}

@@ -59,20 +59,28 @@ func TestEventually_FailsOnTimeoutWithTheLastReason(t *testing.T) {
 	}
 }
 
-func TestEventually_RefusesANonPositiveTimeoutOrInterval(t *testing.T) {
-	for _, tc := range []struct {
-		timeout, interval time.Duration
-		want              string
-	}{
-		{0, time.Millisecond, "timeout 0s: must be > 0"},
-		{time.Second, -time.Millisecond, "interval -1ms: must be > 0"},
-	} {
-		tb := &fakeTB{}
-		called := false
-		Eventually(tb, tc.timeout, tc.interval, func() (bool, string) { called = true; return true, "" })
-		if called || len(tb.failed) != 1 || !strings.Contains(tb.failed[0], tc.want) {
-			t.Errorf("timeout %v interval %v: called %v, failures %q: want no call and one failure saying %q",
-				tc.timeout, tc.interval, called, tb.failed, tc.want)
+func TestEventually_RefusesANonPositiveInterval(t *testing.T) {
+	tb := &fakeTB{}
+	called := false
+	Eventually(tb, time.Second, -time.Millisecond, func() (bool, string) { called = true; return true, "" })
+	if called || len(tb.failed) != 1 || !strings.Contains(tb.failed[0], "interval -1ms: must be > 0") {
+		t.Fatalf("called %v, failures %q: want no call and one failure naming the interval", called, tb.failed)
+	}
+}
+
+func TestUntil_ANonPositiveTimeoutAsksOnce(t *testing.T) {
+	for _, timeout := range []time.Duration{0, -time.Second} {
+		calls := 0
+		err := Until(context.Background(), timeout, time.Hour, func() (bool, string) {
+			calls++
+			return false, "budget spent"
+		})
+		if calls != 1 || !errors.Is(err, ErrTimeout) || !strings.HasSuffix(err.Error(), ": budget spent") {
+			t.Errorf("timeout %v: err %v after %d calls; want ErrTimeout with the reason after one call", timeout, err, calls)
+		}
+		calls = 0
+		if err := Until(context.Background(), timeout, time.Hour, func() (bool, string) { calls++; return true, "" }); err != nil || calls != 1 {
+			t.Errorf("timeout %v, condition holding: err %v after %d calls; want nil after one", timeout, err, calls)
 		}
 	}
 }
