@@ -21,7 +21,9 @@ import (
 // what was seen instead, in words a failure message can show as is
 // ("leader is node 2, want a new one"); why is ignored when ok is true.
 // A Cond is called from the goroutine that waits, never concurrently with
-// itself.
+// itself. A Cond that finds further waiting pointless (the process it
+// waits for exited) records why in a variable of its caller and returns
+// true; the caller checks that variable once the wait returns.
 type Cond func() (ok bool, why string)
 
 // ErrTimeout is wrapped by the error Until returns when its timeout passes
