@@ -21,7 +21,7 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/inference-cache ./cmd/inference-cache
 
-## test: every test with the race detector (needs ../shared beside the repo)
+## test: every test with the race detector
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
@@ -149,7 +149,7 @@ EVAL_TRACES   ?= conversation synthetic generator
 evaluate: build
 	@mkdir -p $(EVAL_DIR)
 	@set -e; for tr in $(EVAL_TRACES); do for tps in 10000 7000; do for gw in 1 4; do \
-	  if [ $$tr = generator ]; then src=""; else src="--trace ../shared/data/mooncake/$${tr}_trace.jsonl"; fi; \
+	  if [ $$tr = generator ]; then src=""; else src="--trace testdata/mooncake/$${tr}_trace.jsonl.gz"; fi; \
 	  echo "== $$tr prefill $$tps gateways $$gw"; \
 	  $(BIN)/inference-cache bench --json --no-progress $$src --prefill-tps $$tps --gateways $$gw \
 	    --plot $(EVAL_DIR)/$$tr-$$tps-$$gw.png > $(EVAL_DIR)/$$tr-$$tps-$$gw.json; done; done; done

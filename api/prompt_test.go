@@ -15,25 +15,16 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/fingerprint"
 	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/internal/fixtures"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/tokenizer"
 )
 
-// modelsDirWith links the shared reference tokenizer (never copied into the
-// repo) into a fresh models directory as model "qwen3".
+// modelsDirWith makes a fresh models directory holding the reference qwen3
+// tokenizer as model "qwen3" and an unsupported tokenizer as "wordpiece".
 func modelsDirWith(t *testing.T) string {
 	t.Helper()
-	src, err := filepath.Abs(filepath.Join("..", "..", "shared", "data", "tokenizers", "qwen3"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
-		t.Fatalf("shared tokenizer must be beside the repo: %v", err)
-	}
-	dir := t.TempDir()
-	if err := os.Symlink(src, filepath.Join(dir, "qwen3")); err != nil {
-		t.Fatal(err)
-	}
+	dir := fixtures.ModelsDir(t, "qwen3")
 	// A model whose tokenizer.json uses a type the server refuses.
 	bad := filepath.Join(dir, "wordpiece")
 	if err := os.Mkdir(bad, 0o755); err != nil {
@@ -148,15 +139,7 @@ func TestLookupRoute_PromptTextFailuresAreNoHintWithDetail(t *testing.T) {
 // iteration warms the tokenizer's word cache, as a repeated system prompt
 // would in production; the cold figure is the tokenizer's own benchmark.
 func BenchmarkLookupRoute_PromptText32KB(b *testing.B) {
-	src, _ := filepath.Abs(filepath.Join("..", "..", "shared", "data", "tokenizers", "qwen3"))
-	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); err != nil {
-		b.Skipf("shared tokenizer absent: %v", err)
-	}
-	dir := b.TempDir()
-	if err := os.Symlink(src, filepath.Join(dir, "qwen3")); err != nil {
-		b.Fatal(err)
-	}
-	reg := tokenizer.NewRegistry(dir, tokenizer.RegistryOptions{})
+	reg := tokenizer.NewRegistry(fixtures.ModelsDir(b, "qwen3"), tokenizer.RegistryOptions{})
 	var sb strings.Builder
 	for i := 0; sb.Len() < 32<<10; i++ {
 		sb.WriteString("The quick brown fox jumps over the lazy dog; request number ")

@@ -85,7 +85,7 @@ func readyzCode(srv *Server) int {
 // tokenizer.json in the directory are logged and skipped: readiness
 // still comes.
 func TestServer_NotReadyUntilTokenizersLoad(t *testing.T) {
-	dir := modelsDirWith(t) // qwen3 (the shared reference) and wordpiece (unsupported)
+	dir := modelsDirWith(t) // qwen3 (the reference tokenizer) and wordpiece (unsupported)
 	if err := os.Mkdir(filepath.Join(dir, "broken"), 0o755); err != nil {
 		t.Fatal(err)
 	}

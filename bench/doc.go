@@ -11,7 +11,8 @@
 //	generator.go  the built-in deterministic trace generator (chat sessions,
 //	              Zipf-shared system prompts, diffuse single-turn traffic)
 //	tokens.go     token ids synthesised from hash ids (512 per block)
-//	cache.go      an engine's KV cache: C blocks, LRU, shared with the
+//	cache.go      an engine's KV cache (internal/kvcache, shared with the
+//	              real-time sim engine): C blocks, LRU, shared with the
 //	              running requests (pinned blocks, reserved output blocks)
 //	engine.go     one simulated engine: FIFO prefill, modelled TTFT, its KV
 //	              events queued until their publication time, its /metrics

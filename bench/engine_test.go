@@ -56,12 +56,12 @@ func TestEngineRelease_EventAtPrefillEndVisibleAfterTheDelay(t *testing.T) {
 		t.Fatalf("at 1.04 s released %+v, %d pending; want nothing (1.0 is not before 1.04 − 0.05)", got, e.PendingEvents())
 	}
 	got := released(e, cfg.visible(1.06))
-	want := KVEvent{At: 1.0, Blocks: []uint64{1, 2}, Adm: Admission{Stored: []BlockRun{{0, 2}}}}
+	want := KVEvent{At: 1.0, Blocks: []uint64{1, 2}, Adm: Admission{Stored: []BlockRun{{Start: 0, End: 2}}}}
 	if len(got) != 1 || !sameEvent(got[0], want) || e.PendingEvents() != 1 {
 		t.Fatalf("at 1.06 s released %+v, %d pending; want only %+v", got, e.PendingEvents(), want)
 	}
 	got = released(e, cfg.visible(2.06))
-	want = KVEvent{At: 2.0, Blocks: []uint64{3, 4}, Adm: Admission{Stored: []BlockRun{{0, 2}}}}
+	want = KVEvent{At: 2.0, Blocks: []uint64{3, 4}, Adm: Admission{Stored: []BlockRun{{Start: 0, End: 2}}}}
 	if len(got) != 1 || !sameEvent(got[0], want) || e.PendingEvents() != 0 {
 		t.Fatalf("at 2.06 s released %+v, %d pending; want only %+v", got, e.PendingEvents(), want)
 	}
@@ -187,15 +187,15 @@ func TestCache_AdmitPinnedSharesCapacityWithRunningRequests(t *testing.T) {
 		keys    []uint64 // most recent first, afterwards
 	}{
 		// Room 6 − 1 = 5: all three stored and pinned.
-		{"room for all", nil, []uint64{1, 2, 3}, 1, 3, []BlockRun{{0, 3}}, nil, []uint64{1, 2, 3}},
+		{"room for all", nil, []uint64{1, 2, 3}, 1, 3, []BlockRun{{Start: 0, End: 3}}, nil, []uint64{1, 2, 3}},
 		// Room 6 − 2 = 4, 3 pinned: only block 4 fits; 1, 2, 3 stay.
-		{"pinned blocks leave room for one", nil, []uint64{4, 5, 6, 7}, 2, 1, []BlockRun{{0, 1}}, nil, []uint64{4, 1, 2, 3}},
+		{"pinned blocks leave room for one", nil, []uint64{4, 5, 6, 7}, 2, 1, []BlockRun{{Start: 0, End: 1}}, nil, []uint64{4, 1, 2, 3}},
 		// 1, 2, 3 released. Room 6 − 3 = 3: 3, 2, 1 evicted (least recent
 		// first), 4 pinned stays, so two of the three fit.
-		{"pinned block passed over", []uint64{1, 2, 3}, []uint64{8, 9, 10}, 3, 2, []BlockRun{{0, 2}}, []uint64{3, 2, 1}, []uint64{8, 9, 4}},
+		{"pinned block passed over", []uint64{1, 2, 3}, []uint64{8, 9, 10}, 3, 2, []BlockRun{{Start: 0, End: 2}}, []uint64{3, 2, 1}, []uint64{8, 9, 4}},
 		// 4 released: the least recent block, now evictable (8 and 9
 		// stay pinned).
-		{"released block evicted", []uint64{4}, []uint64{11}, 3, 1, []BlockRun{{0, 1}}, []uint64{4}, []uint64{11, 8, 9}},
+		{"released block evicted", []uint64{4}, []uint64{11}, 3, 1, []BlockRun{{Start: 0, End: 1}}, []uint64{4}, []uint64{11, 8, 9}},
 	} {
 		c.Unpin(tc.unpin)
 		var a Admission
@@ -234,7 +234,7 @@ func TestEngine_RunningRequestsHoldTheirBlocksUntilDone(t *testing.T) {
 		t.Fatalf("cache %v after B, want [4 1 2 3]: A's blocks kept, only B's first stored", got)
 	}
 	evs := released(e, all)
-	if len(evs) != 2 || !slices.Equal(evs[1].Blocks, []uint64{4}) || !slices.Equal(evs[1].Adm.Stored, []BlockRun{{0, 1}}) {
+	if len(evs) != 2 || !slices.Equal(evs[1].Blocks, []uint64{4}) || !slices.Equal(evs[1].Adm.Stored, []BlockRun{{Start: 0, End: 1}}) {
 		t.Fatalf("events %+v, want B's to store block 4 only", evs)
 	}
 	// C at 5, after both ended (2.536, 4.584): block 4 is cached (512
@@ -245,7 +245,7 @@ func TestEngine_RunningRequestsHoldTheirBlocksUntilDone(t *testing.T) {
 		t.Fatalf("C %+v, want 512 cached, TTFT 1.536", c)
 	}
 	evs = released(e, all)
-	if len(evs) != 1 || !slices.Equal(evs[0].Adm.Evicted, []uint64{3}) || !slices.Equal(evs[0].Adm.Stored, []BlockRun{{1, 4}}) {
+	if len(evs) != 1 || !slices.Equal(evs[0].Adm.Evicted, []uint64{3}) || !slices.Equal(evs[0].Adm.Stored, []BlockRun{{Start: 1, End: 4}}) {
 		t.Fatalf("C's events %+v, want block 3 evicted and [1,4) stored", evs)
 	}
 }

@@ -22,7 +22,7 @@ func ids(from uint64, n int) []uint64 {
 
 // storedEvent is a released KV event storing blocks, none evicted.
 func storedEvent(blocks ...uint64) *KVEvent {
-	return &KVEvent{Blocks: blocks, Adm: Admission{Stored: []BlockRun{{0, len(blocks)}}}}
+	return &KVEvent{Blocks: blocks, Adm: Admission{Stored: []BlockRun{{Start: 0, End: len(blocks)}}}}
 }
 
 // viewHolding is an indexer view of n engines where engine e holds the

@@ -41,7 +41,7 @@ func TestPublisher_BatchesDecodeAsVLLMEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			blocks := []uint64{1, 5, 6, 7}
-			a := &Admission{Evicted: []uint64{3}, Stored: []BlockRun{{0, 1}, {2, 4}}}
+			a := &Admission{Evicted: []uint64{3}, Stored: []BlockRun{{Start: 0, End: 1}, {Start: 2, End: 4}}}
 			n, err := p.publishAdmission(blocks, a, time.Unix(1700000000, 0))
 			if err != nil || n != 4 {
 				t.Fatalf("published %d hashes, err %v; want 4 (1 removed + 3 stored)", n, err)
@@ -135,7 +135,7 @@ func TestPublisher_ReplaySocket(t *testing.T) {
 	defer p.Close()
 	blocks := []uint64{1, 2, 3}
 	for i := range blocks {
-		a := &Admission{Stored: []BlockRun{{i, i + 1}}}
+		a := &Admission{Stored: []BlockRun{{Start: i, End: i + 1}}}
 		if _, err := p.publishAdmission(blocks, a, time.Now()); err != nil {
 			t.Fatal(err)
 		}
@@ -196,8 +196,8 @@ func TestPublisher_FramesMatchGolden(t *testing.T) {
 		}
 		blocks := []uint64{1, 5, 6, 7, 0, 3}
 		for _, a := range []*Admission{
-			{Evicted: []uint64{3, 0}, Stored: []BlockRun{{0, 1}, {2, 4}}},
-			{Stored: []BlockRun{{4, 6}}},
+			{Evicted: []uint64{3, 0}, Stored: []BlockRun{{Start: 0, End: 1}, {Start: 2, End: 4}}},
+			{Stored: []BlockRun{{Start: 4, End: 6}}},
 			{Evicted: []uint64{9}},
 		} {
 			if _, err := p.publishAdmission(blocks, a, time.Unix(1700000000, 123456789)); err != nil {

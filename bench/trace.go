@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // TraceBlockTokens is the number of prompt tokens one Mooncake hash id
@@ -53,14 +55,28 @@ type Trace struct {
 // ErrTrace wraps every trace format error; the message names the line.
 var ErrTrace = errors.New("bench: invalid trace")
 
-// LoadMooncake reads a Mooncake JSONL trace from path.
+// LoadMooncake reads a Mooncake JSONL trace from path, plain or
+// gzip-compressed (recognised by the gzip magic bytes, whatever the file's
+// name; the repository's traces are testdata/mooncake/*.jsonl.gz). The
+// trace's Name is the file's base name without a ".gz" suffix. A corrupt
+// compressed stream is an ErrTrace naming the line it broke.
 func LoadMooncake(path string) (*Trace, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("bench: open trace: %w", err)
 	}
 	defer f.Close()
-	t, err := ReadMooncake(f, filepath.Base(path))
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %v", path, ErrTrace, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	t, err := ReadMooncake(r, strings.TrimSuffix(filepath.Base(path), ".gz"))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"math"
 	"os"
@@ -8,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/inference-cache/inference-cache/internal/fixtures"
 )
 
 // The ideal bound on a hand-made trace: a block counts its own tokens (a
@@ -61,31 +65,71 @@ func TestReadMooncake_SortsByTimestampAndNamesBadLines(t *testing.T) {
 	}
 }
 
-// The shared Mooncake traces (read in place, never copied): record counts,
-// distinct blocks and the ideal bounds PROVENANCE.md states.
-func TestLoadMooncake_SharedTraces(t *testing.T) {
+// The repository's Mooncake traces, read compressed as committed: record
+// counts and the ideal bounds testdata/PROVENANCE.md states.
+func TestLoadMooncake_RepositoryTraces(t *testing.T) {
 	for _, c := range []struct {
-		file     string
+		name     string
 		requests int
 		ideal    float64 // PROVENANCE.md, one decimal of a percent
 	}{
-		{"conversation_trace.jsonl", 12031, 0.374},
-		{"synthetic_trace.jsonl", 3993, 0.651},
+		{"conversation_trace", 12031, 0.374},
+		{"synthetic_trace", 3993, 0.651},
 	} {
-		path := filepath.Join("..", "..", "shared", "data", "mooncake", c.file)
-		if _, err := os.Stat(path); err != nil {
-			t.Skipf("%s not available: %v", path, err)
-		}
-		tr, err := LoadMooncake(path)
+		tr, err := LoadMooncake(fixtures.TracePath(t, c.name))
 		if err != nil {
 			t.Fatal(err)
 		}
+		if want := c.name + ".jsonl"; tr.Name != want {
+			t.Errorf("name %q, want %q", tr.Name, want)
+		}
 		if len(tr.Requests) != c.requests {
-			t.Errorf("%s: %d requests, want %d", c.file, len(tr.Requests), c.requests)
+			t.Errorf("%s: %d requests, want %d", c.name, len(tr.Requests), c.requests)
 		}
 		if got := math.Round(tr.IdealHitRate()*1000) / 1000; got != c.ideal {
-			t.Errorf("%s: ideal %.4f, want %.3f", c.file, tr.IdealHitRate(), c.ideal)
+			t.Errorf("%s: ideal %.4f, want %.3f", c.name, tr.IdealHitRate(), c.ideal)
 		}
+	}
+}
+
+// A gzip-compressed trace reads as the same trace plain, whatever its
+// file's name says; a truncated one is an ErrTrace naming the file.
+func TestLoadMooncake_GzipRecognisedByContent(t *testing.T) {
+	const jsonl = `{"timestamp": 5, "input_length": 600, "output_length": 2, "hash_ids": [1, 2]}
+{"timestamp": 1, "input_length": 512, "output_length": 1, "hash_ids": [1]}
+`
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(jsonl))
+	zw.Close()
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	want := []Request{
+		{Timestamp: 1, InputLength: 512, OutputLength: 1, HashIDs: []uint64{1}},
+		{Timestamp: 5, InputLength: 600, OutputLength: 2, HashIDs: []uint64{1, 2}},
+	}
+	for _, c := range []struct{ file, name string }{
+		{write("t.jsonl", []byte(jsonl)), "t.jsonl"},
+		{write("t.jsonl.gz", gz.Bytes()), "t.jsonl"},
+		{write("renamed.jsonl", gz.Bytes()), "renamed.jsonl"},
+	} {
+		tr, err := LoadMooncake(c.file)
+		if err != nil {
+			t.Fatalf("%s: %v", c.file, err)
+		}
+		if tr.Name != c.name || !reflect.DeepEqual(tr.Requests, want) {
+			t.Errorf("%s: %q %+v, want %q %+v", c.file, tr.Name, tr.Requests, c.name, want)
+		}
+	}
+	cut := write("cut.jsonl.gz", gz.Bytes()[:gz.Len()-6])
+	if _, err := LoadMooncake(cut); !errors.Is(err, ErrTrace) || !strings.Contains(err.Error(), cut) {
+		t.Errorf("truncated gzip: %v, want ErrTrace naming %s", err, cut)
 	}
 }
 

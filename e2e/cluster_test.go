@@ -28,7 +28,9 @@ var binPath string
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
-		// The end-to-end tests build the binary and start processes.
+		// The end-to-end tests build the binary and start processes: each
+		// skips in short mode, and startCluster refuses to run without
+		// the binary (binPath empty).
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "ic-e2e-bin")
@@ -78,6 +80,9 @@ type cluster struct {
 // would fail the test for a reason that has nothing to do with it.
 func startCluster(t *testing.T, n int, extra ...string) *cluster {
 	t.Helper()
+	if binPath == "" {
+		t.Fatal("e2e: no binary (short mode does not build it): skip the test when testing.Short()")
+	}
 	for try := 1; ; try++ {
 		c, err := tryStartCluster(t, n, extra...)
 		if err == nil {

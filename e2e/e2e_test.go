@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/fixtures"
 )
 
 const (
@@ -43,25 +42,14 @@ var (
 	novel  = toks(90000, 128)
 )
 
-func modelsDir() string {
-	d, _ := filepath.Abs("../../shared/data/tokenizers")
-	if _, err := os.Stat(d); err != nil {
-		return ""
-	}
-	return d
-}
-
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three server processes")
 	}
 	// Two apply workers whatever the machine's CPU count, so a large
 	// batch takes the parallel apply (MetricsCountParallelApplyAndLogBytes).
-	extra := []string{"--apply-workers", "2"}
-	if d := modelsDir(); d != "" {
-		extra = append(extra, "--models-dir", d)
-	}
-	c := startCluster(t, 3, extra...)
+	// The reference tokenizers as models qwen3 and mistral-like.
+	c := startCluster(t, 3, "--apply-workers", "2", "--models-dir", fixtures.ModelsDir(t))
 	n1, n2, n3 := c.procs[0], c.procs[1], c.procs[2]
 
 	// Ingest through one node: r-a holds chain A and r-b chain B in tenant

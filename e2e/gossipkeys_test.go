@@ -22,6 +22,9 @@ import (
 // encrypted with the new key), while one holding only the old key never
 // becomes a member.
 func TestServer_GossipKeyRotationWithoutRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts five server processes")
+	}
 	key := func(b byte) string { return base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{b}, 32)) }
 	oldK, newK := key(1), key(2)
 	dir := t.TempDir()

@@ -31,6 +31,9 @@ func engineYAML(pubs map[string]*ot.Publisher) string {
 // node's own write path, and SIGHUP reloads the engine list (a removed
 // engine's blocks are cleared).
 func TestServer_EmbeddedSubscriberFeedsTheIndexAndReloadsOnSIGHUP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server process")
+	}
 	pubs := map[string]*ot.Publisher{}
 	for _, id := range []string{"eng-a", "eng-b"} {
 		p, err := ot.NewPublisher(false)
@@ -96,6 +99,9 @@ func TestServer_EmbeddedSubscriberFeedsTheIndexAndReloadsOnSIGHUP(t *testing.T) 
 // SIGHUP is the reload signal; a server with nothing to reload must keep
 // serving, not die of the signal's default action.
 func TestServer_SIGHUPWithoutSubscriberKeepsServing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server process")
+	}
 	c := startCluster(t, 1)
 	n := c.procs[0]
 	done := n.Done()
@@ -123,6 +129,9 @@ func TestServer_SIGHUPWithoutSubscriberKeepsServing(t *testing.T) {
 // A mistyped --models-dir would silently turn every prompt_text lookup
 // into NO_HINT: the server refuses to start with it.
 func TestServer_RefusesMissingModelsDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
 	out, err := exec.Command(binPath, "server", "--node-id", "x", "--data-dir", t.TempDir(), "--bootstrap-expect", "1",
 		"--grpc-addr", "127.0.0.1:0", "--models-dir", filepath.Join(t.TempDir(), "nope")).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--models-dir") {

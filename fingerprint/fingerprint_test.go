@@ -14,8 +14,9 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// goldenPath is the shared golden file computed by the reference C XXH3.
-var goldenPath = filepath.Join("..", "..", "shared", "golden", "fingerprint_vectors.json")
+// goldenPath is the golden file computed by the reference C XXH3
+// (testdata/PROVENANCE.md).
+var goldenPath = filepath.Join("testdata", "fingerprint_vectors.json")
 
 type goldenVector struct {
 	Name             string   `json:"name"`
@@ -31,7 +32,7 @@ func loadGolden(t testing.TB) []goldenVector {
 	t.Helper()
 	raw, err := os.ReadFile(goldenPath)
 	if err != nil {
-		t.Fatalf("golden vectors must be present at %s (../shared beside the repo): %v", goldenPath, err)
+		t.Fatalf("golden vectors: %v", err)
 	}
 	var f struct {
 		Seed    int            `json:"seed"`

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/fixtures"
 	"github.com/inference-cache/inference-cache/policy"
 )
 
@@ -31,8 +31,6 @@ const (
 	benchChain    = 24
 	traceBlock    = 512
 )
-
-var tracePath = filepath.Join("..", "..", "shared", "data", "mooncake", "conversation_trace.jsonl")
 
 type benchIndex struct {
 	ix       *Index
@@ -59,13 +57,8 @@ func benchPolicy() policy.Policy {
 }
 
 func loadTrace(tb testing.TB) [][]uint64 {
-	f, err := os.Open(tracePath)
-	if err != nil {
-		tb.Skipf("mooncake trace not found at %s: %v (benchmarks need ../shared/data)", tracePath, err)
-	}
-	defer f.Close()
 	var out [][]uint64
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(fixtures.OpenTrace(tb, "conversation_trace"))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var rec struct {
@@ -83,6 +76,9 @@ func loadTrace(tb testing.TB) [][]uint64 {
 		if k > 0 {
 			out = append(out, ch)
 		}
+	}
+	if err := sc.Err(); err != nil {
+		tb.Fatalf("trace: %v", err)
 	}
 	return out
 }

@@ -32,7 +32,7 @@ func (n *Node) SubmitEncodedForTest(ctx context.Context, cmd []byte) (uint64, er
 func (n *Node) SnapshotThresholdForTest() uint64 { return n.raft.ReloadableConfig().SnapshotThreshold }
 
 // ReconcileRoundsForTest is how many reconcile passes n made as leader
-// (membership.go): a test waits for rounds instead of sleeping.
+// (reconcile.go): a test waits for rounds instead of sleeping.
 func (n *Node) ReconcileRoundsForTest() uint64 { return n.reconcileRounds.Load() }
 
 // SetWrapGossipTransportForTest sets the wrapper nodes started afterwards

@@ -6,10 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"math"
-	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +13,6 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 
 	"github.com/inference-cache/inference-cache/fsm"
@@ -51,7 +46,7 @@ type Node struct {
 	hasState    atomic.Bool // advertised in gossip meta
 	reqSeq      atomic.Uint64
 	// reconcileRounds counts the leader's reconcile passes
-	// (membership.go), so a test can wait for rounds instead of sleeping.
+	// (reconcile.go), so a test can wait for rounds instead of sleeping.
 	reconcileRounds atomic.Uint64
 	// clockCorrection (ns) is what Now adds to this server's clock.
 	clockCorrection atomic.Int64
@@ -115,190 +110,41 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{
-		cfg:        cfg,
-		log:        cfg.Logger.With("node", cfg.NodeID),
-		started:    time.Now(),
-		nonce:      processNonce(),
-		proposeCh:  make(chan *proposal, proposeQueue),
-		inflight:   make(chan *inflightEntry, inflightEntries),
-		creditCh:   make(chan creditReq, creditQueue),
-		kick:       make(chan struct{}, 1),
-		appliedSig: make(chan struct{}),
-		members:    map[string]*member{},
-		peers:      loadPeerAddrs(cfg.DataDir),
-		conns:      map[string]*grpc.ClientConn{},
-		shutdownCh: make(chan struct{}),
-		reqPrefix:  cfg.NodeID + "-" + fmt.Sprintf("%x", time.Now().UnixNano()) + "-",
-	}
-	n.leaderOffset.Store(math.MinInt64) // unknown until a probe of the leader answers
+	n := newNode(cfg)
 	ok := false
 	defer func() {
 		if !ok {
-			// Stop what already started (the transport's forwarder,
-			// raft itself when a later step failed) before closing the
-			// stores under it.
-			close(n.shutdownCh)
-			if n.raft != nil {
-				_ = n.raft.Shutdown().Error()
-			}
-			n.closeAll()
+			n.abortStart()
 		}
 	}()
-	raftDir := filepath.Join(cfg.DataDir, "raft")
-	tmpDir := filepath.Join(cfg.DataDir, "tmp")
-	os.RemoveAll(tmpDir) // leftovers of an interrupted snapshot/restore
-	for _, d := range []string{raftDir, tmpDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("raftnode: create %s: %w", d, err)
-		}
-	}
-
-	hooks := cfg.Hooks
-	n.fatalCh = make(chan struct{})
-	n.fsm = fsm.New(cfg.Policy, fsm.Options{
-		TmpDir:       tmpDir,
-		Logger:       n.log,
-		ApplyWorkers: cfg.ApplyWorkers,
-		OnCorrupt:    func(_ uint64, err error) { n.fail(err) },
-		Hooks: fsm.Hooks{
-			OnApply: func(entries, commands int, d time.Duration) {
-				n.metrics.applyBatches.Add(1)
-				n.metrics.applyCommands.Add(uint64(commands))
-				n.metrics.applyNanos.Add(uint64(d))
-				n.signalApplied()
-				if hooks.OnApply != nil {
-					hooks.OnApply(entries, commands, d)
-				}
-			},
-			OnSnapshot: func(b int64, d time.Duration, err error) {
-				if err == nil {
-					n.snapshotDone()
-					n.metrics.snapshots.Add(1)
-					n.metrics.lastSnapshotBytes.Store(uint64(b))
-					n.metrics.lastSnapshotNanos.Store(uint64(d))
-				}
-				if hooks.OnSnapshot != nil {
-					hooks.OnSnapshot(b, d, err)
-				}
-			},
-			OnRestore: func(b int64, d time.Duration, err error) {
-				if err == nil {
-					// At start-up or a snapshot install, this snapshot is
-					// now the node's newest: the log-growth limit scales
-					// with it (snapshotbytes.go), not with the 256 MiB
-					// floor a restarted node would otherwise fall back to.
-					n.snapshotDone()
-					n.metrics.lastSnapshotBytes.Store(uint64(b))
-				}
-				n.signalApplied()
-				if hooks.OnRestore != nil {
-					hooks.OnRestore(b, d, err)
-				}
-			},
-		},
-	})
-
-	if err := checkBoltFile(filepath.Join(raftDir, "raft.db")); err != nil {
+	raftDir, tmpDir, err := makeDataDirs(cfg.DataDir)
+	if err != nil {
 		return nil, err
 	}
-	var err error
-	n.store, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(raftDir, "raft.db"),
-		// SPEC 13: without these bbolt rewrites its whole freelist on
-		// every append once the log has grown.
-		BoltOptions: &bbolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: open log store %s: %w", raftDir, err)
+	n.openFSM(tmpDir)
+	if err := n.openLogStore(raftDir); err != nil {
+		return nil, err
 	}
-	var base raft.LogStore = sealedLogStore{chunkedCompaction{n.store}}
-	if wrapLogStore != nil {
-		base = wrapLogStore(cfg.NodeID, base)
-	}
-	logs, err := raft.NewLogCache(logCacheSize, countingLogStore{base, &n.metrics, &n.health})
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: log cache: %w", err)
-	}
-	n.logs = logs
 	hl := n.hclog()
-	// Under the log store's file lock: no other process writes here.
-	n.removeUnfinishedSnapshots(raftDir)
-	n.snaps, err = raft.NewFileSnapshotStoreWithLogger(raftDir, cfg.SnapshotRetain, hl.Named("snapshot"))
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: snapshot store %s: %w", raftDir, err)
-	}
-	adv, err := net.ResolveTCPAddr("tcp", cfg.RaftAdvertise)
-	if err != nil {
-		return nil, fmt.Errorf("%w: raft advertise address %q: %v", ErrInvalid, cfg.RaftAdvertise, err)
-	}
-	ntc := &raft.NetworkTransportConfig{
-		Logger:  hl.Named("transport"),
-		MaxPool: transportPool,
-		Timeout: transportTimeout,
-		// Pipelining depth of AppendEntries to each follower (raft's
-		// default 2 leaves no request queued behind the one in flight).
-		MaxRPCsInFlight: transportInFlight,
-	}
-	if cfg.RaftTLS != nil {
-		n.trans, err = newTLSTransport(cfg.RaftAddr, adv, cfg.RaftTLS, ntc)
-	} else {
-		n.trans, err = raft.NewTCPTransportWithConfig(cfg.RaftAddr, adv, ntc)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: raft transport on %s: %w", cfg.RaftAddr, err)
-	}
-	has, err := raft.HasExistingState(logs, n.store, n.snaps)
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: inspect raft state: %w", err)
-	}
-	n.hasState.Store(has)
-	if err := checkRaftState(n.store, n.snaps); err != nil {
+	if err := n.openSnapshotStore(raftDir, hl); err != nil {
 		return nil, err
 	}
-
-	notify := make(chan bool, 16)
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.HeartbeatTimeout = cfg.Timing.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.Timing.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.Timing.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.Timing.CommitTimeout
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.TrailingLogs
-	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = maxAppendEntries
-	rc.NotifyCh = notify
-	rc.Logger = hl
-	n.watch = newCommitWatch(n.trans, &n.health.leaderCommit, n.shutdownCh)
-	n.raft, err = newRaft(rc, n.fsm, logs, n.store, n.snaps, n.watch)
+	if err := n.openTransport(hl); err != nil {
+		return nil, err
+	}
+	has, err := n.checkExistingState()
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: start raft: %w", err)
+		return nil, err
 	}
-	n.ready.Store(true)
-	// A log tail the FSM has not applied yet (a restart) is replayed once
-	// a leader confirms the commit index: until then reads are stale and
-	// the node is not Serving (health.go).
-	lt := &lagTracker{bootLast: n.raft.LastIndex()}
-	lt.caughtUp = lt.bootLast <= n.fsm.AppliedIndex()
-	if !lt.caughtUp {
-		n.health.setLag(StaleCatchingUp)
+	notify, err := n.startRaft(hl)
+	if err != nil {
+		return nil, err
 	}
-
+	lt := n.bootLag()
 	if err := n.startGossip(); err != nil {
 		return nil, err
 	}
-	n.wg.Add(9)
-	n.watchRaftContact()
-	go func() { defer n.wg.Done(); n.peers.saver(n.shutdownCh) }()
-	go n.snapshotByBytes()
-	go n.healthLoop(lt)
-	go n.leaderLoop(notify)
-	go n.batcher()
-	go n.committer()
-	go n.creditLoop()
-	go n.membershipLoop()
+	n.startLoops(notify, lt)
 	ok = true
 	n.log.Info("raftnode: started", "raft", cfg.RaftAdvertise, "gossip", cfg.GossipAddr, "grpc", cfg.GRPCAddr,
 		"existing_state", has, "applied_index", n.fsm.AppliedIndex())

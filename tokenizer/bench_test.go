@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/inference-cache/inference-cache/internal/fixtures"
 )
 
 // benchTexts returns about 64 KB of English prose (the long Apache-2.0
@@ -61,8 +63,7 @@ func cpuTime() time.Duration {
 func BenchmarkEncode(b *testing.B) {
 	texts := benchTexts(b)
 	for _, name := range []string{"qwen3", "mistral-like"} {
-		dir := filepath.Join(sharedDir, "data", "tokenizers", name)
-		tok, err := LoadDir(dir, LoadOptions{})
+		tok, err := LoadDir(fixtures.TokenizerDir(b, name), LoadOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -48,7 +48,7 @@ func FuzzEncode_NeverPanics(f *testing.F) {
 // here). The bound is loose for -race and busy machines.
 func TestEncode_LongWordsStayFast(t *testing.T) {
 	if testing.Short() {
-		t.Skip("loads the shared tokenizers")
+		t.Skip("loads the reference tokenizers")
 	}
 	n := 1 << 18
 	if raceEnabled {

@@ -8,14 +8,12 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/inference-cache/inference-cache/internal/fixtures"
 )
 
-// sharedDir is ../shared beside the repository; tests read the reference
-// tokenizers and golden vectors from there and never copy them.
-var sharedDir = filepath.Join("..", "..", "shared")
-
-// goldenFile is the shared file of ids produced by the reference
-// implementation.
+// goldenFile is the file of ids produced by the reference implementation
+// (testdata/PROVENANCE.md) for the repository's reference tokenizers.
 type goldenFile struct {
 	Tokenizers []struct {
 		Name          string `json:"name"`
@@ -30,9 +28,9 @@ type goldenFile struct {
 
 func loadGolden(t testing.TB) goldenFile {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(sharedDir, "golden", "tokenizer_vectors.json"))
+	data, err := os.ReadFile(filepath.Join("testdata", "tokenizer_vectors.json"))
 	if err != nil {
-		t.Fatalf("golden vectors (../shared must be beside the repo): %v", err)
+		t.Fatalf("golden vectors: %v", err)
 	}
 	var g goldenFile
 	if err := json.Unmarshal(data, &g); err != nil {
@@ -44,13 +42,14 @@ func loadGolden(t testing.TB) goldenFile {
 // sharedTokenizers caches the loaded reference tokenizers across tests.
 var sharedTokenizers sync.Map // name → *Tokenizer
 
-// sharedTokenizer loads ../shared/data/tokenizers/<name>.
+// sharedTokenizer loads the reference tokenizer name (fixtures.Tokenizers)
+// once per test process.
 func sharedTokenizer(t testing.TB, name string) *Tokenizer {
 	t.Helper()
 	if tok, ok := sharedTokenizers.Load(name); ok {
 		return tok.(*Tokenizer)
 	}
-	tok, err := LoadDir(filepath.Join(sharedDir, "data", "tokenizers", name), LoadOptions{})
+	tok, err := LoadDir(fixtures.TokenizerDir(t, name), LoadOptions{})
 	if err != nil {
 		t.Fatalf("load %s: %v", name, err)
 	}
@@ -59,7 +58,7 @@ func sharedTokenizer(t testing.TB, name string) *Tokenizer {
 }
 
 // TestEncode_MatchesReferenceGolden checks every golden case of every
-// shared tokenizer, with and without special tokens, and then again with
+// reference tokenizer, with and without special tokens, and then again with
 // a warm word cache.
 func TestEncode_MatchesReferenceGolden(t *testing.T) {
 	g := loadGolden(t)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/inference-cache/inference-cache/internal/fixtures"
 )
 
 // Within its limits EncodeContext returns exactly Encode's ids (the golden
@@ -71,7 +73,7 @@ func pathological() map[string]string {
 // the deadline or the cancellation.
 func TestEncodeContext_StopsWhenTheContextEnds(t *testing.T) {
 	if testing.Short() {
-		t.Skip("loads the shared tokenizers")
+		t.Skip("loads the reference tokenizers")
 	}
 	const after = 5 * time.Millisecond
 	slack := 200 * time.Millisecond
@@ -121,7 +123,7 @@ func TestEncodeContext_StopsWhenTheContextEnds(t *testing.T) {
 // pieces capped at 1,000 tokens cost a small fraction of encoding them all.
 func TestEncodeContext_StopsOnceOverMaxTokens(t *testing.T) {
 	if testing.Short() {
-		t.Skip("loads the shared tokenizers")
+		t.Skip("loads the reference tokenizers")
 	}
 	for _, c := range []struct{ model, text string }{
 		{"qwen3", strings.Repeat("1", 1<<20)},                // a million pieces
@@ -167,11 +169,11 @@ func TestEncodeContext_StopLeavesCacheConsistent(t *testing.T) {
 	}
 }
 
-// loadPrivate loads a private copy of a shared tokenizer without a word
+// loadPrivate loads a private copy of a reference tokenizer without a word
 // cache, so every word goes through the merge loop.
 func loadPrivate(t testing.TB, name string) *Tokenizer {
 	t.Helper()
-	tok, err := LoadDir(filepath.Join(sharedDir, "data", "tokenizers", name), LoadOptions{WordCacheSize: -1})
+	tok, err := LoadDir(fixtures.TokenizerDir(t, name), LoadOptions{WordCacheSize: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +186,7 @@ func loadPrivate(t testing.TB, name string) *Tokenizer {
 // every word through the rankQueue.
 func TestMerge_RankQueueGivesHeapIDs(t *testing.T) {
 	if testing.Short() {
-		t.Skip("loads the shared tokenizers")
+		t.Skip("loads the reference tokenizers")
 	}
 	g := loadGolden(t)
 	rnd := rand.New(rand.NewPCG(3, 4))
@@ -298,9 +300,9 @@ func TestUnicodeForm_ChunkedEqualsWhole(t *testing.T) {
 // callers after it.
 func TestRegistry_EncodeContextDoesNotWaitPastItsContextForALoad(t *testing.T) {
 	if testing.Short() {
-		t.Skip("loads the shared tokenizers")
+		t.Skip("loads the reference tokenizers")
 	}
-	reg := NewRegistry(filepath.Join(sharedDir, "data", "tokenizers"), RegistryOptions{})
+	reg := NewRegistry(fixtures.ModelsDir(t), RegistryOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
 	start := time.Now()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/inference-cache/inference-cache/internal/fixtures"
 )
 
 // modelsDir makes a models directory holding a copy of the tiny fixture
@@ -168,14 +170,11 @@ func TestRegistry_ConcurrentFirstUseLoadsOnce(t *testing.T) {
 	wg.Wait()
 }
 
-// TestRegistry_EncodesSharedReferenceModel serves the shared mistral-like
+// TestRegistry_EncodesSharedReferenceModel serves the reference mistral-like
 // tokenizer through a models directory (a symlink, not a copy) and checks
 // the completions rule against the golden ids with special tokens.
 func TestRegistry_EncodesSharedReferenceModel(t *testing.T) {
-	src, err := filepath.Abs(filepath.Join(sharedDir, "data", "tokenizers", "mistral-like"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := fixtures.TokenizerDir(t, "mistral-like")
 	root := t.TempDir()
 	os.MkdirAll(filepath.Join(root, "mistralai"), 0o755)
 	if err := os.Symlink(src, filepath.Join(root, "mistralai", "Mistral-7B")); err != nil {

@@ -74,7 +74,7 @@ restored at the end.
 TTFT is modelled (queue wait + uncached tokens / prefill speed in the
 trace's virtual time), never measured; the output says how time was
 compressed.`,
-		Example: `  inference-cache bench --trace ../shared/data/mooncake/conversation_trace.jsonl --engines 8 --cache-blocks 5712
+		Example: `  inference-cache bench --trace testdata/mooncake/conversation_trace.jsonl.gz --engines 8 --cache-blocks 5712
   inference-cache bench --requests 2000 --strategies round-robin,dynamo,lookuproute-sdk,oracle --json
   inference-cache bench --trace trace.jsonl --gateways 4 --prefill-tps 7000 --plot out.png
   inference-cache bench --trace trace.jsonl --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --plot out.png
@@ -87,7 +87,7 @@ compressed.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.trace, "trace", "", "Mooncake JSONL trace file (timestamp, input_length, output_length, hash_ids); empty = the built-in generator")
+	f.StringVar(&o.trace, "trace", "", "Mooncake JSONL trace file (timestamp, input_length, output_length, hash_ids), plain or gzip-compressed; empty = the built-in generator")
 	f.IntVar(&o.requests, "requests", 0, "replay only the first N requests of the trace (0 = all)")
 	f.IntVar(&o.genRequests, "gen-requests", 4000, "requests the built-in generator produces (without --trace)")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the generator, the random strategy and the engines' hash seeds")

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/inference-cache/inference-cache/internal/fixtures"
 )
 
 func runCLI(t *testing.T, stdin string, args ...string) (string, error) {
@@ -35,10 +36,10 @@ type goldenFile struct {
 	} `json:"vectors"`
 }
 
-// The CLI must reproduce the shared golden vectors exactly, from arguments
+// The CLI must reproduce the fingerprint package's golden vectors exactly, from arguments
 // and from stdin.
 func TestFingerprintCmd_ReproducesGoldenVectors(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "shared", "golden", "fingerprint_vectors.json"))
+	raw, err := os.ReadFile(fixtures.Path(t, "fingerprint", "testdata", "fingerprint_vectors.json"))
 	if err != nil {
 		t.Fatalf("golden file: %v", err)
 	}

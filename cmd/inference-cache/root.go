@@ -36,6 +36,7 @@ every node answers LookupRoute from its local copy.`,
 	root.AddCommand(newHealthCmd())
 	root.AddCommand(newTopCmd())
 	root.AddCommand(newClusterCmd())
+	root.AddCommand(newSimEngineCmd())
 	nameEnvInErrors(root)
 	return root
 }

@@ -23,7 +23,8 @@ const (
 // announced, then End. Its field order and map keys are those of vLLM's
 // EventBatch (ts, events, data_parallel_rank), BlockStored (block_hashes,
 // parent_block_hash, token_ids, block_size, lora_id, medium, lora_name)
-// and BlockRemoved (block_hashes, medium). Not safe for concurrent use.
+// (and extra_keys, BlockStoredSalted) and BlockRemoved (block_hashes,
+// medium). Not safe for concurrent use.
 type BatchEncoder struct {
 	form Encoding
 	buf  bytes.Buffer
@@ -104,7 +105,27 @@ func (b *BatchEncoder) BlockRemoved(hashes []uint64, medium string) {
 // without hasParent), the blocks' token ids, blockSize tokens per block,
 // on medium, without a LoRA adapter (lora_id and lora_name nil).
 func (b *BatchEncoder) BlockStored(hashes []uint64, parent uint64, hasParent bool, tokens []uint32, blockSize int, medium string) {
-	b.head("BlockStored", 8)
+	b.blockStored(hashes, parent, hasParent, tokens, blockSize, medium, "")
+}
+
+// BlockStoredSalted is BlockStored for a request with a cache_salt: when
+// the run starts the request's prompt (no parent), its first block's
+// extra_keys carry the salt as vLLM's untyped key tuple (extra_keys =
+// [[salt], nil, …], the form before event_version 1), as vLLM mixes the
+// salt into the first block's hash only. An empty salt is BlockStored.
+func (b *BatchEncoder) BlockStoredSalted(hashes []uint64, parent uint64, hasParent bool, tokens []uint32, blockSize int, medium, salt string) {
+	if hasParent {
+		salt = ""
+	}
+	b.blockStored(hashes, parent, hasParent, tokens, blockSize, medium, salt)
+}
+
+func (b *BatchEncoder) blockStored(hashes []uint64, parent uint64, hasParent bool, tokens []uint32, blockSize int, medium, salt string) {
+	n := 8
+	if salt != "" {
+		n = 9
+	}
+	b.head("BlockStored", n)
 	b.key("block_hashes")
 	b.hashes(hashes)
 	b.key("parent_block_hash")
@@ -126,6 +147,18 @@ func (b *BatchEncoder) BlockStored(hashes []uint64, parent uint64, hasParent boo
 	b.put(b.e.EncodeString(medium))
 	b.key("lora_name")
 	b.put(b.e.EncodeNil())
+	if salt != "" {
+		b.key("extra_keys")
+		b.put(b.e.EncodeArrayLen(len(hashes)))
+		for i := range hashes {
+			if i > 0 {
+				b.put(b.e.EncodeNil())
+				continue
+			}
+			b.put(b.e.EncodeArrayLen(1))
+			b.put(b.e.EncodeString(salt))
+		}
+	}
 }
 
 // End closes the batch with its data-parallel rank and returns a copy of

@@ -35,6 +35,13 @@ type Options struct {
 	// llm-d's topology. Empty: the PUB socket listens on a random
 	// loopback port.
 	Connect string
+	// Bind, when set and Connect is not, is the endpoint the PUB socket
+	// listens on, tcp://HOST:PORT ("*" for every interface, as in vLLM's
+	// default tcp://*:5557). Empty: a random loopback port.
+	Bind string
+	// ReplayBind is the replay ROUTER socket's endpoint, like Bind (empty:
+	// a random loopback port). Only with Replay.
+	ReplayBind string
 	// Topic is the first frame of every message and of three-frame replay
 	// replies (vLLM's kv_events_config topic, "" by default).
 	Topic string
@@ -92,18 +99,18 @@ func New(o Options) (*Publisher, error) {
 	}
 	if o.Connect == "" {
 		p.pub = zmq4.NewPub(ctx, quiet)
-		if err := p.pub.Listen("tcp://127.0.0.1:0"); err != nil {
+		if err := p.pub.Listen(orLoopback(o.Bind)); err != nil {
 			cancel()
-			return nil, fmt.Errorf("vllmpub: listen: %w", err)
+			return nil, fmt.Errorf("vllmpub: listen on %s: %w", orLoopback(o.Bind), err)
 		}
 	} else {
 		p.pub = zmq4.NewPub(ctx, quiet, zmq4.WithDialerRetry(20*time.Millisecond), zmq4.WithDialerMaxRetries(-1))
 	}
 	if o.Replay {
 		p.router = zmq4.NewRouter(ctx, quiet)
-		if err := p.router.Listen("tcp://127.0.0.1:0"); err != nil {
+		if err := p.router.Listen(orLoopback(o.ReplayBind)); err != nil {
 			p.Close()
-			return nil, fmt.Errorf("vllmpub: replay socket: %w", err)
+			return nil, fmt.Errorf("vllmpub: replay socket on %s: %w", orLoopback(o.ReplayBind), err)
 		}
 		p.wg.Add(1)
 		go p.serveReplay()
@@ -119,8 +126,17 @@ func New(o Options) (*Publisher, error) {
 	return p, nil
 }
 
-// Endpoint is the PUB socket's address, tcp://127.0.0.1:PORT, or for a
-// connecting publisher the endpoint it connects to.
+// orLoopback is ep, or a random loopback port when ep is empty.
+func orLoopback(ep string) string {
+	if ep == "" {
+		return "tcp://127.0.0.1:0"
+	}
+	return ep
+}
+
+// Endpoint is the PUB socket's address, tcp://HOST:PORT as bound (the
+// port chosen when it was 0), or for a connecting publisher the endpoint
+// it connects to.
 func (p *Publisher) Endpoint() string {
 	if p.connect != "" {
 		return p.connect

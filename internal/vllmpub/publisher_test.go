@@ -4,8 +4,11 @@ import (
 	"encoding/binary"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/inference-cache/inference-cache/internal/freeport"
 )
 
 // A publisher keeps only the last ReplayBuffer batches: a replay from 0
@@ -59,5 +62,40 @@ func TestPublisher_ReplayKeepsOnlyTheLastReplayBufferBatches(t *testing.T) {
 func TestNewBatchEncoder_RefusesUnknownEncoding(t *testing.T) {
 	if _, err := NewBatchEncoder("json"); err == nil {
 		t.Fatal("encoding json accepted")
+	}
+}
+
+// Bind puts the PUB socket on the endpoint given, where a subscriber
+// dialling that address receives what is published.
+func TestPublisher_BindListensOnTheGivenEndpoint(t *testing.T) {
+	addr := freeport.MustAddr(t)
+	p, err := New(Options{Bind: "tcp://" + addr, Topic: "kv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Endpoint() != "tcp://"+addr {
+		t.Fatalf("Endpoint %q, want tcp://%s", p.Endpoint(), addr)
+	}
+	sub := zmq4.NewSub(t.Context())
+	defer sub.Close()
+	if err := sub.Dial("tcp://" + addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitSubscribed(t.Context(), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish([]byte("batch")); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msg.Frames) != 3 || string(msg.Frames[0]) != "kv" || string(msg.Frames[2]) != "batch" {
+		t.Fatalf("received %q", msg.Frames)
 	}
 }

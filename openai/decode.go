@@ -1,0 +1,405 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// DecodeCompletion decodes a /v1/completions body. Errors are *Error
+// (400) naming the field as the client wrote it.
+func DecodeCompletion(body []byte) (*Request, error) { return decode(KindCompletion, body) }
+
+// DecodeChat decodes a /v1/chat/completions body. Errors are *Error
+// (400) naming the field as the client wrote it.
+func DecodeChat(body []byte) (*Request, error) { return decode(KindChat, body) }
+
+// Decode decodes a body sent to kind's endpoint.
+func Decode(kind Kind, body []byte) (*Request, error) { return decode(kind, body) }
+
+// fields reads the top-level fields of one body.
+type fields map[string]json.RawMessage
+
+func decode(kind Kind, body []byte) (*Request, error) {
+	if kind != KindCompletion && kind != KindChat {
+		return nil, fmt.Errorf("openai: unknown request kind %d", kind)
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		return nil, Errorf("", "empty request body: want a JSON object")
+	}
+	if trimmed[0] != '{' {
+		return nil, Errorf("", "request body is not a JSON object")
+	}
+	var f fields
+	if err := json.Unmarshal(trimmed, &f); err != nil {
+		return nil, Errorf("", "malformed JSON: %v", err)
+	}
+	r := &Request{Kind: kind, Raw: f, N: 1, AddGenerationPrompt: true, AddSpecialTokens: kind == KindCompletion}
+	var err error
+	if r.Model, err = f.str("model"); err != nil {
+		return nil, err
+	}
+	if r.Model == "" {
+		return nil, Errorf("model", "required: the name of a served model")
+	}
+	if kind == KindChat {
+		err = r.chatFields(f)
+	} else {
+		err = r.completionFields(f)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, r.commonFields(f)
+}
+
+func (r *Request) commonFields(f fields) error {
+	var err error
+	if r.Stream, _, err = f.boolean("stream"); err != nil {
+		return err
+	}
+	if so, ok := f.present("stream_options"); ok {
+		opts, isObj := so.(map[string]any)
+		if !isObj {
+			return Errorf("stream_options", "expected an object, got %s", describe(so))
+		}
+		if !r.Stream {
+			return Errorf("stream_options", "only allowed with \"stream\": true")
+		}
+		r.StreamOptions = true
+		switch v, ok := opts["include_usage"]; {
+		case !ok:
+			r.IncludeUsage = true // vLLM's StreamOptions default
+		case v != nil: // an explicit null is false, as pydantic's None is
+			b, isBool := v.(bool)
+			if !isBool {
+				return Errorf("stream_options.include_usage", "expected true or false, got %s", describe(v))
+			}
+			r.IncludeUsage = b
+		}
+	}
+	keys := []string{"max_tokens"}
+	if r.Kind == KindChat {
+		keys = append(keys, "max_completion_tokens") // a chat field only, as in vLLM
+	}
+	for _, key := range keys {
+		n, ok, err := f.integer(key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if n < 1 || n > MaxTokensLimit {
+			return Errorf(key, "%d is out of range: want 1 to %d", n, MaxTokensLimit)
+		}
+		r.MaxTokens = int(n) // max_completion_tokens, read second, wins
+	}
+	if n, ok, err := f.integer("n"); err != nil {
+		return err
+	} else if ok && n != 1 {
+		return Errorf("n", "%d choices requested: only n = 1 is supported", n)
+	}
+	if s, ok := f.present("cache_salt"); ok {
+		salt, isStr := s.(string)
+		if !isStr || salt == "" {
+			return Errorf("cache_salt", "must be a non-empty string if provided, got %s", describe(s))
+		}
+		r.CacheSalt = salt
+	}
+	if b, ok, err := f.boolean("add_special_tokens"); err != nil {
+		return err
+	} else if ok {
+		r.AddSpecialTokens = b
+	}
+	return nil
+}
+
+func (r *Request) chatFields(f fields) error {
+	v, ok := f.present("messages")
+	if !ok {
+		return Errorf("messages", "required: a list of chat messages")
+	}
+	list, isList := v.([]any)
+	if !isList {
+		return Errorf("messages", "expected a list of message objects, got %s", describe(v))
+	}
+	if len(list) == 0 {
+		return Errorf("messages", "empty: at least one message is required")
+	}
+	r.Messages = make([]map[string]any, len(list))
+	for i, m := range list {
+		msg, err := checkMessage(i, m)
+		if err != nil {
+			return err
+		}
+		r.Messages[i] = msg
+	}
+	agp, agpSet, err := f.boolean("add_generation_prompt")
+	if err != nil {
+		return err
+	}
+	if agpSet {
+		r.AddGenerationPrompt = agp
+	}
+	if r.ContinueFinalMessage, _, err = f.boolean("continue_final_message"); err != nil {
+		return err
+	}
+	if r.ContinueFinalMessage && agpSet && agp {
+		return Errorf("continue_final_message", "cannot be true together with \"add_generation_prompt\": true")
+	}
+	if r.ChatTemplate, err = f.str("chat_template"); err != nil {
+		return err
+	}
+	if v, ok := f.present("chat_template_kwargs"); ok {
+		kw, isObj := v.(map[string]any)
+		if !isObj {
+			return Errorf("chat_template_kwargs", "expected an object, got %s", describe(v))
+		}
+		r.ChatTemplateKwargs = kw
+	}
+	if r.Tools, err = f.objects("tools"); err != nil {
+		return err
+	}
+	r.Documents, err = f.objects("documents")
+	return err
+}
+
+// checkMessage checks messages[i]: an object with a string role and a
+// content that is a string, null, or a list of parts (strings, or objects
+// whose "type" is a string and whose "text", for a text part, is one).
+func checkMessage(i int, m any) (map[string]any, error) {
+	at := "messages[" + strconv.Itoa(i) + "]"
+	msg, ok := m.(map[string]any)
+	if !ok {
+		return nil, Errorf(at, "expected a message object, got %s", describe(m))
+	}
+	role, ok := msg["role"].(string)
+	if !ok {
+		if msg["role"] == nil {
+			return nil, Errorf(at+".role", "required: a string such as \"user\"")
+		}
+		return nil, Errorf(at+".role", "expected a string, got %s", describe(msg["role"]))
+	}
+	if role == "" {
+		return nil, Errorf(at+".role", "empty: a role such as \"user\" is required")
+	}
+	switch c := msg["content"].(type) {
+	case nil, string:
+	case []any:
+		for j, p := range c {
+			pat := at + ".content[" + strconv.Itoa(j) + "]"
+			switch part := p.(type) {
+			case string:
+			case map[string]any:
+				t, hasType := part["type"]
+				if hasType {
+					if _, isStr := t.(string); !isStr {
+						return nil, Errorf(pat+".type", "expected a string, got %s", describe(t))
+					}
+				}
+				if t == "text" {
+					if _, isStr := part["text"].(string); !isStr {
+						return nil, Errorf(pat+".text", "a text part needs a string text, got %s", describe(part["text"]))
+					}
+				}
+			default:
+				return nil, Errorf(pat, "expected a content part object or a string, got %s", describe(p))
+			}
+		}
+	default:
+		return nil, Errorf(at+".content", "expected a string, a list of content parts or null, got %s", describe(c))
+	}
+	return msg, nil
+}
+
+func (r *Request) completionFields(f fields) error {
+	if _, ok := f.present("prompt_embeds"); ok {
+		return Errorf("prompt_embeds", "not supported: send prompt (text or token ids)")
+	}
+	v, ok := f.present("prompt")
+	if !ok {
+		return Errorf("prompt", "required: a string, a list of strings, a list of token ids or a list of lists of token ids")
+	}
+	switch p := v.(type) {
+	case string:
+		r.Prompt.Texts = []string{p}
+		return nil
+	case []any:
+		r.Prompt.IsList = true
+		if len(p) == 0 {
+			return Errorf("prompt", "empty list: at least one prompt or token id is required")
+		}
+		switch p[0].(type) {
+		case string:
+			r.Prompt.Texts = make([]string, len(p))
+			for i, x := range p {
+				s, isStr := x.(string)
+				if !isStr {
+					return Errorf("prompt["+strconv.Itoa(i)+"]", "expected a string like prompt[0], got %s", describe(x))
+				}
+				r.Prompt.Texts[i] = s
+			}
+			return nil
+		case []any:
+			r.Prompt.TokenIDs = make([][]uint32, len(p))
+			for i, x := range p {
+				at := "prompt[" + strconv.Itoa(i) + "]"
+				ids, isList := x.([]any)
+				if !isList {
+					return Errorf(at, "expected a list of token ids like prompt[0], got %s", describe(x))
+				}
+				if len(ids) == 0 {
+					return Errorf(at, "empty list of token ids")
+				}
+				toks, err := tokenIDs(at, ids)
+				if err != nil {
+					return err
+				}
+				r.Prompt.TokenIDs[i] = toks
+			}
+			return nil
+		default:
+			toks, err := tokenIDs("prompt", p)
+			if err != nil {
+				return err
+			}
+			r.Prompt.TokenIDs = [][]uint32{toks}
+			r.Prompt.IsList = false
+			return nil
+		}
+	}
+	return Errorf("prompt", "expected a string, a list of strings, a list of token ids or a list of lists of token ids, got %s", describe(v))
+}
+
+func tokenIDs(at string, ids []any) ([]uint32, error) {
+	out := make([]uint32, len(ids))
+	for i, x := range ids {
+		n, err := asInt(x)
+		if err != nil || n < 0 || n > MaxTokenID {
+			return nil, Errorf(at+"["+strconv.Itoa(i)+"]", "expected a token id (an integer 0 to %d), got %s", int64(MaxTokenID), describe(x))
+		}
+		out[i] = uint32(n)
+	}
+	return out, nil
+}
+
+// present decodes key's value (numbers as json.Number); a null or absent
+// key is not present. The body decoded as a whole, so values are valid.
+func (f fields) present(key string) (any, bool) {
+	raw, ok := f[key]
+	if !ok {
+		return nil, false
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if d.Decode(&v) != nil || v == nil {
+		return nil, false
+	}
+	return v, true
+}
+
+func (f fields) str(key string) (string, error) {
+	v, ok := f.present(key)
+	if !ok {
+		return "", nil
+	}
+	s, isStr := v.(string)
+	if !isStr {
+		return "", Errorf(key, "expected a string, got %s", describe(v))
+	}
+	return s, nil
+}
+
+func (f fields) boolean(key string) (v, ok bool, err error) {
+	x, ok := f.present(key)
+	if !ok {
+		return false, false, nil
+	}
+	b, isBool := x.(bool)
+	if !isBool {
+		return false, false, Errorf(key, "expected true or false, got %s", describe(x))
+	}
+	return b, true, nil
+}
+
+func (f fields) integer(key string) (int64, bool, error) {
+	x, ok := f.present(key)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := asInt(x)
+	if err != nil {
+		return 0, false, Errorf(key, "expected an integer, got %s", describe(x))
+	}
+	return n, true, nil
+}
+
+// objects reads a list of objects (tools, documents); nil when absent.
+func (f fields) objects(key string) ([]map[string]any, error) {
+	x, ok := f.present(key)
+	if !ok {
+		return nil, nil
+	}
+	list, isList := x.([]any)
+	if !isList {
+		return nil, Errorf(key, "expected a list of objects, got %s", describe(x))
+	}
+	out := make([]map[string]any, len(list))
+	for i, e := range list {
+		o, isObj := e.(map[string]any)
+		if !isObj {
+			return nil, Errorf(key+"["+strconv.Itoa(i)+"]", "expected an object, got %s", describe(e))
+		}
+		out[i] = o
+	}
+	return out, nil
+}
+
+// asInt reads an integral JSON number (2 or 2.0, as pydantic accepts).
+func asInt(x any) (int64, error) {
+	num, ok := x.(json.Number)
+	if !ok {
+		return 0, fmt.Errorf("not a number")
+	}
+	if n, err := num.Int64(); err == nil {
+		return n, nil
+	}
+	f, err := num.Float64()
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, fmt.Errorf("not an integer")
+	}
+	return int64(f), nil
+}
+
+// describe renders a decoded value for an error message, cut to 40 bytes.
+func describe(v any) string {
+	var s string
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "a list"
+	case string:
+		s = strconv.Quote(x)
+	case json.Number:
+		s = x.String()
+	default:
+		s = fmt.Sprint(x)
+	}
+	if len(s) > 40 {
+		cut := 37
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
+	}
+	return s
+}
