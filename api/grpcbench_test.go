@@ -183,7 +183,7 @@ func BenchmarkLookupRouteGRPC(b *testing.B) {
 					var wg sync.WaitGroup
 					for i := 0; i < b.N; i++ {
 						if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-							time.Sleep(d)
+							time.Sleep(d) // open-loop pacing at the offered rate
 						}
 						wg.Add(1)
 						go func(i int) {

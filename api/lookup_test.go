@@ -153,7 +153,7 @@ func TestLookupRoute_FailsOpen(t *testing.T) {
 	}{
 		{"panic in ranking", &fakeNode{lookup: func(*index.LookupRequest, *index.Result) { panic("boom") }}, nil, okReq, DetailPanic},
 		{"over budget", &fakeNode{lookup: func(req *index.LookupRequest, res *index.Result) {
-			time.Sleep(30 * time.Millisecond) // the default budget is 10 ms
+			time.Sleep(30 * time.Millisecond) // the fault under test: a lookup slower than the 10 ms default budget
 			match(req, res)
 		}}, nil, okReq, DetailTimeout},
 		{"not ready", &fakeNode{lookup: match, notReady: true}, nil, okReq, DetailNotReady},

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/syncbuf"
 
 	"google.golang.org/grpc"
@@ -32,20 +34,10 @@ func servingNode(t *testing.T) *raftnode.Node {
 	c.StartAll()
 	c.WaitLeader(15 * time.Second)
 	n := c.Nodes[0].Node
-	waitUntil(t, 10*time.Second, "node Serving", n.Serving)
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		return n.Serving(), fmt.Sprintf("one-node cluster not Serving: read state %+v", n.ReadState())
+	})
 	return n
-}
-
-// waitUntil polls cond every 10 ms until it holds or d passes.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // serveAPI serves srv on loopback and returns a connection to it.
@@ -132,8 +124,9 @@ func TestServer_NotReadyUntilTokenizersLoad(t *testing.T) {
 	}
 
 	close(release)
-	waitUntil(t, 30*time.Second, "gRPC health SERVING after the loads", func() bool {
-		return healthOf(t, cc) == healthpb.HealthCheckResponse_SERVING
+	poll.Eventually(t, 30*time.Second, 10*time.Millisecond, func() (bool, string) {
+		st := healthOf(t, cc)
+		return st == healthpb.HealthCheckResponse_SERVING, fmt.Sprintf("gRPC health %v after the loads, want SERVING", st)
 	})
 	if !srv.Ready() || readyzCode(srv) != http.StatusOK {
 		t.Fatalf("after the loads: Ready %v, /readyz %d", srv.Ready(), readyzCode(srv))
@@ -212,11 +205,14 @@ func TestServer_ReadyAfterTokenizerLoadTimeout(t *testing.T) {
 	if took := time.Since(start); took < 300*time.Millisecond {
 		t.Fatalf("stopped waiting after %v, before the 300 ms limit", took)
 	}
-	waitUntil(t, 5*time.Second, "gRPC health SERVING after the limit", func() bool {
-		return healthOf(t, cc) == healthpb.HealthCheckResponse_SERVING
+	poll.Eventually(t, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
+		st := healthOf(t, cc)
+		return st == healthpb.HealthCheckResponse_SERVING, fmt.Sprintf("gRPC health %v after the limit, want SERVING", st)
 	})
-	waitUntil(t, 5*time.Second, "a log naming the tokenizer still loading", func() bool {
-		return strings.Contains(logs.String(), `msg="tokenizer still loading at the readiness time limit; ready without it" model_id=qwen3`)
+	const still = `msg="tokenizer still loading at the readiness time limit; ready without it" model_id=qwen3`
+	poll.Eventually(t, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
+		out := logs.String()
+		return strings.Contains(out, still), fmt.Sprintf("no log line %s in:\n%s", still, out)
 	})
 }
 
@@ -244,5 +240,7 @@ func TestServer_TokenizerLoadTimeoutHoldsForAStuckPreloader(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("readiness waits on a stuck preload past its 100 ms limit")
 	}
-	waitUntil(t, 5*time.Second, "Ready after the limit", srv.Ready)
+	poll.Eventually(t, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
+		return srv.Ready(), "server not Ready after the tokenizer load limit"
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/proccluster"
 
 	"google.golang.org/grpc"
@@ -224,24 +225,30 @@ func (c *Cluster) Start(n *Node) error {
 
 // WaitUp waits until n answers Cluster.Status and marks it Up.
 func (c *Cluster) WaitUp(ctx context.Context, n *Node, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
+	exited := false
+	err := poll.Until(ctx, limit, 50*time.Millisecond, func() (bool, string) {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err := n.CL.Status(cctx, &pb.StatusRequest{})
 		cancel()
 		if err == nil {
-			n.setState(Up)
-			return nil
+			return true, ""
 		}
 		select {
 		case <-n.proc.Done():
-			return fmt.Errorf("chaos: %s exited while starting (see %s)", n.ID, n.LogPath)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+			exited = true
+			return true, "" // stop asking; reported below
+		default:
 		}
+		return false, fmt.Sprintf("%s does not answer Status: %v", n.ID, err)
+	})
+	switch {
+	case exited:
+		return fmt.Errorf("chaos: %s exited while starting (see %s)", n.ID, n.LogPath)
+	case err != nil:
+		return fmt.Errorf("chaos: %w", err)
 	}
-	return fmt.Errorf("chaos: %s did not answer Status within %v", n.ID, limit)
+	n.setState(Up)
+	return nil
 }
 
 // Kill sends SIGKILL to n and waits until the process is gone.
@@ -365,13 +372,14 @@ func (c *Cluster) WaitHealthy(ctx context.Context, limit time.Duration) error {
 		return err
 	}
 	var target uint64
-	for time.Now().Before(deadline) {
+	var lerr error // from finding the leader again: ends the wait
+	err = poll.Until(ctx, time.Until(deadline), 50*time.Millisecond, func() (bool, string) {
 		st, err := c.Status(ctx, l)
 		if err != nil || st.State != "Leader" {
-			if l, err = c.WaitLeader(ctx, time.Until(deadline)); err != nil {
-				return err
+			if l, lerr = c.WaitLeader(ctx, time.Until(deadline)); lerr != nil {
+				return true, "" // stop asking; reported below
 			}
-			continue
+			return false, "the leader changed to " + l.ID
 		}
 		if target == 0 {
 			target = st.CommitIndex
@@ -388,12 +396,16 @@ func (c *Cluster) WaitHealthy(ctx context.Context, limit time.Duration) error {
 				caught++
 			}
 		}
-		if voters == len(c.Nodes) && caught == len(c.Nodes) {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
+		return voters == len(c.Nodes) && caught == len(c.Nodes),
+			fmt.Sprintf("%d of %d nodes are voters, %d applied the commit index %d and know the leader", voters, len(c.Nodes), caught, target)
+	})
+	if lerr != nil {
+		return lerr
 	}
-	return fmt.Errorf("chaos: cluster not healthy within %v", limit)
+	if err != nil {
+		return fmt.Errorf("chaos: cluster not healthy within %v: %w", limit, err)
+	}
+	return nil
 }
 
 func contains(ns []*Node, n *Node) bool { return slices.Contains(ns, n) }

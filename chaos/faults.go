@@ -2,12 +2,12 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // FaultKind names a fault the harness injects.
@@ -104,8 +104,8 @@ func (r *Runner) leaderOf(ctx context.Context) (*Node, uint64, error) {
 // waitNewLeader polls the nodes not in skip every 10 ms until one reports
 // state Leader in a term above oldTerm; returns the time it took.
 func (r *Runner) waitNewLeader(ctx context.Context, since time.Time, oldTerm uint64, limit time.Duration, skip ...*Node) (*Node, time.Duration, error) {
-	deadline := since.Add(limit)
-	for time.Now().Before(deadline) {
+	var found *Node
+	err := poll.Until(ctx, time.Until(since.Add(limit)), 10*time.Millisecond, func() (bool, string) {
 		for _, n := range r.c.Nodes {
 			if contains(skip, n) {
 				continue
@@ -117,16 +117,16 @@ func (r *Runner) waitNewLeader(ctx context.Context, since time.Time, oldTerm uin
 			st, err := n.CL.Status(cctx, &pb.StatusRequest{})
 			cancel()
 			if err == nil && st.State == "Leader" && st.Term > oldTerm {
-				return n, time.Since(since), nil
+				found = n
+				return true, ""
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil, 0, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+		return false, fmt.Sprintf("no node up reports itself Leader in a term above %d", oldTerm)
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("no new leader within %v: %w", limit, err)
 	}
-	return nil, 0, fmt.Errorf("no new leader within %v", limit)
+	return found, time.Since(since), nil
 }
 
 func (r *Runner) randomFollower(leader *Node) *Node {
@@ -199,17 +199,19 @@ func (r *Runner) inject(ctx context.Context, kind FaultKind) (*FaultRec, error) 
 		}
 		// The resumed node must step down: within 5 s it reports a state
 		// other than Leader, or Leader in a newer term (re-elected).
-		stepped := false
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-			if st, err := r.c.Status(ctx, leader); err == nil && (st.State != "Leader" || st.Term > term) {
-				stepped = true
-				f.Notes = append(f.Notes, fmt.Sprintf("resumed %s reports %s in term %d after %.0f ms", leader.ID, st.State, st.Term, ms(time.Since(f.Healed))))
-				break
+		stepped := poll.Until(ctx, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
+			st, err := r.c.Status(ctx, leader)
+			switch {
+			case err != nil:
+				return false, err.Error()
+			case st.State == "Leader" && st.Term <= term:
+				return false, fmt.Sprintf("Leader of term %d", st.Term)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !stepped {
-			f.Violations = append(f.Violations, fmt.Sprintf("resumed %s still Leader of term %d after 5 s", leader.ID, term))
+			f.Notes = append(f.Notes, fmt.Sprintf("resumed %s reports %s in term %d after %.0f ms", leader.ID, st.State, st.Term, ms(time.Since(f.Healed))))
+			return true, ""
+		})
+		if stepped != nil {
+			f.Violations = append(f.Violations, fmt.Sprintf("resumed %s did not step down from term %d: %v", leader.ID, term, stepped))
 		}
 
 	case Replace:
@@ -338,24 +340,24 @@ func (r *Runner) inject(ctx context.Context, kind FaultKind) (*FaultRec, error) 
 // otherwise; an error from the reachable minority node is one too.
 func (r *Runner) checkStale(ctx context.Context, f *FaultRec, n *Node) {
 	req := &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model, TenantId: tenant, TokenIds: r.w.seeded}
-	var last string
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+	err := poll.Until(ctx, 2*time.Second, 100*time.Millisecond, func() (bool, string) {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		resp, err := n.IC.LookupRoute(cctx, req)
 		cancel()
 		if err != nil {
 			f.Violations = append(f.Violations, fmt.Sprintf("partitioned %s: LookupRoute error %v", n.ID, err))
-			return
+			return true, "" // recorded; stop asking
 		}
 		if resp.Stale {
 			f.Notes = append(f.Notes, fmt.Sprintf("%s stale=true (last leader contact %d ms, %s)", n.ID, resp.LastLeaderContactMs, resp.ReasonCode))
 			r.staleChecks++
-			return
+			return true, ""
 		}
-		last = fmt.Sprintf("stale=false, last leader contact %d ms", resp.LastLeaderContactMs)
-		time.Sleep(100 * time.Millisecond)
+		return false, fmt.Sprintf("stale=false, last leader contact %d ms", resp.LastLeaderContactMs)
+	})
+	if err != nil {
+		f.Violations = append(f.Violations, fmt.Sprintf("partitioned %s after %v: %v", n.ID, time.Since(f.Start).Round(time.Millisecond), err))
 	}
-	f.Violations = append(f.Violations, fmt.Sprintf("partitioned %s after %v: %s", n.ID, time.Since(f.Start).Round(time.Millisecond), last))
 }
 
 // removeServer removes n (down) from the Raft configuration through the
@@ -363,18 +365,14 @@ func (r *Runner) checkStale(ctx context.Context, f *FaultRec, n *Node) {
 // it right back; a replacement with an empty data directory then joins as
 // a new voter instead of voting with a log it forgot.
 func (r *Runner) removeServer(ctx context.Context, n *Node) error {
-	deadline := time.Now().Add(60 * time.Second)
-	var last error
-	for time.Now().Before(deadline) {
+	err := poll.Until(ctx, 60*time.Second, 100*time.Millisecond, func() (bool, string) {
 		l, err := r.c.WaitLeader(ctx, 10*time.Second, n)
 		if err != nil {
-			last = err
-			continue
+			return false, err.Error()
 		}
 		st, err := r.c.Status(ctx, l)
 		if err != nil {
-			last = err
-			continue
+			return false, err.Error()
 		}
 		healthy, inCfg := false, false
 		for _, m := range st.Members {
@@ -384,23 +382,23 @@ func (r *Runner) removeServer(ctx context.Context, n *Node) error {
 			}
 		}
 		if !inCfg {
-			return nil
+			return true, ""
 		}
 		if healthy {
-			last = errors.New("gossip still reports it healthy")
-			time.Sleep(100 * time.Millisecond)
-			continue
+			return false, "gossip still reports it healthy"
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err = l.CL.RemoveServer(cctx, &pb.RemoveServerRequest{Id: n.ID})
 		cancel()
-		if err == nil {
-			return nil
+		if err != nil {
+			return false, err.Error()
 		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
+		return true, ""
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: remove %s: %w", n.ID, err)
 	}
-	return fmt.Errorf("chaos: remove %s: %v", n.ID, last)
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

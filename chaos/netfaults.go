@@ -6,6 +6,7 @@ import (
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // Ports of a node in network-namespace mode (NewCluster).
@@ -99,20 +100,21 @@ func (r *Runner) raftPartition(ctx context.Context, f *FaultRec, leader *Node, t
 		f.Notes = append(f.Notes, fmt.Sprintf("majority elected %s after %.0f ms", newL.ID, ms(d)))
 	}
 	if newL != nil {
-		reason, ok := "", false
-		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && !ok; {
-			if st, err := r.c.Status(ctx, newL); err == nil {
-				for _, m := range st.Members {
-					if m.Id == leader.ID && !m.Healthy {
-						ok, reason = true, m.UnhealthyReason
-					}
+		reason := ""
+		err := poll.Until(ctx, 15*time.Second, 100*time.Millisecond, func() (bool, string) {
+			st, err := r.c.Status(ctx, newL)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, m := range st.Members {
+				if m.Id == leader.ID && !m.Healthy {
+					reason = m.UnhealthyReason
+					return true, ""
 				}
 			}
-			if !ok {
-				time.Sleep(100 * time.Millisecond)
-			}
-		}
-		if ok {
+			return false, newL.ID + " reports " + leader.ID + " healthy"
+		})
+		if err == nil {
 			f.Notes = append(f.Notes, fmt.Sprintf("%s reports %s unhealthy after %.0f ms: %s", newL.ID, leader.ID, ms(time.Since(f.Start)), reason))
 		} else {
 			f.Violations = append(f.Violations, fmt.Sprintf("%s still reports the Raft-cut %s healthy after 15 s", newL.ID, leader.ID))

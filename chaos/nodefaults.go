@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // clockOffsetEnv is the chaos build's clock hook (cmd/inference-cache
@@ -55,7 +56,7 @@ func (r *Runner) leaderDiskFull(ctx context.Context, f *FaultRec, leader *Node, 
 				}
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the watch lasts as long as the disk is full
 	}
 	if reported == "" {
 		f.Violations = append(f.Violations, fmt.Sprintf("%s never reported %s unhealthy while its disk was full", newL.ID, leader.ID))
@@ -127,16 +128,16 @@ func (r *Runner) clockSkew(ctx context.Context, f *FaultRec, leader *Node) error
 		cancel()
 		if err != nil {
 			f.Notes = append(f.Notes, "transfer: "+err.Error())
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // a pause before the next try
 			continue
 		}
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-			if st, err := r.c.Status(ctx, fl); err == nil && st.State == "Leader" {
-				transferred = true
-				break
+		transferred = poll.Until(ctx, 5*time.Second, 50*time.Millisecond, func() (bool, string) {
+			st, err := r.c.Status(ctx, fl)
+			if err != nil {
+				return false, err.Error()
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return st.State == "Leader", fl.ID + " is " + st.State
+		}) == nil
 	}
 	if !transferred {
 		f.Violations = append(f.Violations, fmt.Sprintf("could not make the skewed %s leader", fl.ID))

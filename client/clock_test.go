@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"github.com/inference-cache/inference-cache/api"
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/syncbuf"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
@@ -35,13 +37,9 @@ func serveReal(t *testing.T) string {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !n.Serving() {
-		if time.Now().After(deadline) {
-			t.Fatal("node not Serving within 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		return n.Serving(), fmt.Sprintf("one-node cluster not Serving: read state %+v", n.ReadState())
+	})
 	return lis.Addr().String()
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 func runBin(t *testing.T, stdin string, args ...string) string {
@@ -61,16 +62,11 @@ func checkCLI(t *testing.T, c *cluster) {
 	// An election may be in progress (the 2-core machine can delay a
 	// heartbeat while three servers start): ask again until one leader
 	// shows, as an operator would.
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	poll.Eventually(t, 10*time.Second, 200*time.Millisecond, func() (bool, string) {
 		out = runBin(t, "", append([]string{"status"}, addrs...)...)
-		if strings.Count(out, "Leader") >= 1 && strings.Count(out, "Voter") == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status table:\n%s", out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return strings.Count(out, "Leader") >= 1 && strings.Count(out, "Voter") == 3,
+			"status table without a leader and 3 voters:\n" + out
+	})
 	// Each node's digest comes with the applied index it was computed at
 	// (status and digest are separate calls, so APPLIED may differ).
 	if got := len(regexp.MustCompile(`(?m)\s[0-9a-f]{16}@[1-9][0-9]*$`).FindAllString(out, -1)); got != 3 {

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // The operator's membership commands reach the leader from any node's
@@ -59,8 +61,7 @@ func TestClusterCommands_TransferLeadershipAndRemoveServer(t *testing.T) {
 		t.Fatalf("remove-server output: %q", out)
 	}
 	c.kill(gone)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Eventually(t, 10*time.Second, 100*time.Millisecond, func() (bool, string) {
 		ctx, cancel := ctxT(2 * time.Second)
 		st, err := nl.cl.Status(ctx, &pb.StatusRequest{})
 		cancel()
@@ -73,14 +74,9 @@ func TestClusterCommands_TransferLeadershipAndRemoveServer(t *testing.T) {
 				voters = -100
 			}
 		}
-		if err == nil && voters == 2 && st.GetState() == "Leader" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after remove-server: %v %v", st, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil && voters == 2 && st.GetState() == "Leader",
+			fmt.Sprintf("after remove-server, want %s Leader with 2 voters other than %s: %v %v", nl.id, gone.id, st, err)
+	})
 	// Operator mistakes are refused with the reason, and change nothing.
 	refused := []struct {
 		args []string

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/syncbuf"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -22,15 +24,13 @@ import (
 // waitOutput polls out until re matches, and returns the submatches.
 func waitOutput(t *testing.T, out *syncbuf.Buffer, re *regexp.Regexp, limit time.Duration) []string {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no %q in the dev output after %v:\n%s", re, limit, out.String())
-	return nil
+	var m []string
+	poll.Eventually(t, limit, 50*time.Millisecond, func() (bool, string) {
+		s := out.String()
+		m = re.FindStringSubmatch(s)
+		return m != nil, fmt.Sprintf("no %q in the dev output:\n%s", re, s)
+	})
+	return m
 }
 
 // `inference-cache dev` keeps the cluster up through a node's death: the
@@ -105,19 +105,13 @@ func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Eventually(t, 30*time.Second, 100*time.Millisecond, func() (bool, string) {
 		lctx, lcancel := context.WithTimeout(context.Background(), 2*time.Second)
 		r := c2.LookupRoute(lctx, lookupReq(tenant, tokens))
 		lcancel()
-		if r.ReasonCode == pb.ReasonCode_PREFIX_MATCH && r.Replicas[0].ReplicaId == "r-dev" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restarted node2 never answered the write made while it was down: %v", r)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return r.ReasonCode == pb.ReasonCode_PREFIX_MATCH && r.Replicas[0].ReplicaId == "r-dev",
+			fmt.Sprintf("restarted node2 does not answer the write made while it was down: %v", r)
+	})
 
 	// A second dev on the same ports.
 	second := exec.Command(binPath, "dev", "--dir", filepath.Join(dir, "b"), "--base-port", strconv.Itoa(base), "--demo-fleet=false")
@@ -176,26 +170,21 @@ func TestDev_LiveViewRedrawsInPlaceOnATerminal(t *testing.T) {
 	run("new-session", "-d", "-s", session, "-x", "200", "-y", "50", cmdline)
 	defer func() {
 		_ = exec.Command(tmux, "-S", sock, "send-keys", "-t", session, "C-c").Run()
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) && exec.Command(tmux, "-S", sock, "has-session", "-t", session).Run() == nil {
-			time.Sleep(200 * time.Millisecond)
-		}
+		// A session still running after 30 s is ended by kill-server.
+		_ = poll.Until(context.Background(), 30*time.Second, 200*time.Millisecond, func() (bool, string) {
+			return exec.Command(tmux, "-S", sock, "has-session", "-t", session).Run() != nil, "dev still running in tmux"
+		})
 		_ = exec.Command(tmux, "-S", sock, "kill-server").Run()
 	}()
 	screen := func() string { return run("capture-pane", "-p", "-t", session) }
 	waitScreen := func(what string, ok func(string) bool) string {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			s := screen()
-			if ok(s) {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s on the screen after 60 s:\n%s", what, s)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		var s string
+		poll.Eventually(t, 60*time.Second, 200*time.Millisecond, func() (bool, string) {
+			s = screen()
+			return ok(s), fmt.Sprintf("no %s on the screen:\n%s", what, s)
+		})
+		return s
 	}
 	// Three refreshes of a frame with lookups flowing.
 	s := waitScreen("frame with demo lookups", func(s string) bool {

@@ -93,7 +93,7 @@ func TestElectionStability_LookupFloodOnOneNode(t *testing.T) {
 		}
 		var moved string
 		for fctx.Err() == nil && moved == "" {
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // the terms are watched for as long as the flood runs
 			for id, tm := range c.terms(t) {
 				if tm != before[id] {
 					moved = id + " term " + strconv.FormatUint(before[id], 10) + " -> " + strconv.FormatUint(tm, 10)

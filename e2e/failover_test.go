@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 func checkFailover(t *testing.T, c *cluster) {
@@ -48,7 +50,11 @@ func checkFailover(t *testing.T, c *cluster) {
 			}(p)
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The lookups flow and match before the kill.
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		n, m := calls.Load(), matches.Load()
+		return m >= 20, fmt.Sprintf("%d lookups, %d PREFIX_MATCH before the kill; want 20 matches", n, m)
+	})
 	c.kill(leader)
 	killedAt := time.Now()
 
@@ -70,7 +76,13 @@ func checkFailover(t *testing.T, c *cluster) {
 	if newLeader == leader {
 		t.Fatal("killed node still leader")
 	}
-	time.Sleep(time.Second)
+	// The lookups go on under the new leader: a thousand more answers,
+	// each of them counted as an error if it failed.
+	after := calls.Load()
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		n := calls.Load() - after
+		return n >= 1000, fmt.Sprintf("%d lookups answered under the new leader %s, want 1000", n, newLeader.id)
+	})
 	close(stop)
 	wg.Wait()
 	if errs.Load() != 0 {

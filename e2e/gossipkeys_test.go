@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/proccluster"
 )
 
@@ -27,10 +29,18 @@ func TestServer_GossipKeyRotationWithoutRestart(t *testing.T) {
 	oldK, newK := key(1), key(2)
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "gossip.keys")
+	// Each write gets an mtime a second after the one before, so the
+	// server's change check (mtime and size) sees it even on a coarse
+	// clock.
+	mtime := time.Now()
 	write := func(path string, lines ...string) {
 		t.Helper()
 		tmp := path + ".tmp"
 		if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		mtime = mtime.Add(time.Second)
+		if err := os.Chtimes(tmp, mtime, mtime); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Rename(tmp, path); err != nil {
@@ -40,7 +50,6 @@ func TestServer_GossipKeyRotationWithoutRestart(t *testing.T) {
 	write(keyFile, oldK)
 	c := startCluster(t, 3, "--gossip-key-file", keyFile)
 	for step, lines := range [][]string{{oldK, newK}, {newK, oldK}, {newK}} {
-		time.Sleep(20 * time.Millisecond) // a new mtime even on coarse clocks
 		write(keyFile, lines...)
 		for _, p := range c.procs {
 			waitLogCount(t, p, `"msg":"gossip keys applied"`, step+1, 15*time.Second)
@@ -78,13 +87,9 @@ func TestServer_GossipKeyRotationWithoutRestart(t *testing.T) {
 		}
 		return false
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !member(fresh.id) {
-		if time.Now().After(deadline) {
-			t.Fatal("a server holding only the new gossip key did not join as a voter within 30s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll.Eventually(t, 30*time.Second, 100*time.Millisecond, func() (bool, string) {
+		return member(fresh.id), "a server holding only the new gossip key is not a voter"
+	})
 	if member(stale.id) {
 		t.Fatal("a server holding only the dropped gossip key became a member")
 	}
@@ -93,15 +98,9 @@ func TestServer_GossipKeyRotationWithoutRestart(t *testing.T) {
 // waitLogCount waits until p's log holds s at least n times.
 func waitLogCount(t *testing.T, p *proc, s string, n int, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
+	poll.Eventually(t, limit, 50*time.Millisecond, func() (bool, string) {
 		b, _ := os.ReadFile(p.logPath)
-		if strings.Count(string(b), s) >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %q logged %d times within %v, want %d", p.id, s, strings.Count(string(b), s), limit, n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		got := strings.Count(string(b), s)
+		return got >= n, fmt.Sprintf("%s: %q logged %d times, want %d", p.id, s, got, n)
+	})
 }

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // parallelBatch draws a batch like an ingest entry's: mostly STORED events
@@ -297,15 +300,16 @@ func TestLookup_ReadLocksShardsInAscendingOrder(t *testing.T) {
 		ix.Lookup(&LookupRequest{Partition: vllm, BlockHashes: []uint64{hh, hl}, NowMs: t0}, &r)
 	}()
 	// Wait until the lookup holds shard lo (a write TryLock fails).
-	deadline := time.Now().Add(5 * time.Second)
-	for ix.shards[lo].mu.TryLock() {
-		ix.shards[lo].mu.Unlock()
-		if time.Now().After(deadline) {
-			ix.shards[hi].mu.Unlock()
-			<-done
-			t.Fatal("the lookup waited for the higher shard without holding the lower one: it locks in chain order")
+	if err := poll.Until(context.Background(), 5*time.Second, time.Millisecond, func() (bool, string) {
+		if !ix.shards[lo].mu.TryLock() {
+			return true, ""
 		}
-		time.Sleep(time.Millisecond)
+		ix.shards[lo].mu.Unlock()
+		return false, "the lookup waited for the higher shard without holding the lower one: it locks in chain order"
+	}); err != nil {
+		ix.shards[hi].mu.Unlock()
+		<-done
+		t.Fatal(err)
 	}
 	select {
 	case <-done:

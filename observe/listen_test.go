@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/syncbuf"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -72,34 +74,30 @@ func listenEngine(id string) EngineConfig {
 
 func textLog(buf *syncbuf.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(buf, nil)) }
 
-// waitUntil polls cond every 5 ms for up to 10 s and fails naming what.
-func waitUntil(t *testing.T, what string, cond func() bool) {
+// waitUnknown waits until m counts want listen-socket messages of no
+// engine.
+func waitUnknown(t *testing.T, m *Metrics, want float64) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("after 10s: %s", what)
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		n := testutil.ToFloat64(m.ListenUnknownMessages)
+		return n == want, fmt.Sprintf("%v messages of no engine counted, want %v", n, want)
+	})
 }
 
 // eventsOf returns the events of replica id, in order, once there are n.
 func eventsOf(t *testing.T, sink *fakeSink, id string, n int) []*pb.BlockEvent {
 	t.Helper()
 	var got []*pb.BlockEvent
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
 		got = got[:0]
 		for _, e := range sink.snapshot() {
 			if e.GetReplicaId() == id {
 				got = append(got, e)
 			}
 		}
-		if len(got) >= n {
-			return got
-		}
-	}
-	t.Fatalf("replica %s: %d events after 10s, want %d: %v", id, len(got), n, kinds(got))
-	return nil
+		return len(got) >= n, fmt.Sprintf("replica %s: %d events, want %d: %v", id, len(got), n, kinds(got))
+	})
+	return got
 }
 
 // Engines connect their PUB sockets to the subscriber's one listen socket
@@ -150,13 +148,14 @@ func TestListen_ConnectingEnginesAreIndexedPerEngineAndUnknownCounted(t *testing
 			t.Errorf("engine %s: %v restarts: the engines' sequences were mixed", id, r)
 		}
 	}
-	waitUntil(t, "engine b's replay counted complete", func() bool {
-		return testutil.ToFloat64(m.Replays.WithLabelValues("b", "complete")) == 1
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		n := testutil.ToFloat64(m.Replays.WithLabelValues("b", "complete"))
+		return n == 1, fmt.Sprintf("engine b: %v complete replays counted, want 1", n)
 	})
 	if g := testutil.ToFloat64(m.Clears.WithLabelValues("b", "gap")); g != 0 {
 		t.Errorf("engine b: %v gap clears, want 0 (the gap was replayed)", g)
 	}
-	waitUntil(t, "both unknown messages counted", func() bool { return testutil.ToFloat64(m.ListenUnknownMessages) == 2 })
+	waitUnknown(t, m, 2)
 	if n := testutil.ToFloat64(m.ListenUnknownTopics); n != 1 {
 		t.Errorf("unknown topics = %v, want 1", n)
 	}
@@ -245,7 +244,7 @@ func TestListen_ReloadMapsAndUnmapsPublishers(t *testing.T) {
 	waitSubscribed(t, a, c)
 	x := ot.Tokens(0, 4)
 	mustPublish(t, c, ot.Batch(tTS, -1, ot.Stored(ot.Hashes(1), nil, x, 4, nil, nil, nil)))
-	waitUntil(t, "c counted unknown", func() bool { return testutil.ToFloat64(m.ListenUnknownMessages) == 1 })
+	waitUnknown(t, m, 1) // c's message
 	mustPublish(t, a, ot.Batch(tTS, -1, ot.Stored(ot.Hashes(1), nil, x, 4, nil, nil, nil)))
 	eventsOf(t, sink, "a", 2)
 
@@ -254,7 +253,10 @@ func TestListen_ReloadMapsAndUnmapsPublishers(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Reload(cfg)
-	waitUntil(t, "engine c added", func() bool { return strings.Contains(logs.String(), "engine=c") })
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		l := logs.String()
+		return strings.Contains(l, "engine=c"), "no log of engine c added by the reload:\n" + l
+	})
 	// seq 1, the first c's new stream sees: the replica starts cleared.
 	mustPublish(t, c, ot.Batch(tTS, -1, ot.Stored(ot.Hashes(2), nil, x, 4, nil, nil, nil)))
 	if got, want := kinds(eventsOf(t, sink, "c", 2)), []string{"CLEARED:c", "STORED:c"}; !equalStrings(got, want) {
@@ -276,7 +278,7 @@ func TestListen_ReloadMapsAndUnmapsPublishers(t *testing.T) {
 		t.Fatalf("config_removed clears of a = %v, want 1", n)
 	}
 	mustPublish(t, a, ot.Batch(tTS, -1, ot.Removed(ot.Hashes(1), nil)))
-	waitUntil(t, "a counted unknown once removed", func() bool { return testutil.ToFloat64(m.ListenUnknownMessages) == 2 })
+	waitUnknown(t, m, 2) // a's message once a is removed
 	if n := testutil.ToFloat64(m.ListenUnknownTopics); n != 2 {
 		t.Fatalf("unknown topics = %v, want 2 (c before the reload, a after)", n)
 	}

@@ -3,6 +3,7 @@ package observe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/syncbuf"
 	ot "github.com/inference-cache/inference-cache/observe/observetest"
 )
@@ -57,16 +59,12 @@ func (f *fakeSink) snapshot() []*pb.BlockEvent {
 // waitEvents waits until the sink holds n events and returns them.
 func (f *fakeSink) waitEvents(t *testing.T, n int) []*pb.BlockEvent {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if ev := f.snapshot(); len(ev) >= n {
-			return ev
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	ev := f.snapshot()
-	t.Fatalf("sink holds %d events after 10s, want %d: %v", len(ev), n, ev)
-	return nil
+	var ev []*pb.BlockEvent
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		ev = f.snapshot()
+		return len(ev) >= n, fmt.Sprintf("sink holds %d events, want %d: %v", len(ev), n, ev)
+	})
+	return ev
 }
 
 func kinds(evs []*pb.BlockEvent) []string {
@@ -180,15 +178,12 @@ func TestLoopback_GapIsReplayed(t *testing.T) {
 			}
 			// The replay is counted when it finishes, which may be just after
 			// its events reach the sink: wait for the count, briefly.
-			var c, g float64
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				c, g = testutil.ToFloat64(m.Replays.WithLabelValues("e0", "complete")), testutil.ToFloat64(m.Clears.WithLabelValues("e0", "gap"))
-				if c == 1 || time.Now().After(deadline) {
-					break
-				}
-			}
-			if c != 1 || g != 0 {
-				t.Fatalf("complete replays = %v, gap clears = %v; want 1, 0", c, g)
+			poll.Eventually(t, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
+				c := testutil.ToFloat64(m.Replays.WithLabelValues("e0", "complete"))
+				return c == 1, fmt.Sprintf("complete replays = %v, want 1", c)
+			})
+			if g := testutil.ToFloat64(m.Clears.WithLabelValues("e0", "gap")); g != 0 {
+				t.Fatalf("gap clears = %v, want 0 (the gap was replayed)", g)
 			}
 		})
 	}
@@ -293,13 +288,10 @@ func TestForwarder_CountsAndWarnsOnceAboutEventsAheadOfTheClusterClock(t *testin
 	if err := f.Enqueue(ctx, in); err != nil { // batches of at most 2: at least two calls
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(m.IngestClockRejects) < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("ingest_rejected_ahead_of_clock_total = %v, want 4", testutil.ToFloat64(m.IngestClockRejects))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		n := testutil.ToFloat64(m.IngestClockRejects)
+		return n >= 4, fmt.Sprintf("ingest_rejected_ahead_of_clock_total = %v, want 4", n)
+	})
 	if got := testutil.ToFloat64(m.IngestClockRejects); got != 4 {
 		t.Fatalf("ingest_rejected_ahead_of_clock_total = %v, want 4", got)
 	}

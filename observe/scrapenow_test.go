@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // ScrapeNow scrapes outside the interval (an hour here) and returns only
@@ -42,13 +43,10 @@ func TestSubscriber_ScrapeNowReportsBeforeReturning(t *testing.T) {
 		return len(sink.stats), sink.stats[len(sink.stats)-1].GetWaitingRequests()
 	}
 	// The scraper reports once when it starts.
-	deadline := time.Now().Add(10 * time.Second)
-	for n, _ := last(); n == 0; n, _ = last() {
-		if time.Now().After(deadline) {
-			t.Fatal("no stats reported at start")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		n, _ := last()
+		return n > 0, "no stats reported at start"
+	})
 	if n, w := last(); n != 1 || w != 3 {
 		t.Fatalf("at start: %d reports, waiting %d; want 1, 3", n, w)
 	}

@@ -105,10 +105,10 @@ func BenchmarkSnapshot10MResidencies(b *testing.B) {
 					maxGap.Store(int64(g))
 				}
 				last = now
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(100 * time.Microsecond) // paces the writer whose gaps are measured
 			}
 		}()
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the writer warms up before the measured window opens
 		maxGap.Store(0)
 		maxInApply.Store(0)
 		var gc0 debug.GCStats
@@ -131,7 +131,7 @@ func BenchmarkSnapshot10MResidencies(b *testing.B) {
 		persist := time.Since(t1)
 		persistCPU, persistRQ := cpuTime()-c1, runQueueWait()-q1
 		s.Release()
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the window stays open for the applies that follow the snapshot
 		close(stop)
 		wg.Wait()
 		fi, _ := os.Stat(path)

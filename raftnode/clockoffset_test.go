@@ -1,11 +1,13 @@
 package raftnode_test
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
 
@@ -26,22 +28,22 @@ func TestClockOffset_FollowersMeasureTheLeadersClock(t *testing.T) {
 	c.StartAll()
 	l := c.WaitLeader(15 * time.Second)
 	f := follower(c, l)
-	waitFor(t, "an offset measured near 0", 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, 20*time.Millisecond, func() (bool, string) {
 		d, ok := c.Nodes[f].ClockOffsetToLeader()
-		return ok && d.Abs() < 100*time.Millisecond
+		return ok && d.Abs() < 100*time.Millisecond, fmt.Sprintf("offset to the leader %v (measured %v), want near 0", d, ok)
 	})
 	if _, ok := c.Nodes[l].ClockOffsetToLeader(); ok {
 		t.Fatal("the leader reports an offset to itself")
 	}
 	skewed.Store(c.Nodes[l].ID)
-	waitFor(t, "the leader's 10-minute lead measured", 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, 20*time.Millisecond, func() (bool, string) {
 		d, ok := c.Nodes[f].ClockOffsetToLeader()
-		return ok && (d-10*time.Minute).Abs() < 100*time.Millisecond
+		return ok && (d-10*time.Minute).Abs() < 100*time.Millisecond, fmt.Sprintf("offset to the leader %v (measured %v), want the leader's 10-minute lead", d, ok)
 	})
 	// The per-lookup copy follows at the next probe.
-	waitFor(t, "the cached offset follows", 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, 20*time.Millisecond, func() (bool, string) {
 		d, ok := c.Nodes[f].LeaderOffsetCached()
-		return ok && (d-10*time.Minute).Abs() < 100*time.Millisecond
+		return ok && (d-10*time.Minute).Abs() < 100*time.Millisecond, fmt.Sprintf("cached offset %v (cached %v), want it to follow to 10 minutes", d, ok)
 	})
 	if _, ok := c.Nodes[l].LeaderOffsetCached(); ok {
 		t.Fatal("the leader caches an offset to itself")
@@ -68,8 +70,9 @@ func TestClockCorrection_TheOddClockOutIsCorrected(t *testing.T) {
 	})
 	c.StartAll()
 	c.WaitLeader(15 * time.Second)
-	waitFor(t, "n1 corrects by about -10 min", 20*time.Second, func() bool {
-		return (c.Nodes[0].ClockCorrection() + 10*time.Minute).Abs() < 200*time.Millisecond
+	poll.Eventually(t, 20*time.Second, 20*time.Millisecond, func() (bool, string) {
+		d := c.Nodes[0].ClockCorrection()
+		return (d + 10*time.Minute).Abs() < 200*time.Millisecond, fmt.Sprintf("n1 corrects by %v, want about -10 min", d)
 	})
 	if !c.Nodes[0].ClockTrusted() {
 		t.Fatal("n1 computed a cluster median yet reports its clock unchecked")

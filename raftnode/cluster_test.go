@@ -49,7 +49,7 @@ func TestBootstrap_EveryStartOrderFormsOneCluster(t *testing.T) {
 			c := clustertest.New(t, 3, noExpire)
 			for _, i := range order {
 				c.Start(i)
-				time.Sleep(150 * time.Millisecond)
+				time.Sleep(150 * time.Millisecond) // the start order under test, spread out as an operator's would be
 			}
 			l := c.WaitLeader(15 * time.Second)
 			c.WaitVoters(3, 10*time.Second)
@@ -214,7 +214,7 @@ func TestFailover_LeaderStopNewLeaderWritesContinueLookupsServe(t *testing.T) {
 					misses.Add(1)
 				}
 				_ = nd.ReadState()
-				time.Sleep(200 * time.Microsecond)
+				time.Sleep(200 * time.Microsecond) // paces the lookup load during the failover
 			}
 		}()
 	}

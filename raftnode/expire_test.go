@@ -1,11 +1,13 @@
 package raftnode_test
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
 
@@ -33,15 +35,14 @@ func TestExpireTicker_DropsExpiredResidenciesOnEveryNode(t *testing.T) {
 			t.Fatalf("%s holds %d residencies right after the write, want 16", c.Nodes[i].ID, sz.Residencies)
 		}
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for _, i := range c.Running() {
-		for c.Nodes[i].Index().Sizes().Residencies != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still holds %+v %v after the write with a %v TTL", c.Nodes[i].ID, c.Nodes[i].Index().Sizes(), time.Since(written), p.EvictionTTL)
+	poll.Eventually(t, 15*time.Second, 10*time.Millisecond, func() (bool, string) {
+		for _, i := range c.Running() {
+			if sz := c.Nodes[i].Index().Sizes(); sz.Residencies != 0 {
+				return false, fmt.Sprintf("%s still holds %+v %v after the write with a %v TTL", c.Nodes[i].ID, sz, time.Since(written), p.EvictionTTL)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return true, ""
+	})
 	if took := time.Since(written); took < p.EvictionTTL {
 		t.Fatalf("residencies gone after %v, before the %v TTL", took, p.EvictionTTL)
 	}
@@ -76,8 +77,9 @@ func TestExpireTicker_LeaderClockAheadDoesNotWipeTheIndex(t *testing.T) {
 	c.WaitApplied(idx, 10*time.Second)
 	skew.Store(int64(ttl + time.Minute))
 	// Three clamped expire commands committed by the leader.
-	waitFor(t, "three clamped expire commands", 15*time.Second, func() bool {
-		return c.Nodes[l].Metrics().ExpireClamped >= 3
+	poll.Eventually(t, 15*time.Second, 20*time.Millisecond, func() (bool, string) {
+		n := c.Nodes[l].Metrics().ExpireClamped
+		return n >= 3, fmt.Sprintf("%d clamped expire commands, want 3", n)
 	})
 	at, _ := c.WaitConverged(10*time.Second, nil)
 	if at <= idx {

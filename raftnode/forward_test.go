@@ -23,6 +23,7 @@ import (
 func TestForward_AbandonsALeaderThatStopsAnsweringWhenANewLeaderIsElected(t *testing.T) {
 	var hang atomic.Int32
 	hang.Store(-1)
+	stuck := make(chan struct{}, 1) // an Apply reached the hanging leader and is held there
 	c := clustertest.New(t, 3, func(_ int, cfg *raftnode.Config) {
 		cfg.ExpireInterval = -1
 		cfg.WriteRetry = 8 * time.Second
@@ -30,6 +31,10 @@ func TestForward_AbandonsALeaderThatStopsAnsweringWhenANewLeaderIsElected(t *tes
 	c.ServerOptions = func(i int) []grpc.ServerOption {
 		return []grpc.ServerOption{grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if int(hang.Load()) == i && strings.HasSuffix(info.FullMethod, "/Apply") {
+				select {
+				case stuck <- struct{}{}:
+				default:
+				}
 				<-ctx.Done() // the dead leader's socket never answers
 				return nil, ctx.Err()
 			}
@@ -51,8 +56,22 @@ func TestForward_AbandonsALeaderThatStopsAnsweringWhenANewLeaderIsElected(t *tes
 		_, err := c.Nodes[f].Ingest(context.Background(), "during-failover", evs("replica-a", 100, 8, now))
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the write is now stuck on the old leader
-	c.Nodes[l].Node.Kill()             // raft and gossip stop; the gRPC socket stays open and silent
+	// The write must be stuck on the old leader before it dies: its Apply
+	// arrived there and is held, and the caller has no answer.
+	select {
+	case <-stuck:
+	case err := <-done:
+		t.Fatalf("write returned (%v) before it reached the hanging leader", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the forwarded write did not reach the leader within 5 s")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("write returned (%v) while its Apply is held on the leader", err)
+	default:
+	}
+	killed := time.Since(start)
+	c.Nodes[l].Node.Kill() // raft and gossip stop; the gRPC socket stays open and silent
 
 	select {
 	case err := <-done:
@@ -63,7 +82,7 @@ func TestForward_AbandonsALeaderThatStopsAnsweringWhenANewLeaderIsElected(t *tes
 		t.Fatal("write still hanging on the dead leader after 7 s")
 	}
 	took := time.Since(start)
-	t.Logf("write committed %v after it was sent (leader killed at 300ms)", took)
+	t.Logf("write committed %v after it was sent (leader killed at %v)", took, killed.Round(time.Millisecond))
 	if took > 5*time.Second {
 		t.Errorf("write took %v: it waited on the dead leader instead of moving to the new one", took)
 	}

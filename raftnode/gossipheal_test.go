@@ -1,6 +1,7 @@
 package raftnode_test
 
 import (
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
 
@@ -121,13 +123,13 @@ func gossipCluster(t *testing.T) (*clustertest.Cluster, *atomic.Bool, int) {
 
 func waitAllHealthy(t *testing.T, c *clustertest.Cluster, what string, limit time.Duration) {
 	t.Helper()
-	waitFor(t, what, limit, func() bool {
+	poll.Eventually(t, limit, 20*time.Millisecond, func() (bool, string) {
 		for _, i := range c.Running() {
-			if healthyPeers(c, i) != 3 {
-				return false
+			if h := healthyPeers(c, i); h != 3 {
+				return false, fmt.Sprintf("waiting for %s: %s sees %d healthy members, want 3", what, c.Nodes[i].ID, h)
 			}
 		}
-		return true
+		return true, ""
 	})
 }
 
@@ -142,17 +144,19 @@ func TestGossip_HealsAfterAGossipOnlyPartition(t *testing.T) {
 	}
 	c, blocked, _ := gossipCluster(t)
 	blocked.Store(true)
-	waitFor(t, "every node to declare the others dead", 60*time.Second, func() bool {
+	poll.Eventually(t, 60*time.Second, 20*time.Millisecond, func() (bool, string) {
 		for _, i := range c.Running() {
-			if healthyPeers(c, i) != 1 {
-				return false
+			if h := healthyPeers(c, i); h != 1 {
+				return false, fmt.Sprintf("%s still sees %d healthy members, want only itself", c.Nodes[i].ID, h)
 			}
 		}
-		return true
+		return true, ""
 	})
-	// Wait out memberlist's gossip-to-the-dead time (15 s in the loopback
-	// profile): after it nobody sends anything to the dead, and without
-	// re-joins the partition would never heal.
+	// The partition outlasts memberlist's gossip-to-the-dead time (15 s in
+	// the loopback profile): after it nobody sends anything to the dead,
+	// and without re-joins the partition would never heal. This sleep is
+	// the fault's length, not a wait for a state; the rejoin count below
+	// checks the fault had its effect.
 	time.Sleep(16 * time.Second)
 	blocked.Store(false)
 	healed := time.Now()

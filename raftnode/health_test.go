@@ -21,6 +21,7 @@ import (
 	"github.com/inference-cache/inference-cache/api"
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/metrics"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
@@ -71,17 +72,6 @@ func startWithOneWrite(t *testing.T, c *clustertest.Cluster) (leader, follow int
 	}
 	c.WaitApplied(idx, 10*time.Second)
 	return leader, follower(c, leader), now
-}
-
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // surface is one node's readiness and reads as a load balancer and the
@@ -167,8 +157,10 @@ func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 	l, f, now := startWithOneWrite(t, c)
 	nf := c.Nodes[f]
 	s := serve(t, nf.Node)
-	waitFor(t, "follower serving before the fault", 10*time.Second, func() bool {
-		return nf.Serving() && !nf.ReadState().Stale && s.serving(t) && s.readyzCode(t) == http.StatusOK
+	poll.Eventually(t, 10*time.Second, 20*time.Millisecond, func() (bool, string) {
+		rs, code := nf.ReadState(), s.readyzCode(t)
+		return nf.Serving() && !rs.Stale && s.serving(t) && code == http.StatusOK,
+			fmt.Sprintf("before the fault, follower serving %v, read state %+v, health serving %v, /readyz %d; want serving and fresh", nf.Serving(), rs, s.serving(t), code)
 	})
 
 	full[f].Store(true)
@@ -179,10 +171,12 @@ func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "full-disk follower stale and not serving", 10*time.Second, func() bool {
-		rs := nf.ReadState()
+	poll.Eventually(t, 10*time.Second, 20*time.Millisecond, func() (bool, string) {
+		rs, code := nf.ReadState(), s.readyzCode(t)
 		return rs.Stale && rs.StaleReason == raftnode.StaleAppendFailing && !nf.Serving() &&
-			!s.serving(t) && s.readyzCode(t) == http.StatusServiceUnavailable
+				!s.serving(t) && code == http.StatusServiceUnavailable,
+			fmt.Sprintf("full-disk follower serving %v, read state %+v, health serving %v, /readyz %d; want stale (%q), not serving, 503",
+				nf.Serving(), rs, s.serving(t), code, raftnode.StaleAppendFailing)
 	})
 	rs := nf.ReadState()
 	if rs.AppliedIndex >= idx {
@@ -219,9 +213,11 @@ func TestFullDisk_FollowerStaleAndNotServingUntilAppendsSucceed(t *testing.T) {
 	if idx, err = appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("c", 5000, 4, now))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "follower caught up and serving again", 30*time.Second, func() bool {
-		rs := nf.ReadState()
-		return rs.AppliedIndex >= idx && !rs.Stale && nf.Serving() && s.serving(t) && s.readyzCode(t) == http.StatusOK
+	poll.Eventually(t, 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		rs, code := nf.ReadState(), s.readyzCode(t)
+		return rs.AppliedIndex >= idx && !rs.Stale && nf.Serving() && s.serving(t) && code == http.StatusOK,
+			fmt.Sprintf("after the fault, follower serving %v, read state %+v, health serving %v, /readyz %d; want index %d applied, fresh and serving",
+				nf.Serving(), rs, s.serving(t), code, idx)
 	})
 	if r := s.lookup(t, 5000); r.Stale || len(r.Replicas) == 0 {
 		t.Fatalf("lookup after recovery = %v, want fresh hints", r)
@@ -286,13 +282,29 @@ func TestRestart_StaleAndNotServingUntilItsLogIsApplied(t *testing.T) {
 	}
 	c.Start(r) // alone: no leader to confirm the commit index
 	nr := c.Nodes[r]
-	for k := 0; k < 5; k++ {
+	// The state must hold from the start until the node has stood for
+	// election, that is until it has waited out a leader's heartbeats and
+	// knows none is coming: check it at every poll until then, and once
+	// after.
+	var wrong string
+	check := func() bool {
 		rs := nr.ReadState()
 		if !nr.Ready() || nr.Serving() || !rs.Stale || rs.StaleReason != raftnode.StaleCatchingUp || rs.AppliedIndex >= idx {
-			t.Fatalf("restarted node without a leader: ready %v serving %v read state %+v; want ready, not serving, stale (%q)",
+			wrong = fmt.Sprintf("restarted node without a leader: ready %v serving %v read state %+v; want ready, not serving, stale (%q)",
 				nr.Ready(), nr.Serving(), rs, raftnode.StaleCatchingUp)
+			return false
 		}
-		time.Sleep(100 * time.Millisecond)
+		return true
+	}
+	poll.Eventually(t, 15*time.Second, 10*time.Millisecond, func() (bool, string) {
+		if !check() {
+			return true, "" // stop polling; reported below
+		}
+		st := nr.Status().State
+		return st == "Candidate", fmt.Sprintf("restarted node is %s, want it to stand for election", st)
+	})
+	if wrong != "" || !check() {
+		t.Fatal(wrong)
 	}
 	for i := range c.Nodes {
 		if i != r {
@@ -300,9 +312,10 @@ func TestRestart_StaleAndNotServingUntilItsLogIsApplied(t *testing.T) {
 		}
 	}
 	c.WaitLeader(15 * time.Second)
-	waitFor(t, "restarted node applied its log and serving", 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, 20*time.Millisecond, func() (bool, string) {
 		rs := nr.ReadState()
-		return rs.AppliedIndex >= idx && !rs.Stale && nr.Serving()
+		return rs.AppliedIndex >= idx && !rs.Stale && nr.Serving(),
+			fmt.Sprintf("restarted node serving %v, read state %+v; want index %d applied, fresh and serving", nr.Serving(), rs, idx)
 	})
 }
 
@@ -321,9 +334,9 @@ func TestFullDisk_LeaderStepsDownAndIsReportedUnhealthy(t *testing.T) {
 	if _, err := c.Nodes[follower(c, l)].Ingest(c.Ctx(20*time.Second), "", evs("b", 5000, 4, now)); err != nil {
 		t.Fatalf("write while the leader's disk is full: %v", err)
 	}
-	waitFor(t, "leadership to leave the full-disk node", 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, 20*time.Millisecond, func() (bool, string) {
 		nl := c.WaitLeader(10 * time.Second)
-		return nl != l
+		return nl != l, fmt.Sprintf("%s still leads with a full disk", old)
 	})
 	reason := func(i int) string {
 		for _, m := range c.Nodes[i].Status().Members {
@@ -333,24 +346,24 @@ func TestFullDisk_LeaderStepsDownAndIsReportedUnhealthy(t *testing.T) {
 		}
 		return ""
 	}
-	waitFor(t, "every node to report the full-disk node unhealthy", 10*time.Second, func() bool {
+	poll.Eventually(t, 10*time.Second, 20*time.Millisecond, func() (bool, string) {
 		for _, i := range c.Running() {
-			if !strings.Contains(reason(i), "log appends are failing") {
-				return false
+			if r := reason(i); !strings.Contains(r, "log appends are failing") {
+				return false, fmt.Sprintf("%s gives %s's health problem as %q, want %q", c.Nodes[i].ID, old, r, "log appends are failing")
 			}
 		}
-		return true
+		return true, ""
 	})
 	if nl := c.WaitLeader(10 * time.Second); nl == l {
 		t.Fatalf("%s leads again while its disk is full", old)
 	}
 	full[l].Store(false)
-	waitFor(t, "the node healthy again once it can append", 20*time.Second, func() bool {
+	poll.Eventually(t, 20*time.Second, 20*time.Millisecond, func() (bool, string) {
 		for _, i := range c.Running() {
-			if reason(i) != "" {
-				return false
+			if r := reason(i); r != "" {
+				return false, fmt.Sprintf("%s still reports %s unhealthy (%q) once it can append", c.Nodes[i].ID, old, r)
 			}
 		}
-		return true
+		return true, ""
 	})
 }

@@ -1,9 +1,6 @@
 package raftnode_test
 
 import (
-	"testing"
-	"time"
-
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/internal/clustertest"
 	"github.com/inference-cache/inference-cache/raftnode"
@@ -53,18 +50,6 @@ func reconcileRounds(c *clustertest.Cluster) uint64 {
 		n += c.Nodes[i].ReconcileRoundsForTest()
 	}
 	return n
-}
-
-// waitUntil polls cond every 10 ms until it holds or timeout passes.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func follower(c *clustertest.Cluster, leader int) int {

@@ -1,12 +1,14 @@
 package raftnode_test
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
 
@@ -55,19 +57,24 @@ func TestDeadServerCleanup_NeverBelowThreeVoters(t *testing.T) {
 	// then for the grace period, then for two reconcile rounds that
 	// started after it: each of them had the server dead past its grace.
 	dead := c.Nodes[victims[1]].ID
-	waitUntil(t, 30*time.Second, "gossip to report "+dead+" dead", func() bool {
+	poll.Eventually(t, 30*time.Second, 10*time.Millisecond, func() (bool, string) {
 		l := c.WaitLeader(10 * time.Second)
 		for _, m := range c.Nodes[l].Status().Members {
 			if m.ID == dead {
-				return !m.Healthy
+				return !m.Healthy, fmt.Sprintf("leader %s still sees %s healthy, want gossip to report it dead", c.Nodes[l].ID, dead)
 			}
 		}
-		return true
+		return true, ""
 	})
-	graceOver := time.Now().Add(500 * time.Millisecond)
-	waitUntil(t, 5*time.Second, "the cleanup grace period", func() bool { return time.Now().After(graceOver) })
+	// The grace period is wall time the cleanup must let pass; the
+	// reconcile rounds counted after it are the signal that the cleanup
+	// had its chance, so this sleep is not the wait before the assertion.
+	time.Sleep(500 * time.Millisecond)
 	r0 := reconcileRounds(c)
-	waitUntil(t, 30*time.Second, "two reconcile rounds past the grace period", func() bool { return reconcileRounds(c) >= r0+2 })
+	poll.Eventually(t, 30*time.Second, 10*time.Millisecond, func() (bool, string) {
+		r := reconcileRounds(c)
+		return r >= r0+2, fmt.Sprintf("%d reconcile rounds past the grace period, want 2", r-r0)
+	})
 	l = c.WaitLeader(10 * time.Second)
 	n := 0
 	for _, m := range c.Nodes[l].Status().Members {
@@ -117,7 +124,10 @@ func TestRemoveServer_LiveProcessStaysOutRestartedOneIsReadded(t *testing.T) {
 		return n
 	}
 	r0 := rounds()
-	waitUntil(t, 30*time.Second, "five reconcile rounds after the removal", func() bool { return rounds() >= r0+5 })
+	poll.Eventually(t, 30*time.Second, 10*time.Millisecond, func() (bool, string) {
+		r := rounds()
+		return r >= r0+5, fmt.Sprintf("%d reconcile rounds after the removal, want 5", r-r0)
+	})
 	for _, i := range c.Running() {
 		if i == f {
 			continue
@@ -166,21 +176,27 @@ func TestRemoveServer_NewLeaderDoesNotReaddTheLiveProcess(t *testing.T) {
 	if _, err := c.Nodes[l].RemoveServer(c.Ctx(5*time.Second), id); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, c.Nodes[other].ID+" to apply the removal", func() bool {
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
 		for _, m := range c.Nodes[other].Status().Members {
 			if m.ID == id {
-				return m.Suffrage == ""
+				return m.Suffrage == "", fmt.Sprintf("%s still has %s as %s, want the removal applied", c.Nodes[other].ID, id, m.Suffrage)
 			}
 		}
-		return true
+		return true, ""
 	})
 	if err := c.Nodes[l].TransferLeadership(c.Ctx(5*time.Second), c.Nodes[other].ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	nl := c.Nodes[other]
-	waitUntil(t, 10*time.Second, nl.ID+" to lead", func() bool { return nl.Status().State == "Leader" })
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		st := nl.Status().State
+		return st == "Leader", fmt.Sprintf("%s is %s after the transfer, want Leader", nl.ID, st)
+	})
 	r0 := nl.ReconcileRoundsForTest()
-	waitUntil(t, 30*time.Second, "five reconcile rounds on the new leader", func() bool { return nl.ReconcileRoundsForTest() >= r0+5 })
+	poll.Eventually(t, 30*time.Second, 10*time.Millisecond, func() (bool, string) {
+		r := nl.ReconcileRoundsForTest()
+		return r >= r0+5, fmt.Sprintf("%d reconcile rounds on the new leader, want 5", r-r0)
+	})
 	if nl.Status().State != "Leader" {
 		t.Fatalf("%s lost leadership during the check", nl.ID)
 	}

@@ -1,6 +1,7 @@
 package raftnode_test
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
@@ -19,12 +21,12 @@ type slowStore struct {
 }
 
 func (s slowStore) StoreLog(l *raft.Log) error {
-	time.Sleep(time.Duration(s.delay.Load()))
+	time.Sleep(time.Duration(s.delay.Load())) // the fault under test: a stalled disk
 	return s.LogStore.StoreLog(l)
 }
 
 func (s slowStore) StoreLogs(ls []*raft.Log) error {
-	time.Sleep(time.Duration(s.delay.Load()))
+	time.Sleep(time.Duration(s.delay.Load())) // the fault under test: a stalled disk
 	return s.LogStore.StoreLogs(ls)
 }
 
@@ -45,7 +47,10 @@ func TestSlowDisk_FollowerBehindReadsStale(t *testing.T) {
 	})
 	l, f, now := startWithOneWrite(t, c)
 	nf := c.Nodes[f]
-	waitFor(t, "follower fresh and serving", 10*time.Second, func() bool { return nf.Serving() && !nf.ReadState().Stale })
+	poll.Eventually(t, 10*time.Second, 20*time.Millisecond, func() (bool, string) {
+		rs := nf.ReadState()
+		return nf.Serving() && !rs.Stale, fmt.Sprintf("before the stall, follower serving %v, read state %+v; want fresh and serving", nf.Serving(), rs)
+	})
 
 	delay[f].Store(int64(1500 * time.Millisecond))
 	stop := make(chan struct{})
@@ -62,18 +67,20 @@ func TestSlowDisk_FollowerBehindReadsStale(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // paces the write load; nothing is asserted after it
 		}
 	}()
-	waitFor(t, "stalled follower stale (apply lag) with fresh leader contact", 10*time.Second, func() bool {
+	poll.Eventually(t, 10*time.Second, 20*time.Millisecond, func() (bool, string) {
 		rs := nf.ReadState()
-		return rs.Stale && rs.StaleReason == raftnode.StaleApplyLag && rs.LastLeaderContact < time.Second && !nf.Serving()
+		return rs.Stale && rs.StaleReason == raftnode.StaleApplyLag && rs.LastLeaderContact < time.Second && !nf.Serving(),
+			fmt.Sprintf("stalled follower serving %v, read state %+v; want stale (%q) with leader contact under 1s, not serving", nf.Serving(), rs, raftnode.StaleApplyLag)
 	})
 	close(stop)
 	<-done
 	delay[f].Store(0)
-	waitFor(t, "follower caught up, fresh and serving", 30*time.Second, func() bool {
-		return !nf.ReadState().Stale && nf.Serving()
+	poll.Eventually(t, 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		rs := nf.ReadState()
+		return !rs.Stale && nf.Serving(), fmt.Sprintf("after the stall, follower serving %v, read state %+v; want fresh and serving", nf.Serving(), rs)
 	})
 	idx, err := appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("c", 9000, 4, now)))
 	if err != nil {

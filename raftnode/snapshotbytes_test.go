@@ -2,6 +2,7 @@ package raftnode_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
 
@@ -44,17 +46,18 @@ func TestSnapshotLogBytes_SnapshotsOnLogGrowth(t *testing.T) {
 					t.Fatalf("%s appended %d log bytes: the load is too small for the test", c.Nodes[i].ID, b)
 				}
 			}
-			deadline := time.Now().Add(10 * time.Second)
+			if tc.bytes > 0 {
+				poll.Eventually(t, 10*time.Second, 100*time.Millisecond, func() (bool, string) {
+					for _, i := range c.Running() {
+						if m := c.Nodes[i].Metrics(); m.SnapshotsByLogBytes == 0 || m.Snapshots == 0 {
+							return false, fmt.Sprintf("%s: no snapshot after %d log bytes (limit %d): %+v", c.Nodes[i].ID, m.LogAppendBytes, tc.bytes, m)
+						}
+					}
+					return true, ""
+				})
+			}
 			for _, i := range c.Running() {
-				m := c.Nodes[i].Metrics()
-				for tc.bytes > 0 && m.SnapshotsByLogBytes == 0 && time.Now().Before(deadline) {
-					time.Sleep(100 * time.Millisecond)
-					m = c.Nodes[i].Metrics()
-				}
-				if tc.bytes > 0 && (m.SnapshotsByLogBytes == 0 || m.Snapshots == 0) {
-					t.Fatalf("%s: no snapshot after %d log bytes (limit %d): %+v", c.Nodes[i].ID, m.LogAppendBytes, tc.bytes, m)
-				}
-				if tc.bytes < 0 && (m.SnapshotsByLogBytes != 0 || m.Snapshots != 0) {
+				if m := c.Nodes[i].Metrics(); tc.bytes < 0 && (m.SnapshotsByLogBytes != 0 || m.Snapshots != 0) {
 					t.Fatalf("%s: %d snapshots with the trigger off", c.Nodes[i].ID, m.Snapshots)
 				}
 			}
@@ -102,14 +105,11 @@ func TestSnapshotLogBytes_SnapshotsOnLogGrowth(t *testing.T) {
 // off within a few seconds (its check runs once a second).
 func waitEntryRuleOff(t *testing.T, n *raftnode.Node) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for n.SnapshotThresholdForTest() != math.MaxUint64 {
-		if time.Now().After(deadline) {
-			_, b := n.LastSnapshot()
-			t.Fatalf("entry-count threshold still %d with a %d-byte snapshot", n.SnapshotThresholdForTest(), b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Eventually(t, 5*time.Second, 50*time.Millisecond, func() (bool, string) {
+		th := n.SnapshotThresholdForTest()
+		_, b := n.LastSnapshot()
+		return th == math.MaxUint64, fmt.Sprintf("entry-count threshold still %d with a %d-byte snapshot", th, b)
+	})
 }
 
 // newestSnapshotOnDisk reads the index and size of the newest snapshot in

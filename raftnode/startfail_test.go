@@ -1,6 +1,7 @@
 package raftnode_test
 
 import (
+	"fmt"
 	"net"
 	"runtime"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inference-cache/inference-cache/internal/clustertest"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
 
@@ -40,7 +42,8 @@ func TestNew_FailedStartLeavesNothingRunning(t *testing.T) {
 		t.Fatal("New succeeded with its gossip port taken")
 	}
 	t.Log(err)
-	waitFor(t, "the failed start's goroutines to end", 5*time.Second, func() bool {
-		return running("raftnode.newCommitWatch.func") == before && running("hashicorp/raft.(*Raft).run(") == rafts
+	poll.Eventually(t, 5*time.Second, 20*time.Millisecond, func() (bool, string) {
+		w, r := running("raftnode.newCommitWatch.func"), running("hashicorp/raft.(*Raft).run(")
+		return w == before && r == rafts, fmt.Sprintf("after the failed start, %d commit watchers and %d raft loops run, want %d and %d as before it", w, r, before, rafts)
 	})
 }

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/tlsconfig"
 	"github.com/inference-cache/inference-cache/tlsconfig/tlstest"
 )
@@ -191,13 +193,10 @@ func TestSetGossipKeys_RotatesWithoutRestart(t *testing.T) {
 		t.Fatalf("a member holding only the new key could not join: %v", err)
 	}
 	// m learns of fresh only through gossip encrypted with the new key.
-	deadline := time.Now().Add(10 * time.Second)
-	for m.NumMembers() != 3 || seed.NumMembers() != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("members after rotation: seed sees %d, m sees %d; want 3 each", seed.NumMembers(), m.NumMembers())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Eventually(t, 10*time.Second, 50*time.Millisecond, func() (bool, string) {
+		sn, mn := seed.NumMembers(), m.NumMembers()
+		return sn == 3 && mn == 3, fmt.Sprintf("members after rotation: seed sees %d, m sees %d; want 3 each", sn, mn)
+	})
 }
 
 func TestSetGossipKeys_RefusalsLeaveTheKeyringAsItWas(t *testing.T) {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/observe"
 	"github.com/inference-cache/inference-cache/openai"
 )
@@ -173,9 +175,13 @@ func TestCancel_StopsTheRequestWhereItIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancelB()
-	waitFor(t, "B cancelled", func() bool { return hb.Progress().Cancelled })
+	poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
+		return hb.Progress().Cancelled, fmt.Sprintf("B not cancelled: %+v", hb.Progress())
+	})
 	cancelA()
-	waitFor(t, "A cancelled", func() bool { return ha.Progress().Cancelled })
+	poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
+		return ha.Progress().Cancelled, fmt.Sprintf("A not cancelled: %+v", ha.Progress())
+	})
 	if n := te.pending(); n != 0 {
 		t.Fatalf("%d timers pending after both cancellations, want 0", n)
 	}

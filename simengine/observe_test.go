@@ -2,6 +2,7 @@ package simengine
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/fingerprint"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/vllmpub"
 	"github.com/inference-cache/inference-cache/observe"
 )
@@ -107,7 +109,10 @@ engines:
 	}
 	waitStored := func(n int) *pb.BlockEvent {
 		t.Helper()
-		waitFor(t, "STORED event", func() bool { return len(s.kind(pb.BlockEvent_STORED)) >= n })
+		poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
+			got := len(s.kind(pb.BlockEvent_STORED))
+			return got >= n, fmt.Sprintf("%d STORED events, want %d", got, n)
+		})
 		return s.kind(pb.BlockEvent_STORED)[n-1]
 	}
 	long := seq(1, 72) // 4 full blocks
@@ -131,12 +136,12 @@ engines:
 	// long prompt (least recently used, the salted ones being newer) go,
 	// from its end.
 	serve(seq(5000, 80), "")
-	waitFor(t, "REMOVED events", func() bool {
+	poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
 		n := 0
 		for _, e := range s.kind(pb.BlockEvent_REMOVED) {
 			n += len(e.GetBlockHashes())
 		}
-		return n >= 4
+		return n >= 4, fmt.Sprintf("%d blocks in REMOVED events, want 4", n)
 	})
 	var removed []uint64
 	for _, e := range s.kind(pb.BlockEvent_REMOVED) {
@@ -147,10 +152,10 @@ engines:
 	if !slices.Equal(removed, want) {
 		t.Fatalf("removed %x, want the long prompt's blocks tail first %x", removed, want)
 	}
-	waitFor(t, "replica stats from the /metrics scrape", func() bool {
+	poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return len(s.stats) > 0
+		return len(s.stats) > 0, "no replica stats from the /metrics scrape"
 	})
 	s.mu.Lock()
 	st := s.stats[len(s.stats)-1]

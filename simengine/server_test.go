@@ -3,6 +3,7 @@ package simengine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
@@ -100,8 +102,9 @@ func TestStream_ClientCancellationReachesTheEngine(t *testing.T) {
 		t.Fatalf("first completion chunk %s", raw)
 	}
 	cancel()
-	waitFor(t, "the cancellation counted", func() bool {
-		return metric(te.scrape(t), CancelledMetric, "stage", StageDecode) == 1
+	poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
+		n := metric(te.scrape(t), CancelledMetric, "stage", StageDecode)
+		return n == 1, fmt.Sprintf("%v decode cancellations counted, want 1", n)
 	})
 	fams := te.scrape(t)
 	if r, u := metric(fams, "vllm:num_requests_running"), metric(fams, "vllm:kv_cache_usage_perc"); r != 0 || u != 0 {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/inference-cache/inference-cache/internal/freeport"
+	"github.com/inference-cache/inference-cache/internal/poll"
 
 	"github.com/inference-cache/inference-cache/api"
 	"github.com/inference-cache/inference-cache/policy"
@@ -137,16 +138,10 @@ func start(ctx context.Context, o Options) (c *Cluster, err error) {
 		c.srvs = append(c.srvs, s)
 		go func(l net.Listener) { _ = s.GRPC.Serve(l) }(c.lis[i])
 	}
-	deadline := time.Now().Add(o.ReadyTimeout)
-	for !c.ready() {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("localcluster: no leader within %v", o.ReadyTimeout)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := poll.Until(ctx, o.ReadyTimeout, 20*time.Millisecond, func() (bool, string) {
+		return c.ready(), "no agreed leader that finished its barrier"
+	}); err != nil {
+		return nil, fmt.Errorf("localcluster: %w", err)
 	}
 	return c, nil
 }

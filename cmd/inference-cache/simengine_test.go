@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/inference-cache/inference-cache/internal/freeport"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/syncbuf"
 	"github.com/inference-cache/inference-cache/openai"
 	"github.com/inference-cache/inference-cache/tokenizer"
@@ -76,17 +78,14 @@ func TestSimEngineCmd_ServesAndStops(t *testing.T) {
 		}
 	}()
 	addr := regexp.MustCompile(`http=(http://127\.0\.0\.1:\d+)`)
-	deadline := time.Now().Add(10 * time.Second)
 	var base string
-	for base == "" {
-		if m := addr.FindStringSubmatch(logs.String()); m != nil {
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		out := logs.String()
+		if m := addr.FindStringSubmatch(out); m != nil {
 			base = m[1]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("no serving line logged: %s", logs.String())
-		} else {
-			time.Sleep(5 * time.Millisecond)
 		}
-	}
+		return base != "", "no serving line logged: " + out
+	})
 	if !strings.Contains(logs.String(), "kv_events="+events) {
 		t.Fatalf("start line does not name the events socket %s: %s", events, logs.String())
 	}
@@ -123,33 +122,33 @@ func TestSimEngineCmd_ServesAndStops(t *testing.T) {
 	if err := sub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
 	got := make(chan zmq4.Msg, 1)
 	go func() {
 		if m, err := sub.Recv(); err == nil {
 			got <- m
 		}
 	}()
-	for i := 1; ; i++ {
+	var m zmq4.Msg
+	sent := 0
+	poll.Eventually(t, 10*time.Second, 50*time.Millisecond, func() (bool, string) {
+		select {
+		case m = <-got:
+			return true, ""
+		default:
+		}
+		sent++
 		ids := make([]string, 32)
 		for j := range ids {
-			ids[j] = strconv.Itoa(i*100 + j)
+			ids[j] = strconv.Itoa(sent*100 + j)
 		}
 		resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(`{"model": "tiny-sp", "max_tokens": 1, "prompt": [`+strings.Join(ids, ",")+`]}`))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		select {
-		case m := <-got:
-			if len(m.Frames) != 3 || len(m.Frames[1]) != 8 {
-				t.Fatalf("event message %q, want [topic, seq, batch]", m.Frames)
-			}
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no KV-event batch on --kv-events-bind")
-		}
+		return false, fmt.Sprintf("no KV-event batch on --kv-events-bind after %d prompts", sent)
+	})
+	if len(m.Frames) != 3 || len(m.Frames[1]) != 8 {
+		t.Fatalf("event message %q, want [topic, seq, batch]", m.Frames)
 	}
 }

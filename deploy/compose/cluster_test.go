@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/proccluster"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -19,22 +20,18 @@ import (
 
 func (s *stack) ingest(n *node, id string, events ...*pb.BlockEvent) *pb.IngestResponse {
 	s.t.Helper()
-	deadline := time.Now().Add(electionTimeout)
-	for {
+	var resp *pb.IngestResponse
+	poll.Eventually(s.t, electionTimeout, 200*time.Millisecond, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := n.ic.Ingest(ctx, &pb.IngestRequest{RequestId: id, Events: events})
+		r, err := n.ic.Ingest(ctx, &pb.IngestRequest{RequestId: id, Events: events})
 		cancel()
-		if err == nil {
-			if int(resp.Accepted) != len(events) || len(resp.Rejected) > 0 {
-				s.t.Fatalf("ingest %s through %s: accepted %d of %d, rejected %v", id, n.service, resp.Accepted, len(events), resp.Rejected)
-			}
-			return resp
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("ingest %s through %s: %v", id, n.service, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+		resp = r
+		return err == nil, fmt.Sprintf("ingest %s through %s: %v", id, n.service, err)
+	})
+	if int(resp.Accepted) != len(events) || len(resp.Rejected) > 0 {
+		s.t.Fatalf("ingest %s through %s: accepted %d of %d, rejected %v", id, n.service, resp.Accepted, len(events), resp.Rejected)
 	}
+	return resp
 }
 
 // expectChains looks every chain up on every listed node: each must name
@@ -80,11 +77,9 @@ func members(ns []*node) []proccluster.Member {
 
 func (s *stack) waitVoters(limit time.Duration, n *node, want int) {
 	s.t.Helper()
-	deadline := time.Now().Add(limit)
-	var st *pb.StatusResponse
-	for time.Now().Before(deadline) {
+	poll.Eventually(s.t, limit, 200*time.Millisecond, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, _ = n.cl.Status(ctx, &pb.StatusRequest{})
+		st, err := n.cl.Status(ctx, &pb.StatusRequest{})
 		cancel()
 		voters := 0
 		for _, m := range st.GetMembers() {
@@ -92,31 +87,25 @@ func (s *stack) waitVoters(limit time.Duration, n *node, want int) {
 				voters++
 			}
 		}
-		if voters == want {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	s.t.Fatalf("%s: want %d healthy voters, status %v", n.service, want, st)
+		return voters == want, fmt.Sprintf("%s: want %d healthy voters, status %v %v", n.service, want, st, err)
+	})
 }
 
 func (s *stack) waitApplied(limit time.Duration, index uint64, ns ...*node) {
 	s.t.Helper()
-	deadline := time.Now().Add(limit)
-	for _, n := range ns {
-		for {
+	next := 0 // ns[:next] applied index
+	poll.Eventually(s.t, limit, 100*time.Millisecond, func() (bool, string) {
+		for ; next < len(ns); next++ {
+			n := ns[next]
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			d, err := n.cl.Digest(ctx, &pb.DigestRequest{})
 			cancel()
-			if err == nil && d.AppliedIndex >= index {
-				break
+			if err != nil || d.AppliedIndex < index {
+				return false, fmt.Sprintf("%s has not applied index %d: %v %v", n.service, index, d, err)
 			}
-			if time.Now().After(deadline) {
-				s.t.Fatalf("%s never applied index %d: %v %v", n.service, index, d, err)
-			}
-			time.Sleep(100 * time.Millisecond)
 		}
-	}
+		return true, ""
+	})
 }
 
 // waitSameDigest waits until the listed nodes report one (applied index,
@@ -136,18 +125,15 @@ func (s *stack) waitSameDigest(limit time.Duration, ns ...*node) *pb.DigestRespo
 func (s *stack) waitHealthy(limit time.Duration, ns ...*node) {
 	s.t.Helper()
 	deadline := time.Now().Add(limit)
-	for _, n := range ns {
-		for {
-			state := s.inspect(n, "{{.State.Health.Status}}")
-			if state == "healthy" {
-				break
+	next := 0 // ns[:next] healthy
+	poll.Eventually(s.t, limit, 250*time.Millisecond, func() (bool, string) {
+		for ; next < len(ns); next++ {
+			if state := s.inspect(ns[next], "{{.State.Health.Status}}"); state != "healthy" {
+				return false, fmt.Sprintf("%s not healthy: docker says %q", ns[next].service, state)
 			}
-			if time.Now().After(deadline) {
-				s.t.Fatalf("%s not healthy within %v: docker says %q", n.service, limit, state)
-			}
-			time.Sleep(250 * time.Millisecond)
 		}
-	}
+		return true, ""
+	})
 	if err := proccluster.WaitServing(context.Background(), members(ns), time.Until(deadline)); err != nil {
 		s.t.Fatal(err)
 	}

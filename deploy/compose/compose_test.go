@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/inference-cache/inference-cache/internal/freeport"
+	"github.com/inference-cache/inference-cache/internal/poll"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -179,11 +180,15 @@ func (s *stack) killLeader(t *testing.T, chains map[string][]uint32) {
 						firstFailure.CompareAndSwap(nil, fmt.Sprintf("%s: %v %v", n.service, r, err))
 					}
 				}
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // paces the lookup load during the failover
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The lookups flow before the kill.
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		n := lookups.Load()
+		return n >= 20, fmt.Sprintf("%d lookups before the kill, want 20", n)
+	})
 	killed := time.Now()
 	s.docker("kill", leader.container)
 	t.Logf("killed leader %s", leader.service)
@@ -193,25 +198,27 @@ func (s *stack) killLeader(t *testing.T, chains map[string][]uint32) {
 	// Short attempts with one request id, as a gateway SDK would retry.
 	var resp *pb.IngestResponse
 	var attempts []string
-	deadline := time.Now().Add(electionTimeout)
-	for {
+	poll.Eventually(t, electionTimeout, 100*time.Millisecond, func() (bool, string) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		var err error
-		resp, err = others[0].ic.Ingest(ctx, &pb.IngestRequest{RequestId: "after-kill", Events: []*pb.BlockEvent{stored("vllm-9", chain)}})
+		r, err := others[0].ic.Ingest(ctx, &pb.IngestRequest{RequestId: "after-kill", Events: []*pb.BlockEvent{stored("vllm-9", chain)}})
 		cancel()
-		if err == nil {
-			break
+		if err != nil {
+			attempts = append(attempts, fmt.Sprintf("%v after %v", err, time.Since(start).Round(time.Millisecond)))
+			return false, fmt.Sprintf("no write accepted since the leader was killed; attempts: %q", attempts)
 		}
-		attempts = append(attempts, fmt.Sprintf("%v after %v", err, time.Since(start).Round(time.Millisecond)))
-		if time.Now().After(deadline) {
-			t.Fatalf("no write accepted within %v of killing the leader; attempts: %q", electionTimeout, attempts)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		resp = r
+		return true, ""
+	})
 	t.Logf("writes resumed %v after the kill (applied index %d); failed attempts before: %q",
 		time.Since(killed).Round(time.Millisecond), resp.AppliedIndex, attempts)
-	time.Sleep(time.Second) // keep looking up under the new leader
+	// The lookups go on under the new leader: a hundred more answers, each
+	// counted as a failure if it lost its hint.
+	after := lookups.Load()
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		n := lookups.Load() - after
+		return n >= 100, fmt.Sprintf("%d lookups after writes resumed, want 100", n)
+	})
 	stop.Store(true)
 	wg.Wait()
 	if n, f := lookups.Load(), failures.Load(); f > 0 || n < 20 {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/inference-cache/inference-cache/internal/freeport"
+	"github.com/inference-cache/inference-cache/internal/poll"
 
 	"google.golang.org/grpc"
 
@@ -126,13 +127,11 @@ func (c *Cluster) TryStart(i int) error {
 	}
 	var lis net.Listener
 	var err error
-	for tries := 0; tries < 50; tries++ { // the old server may hold the port briefly
-		if lis, err = net.Listen("tcp", nd.GRPCAddr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
+	// The old server may hold the port briefly.
+	if perr := poll.Until(context.Background(), time.Second, 20*time.Millisecond, func() (bool, string) {
+		lis, err = net.Listen("tcp", nd.GRPCAddr)
+		return err == nil, fmt.Sprint(err)
+	}); perr != nil {
 		return err
 	}
 	n, err := raftnode.New(cfg)
@@ -193,19 +192,20 @@ func (c *Cluster) Running() []int {
 // finished its Barrier, and returns its position.
 func (c *Cluster) WaitLeader(timeout time.Duration) int {
 	c.T.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if l := c.agreedLeader(); l >= 0 {
-			return l
+	l := -1
+	poll.Eventually(c.T, timeout, 20*time.Millisecond, func() (bool, string) {
+		if l = c.agreedLeader(); l >= 0 {
+			return true, ""
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	for _, i := range c.Running() {
-		st := c.Nodes[i].Status()
-		c.T.Logf("%s: state %s leader %q term %d members %+v", st.NodeID, st.State, st.LeaderID, st.Term, st.Members)
-	}
-	c.T.Fatalf("no agreed leader within %v", timeout)
-	return -1
+		var b strings.Builder
+		b.WriteString("no agreed leader that finished its barrier:")
+		for _, i := range c.Running() {
+			st := c.Nodes[i].Status()
+			fmt.Fprintf(&b, "\n%s: state %s leader %q term %d members %+v", st.NodeID, st.State, st.LeaderID, st.Term, st.Members)
+		}
+		return false, b.String()
+	})
+	return l
 }
 
 func (c *Cluster) agreedLeader() int {
@@ -228,23 +228,16 @@ func (c *Cluster) agreedLeader() int {
 // WaitApplied waits until every running node applied at least idx.
 func (c *Cluster) WaitApplied(idx uint64, timeout time.Duration) {
 	c.T.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	poll.Eventually(c.T, timeout, 10*time.Millisecond, func() (bool, string) {
 		ok := true
+		var seen []string
 		for _, i := range c.Running() {
-			if c.Nodes[i].ReadState().AppliedIndex < idx {
-				ok = false
-			}
+			ai := c.Nodes[i].ReadState().AppliedIndex
+			ok = ok && ai >= idx
+			seen = append(seen, fmt.Sprintf("%s applied %d", c.Nodes[i].ID, ai))
 		}
-		if ok {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	for _, i := range c.Running() {
-		c.T.Logf("%s applied %d", c.Nodes[i].ID, c.Nodes[i].ReadState().AppliedIndex)
-	}
-	c.T.Fatalf("not every node applied %d within %v", idx, timeout)
+		return ok, fmt.Sprintf("not every node applied %d: %s", idx, strings.Join(seen, ", "))
+	})
 }
 
 // WaitConverged polls every running node's (applied index, digest) until
@@ -253,10 +246,10 @@ func (c *Cluster) WaitApplied(idx uint64, timeout time.Duration) {
 // between polls; the nodes agree between two ticks.
 func (c *Cluster) WaitConverged(timeout time.Duration, cond func(idx, digest uint64) bool) (uint64, uint64) {
 	c.T.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var idx, dg uint64
+	var idx, dg uint64
+	poll.Eventually(c.T, timeout, 10*time.Millisecond, func() (bool, string) {
 		same := true
+		var seen []string
 		for k, i := range c.Running() {
 			ai, d := c.Nodes[i].Digest()
 			if k == 0 {
@@ -264,43 +257,33 @@ func (c *Cluster) WaitConverged(timeout time.Duration, cond func(idx, digest uin
 			} else if ai != idx || d != dg {
 				same = false
 			}
+			seen = append(seen, fmt.Sprintf("%s: applied %d digest %016x", c.Nodes[i].ID, ai, d))
 		}
-		if same && (cond == nil || cond(idx, dg)) {
-			return idx, dg
-		}
-		if time.Now().After(deadline) {
-			for _, i := range c.Running() {
-				ai, d := c.Nodes[i].Digest()
-				c.T.Logf("%s: applied %d digest %016x", c.Nodes[i].ID, ai, d)
-			}
-			c.T.Fatalf("nodes did not converge on one wanted (applied index, digest) within %v", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return same && (cond == nil || cond(idx, dg)),
+			"nodes did not converge on one wanted (applied index, digest): " + strings.Join(seen, ", ")
+	})
+	return idx, dg
 }
 
 // WaitVoters waits until the leader's configuration has want voters and
 // returns their ids.
 func (c *Cluster) WaitVoters(want int, timeout time.Duration) []string {
 	c.T.Helper()
-	deadline := time.Now().Add(timeout)
 	var ids []string
-	for time.Now().Before(deadline) {
-		if l := c.agreedLeader(); l >= 0 {
-			ids = ids[:0]
-			for _, m := range c.Nodes[l].Status().Members {
-				if m.Suffrage == "Voter" {
-					ids = append(ids, m.ID)
-				}
-			}
-			if len(ids) == want {
-				return ids
+	poll.Eventually(c.T, timeout, 50*time.Millisecond, func() (bool, string) {
+		l := c.agreedLeader()
+		if l < 0 {
+			return false, fmt.Sprintf("want %d voters, have %v; no agreed leader now", want, ids)
+		}
+		ids = ids[:0]
+		for _, m := range c.Nodes[l].Status().Members {
+			if m.Suffrage == "Voter" {
+				ids = append(ids, m.ID)
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c.T.Fatalf("want %d voters, have %v", want, ids)
-	return nil
+		return len(ids) == want, fmt.Sprintf("want %d voters, have %v", want, ids)
+	})
+	return ids
 }
 
 // Ctx returns a context with timeout d, cancelled at test end.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // Member is one node to ask: a name for messages and its Cluster client.
@@ -18,17 +19,17 @@ type Member struct {
 	CL   pb.ClusterClient
 }
 
-// Wait asks every member for its Digest every poll (each call bounded by
-// a second) until all answer the same (applied index, digest) pair, and
-// returns it. It errors when ctx ends or limit passes first, listing what
+// Wait asks every member for its Digest (each call bounded by a second),
+// again after each interval every, until all answer the same (applied
+// index, digest) pair, and returns it. It errors when ctx ends or limit
+// passes first (wrapping ctx's error or poll.ErrTimeout), listing what
 // each member last answered.
-func Wait(ctx context.Context, ms []Member, limit, poll time.Duration) (*pb.DigestResponse, error) {
-	deadline := time.Now().Add(limit)
-	var last []string
-	for {
-		var first *pb.DigestResponse
+func Wait(ctx context.Context, ms []Member, limit, every time.Duration) (*pb.DigestResponse, error) {
+	var first *pb.DigestResponse
+	err := poll.Until(ctx, limit, every, func() (bool, string) {
+		first = nil
 		same := len(ms) > 0
-		last = last[:0]
+		last := make([]string, 0, len(ms))
 		for _, m := range ms {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			d, err := m.CL.Digest(cctx, &pb.DigestRequest{})
@@ -45,15 +46,10 @@ func Wait(ctx context.Context, ms []Member, limit, poll time.Duration) (*pb.Dige
 				same = false
 			}
 		}
-		if same {
-			return first, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return nil, fmt.Errorf("digests did not converge within %v: %v", limit, last)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(poll):
-		}
+		return same, fmt.Sprintf("digests did not converge: %v", last)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("digestwait: %w", err)
 	}
+	return first, nil
 }

@@ -3,6 +3,7 @@ package proccluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // buildServer builds the inference-cache binary into a temporary
@@ -145,9 +147,7 @@ func TestProc_PauseResumeStop(t *testing.T) {
 	if err := p.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	if st := procState(t, p.Pid()); st != "T" {
-		t.Fatalf("paused process state %q, want T", st)
-	}
+	waitStopped(t, p.Pid())
 	if err := p.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -164,10 +164,11 @@ func TestProc_PauseResumeStop(t *testing.T) {
 	}
 }
 
-// procState is the state letter of /proc/<pid>/stat (R, S, T, …).
-func procState(t *testing.T, pid int) string {
+// waitStopped waits until /proc/<pid>/stat gives the process the state
+// T (stopped).
+func waitStopped(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); ; {
+	poll.Eventually(t, 2*time.Second, 10*time.Millisecond, func() (bool, string) {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
 			t.Skipf("no /proc: %v", err)
@@ -178,11 +179,8 @@ func procState(t *testing.T, pid int) string {
 			i--
 		}
 		st := string(b[i+2 : i+3])
-		if st == "T" || time.Now().After(deadline) {
-			return st
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return st == "T", fmt.Sprintf("paused process state %q, want T", st)
+	})
 }
 
 func TestServerArgs_SkipsItselfAndOmitsAnEmptyID(t *testing.T) {

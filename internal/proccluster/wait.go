@@ -10,6 +10,7 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/internal/digestwait"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // Member is one server as the waits see it, whatever runs it (a Proc, a
@@ -20,10 +21,10 @@ type Member struct {
 	Conn grpc.ClientConnInterface
 }
 
-// poll is how often the waits ask again: often enough that a test sees a
+// every is how often the waits ask again: often enough that a test sees a
 // new leader within a few tens of milliseconds of its election, rarely
 // enough that polling three servers stays negligible load.
-const poll = 50 * time.Millisecond
+const every = 50 * time.Millisecond
 
 // callTimeout bounds each call of a wait, so one hung (paused,
 // partitioned) server cannot stall the wait past its limit.
@@ -33,11 +34,12 @@ const callTimeout = time.Second
 // same leader, and that leader is a member reporting itself Leader; it
 // returns the leader's index in ms. Pass only the members expected up: a
 // killed or paused server in ms holds the wait until limit. It errors
-// when ctx ends or limit passes first, with what each member last said.
+// when ctx ends or limit passes first (wrapping ctx's error or
+// poll.ErrTimeout), with what each member last said.
 func WaitLeader(ctx context.Context, ms []Member, limit time.Duration) (int, error) {
-	deadline := time.Now().Add(limit)
 	last := make([]string, len(ms))
-	for {
+	found := -1
+	err := poll.Until(ctx, limit, every, func() (bool, string) {
 		leader, agree := "", len(ms) > 0
 		state := map[string]string{}
 		for i, m := range ms {
@@ -62,35 +64,41 @@ func WaitLeader(ctx context.Context, ms []Member, limit time.Duration) (int, err
 		if agree && state[leader] == "Leader" {
 			for i, m := range ms {
 				if m.Name == leader {
-					return i, nil
+					found = i
+					return true, ""
 				}
 			}
 		}
-		if !pause(ctx, deadline) {
-			return -1, gaveUp(ctx, "no agreed leader among %d members within %v; last: %v", len(ms), limit, last)
-		}
+		return false, fmt.Sprintf("no agreed leader among %d members; last: %v", len(ms), last)
+	})
+	if err != nil {
+		return -1, fmt.Errorf("proccluster: %w", err)
 	}
+	return found, nil
 }
 
 // WaitServing waits until every member's gRPC health service answers
 // SERVING for the server as a whole: what a load balancer waits for
 // (a server with --models-dir reports it only once its tokenizers are
-// loaded).
+// loaded). A member is asked until it answers SERVING once. It errors
+// when ctx ends or limit passes first (wrapping ctx's error or
+// poll.ErrTimeout), naming the first member not yet serving.
 func WaitServing(ctx context.Context, ms []Member, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for _, m := range ms {
-		hc := healthpb.NewHealthClient(m.Conn)
-		for {
+	next := 0 // ms[:next] answered SERVING
+	err := poll.Until(ctx, limit, every, func() (bool, string) {
+		for ; next < len(ms); next++ {
+			m := ms[next]
 			cctx, cancel := context.WithTimeout(ctx, callTimeout)
-			r, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
+			r, err := healthpb.NewHealthClient(m.Conn).Check(cctx, &healthpb.HealthCheckRequest{})
 			cancel()
-			if err == nil && r.Status == healthpb.HealthCheckResponse_SERVING {
-				break
-			}
-			if !pause(ctx, deadline) {
-				return gaveUp(ctx, "%s not SERVING within %v: %v %v", m.Name, limit, r, err)
+			if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+				return false, fmt.Sprintf("%s not SERVING: %v %v", m.Name, r, err)
 			}
 		}
+		return true, ""
+	})
+	if err != nil {
+		return fmt.Errorf("proccluster: %w", err)
 	}
 	return nil
 }
@@ -102,27 +110,5 @@ func WaitDigests(ctx context.Context, ms []Member, limit time.Duration) (*pb.Dig
 	for i, m := range ms {
 		dm[i] = digestwait.Member{Name: m.Name, CL: pb.NewClusterClient(m.Conn)}
 	}
-	return digestwait.Wait(ctx, dm, limit, poll)
-}
-
-// pause sleeps one poll and reports whether to ask again: false once
-// ctx ended or deadline passed.
-func pause(ctx context.Context, deadline time.Time) bool {
-	if time.Now().After(deadline) || ctx.Err() != nil {
-		return false
-	}
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(poll):
-		return true
-	}
-}
-
-// gaveUp is a wait's error; it wraps ctx's error when ctx is why.
-func gaveUp(ctx context.Context, format string, args ...any) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf(format+": %w", append(args, err)...)
-	}
-	return fmt.Errorf(format, args...)
+	return digestwait.Wait(ctx, dm, limit, every)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // ReplyStyle is the frame layout of replay replies: older vLLM releases
@@ -165,19 +166,16 @@ func (p *Publisher) SetReplaySilent(on bool) { p.mu.Lock(); p.silent = on; p.mu.
 
 // WaitSubscribed waits until a subscriber's subscription reached the PUB
 // socket: ZMQ drops what is published before (the slow joiner).
+// It errors when ctx ends or timeout passes first (wrapping ctx's error
+// or poll.ErrTimeout).
 func (p *Publisher) WaitSubscribed(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if len(p.pub.(zmq4.Topics).Topics()) > 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
+	err := poll.Until(ctx, timeout, 5*time.Millisecond, func() (bool, string) {
+		return len(p.pub.(zmq4.Topics).Topics()) > 0, "no subscriber on " + p.Endpoint()
+	})
+	if err != nil {
+		return fmt.Errorf("vllmpub: %w", err)
 	}
-	return fmt.Errorf("vllmpub: no subscriber on %s after %v", p.Endpoint(), timeout)
+	return nil
 }
 
 // Publish sends payload as the next batch and returns its seq. The
@@ -275,7 +273,7 @@ func (p *Publisher) serveReplay() {
 		for _, s := range buf {
 			if s.seq >= start {
 				if delay > 0 {
-					time.Sleep(delay)
+					time.Sleep(delay) // the slow replay this publisher was asked to play
 				}
 				if reply(Seq(s.seq), s.payload) != nil {
 					return

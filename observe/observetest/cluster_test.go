@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/observe"
 )
 
@@ -65,16 +66,12 @@ func TestRealPublisherIntoRealCluster(t *testing.T) {
 	t.Run("lone replica gets affinity, not a prefix match", func(t *testing.T) {
 		p, name, _ := scenario(t, py, addrs, false)
 		pubEvents(p, "publish", nil, "array", stored([]int{1, 2, 3, 4, 5}, nil, a, nil))
-		deadline := time.Now().Add(10 * time.Second)
 		var r *pb.LookupRouteResponse
-		for time.Now().Before(deadline) {
+		poll.Eventually(t, 10*time.Second, 100*time.Millisecond, func() (bool, string) {
 			r = lookup(t, cli, a, name, "")
-			if r.GetReasonCode() == pb.ReasonCode_AFFINITY_HINT {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if r.GetReasonCode() != pb.ReasonCode_AFFINITY_HINT || len(r.GetReplicas()) != 1 || r.GetReplicas()[0].GetReplicaId() != name {
+			return r.GetReasonCode() == pb.ReasonCode_AFFINITY_HINT, fmt.Sprintf("lone replica: %v %q %v, want AFFINITY_HINT", r.GetReasonCode(), r.GetDetail(), r.GetReplicas())
+		})
+		if len(r.GetReplicas()) != 1 || r.GetReplicas()[0].GetReplicaId() != name {
 			t.Fatalf("lone replica: %v %q %v, want AFFINITY_HINT naming %s", r.GetReasonCode(), r.GetDetail(), r.GetReplicas(), name)
 		}
 	})
@@ -119,15 +116,10 @@ func TestRealPublisherIntoRealCluster(t *testing.T) {
 		waitRoute(t, cli, a, name, "", name, 80)
 		// The replay is counted when its end marker arrives, which may be
 		// just after its events reached the cluster.
-		var got float64
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if got = testutil.ToFloat64(m.Replays.WithLabelValues(name, "complete")); got == 1 || time.Now().After(deadline) {
-				break
-			}
-		}
-		if got != 1 {
-			t.Fatalf("complete replays = %v, want 1", got)
-		}
+		poll.Eventually(t, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
+			got := testutil.ToFloat64(m.Replays.WithLabelValues(name, "complete"))
+			return got == 1, fmt.Sprintf("complete replays = %v, want 1", got)
+		})
 		if got := testutil.ToFloat64(m.ListenUnknownMessages); got != 0 {
 			t.Fatalf("unknown messages = %v, want 0", got)
 		}
@@ -386,36 +378,29 @@ func lookup(t *testing.T, cli pb.InferenceCacheClient, toks []uint32, tenant, ad
 func waitRoute(t *testing.T, cli pb.InferenceCacheClient, toks []uint32, tenant, adapter, first string, matched uint32, more ...string) {
 	t.Helper()
 	want := append([]string{first}, more...)
-	var r *pb.LookupRouteResponse
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		r = lookup(t, cli, toks, tenant, adapter)
+	poll.Eventually(t, 15*time.Second, 50*time.Millisecond, func() (bool, string) {
+		r := lookup(t, cli, toks, tenant, adapter)
+		why := fmt.Sprintf("lookup tenant %s adapter %q: got %v %v, want PREFIX_MATCH %v with %d tokens", tenant, adapter, r.GetReasonCode(), r.GetReplicas(), want, matched)
 		if r.GetReasonCode() != pb.ReasonCode_PREFIX_MATCH || len(r.GetReplicas()) != len(want) {
-			continue
+			return false, why
 		}
 		got := map[string]uint32{}
 		for _, h := range r.GetReplicas() {
 			got[h.GetReplicaId()] = h.GetMatchedTokens()
 		}
-		ok := true
 		for _, w := range want {
 			if m, in := got[w]; !in || m != matched {
-				ok = false
+				return false, why
 			}
 		}
-		if ok {
-			return
-		}
-	}
-	t.Fatalf("lookup tenant %s adapter %q: got %v %v, want PREFIX_MATCH %v with %d tokens", tenant, adapter, r.GetReasonCode(), r.GetReplicas(), want, matched)
+		return true, ""
+	})
 }
 
 func waitNoMatch(t *testing.T, cli pb.InferenceCacheClient, toks []uint32, tenant, adapter string) {
 	t.Helper()
-	var r *pb.LookupRouteResponse
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if r = lookup(t, cli, toks, tenant, adapter); r.GetReasonCode() != pb.ReasonCode_PREFIX_MATCH {
-			return
-		}
-	}
-	t.Fatalf("lookup tenant %s adapter %q still a PREFIX_MATCH: %v", tenant, adapter, r.GetReplicas())
+	poll.Eventually(t, 15*time.Second, 50*time.Millisecond, func() (bool, string) {
+		r := lookup(t, cli, toks, tenant, adapter)
+		return r.GetReasonCode() != pb.ReasonCode_PREFIX_MATCH, fmt.Sprintf("lookup tenant %s adapter %q still a PREFIX_MATCH: %v", tenant, adapter, r.GetReplicas())
+	})
 }
