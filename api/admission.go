@@ -67,7 +67,7 @@ type load struct{ writes, bytes int64 }
 
 // admission is the node's write admission control. A request larger than
 // a bound counts as the bound's size, so it is admitted once the others
-// have drained, never refused forever (the size limits of SPEC 9 refuse
+// have drained, never refused forever (the size limits of contract §9.1 refuse
 // the truly oversized ones before this).
 type admission struct {
 	lim   AdmissionLimits

@@ -15,7 +15,7 @@ import (
 	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
 )
 
-// Class is the permission an RPC needs (SPEC 9 bearer tokens).
+// Class is the permission an RPC needs (contract §9.8 bearer tokens).
 type Class int
 
 const (

@@ -21,7 +21,7 @@ import (
 // far below MaxMessageBytes).
 const BackupChunkBytes = 256 << 10
 
-// ClusterService implements inferencecache.v1.Cluster (SPEC 8 admin) over a
+// ClusterService implements inferencecache.v1.Cluster (contract §8.10 admin) over a
 // raftnode.Node. Calls that need the leader (AddServer, RemoveServer,
 // TransferLeadership) answer UNAVAILABLE on a follower; try another node.
 type ClusterService struct {

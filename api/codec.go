@@ -15,9 +15,9 @@ import (
 // UTF-8, or bytes that are not protobuf at all), which gRPC would answer
 // with INTERNAL "failed to unmarshal" before any handler runs (a codec
 // error cannot choose its gRPC code). A LookupRouteRequest still reaches
-// the handler, which answers NO_HINT with a detail (SPEC 5 fail-open); a
+// the handler, which answers NO_HINT with a detail (contract §5.7 fail-open); a
 // write request with non-UTF-8 strings is decoded leniently so the
-// validator rejects the offending events naming the field (SPEC 9); any
+// validator rejects the offending events naming the field (contract §9.3); any
 // other request of the InferenceCache and Cluster services is handed on
 // marked undecodable (markUndecodable), and refuseUndecodable answers it
 // INVALID_ARGUMENT naming what could not be decoded. Requests of other

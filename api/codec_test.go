@@ -38,7 +38,7 @@ func appendString(b []byte, num protowire.Number, s string) []byte {
 // Bytes the protobuf runtime refuses (a string that is not UTF-8, or no
 // protobuf at all) would be answered by gRPC's own codec with INTERNAL
 // before the handler runs. LookupRoute never errors: they are NO_HINT with
-// a detail naming the problem (SPEC 5 fail-open, SPEC 9).
+// a detail naming the problem (contract §5 fail-open, contract §9).
 func TestLookupRoute_UndecodableBytesAreNoHintNotAnError(t *testing.T) {
 	cc := grpcServer(t, BaseServerOptions(), func(gs *grpc.Server) {
 		pb.RegisterInferenceCacheServer(gs, newSvc(&fakeNode{lookup: match}, nil))
@@ -83,7 +83,7 @@ func TestLookupRoute_UndecodableBytesAreNoHintNotAnError(t *testing.T) {
 // A write carrying a string that is not UTF-8 would fail in gRPC's own
 // codec with INTERNAL, losing the valid events beside it. It is decoded
 // leniently and the offending event is rejected naming the field, while
-// the valid events of the same request commit (SPEC 6, 9).
+// the valid events of the same request commit (contract §6.2, §9.3).
 func TestIngest_NonUTF8FieldIsRejectedPerEventOverGRPC(t *testing.T) {
 	f := &fakeNode{lookup: match}
 	cc := grpcServer(t, BaseServerOptions(), func(gs *grpc.Server) {

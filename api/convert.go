@@ -15,7 +15,7 @@ import (
 	"github.com/inference-cache/inference-cache/policy"
 )
 
-// Spellings of the string-valued CachePolicy knobs on the wire (SPEC 7, 11).
+// Spellings of the string-valued CachePolicy knobs on the wire (contract §7.1, §11.4).
 const (
 	// AffinityEnabled and AffinityDisabled are the values of
 	// CachePolicy.affinity_routing.
@@ -23,7 +23,7 @@ const (
 	AffinityDisabled = "Disabled"
 )
 
-// PolicyToPB converts a policy to its wire form (SPEC 11 CachePolicy).
+// PolicyToPB converts a policy to its wire form (contract §11.4 CachePolicy).
 // Durations become the proto's units: lookup_timeout_ms,
 // slo_tight_threshold_ms and max_staleness_ms in milliseconds,
 // eviction_ttl_seconds and stats_freshness_seconds in whole seconds
@@ -76,7 +76,7 @@ func durToU32(d, unit time.Duration) uint32 {
 // message is a whole replacement: a field left at its zero value means zero
 // (which most knobs refuse), not "keep the current value". The version is
 // ignored (the server sets it). The error is a *policy.FieldError naming
-// the knob (camelCase, as in SPEC 7), the value and the rule.
+// the knob (camelCase, as in contract §7.1), the value and the rule.
 func PolicyFromPB(q *pb.CachePolicy) (policy.Policy, error) {
 	if q == nil {
 		return policy.Policy{}, &policy.FieldError{Field: "policy", Value: "", Reason: "is missing"}
@@ -132,9 +132,9 @@ func (e *RequestError) Error() string {
 	return "request refused: " + e.Limit + ": " + e.Detail
 }
 
-// EventsFromPB validates and converts the events of an Ingest request (SPEC
-// 6, 9). Events given as token_ids + block_size are fingerprinted here
-// (SPEC 3); events without block_token_counts count every block as the
+// EventsFromPB validates and converts the events of an Ingest request (contract
+// §6, 9). Events given as token_ids + block_size are fingerprinted here
+// (contract §3); events without block_token_counts count every block as the
 // model's policy block size. observed_at_ms = 0 becomes nowMs (the write
 // is stamped once, here, so apply stays deterministic).
 //
@@ -357,7 +357,7 @@ func eventFromPB(e *pb.BlockEvent, pol *policy.Policy, nowMs int64) (index.Block
 	return ev, ""
 }
 
-// StatsFromPB validates and converts a ReportReplicaStats request (SPEC 4,
+// StatsFromPB validates and converts a ReportReplicaStats request (contract §4,
 // 9), with the same contract as EventsFromPB: valid entries in order, one
 // rejection per invalid entry, a *RequestError for a request over a limit.
 func StatsFromPB(req *pb.ReportReplicaStatsRequest, nowMs int64) ([]index.ReplicaStats, []*pb.Rejection, error) {

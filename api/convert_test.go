@@ -279,7 +279,7 @@ func TestPolicyPB_RoundTripAndEnums(t *testing.T) {
 	}
 }
 
-// The empty tenant is a partition for stats as it is for blocks (SPEC 11:
+// The empty tenant is a partition for stats as it is for blocks (contract §4.3:
 // the key "" is the empty tenant): an engine configured without a tenant
 // keeps its whole stats entry, hit rate included.
 func TestStatsFromPB_EmptyTenantKeyIsTheEmptyTenant(t *testing.T) {

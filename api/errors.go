@@ -12,7 +12,7 @@ import (
 )
 
 // StatusFromError maps an error of a write or admin call to a gRPC status
-// error (SPEC 8, 9). It is the one table from the errors of this package,
+// error (contract §8, 9). It is the one table from the errors of this package,
 // the policy package and raftnode to gRPC codes:
 //
 //	a gRPC status error              → unchanged

@@ -49,7 +49,7 @@ func explainServer(t *testing.T) (pb.InferenceCacheClient, *index.Index) {
 }
 
 // With explain, each hint's factors reproduce its score from first
-// principles (SPEC 5, ranking v2), matching_at_depth and total_replicas
+// principles (contract §5.4, ranking v2), matching_at_depth and total_replicas
 // are those of the hand-built index, and the queue shows only where the
 // stats are fresh; without explain no hint carries factors.
 func TestLookupRoute_ExplainFactorsReproduceScoreOverGRPC(t *testing.T) {

@@ -6,13 +6,13 @@ import (
 	"github.com/inference-cache/inference-cache/fingerprint"
 )
 
-// Request limits (SPEC 9). Every request field has a bound; the bounds are
+// Request limits (contract §9.1). Every request field has a bound; the bounds are
 // gathered here, with the reason for each value, so an operator or an SDK
 // author can read them in one place.
 //
 // What happens past a limit depends on the path:
 //   - LookupRoute: the answer is NO_HINT with a detail naming the limit,
-//     never a gRPC error (fail-open, SPEC 5).
+//     never a gRPC error (fail-open, contract §5.7).
 //   - Ingest, IngestStream, ReportReplicaStats: a limit on the request as a
 //     whole (MaxEventsPerRequest, MaxBlocksPerRequest, MaxStatsPerRequest,
 //     MaxRequestIDBytes) refuses the request whole with INVALID_ARGUMENT

@@ -17,7 +17,7 @@ import (
 	"github.com/inference-cache/inference-cache/policy"
 )
 
-// The limits of SPEC 9 not already covered by convert_test.go (Ingest
+// The limits of contract §9.1 not already covered by convert_test.go (Ingest
 // events, stats entries, request-level refusals) and lookup_test.go:
 // every LookupRoute field, the Ingest/stats id fields at their limit,
 // request-level limits at exactly the bound, and the gRPC message size.

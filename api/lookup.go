@@ -13,7 +13,7 @@ import (
 	"github.com/inference-cache/inference-cache/tokenizer"
 )
 
-// Details of NO_HINT answers produced by the API layer itself (SPEC 5
+// Details of NO_HINT answers produced by the API layer itself (contract §5.7
 // fail-open). They are constants so the hot path never formats a string;
 // each names the field or limit at fault. DetailNoScheme, DetailNoKey and
 // DetailCountsMismatch are the index's key rules (index.CheckScheme,
@@ -71,7 +71,7 @@ func (sc *lookupScratch) reset() {
 	sc.counts = sc.counts[:0]
 }
 
-// LookupRoute answers the hint for one request (SPEC 5). It never returns
+// LookupRoute answers the hint for one request (contract §5.7). It never returns
 // an error: every problem is a NO_HINT answer with a Detail (a request
 // over MaxMessageBytes never reaches it: gRPC refuses it with
 // RESOURCE_EXHAUSTED, see limits.go). It recovers
@@ -148,10 +148,10 @@ const LookupClockMargin = time.Minute
 // LookupClockOffsetBound is how far this node's clock may differ from the
 // leader's (ReadState.ClockOffsetToLeader, measured over gossip) before
 // LookupRoute says so in its detail, with the direction and the seconds.
-// Freshness (SPEC 5) is a residency's age against the serving node's
+// Freshness (contract §5.4) is a residency's age against the serving node's
 // clock, so a node behind the leader ranks residencies as fresher than
 // they are (down to ones the leader is about to expire) and a node ahead
-// as staler. The answer is not marked stale: SPEC reserves stale for
+// as staler. The answer is not marked stale: the contract (§8.4) reserves stale for
 // missing leader contact, and the clock says nothing about replication.
 // The bound equals LookupClockMargin: below a minute, against the
 // default 600 s evictionTTL, freshness is off by under a tenth.
@@ -286,7 +286,7 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 		}
 	}
 	if len(res.CreditHashes) > 0 {
-		// The index decided (SPEC 5: a delivered PREFIX_MATCH under LFU)
+		// The index decided (contract §5: a delivered PREFIX_MATCH under LFU)
 		// with the policy it ranked with; the cached copy here may be
 		// older.
 		s.node.Credit(res.CreditPartition, res.CreditHashes)
@@ -337,8 +337,8 @@ func tokenizeDetail(err error) string {
 	return DetailTokenizeFailed
 }
 
-// checkLookup returns the NO_HINT detail for a request over a limit (SPEC
-// 9), "" when every field is within its limit.
+// checkLookup returns the NO_HINT detail for a request over a limit (contract
+// §9), "" when every field is within its limit.
 func checkLookup(req *pb.LookupRouteRequest) string {
 	if d := checkUTF8(req); d != "" {
 		return d

@@ -384,7 +384,7 @@ func TestLookupRoute_ClockBoundedByTheNewestObservation(t *testing.T) {
 
 // A node whose clock is more than LookupClockOffsetBound off the leader's
 // says so in the detail, with the direction and the seconds, whatever the
-// reason code; it is not marked stale (SPEC 5: stale is about leader
+// reason code; it is not marked stale (contract §5.8: stale is about leader
 // contact, which this node has). A node in step, or within the bound,
 // adds nothing.
 func TestLookupRoute_ClockOffsetToLeaderInDetail(t *testing.T) {

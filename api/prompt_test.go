@@ -38,7 +38,7 @@ func modelsDirWith(t *testing.T) string {
 
 // The third key form must reach the same answer as the token ids it stands
 // for: the server tokenizes with the model's own tokenizer and then takes the
-// token_ids path (SPEC 5 key resolution).
+// token_ids path (contract §5.1 key resolution).
 func TestLookupRoute_PromptTextMatchesEquivalentTokenIDs(t *testing.T) {
 	reg := tokenizer.NewRegistry(modelsDirWith(t), tokenizer.RegistryOptions{})
 	prompt := strings.Repeat("You are a helpful assistant. Answer briefly and cite sources. ", 20)
@@ -160,7 +160,7 @@ func BenchmarkLookupRoute_PromptText32KB(b *testing.B) {
 		counts[i] = 16
 	}
 	// A second replica in the serving set: with one replica, distinguishing
-	// power is 1 − 1/1 = 0 and no prefix ever matches (SPEC 5).
+	// power is 1 − 1/1 = 0 and no prefix ever matches (contract §5.4).
 	part := index.Partition{Scheme: "vllm", Model: "qwen3"}
 	ix.ApplyEvents([]index.BlockEvent{
 		{Kind: index.Stored, ReplicaID: "r", Partition: part, BlockHashes: hashes, BlockTokenCounts: counts, ObservedAtMs: time.Now().UnixMilli()},
@@ -203,7 +203,7 @@ func reportQuantiles(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(q(0.99), "p99-µs")
 }
 
-// Tokenizing prompt_text is bounded by the lookup's budget (SPEC 5: the
+// Tokenizing prompt_text is bounded by the lookup's budget (contract §5.7: the
 // policy's lookupTimeoutMs is the server's own budget for one lookup) and
 // by the caller's context: a prompt that takes far longer to tokenize (a
 // fault trial's 1 MiB of spaces took 0.35–0.87 s) is cut off and answered

@@ -21,7 +21,7 @@ const PanicMessage = "internal error: the server recovered from a fault handling
 // recoveryOptions turn a panic in any handler or interceptor of the
 // server (both services, health, reflection and the forwarding service)
 // into INTERNAL with PanicMessage, a logged stack and
-// inferencecache_rpc_panics_total, and keep the process serving (SPEC 9).
+// inferencecache_rpc_panics_total, and keep the process serving (contract §9.6).
 // They go first, so they wrap every other interceptor. LookupRoute
 // recovers on its own and fails open to NO_HINT before this is reached.
 func recoveryOptions(log *slog.Logger, m *metrics.Metrics) []grpc.ServerOption {

@@ -74,7 +74,7 @@ func TestServerOptions_PanicsAnsweredInternal(t *testing.T) {
 		t.Fatalf("after the panics: %v, %v; want SERVING", r, err)
 	}
 	const metric = `
-# HELP inferencecache_rpc_panics_total Panics recovered in gRPC handlers and answered INTERNAL (SPEC 9), by full method name.
+# HELP inferencecache_rpc_panics_total Panics recovered in gRPC handlers and answered INTERNAL (contract §9.6), by full method name.
 # TYPE inferencecache_rpc_panics_total counter
 inferencecache_rpc_panics_total{method="/grpc.health.v1.Health/Check"} 1
 inferencecache_rpc_panics_total{method="/grpc.health.v1.Health/Watch"} 1

@@ -103,7 +103,7 @@ var healthServices = []string{"", pb.InferenceCache_ServiceDesc.ServiceName, pb.
 // not restarted over and over for a fault a restart cannot fix.
 const StartedHealthService = "inferencecache.started"
 
-// BaseServerOptions are the gRPC server options every node uses (SPEC 9
+// BaseServerOptions are the gRPC server options every node uses (contract §9.9
 // limits, keepalive, stream workers), before TLS and authentication.
 // Benchmarks use them too, so they measure the production server.
 func BaseServerOptions() []grpc.ServerOption {

@@ -18,7 +18,7 @@ import (
 	"github.com/inference-cache/inference-cache/raftnode"
 )
 
-// Tokenizer turns prompt text into token ids for a model (SPEC 5 key
+// Tokenizer turns prompt text into token ids for a model (contract §5.1 key
 // resolution step 3). It is defined here, at the consumer; the tokenizer
 // package's Registry implements it from the models directory.
 // EncodeContext must be safe for concurrent use; it returns an error when
@@ -46,7 +46,7 @@ type Backend interface {
 	// Credit queues an LFU access credit for hashes of p (lossy, batched).
 	// hashes may be reused by the caller after Credit returns.
 	Credit(p index.Partition, hashes []uint64)
-	// ReadState is how stale this node's answers may be (SPEC 8 reads).
+	// ReadState is how stale this node's answers may be (contract §8.4 reads).
 	// It is cheap: it is called once per lookup.
 	ReadState() raftnode.ReadState
 	// Ready reports whether the node has loaded its state (snapshot and
@@ -56,7 +56,7 @@ type Backend interface {
 	Policy() policy.Policy
 	// Ingest commits events through the log and returns the applied index
 	// and whether the request id was a duplicate (a retry). requestID is
-	// the client's, "" when it sent none: the node makes the ids (SPEC 8
+	// the client's, "" when it sent none: the node makes the ids (contract §8
 	// de-duplication), the service never does.
 	Ingest(ctx context.Context, requestID string, evs []index.BlockEvent) (raftnode.WriteResult, error)
 	// ReportStats commits replica stats through the log, with request ids
@@ -97,7 +97,7 @@ type Config struct {
 // its own replicated copy, so this only delays a new lookup budget.
 const policyRefresh = 500 * time.Millisecond
 
-// Service implements inferencecache.v1.InferenceCache (SPEC 5, 6, 7) over a
+// Service implements inferencecache.v1.InferenceCache (contract §5, §6, §7) over a
 // Backend.
 type Service struct {
 	pb.UnimplementedInferenceCacheServer
@@ -166,7 +166,7 @@ func pbKindName(k pb.BlockEvent_Kind) string {
 }
 
 // Ingest validates the events, rejects the invalid ones with reasons and
-// commits the rest through the Raft log (SPEC 6). A request over a size
+// commits the rest through the Raft log (contract §6.2). A request over a size
 // limit is refused whole with INVALID_ARGUMENT; one that finds no room in
 // the write admission bounds within AdmissionWait is refused with
 // RESOURCE_EXHAUSTED and a RetryInfo (admission.go). With no valid event nothing
@@ -303,7 +303,7 @@ func (s *Service) ReportReplicaStats(ctx context.Context, req *pb.ReportReplicaS
 	return &pb.ReportReplicaStatsResponse{Accepted: w.accepted, Rejected: w.rejected, AppliedIndex: w.appliedIndex, Duplicate: w.duplicate}, nil
 }
 
-// GetCachePolicy returns the policy in force on this node (SPEC 7). A
+// GetCachePolicy returns the policy in force on this node (contract §7.2). A
 // leader that has not finished its post-election Barrier (it may not have
 // applied entries committed in earlier terms yet, e.g. right after a
 // restart) first waits for it, within the call's deadline, so the leader

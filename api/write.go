@@ -21,7 +21,7 @@ type writeKind[E any] struct {
 	// convert validates and converts the request against the server
 	// clock nowMs (unix ms), read at start: the valid entries in request
 	// order, one rejection per invalid entry, or a *RequestError refusing
-	// the request whole (SPEC 6, 9).
+	// the request whole (contract §6, 9).
 	convert func(start time.Time, nowMs int64) ([]E, []*pb.Rejection, error)
 	// rejected counts the rejections in metrics.
 	rejected func(rej []*pb.Rejection, nowMs int64)
@@ -41,7 +41,7 @@ type written struct {
 	accepted uint32
 	// appliedIndex is the write's log index, or this node's applied
 	// index when nothing was committed; duplicate: the request id had
-	// already been applied (SPEC 8).
+	// already been applied (contract §8).
 	appliedIndex uint64
 	duplicate    bool
 }

@@ -1,5 +1,5 @@
-// Package bench is the benchmark gateway (`inference-cache bench`, SPEC
-// 12): it replays a request trace through a simulated fleet of inference
+// Package bench is the benchmark gateway (`inference-cache bench`, contract
+// §12): it replays a request trace through a simulated fleet of inference
 // engines, routes each request with one strategy after another, and
 // measures what the routing did to the prefix-cache hit rate and to the
 // modelled time to first token, against the peers' routers, a greedy
@@ -31,7 +31,7 @@
 //	sdk.go        lookuproute-sdk: v2 hints and the SDK's client.Picker
 //	run.go        one run: every strategy on the same trace and fleet
 //	              settings, each on a fresh fleet and a reset index
-//	report.go     the table and the --json shape of SPEC 12
+//	report.go     the table and the --json shape of contract §12.7
 //	plot.go       --plot with gonum.org/v1/plot
 //	demo.go       the demo fleet of `inference-cache dev` (make run)
 //	localcluster/ the embedded 3-node cluster used without --addr
@@ -63,7 +63,7 @@
 // of them touched the prompt's blocks (or a replica joined), waits until
 // the cluster acknowledged them and every node applied them. The index's
 // answer for a chain depends only on its blocks' entries and the serving
-// set (SPEC 5), so skipping the wait otherwise changes no answer. The
+// set (contract §5.4), so skipping the wait otherwise changes no answer. The
 // peers that read KV events (dynamo, llm-d) read a perfect indexer with
 // the same rule. VisibilityTimestamp and VisibilityRequest are the older
 // models: events published at arrival, visible to later timestamps or to

@@ -161,7 +161,7 @@ func (o *observation) publish(engine int, ev *KVEvent) {
 // everywhere: some event not yet confirmed stored or evicted one of its
 // blocks, or a replica joined the serving set. The index's answer for a
 // chain depends only on the entries of its blocks and on the serving set
-// (SPEC 5), so skipping the wait otherwise changes no response.
+// (contract §5.4), so skipping the wait otherwise changes no response.
 func (o *observation) needsBarrier(hashIDs []uint64) bool {
 	if o.firstEvent {
 		return true

@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// JSONReport is the --json object of SPEC 12, field for field.
+// JSONReport is the --json object of contract §12.7, field for field.
 type JSONReport struct {
-	// Trace, Requests, IdealTokenHitRate and Strategies are SPEC 12's
+	// Trace, Requests, IdealTokenHitRate and Strategies are contract §12.7's
 	// trace, requests, ideal_token_hit_rate and strategies.
 	Trace             string         `json:"trace"`
 	Requests          int            `json:"requests"`
@@ -31,7 +31,7 @@ type JSONReport struct {
 // JSONStrategy is one strategy of JSONReport (rates in 0..1; the TTFT is
 // modelled, as the field names say).
 type JSONStrategy struct {
-	// The fields are SPEC 12's, named by their JSON keys; see Result for
+	// The fields are contract §12.7's, named by their JSON keys; see Result for
 	// their meaning.
 	Name                string           `json:"name"`
 	TokenHitRate        float64          `json:"token_hit_rate"`
@@ -45,7 +45,7 @@ type JSONStrategy struct {
 	ReasonCodes         map[string]int64 `json:"reason_codes"`
 }
 
-// JSON returns the SPEC 12 shape of r.
+// JSON returns the contract §12.7 shape of r.
 func (r *Report) JSON() JSONReport {
 	out := JSONReport{Trace: r.Trace, Requests: r.Requests, IdealTokenHitRate: r.IdealTokenHitRate, Strategies: []JSONStrategy{},
 		Visibility: string(r.Visibility), EventDelayMs: float64(r.EventDelay) / float64(time.Millisecond), Gateways: r.Gateways,
@@ -63,7 +63,7 @@ func (r *Report) JSON() JSONReport {
 	return out
 }
 
-// WriteJSON writes the SPEC 12 object, indented, with a final newline.
+// WriteJSON writes the contract §12.7 object, indented, with a final newline.
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

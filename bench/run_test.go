@@ -23,9 +23,9 @@ func keys(m map[string]any) []string {
 	return out
 }
 
-// --json is the object of SPEC 12: its keys, plus the run's settings at
-// the top level (JSONReport), and per strategy exactly SPEC 12's keys.
-func TestReport_JSONShapeIsSPEC12(t *testing.T) {
+// --json is the object of contract §12.7: its keys, plus the run's settings at
+// the top level (JSONReport), and per strategy exactly contract §12.7's keys.
+func TestReport_JSONShapeIsContract12(t *testing.T) {
 	r := &Report{Trace: "t.jsonl", Requests: 3, IdealTokenHitRate: 0.5, Strategies: []Result{
 		{Name: StrategyRoundRobin, TokenHitRate: 0.1, FractionOfIdeal: 0.2},
 		{Name: StrategyLookupRouteV2, TokenHitRate: 0.4, FractionOfIdeal: 0.8, ReasonCodes: map[string]int64{"PREFIX_MATCH": 2, "NO_HINT": 1}},
@@ -41,7 +41,7 @@ func TestReport_JSONShapeIsSPEC12(t *testing.T) {
 	spec := []string{"ideal_token_hit_rate", "requests", "strategies", "trace"}
 	settings := []string{"cache_blocks", "engines", "event_delay_ms", "gateways", "prefill_tps", "visibility"}
 	if got, want := keys(top), slices.Sorted(slices.Values(append(spec, settings...))); !slices.Equal(got, want) {
-		t.Fatalf("top-level keys %v, want SPEC 12's %v and the settings %v", got, spec, settings)
+		t.Fatalf("top-level keys %v, want contract §12's %v and the settings %v", got, spec, settings)
 	}
 	ss := top["strategies"].([]any)
 	if len(ss) != 2 {

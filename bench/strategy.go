@@ -12,7 +12,7 @@ import (
 	"github.com/inference-cache/inference-cache/client"
 )
 
-// Strategy names (SPEC 12).
+// Strategy names (contract §12.7).
 const (
 	StrategyRoundRobin     = "round-robin"
 	StrategyRandom         = "random"

@@ -16,7 +16,7 @@ func mix64(x uint64) uint64 {
 // named hashID. The ids depend only on hashID and the position, so every
 // request containing the block carries the same tokens there, and two
 // different hash ids give different token blocks (with overwhelming
-// probability), so the content fingerprint of SPEC 3 tells them apart
+// probability), so the content fingerprint of contract §3 tells them apart
 // exactly as the trace's ids do.
 func AppendBlockTokens(dst []uint32, hashID uint64, n int) []uint32 {
 	seed := mix64(hashID ^ 0x5bd1e9955bd1e995)

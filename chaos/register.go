@@ -83,7 +83,7 @@ func (w *Workload) regGetter(ctx context.Context, client int) {
 	for i := 0; ctx.Err() == nil; i++ {
 		// Every other read goes to the believed leader (confirmed ones form the
 		// linearizable history); the rest go to any node (local reads:
-		// SPEC 8 lets them be stale, checked for no phantom values and
+		// contract §8.4 lets them be stale, checked for no phantom values and
 		// per-process monotonic versions).
 		var n *Node
 		leader := false

@@ -136,7 +136,7 @@ func (r *Report) Markdown(command string) string {
 		p("- Nodes on 127.0.0.1; partitions skipped: %s.", r.PartitionsSkipped)
 	}
 	p("- Duration %v. Load (`uptime`) at start: `%s`; at end: `%s`. The machine has 2 cores shared with other builds and tests.", r.Duration.Round(time.Second), r.LoadBefore, r.LoadAfter)
-	p("- Workload: 4 ingest writers (one unique 8-block chain and request id per write, SDK retries with the same id), one LookupRoute reader per node, 2 SetCachePolicy writers and 3 GetCachePolicy readers (every other read sent to the node the status poller last saw as leader; it counts as a leader read when that node reports Leader in the same term right before and after the call, and only those enter the linearizability check — reads from other nodes are local reads, stale by design (SPEC 8), checked for no phantom values and per-process monotonic versions).")
+	p("- Workload: 4 ingest writers (one unique 8-block chain and request id per write, SDK retries with the same id), one LookupRoute reader per node, 2 SetCachePolicy writers and 3 GetCachePolicy readers (every other read sent to the node the status poller last saw as leader; it counts as a leader read when that node reports Leader in the same term right before and after the call, and only those enter the linearizability check — reads from other nodes are local reads, stale by design (contract §8.4), checked for no phantom values and per-process monotonic versions).")
 	p("")
 	p("## Faults injected")
 	p("")

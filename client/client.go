@@ -1,4 +1,4 @@
-// Package client is the Go gateway SDK of inference-cache (SPEC 5, 8).
+// Package client is the Go gateway SDK of inference-cache (contract §5.10, §8.5).
 //
 // A Client dials several server nodes and spreads LookupRoute calls across
 // them round robin, skipping nodes that failed recently. Lookups fail open:
@@ -7,7 +7,7 @@
 // request and route round robin on NO_HINT. Fingerprints can be computed
 // locally from token ids (LookupTokens). Writes (Ingest,
 // ReportReplicaStats) carry a stable request id per logical write and are
-// retried with jitter on the SPEC 8 retriable outcomes, rotating nodes, so
+// retried with jitter on the contract §8.5 retriable outcomes, rotating nodes, so
 // a retry never double-applies. A write attempt on a node that stops
 // answering (a paused or hung process) is abandoned within about a second
 // (a health check after WriteProbeAfter fails) or at WriteAttemptTimeout,
@@ -53,7 +53,7 @@ const (
 	// DefaultFailBackoff is how long a node whose call failed is first
 	// skipped (unless every node is skipped); it doubles per failed probe.
 	DefaultFailBackoff = time.Second
-	// DefaultWriteRetry is the total time a write is retried (SPEC 8: ~5 s).
+	// DefaultWriteRetry is the total time a write is retried (contract §8.5: ~5 s).
 	DefaultWriteRetry = 5 * time.Second
 	// DefaultWriteAttemptTimeout bounds one write attempt; an attempt that
 	// times out has an unknown outcome and is retried with the same id on
@@ -236,7 +236,7 @@ func (c *Client) Stats() Stats {
 		IngestRejectedAheadOfClock: c.aheadOfClock.Load()}
 }
 
-// LookupRoute asks one node for the hint of req (SPEC 5). It never fails:
+// LookupRoute asks one node for the hint of req (contract §5.7). It never fails:
 // when the node fails (Unavailable, DeadlineExceeded, ResourceExhausted,
 // Aborted) it skips that node for lookups (see Config.FailBackoff) and
 // tries one other node within the budget; when that fails too, the budget
@@ -295,7 +295,7 @@ func nodeFault(err error) bool {
 }
 
 // Fingerprint fills req's block_hashes, block_token_counts and prefix_hash
-// from token ids with blockSize tokens per block (SPEC 3), exactly as the
+// from token ids with blockSize tokens per block (contract §3), exactly as the
 // server would, and clears token_ids and prompt_text. A non-empty
 // req.CacheSalt fingerprints in that salt's hash domain
 // (fingerprint.AppendSaltedBlockHashes), as the server does for salted

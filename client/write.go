@@ -16,7 +16,7 @@ import (
 )
 
 // Retriable reports whether a write that failed with err may be retried
-// with the same request id (SPEC 8): UNAVAILABLE (not leader, no leader,
+// with the same request id (contract §8.5): UNAVAILABLE (not leader, no leader,
 // leadership transfer, leadership lost, node down) and DEADLINE_EXCEEDED
 // of one attempt (outcome unknown; the server de-duplicates by id).
 func Retriable(err error) bool {
@@ -170,7 +170,7 @@ func (c *Client) attempt(ctx context.Context, n *node, deadline time.Time, call 
 	return err
 }
 
-// Ingest commits a batch of block events (SPEC 6). When req has no
+// Ingest commits a batch of block events (contract §6.1). When req has no
 // request_id one is generated; every retry of this call carries the same
 // id. Per-event rejections are in the response; an error is a refused
 // request (INVALID_ARGUMENT) or the last failure once retries ran out.

@@ -25,7 +25,7 @@ var (
 	ErrDecode = errors.New("fsm: log entry does not decode")
 )
 
-// IngestCommand builds an ingest command (SPEC 6) in the packed form:
+// IngestCommand builds an ingest command (contract §6.1) in the packed form:
 // Marshal of it gives the bytes MarshalIngest gives. MarshalIngest is the
 // write path's encoder; this builder is for callers that assemble entries
 // from messages (EncodeEntry).

@@ -1,4 +1,4 @@
-// Package command is the Raft log entry format of inference-cache (SPEC 6,
+// Package command is the Raft log entry format of inference-cache (contract §6,
 // 9): the commands a write becomes, their encoding, the framing of an
 // entry (format, commands, checksum) and its decoding. It sits below fsm,
 // snapshot and raftnode: raftnode encodes a write once with this package

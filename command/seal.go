@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// Log entries carry a checksum (SPEC 9: a corrupt log is detected and
+// Log entries carry a checksum (contract §9.5: a corrupt log is detected and
 // refused). raft-boltdb stores entries without one and bbolt does not
 // checksum data pages, so a flipped bit in raft.db would otherwise be
 // applied as a different write and leave the node silently diverged. The

@@ -84,7 +84,7 @@ func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
 	defer cancel()
 	tokens := toks(70000, 128) // 8 blocks: at least minimumMatchedTokens
 	// A second replica with other blocks: a prefix held by every serving
-	// replica distinguishes none (SPEC 5) and is no PREFIX_MATCH.
+	// replica distinguishes none (contract §5.4) and is no PREFIX_MATCH.
 	resp, err := c.Ingest(ctx, &pb.IngestRequest{Events: []*pb.BlockEvent{stored("r-dev", tenant, tokens), stored("r-other", tenant, toks(80000, 128))}})
 	if err != nil || resp.Accepted != 2 {
 		t.Fatalf("write with node2 down: %v %v", resp, err)

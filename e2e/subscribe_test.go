@@ -16,7 +16,7 @@ import (
 	ot "github.com/inference-cache/inference-cache/observe/observetest"
 )
 
-// engineYAML is a subscriber configuration (SPEC 12) for the publishers.
+// engineYAML is a subscriber configuration (contract §12.6) for the publishers.
 func engineYAML(pubs map[string]*ot.Publisher) string {
 	s := "engines:\n"
 	for id, p := range pubs {

@@ -8,7 +8,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// Seed is the XXH3 seed of every hash in the scheme (SPEC 3).
+// Seed is the XXH3 seed of every hash in the scheme (contract §3.2).
 const Seed = 1337
 
 // MaxBlockSize bounds the tokens per block; it keeps the per-block scratch
@@ -77,7 +77,7 @@ func AppendBlockHashes(dst []uint64, tokens []uint32, blockSize int) ([]uint64, 
 // SaltRoot returns the hash that stands in for "no parent" at the root of a
 // salted chain: XXH3_64bits_withSeed(salt, 1337) over the salt's UTF-8
 // bytes as given (no length prefix, no terminator). An empty salt has no
-// root (ok = false): the chain is the unsalted one of SPEC 3.
+// root (ok = false): the chain is the unsalted one of contract §3.2.
 func SaltRoot(salt string) (root uint64, ok bool) {
 	if salt == "" {
 		return 0, false
@@ -93,8 +93,8 @@ func SaltRoot(salt string) (root uint64, ok bool) {
 //	h_0 = XXH3_64bits_withSeed(LE64(s) ‖ LE64(local_0), 1337)   = Chain(s, local_0)
 //	h_i = XXH3_64bits_withSeed(LE64(h_{i−1}) ‖ LE64(local_i), 1337) for i ≥ 1
 //
-// local_i as in SPEC 3. An empty salt gives exactly AppendBlockHashes (the
-// SPEC 3 golden vectors). Errors: ErrBlockSize.
+// local_i as in contract §3.2. An empty salt gives exactly AppendBlockHashes (the
+// contract §3.5 golden vectors). Errors: ErrBlockSize.
 func AppendSaltedBlockHashes(dst []uint64, tokens []uint32, blockSize int, salt string) ([]uint64, error) {
 	root, salted := SaltRoot(salt)
 	if !salted {
@@ -135,7 +135,7 @@ type Key struct {
 	HasPrefix        bool
 }
 
-// Compute returns the Key of tokens for blockSize (SPEC 3). It allocates the
+// Compute returns the Key of tokens for blockSize (contract §3.3). It allocates the
 // two slices; hot paths use AppendBlockHashes with reused buffers.
 func Compute(tokens []uint32, blockSize int) (Key, error) {
 	return ComputeSalted(tokens, blockSize, "")

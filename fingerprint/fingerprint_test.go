@@ -242,7 +242,7 @@ func TestSalted_FromFirstPrinciples(t *testing.T) {
 	}
 }
 
-// TestSalted_EmptySaltIsTheGoldenChain: no salt must leave SPEC 3's keys
+// TestSalted_EmptySaltIsTheGoldenChain: no salt must leave contract §3.5's keys
 // exactly as the reference vectors.
 func TestSalted_EmptySaltIsTheGoldenChain(t *testing.T) {
 	for _, v := range loadGolden(t) {

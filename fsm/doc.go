@@ -1,4 +1,4 @@
-// Package fsm is the Raft state machine of inference-cache (SPEC 6, 8, 13):
+// Package fsm is the Raft state machine of inference-cache (contract §6.6, §8, §13):
 // the deterministic apply of log entries into an index.Index, the
 // de-duplication of retried commands, and the snapshot/restore hooks that
 // use the BoltDB format of package snapshot. The entry format itself

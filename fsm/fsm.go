@@ -141,8 +141,8 @@ func New(p policy.Policy, opts Options) *FSM {
 // Restore: fetch it per lookup, never cache it.
 func (f *FSM) Index() *index.Index { return f.ix.Load() }
 
-// AppliedIndex is the last Raft log index this FSM finished applying (SPEC
-// 13: not raft.AppliedIndex, which counts what was handed over).
+// AppliedIndex is the last Raft log index this FSM finished applying (contract
+// §13: not raft.AppliedIndex, which counts what was handed over).
 func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
 
 // Policy returns the policy in force.

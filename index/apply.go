@@ -1,7 +1,7 @@
 package index
 
 // Write side: events, stats, credits. All of it runs on the single writer
-// goroutine and derives every timestamp from its arguments (SPEC 6), so the
+// goroutine and derives every timestamp from its arguments (contract §6.6), so the
 // same sequence of calls yields the same state on every node.
 
 // ApplyEvents applies block events in order (writer only) and enforces
@@ -349,7 +349,7 @@ func (ix *Index) ApplyStats(st []ReplicaStats) {
 const maxAccess = 1<<20 - 1
 
 // Credit increments the access counters of blocks of partition p (writer
-// only); ignored unless the policy is LFU (SPEC 5: only a delivered
+// only); ignored unless the policy is LFU (contract §5.9: only a delivered
 // PREFIX_MATCH under LFU credits).
 func (ix *Index) Credit(p Partition, hashes []uint64) {
 	ix.reclaimViews()

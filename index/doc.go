@@ -1,5 +1,5 @@
 // Package index is the in-memory prefix-cache index of inference-cache
-// (SPEC 4, 5, 6, 7): which replicas hold which KV blocks, per partition
+// (contract §4, §5, §6, §7): which replicas hold which KV blocks, per partition
 // (hash_scheme, model_id, tenant_id, adapter_id), and the LookupRoute
 // decision made from it: chain matching with leading-run semantics,
 // ranking v1/v2, the two filters, miss classification (UNKNOWN_*),
@@ -36,7 +36,7 @@
 //
 // A lookup is consistent within each 32-block batch but not across
 // batches: a long chain may see a write that lands between two batches.
-// That is within the contract: the answer is a stale-tolerant hint (SPEC 1).
+// That is within the contract: the answer is a stale-tolerant hint (contract §1.3).
 //
 // See DESIGN.md for the layout, the costs and the trade-offs.
 package index

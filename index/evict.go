@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// Expiry and the capacity bound (SPEC 6). Both are scans over the shards,
+// Expiry and the capacity bound (contract §6.7, §6.8). Both are scans over the shards,
 // run on the writer goroutine one shard at a time: a lookup waits at most
 // for one shard's scan (~1/4,096 of the index), never for the whole pass.
 

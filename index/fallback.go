@@ -1,6 +1,6 @@
 package index
 
-// No usable prefix match (SPEC 5): classification, then TENANT_HOT, then
+// No usable prefix match (contract §5.6): classification, then TENANT_HOT, then
 // AFFINITY_HINT, then NO_HINT. Caller holds metaMu.RLock.
 
 // Classification reads O(1) secondary indexes. A level is "seen" when it

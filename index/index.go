@@ -8,7 +8,7 @@ import (
 	"github.com/inference-cache/inference-cache/policy"
 )
 
-// Index is the in-memory prefix index (SPEC 4, 5). One writer goroutine
+// Index is the in-memory prefix index (contract §4, §5). One writer goroutine
 // (the FSM's apply) calls the write methods (SetPolicy, ApplyEvents,
 // ApplyStats, Expire, Credit, View); any number of goroutines call Lookup,
 // Digest and Sizes concurrently with it. See DESIGN.md for the layout and
@@ -114,7 +114,7 @@ func (ix *Index) sizesLocked() Sizes {
 // (partition, hash, token counts, access counter), residencies (partition,
 // hash, replica, last_seen), replica stats and the policy. Two indexes that
 // applied the same calls have equal digests whatever their internal layout
-// (SPEC 8 "FSM digest"). Call it on the writer goroutine (or use
+// (contract §8 "FSM digest"). Call it on the writer goroutine (or use
 // View().Digest()) for a value consistent with an applied index.
 func (ix *Index) Digest() uint64 {
 	var h uint64

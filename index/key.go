@@ -1,6 +1,6 @@
 package index
 
-// The lookup key rules (SPEC 5 key resolution, SPEC 9 bad input), with
+// The lookup key rules (contract §5 key resolution, contract §9 bad input), with
 // the one wording a caller sees for each. Lookup applies them; the API
 // applies CheckScheme and CheckCounts to the request as it arrives,
 // before it resolves a key (a prompt may cost a tokenization), and

@@ -63,7 +63,7 @@ func (ix *Index) Lookup(req *LookupRequest, res *Result) {
 		return
 	}
 
-	// Key resolution (SPEC 5): caller's chain and/or prefix hash first,
+	// Key resolution (contract §5.1): caller's chain and/or prefix hash first,
 	// else token ids fingerprinted with the model's block size.
 	chain, counts := req.BlockHashes, req.BlockTokenCounts
 	uniform := ps.p.BlockSizeFor(p.Model)

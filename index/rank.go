@@ -2,7 +2,7 @@ package index
 
 import "github.com/inference-cache/inference-cache/policy"
 
-// Ranking (SPEC 5). Every factor is computed from replicated state and the
+// Ranking (contract §5.4). Every factor is computed from replicated state and the
 // request (NowMs included), so every node ranks alike.
 
 // statsFresh reports whether stats observed at atMs are fresh at nowMs.
@@ -91,7 +91,7 @@ func (ix *Index) rank(ps *polState, pe *partEnt, req *LookupRequest, res *Result
 	return detailMatch
 }
 
-// The factors of SPEC 5, shared by the score and its explanation so the
+// The factors of contract §5.4, shared by the score and its explanation so the
 // two cannot differ. pressure is 0 when the stats are stale or absent,
 // which makes the factor 1.
 func pressureFactor(ps *polState, pressure float64) float64 {

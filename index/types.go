@@ -5,7 +5,7 @@ import "github.com/inference-cache/inference-cache/policy"
 // This file is the index's public contract, shared by the FSM (writes,
 // snapshots) and the API (lookups). Bodies live in the other files.
 
-// Partition is (hash_scheme, model_id, tenant_id, adapter_id) (SPEC 4). Keys
+// Partition is (hash_scheme, model_id, tenant_id, adapter_id) (contract §4.1). Keys
 // of different partitions never match each other. Adapter "" is the base
 // model.
 type Partition struct {
@@ -15,7 +15,7 @@ type Partition struct {
 	Adapter string
 }
 
-// EventKind is the kind of a block event (SPEC 6).
+// EventKind is the kind of a block event (contract §6.1).
 type EventKind uint8
 
 const (
@@ -35,7 +35,7 @@ type BlockEvent struct {
 	Kind      EventKind
 	ReplicaID string
 	Partition Partition
-	// BlockHashes is the chain h_0..h_{k-1} of this event's blocks (SPEC 3).
+	// BlockHashes is the chain h_0..h_{k-1} of this event's blocks (contract §3.3).
 	BlockHashes []uint64
 	// BlockTokenCounts[i] is block i's own token count; same length as
 	// BlockHashes (empty for Cleared).
@@ -49,7 +49,7 @@ type BlockEvent struct {
 	ObservedAtMs int64
 }
 
-// ReplicaStats is one replica's load report (SPEC 4), ms since epoch.
+// ReplicaStats is one replica's load report (contract §4.3), ms since epoch.
 type ReplicaStats struct {
 	ReplicaID     string
 	ModelID       string
@@ -61,7 +61,7 @@ type ReplicaStats struct {
 	// WaitingRequests and RunningRequests are the engine's queue at
 	// ObservedAtMs, in requests: queued and not yet scheduled, and in the
 	// running batch. They do not enter the score; every hint carries them
-	// while the stats are fresh (SPEC 5), so a gateway can weigh load.
+	// while the stats are fresh (contract §5.8), so a gateway can weigh load.
 	WaitingRequests uint32
 	RunningRequests uint32
 }
@@ -80,7 +80,7 @@ const (
 	UnknownAdapter Reason = 7
 )
 
-// LookupRequest is a resolved LookupRoute request (SPEC 5). Key precedence:
+// LookupRequest is a resolved LookupRoute request (contract §5.1). Key precedence:
 // BlockHashes and/or PrefixHash (HasPrefixHash); else TokenIDs, fingerprinted
 // with the policy block size of Partition.Model. Prompt text is tokenized by
 // the API layer into TokenIDs before it gets here.
@@ -116,7 +116,7 @@ type Load struct {
 	AgeMs                            uint64 // NowMs − the stats' ObservedAtMs (0 if in the future)
 }
 
-// Factors are the values behind one hint's score (SPEC 5), reported only
+// Factors are the values behind one hint's score (contract §5.8), reported only
 // for a lookup with Explain.
 //
 // For PREFIX_MATCH the score is matched_tokens × Freshness ×
@@ -138,7 +138,7 @@ type Factors struct {
 	SLOBias             float64 // 1 + Freshness × sloTightBias for a tight SLO, else 1
 	DistinguishingPower float64 // 1 − MatchingAtDepth/TotalReplicas, 0..1
 	MatchingAtDepth     uint32  // replicas whose run reaches this hint's depth
-	TotalReplicas       uint32  // the serving set of (scheme, model), SPEC 4
+	TotalReplicas       uint32  // the serving set of (scheme, model), contract §4.5
 	TenantHitRate       float64 // TENANT_HOT: the replica's hit rate for the tenant, 0..1
 	Rendezvous          bool    // AFFINITY_HINT: chosen by rendezvous hashing
 	StatsFresh          bool    // the replica's stats are within statsFreshness
@@ -180,7 +180,7 @@ type Result struct {
 	// other tenants).
 	Detail string
 	// CreditPartition/CreditHashes are the block hashes to credit for a
-	// delivered PREFIX_MATCH under an LFU policy (SPEC 5), empty otherwise:
+	// delivered PREFIX_MATCH under an LFU policy (contract §5), empty otherwise:
 	// the index is the one place that decides, with the policy it ranked
 	// with; a caller credits what it names and checks nothing else.
 	CreditPartition Partition

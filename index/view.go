@@ -11,7 +11,7 @@ import (
 )
 
 // View is an immutable point-in-time view of an Index, for snapshots
-// (SPEC 8, 13: Apply is blocked while FSM.Snapshot runs, so taking the view
+// (contract §8.2, §13.3: Apply is blocked while FSM.Snapshot runs, so taking the view
 // must be cheap and the slow export happens later, in Persist).
 //
 // Taking a view copies only the small meta state (partitions, replica ids,
@@ -282,7 +282,7 @@ func (v *View) Release() {
 	v.ix.closeView(v.epoch)
 }
 
-// Builder loads a fresh Index from snapshot records (SPEC 8 restore).
+// Builder loads a fresh Index from snapshot records (contract §8.2 restore).
 //
 // The index under construction is not visible to any other goroutine until
 // Build, so the builder writes it without taking the shard and meta locks,

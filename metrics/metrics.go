@@ -1,4 +1,4 @@
-// Package metrics holds the Prometheus metrics of the server (SPEC 10): the
+// Package metrics holds the Prometheus metrics of the server (contract §10.1): the
 // LookupRoute counters and latency histogram, ingest counts by kind and
 // outcome, commit latency, index sizes and Raft state read at scrape time,
 // hashicorp/raft's own go-metrics bridged into the same registry, and the
@@ -48,7 +48,7 @@ func New() *Metrics {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: Namespace, Name: "lookup_route_calls_total",
-		Help: "LookupRoute calls answered, by reason_code (SPEC 5).",
+		Help: "LookupRoute calls answered, by reason_code (contract §5.9).",
 	}, []string{"reason_code"})
 	m := &Metrics{
 		Registry: reg,
@@ -72,7 +72,7 @@ func New() *Metrics {
 		}, []string{"op", "outcome"}),
 		rpcPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "rpc_panics_total",
-			Help: "Panics recovered in gRPC handlers and answered INTERNAL (SPEC 9), by full method name.",
+			Help: "Panics recovered in gRPC handlers and answered INTERNAL (contract §9.6), by full method name.",
 		}, []string{"method"}),
 	}
 	m.admitRefused = prometheus.NewCounter(prometheus.CounterOpts{

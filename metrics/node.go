@@ -4,8 +4,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// NodeInfo is what the node reports at scrape time: index sizes (SPEC 4)
-// and Raft state (SPEC 8).
+// NodeInfo is what the node reports at scrape time: index sizes (contract §10.1)
+// and Raft state (contract §10.1).
 type NodeInfo struct {
 	// Index sizes.
 	Partitions, Blocks, Residencies, Replicas int
@@ -24,7 +24,7 @@ type NodeInfo struct {
 	// on disk (0 when none or unknown).
 	LastSnapshotIndex, LastSnapshotBytes uint64
 	// Serving is raftnode.Node.Serving (readiness). StaleReason is why
-	// this node's reads are stale ("" when fresh: SPEC 8).
+	// this node's reads are stale ("" when fresh: contract §8.4).
 	Serving     bool
 	StaleReason string
 	// LogAppends, LogAppendEntries, LogAppendFailures: appends to the

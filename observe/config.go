@@ -16,7 +16,7 @@ import (
 	"github.com/inference-cache/inference-cache/fingerprint"
 )
 
-// Config is the subscriber configuration file (SPEC 12 "Subscriber
+// Config is the subscriber configuration file (contract §12.6 "Subscriber
 // configuration"). Load it with LoadConfig or ParseConfig, which fill the
 // defaults and validate it.
 type Config struct {
@@ -26,8 +26,7 @@ type Config struct {
 	Engines []EngineConfig `yaml:"engines"`
 
 	// ScrapeInterval is how often each engine's metrics_url is scraped for
-	// replica stats. Default 10s; minimum 100ms. Not in SPEC 12's example;
-	// optional.
+	// replica stats. Default 10s; minimum 100ms. Optional (contract §12.6).
 	ScrapeInterval Duration `yaml:"scrape_interval"`
 
 	// ReplayTimeout bounds one replay exchange (dial, request, every reply
@@ -58,8 +57,8 @@ type Config struct {
 	topicRE *regexp.Regexp
 }
 
-// EngineConfig is one engine entry. Field names are the YAML keys of SPEC
-// 12; data_parallel_size is an addition.
+// EngineConfig is one engine entry. Field names are the YAML keys of contract
+// §12; data_parallel_size is an addition.
 type EngineConfig struct {
 	// Endpoint is the engine's ZMQ PUB socket, tcp://HOST:PORT, which the
 	// subscriber dials. Required unless the top-level listen is set: an
@@ -319,7 +318,7 @@ func offsetEndpoint(ep string, r int) (string, error) {
 }
 
 // ReplicaForRank returns the replica id of data-parallel rank r of the
-// engine: ReplicaID for r = 0, ReplicaID + "-dp<r>" otherwise (SPEC 12).
+// engine: ReplicaID for r = 0, ReplicaID + "-dp<r>" otherwise (contract §12.6).
 func (e *EngineConfig) ReplicaForRank(r int64) string {
 	if r <= 0 {
 		return e.ReplicaID

@@ -1,4 +1,4 @@
-// Package observe is the observation path (SPEC 6 and 12): it
+// Package observe is the observation path (contract §6 and 12): it
 // subscribes to the KV-cache events of vLLM and SGLang engines over ZMQ,
 // translates them into content-fingerprinted BlockEvents, and writes them to
 // the cluster with Ingest through the client SDK; it also scrapes each

@@ -14,7 +14,7 @@ import (
 // pages along the chain into block_size-token blocks (EngineConfig.PageSize,
 // observe/DESIGN.md). A page completes an index block when it is the
 // block_size/page_size-th page since the previous block boundary; the
-// block's fingerprint is SPEC 3's chain over the concatenated tokens, so it
+// block's fingerprint is contract §3.2's chain over the concatenated tokens, so it
 // equals the gateway's key for the same prompt. Removing any page of a
 // block removes the block: the engine no longer holds the whole block.
 

@@ -13,7 +13,7 @@ import (
 )
 
 // Sink is the cluster as the observation path sees it: the two write calls
-// of SPEC 6. observe never imports the server packages; the gRPC
+// of contract §6.9. observe never imports the server packages; the gRPC
 // implementation is GRPCSink and tests use fakes.
 type Sink interface {
 	// Ingest writes one batch. It returns after the cluster committed it
@@ -32,8 +32,8 @@ type Sink interface {
 // first address (name the leader first to skip the forwarding hop), and
 // moves to the next node when that one fails or stops answering, so a
 // dead node costs one retry. Any node accepts writes (followers forward
-// to the leader, SPEC 8). Each call is retried with the same request id
-// on the SPEC 8 retriable outcomes within client.DefaultWriteRetry (and
+// to the leader, contract §8.5). Each call is retried with the same request id
+// on the contract §8.5 retriable outcomes within client.DefaultWriteRetry (and
 // ctx) before it returns an error. Safe for concurrent use.
 type GRPCSink struct {
 	c *client.Client

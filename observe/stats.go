@@ -121,7 +121,7 @@ func queue(v float64) uint32 {
 }
 
 // statsFromFamilies computes one ReplicaStats per rank from a scrape
-// (SPEC 6): pressure = the KV usage gauge (0..1, clamped);
+// (contract §6.10): pressure = the KV usage gauge (0..1, clamped);
 // the configured tenant's hit rate = Δhits / Δqueries since the previous
 // scrape (the cumulative ratio on the first scrape or after a counter
 // reset; the last rate again when no query arrived meanwhile), or, for an

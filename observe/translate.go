@@ -18,7 +18,7 @@ import (
 const maxBlocksPerReplica = 4 << 20
 
 // blockEntry is what the translator remembers about one engine block: its
-// content fingerprint (the chained hash, SPEC 3), the cumulative tokens of
+// content fingerprint (the chained hash, contract §3.2), the cumulative tokens of
 // the prefix up to and including it, and its adapter partition (an index
 // into replica.adapters).
 type blockEntry struct {

@@ -63,7 +63,7 @@ func (h *harness) liveNoReplay(seq int64, payload []byte) []*pb.BlockEvent {
 	return out
 }
 
-// fps is SPEC 3 spelled out: the chained hashes of the blocks of tokens
+// fps is contract §3.2 spelled out: the chained hashes of the blocks of tokens
 // from block index `from` on, given the whole prompt so far.
 func fps(t *testing.T, prompt []uint32, from int) []uint64 {
 	t.Helper()

@@ -7,7 +7,7 @@ import (
 )
 
 // EvictionPolicy names how the capacity bound (MaxResidencies) picks victims
-// (SPEC 6, 7).
+// (contract §6.8, §7.1).
 type EvictionPolicy string
 
 const (
@@ -18,21 +18,21 @@ const (
 	LFU EvictionPolicy = "LFU"
 )
 
-// RankingVersion selects the LookupRoute score formula (SPEC 5).
+// RankingVersion selects the LookupRoute score formula (contract §5.4).
 type RankingVersion string
 
 const (
 	// RankingV1 is matched_tokens × freshness, kept for comparison.
 	RankingV1 RankingVersion = "v1"
-	// RankingV2 is the product of all five factors of SPEC 5.
+	// RankingV2 is the product of all five factors of contract §5.4.
 	RankingV2 RankingVersion = "v2"
 )
 
 // DefaultBlockSize is the tokens per block used for a model that has no
-// entry in Policy.BlockSize (SPEC 3, 7).
+// entry in Policy.BlockSize (contract §3.1, §7.1).
 const DefaultBlockSize = 16
 
-// Policy is the replicated CachePolicy of SPEC 7. Every node holds the same
+// Policy is the replicated CachePolicy of contract §7.2. Every node holds the same
 // value (it changes only through the Raft log), so every node ranks alike.
 // The zero value is not useful: start from Default.
 type Policy struct {
@@ -98,7 +98,7 @@ type Policy struct {
 	Version uint64
 }
 
-// Default returns the SPEC 7 defaults.
+// Default returns the contract §7.1 defaults.
 func Default() Policy {
 	return Policy{
 		ChainMatching:        true,

@@ -58,7 +58,7 @@ func LoadFile(path string) (Policy, error) {
 	return Parse(path, data)
 }
 
-// Parse reads a Kubernetes-style policy document (SPEC 7):
+// Parse reads a Kubernetes-style policy document (contract §7.3):
 //
 //	apiVersion: inferencecache.io/v1   # optional
 //	kind: CachePolicy
@@ -150,7 +150,7 @@ func Parse(name string, data []byte) (Policy, error) {
 	return p, nil
 }
 
-// specFields lists the knobs of spec in SPEC 7 order (for messages).
+// specFields lists the knobs of spec in contract §7.1 order (for messages).
 var specFields = []string{"chainMatching", "minimumMatchedTokens", "routingFloorScore", "lookupTimeoutMs",
 	"evictionTTL", "evictionPolicy", "maxResidencies", "pressureWeight", "sloTightThresholdMs", "sloTightBias",
 	"strategy", "tenantHotMinHitRate", "statsFreshness", "affinityRouting", "maxReplicas", "rankingVersion",

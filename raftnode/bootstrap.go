@@ -11,7 +11,7 @@ import (
 // bootstrapIfExpected runs each membership tick until this node holds
 // Raft state: a configuration read with servers sets the advertised
 // "has Raft state" flag; with BootstrapExpect, the node tries to
-// bootstrap (SPEC 8).
+// bootstrap (contract §8).
 func (n *Node) bootstrapIfExpected() {
 	if n.hasState.Load() {
 		return

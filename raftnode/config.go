@@ -44,14 +44,14 @@ const (
 	// DefaultTrailingLogs kept after a snapshot so a briefly lagging
 	// follower catches up from the log, not a full snapshot install.
 	DefaultTrailingLogs = 10240
-	// DefaultSnapshotRetain: SPEC 13 asks for ≥ 2 so start-up can fall
+	// DefaultSnapshotRetain: contract §13.3 asks for ≥ 2 so start-up can fall
 	// back to the older one if the newest is damaged.
 	DefaultSnapshotRetain = 2
 	// DefaultExpireInterval: how often the leader commits an expire
 	// command; small against the 600 s default TTL.
 	DefaultExpireInterval = 10 * time.Second
 	// DefaultWriteRetry is the bounded time a write retries not-leader /
-	// no-leader / transfer-in-progress / ambiguous outcomes (SPEC 8: ~5 s).
+	// no-leader / transfer-in-progress / ambiguous outcomes (contract §8.5: ~5 s).
 	DefaultWriteRetry = 5 * time.Second
 	// DefaultGroupCommitLinger: when an entry is already being committed
 	// the batcher waits this long for more calls to join the next one.
@@ -184,7 +184,7 @@ type Config struct {
 	// enough. Retried in the background until one answers.
 	Join []string
 	// BootstrapExpect: when > 0 and this node has no Raft state, bootstrap
-	// once this many servers without Raft state see each other (SPEC 8).
+	// once this many servers without Raft state see each other (contract §8.3).
 	// 0 = never bootstrap (join an existing cluster).
 	BootstrapExpect int
 	// Policy is the initial policy of a fresh FSM (a restored snapshot's

@@ -9,7 +9,7 @@ import (
 	"github.com/inference-cache/inference-cache/index"
 )
 
-// LFU access credits (SPEC 5): collected from lookups, batched per
+// LFU access credits (contract §5.9): collected from lookups, batched per
 // partition and committed through the log off the lookup path.
 
 type creditReq struct {
@@ -17,7 +17,7 @@ type creditReq struct {
 	hashes []uint64
 }
 
-// Credit queues LFU access credits for blocks of partition p (SPEC 5):
+// Credit queues LFU access credits for blocks of partition p (contract §5):
 // the hashes a lookup's index.Result names in CreditHashes, which the
 // index fills only for a delivered PREFIX_MATCH under LFU. The index owns
 // that decision, here and at apply (index.Index.Credit ignores credits

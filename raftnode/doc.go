@@ -1,5 +1,5 @@
 // Package raftnode replicates the inference-cache index with hashicorp/raft
-// (SPEC 8, 13): raft-boltdb/v2 log and stable store (bbolt with
+// (contract §8, §13): raft-boltdb/v2 log and stable store (bbolt with
 // NoFreelistSync and the map freelist, wrapped in raft.NewLogCache), a file
 // snapshot store in the BoltDB format of package snapshot, a TCP transport,
 // memberlist gossip for discovery and bootstrap_expect, leader-side group

@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Local health (SPEC 8 reads and readiness). Raft's LastContact is not
+// Local health (contract §8.4 reads and readiness). Raft's LastContact is not
 // enough to say a node's reads are fresh: a follower whose disk is full
 // keeps answering the leader's heartbeats (they write nothing), so its
 // last contact stays a few milliseconds old while every AppendEntries
@@ -229,7 +229,7 @@ func (n *Node) healthLoop(t *lagTracker) {
 // local log succeed, it has applied the log it found at start, and no
 // committed entry has waited longer than the policy's MaxStaleness to be
 // applied. Use it for readiness (gRPC health, /readyz). A node that is
-// not Serving still answers lookups, with ReadState.Stale set (SPEC 8).
+// not Serving still answers lookups, with ReadState.Stale set (contract §8.4).
 // Losing the leader does not end Serving (every node would lose it at
 // once); it makes reads Stale.
 func (n *Node) Serving() bool { return n.Ready() && n.health.reason() == "" }

@@ -20,7 +20,7 @@ func evs(replica string, base uint64, n int, at int64) []index.BlockEvent {
 		bg[i] = base + 1<<40 + uint64(i)
 	}
 	// a second replica on a disjoint chain, so the serving set has more
-	// than one replica and a match has distinguishing power (SPEC 5)
+	// than one replica and a match has distinguishing power (contract §5.4)
 	return []index.BlockEvent{
 		{Kind: index.Stored, ReplicaID: replica, Partition: part, BlockHashes: hs, BlockTokenCounts: tc, ObservedAtMs: at},
 		{Kind: index.Stored, ReplicaID: "bg-" + replica, Partition: part, BlockHashes: bg, BlockTokenCounts: tc, ObservedAtMs: at},

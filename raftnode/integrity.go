@@ -13,7 +13,7 @@ import (
 	"github.com/inference-cache/inference-cache/snapshot"
 )
 
-// SPEC 9: a corrupt snapshot or log is detected and refused with a clear
+// contract §9.5: a corrupt snapshot or log is detected and refused with a clear
 // error; the node does not start with silently wrong state. Snapshots
 // carry their own checksums (snapshot package, and raft's CRC of the
 // file store); log entries carry command.SealEntry's. What is checked here:

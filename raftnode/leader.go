@@ -6,7 +6,7 @@ import (
 )
 
 // leaderLoop drains raft's NotifyCh (buffered, so no transition is lost;
-// SPEC 13) and runs leader duties only after a Barrier proves every
+// contract §13.4) and runs leader duties only after a Barrier proves every
 // earlier entry is applied locally.
 func (n *Node) leaderLoop(notify <-chan bool) {
 	defer n.wg.Done()
@@ -79,7 +79,7 @@ func (n *Node) leaderDuties(ctx context.Context) {
 			return
 		case <-t.C:
 			// The leader's clock goes into the command, so every node
-			// expires the same residencies (SPEC 6), bounded by what the
+			// expires the same residencies (contract §6.7), bounded by what the
 			// index holds (expireNow).
 			cmd := expireBytes(n.NewRequestID(), n.expireNow(n.wallNow(expireClock).Add(n.ClockCorrection()).UnixMilli()))
 			c, cancel := context.WithTimeout(ctx, n.cfg.ExpireInterval)

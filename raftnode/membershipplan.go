@@ -63,7 +63,7 @@ type membershipChanges struct {
 	Voters int
 }
 
-// planMembership decides one reconcile round (leader only; SPEC 8):
+// planMembership decides one reconcile round (leader only; contract §8):
 //
 //   - An alive gossip server with a Raft address that is not a voter at
 //     that address is added as a voter, the lowest id first, one per
@@ -158,7 +158,7 @@ func planCleanup(in membershipInput, deadSince map[string]time.Time, voters int)
 
 // CleanupBudget is how many of dead servers one cleanup round may remove
 // from a configuration with voters voters: never more than (voters−1)/2
-// at once and never below 3 voters (SPEC 8).
+// at once and never below 3 voters (contract §8).
 func CleanupBudget(voters, dead int) int {
 	b := min(dead, (voters-1)/2, voters-3)
 	return max(b, 0)

@@ -102,7 +102,7 @@ type Node struct {
 // New opens (or creates) the node's stores under cfg.DataDir, restores the
 // FSM from the newest valid snapshot, starts Raft on cfg.RaftAddr and
 // memberlist on cfg.GossipAddr, joins cfg.Join in the background and, with
-// BootstrapExpect, bootstraps a fresh cluster (SPEC 8). Errors: ErrInvalid
+// BootstrapExpect, bootstraps a fresh cluster (contract §8.3). Errors: ErrInvalid
 // for a bad Config; otherwise the failing step (a corrupt snapshot names
 // snapshot.ErrCorrupt etc.).
 func New(cfg Config) (*Node, error) {

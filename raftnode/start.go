@@ -125,7 +125,7 @@ func (n *Node) openLogStore(raftDir string) error {
 	var err error
 	n.store, err = raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(raftDir, "raft.db"),
-		// SPEC 13: without these bbolt rewrites its whole freelist on
+		// contract §13: without these bbolt rewrites its whole freelist on
 		// every append once the log has grown.
 		BoltOptions: &bbolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
 	})

@@ -11,7 +11,7 @@ import (
 // What a node reports about itself: how fresh its reads are (ReadState,
 // per lookup) and its view of the cluster (Status, for operators).
 
-// ReadState says how fresh this node's local reads are (SPEC 5, 8).
+// ReadState says how fresh this node's local reads are (contract §5.8, §8.4).
 type ReadState struct {
 	// NodeID is this node.
 	NodeID string
@@ -87,7 +87,7 @@ type Member struct {
 	UnhealthyReason string
 }
 
-// Status is the node's view of the cluster (SPEC 8 admin status).
+// Status is the node's view of the cluster (contract §8.10 admin status).
 type Status struct {
 	NodeID string
 	// State is "Leader", "Follower", "Candidate" or "Shutdown".

@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// RaftTLS carries Raft RPCs over TLS (SPEC 9). Build both configs with
+// RaftTLS carries Raft RPCs over TLS (contract §9.7). Build both configs with
 // package tlsconfig so certificate rotation needs no restart.
 type RaftTLS struct {
 	// Server is the listener's config. It must require and verify client

@@ -22,11 +22,11 @@ type WriteResult struct {
 	Index uint64
 	// Duplicate is true when the request id had already been applied
 	// within the de-duplication window: the write was acknowledged as a
-	// retry and its payload not applied again (SPEC 8).
+	// retry and its payload not applied again (contract §8.5).
 	Duplicate bool
 }
 
-// Ingest commits a batch of validated block events (SPEC 6) once it is
+// Ingest commits a batch of validated block events (contract §6.3) once it is
 // committed by a quorum and applied on this node, and says at which log
 // index and whether the request id was a duplicate. Concurrent calls on
 // the leader share log entries (group commit); a follower forwards to the

@@ -1,4 +1,4 @@
-// Package snapshot is the on-disk snapshot format of inference-cache (SPEC 8,
+// Package snapshot is the on-disk snapshot format of inference-cache (contract §8,
 // 13): a BoltDB (bbolt) file framed for streaming, used for Raft snapshots,
 // operator backups and whole-cluster restores.
 //

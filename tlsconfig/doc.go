@@ -1,5 +1,5 @@
 // Package tlsconfig loads the TLS material and shared secrets of an
-// inference-cache node from files and keeps them current (SPEC 9).
+// inference-cache node from files and keeps them current (contract §9.7).
 //
 // A Reloader holds a certificate, its key and a CA bundle. It builds
 // *tls.Config values whose callbacks (GetConfigForClient on servers,

@@ -1,5 +1,5 @@
 // Package tokenizer turns prompt text into the token ids an inference
-// engine would compute, so that a LookupRoute carrying prompt_text (SPEC 5)
+// engine would compute, so that a LookupRoute carrying prompt_text (contract §5.2)
 // can be fingerprinted like one carrying token_ids.
 //
 // It loads Hugging Face tokenizer.json files and reproduces the reference

@@ -35,7 +35,7 @@ type benchOptions struct {
 	logLevel                          string
 }
 
-// newBenchCmd is `inference-cache bench` (SPEC 12 "Benchmark gateway").
+// newBenchCmd is `inference-cache bench` (contract §12 "Benchmark gateway").
 func newBenchCmd() *cobra.Command {
 	o := &benchOptions{}
 	cmd := &cobra.Command{
@@ -98,7 +98,7 @@ compressed.`,
 	f.Float64Var(&o.decodeTPS, "decode-tps", bench.DefaultDecodeTPS, "decode speed of one request, output tokens per second")
 	f.StringSliceVar(&o.strategies, "strategies", nil, "strategies to run, comma-separated (default all): "+strings.Join(bench.AllStrategies, ","))
 	f.StringArrayVar(&o.addrs, "addr", nil, "gRPC address of an existing cluster node (repeatable); none = start an embedded 3-node cluster")
-	f.BoolVar(&o.jsonOut, "json", false, "print the SPEC 12 JSON object instead of the table")
+	f.BoolVar(&o.jsonOut, "json", false, "print the contract §12.7 JSON object instead of the table")
 	f.StringVar(&o.plot, "plot", "", "write a PNG of hit rate and modelled TTFT per strategy (with --sweep: hit rate against cache size)")
 	f.IntSliceVar(&o.sweep, "sweep", nil, "cache sizes (blocks per engine) to sweep; one full run per size")
 	f.StringVar(&o.encoding, "event-encoding", string(bench.EncodingPositional), "msgpack form of the engines' KV-event batches: positional or map")

@@ -13,7 +13,7 @@ import (
 )
 
 // newClusterCmd is `inference-cache cluster …`: membership changes and
-// leadership transfer (SPEC 8 admin). Raft accepts these only on the
+// leadership transfer (contract §8.10 admin). Raft accepts these only on the
 // leader, so each subcommand asks the --addr nodes who leads and calls it.
 func newClusterCmd() *cobra.Command {
 	cmd := &cobra.Command{

@@ -29,7 +29,7 @@ func newFingerprintCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fingerprint [--tokens IDS | TOKEN_ID ...]",
 		Short: "Print the content fingerprint (block hashes, prefix hash) of token ids",
-		Long: `Computes the content fingerprint of SPEC 3: chained XXH3-64 (seed 1337) block
+		Long: `Computes the content fingerprint of contract §3: chained XXH3-64 (seed 1337) block
 hashes over little-endian token ids, partial tail dropped. Token ids come from
 --tokens (comma- or space-separated, as for lookup), from the arguments, or,
 when neither is given, from a JSON array on stdin. Use it to check that a

@@ -38,7 +38,7 @@ for a prompt too long for the command line; needs a server with
 
 Every hint shows the replica's queue (requests waiting and running) from its
 last stats report while that report is fresh. --explain asks the server for
-the factors behind each score (SPEC 5): for PREFIX_MATCH the score is matched
+the factors behind each score (contract §5.4): for PREFIX_MATCH the score is matched
 tokens × freshness × pressure factor × SLO bias × distinguishing power
 (ranking v1: matched tokens × freshness, the rest shown as 1); a TENANT_HOT
 hint scores its tenant hit rate, an AFFINITY_HINT is the rendezvous-hashing
@@ -192,7 +192,7 @@ func detailInFlags(detail string, changed func(string) bool, blockSize int) stri
 }
 
 // printExplained writes the hints of an explained lookup with the factors
-// of their scores (SPEC 5); the fallbacks add what picked them: the tenant
+// of their scores (contract §5.8); the fallbacks add what picked them: the tenant
 // hit rate (TENANT_HOT) or the rendezvous pick (AFFINITY_HINT). A hint
 // without an explanation (a server that predates explain) shows "-".
 func printExplained(w io.Writer, resp *pb.LookupRouteResponse) {
@@ -272,7 +272,7 @@ func readPromptFile(cmd *cobra.Command, path string) (string, error) {
 
 // warnEmptyPartition says on stderr what an empty --model or --tenant
 // means, since the answer alone looks plausible either way: blocks are
-// partitioned by model and tenant (SPEC 4), so an empty one matches only
+// partitioned by model and tenant (contract §4.1), so an empty one matches only
 // what was stored under the empty value.
 func warnEmptyPartition(w io.Writer, model, tenant string) {
 	if model == "" {

@@ -1,5 +1,5 @@
 // Command inference-cache is the one binary of the project: the server, the
-// operator CLI and the benchmark gateway, as subcommands (SPEC 12).
+// operator CLI and the benchmark gateway, as subcommands (contract §12).
 package main
 
 import (

@@ -52,7 +52,7 @@ func newPolicyCmd() *cobra.Command {
 	set := &cobra.Command{
 		Use:   "set FILE",
 		Short: "Replace the policy with a CachePolicy YAML file (through the Raft log)",
-		Long: `Loads FILE (kind: CachePolicy, spec: with the camelCase knobs of SPEC 7;
+		Long: `Loads FILE (kind: CachePolicy, spec: with the camelCase knobs of contract §7.1;
 absent knobs take their defaults), validates it locally (errors name the file,
 line, field and reason) and commits it. Says on stderr which version it
 committed ("committed FILE as policy version N (was version M)") and prints

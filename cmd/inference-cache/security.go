@@ -32,7 +32,7 @@ const (
 )
 
 // serverSecurityFlags are the TLS, gossip-encryption and token flags of
-// `inference-cache server` (SPEC 9). All are off by default (the local
+// `inference-cache server` (contract §9.7). All are off by default (the local
 // quick start); docs/security.md describes a production setup.
 type serverSecurityFlags struct {
 	tlsCert, tlsKey, tlsCA, tlsClientAuth, tlsServerName string

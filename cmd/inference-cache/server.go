@@ -37,7 +37,7 @@ const (
 	defaultHTTPAddr   = "127.0.0.1:7404"
 )
 
-// serverOptions are the flags of `inference-cache server` (SPEC 12).
+// serverOptions are the flags of `inference-cache server` (contract §12.2).
 type serverOptions struct {
 	nodeID, dataDir                          string
 	grpcAddr, raftAddr, gossipAddr, httpAddr string
@@ -119,7 +119,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	o.raftTiming.register(f)
 	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never, else at least 10s); never below 3 voters")
 	f.IntVar(&o.applyWorkers, "apply-workers", 0, "goroutines applying the blocks of a log entry (0 = one per CPU, at most 4; 1 = one); the replicated state does not depend on it")
-	f.StringVar(&o.subscribeConfig, "subscribe-config", "", "run the KV-event subscriber inside this server with this engines YAML (SPEC 12; same format as subscribe --config); SIGHUP reloads it")
+	f.StringVar(&o.subscribeConfig, "subscribe-config", "", "run the KV-event subscriber inside this server with this engines YAML (contract §12.6; same format as subscribe --config); SIGHUP reloads it")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "bound on graceful shutdown after SIGINT/SIGTERM")
 	o.security.register(f)
 	markPaths(f, "data-dir", "policy", "models-dir", "subscribe-config")

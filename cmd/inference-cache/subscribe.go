@@ -22,7 +22,7 @@ import (
 	"github.com/inference-cache/inference-cache/observe"
 )
 
-// newSubscribeCmd is `inference-cache subscribe` (SPEC 12): the
+// newSubscribeCmd is `inference-cache subscribe` (contract §12.6): the
 // KV-event subscriber, feeding any cluster node.
 func newSubscribeCmd() *cobra.Command {
 	var (
@@ -33,7 +33,7 @@ func newSubscribeCmd() *cobra.Command {
 		Use:   "subscribe",
 		Short: "Subscribe to vLLM/SGLang KV-cache events and feed the cluster",
 		Long: `Subscribes to the ZMQ KV-cache event streams of the engines listed in --config
-(SPEC 12 "Subscriber configuration") — dialling each engine's PUB socket, or,
+(contract §12 "Subscriber configuration") — dialling each engine's PUB socket, or,
 with a top-level listen, binding one socket the engines connect to — turns
 them into content-fingerprinted block events and writes them to the cluster
 with IngestStream, through any of
@@ -114,7 +114,7 @@ and the running configuration kept.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&configFile, "config", "", "subscriber configuration YAML (SPEC 12)")
+	f.StringVar(&configFile, "config", "", "subscriber configuration YAML (contract §12.6)")
 	f.StringArrayVar(&addrs, "addr", nil, "cluster node gRPC address host:port (repeat for several nodes)")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "HTTP address serving the subscriber's /metrics; empty = off")
 	f.StringVar(&logFormat, "log-format", "text", "log format: json or text")

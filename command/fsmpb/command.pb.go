@@ -33,7 +33,7 @@ type Entry struct {
 	Format   uint32     `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
 	Commands []*Command `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
 	// checksum, written first by command.SealEntry: xxh3 of every byte of the
-	// entry after it, so a log entry damaged on disk is detected (SPEC 9)
+	// entry after it, so a log entry damaged on disk is detected (contract §9.5)
 	// instead of applied. Entries written before it existed start with
 	// field 1 and carry none.
 	Checksum      uint64 `protobuf:"fixed64,15,opt,name=checksum,proto3" json:"checksum,omitempty"`

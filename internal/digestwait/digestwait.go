@@ -1,5 +1,5 @@
 // Package digestwait waits for nodes of one cluster to converge: the same
-// applied index and index digest on every node (SPEC 13's check that
+// applied index and index digest on every node (contract §13.1's check that
 // replicas hold identical state). proccluster.WaitDigests, which the
 // end-to-end, chaos and compose harnesses share, is built on it.
 package digestwait

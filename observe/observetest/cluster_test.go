@@ -60,7 +60,7 @@ func TestRealPublisherIntoRealCluster(t *testing.T) {
 
 	// The first replica of (vllm, model) is alone in its serving set, so
 	// its distinguishing power is 1 − 1/1 = 0 and ranking v2 never makes
-	// it a PREFIX_MATCH (SPEC 5): the answer is the affinity fallback
+	// it a PREFIX_MATCH (contract §5.4): the answer is the affinity fallback
 	// naming it. It stays in the serving set, so every later scenario has
 	// at least two replicas and must match strictly.
 	t.Run("lone replica gets affinity, not a prefix match", func(t *testing.T) {

@@ -1,4 +1,4 @@
-// The inference-cache gRPC contract (SPEC section 11).
+// The inference-cache gRPC contract (contract §11).
 //
 // Names of services, messages, enums and fields are fixed: gateways, SDKs in
 // other languages and acceptance tests reach them through server reflection.
@@ -27,7 +27,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ReasonCode says why a LookupRoute response holds what it holds (SPEC 5).
+// ReasonCode says why a LookupRoute response holds what it holds (contract §5.6).
 type ReasonCode int32
 
 const (
@@ -218,7 +218,7 @@ type LookupRouteRequest struct {
 	// gateway's picker sees load on replicas without a hint. Off by default.
 	IncludeLoad bool `protobuf:"varint,13,opt,name=include_load,json=includeLoad,proto3" json:"include_load,omitempty"`
 	// cache_salt is vLLM's per-request cache_salt: token_ids and prompt_text
-	// are fingerprinted in its hash domain (SPEC 3 with the salt mixed into
+	// are fingerprinted in its hash domain (contract §3.4 with the salt mixed into
 	// the chain root, fingerprint.AppendSaltedBlockHashes), so they match
 	// only blocks an engine stored for requests with the same salt. Empty:
 	// unsalted. Ignored for caller-given block_hashes / prefix_hash, which
@@ -435,7 +435,7 @@ func (x *ReplicaLoad) GetStatsAgeMs() uint64 {
 }
 
 // HintFactors is why a hint ranked where it did (LookupRouteRequest.explain).
-// For PREFIX_MATCH the score is the product of SPEC 5's factors:
+// For PREFIX_MATCH the score is the product of contract §5.4's factors:
 // matched_tokens x freshness x pressure_factor x slo_bias x
 // distinguishing_power (ranking v1: matched_tokens x freshness, the other
 // factors reported as 1).
@@ -911,7 +911,7 @@ func (x *BlockEvent) GetObservedAtMs() int64 {
 type IngestRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Events []*BlockEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
-	// request_id identifies a write for de-duplication of retries (SPEC 8);
+	// request_id identifies a write for de-duplication of retries (contract §8.5);
 	// empty = the server assigns one. Use a fresh id per logical write: an id
 	// already applied within the de-duplication window (the last 131,072
 	// writes) with the same events is taken as a retry, acknowledged with the
@@ -1391,7 +1391,7 @@ func (x *Strategy) GetEnableTenantHot() bool {
 	return false
 }
 
-// CachePolicy holds the replicated knobs of SPEC 7, in snake_case.
+// CachePolicy holds the replicated knobs of contract §7.1, in snake_case.
 type CachePolicy struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	ChainMatching         bool                   `protobuf:"varint,1,opt,name=chain_matching,json=chainMatching,proto3" json:"chain_matching,omitempty"`
@@ -1809,7 +1809,7 @@ type StatusResponse struct {
 	LastLogIndex        uint64                 `protobuf:"varint,10,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
 	GrpcAddress         string                 `protobuf:"bytes,11,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
 	// stale: whether this node's LookupRoute answers are marked stale now
-	// (SPEC 8: no leader contact, or applies behind, beyond maxStaleness);
+	// (contract §8.4: no leader contact, or applies behind, beyond maxStaleness);
 	// stale_reason says why when it is.
 	Stale       bool   `protobuf:"varint,12,opt,name=stale,proto3" json:"stale,omitempty"`
 	StaleReason string `protobuf:"bytes,13,opt,name=stale_reason,json=staleReason,proto3" json:"stale_reason,omitempty"`

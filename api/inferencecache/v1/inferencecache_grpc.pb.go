@@ -1,4 +1,4 @@
-// The inference-cache gRPC contract (SPEC section 11).
+// The inference-cache gRPC contract (contract §11).
 //
 // Names of services, messages, enums and fields are fixed: gateways, SDKs in
 // other languages and acceptance tests reach them through server reflection.
@@ -43,14 +43,14 @@ type InferenceCacheClient interface {
 	// LookupRoute returns the replicas that hold the request's prefix warm,
 	// ranked best first. It never returns a gRPC error for a request the
 	// server receives: every failure is a NO_HINT response with a detail
-	// (SPEC 5). The one exception is a request message larger than the
+	// (contract §5.7). The one exception is a request message larger than the
 	// server's 16 MiB receive limit (a valid request is under 3 MiB): gRPC
 	// itself refuses it with RESOURCE_EXHAUSTED from the length prefix,
 	// before any server code runs, and a client should treat that status,
 	// like a transport error, as NO_HINT.
 	LookupRoute(ctx context.Context, in *LookupRouteRequest, opts ...grpc.CallOption) (*LookupRouteResponse, error)
 	// Ingest commits a batch of block events through the Raft log and returns
-	// after a quorum has committed and this node has applied it (SPEC 6).
+	// after a quorum has committed and this node has applied it (contract §6.3).
 	Ingest(ctx context.Context, in *IngestRequest, opts ...grpc.CallOption) (*IngestResponse, error)
 	// IngestStream is Ingest over a stream: one response per request, in order.
 	// A request refused whole (over a size limit) is answered with accepted = 0
@@ -147,14 +147,14 @@ type InferenceCacheServer interface {
 	// LookupRoute returns the replicas that hold the request's prefix warm,
 	// ranked best first. It never returns a gRPC error for a request the
 	// server receives: every failure is a NO_HINT response with a detail
-	// (SPEC 5). The one exception is a request message larger than the
+	// (contract §5.7). The one exception is a request message larger than the
 	// server's 16 MiB receive limit (a valid request is under 3 MiB): gRPC
 	// itself refuses it with RESOURCE_EXHAUSTED from the length prefix,
 	// before any server code runs, and a client should treat that status,
 	// like a transport error, as NO_HINT.
 	LookupRoute(context.Context, *LookupRouteRequest) (*LookupRouteResponse, error)
 	// Ingest commits a batch of block events through the Raft log and returns
-	// after a quorum has committed and this node has applied it (SPEC 6).
+	// after a quorum has committed and this node has applied it (contract §6.3).
 	Ingest(context.Context, *IngestRequest) (*IngestResponse, error)
 	// IngestStream is Ingest over a stream: one response per request, in order.
 	// A request refused whole (over a size limit) is answered with accepted = 0
@@ -368,7 +368,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Cluster is the admin plane (SPEC 8).
+// Cluster is the admin plane (contract §8.10).
 type ClusterClient interface {
 	// Status: node id, state, leader id and address, term, applied index, last
 	// leader contact, members with suffrage and health.
@@ -492,7 +492,7 @@ type Cluster_RestoreClient = grpc.ClientStreamingClient[RestoreChunk, RestoreRes
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
 //
-// Cluster is the admin plane (SPEC 8).
+// Cluster is the admin plane (contract §8.10).
 type ClusterServer interface {
 	// Status: node id, state, leader id and address, term, applied index, last
 	// leader contact, members with suffrage and health.
