@@ -1,5 +1,5 @@
 // Package e2e runs the inference-cache binary as real server processes on
-// loopback and checks the gRPC API end to end (issue 5): replication,
+// loopback and checks the gRPC API end to end: replication,
 // failover under a lookup loop, restart catch-up, bad input, reason codes,
 // health and reflection.
 package e2e

@@ -48,7 +48,7 @@ func (c *cluster) terms(t *testing.T) map[string]uint64 {
 // leader, then on a follower, of three real server processes (production
 // Raft timings) from as many goroutines as the
 // machine can feed, and asserts that no node's term changes: lookup
-// saturation on one node must not starve Raft heartbeats (issue 11).
+// saturation on one node must not starve Raft heartbeats.
 func TestElectionStability_LookupFloodOnOneNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes")

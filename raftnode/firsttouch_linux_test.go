@@ -10,7 +10,7 @@ import (
 // firstTouchCost measures what touching a fresh anonymous page costs
 // here (the page fault and, in a VM, the host backing the page): a heap
 // that is still growing pays it for every new page, which can dwarf the
-// work being measured (BENCHMARKS.md, Round 6).
+// work being measured.
 func firstTouchCost() string {
 	const size = 64 << 20
 	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)

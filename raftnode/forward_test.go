@@ -17,9 +17,7 @@ import (
 // A leader that dies without closing its connections (a container killed,
 // a host gone) must not hold a forwarded write until the caller's whole
 // retry budget is spent: the follower abandons the attempt when it sees a
-// new leader and retries there with the same request id. Found by the
-// compose test (issue 10), where writes resumed only after the client's
-// deadline.
+// new leader and retries there with the same request id.
 func TestForward_AbandonsALeaderThatStopsAnsweringWhenANewLeaderIsElected(t *testing.T) {
 	var hang atomic.Int32
 	hang.Store(-1)

@@ -223,7 +223,7 @@ func TestSetGossipKeys_RefusalsLeaveTheKeyringAsItWas(t *testing.T) {
 
 // memberlist logs through a *log.Logger with the level in the text; those
 // lines must arrive at their own level (a wrong gossip key is an [ERR]
-// line, which at the default level used to be dropped as DEBUG).
+// line, which an operator must see at the default level, not as DEBUG).
 func TestMemberlistLogger_KeepsMemberlistLevels(t *testing.T) {
 	var buf bytes.Buffer
 	n := &Node{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))}

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Every command an operator can run has --help with an example (issue 5),
+// Every command an operator can run has --help with an example,
 // including ones added later: the tree is walked, not listed.
 func TestEveryRunnableCommandHasAnExample(t *testing.T) {
 	var walk func(c *cobra.Command)
