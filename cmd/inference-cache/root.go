@@ -36,6 +36,7 @@ every node answers LookupRoute from its local copy.`,
 	root.AddCommand(newTopCmd())
 	root.AddCommand(newClusterCmd())
 	root.AddCommand(newSimEngineCmd())
+	root.AddCommand(newLoadgenCmd())
 	nameEnvInErrors(root)
 	return root
 }
