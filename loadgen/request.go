@@ -16,13 +16,14 @@ import (
 	"github.com/inference-cache/inference-cache/openai"
 )
 
-// Response headers of the inference-cache proxy (contract §12 "Routing
-// proxy"): which backend served the request, why it was picked and how
-// many prompt tokens the hint said it holds.
+// Response headers of `inference-cache proxy`: which backend served the
+// request, why it was picked, how many prompt tokens the hint said it
+// holds, and, after a retry, the backend that refused it first.
 const (
 	HeaderReplica       = "x-inference-cache-replica"
 	HeaderReason        = "x-inference-cache-reason"
 	HeaderMatchedTokens = "x-inference-cache-matched-tokens"
+	HeaderRetriedFrom   = "x-inference-cache-retried-from"
 )
 
 // Error kinds of Result.ErrKind.
@@ -94,6 +95,7 @@ func (r *runner) send(ctx context.Context, body []byte, res *Result) {
 	res.Status = resp.StatusCode
 	res.Replica = resp.Header.Get(HeaderReplica)
 	res.Reason = resp.Header.Get(HeaderReason)
+	res.RetriedFrom = resp.Header.Get(HeaderRetriedFrom)
 	if v := resp.Header.Get(HeaderMatchedTokens); v != "" {
 		res.MatchedTokens, _ = strconv.Atoi(v)
 	}

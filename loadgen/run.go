@@ -56,6 +56,10 @@ type Config struct {
 	// Client sends the requests (a client with enough idle connections
 	// per host for MaxInFlight).
 	Client *http.Client
+	// Epoch is the time the first record is due and every Result's times
+	// count from (zero = when Replay is called), so a caller can time
+	// other events on the same axis.
+	Epoch time.Time
 	// OnResult, when set, is called with every request's result as it
 	// ends, from the request's goroutine (it must be safe for concurrent
 	// use).
@@ -84,11 +88,12 @@ type Result struct {
 	// empty for a request answered in full.
 	ErrKind string `json:"error_kind,omitempty"`
 	Err     string `json:"error,omitempty"`
-	// Replica, Reason and MatchedTokens are the proxy's response headers
-	// (empty and 0 without a proxy in front).
+	// Replica, Reason, MatchedTokens and RetriedFrom are the proxy's
+	// response headers (empty and 0 without a proxy in front).
 	Replica       string `json:"replica,omitempty"`
 	Reason        string `json:"reason,omitempty"`
 	MatchedTokens int    `json:"matched_tokens"`
+	RetriedFrom   string `json:"retried_from,omitempty"`
 	// PromptTokens, CachedTokens and OutputTokens are the engine's usage
 	// (prompt_tokens, prompt_tokens_details.cached_tokens,
 	// completion_tokens) from the stream's usage chunk.
@@ -207,7 +212,11 @@ func Replay(ctx context.Context, reqs []bench.Request, cfg Config) (*Run, error)
 	if cfg.Limit > 0 && cfg.Limit < len(reqs) {
 		reqs = reqs[:cfg.Limit]
 	}
-	r := &runner{cfg: cfg, url: u.String(), t0: time.Now()}
+	t0 := cfg.Epoch
+	if t0.IsZero() {
+		t0 = time.Now()
+	}
+	r := &runner{cfg: cfg, url: u.String(), t0: t0}
 	var stop <-chan time.Time
 	if cfg.Duration > 0 {
 		t := time.NewTimer(cfg.Duration)

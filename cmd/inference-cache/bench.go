@@ -33,6 +33,7 @@ type benchOptions struct {
 	eventDelay                        time.Duration
 	gateways                          int
 	logLevel                          string
+	live                              liveOptions
 }
 
 // newBenchCmd is `inference-cache bench` (contract §12 "Benchmark gateway").
@@ -83,6 +84,9 @@ compressed.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if o.live.enabled {
+				return runBenchLive(ctx, cmd, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return runBench(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -112,6 +116,7 @@ compressed.`,
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar on stderr")
 	f.StringVar(&o.logLevel, "log-level", "error", "least log level of the embedded cluster and subscriber: debug, info, warn or error")
 	markPaths(f, "trace", "plot")
+	registerLiveFlags(f, &o.live)
 	return cmd
 }
 

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/inference-cache/inference-cache/bench"
+	"github.com/inference-cache/inference-cache/loadgen"
+)
+
+// liveOptions are the flags of bench --live that bench has not.
+type liveOptions struct {
+	enabled      bool
+	speedup      float64
+	skip, warmup int
+	kvBlocks     int
+	maxTokens    int
+	faults       bool
+	dir          string
+	scrape       time.Duration
+}
+
+// Defaults of bench --live, chosen so that round-robin's engines queue on
+// the conversation trace (EVALUATION.md, "Live benchmark").
+const (
+	liveEngines    = 3
+	livePrefillTPS = 20000
+	liveSpeedup    = 2
+	liveRecords    = 400
+	liveWarmup     = 100
+	liveKVBlocks   = 16384
+	liveMaxTokens  = 32
+)
+
+// liveStrategies are the proxy's strategies, compared in this order.
+var liveStrategies = []string{"picker", "round-robin", "least-loaded"}
+
+// liveSharedFlags are bench's flags that --live reads too; any other of
+// bench's flags set with --live is refused.
+var liveSharedFlags = []string{"live", "trace", "requests", "engines", "prefill-tps", "decode-tps", "strategies", "json", "plot", "no-progress"}
+
+func registerLiveFlags(f *pflag.FlagSet, o *liveOptions) {
+	f.BoolVar(&o.enabled, "live", false, "run the live benchmark instead: real processes (cluster, sim engines, subscriber, proxy per strategy) and real requests (see below)")
+	f.Float64Var(&o.speedup, "speedup", liveSpeedup, "--live: divide the trace's timestamps by this")
+	f.IntVar(&o.skip, "skip", 0, "--live: start at this record of the trace")
+	f.IntVar(&o.warmup, "warmup", liveWarmup, "--live: leave the first N requests out of the figures (they fill the caches)")
+	f.IntVar(&o.kvBlocks, "kv-blocks", liveKVBlocks, "--live: each sim engine's KV capacity in blocks of 16 tokens")
+	f.IntVar(&o.maxTokens, "max-tokens", liveMaxTokens, "--live: cap on each request's max_tokens (its output_length)")
+	f.BoolVar(&o.faults, "faults", false, "--live: one picker run with faults: the leader SIGKILLed, all nodes SIGKILLed and restarted, an engine SIGKILLed")
+	f.StringVar(&o.dir, "dir", "", "--live: directory for the processes' data and logs (default a new one under the system temporary directory)")
+	f.DurationVar(&o.scrape, "subscriber-scrape-live", time.Second, "--live: how often the subscriber scrapes each engine's /metrics")
+	markPaths(f, "dir")
+}
+
+// liveResult is one strategy's run.
+type liveResult struct {
+	Strategy string `json:"strategy"`
+	loadgen.Summary
+	// FailOpen, Retries and UpstreamErrors are the proxy's counters at
+	// the end of the run.
+	FailOpen       float64 `json:"proxy_fail_open_picks"`
+	Retries        float64 `json:"proxy_retries"`
+	UpstreamErrors float64 `json:"proxy_upstream_errors"`
+	// Wall is the replay's wall time, seconds.
+	WallS float64 `json:"wall_s"`
+	ttfts []float64
+}
+
+// liveReport is bench --live's output.
+type liveReport struct {
+	Trace      string       `json:"trace"`
+	Skip       int          `json:"skip"`
+	Records    int          `json:"records"`
+	Warmup     int          `json:"warmup"`
+	Speedup    float64      `json:"speedup"`
+	Engines    int          `json:"engines"`
+	PrefillTPS float64      `json:"prefill_tps"`
+	DecodeTPS  float64      `json:"decode_tps"`
+	KVBlocks   int          `json:"kv_blocks"`
+	MaxTokens  int          `json:"max_tokens"`
+	CPUs       int          `json:"cpus"`
+	Strategies []liveResult `json:"strategies"`
+	Targets    []liveTarget `json:"targets,omitempty"`
+	Faults     *faultReport `json:"faults,omitempty"`
+}
+
+// liveTarget is one target of the live benchmark, met or missed.
+type liveTarget struct {
+	Name     string `json:"name"`
+	Measured string `json:"measured"`
+	Met      bool   `json:"met"`
+}
+
+// checkLiveFlags refuses bench's flags that mean nothing live and fills
+// the live defaults of the shared ones.
+func checkLiveFlags(cmd *cobra.Command, o *benchOptions) error {
+	var err error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if err == nil && !slices.Contains(liveSharedFlags, f.Name) && !strings.HasPrefix(f.Usage, "--live:") {
+			err = fmt.Errorf("--%s: not used with --live", f.Name)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	ch := cmd.Flags().Changed
+	if !ch("engines") {
+		o.engines = liveEngines
+	}
+	if !ch("prefill-tps") {
+		o.prefillTPS = livePrefillTPS
+	}
+	if !ch("requests") {
+		o.requests = liveRecords
+	}
+	if !ch("trace") {
+		o.trace = defaultLiveTrace
+	}
+	if len(o.strategies) == 0 {
+		o.strategies = liveStrategies
+	}
+	l := &o.live
+	switch {
+	case o.engines < 2:
+		return fmt.Errorf("--engines %d: --live needs at least 2 (a strategy chooses among them)", o.engines)
+	case o.engines > 16:
+		return fmt.Errorf("--engines %d: --live runs at most 16 on one machine", o.engines)
+	case !(o.prefillTPS > 0), !(o.decodeTPS > 0):
+		return fmt.Errorf("--prefill-tps %v, --decode-tps %v: must be positive", o.prefillTPS, o.decodeTPS)
+	case o.requests < 1:
+		return fmt.Errorf("--requests %d: --live replays at least 1 record", o.requests)
+	case !(l.speedup > 0) || l.speedup > loadgen.MaxSpeedup:
+		return fmt.Errorf("--speedup %v: want above 0, at most %d", l.speedup, loadgen.MaxSpeedup)
+	case l.skip < 0, l.warmup < 0:
+		return fmt.Errorf("--skip %d, --warmup %d: must be 0 or more", l.skip, l.warmup)
+	case l.warmup >= o.requests:
+		return fmt.Errorf("--warmup %d: leaves none of the --requests %d measured", l.warmup, o.requests)
+	case l.kvBlocks < 1:
+		return fmt.Errorf("--kv-blocks %d: need at least 1", l.kvBlocks)
+	case l.maxTokens < 1:
+		return fmt.Errorf("--max-tokens %d: must be at least 1", l.maxTokens)
+	case l.scrape < 100*time.Millisecond:
+		return fmt.Errorf("--subscriber-scrape-live %v: at least 100ms", l.scrape)
+	}
+	for _, s := range o.strategies {
+		if !slices.Contains(liveStrategies, s) {
+			return fmt.Errorf("--strategies %q: --live runs the proxy's strategies %s", s, strings.Join(liveStrategies, ", "))
+		}
+	}
+	return nil
+}
+
+// runBenchLive is bench --live.
+func runBenchLive(ctx context.Context, cmd *cobra.Command, o *benchOptions, out, errw io.Writer) error {
+	if err := checkLiveFlags(cmd, o); err != nil {
+		return err
+	}
+	l := &o.live
+	tr, err := bench.LoadMooncake(o.trace)
+	if err != nil {
+		return fmt.Errorf("--trace: %w", err)
+	}
+	if l.skip >= len(tr.Requests) {
+		return fmt.Errorf("--skip %d: the trace has %d records", l.skip, len(tr.Requests))
+	}
+	recs := tr.Requests[l.skip:min(len(tr.Requests), l.skip+o.requests)]
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir := l.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "inference-cache-bench-live-"); err != nil {
+			return err
+		}
+	}
+	models, err := fleetModelsDir(dir, "")
+	if err != nil {
+		return err
+	}
+	rep := &liveReport{Trace: tr.Name, Skip: l.skip, Records: len(recs), Warmup: l.warmup, Speedup: l.speedup, Engines: o.engines,
+		PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS, KVBlocks: l.kvBlocks, MaxTokens: l.maxTokens, CPUs: runtime.NumCPU()}
+	lf := liveFleet{engines: o.engines, prefillTPS: o.prefillTPS, decodeTPS: o.decodeTPS, kvBlocks: l.kvBlocks, scrape: l.scrape}
+	span := time.Duration(float64(recs[len(recs)-1].Timestamp-recs[0].Timestamp) / l.speedup * float64(time.Millisecond))
+	fmt.Fprintf(errw, "bench --live: %d records of %s (from %d), %v of arrivals each run at speed-up %g; processes' logs under %s\n",
+		len(recs), tr.Name, l.skip, span.Round(time.Second), l.speedup, dir)
+	strategies := o.strategies
+	if l.faults {
+		strategies = []string{"picker"}
+	}
+	for _, s := range strategies {
+		if ctx.Err() != nil {
+			break
+		}
+		res, faults, err := liveRunOne(ctx, exe, filepath.Join(dir, s), models, s, recs, lf, l, !o.noProgress, errw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+		rep.Strategies = append(rep.Strategies, *res)
+		rep.Faults = faults
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	rep.Targets = liveTargets(rep)
+	if o.jsonOut {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = rep.writeText(out)
+	}
+	if err != nil {
+		return err
+	}
+	if o.plot != "" {
+		series := make([]loadgen.PlotSeries, len(rep.Strategies))
+		for i, s := range rep.Strategies {
+			series[i] = loadgen.PlotSeries{Name: s.Strategy, Summary: s.Summary, TTFTMs: s.ttfts}
+		}
+		if err := loadgen.Plot(o.plot, rep.title(), series); err != nil {
+			return err
+		}
+		fmt.Fprintf(errw, "bench --live: plot written to %s\n", o.plot)
+	}
+	return nil
+}
+
+// liveRunOne starts a fresh stack with the proxy's strategy s, replays
+// recs through it (with the fault schedule when l.faults), and stops it.
+func liveRunOne(ctx context.Context, exe, dir, models, s string, recs []bench.Request, lf liveFleet, l *liveOptions,
+	progress bool, errw io.Writer) (*liveResult, *faultReport, error) {
+	st, err := startLiveStack(ctx, exe, dir, models, s, lf)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer st.stop()
+	fmt.Fprintf(errw, "bench --live: %s: cluster, %d engines, subscriber and proxy up (%s); replaying\n", s, lf.engines, st.proxyURL())
+	cfg := loadgen.Config{Target: st.proxyURL(), Model: fleetModel, Speedup: l.speedup, MaxTokens: l.maxTokens, Epoch: time.Now()}
+	var fr *faultRun
+	if l.faults {
+		fr = newFaultRun(st, cfg.Epoch, recs, l.speedup, errw)
+		go fr.run(ctx)
+	}
+	var stopProgress func()
+	if progress {
+		stopProgress = liveProgress(ctx, s, len(recs), &cfg, errw)
+	}
+	run, err := loadgen.Replay(ctx, recs, cfg)
+	if stopProgress != nil {
+		stopProgress()
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var faults *faultReport
+	if fr != nil {
+		faults = fr.report(run.Results)
+	}
+	measured := run.Results[min(l.warmup, len(run.Results)):]
+	res := &liveResult{Strategy: s, Summary: loadgen.Summarize(measured), WallS: run.Wall.Seconds()}
+	for _, r := range measured {
+		if !r.Failed() {
+			res.ttfts = append(res.ttfts, r.TTFTMs)
+		}
+	}
+	if fams, err := scrapeMetrics(ctx, st.proxyURL()+"/metrics"); err == nil {
+		res.FailOpen = metricSum(fams, "inference_cache_proxy_fail_open_picks_total")
+		res.Retries = metricSum(fams, "inference_cache_proxy_retries_total")
+		res.UpstreamErrors = metricSum(fams, "inference_cache_proxy_upstream_errors_total")
+	}
+	return res, faults, nil
+}
+
+// liveProgress prints a line every 10 s of how far the replay is, until
+// the returned stop is called.
+func liveProgress(ctx context.Context, s string, total int, cfg *loadgen.Config, errw io.Writer) (stop func()) {
+	var done, failed atomic.Int64
+	prev := cfg.OnResult
+	cfg.OnResult = func(r loadgen.Result) {
+		done.Add(1)
+		if r.Failed() {
+			failed.Add(1)
+		}
+		if prev != nil {
+			prev(r)
+		}
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+				fmt.Fprintf(errw, "bench --live: %s: %d/%d requests done, %d failed\n", s, done.Load(), total, failed.Load())
+			}
+		}
+	}()
+	return cancel
+}
+
+func (r *liveReport) title() string {
+	return fmt.Sprintf("%s records %d–%d at speed-up %g, %d sim engines at %g prefill tok/s (measured, real processes)",
+		r.Trace, r.Skip, r.Skip+r.Records-1, r.Speedup, r.Engines, r.PrefillTPS)
+}
+
+// writeText prints the settings, one row per strategy and the targets.
+func (r *liveReport) writeText(w io.Writer) error {
+	fmt.Fprintf(w, "live benchmark: %s records %d–%d (%d; the first %d left out as warm-up), speed-up %g\n",
+		r.Trace, r.Skip, r.Skip+r.Records-1, r.Records, r.Warmup, r.Speedup)
+	fmt.Fprintf(w, "%d sim engines (prefill %g tok/s, decode %g tok/s, %d KV blocks of 16 tokens), max_tokens ≤ %d; a 3-node cluster, the subscriber and the proxy as real processes on loopback, %d CPUs shared by all of them\n\n",
+		r.Engines, r.PrefillTPS, r.DecodeTPS, r.KVBlocks, r.MaxTokens, r.CPUs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\trequests\tfailed\tTTFT p50\tTTFT p99\tE2E p50\tcache hit rate\trouted hit rate\treq max/mean\t")
+	for _, s := range r.Strategies {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%.1f %%\t%.1f %%\t%.2f\t\n", s.Strategy, s.Requests, s.Failed, msCell(s.TTFT.P50), msCell(s.TTFT.P99),
+			msCell(s.E2E.P50), 100*s.CacheHitRate, 100*s.HitRate, s.MaxOverMean)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\ncache hit rate: the engines' cached prompt tokens (usage.prompt_tokens_details.cached_tokens) over prompt tokens; routed hit rate: the proxy's x-inference-cache-matched-tokens over prompt tokens (0 for the strategies that ask no hint)")
+	if len(r.Targets) > 0 {
+		fmt.Fprintln(w, "\ntargets (picker against round-robin):")
+		for _, t := range r.Targets {
+			fmt.Fprintf(w, "  %s: %s: %s\n", t.Name, t.Measured, metText(t.Met))
+		}
+	}
+	if r.Faults != nil {
+		fmt.Fprintln(w)
+		return r.Faults.writeText(w)
+	}
+	return nil
+}
+
+// liveTargets checks the picker against round-robin when both ran.
+func liveTargets(r *liveReport) []liveTarget {
+	var p, rr *liveResult
+	for i := range r.Strategies {
+		switch r.Strategies[i].Strategy {
+		case "picker":
+			p = &r.Strategies[i]
+		case "round-robin":
+			rr = &r.Strategies[i]
+		}
+	}
+	if p == nil || rr == nil {
+		return nil
+	}
+	failed := 0
+	total := 0
+	for _, s := range r.Strategies {
+		failed += s.Failed
+		total += s.Requests
+	}
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	tr, hr := ratio(p.TTFT.P50, rr.TTFT.P50), ratio(p.CacheHitRate, rr.CacheHitRate)
+	return []liveTarget{
+		{"TTFT p50 ≤ 0.6× round-robin's", fmt.Sprintf("%.2f× (%s against %s)", tr, msCell(p.TTFT.P50), msCell(rr.TTFT.P50)), rr.TTFT.P50 > 0 && tr <= 0.6},
+		{"hit rate ≥ 2× round-robin's", fmt.Sprintf("%.2f× (%.1f %% against %.1f %%, engines' cached tokens)", hr, 100*p.CacheHitRate, 100*rr.CacheHitRate),
+			rr.CacheHitRate > 0 && hr >= 2 || rr.CacheHitRate == 0 && p.CacheHitRate > 0},
+		{"0 failed requests", fmt.Sprintf("%d of %d measured requests failed", failed, total), failed == 0},
+	}
+}
+
+func metText(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
+}
+
+// msCell is a time in ms for a table: "812 ms", or "12.3 s" from 10 s.
+func msCell(v float64) string {
+	if v >= 10000 {
+		return fmt.Sprintf("%.1f s", v/1000)
+	}
+	return fmt.Sprintf("%.0f ms", v)
+}

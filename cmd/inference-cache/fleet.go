@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inference-cache/inference-cache/internal/poll"
+	"github.com/inference-cache/inference-cache/internal/proccluster"
+)
+
+// fleetEngine is one sim engine of a local fleet: its replica id, the
+// HOST:PORT of its OpenAI API and of its KV-event PUB socket.
+type fleetEngine struct {
+	ID, HTTP, Events string
+}
+
+// URL is the engine's base URL.
+func (e fleetEngine) URL() string { return "http://" + e.HTTP }
+
+// fleetConfig is a local serving fleet beside a cluster: sim engines
+// publishing KV events, the subscriber that feeds them to the cluster,
+// and the routing proxy in front of the engines. dev and bench --live
+// start it from the same specs.
+type fleetConfig struct {
+	// Dir holds the logs and the subscriber's configuration file.
+	Dir string
+	// ModelsDir holds fleetModel (fleetModelsDir).
+	ModelsDir string
+	// Cluster are the nodes' gRPC addresses.
+	Cluster []string
+	// Engines, and the addresses of the proxy's API and the subscriber's
+	// /metrics (HOST:PORT).
+	Engines           []fleetEngine
+	Proxy, SubMetrics string
+	// PrefillTPS, DecodeTPS and KVBlocks are every engine's.
+	PrefillTPS, DecodeTPS float64
+	KVBlocks              int
+	// Scrape is how often the subscriber reads each engine's /metrics.
+	Scrape time.Duration
+}
+
+// engineSpec is engine e's sim-engine process.
+func (c *fleetConfig) engineSpec(e fleetEngine) proccluster.Spec {
+	return proccluster.Spec{Name: e.ID, LogPath: filepath.Join(c.Dir, e.ID+".log"), Args: []string{"sim-engine",
+		"--listen", e.HTTP, "--replica-id", e.ID, "--model", fleetModel, "--models-dir", c.ModelsDir,
+		"--prefill-tps", ftoa(c.PrefillTPS), "--decode-tps", ftoa(c.DecodeTPS), "--kv-blocks", strconv.Itoa(c.KVBlocks),
+		"--kv-events-bind", "tcp://" + e.Events}}
+}
+
+// subscriberYAML is the subscriber's configuration (contract §12.6): each
+// engine's PUB socket dialled, its /metrics scraped for load.
+func (c *fleetConfig) subscriberYAML() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "scrape_interval: %s\nengines:\n", c.Scrape)
+	for _, e := range c.Engines {
+		fmt.Fprintf(&b, "  - endpoint: tcp://%s\n    replica_id: %s\n    model_id: %s\n    hash_scheme: vllm\n    block_size: 16\n    metrics_url: %s/metrics\n",
+			e.Events, e.ID, fleetModel, e.URL())
+	}
+	return b.String()
+}
+
+// subscriberSpec writes the subscriber's configuration file and returns
+// its process.
+func (c *fleetConfig) subscriberSpec() (proccluster.Spec, error) {
+	path := filepath.Join(c.Dir, "subscriber.yaml")
+	if err := os.WriteFile(path, []byte(c.subscriberYAML()), 0o644); err != nil {
+		return proccluster.Spec{}, err
+	}
+	args := []string{"subscribe", "--config", path, "--metrics-addr", c.SubMetrics}
+	for _, a := range c.Cluster {
+		args = append(args, "--addr", a)
+	}
+	return proccluster.Spec{Name: "subscriber", LogPath: filepath.Join(c.Dir, "subscriber.log"), Args: args}, nil
+}
+
+// proxySpec is the proxy's process with strategy (picker, round-robin or
+// least-loaded), logging to name.log.
+func (c *fleetConfig) proxySpec(name, strategy string) proccluster.Spec {
+	args := []string{"proxy", "--listen", c.Proxy, "--models-dir", c.ModelsDir, "--strategy", strategy}
+	for _, a := range c.Cluster {
+		args = append(args, "--addr", a)
+	}
+	for _, e := range c.Engines {
+		args = append(args, "--backend", e.ID+"="+e.URL())
+	}
+	return proccluster.Spec{Name: name, LogPath: filepath.Join(c.Dir, name+".log"), Args: args}
+}
+
+// waitHTTP polls url until it answers 200, p exits, or limit passes.
+func waitHTTP(ctx context.Context, p *proccluster.Proc, url string, limit time.Duration) error {
+	hc := &http.Client{Timeout: time.Second}
+	return poll.Until(ctx, limit, 100*time.Millisecond, func() (bool, string) {
+		select {
+		case <-p.Done():
+			return true, ""
+		default:
+		}
+		resp, err := hc.Get(url)
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v (log %s)", url, err, p.LogPath())
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("%s answered %s (log %s)", url, resp.Status, p.LogPath())
+	})
+}
+
+// waitUp is waitHTTP that also fails when p exited meanwhile, saying how.
+func waitUp(ctx context.Context, p *proccluster.Proc, url string, limit time.Duration) error {
+	if err := waitHTTP(ctx, p, url, limit); err != nil {
+		return fmt.Errorf("%s not up: %w", p.Name(), err)
+	}
+	select {
+	case <-p.Done():
+		return fmt.Errorf("%s %s while starting; its log %s ends: %s", p.Name(), p.Wait(), p.LogPath(), p.LastLogLine())
+	default:
+	}
+	return nil
+}
+
+// ftoa formats a flag's float without exponent noise.
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// fleetAddrs places a fleet after the nodes of a dev-style layout (node i
+// on base+10i+1…4): engine j (from 0) at base+10(nodes+j)+1 (HTTP) and +2
+// (KV events), then the proxy at base+10(nodes+engines)+1 and the
+// subscriber's /metrics at +2. The engines are sim-1, sim-2, ….
+func fleetAddrs(host string, base, nodes, engines int) (es []fleetEngine, proxy, subMetrics string) {
+	addr := func(p int) string { return host + ":" + strconv.Itoa(p) }
+	for j := 0; j < engines; j++ {
+		p := base + 10*(nodes+j)
+		es = append(es, fleetEngine{ID: "sim-" + strconv.Itoa(j+1), HTTP: addr(p + 1), Events: addr(p + 2)})
+	}
+	p := base + 10*(nodes+engines)
+	return es, addr(p + 1), addr(p + 2)
+}
+
+// fleetPorts is how many ports above base a layout of nodes and engines
+// spans (for freeport.Range).
+func fleetPorts(nodes, engines int) int { return 10*(nodes+engines) + 2 }

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// fleetModel is the model the local fleets (dev, bench --live) serve: the
+// Qwen3 tokenizer and chat template committed under
+// testdata/tokenizers/qwen3.
+const fleetModel = "qwen3"
+
+// fleetModelSource is where the committed tokenizer lies, relative to the
+// repository root.
+var fleetModelSource = filepath.Join("testdata", "tokenizers", fleetModel)
+
+// repoFile finds rel (a path relative to the repository root) for a
+// binary run from a clone: at or above the working directory, else at or
+// above the executable's directory (bin/inference-cache run from
+// elsewhere). The error says where it looked.
+func repoFile(rel string) (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			starts = append(starts, filepath.Dir(exe))
+		}
+	}
+	for _, s := range starts {
+		for d := s; ; d = filepath.Dir(d) {
+			p := filepath.Join(d, rel)
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return "", fmt.Errorf("no %s at or above %v: run from a clone of the repository", rel, starts)
+}
+
+// fleetModelsDir returns a models directory (<dir>/<model>/tokenizer.json,
+// tokenizer_config.json) holding fleetModel for the fleet's engines and
+// proxy: given, when the user passed one (it must hold fleetModel), else
+// <dir>/models, unpacked there from the repository's testdata (the .gz
+// files decompressed) unless an earlier run already did from the same
+// files. The copy is made beside its final name and renamed into place,
+// so a run stopped half way leaves no partial model.
+func fleetModelsDir(dir, given string) (string, error) {
+	if given != "" {
+		if _, err := os.Stat(filepath.Join(given, fleetModel, "tokenizer.json")); err != nil {
+			return "", fmt.Errorf("--models-dir %s: the fleet serves model %q and needs %s: %w", given, fleetModel,
+				filepath.Join(given, fleetModel, "tokenizer.json"), err)
+		}
+		return given, nil
+	}
+	src, err := repoFile(fleetModelSource)
+	if err != nil {
+		return "", fmt.Errorf("the fleet's tokenizer: %w (or pass --models-dir with %s/tokenizer.json)", err, fleetModel)
+	}
+	sum, err := filesSHA256(src)
+	if err != nil {
+		return "", err
+	}
+	models := filepath.Join(dir, "models")
+	dst := filepath.Join(models, fleetModel)
+	stamp := filepath.Join(dst, ".source-sha256")
+	if b, err := os.ReadFile(stamp); err == nil && string(b) == sum {
+		return models, nil
+	}
+	if err := os.MkdirAll(models, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(models, fleetModel+".tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range ents {
+		if err := unpackFile(filepath.Join(src, e.Name()), tmp); err != nil {
+			return "", err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, ".source-sha256"), []byte(sum), 0o644); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return "", err
+	}
+	return models, nil
+}
+
+// unpackFile copies path into dir, decompressing it (and dropping the
+// .gz suffix) when its name ends in .gz.
+func unpackFile(path, dir string) (err error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	name := filepath.Base(path)
+	var r io.Reader = in
+	if filepath.Ext(name) == ".gz" {
+		zr, err := gzip.NewReader(in)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		defer zr.Close()
+		r, name = zr, name[:len(name)-len(".gz")]
+	}
+	out, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, out.Close()) }()
+	if _, err := io.Copy(out, r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// filesSHA256 digests the names and contents of the files in dir.
+func filesSHA256(dir string) (string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, e := range ents {
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00", e.Name())
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
