@@ -39,3 +39,30 @@ def server_binary(tmp_path_factory):
     out = tmp_path_factory.mktemp("bin") / "inference-cache"
     subprocess.run(["go", "build", "-o", str(out), "./cmd/inference-cache"], cwd=REPO_ROOT, check=True)
     return str(out)
+
+
+@pytest.fixture
+def cluster_factory(server_binary, tmp_path):
+    """Starts real 3-node clusters (stopped at the end of the test)."""
+    from cluster import Cluster
+
+    made = []
+
+    def make(n=3, extra=None):
+        c = Cluster(server_binary, str(tmp_path / f"cluster{len(made)}"), n=n, extra=extra).start()
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(server_binary, tmp_path_factory):
+    """One real 3-node cluster for a test module."""
+    from cluster import Cluster
+
+    c = Cluster(server_binary, str(tmp_path_factory.mktemp("cluster"))).start()
+    yield c
+    c.stop()
