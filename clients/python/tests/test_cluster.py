@@ -162,3 +162,28 @@ def test_no_hint_within_the_deadline_when_every_node_is_down(cluster_factory, ki
         assert r.reason_code == pb.NO_HINT and r.detail.endswith("; failing open"), r
         assert took < timeout + 0.15, f"NO_HINT after {took:.3f}s, deadline {timeout}s"
     assert all("DeadlineExceeded" in r.detail for r, _ in paused)
+
+
+def test_salted_hashes_the_client_computed_match_the_servers_salted_fingerprint(cluster):
+    # Events stored under Python's salted chain; lookups by token ids with the
+    # same cache_salt are fingerprinted by the Go server (contract §3.4): they
+    # match only if both salted chains agree bit for bit, and another salt
+    # (or none) does not match.
+    tokens, salt = list(range(8000, 8064)), "tenant-salt-ü"
+    fp = fingerprint(tokens, 16, salt)
+    ev = pb.BlockEvent(kind=pb.BlockEvent.STORED, replica_id="r-salted", hash_scheme=SCHEME, model_id=MODEL,
+                       tenant_id=TENANT, block_hashes=fp.block_hashes, block_token_counts=fp.block_token_counts,
+                       block_size=16)
+    with Client(cluster.addrs, lookup_timeout=2.0) as c:
+        assert c.ingest(pb.IngestRequest(events=[ev])).accepted == 1
+        deadline = time.monotonic() + 10
+        while True:
+            r = c.lookup_route(lookup_req(token_ids=tokens, cache_salt=salt))
+            if r.reason_code == pb.PREFIX_MATCH or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert r.reason_code == pb.PREFIX_MATCH and r.replicas[0].replica_id == "r-salted"
+        assert r.replicas[0].matched_tokens == 64
+        for other in ("another-salt", ""):
+            o = c.lookup_route(lookup_req(token_ids=tokens, cache_salt=other))
+            assert not any(h.replica_id == "r-salted" and o.reason_code == pb.PREFIX_MATCH for h in o.replicas), other
