@@ -44,3 +44,7 @@ test-clients-if-present:
 	@if command -v $(CARGO) >/dev/null && [ -d /usr/share/cargo/registry ] && ls /usr/share/cargo/registry | grep -q '^xxhash-rust-'; then \
 	  $(MAKE) --no-print-directory test-rust; \
 	else echo "== test-rust skipped: no cargo or no xxhash-rust in /usr/share/cargo/registry (make deps-clients installs them)"; [ -z "$(CLIENTS_REQUIRED)" ]; fi
+
+## bench-clients: Python fingerprint throughput and lookup latency beside the Go SDK's, one 3-node cluster (BENCHMARKS.md)
+bench-clients: build
+	$(CLIENTS_PYTHON) $(PY_CLIENT)/bench/bench_clients.py --runs 5

@@ -89,7 +89,7 @@ def _le32_bytes(token_ids: Sequence[int]) -> bytes:
     except (OverflowError, TypeError) as exc:
         _raise_bad_id(token_ids, exc)
     # array accepts True and False as 1 and 0; JSON and the server do not.
-    if any(type(t) is bool for t in token_ids):
+    if bool in map(type, token_ids):
         _raise_bad_id(token_ids, None)
     if sys.byteorder != "little":
         arr.byteswap()
