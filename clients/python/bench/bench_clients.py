@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -140,6 +141,7 @@ def main():
                   file=sys.stderr, flush=True)
     finally:
         cl.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     m = {k: statistics.median(v) for k, v in rows.items()}
     print(f"Prompt {args.tokens} tokens, block size {args.block_size}; {args.lookups} lookups per run, "
           f"median of {args.runs} runs.\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 from concurrent import futures
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 import grpc
 
@@ -129,5 +129,3 @@ def closed_port_addr() -> str:
     s.close()
     return addr
 
-
-Factory = Callable[[], object]
