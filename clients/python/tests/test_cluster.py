@@ -160,7 +160,7 @@ def test_no_hint_within_the_deadline_when_every_node_is_down(cluster_factory, ki
     killed = lookups(3)
     for r, took in paused + killed:
         assert r.reason_code == pb.NO_HINT and r.detail.endswith("; failing open"), r
-        assert took < timeout + 0.15, f"NO_HINT after {took:.3f}s, deadline {timeout}s"
+        assert took < timeout + 0.25, f"NO_HINT after {took:.3f}s, deadline {timeout}s"
     assert all("DeadlineExceeded" in r.detail for r, _ in paused)
 
 
