@@ -57,7 +57,7 @@ class InferenceCacheServicer(object):
         """LookupRoute returns the replicas that hold the request's prefix warm,
         ranked best first. It never returns a gRPC error for a request the
         server receives: every failure is a NO_HINT response with a detail
-        (SPEC 5). The one exception is a request message larger than the
+        (contract §5.7). The one exception is a request message larger than the
         server's 16 MiB receive limit (a valid request is under 3 MiB): gRPC
         itself refuses it with RESOURCE_EXHAUSTED from the length prefix,
         before any server code runs, and a client should treat that status,
@@ -69,7 +69,7 @@ class InferenceCacheServicer(object):
 
     def Ingest(self, request, context):
         """Ingest commits a batch of block events through the Raft log and returns
-        after a quorum has committed and this node has applied it (SPEC 6).
+        after a quorum has committed and this node has applied it (contract §6.3).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -256,7 +256,7 @@ class InferenceCache(object):
 
 
 class ClusterStub(object):
-    """Cluster is the admin plane (SPEC 8).
+    """Cluster is the admin plane (contract §8.10).
     """
 
     def __init__(self, channel):
@@ -308,7 +308,7 @@ class ClusterStub(object):
 
 
 class ClusterServicer(object):
-    """Cluster is the admin plane (SPEC 8).
+    """Cluster is the admin plane (contract §8.10).
     """
 
     def Status(self, request, context):
@@ -418,7 +418,7 @@ def add_ClusterServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Cluster(object):
-    """Cluster is the admin plane (SPEC 8).
+    """Cluster is the admin plane (contract §8.10).
     """
 
     @staticmethod
