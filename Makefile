@@ -21,9 +21,10 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/inference-cache ./cmd/inference-cache
 
-## test: every test with the race detector
+## test: every test with the race detector, then the Python and Rust clients' tests when their toolchains are present
 test:
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(MAKE) --no-print-directory test-clients-if-present
 
 ## test-short: the fast unit tests only
 test-short:
@@ -155,3 +156,5 @@ evaluate: build
 	    --plot $(EVAL_DIR)/$$tr-$$tps-$$gw.png > $(EVAL_DIR)/$$tr-$$tps-$$gw.json; done; done; done
 	$(GO) run ./internal/evaltable $(EVAL_DIR)/*.json > $(EVAL_DIR)/tables.md
 	@echo "tables: $(EVAL_DIR)/tables.md"
+
+include clients/clients.mk

@@ -25,18 +25,21 @@ type fingerprintOutput struct {
 
 func newFingerprintCmd() *cobra.Command {
 	var blockSize int
-	var tokens string
+	var tokens, salt string
 	cmd := &cobra.Command{
 		Use:   "fingerprint [--tokens IDS | TOKEN_ID ...]",
 		Short: "Print the content fingerprint (block hashes, prefix hash) of token ids",
 		Long: `Computes the content fingerprint of contract §3: chained XXH3-64 (seed 1337) block
-hashes over little-endian token ids, partial tail dropped. Token ids come from
+hashes over little-endian token ids, partial tail dropped; with --cache-salt
+the chain is rooted at the salt's hash (contract §3.4), as vLLM's cache_salt
+separates prefix caches. Token ids come from
 --tokens (comma- or space-separated, as for lookup), from the arguments, or,
 when neither is given, from a JSON array on stdin. Use it to check that a
 gateway computes the same keys as the server.`,
 		Example: `  inference-cache fingerprint --block-size 16 --tokens "$(seq -s, 1 16)"
   inference-cache fingerprint --block-size 16 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16
-  echo '[1,2,3,4]' | inference-cache fingerprint --block-size 2`,
+  echo '[1,2,3,4]' | inference-cache fingerprint --block-size 2
+  echo '[1,2,3,4]' | inference-cache fingerprint --block-size 2 --cache-salt tenant-a`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if blockSize < 1 || blockSize > fingerprint.MaxBlockSize {
 				return fmt.Errorf("--block-size %d: must be between 1 and %d", blockSize, fingerprint.MaxBlockSize)
@@ -63,7 +66,7 @@ gateway computes the same keys as the server.`,
 			if err != nil {
 				return err
 			}
-			k, err := fingerprint.Compute(ids, blockSize)
+			k, err := fingerprint.ComputeSalted(ids, blockSize, salt)
 			if err != nil {
 				return err
 			}
@@ -81,6 +84,7 @@ gateway computes the same keys as the server.`,
 	}
 	cmd.Flags().IntVar(&blockSize, "block-size", 16, "tokens per block (1..4096)")
 	cmd.Flags().StringVar(&tokens, "tokens", "", "token ids, comma- or space-separated (as for lookup)")
+	cmd.Flags().StringVar(&salt, "cache-salt", "", "the request's cache_salt: roots the chain at the salt's hash (empty: unsalted)")
 	// A negative token id looks like a flag to the parser; report it as the
 	// bad token id it is.
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -109,17 +113,21 @@ func parseTokenArgs(args []string) ([]uint32, error) {
 	return ids, nil
 }
 
-// parseTokenJSON reads one JSON array of token ids.
+// parseTokenJSON reads one JSON array of token ids. Each id must be a
+// JSON number: a string such as "7" is refused, as the Python and Rust
+// fingerprint commands refuse it.
 func parseTokenJSON(r io.Reader) ([]uint32, error) {
-	dec := json.NewDecoder(r)
-	dec.UseNumber()
-	var raw []json.Number
-	if err := dec.Decode(&raw); err != nil {
+	var raw []json.RawMessage
+	if err := json.NewDecoder(r).Decode(&raw); err != nil {
 		return nil, fmt.Errorf("stdin: expected a JSON array of token ids: %v", err)
 	}
 	args := make([]string, len(raw))
-	for i, n := range raw {
-		args[i] = n.String()
+	for i, m := range raw {
+		t := strings.TrimSpace(string(m))
+		if t == "" || !(t[0] == '-' || (t[0] >= '0' && t[0] <= '9')) {
+			return nil, fmt.Errorf("token id #%d %s: must be an integer between 0 and %d", i, t, uint32(math.MaxUint32))
+		}
+		args[i] = t
 	}
 	return parseTokenArgs(args)
 }

@@ -107,6 +107,8 @@ func TestFingerprintCmd_RejectsBadInputNamingTheValue(t *testing.T) {
 		{"block size 0", "", []string{"fingerprint", "--block-size", "0", "1"}, "--block-size 0"},
 		{"stdin not an array", "{}", []string{"fingerprint"}, "JSON array"},
 		{"stdin negative", "[1,-2]", []string{"fingerprint"}, `"-2"`},
+		{"stdin id as a string", `[1,"7"]`, []string{"fingerprint"}, `#1 "7"`},
+		{"stdin id as a bool", `[true]`, []string{"fingerprint"}, `#0 true`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
