@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/inference-cache/inference-cache/bench"
@@ -294,21 +294,18 @@ func countTextInt(m map[string]int) string {
 }
 
 func (r *faultReport) writeText(w io.Writer) error {
-	fmt.Fprintln(w, "faults (picker):")
+	var b strings.Builder
+	b.WriteString("faults (picker):\n")
 	if r.Error != "" {
-		fmt.Fprintf(w, "  not run: %s\n", r.Error)
+		fmt.Fprintf(&b, "  not run: %s\n", r.Error)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range r.Faults {
-		fmt.Fprintf(tw, "  %.1f s\t%s\t%s\n", f.AtS, f.Fault, metText(f.Met))
-		fmt.Fprintf(tw, "  \t  measured: %s\t\n  \t  target: %s\t\n", f.Measured, f.Target)
+		fmt.Fprintf(&b, "  %6.1f s  %s: %s\n           measured: %s\n           target: %s\n", f.AtS, f.Fault, metText(f.Met), f.Measured, f.Target)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w, "events:")
+	b.WriteString("events (seconds into the replay):\n")
 	for _, e := range r.Events {
-		fmt.Fprintln(w, "  "+e)
+		b.WriteString("  " + e + "\n")
 	}
-	return nil
+	_, err := io.WriteString(w, b.String())
+	return err
 }

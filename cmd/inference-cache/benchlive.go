@@ -36,12 +36,12 @@ type liveOptions struct {
 // Defaults of bench --live, chosen so that round-robin's engines queue on
 // the conversation trace (EVALUATION.md, "Live benchmark").
 const (
-	liveEngines    = 3
-	livePrefillTPS = 20000
+	liveEngines    = 6
+	livePrefillTPS = 14000
 	liveSpeedup    = 2
-	liveRecords    = 400
-	liveWarmup     = 100
-	liveKVBlocks   = 16384
+	liveRecords    = 800
+	liveWarmup     = 200
+	liveKVBlocks   = 100000
 	liveMaxTokens  = 32
 )
 
@@ -264,6 +264,10 @@ func liveRunOne(ctx context.Context, exe, dir, models, s string, recs []bench.Re
 		stopProgress()
 	}
 	if err != nil {
+		return nil, nil, err
+	}
+	// Every request's measurement stays beside the processes' logs.
+	if err := writeResults(filepath.Join(dir, "results.jsonl"), run.Results); err != nil {
 		return nil, nil, err
 	}
 	var faults *faultReport
