@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/inference-cache/inference-cache/bench"
 	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/internal/proccluster"
 )
@@ -35,7 +34,8 @@ type devNode struct {
 
 func newDevCmd() *cobra.Command {
 	var dir, host, policyFile, modelsDir string
-	var basePort, nodes int
+	var basePort, nodes, engines, kvBlocks int
+	var prefillTPS, decodeTPS float64
 	var demoFleet bool
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -44,14 +44,32 @@ func newDevCmd() *cobra.Command {
 ports and data under --dir (node1, node2, …), bootstraps them into one Raft
 cluster, and prints each node's gRPC address and metrics URL. Node i (from 0)
 uses ports base+10i+1 (gRPC), +2 (Raft), +3 (gossip), +4 (HTTP). Logs go to
-<dir>/nodeN.log. A node that dies (kill -9 its pid to watch failover) is
-reported with how it ended, its log and the line there that says why (the
-last panic, error or warning it wrote), and started again after 3 s while the
-others keep serving. Busy ports refuse the start with a non-zero
-exit. Ctrl-C stops every node cleanly; the data stays, so the next run
-restarts the same cluster (delete --dir to start empty).`,
+<dir>/nodeN.log.
+
+Beside the cluster it runs a serving fleet, each part a process of this
+binary: --engines sim engines (sim-1, sim-2, …: "inference-cache sim-engine",
+model qwen3, whose tokenizer and chat template are unpacked from the
+repository's testdata/tokenizers/qwen3 into <dir>/models unless --models-dir
+holds qwen3), publishing vLLM KV events that the subscriber
+("inference-cache subscribe", dialling them) feeds to the cluster, and the
+routing proxy ("inference-cache proxy", strategy picker) in front of them.
+Engine j (from 0) uses ports base+10(nodes+j)+1 (HTTP) and +2 (KV events);
+the proxy base+10(nodes+engines)+1 and the subscriber's metrics +2. dev
+prints a curl pair to paste: two chat requests sharing a long system prompt,
+the second routed to the engine that served the first, as its headers say.
+With --demo-fleet the built-in generator's chat sessions flow through the
+proxy (about 2 requests/s); the live view shows the proxy's line (requests/s,
+picks by reason, hit rates) and the demo's.
+
+A process that dies (kill -9 its pid to watch failover) is reported with how
+it ended, its log and the line there that says why (the last panic, error or
+warning it wrote), and started again after 3 s while the others keep
+serving. Busy ports refuse the start with a non-zero exit. Ctrl-C stops
+everything cleanly; the cluster's data stays, so the next run restarts the
+same cluster (delete --dir to start empty).`,
 		Example: `  inference-cache dev
   inference-cache dev --dir /tmp/ic --base-port 9400 --policy policy.yaml
+  inference-cache dev --engines 0 --demo-fleet=false   # the cluster alone
   # then, in another shell:
   inference-cache status --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421`,
 		Args: cobra.NoArgs,
@@ -64,6 +82,14 @@ restarts the same cluster (delete --dir to start empty).`,
 			}
 			if nodes < 1 {
 				return fmt.Errorf("--nodes %d: must be at least 1", nodes)
+			}
+			switch {
+			case engines < 0 || engines > 16:
+				return fmt.Errorf("--engines %d: want 0 (no fleet) to 16", engines)
+			case !(prefillTPS > 0), !(decodeTPS > 0):
+				return fmt.Errorf("--prefill-tps %v, --decode-tps %v: must be positive", prefillTPS, decodeTPS)
+			case kvBlocks < 1:
+				return fmt.Errorf("--kv-blocks %d: need at least 1", kvBlocks)
 			}
 			addr := func(p int) string { return host + ":" + strconv.Itoa(p) }
 			var ns []*devNode
@@ -80,6 +106,28 @@ restarts the same cluster (delete --dir to start empty).`,
 			}
 			if err := checkDevPorts(ns); err != nil {
 				return err
+			}
+			// Every exit reaches the supervisor; a process has at most
+			// one exit outstanding (it restarts only after its exit was
+			// received), so the buffer never blocks a process's reaper.
+			exits := make(chan devExit, len(ns)+engines+2)
+			byProc := map[*proccluster.Proc]*devNode{}
+			procs := proccluster.New(proccluster.Options{Binary: exe, OwnProcessGroup: true,
+				OnExit: func(p *proccluster.Proc, e proccluster.Exit) { exits <- devExit{n: byProc[p], exit: e} }})
+			var fleet *devFleet
+			modelsNote := ""
+			if engines > 0 {
+				fm, err := fleetModelsDir(dir, modelsDir)
+				if err != nil {
+					return err
+				}
+				modelsNote = "tokenizer and chat template in " + fm
+				if fleet, err = newDevFleet(procs, byProc, dir, host, basePort, ns, engines, fm, prefillTPS, decodeTPS, kvBlocks); err != nil {
+					return err
+				}
+				if err := fleet.checkPorts(); err != nil {
+					return err
+				}
 			}
 			out := cmd.OutOrStdout()
 			live := isTerminal(out)
@@ -98,13 +146,6 @@ restarts the same cluster (delete --dir to start empty).`,
 				}
 				fmt.Fprintln(out, line)
 			}
-			// Every exit reaches the supervisor; a node has at most one
-			// exit outstanding (it restarts only after its exit was
-			// received), so the buffer never blocks a process's reaper.
-			exits := make(chan devExit, len(ns))
-			byProc := map[*proccluster.Proc]*devNode{}
-			procs := proccluster.New(proccluster.Options{Binary: exe, OwnProcessGroup: true,
-				OnExit: func(p *proccluster.Proc, e proccluster.Exit) { exits <- devExit{n: byProc[p], exit: e} }})
 			stopAll := func() {
 				procs.StopAll(devStopTimeout)
 				fmt.Fprintln(out, "cluster stopped")
@@ -166,28 +207,51 @@ restarts the same cluster (delete --dir to start empty).`,
 			} else if ctx.Err() == nil {
 				fmt.Fprintf(out, "no leader yet after 30s; see the node logs\n")
 			}
+			if fleet != nil && ctx.Err() == nil {
+				if err := fleet.start(ctx); err != nil {
+					stopAll()
+					return fmt.Errorf("the fleet: %w", err)
+				}
+				fleet.banner(out, modelsNote)
+				if err := fleet.writeCurlPair(out, dir, time.Now()); err != nil {
+					stopAll()
+					return err
+				}
+			}
 			fmt.Fprintln(out, "Ctrl-C stops the cluster.")
 			demoDone := make(chan struct{})
 			demoCtx, demoStop := context.WithCancel(ctx)
 			defer demoStop()
-			if demoFleet && leader != "" {
-				addrs := make([]string, len(ns))
-				for i, n := range ns {
-					addrs[i] = n.GRPC
+			if fleet != nil {
+				setLine := func(l string, field *string) {
+					viewMu.Lock()
+					*field = l
+					viewMu.Unlock()
 				}
-				fmt.Fprintln(out, "demo fleet: 4 simulated engines (model \"demo\") publish vLLM KV events over ZMQ to a subscriber feeding the cluster;\n"+
-					"  a gateway routes generated chat traffic with LookupRoute (--demo-fleet=false turns it off)")
-				var demoOut io.Writer = out
-				if live {
-					demoOut = demoLineSink{mu: &viewMu, v: view}
+				pl := &proxyLine{proxyURL: fleet.proxyURL(), window: 10 * time.Second}
+				for _, e := range fleet.cfg.Engines {
+					pl.engines = append(pl.engines, e.URL())
 				}
-				go func() {
-					defer close(demoDone)
-					if err := bench.RunDemo(demoCtx, bench.DemoConfig{Addrs: addrs, Out: demoOut, Live: live}); err != nil && demoCtx.Err() == nil {
-						say("demo fleet stopped: %v (the cluster keeps serving)", err)
+				go pl.run(demoCtx, time.Second, func(l string) { setLine(l, &view.proxy) })
+				if demoFleet {
+					fmt.Fprintln(out, "demo traffic: the built-in generator's chat sessions through the proxy, about 2 requests/s (--demo-fleet=false turns it off)")
+					every := 10 * time.Second
+					if live {
+						every = 2 * time.Second
 					}
-				}()
-			} else {
+					go func() {
+						defer close(demoDone)
+						runDevTraffic(demoCtx, fleet.proxyURL(), every, func(l string) {
+							if live {
+								setLine(l, &view.demo)
+							} else {
+								fmt.Fprintln(out, l)
+							}
+						})
+					}()
+				}
+			}
+			if fleet == nil || !demoFleet {
 				close(demoDone)
 			}
 			topDone := make(chan struct{})
@@ -222,9 +286,13 @@ restarts the same cluster (delete --dir to start empty).`,
 	f.IntVar(&basePort, "base-port", 7400, "node i listens on base+10i+1..4 (gRPC, Raft, gossip, HTTP)")
 	f.IntVar(&nodes, "nodes", 3, "number of server processes")
 	f.StringVar(&policyFile, "policy", "", "CachePolicy YAML file passed to every node")
-	f.StringVar(&modelsDir, "models-dir", "", "tokenizer models directory passed to every node")
+	f.StringVar(&modelsDir, "models-dir", "", "tokenizer models directory passed to every node; the fleet's engines and proxy use it when it holds qwen3")
 	markPaths(f, "dir", "policy", "models-dir")
-	f.BoolVar(&demoFleet, "demo-fleet", true, "also run a demo fleet: simulated engines publishing KV events and a gateway routing generated traffic, with a live line of hit rate and reason codes")
+	f.IntVar(&engines, "engines", devEngines, "sim engines of the fleet (0 = no fleet: no engines, subscriber or proxy)")
+	f.Float64Var(&prefillTPS, "prefill-tps", devPrefillTPS, "each sim engine's prefill speed, uncached prompt tokens per second")
+	f.Float64Var(&decodeTPS, "decode-tps", 40, "each sim engine's decode speed per request, output tokens per second")
+	f.IntVar(&kvBlocks, "kv-blocks", devKVBlocks, "each sim engine's KV capacity in blocks of 16 tokens")
+	f.BoolVar(&demoFleet, "demo-fleet", true, "also send demo traffic through the proxy: the built-in generator's multi-turn chat sessions, about 2 requests/s, with a live line of TTFT and cache hits")
 	return cmd
 }
 

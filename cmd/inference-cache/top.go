@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -202,23 +201,6 @@ func (p *topPoller) close() {
 	for _, c := range p.conns {
 		c.Close()
 	}
-}
-
-// demoLineSink is the demo fleet's Out in the dev cluster's terminal view:
-// it keeps the latest status line for the frame instead of printing it.
-type demoLineSink struct {
-	mu *sync.Mutex
-	v  *topView
-}
-
-func (d demoLineSink) Write(b []byte) (int, error) {
-	line := strings.TrimSpace(strings.TrimPrefix(string(b), "\r\033[K"))
-	if line != "" {
-		d.mu.Lock()
-		d.v.demo = line
-		d.mu.Unlock()
-	}
-	return len(b), nil
 }
 
 // terminalWidth is w's width in columns when it is a terminal, else 0.

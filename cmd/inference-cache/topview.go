@@ -53,7 +53,8 @@ type topView struct {
 	mix  map[string]uint64 // lookups by reason code, last interval
 
 	events []string // recent supervisor lines (dev), newest last
-	demo   string   // the demo fleet's latest status line (dev)
+	proxy  string   // the routing proxy's latest line (dev)
+	demo   string   // the demo traffic's latest status line (dev)
 }
 
 // topEvents is how many supervisor lines the terminal view keeps.
@@ -213,6 +214,9 @@ func (v *topView) writeLine(w io.Writer) error {
 		fmt.Fprintf(&b, " %s %s t%d applied %d%s |", n.ID, n.State, n.Term, n.Applied, stale)
 	}
 	fmt.Fprintf(&b, " %.1f lookups/s: %s | %s\n", v.rate, v.mixText(), v.leaderText())
+	if v.proxy != "" {
+		b.WriteString(v.proxy + "\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -240,6 +244,9 @@ func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, 
 		}
 		tw.Flush()
 		fmt.Fprintf(&b, "lookups %.1f/s  %s\n%s\n", v.rate, v.mixText(), v.leaderText())
+	}
+	if v.proxy != "" {
+		b.WriteString(v.proxy + "\n")
 	}
 	if v.demo != "" {
 		b.WriteString(v.demo + "\n")
