@@ -12,7 +12,7 @@ import (
 	"github.com/inference-cache/inference-cache/openai"
 )
 
-// chatBody4k is a chat request of about 16 KB of text (about 4,000 Qwen3
+// chatBody4k is a chat request of about 20 KB of text (about 4,000 Qwen3
 // tokens): a long system prompt and eight turns. salt varies the words
 // (0: the same text every time).
 func chatBody4k(salt int) []byte {
@@ -25,7 +25,7 @@ func chatBody4k(salt int) []byte {
 		}
 		sentence = strings.Join(words, " ") + " "
 	}
-	msgs := []map[string]any{{"role": "system", "content": strings.Repeat(sentence, 64)}}
+	msgs := []map[string]any{{"role": "system", "content": strings.Repeat(sentence, 96)}}
 	for i := range 8 {
 		role := "user"
 		if i%2 == 1 {
