@@ -37,6 +37,7 @@ every node answers LookupRoute from its local copy.`,
 	root.AddCommand(newTopCmd())
 	root.AddCommand(newClusterCmd())
 	root.AddCommand(newSimEngineCmd())
+	root.AddCommand(newRenderCmd())
 	nameEnvInErrors(root)
 	return root
 }
