@@ -82,8 +82,8 @@ func TestBackends_ParseAndCheckNameTheField(t *testing.T) {
 	for s, want := range map[string]string{
 		"backends:\n  - replica_id: a\n    url: http://h:1\n  - replica_id: a\n    url: http://h:2\n": `backends[1]: replica_id "a" is also backends[0]'s`,
 		"backends:\n  - replica_id: a\n    url: http://h:1\n    modle: x\n":                           "field modle not found",
-		"backends:\n  - url: http://h:1\n":                                                           "backends[0]: replica_id: required",
-		"backends: []\n":                                                                             "no backends",
+		"backends:\n  - url: http://h:1\n":                                                            "backends[0]: replica_id: required",
+		"backends: []\n":                                                                              "no backends",
 	} {
 		if _, err := LoadBackends(write(s)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", s, err, want)
