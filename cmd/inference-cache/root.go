@@ -38,6 +38,7 @@ every node answers LookupRoute from its local copy.`,
 	root.AddCommand(newClusterCmd())
 	root.AddCommand(newSimEngineCmd())
 	root.AddCommand(newRenderCmd())
+	root.AddCommand(newProxyCmd())
 	nameEnvInErrors(root)
 	return root
 }
