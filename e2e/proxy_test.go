@@ -26,7 +26,7 @@ func TestProxy(t *testing.T) {
 	}
 	// Health checks far apart: a backend leaves the candidates here only
 	// by refusing a connection.
-	f := startFleet(t, 3, 50, "--health-interval", "1h")
+	f := startFleet(t, fleetOptions{sims: 3, proxyFlags: []string{"--health-interval", "1h"}})
 	t.Run("RepeatedPrefixGoesToTheWarmEngine", func(t *testing.T) { checkWarmEngine(t, f) })
 	t.Run("StreamArrivesChunkByChunkBeforeTheEngineFinishes", func(t *testing.T) { checkStreaming(t, f) })
 	t.Run("CancellationReachesTheEngine", func(t *testing.T) { checkCancellation(t, f) })
@@ -163,7 +163,7 @@ func checkBadInput(t *testing.T, f *fleet) {
 		}
 	}))
 	defer backend.Close()
-	p := f.startProxy("proxy-bad-input", "--models-dir", f.modelsDir, "--backend", "counter="+backend.URL, "--max-body-bytes", "65536")
+	p := f.startProxy("proxy-bad-input", nil, "--models-dir", f.modelsDir, "--backend", "counter="+backend.URL, "--max-body-bytes", "65536")
 	cases := []struct {
 		name, path, body string
 		status           int

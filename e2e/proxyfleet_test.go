@@ -56,9 +56,20 @@ type httpProc struct {
 	*proccluster.Proc
 }
 
-// startFleet starts the cluster, n sim engines (decoding at decodeTPS),
-// the subscriber and the proxy (extra flags appended to its command line).
-func startFleet(t *testing.T, n int, decodeTPS int, proxyFlags ...string) *fleet {
+// fleetOptions shape a fleet.
+type fleetOptions struct {
+	// sims is the number of sim engines; simFlags are added to each one's
+	// command line (after the defaults, so they override them).
+	sims     int
+	simFlags []string
+	// proxyFlags are added to the proxy's command line, proxyEnv to its
+	// environment.
+	proxyFlags, proxyEnv []string
+}
+
+// startFleet starts the cluster, the sim engines, the subscriber and the
+// proxy.
+func startFleet(t *testing.T, o fleetOptions) *fleet {
 	t.Helper()
 	f := &fleet{t: t, c: startCluster(t, 3), pc: proccluster.New(proccluster.Options{Binary: binPath}), dir: t.TempDir(),
 		modelsDir: fixtures.ModelsDir(t, fleetModel)}
@@ -73,11 +84,12 @@ func startFleet(t *testing.T, n int, decodeTPS int, proxyFlags ...string) *fleet
 	})
 	var yaml strings.Builder
 	yaml.WriteString("scrape_interval: 1s\nengines:\n")
-	for i := 0; i < n; i++ {
+	for i := 0; i < o.sims; i++ {
 		s := &simProc{id: fmt.Sprintf("sim-%d", i), url: "http://" + freeport.MustAddr(t), events: "tcp://" + freeport.MustAddr(t)}
-		s.Proc = f.pc.Add(proccluster.Spec{Name: s.id, LogPath: filepath.Join(f.dir, s.id+".log"), Args: []string{"sim-engine",
-			"--replica-id", s.id, "--model", fleetModel, "--models-dir", f.modelsDir, "--listen", strings.TrimPrefix(s.url, "http://"),
-			"--kv-events-bind", s.events, "--prefill-tps", "200000", "--decode-tps", strconv.Itoa(decodeTPS), "--kv-blocks", "4096"}})
+		args := []string{"sim-engine", "--replica-id", s.id, "--model", fleetModel, "--models-dir", f.modelsDir,
+			"--listen", strings.TrimPrefix(s.url, "http://"), "--kv-events-bind", s.events,
+			"--prefill-tps", "200000", "--decode-tps", "50", "--kv-blocks", "4096"}
+		s.Proc = f.pc.Add(proccluster.Spec{Name: s.id, LogPath: filepath.Join(f.dir, s.id+".log"), Args: append(args, o.simFlags...)})
 		if err := s.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -107,17 +119,17 @@ func startFleet(t *testing.T, n int, decodeTPS int, proxyFlags ...string) *fleet
 	for _, s := range f.sims {
 		args = append(args, "--backend", s.id+"="+s.url)
 	}
-	f.proxy = f.startProxy("proxy", append(args, proxyFlags...)...)
+	f.proxy = f.startProxy("proxy", o.proxyEnv, append(args, o.proxyFlags...)...)
 	return f
 }
 
-// startProxy starts a proxy process with flags and waits until it is
-// healthy.
-func (f *fleet) startProxy(name string, flags ...string) *httpProc {
+// startProxy starts a proxy process with flags (and env added to its
+// environment) and waits until it is healthy.
+func (f *fleet) startProxy(name string, env []string, flags ...string) *httpProc {
 	f.t.Helper()
 	p := &httpProc{url: "http://" + freeport.MustAddr(f.t)}
 	args := append([]string{"proxy", "--listen", strings.TrimPrefix(p.url, "http://")}, flags...)
-	p.Proc = f.pc.Add(proccluster.Spec{Name: name, Args: args, LogPath: filepath.Join(f.dir, name+".log")})
+	p.Proc = f.pc.Add(proccluster.Spec{Name: name, Args: args, Env: env, LogPath: filepath.Join(f.dir, name+".log")})
 	if err := p.Start(); err != nil {
 		f.t.Fatal(err)
 	}
