@@ -253,7 +253,7 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	log.Info("proxy serving", "http", "http://"+lis.Addr().String(), "backends", len(bs), "cluster", strings.Join(o.addrs, ","),
 		"strategy", strategy, "lookup_budget", o.lookupBudget, "models_dir", o.modelsDir)
 	go reloadBackendsOnHUP(ctx, o, pool, log)
