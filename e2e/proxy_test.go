@@ -7,9 +7,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +34,7 @@ func TestProxy(t *testing.T) {
 	t.Run("StreamArrivesChunkByChunkBeforeTheEngineFinishes", func(t *testing.T) { checkStreaming(t, f) })
 	t.Run("CancellationReachesTheEngine", func(t *testing.T) { checkCancellation(t, f) })
 	t.Run("BadInputNeverReachesABackend", func(t *testing.T) { checkBadInput(t, f) })
+	t.Run("BackendsFileReloadsOnSIGHUP", func(t *testing.T) { checkReload(t, f) })
 	t.Run("RetryOnARefusedConnection", func(t *testing.T) { checkRetry(t, f) })
 	t.Run("FailOpenWithTheClusterDown", func(t *testing.T) { checkFailOpen(t, f) })
 }
@@ -150,19 +154,7 @@ func checkCancellation(t *testing.T, f *fleet) {
 // Each bad input gets OpenAI error JSON with its status from the proxy,
 // and the backend sees nothing of it.
 func checkBadInput(t *testing.T, f *fleet) {
-	var posts atomic.Int64
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.Method == http.MethodGet && r.URL.Path == "/health":
-		case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
-			_ = json.NewEncoder(w).Encode(openai.ModelList{Object: "list", Data: []openai.ModelCard{{ID: fleetModel, Object: "model"}}})
-		default:
-			posts.Add(1)
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"ok": true}`))
-		}
-	}))
-	defer backend.Close()
+	backend, posts := countingBackend(t)
 	p := f.startProxy("proxy-bad-input", nil, "--models-dir", f.modelsDir, "--backend", "counter="+backend.URL, "--max-body-bytes", "65536")
 	cases := []struct {
 		name, path, body string
@@ -257,5 +249,79 @@ func checkFailOpen(t *testing.T, f *fleet) {
 	}
 	if n := metricSum(t, f.proxy.url+"/metrics", "inference_cache_proxy_fail_open_picks_total"); n-before != 4 {
 		t.Fatalf("fail_open_picks_total grew by %v, want 4", n-before)
+	}
+}
+
+// countingBackend is an engine stand-in serving the fleet's model that
+// counts the completion requests it receives.
+func countingBackend(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/health":
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
+			_ = json.NewEncoder(w).Encode(openai.ModelList{Object: "list", Data: []openai.ModelCard{{ID: fleetModel, Object: "model"}}})
+		default:
+			posts.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"ok": true}`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &posts
+}
+
+// SIGHUP rereads the backends file: the backend removed from it takes no
+// more requests, the one added takes them.
+func checkReload(t *testing.T, f *fleet) {
+	a, aPosts := countingBackend(t)
+	b, bPosts := countingBackend(t)
+	file := filepath.Join(t.TempDir(), "backends.yaml")
+	write := func(id, url string) {
+		if err := os.WriteFile(file, []byte("backends:\n  - replica_id: "+id+"\n    url: "+url+"\n    model: "+fleetModel+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("old", a.URL)
+	p := f.startProxy("proxy-reload", nil, "--backends", file)
+	post := func() string {
+		resp, err := http.Post(p.url+"/v1/completions", "application/json", strings.NewReader(`{"model": "qwen3", "prompt": "hi"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Header.Get("X-Inference-Cache-Replica")
+	}
+	if got := post(); got != "old" || aPosts.Load() != 1 {
+		t.Fatalf("before the reload: served by %q, backend posts %d", got, aPosts.Load())
+	}
+	write("new", b.URL)
+	if err := p.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(p.url + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h struct {
+			Backends []struct {
+				ReplicaID string `json:"replica_id"`
+			} `json:"backends"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if len(h.Backends) == 1 && h.Backends[0].ReplicaID == "new" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backends after SIGHUP: %+v, want only \"new\"", h.Backends)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := post(); got != "new" || bPosts.Load() != 1 || aPosts.Load() != 1 {
+		t.Fatalf("after the reload: served by %q, posts old=%d new=%d", got, aPosts.Load(), bPosts.Load())
 	}
 }

@@ -254,9 +254,12 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
 	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP) // before the start line: a SIGHUP after it never ends the process
+	defer signal.Stop(hup)
+	go reloadBackendsOnHUP(ctx, hup, o, pool, log)
 	log.Info("proxy serving", "http", "http://"+lis.Addr().String(), "backends", len(bs), "cluster", strings.Join(o.addrs, ","),
 		"strategy", strategy, "lookup_budget", o.lookupBudget, "models_dir", o.modelsDir)
-	go reloadBackendsOnHUP(ctx, o, pool, log)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	select {
@@ -303,10 +306,7 @@ func preloadPrompts(ctx context.Context, reg *prompt.Registry, log *slog.Logger)
 
 // reloadBackendsOnHUP rereads --backend and --backends on every SIGHUP
 // until ctx ends; an invalid list is logged and the running one kept.
-func reloadBackendsOnHUP(ctx context.Context, o *proxyOptions, pool *proxy.Pool, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+func reloadBackendsOnHUP(ctx context.Context, hup <-chan os.Signal, o *proxyOptions, pool *proxy.Pool, log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
