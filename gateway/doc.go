@@ -14,7 +14,7 @@
 //     request without a key (multimodal content, a template that raises,
 //     no tokenizer for the model) is still routed, by load; the reason is
 //     kept in Decision.NoKey.
-//  2. The key: the content fingerprint (SPEC 3) of those ids at the
+//  2. The key: the content fingerprint (contract §3) of those ids at the
 //     model's block size (Config.BlockSizes, default 16 as vLLM), in the
 //     hash domain of the request's cache_salt.
 //  3. The hint: LookupRoute with include_load, bounded by the lookup
