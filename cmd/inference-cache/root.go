@@ -36,6 +36,8 @@ every node answers LookupRoute from its local copy.`,
 	root.AddCommand(newTopCmd())
 	root.AddCommand(newClusterCmd())
 	root.AddCommand(newSimEngineCmd())
+	root.AddCommand(newRenderCmd())
+	root.AddCommand(newProxyCmd())
 	root.AddCommand(newLoadgenCmd())
 	nameEnvInErrors(root)
 	return root

@@ -17,8 +17,8 @@ import (
 
 	"github.com/inference-cache/inference-cache/internal/vllmpub"
 	"github.com/inference-cache/inference-cache/openai"
+	"github.com/inference-cache/inference-cache/prompt"
 	"github.com/inference-cache/inference-cache/simengine"
-	"github.com/inference-cache/inference-cache/tokenizer"
 )
 
 type simEngineOptions struct {
@@ -56,10 +56,12 @@ With --kv-events-bind (or --kv-events-connect) it publishes vLLM-format KV
 events over ZMQ (BlockStored with the token ids it prefilled, BlockRemoved on
 eviction), so "inference-cache subscribe" indexes it as it would a vLLM.
 
-Prompts are tokenized with <models-dir>/<model>/tokenizer.json. Chat
-requests are, for now, the text of their messages joined with newlines and
-tokenized without special tokens (no chat template yet), so their token ids
-differ from a real vLLM's for the same request.`,
+Prompts become token ids as vLLM makes them (package prompt, the same code
+the proxy keys requests with): a chat request is rendered with the model's chat
+template (<models-dir>/<model>/chat_template.jinja or tokenizer_config.json)
+and tokenized with <models-dir>/<model>/tokenizer.json without added special
+tokens; a completion's prompt string is tokenized with them; token-id prompts
+are used as they are. Requests with image, audio or video parts are refused.`,
 		Example: `  inference-cache sim-engine --model qwen3-8b --models-dir ./models --listen 127.0.0.1:8001 \
       --replica-id sim-0 --kv-blocks 4096 --kv-events-bind tcp://127.0.0.1:5557
   # subscriber entry for it:
@@ -81,7 +83,7 @@ differ from a real vLLM's for the same request.`,
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8000", "HOST:PORT of the OpenAI-compatible HTTP API (port 0 = any free port, logged at start)")
 	f.StringVar(&o.replicaID, "replica-id", "", "the replica's name in logs (required; the subscriber's replica_id for it)")
 	f.StringVar(&o.model, "model", "", "the model name served (required); its tokenizer is <models-dir>/<model>/tokenizer.json")
-	f.StringVar(&o.modelsDir, "models-dir", "", "directory of <model>/tokenizer.json (required)")
+	f.StringVar(&o.modelsDir, "models-dir", "", "directory of <model>/tokenizer.json and its chat template (required)")
 	f.Float64Var(&o.prefillTPS, "prefill-tps", simengine.DefaultPrefillTPS, "prefill speed, uncached prompt tokens per second (one prefill at a time)")
 	f.Float64Var(&o.decodeTPS, "decode-tps", simengine.DefaultDecodeTPS, "decode speed of each running request, output tokens per second")
 	f.IntVar(&o.kvBlocks, "kv-blocks", 8192, "KV cache capacity in blocks of --block-size tokens, shared by cached prefixes and running requests")
@@ -156,11 +158,6 @@ func runSimEngine(ctx context.Context, o *simEngineOptions, errw io.Writer) erro
 	if err := o.check(); err != nil {
 		return err
 	}
-	reg := tokenizer.NewRegistry(o.modelsDir, tokenizer.RegistryOptions{MaxModels: 1})
-	tok, err := reg.Tokenizer(o.model)
-	if err != nil {
-		return fmt.Errorf("--model %q with --models-dir %q: %w", o.model, o.modelsDir, err)
-	}
 	cfg := simengine.Config{Model: o.model, BlockSize: o.blockSize, KVBlocks: o.kvBlocks, PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS,
 		EventEncoding: vllmpub.Encoding(o.encoding), Logger: log}
 	var pub *vllmpub.Publisher
@@ -177,11 +174,15 @@ func runSimEngine(ctx context.Context, o *simEngineOptions, errw io.Writer) erro
 		return err
 	}
 	defer eng.Close()
+	prompts := prompt.New(o.modelsDir, prompt.Options{MaxTokens: eng.MaxModelLen() + 1})
+	if err := prompts.Preload(ctx, o.model); err != nil {
+		return fmt.Errorf("--model %q with --models-dir %q: %w", o.model, o.modelsDir, err)
+	}
 	lis, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
-	srv := &http.Server{Handler: simengine.NewServer(eng, &interimPrompter{tok: tok, maxTokens: eng.MaxModelLen() + 1}, simengine.ServerOptions{Logger: log}),
+	srv := &http.Server{Handler: simengine.NewServer(eng, enginePrompter{prompts}, simengine.ServerOptions{Logger: log}),
 		ReadHeaderTimeout: 10 * time.Second}
 	attrs := []any{"replica", o.replicaID, "model", o.model, "http", "http://" + lis.Addr().String(),
 		"kv_blocks", o.kvBlocks, "block_size", o.blockSize, "prefill_tps", o.prefillTPS, "decode_tps", o.decodeTPS}
@@ -204,43 +205,18 @@ func runSimEngine(ctx context.Context, o *simEngineOptions, errw io.Writer) erro
 	return nil
 }
 
-// interimPrompter is the INTERIM Prompter until the chat-template
-// renderer is wired in: a completion's text prompt is tokenized with the
-// model's tokenizer (special tokens per add_special_tokens), a token-id
-// prompt is used as it is; a chat request's message texts (text parts
-// joined as vLLM joins them) are joined with "\n" and tokenized without
-// special tokens. No chat template is applied, so chat token ids differ
-// from a real vLLM's; it only has to be the same function as the
-// gateway's for the same interim period.
-type interimPrompter struct {
-	tok       *tokenizer.Tokenizer
-	maxTokens int
-}
+// enginePrompter is the engine's Prompter: the prefill of package prompt,
+// which the proxy keys requests with, so that the engine prefills (and
+// announces in its KV events) exactly the ids the proxy looked up.
+type enginePrompter struct{ reg *prompt.Registry }
 
-func (p *interimPrompter) PromptTokens(ctx context.Context, _ string, req *openai.Request) ([]uint32, error) {
-	field, text := "prompt", ""
-	switch {
-	case req.Kind == openai.KindChat:
-		field = "messages"
-		parts := make([]string, 0, len(req.Messages))
-		for _, m := range req.Messages {
-			t, _ := openai.MessageText(m)
-			parts = append(parts, t)
-		}
-		text = strings.Join(parts, "\n")
-	case len(req.Prompt.TokenIDs) > 0:
-		return req.Prompt.TokenIDs[0], nil
-	default:
-		text = req.Prompt.Texts[0]
+func (p enginePrompter) PromptTokens(ctx context.Context, _ string, req *openai.Request) ([]uint32, error) {
+	pr, err := p.reg.Tokens(ctx, req)
+	if err != nil {
+		return nil, err
 	}
-	ids, err := p.tok.EncodeContext(ctx, text, req.AddSpecialTokens, p.maxTokens)
-	switch {
-	case err == nil:
-		return ids, nil
-	case errors.Is(err, tokenizer.ErrInvalidUTF8):
-		return nil, openai.Errorf(field, "not valid UTF-8")
-	case errors.Is(err, tokenizer.ErrTooManyTokens):
-		return nil, openai.Errorf(field, "over %d tokens, the engine's maximum context length", p.maxTokens-1)
+	if pr.NoKey != nil {
+		return nil, openai.Errorf("messages", "image, audio and video content is not supported by this engine")
 	}
-	return nil, err
+	return pr.TokenIDs, nil
 }

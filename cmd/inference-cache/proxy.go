@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/fingerprint"
+	"github.com/inference-cache/inference-cache/gateway"
+	"github.com/inference-cache/inference-cache/prompt"
+	"github.com/inference-cache/inference-cache/proxy"
+)
+
+type proxyOptions struct {
+	listen, backendsFile, modelsDir, strategy string
+	backends, addrs                           []string
+	lookupBudget, requestTimeout              time.Duration
+	connectTimeout, healthInterval            time.Duration
+	healthTimeout                             time.Duration
+	blockSize                                 int
+	maxBodyBytes                              int64
+	hashScheme, tenant                        string
+	logFormat, logLevel                       string
+	security                                  clientSecurityFlags
+}
+
+// newProxyCmd is `inference-cache proxy`: the OpenAI-compatible routing
+// proxy (package proxy over package gateway).
+func newProxyCmd() *cobra.Command {
+	o := &proxyOptions{}
+	cmd := &cobra.Command{
+		Use:   "proxy --backend REPLICA_ID=URL … [--addr HOST:PORT …] [--models-dir DIR]",
+		Short: "Run an OpenAI-compatible reverse proxy that routes each request to the replica holding its prefix",
+		Long: `Serves the OpenAI API in front of vLLM (or SGLang, or sim-engine) replicas and
+sends each request to the replica that already holds its prompt's prefix in its
+KV cache, per the cluster's prefix index:
+
+  POST /v1/completions, POST /v1/chat/completions   forwarded (streams relayed
+                                                    unbuffered, event by event)
+  GET  /v1/models                                   the union of the backends'
+  GET  /health                                      200 while a backend is healthy
+  GET  /metrics                                     Prometheus metrics (below)
+
+For each request the proxy computes the token ids the engine will prefill
+(the model's chat template from --models-dir rendered and tokenized exactly as
+vLLM does; <dir>/<model>/tokenizer.json, tokenizer_config.json or
+chat_template.jinja), fingerprints them at --block-size, asks the cluster
+(--addr) with a deadline of --lookup-budget, and picks with --strategy among
+the healthy backends serving the request's model. The cluster unreachable or
+slower than the budget never fails or delays a request beyond it: the pick is
+then by load (then round robin). Requests without a key (image or audio
+parts, no tokenizer for the model) are picked by load too.
+
+Every response carries x-inference-cache-replica, x-inference-cache-reason
+(PREFIX_MATCH, AFFINITY_HINT, TENANT_HOT; LOAD when picked without a usable
+hint; ROUND_ROBIN, LEAST_LOADED for those strategies; NONE when the proxy
+answered itself) and x-inference-cache-matched-tokens. After a retry,
+x-inference-cache-retried-from names the replica that refused.
+
+Backends come from --backend REPLICA_ID=URL (repeatable; the models are read
+from the backend's /v1/models) and/or --backends FILE, reloaded on SIGHUP:
+  backends:
+    - replica_id: sim-0                # the subscriber's replica_id
+      url: http://127.0.0.1:8001
+      model: qwen3                     # optional: else its /v1/models
+Each backend is checked with GET /health every --health-interval; one that
+fails leaves the candidates until it passes again, and one that refuses a
+connection leaves at once. A request whose backend refuses the connection or
+answers 503 before its body is sent once to the next-best backend.
+
+Client cancellation reaches the backend (its connection is closed). Bad input
+(malformed JSON, no model, a field vLLM refuses) gets 400, an unknown model 404,
+a body over --max-body-bytes 413, all as OpenAI error JSON, and nothing reaches
+a backend. No healthy backend for the model: 503.
+
+Metrics (prefix inference_cache_proxy_): requests_total{endpoint,code},
+picks_total{reason}, fail_open_picks_total, no_key_picks_total,
+added_latency_seconds (the proxy's own time before forwarding), lookup_seconds,
+time_to_first_token_seconds, upstream_errors_total{replica,kind},
+retries_total{cause}, prompt_tokens_total, matched_tokens_total (their ratio is
+the routed hit rate), requests_in_flight, backend_up{replica}.`,
+		Example: `  inference-cache proxy --listen 127.0.0.1:8080 --models-dir ./models \
+      --addr 127.0.0.1:7401 --addr 127.0.0.1:7402 --addr 127.0.0.1:7403 \
+      --backend sim-0=http://127.0.0.1:8001 --backend sim-1=http://127.0.0.1:8002
+  curl -si localhost:8080/v1/chat/completions \
+      -d '{"model": "qwen3", "messages": [{"role": "user", "content": "hi"}]}' | grep -i x-inference-cache
+  kill -HUP <pid>   # reload --backends`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runProxy(ctx, o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HOST:PORT of the OpenAI-compatible HTTP API (port 0 = any free port, logged at start)")
+	f.StringArrayVar(&o.backends, "backend", nil, "a backend REPLICA_ID=URL, REPLICA_ID as the subscriber names the engine (repeatable)")
+	f.StringVar(&o.backendsFile, "backends", "", "YAML file of backends (replica_id, url, optional model), reloaded on SIGHUP")
+	f.StringSliceVar(&o.addrs, "addr", nil, "gRPC address of a cluster node HOST:PORT (repeatable); none = no lookups, every pick by load")
+	f.StringVar(&o.modelsDir, "models-dir", "", "directory of <model>/tokenizer.json and chat template; empty = no keys, every pick by load")
+	f.StringVar(&o.strategy, "strategy", string(gateway.StrategyPicker), "picker (prefix hints and the load-aware cost model), round-robin or least-loaded")
+	f.DurationVar(&o.lookupBudget, "lookup-budget", gateway.DefaultLookupBudget, "bound on one lookup; past it the request is picked by load")
+	f.IntVar(&o.blockSize, "block-size", gateway.DefaultBlockSize, "tokens per KV block of the engines (their --block-size, the subscriber's block_size)")
+	f.StringVar(&o.hashScheme, "hash-scheme", gateway.DefaultHashScheme, "the index partition's hash scheme (the subscriber's hash_scheme)")
+	f.StringVar(&o.tenant, "tenant", "", "the index partition's tenant (the subscriber's tenant_id for these engines)")
+	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "bound on a request body; a larger one gets a 413")
+	f.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Minute, "bound on a whole request, streams included (504 without an answer by then); 0 = none")
+	f.DurationVar(&o.connectTimeout, "connect-timeout", proxy.DefaultConnectTimeout, "bound on connecting to a backend; past it the request goes to the next-best")
+	f.DurationVar(&o.healthInterval, "health-interval", proxy.DefaultHealthInterval, "time between two health checks (GET /health) of a backend")
+	f.DurationVar(&o.healthTimeout, "health-timeout", proxy.DefaultHealthTimeout, "bound on one health check")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
+	o.security.register(cmd)
+	markPaths(f, "models-dir", "backends")
+	return cmd
+}
+
+// check validates the flags, each error naming its flag and the limit.
+func (o *proxyOptions) check() error {
+	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		return fmt.Errorf("--listen %q: want HOST:PORT", o.listen)
+	}
+	if _, err := gateway.ParseStrategy(o.strategy); err != nil {
+		return fmt.Errorf("--strategy: %w", err)
+	}
+	switch {
+	case len(o.backends) == 0 && o.backendsFile == "":
+		return errors.New("--backend or --backends: give at least one backend (REPLICA_ID=URL)")
+	case o.lookupBudget <= 0:
+		return fmt.Errorf("--lookup-budget %v: must be positive", o.lookupBudget)
+	case o.blockSize < 1 || o.blockSize > fingerprint.MaxBlockSize:
+		return fmt.Errorf("--block-size %d: want 1 to %d", o.blockSize, fingerprint.MaxBlockSize)
+	case o.maxBodyBytes < 1:
+		return fmt.Errorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
+	case o.requestTimeout < 0:
+		return fmt.Errorf("--request-timeout %v: must not be negative", o.requestTimeout)
+	case o.connectTimeout <= 0:
+		return fmt.Errorf("--connect-timeout %v: must be positive", o.connectTimeout)
+	case o.healthInterval <= 0:
+		return fmt.Errorf("--health-interval %v: must be positive", o.healthInterval)
+	case o.healthTimeout <= 0:
+		return fmt.Errorf("--health-timeout %v: must be positive", o.healthTimeout)
+	case o.hashScheme == "":
+		return errors.New("--hash-scheme: must not be empty")
+	}
+	for _, a := range o.addrs {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return fmt.Errorf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:7401", a)
+		}
+	}
+	if o.modelsDir != "" {
+		if fi, err := os.Stat(o.modelsDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--models-dir %q: not a readable directory", o.modelsDir)
+		}
+	}
+	_, err := o.loadBackends()
+	return err
+}
+
+// loadBackends reads --backend and --backends together.
+func (o *proxyOptions) loadBackends() ([]proxy.Backend, error) {
+	var bs []proxy.Backend
+	for _, s := range o.backends {
+		b, err := proxy.ParseBackendFlag(s)
+		if err != nil {
+			return nil, err
+		}
+		bs = append(bs, b)
+	}
+	if o.backendsFile != "" {
+		fb, err := proxy.LoadBackends(o.backendsFile)
+		if err != nil {
+			return nil, fmt.Errorf("--backends: %w", err)
+		}
+		bs = append(bs, fb...)
+	}
+	if err := proxy.CheckBackends(bs); err != nil {
+		return nil, fmt.Errorf("--backend/--backends: %w", err)
+	}
+	return bs, nil
+}
+
+func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
+	log, err := newLogger(errw, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	bs, _ := o.loadBackends() // checked
+	strategy, _ := gateway.ParseStrategy(o.strategy)
+
+	gcfg := gateway.Config{Strategy: strategy, LookupBudget: o.lookupBudget, HashScheme: o.hashScheme, TenantID: o.tenant}
+	if o.modelsDir != "" {
+		reg := prompt.New(o.modelsDir, prompt.Options{})
+		preloadPrompts(ctx, reg, log)
+		gcfg.Prompts = reg
+		if o.blockSize != gateway.DefaultBlockSize {
+			gcfg.BlockSizes = blockSizesFor(o.modelsDir, o.blockSize)
+		}
+	} else {
+		log.Warn("no --models-dir: requests have no key; every pick is by load")
+	}
+	if len(o.addrs) > 0 {
+		ccfg := client.Config{Addrs: o.addrs, LookupTimeout: o.lookupBudget, Logger: log}
+		if err := o.security.apply(&ccfg); err != nil {
+			return err
+		}
+		cl, err := client.New(ccfg)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		gcfg.Lookup = cl
+	} else if strategy == gateway.StrategyPicker {
+		log.Warn("no --addr: no prefix hints; every pick is by load")
+	}
+	gw, err := gateway.New(gcfg)
+	if err != nil {
+		return err
+	}
+
+	pool := proxy.NewPool(proxy.PoolOptions{HealthInterval: o.healthInterval, HealthTimeout: o.healthTimeout, Logger: log})
+	defer pool.Close()
+	if err := pool.Set(bs); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p, err := proxy.New(proxy.Options{Gateway: gw, Pool: pool, Metrics: proxy.NewMetrics(reg, pool),
+		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), MaxBodyBytes: o.maxBodyBytes,
+		RequestTimeout: o.requestTimeout, Transport: proxy.NewTransport(o.connectTimeout), Logger: log})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", o.listen, err)
+	}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP) // before the start line: a SIGHUP after it never ends the process
+	defer signal.Stop(hup)
+	go reloadBackendsOnHUP(ctx, hup, o, pool, log)
+	log.Info("proxy serving", "http", "http://"+lis.Addr().String(), "backends", len(bs), "cluster", strings.Join(o.addrs, ","),
+		"strategy", strategy, "lookup_budget", o.lookupBudget, "models_dir", o.modelsDir)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("--listen %s: %w", o.listen, err)
+	case <-ctx.Done():
+	}
+	log.Info("proxy stopping")
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shut)
+	return nil
+}
+
+// blockSizesFor gives every model of dir the block size bs (models
+// outside dir have no key anyway).
+func blockSizesFor(dir string, bs int) map[string]int {
+	out := map[string]int{}
+	ms, _ := prompt.New(dir, prompt.Options{}).Models()
+	for _, m := range ms {
+		out[m] = bs
+	}
+	return out
+}
+
+// preloadPrompts loads every model's tokenizer and chat template before
+// the proxy serves, logging (not failing on) a broken one: its requests
+// are then picked by load.
+func preloadPrompts(ctx context.Context, reg *prompt.Registry, log *slog.Logger) {
+	ms, err := reg.Models()
+	if err != nil {
+		log.Warn("models directory unreadable: requests have no key", "err", err)
+		return
+	}
+	for _, m := range ms {
+		start := time.Now()
+		if err := reg.Preload(ctx, m); err != nil {
+			log.Warn("model not loaded: its requests are picked by load", "model", m, "err", err)
+			continue
+		}
+		log.Info("model loaded", "model", m, "took", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// reloadBackendsOnHUP rereads --backend and --backends on every SIGHUP
+// until ctx ends; an invalid list is logged and the running one kept.
+func reloadBackendsOnHUP(ctx context.Context, hup <-chan os.Signal, o *proxyOptions, pool *proxy.Pool, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			bs, err := o.loadBackends()
+			if err == nil {
+				err = pool.Set(bs)
+			}
+			if err != nil {
+				log.Error("backends reload failed; keeping the running list", "err", err)
+				continue
+			}
+			log.Info("backends reloaded", "backends", len(bs))
+		}
+	}
+}

@@ -1,0 +1,160 @@
+package gateway
+
+import (
+	"slices"
+	"time"
+
+	"github.com/inference-cache/inference-cache/client"
+)
+
+// Decision is where one request goes and why.
+type Decision struct {
+	// Replica is the pick, one of the request's candidates.
+	Replica string
+	// Fallbacks are the other candidates, best first: where a retry
+	// goes when Replica cannot take the request.
+	Fallbacks []string
+	// Reason is the reason code of the hint naming Replica
+	// ("PREFIX_MATCH", "AFFINITY_HINT", "TENANT_HOT"), ReasonLoad when
+	// Replica was picked without a usable hint, or ReasonRoundRobin /
+	// ReasonLeastLoaded for those strategies.
+	Reason string
+	// MatchedTokens is the prefix of the prompt the hint says Replica
+	// holds (tokens; 0 without a PREFIX_MATCH hint for it).
+	MatchedTokens int
+	// PromptTokens is the prefill's length in tokens (0 without a key);
+	// BlockSize the model's tokens per block and Blocks the key's full
+	// blocks (the partial tail is not keyed).
+	PromptTokens, BlockSize, Blocks int
+	// NoKey says why the request had no key (multimodal content, a
+	// template that raised, no tokenizer for the model, …); nil when it
+	// had one.
+	NoKey error
+	// FailOpen is set when the key was looked up and no server answered
+	// within the budget: the pick was made without a hint.
+	FailOpen bool
+	// LookupDetail is the lookup response's detail (or why there was
+	// none); Lookup how long the lookup took (0 when not asked).
+	LookupDetail string
+	Lookup       time.Duration
+	// Costs are the picker's cost terms of every candidate, in the
+	// request's candidate order (StrategyPicker only).
+	Costs []client.PickCost
+
+	g          *Gateway
+	candidates []string
+	index      int
+	pick       client.Decision
+}
+
+// choose sets the pick to candidate i and orders the fallbacks.
+func (d *Decision) choose(i int, reason string) {
+	d.index, d.Replica, d.Reason = i, d.candidates[i], reason
+	n := len(d.candidates)
+	order := make([]int, 0, n-1)
+	for k := 1; k < n; k++ {
+		order = append(order, (i+k)%n) // round robin: the next in turn
+	}
+	switch {
+	case d.Costs != nil:
+		slices.SortStableFunc(order, func(a, b int) int { return cmpLoaded(&d.Costs[a], &d.Costs[b]) })
+	case d.g.cfg.Strategy == StrategyLeastLoaded:
+		d.g.mu.Lock()
+		load := make(map[string]int, n)
+		for _, c := range d.candidates {
+			load[c] = d.g.inflight[c]
+		}
+		d.g.mu.Unlock()
+		slices.SortStableFunc(order, func(a, b int) int { return load[d.candidates[a]] - load[d.candidates[b]] })
+	}
+	d.Fallbacks = make([]string, len(order))
+	for k, j := range order {
+		d.Fallbacks[k] = d.candidates[j]
+	}
+}
+
+// cmpLoaded orders candidates as lessLoaded does (-1, 0, 1).
+func cmpLoaded(a, b *client.PickCost) int {
+	switch {
+	case lessLoaded(a, b):
+		return -1
+	case lessLoaded(b, a):
+		return 1
+	}
+	return 0
+}
+
+// Start records that the request was sent to replica: the pick, or a
+// fallback after the pick could not take it. Call it once per replica
+// the request is really sent to, and end each Flight.
+func (d *Decision) Start(replica string) *Flight {
+	g := d.g
+	f := &Flight{g: g, replica: replica}
+	if g.cfg.Strategy == StrategyPicker {
+		if replica == d.Replica {
+			f.in = g.picker.Start(&d.pick)
+		} else {
+			uncached := d.PromptTokens
+			for i := range d.Costs {
+				if d.Costs[i].Replica == replica {
+					uncached = d.Costs[i].UncachedTokens
+				}
+			}
+			f.in = g.picker.StartOn(replica, uncached)
+		}
+	}
+	g.mu.Lock()
+	g.inflight[replica]++
+	g.mu.Unlock()
+	return f
+}
+
+// Flight is one request on one replica, from Start to Done. Its methods
+// are for the goroutine serving the request (not concurrent use); calls
+// after the first of each kind do nothing.
+type Flight struct {
+	g                *Gateway
+	in               *client.Inflight
+	replica          string
+	firstSeen, ended bool
+}
+
+// Replica is where the request went.
+func (f *Flight) Replica() string { return f.replica }
+
+// FirstToken records the request's first token: its prefill no longer
+// queues the replica's next requests.
+func (f *Flight) FirstToken() {
+	if f.firstSeen {
+		return
+	}
+	f.firstSeen = true
+	if f.in != nil {
+		f.in.FirstToken()
+	}
+}
+
+// Done records the request's end: its last token, its failure or its
+// cancellation.
+func (f *Flight) Done() {
+	if f.ended {
+		return
+	}
+	f.FirstToken()
+	f.ended = true
+	if f.in != nil {
+		f.in.Done()
+	}
+	f.g.mu.Lock()
+	if f.g.inflight[f.replica]--; f.g.inflight[f.replica] <= 0 {
+		delete(f.g.inflight, f.replica)
+	}
+	f.g.mu.Unlock()
+}
+
+// InFlight is the number of requests started on replica and not done.
+func (g *Gateway) InFlight(replica string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inflight[replica]
+}

@@ -1,0 +1,314 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/fingerprint"
+	"github.com/inference-cache/inference-cache/openai"
+	"github.com/inference-cache/inference-cache/prompt"
+)
+
+// Lookup is the hint service as the gateway calls it; *client.Client
+// satisfies it. LookupRoute must return by ctx's deadline and never fail:
+// a NO_HINT response when the cluster cannot answer. A response whose
+// served_by is empty did not come from a server (the SDK failed open) and
+// counts as no answer.
+type Lookup interface {
+	LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *pb.LookupRouteResponse
+}
+
+// Prompts gives a request's prefill; *prompt.Registry satisfies it.
+type Prompts interface {
+	Tokens(ctx context.Context, req *openai.Request) (prompt.Prompt, error)
+}
+
+// Strategy is how a Gateway picks among the candidates.
+type Strategy string
+
+// Strategies.
+const (
+	// StrategyPicker looks the prompt up and picks with client.Picker's
+	// cost model (the default).
+	StrategyPicker Strategy = "picker"
+	// StrategyRoundRobin takes the candidates in turn, without a lookup.
+	StrategyRoundRobin Strategy = "round-robin"
+	// StrategyLeastLoaded takes the candidate with the fewest requests
+	// this gateway has in flight (ties in turn), without a lookup.
+	StrategyLeastLoaded Strategy = "least-loaded"
+)
+
+// ParseStrategy reads a strategy name ("" is StrategyPicker).
+func ParseStrategy(s string) (Strategy, error) {
+	switch Strategy(s) {
+	case "", StrategyPicker:
+		return StrategyPicker, nil
+	case StrategyRoundRobin, StrategyLeastLoaded:
+		return Strategy(s), nil
+	}
+	return "", fmt.Errorf("strategy %q: want picker, round-robin or least-loaded", s)
+}
+
+// Reasons of a Decision besides the hint reason codes (PREFIX_MATCH,
+// AFFINITY_HINT, TENANT_HOT).
+const (
+	// ReasonLoad: picked without a usable hint (none named the pick, or
+	// none came in time).
+	ReasonLoad = "LOAD"
+	// ReasonRoundRobin and ReasonLeastLoaded: picked by those strategies.
+	ReasonRoundRobin  = "ROUND_ROBIN"
+	ReasonLeastLoaded = "LEAST_LOADED"
+)
+
+// Defaults of Config.
+const (
+	// DefaultLookupBudget bounds the lookup: past it the request is
+	// routed without a hint. A hint is worth a prefill of many
+	// milliseconds; waiting longer than this for one is not.
+	DefaultLookupBudget = 20 * time.Millisecond
+	// DefaultBlockSize is the tokens per KV block of a model not in
+	// Config.BlockSizes: vLLM's default.
+	DefaultBlockSize = 16
+	// DefaultHashScheme is the index partition's hash scheme: the
+	// subscriber's hash_scheme for vLLM engines.
+	DefaultHashScheme = "vllm"
+)
+
+// ErrNoCandidates is Decide's error for a request with no candidate.
+var ErrNoCandidates = errors.New("gateway: no candidate replica")
+
+// Config configures a Gateway. Fields are read once by New.
+type Config struct {
+	// Prompts gives each request's prefill; nil = no key for any request
+	// (every pick by load).
+	Prompts Prompts
+	// Lookup is the hint service; nil = none (every pick by load, and not
+	// counted as fail-open).
+	Lookup Lookup
+	// Strategy is the pick; "" = StrategyPicker.
+	Strategy Strategy
+	// LookupBudget bounds one lookup (the context Lookup gets ends
+	// there, and a later answer is ignored); 0 = DefaultLookupBudget.
+	LookupBudget time.Duration
+	// BlockSizes are the tokens per block of each model (the engines'
+	// --block-size, the subscriber's block_size); a model absent from it
+	// uses DefaultBlockSize.
+	BlockSizes map[string]int
+	// HashScheme, TenantID and AdapterID are the index partition looked
+	// up (the subscriber's hash_scheme, tenant_id, adapter for these
+	// engines); HashScheme "" = DefaultHashScheme. The model id is the
+	// request's model.
+	HashScheme, TenantID, AdapterID string
+	// Picker configures the picker; nil = client.DefaultPickerConfig().
+	Picker *client.PickerConfig
+}
+
+// Gateway decides where requests go. It is safe for concurrent use.
+type Gateway struct {
+	cfg    Config
+	picker *client.Picker
+	rr     atomic.Uint64
+
+	mu       sync.Mutex
+	inflight map[string]int // requests started and not done, per replica
+}
+
+// New returns a Gateway. Block sizes outside 1..fingerprint.MaxBlockSize
+// and an unknown strategy are refused, naming the value.
+func New(cfg Config) (*Gateway, error) {
+	s, err := ParseStrategy(string(cfg.Strategy))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	cfg.Strategy = s
+	if cfg.LookupBudget <= 0 {
+		cfg.LookupBudget = DefaultLookupBudget
+	}
+	if cfg.HashScheme == "" {
+		cfg.HashScheme = DefaultHashScheme
+	}
+	for m, bs := range cfg.BlockSizes {
+		if bs < 1 || bs > fingerprint.MaxBlockSize {
+			return nil, fmt.Errorf("gateway: block size %d of model %q: want 1 to %d", bs, m, fingerprint.MaxBlockSize)
+		}
+	}
+	pc := client.DefaultPickerConfig()
+	if cfg.Picker != nil {
+		pc = *cfg.Picker
+	}
+	return &Gateway{cfg: cfg, picker: client.NewPicker(pc), inflight: map[string]int{}}, nil
+}
+
+// Strategy is the configured strategy.
+func (g *Gateway) Strategy() Strategy { return g.cfg.Strategy }
+
+// LookupBudget is the configured lookup budget.
+func (g *Gateway) LookupBudget() time.Duration { return g.cfg.LookupBudget }
+
+// BlockSize is model's tokens per block.
+func (g *Gateway) BlockSize(model string) int {
+	if bs, ok := g.cfg.BlockSizes[model]; ok {
+		return bs
+	}
+	return DefaultBlockSize
+}
+
+// Request is one request to decide.
+type Request struct {
+	// OpenAI is the decoded request (openai.Decode).
+	OpenAI *openai.Request
+	// Candidates are the replica ids that may serve it (at least one), in
+	// the caller's order. Decide does not keep the slice.
+	Candidates []string
+}
+
+// Decide picks a replica for req among its candidates (see the package
+// documentation). The lookup is bounded by the budget and never makes
+// Decide fail: errors are ErrNoCandidates, and ctx's error when ctx ended
+// before the decision (the client went away while its prompt was being
+// tokenized).
+func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
+	n := len(req.Candidates)
+	if n == 0 {
+		return nil, ErrNoCandidates
+	}
+	d := &Decision{g: g, candidates: append([]string(nil), req.Candidates...)}
+	switch g.cfg.Strategy {
+	case StrategyRoundRobin:
+		d.choose(g.roundRobin(n), ReasonRoundRobin)
+		return d, nil
+	case StrategyLeastLoaded:
+		d.choose(g.leastLoaded(d.candidates), ReasonLeastLoaded)
+		return d, nil
+	}
+
+	resp, err := g.hint(ctx, req.OpenAI, d)
+	if err != nil {
+		return nil, err
+	}
+	pick := g.picker.Pick(resp, d.candidates, d.PromptTokens)
+	d.pick, d.Costs = pick, pick.Costs
+	usable := false
+	for i := range pick.Costs {
+		if pick.Costs[i].Reason != pb.ReasonCode_NO_HINT {
+			usable = true
+			break
+		}
+	}
+	if !usable {
+		d.pick.Index = g.byLoad(pick.Costs)
+		d.pick.Replica = d.candidates[d.pick.Index]
+	}
+	reason := ReasonLoad
+	if rc := pick.Costs[d.pick.Index].Reason; rc != pb.ReasonCode_NO_HINT {
+		reason = rc.String()
+	}
+	d.choose(d.pick.Index, reason)
+	d.MatchedTokens = pick.Costs[d.pick.Index].CachedTokens
+	return d, nil
+}
+
+// hint computes the request's key and looks it up within the budget. It
+// fills the prompt fields of d; a nil response means no hint.
+func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*pb.LookupRouteResponse, error) {
+	if g.cfg.Prompts == nil {
+		d.NoKey = errors.New("gateway: no models directory: no key")
+		return nil, nil
+	}
+	p, err := g.cfg.Prompts.Tokens(ctx, req)
+	if err == nil {
+		err = p.NoKey
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("gateway: request ended before its decision: %w", ctx.Err())
+		}
+		d.NoKey = err
+		return nil, nil
+	}
+	d.PromptTokens = len(p.TokenIDs)
+	bs := g.BlockSize(req.Model)
+	d.BlockSize = bs
+	lr := &pb.LookupRouteRequest{ModelId: req.Model, TenantId: g.cfg.TenantID, AdapterId: g.cfg.AdapterID,
+		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(len(d.candidates), maxReplicas))}
+	if err := client.Fingerprint(lr, p.TokenIDs, bs); err != nil {
+		d.NoKey = err
+		return nil, nil
+	}
+	d.Blocks = len(lr.BlockHashes)
+	if d.Blocks == 0 || g.cfg.Lookup == nil {
+		return nil, nil // no full block, or no hint service: nothing to ask
+	}
+	lctx, cancel := context.WithTimeout(ctx, g.cfg.LookupBudget)
+	start := time.Now()
+	resp := g.cfg.Lookup.LookupRoute(lctx, lr)
+	cancel()
+	d.Lookup = time.Since(start)
+	if resp == nil || resp.GetServedBy() == "" || d.Lookup > g.cfg.LookupBudget {
+		d.FailOpen = true
+		if resp != nil {
+			d.LookupDetail = resp.GetDetail()
+		}
+		if d.LookupDetail == "" {
+			d.LookupDetail = "no answer from the cluster within " + g.cfg.LookupBudget.String()
+		}
+		return nil, nil
+	}
+	d.LookupDetail = resp.GetDetail()
+	return resp, nil
+}
+
+// maxReplicas bounds the hints asked for (the server's own limit).
+const maxReplicas = 64
+
+// roundRobin returns the next position among n candidates.
+func (g *Gateway) roundRobin(n int) int { return int((g.rr.Add(1) - 1) % uint64(n)) }
+
+// leastLoaded returns the candidate with the fewest requests in flight,
+// ties in turn.
+func (g *Gateway) leastLoaded(cands []string) int {
+	start := g.roundRobin(len(cands))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	best, bestN := -1, 0
+	for k := range cands {
+		i := (start + k) % len(cands)
+		if n := g.inflight[cands[i]]; best < 0 || n < bestN {
+			best, bestN = i, n
+		}
+	}
+	return best
+}
+
+// byLoad returns the cheapest candidate by the picker's cost terms (the
+// queued prefill this gateway sent, the engines' reported queues), then
+// the fewest requests in flight, ties in turn.
+func (g *Gateway) byLoad(costs []client.PickCost) int {
+	start := g.roundRobin(len(costs))
+	best := -1
+	for k := range costs {
+		i := (start + k) % len(costs)
+		if best < 0 || lessLoaded(&costs[i], &costs[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// lessLoaded orders two candidates by cost, then requests in flight.
+func lessLoaded(a, b *client.PickCost) bool {
+	if a.Cost != b.Cost {
+		return a.Cost < b.Cost
+	}
+	return busy(a) < busy(b)
+}
+
+// busy is a candidate's requests in flight: this gateway's, or the
+// engine's reported running count when larger.
+func busy(c *client.PickCost) int { return max(c.InFlight, int(c.ReportedRunning)) }

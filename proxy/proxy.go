@@ -1,0 +1,286 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inference-cache/inference-cache/gateway"
+	"github.com/inference-cache/inference-cache/openai"
+)
+
+// The headers every completion response carries.
+const (
+	// HeaderReplica is the replica id that served the request ("" when
+	// the proxy answered itself).
+	HeaderReplica = "X-Inference-Cache-Replica"
+	// HeaderReason is why that replica: a hint's reason code
+	// (PREFIX_MATCH, AFFINITY_HINT, TENANT_HOT), LOAD (picked without a
+	// usable hint), ROUND_ROBIN or LEAST_LOADED (those strategies), or
+	// NONE when the proxy answered itself.
+	HeaderReason = "X-Inference-Cache-Reason"
+	// HeaderMatchedTokens is the prompt tokens the hint said the replica
+	// holds (0 without a PREFIX_MATCH hint for it).
+	HeaderMatchedTokens = "X-Inference-Cache-Matched-Tokens"
+	// HeaderRetriedFrom, present only after a retry, is the replica that
+	// refused the connection or answered 503 first.
+	HeaderRetriedFrom = "X-Inference-Cache-Retried-From"
+)
+
+// ReasonNone is HeaderReason of a response the proxy made itself.
+const ReasonNone = "NONE"
+
+// DefaultMaxBodyBytes bounds a request body (vLLM has no limit of its
+// own; 32 MiB holds a 4-million-token chat).
+const DefaultMaxBodyBytes = 32 << 20
+
+// statusClientClosed is the status counted for a request whose client
+// went away before its answer (nginx's 499); nothing is written.
+const statusClientClosed = 499
+
+// Options configure a Proxy.
+type Options struct {
+	// Gateway decides where each request goes (required).
+	Gateway *gateway.Gateway
+	// Pool is the backends (required).
+	Pool *Pool
+	// Metrics are the proxy's metrics; nil = registered nowhere.
+	Metrics *Metrics
+	// MetricsHandler serves GET /metrics; nil = no /metrics.
+	MetricsHandler http.Handler
+	// MaxBodyBytes bounds a request body (a larger one gets a 413 before
+	// anything is decoded); 0 = DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// RequestTimeout bounds a request from its arrival to the end of its
+	// response, streams included (504 when no answer came by then, the
+	// stream cut when it ran past it); 0 = no bound.
+	RequestTimeout time.Duration
+	// Transport forwards to the backends; nil = NewTransport(0).
+	Transport http.RoundTripper
+	// Logger logs upstream failures; nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// Proxy is an OpenAI-compatible reverse proxy over a Gateway: POST
+// /v1/completions and /v1/chat/completions (streamed or not) go to the
+// replica the gateway picks; GET /v1/models is the union of the
+// backends'; GET /health says whether a backend is healthy; GET /metrics
+// is Options.MetricsHandler. Safe for concurrent use.
+type Proxy struct {
+	gw        *gateway.Gateway
+	pool      *Pool
+	m         *Metrics
+	maxBody   int64
+	timeout   time.Duration
+	transport http.RoundTripper
+	log       *slog.Logger
+	mux       *http.ServeMux
+}
+
+// New returns a Proxy.
+func New(opts Options) (*Proxy, error) {
+	if opts.Gateway == nil || opts.Pool == nil {
+		return nil, errors.New("proxy: Gateway and Pool are required")
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(prometheus.NewRegistry(), nil)
+	}
+	if opts.Transport == nil {
+		opts.Transport = NewTransport(0)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	p := &Proxy{gw: opts.Gateway, pool: opts.Pool, m: opts.Metrics, maxBody: opts.MaxBodyBytes, timeout: opts.RequestTimeout,
+		transport: opts.Transport, log: opts.Logger, mux: http.NewServeMux()}
+	p.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { p.completion(w, r, openai.KindCompletion) })
+	p.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { p.completion(w, r, openai.KindChat) })
+	p.mux.HandleFunc("GET /v1/models", p.models)
+	p.mux.HandleFunc("GET /health", p.health)
+	if opts.MetricsHandler != nil {
+		p.mux.Handle("GET /metrics", opts.MetricsHandler)
+	}
+	p.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no route %s %s: the proxy serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health and GET /metrics", r.Method, r.URL.Path)})
+	})
+	return p, nil
+}
+
+// DefaultConnectTimeout bounds the connection to a backend: one that
+// does not accept within it is treated as refusing, and the request
+// moves to the next-best backend.
+const DefaultConnectTimeout = 2 * time.Second
+
+// NewTransport is the transport to the backends: keep-alive connections
+// (many per backend, as streams hold theirs for a response's whole life),
+// no compression added (bytes pass through as the backend sent them),
+// HTTP/1.1, a connect timeout (0 = DefaultConnectTimeout) and no bound on
+// the wait for response headers (a prefill can take seconds).
+func NewTransport(connectTimeout time.Duration) *http.Transport {
+	if connectTimeout <= 0 {
+		connectTimeout = DefaultConnectTimeout
+	}
+	return &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		WriteBufferSize:     32 << 10,
+		ReadBufferSize:      32 << 10,
+	}
+}
+
+// ServeHTTP implements http.Handler. A panic in a handler becomes a 500
+// error body (when nothing was written yet) instead of a dropped
+// connection.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			p.log.Error("handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v))
+			openai.WriteError(w, errors.New("internal error"))
+		}
+	}()
+	p.mux.ServeHTTP(w, r)
+}
+
+// bodies recycles request body buffers (a body is held until its
+// response ends, for a retry).
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody is the largest buffer put back in the pool.
+const maxPooledBody = 1 << 20
+
+// completion serves one completion or chat request.
+func (p *Proxy) completion(w http.ResponseWriter, r *http.Request, kind openai.Kind) {
+	start := time.Now()
+	p.m.InFlight.Inc()
+	buf := bodies.Get().(*bytes.Buffer)
+	buf.Reset()
+	code := p.serveCompletion(w, r, kind, buf, start)
+	if buf.Cap() <= maxPooledBody {
+		bodies.Put(buf)
+	}
+	p.m.InFlight.Dec()
+	p.m.Requests.WithLabelValues(kind.String(), statusLabel(code)).Inc()
+}
+
+func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind openai.Kind, buf *bytes.Buffer, start time.Time) int {
+	if r.ContentLength > p.maxBody {
+		return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, p.maxBody)})
+	}
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.maxBody)); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)})
+		}
+		if r.Context().Err() != nil {
+			return statusClientClosed
+		}
+		return p.refuse(w, openai.Errorf("", "reading the request body: %v", err))
+	}
+	body := buf.Bytes()
+	req, err := openai.Decode(kind, body)
+	if err != nil {
+		return p.refuse(w, err)
+	}
+	if !p.pool.Serves(req.Model) {
+		return p.refuse(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)})
+	}
+	var arr [16]string
+	cands := p.pool.Candidates(req.Model, arr[:0])
+	if len(cands) == 0 {
+		return p.refuse(w, &openai.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("no healthy backend serves the model `%s`", req.Model)})
+	}
+	d, err := p.gw.Decide(r.Context(), gateway.Request{OpenAI: req, Candidates: cands})
+	if err != nil {
+		if r.Context().Err() != nil {
+			return statusClientClosed
+		}
+		return p.refuse(w, err)
+	}
+	p.m.Picks.WithLabelValues(d.Reason).Inc()
+	if d.FailOpen {
+		p.m.FailOpen.Inc()
+	}
+	if d.NoKey != nil {
+		p.m.NoKey.Inc()
+	}
+	if d.Lookup > 0 {
+		p.m.Lookup.Observe(d.Lookup.Seconds())
+	}
+	if d.PromptTokens > 0 {
+		p.m.PromptTokens.Add(float64(d.PromptTokens))
+		p.m.MatchedTokens.Add(float64(d.MatchedTokens))
+	}
+	return p.forward(w, r, body, d, start)
+}
+
+// refuse answers a request the proxy does not forward, with an
+// OpenAI-style error body and the routing headers of no replica.
+func (p *Proxy) refuse(w http.ResponseWriter, err error) int {
+	h := w.Header()
+	h.Set(HeaderReplica, "")
+	h.Set(HeaderReason, ReasonNone)
+	h.Set(HeaderMatchedTokens, "0")
+	return openai.WriteError(w, err)
+}
+
+func (p *Proxy) models(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, openai.ModelList{Object: openai.ObjectList, Data: p.pool.Models()})
+}
+
+// healthBody is GET /health's answer.
+type healthBody struct {
+	Status   string          `json:"status"`
+	Backends []BackendStatus `json:"backends"`
+}
+
+// health answers 200 while at least one backend is healthy, else 503.
+func (p *Proxy) health(w http.ResponseWriter, _ *http.Request) {
+	st := p.pool.Status()
+	for _, s := range st {
+		if s.Healthy {
+			writeJSON(w, http.StatusOK, healthBody{Status: "ok", Backends: st})
+			return
+		}
+	}
+	writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "no healthy backend", Backends: st})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// statusLabels are the metric labels of the common statuses, made once.
+var statusLabels = func() map[int]string {
+	m := map[int]string{}
+	for _, c := range []int{200, 400, 404, 413, 422, 429, 499, 500, 502, 503, 504} {
+		m[c] = strconv.Itoa(c)
+	}
+	return m
+}()
+
+func statusLabel(code int) string {
+	if s, ok := statusLabels[code]; ok {
+		return s
+	}
+	return strconv.Itoa(code)
+}
