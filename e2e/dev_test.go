@@ -42,7 +42,7 @@ func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a dev cluster of three server processes")
 	}
-	base, err := freeport.Range(24)
+	base, err := freeport.Range(devPorts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestDev_LiveViewRedrawsInPlaceOnATerminal(t *testing.T) {
 	if err != nil {
 		t.Skip("tmux not installed (make deps-test installs it): the terminal view needs a terminal")
 	}
-	base, err := freeport.Range(24)
+	base, err := freeport.Range(devPorts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,9 +186,12 @@ func TestDev_LiveViewRedrawsInPlaceOnATerminal(t *testing.T) {
 		})
 		return s
 	}
-	// Three refreshes of a frame with lookups flowing.
-	s := waitScreen("frame with demo lookups", func(s string) bool {
-		return regexp.MustCompile(`lookups [1-9][0-9.]*/s  PREFIX_MATCH`).MatchString(s) && strings.Contains(s, "round-robin")
+	// A frame with the demo traffic's lookups flowing, and the proxy's
+	// and the demo's lines in it.
+	s := waitScreen("frame with demo lookups and the proxy's line", func(s string) bool {
+		return regexp.MustCompile(`lookups [1-9][0-9.]*/s  PREFIX_MATCH`).MatchString(s) &&
+			regexp.MustCompile(`proxy http://\S+: [0-9.]+ requests/s, picks PREFIX_MATCH`).MatchString(s) &&
+			regexp.MustCompile(`demo traffic \(.*\): [1-9][0-9]* requests, 0 failed`).MatchString(s)
 	})
 	// Three more redraws (the header's clock moves each time): still one frame.
 	stamp := regexp.MustCompile(`inference-cache top  (\d\d:\d\d:\d\d)`)
