@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inference-cache/inference-cache/loadgen"
+)
+
+// bench --live refuses the modelled bench's own flags and bad live
+// values, naming the flag, before it starts anything.
+func TestBenchLive_RefusesFlagsItDoesNotUse(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gateways", "4"}, "--gateways: not used with --live"},
+		{[]string{"--addr", "127.0.0.1:7401"}, "--addr: not used with --live"},
+		{[]string{"--engines", "1"}, "--engines 1: --live needs at least 2"},
+		{[]string{"--strategies", "picker,oracle"}, `--strategies "oracle"`},
+		{[]string{"--speedup", "0"}, "--speedup 0"},
+		{[]string{"--requests", "100", "--warmup", "100"}, "--warmup 100: leaves none"},
+		{[]string{"--max-tokens", "0"}, "--max-tokens 0"},
+		{[]string{"--trace", filepath.Join(t.TempDir(), "none.jsonl")}, "--trace"},
+	} {
+		_, err := runCLI(t, "", append([]string{"bench", "--live"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// The targets compare the picker with round-robin: TTFT p50 at most 0.6×,
+// engines' cache hit rate at least 2×, no failed request in any run.
+func TestLiveTargets(t *testing.T) {
+	run := func(name string, p50, hit float64, failed int) liveResult {
+		return liveResult{Strategy: name, Summary: loadgen.Summary{Requests: 100, Failed: failed, TTFT: loadgen.Quantiles{P50: p50}, CacheHitRate: hit}}
+	}
+	met := func(ts []liveTarget) []bool {
+		out := make([]bool, len(ts))
+		for i, t := range ts {
+			out[i] = t.Met
+		}
+		return out
+	}
+	for _, c := range []struct {
+		rs   []liveResult
+		want []bool
+	}{
+		{[]liveResult{run("picker", 600, 0.2, 0), run("round-robin", 1000, 0.1, 0)}, []bool{true, true, true}},
+		{[]liveResult{run("picker", 601, 0.19, 0), run("round-robin", 1000, 0.1, 0), run("least-loaded", 900, 0.1, 1)}, []bool{false, false, false}},
+	} {
+		got := met(liveTargets(&liveReport{Strategies: c.rs}))
+		if len(got) != 3 || got[0] != c.want[0] || got[1] != c.want[1] || got[2] != c.want[2] {
+			t.Errorf("%+v: met %v, want %v", c.rs, got, c.want)
+		}
+	}
+	if ts := liveTargets(&liveReport{Strategies: []liveResult{run("picker", 1, 1, 0)}}); ts != nil {
+		t.Errorf("without round-robin: %v, want no targets", ts)
+	}
+}
+
+// Each fault is measured from the requests around it: the leader's and
+// the outage's failures in their windows, hits back after the return,
+// and the engine's in-flight requests apart from the others.
+func TestFaultReport(t *testing.T) {
+	f := &faultRun{leaderName: "node2", leaderKill: 10 * time.Second, newLeader: 400 * time.Millisecond,
+		allDown: 40 * time.Second, allBack: 50 * time.Second, backLeader: time.Second,
+		engineKill: 80 * time.Second, engineName: "sim-2"}
+	ok := func(start float64, replica, reason string) loadgen.Result {
+		return loadgen.Result{StartMs: start, E2EMs: 500, Replica: replica, Reason: reason}
+	}
+	rs := []loadgen.Result{
+		ok(11000, "sim-1", "PREFIX_MATCH"), ok(12000, "sim-2", "LOAD"),
+		ok(41000, "sim-1", "LOAD"), ok(45000, "sim-3", "LOAD"),
+		ok(51000, "sim-1", "LOAD"), ok(53500, "sim-3", "PREFIX_MATCH"),
+		// In flight on sim-2 when it was killed: failed.
+		{StartMs: 79800, E2EMs: 300, Replica: "sim-2", ErrKind: loadgen.ErrStream},
+		// Sent 300 ms after the kill: refused there, served by sim-1.
+		{StartMs: 80300, E2EMs: 400, Replica: "sim-1", RetriedFrom: "sim-2"},
+		ok(82000, "sim-3", "LOAD"),
+	}
+	rep := f.report(rs)
+	if len(rep.Faults) != 3 {
+		t.Fatalf("%d faults: %+v", len(rep.Faults), rep.Faults)
+	}
+	for i, want := range []string{
+		"0 of 2 requests sent in the next 15s failed; a new leader after 0.4 s",
+		"0 of 2 requests sent while down failed (picked by LOAD 2); 0 of 2 in the 15s after the return failed; leader elected 1.0 s after the start; first PREFIX_MATCH pick 3.5 s after",
+		"1 requests in flight on it, 1 of them failed; 0 other requests failed; 1 requests sent after the kill reached it (refused and retried, or routed to it), the last 300 ms after",
+	} {
+		if !strings.Contains(rep.Faults[i].Measured, want) || !rep.Faults[i].Met {
+			t.Errorf("fault %d: %q (met %v), want it to contain %q and be met", i, rep.Faults[i].Measured, rep.Faults[i].Met, want)
+		}
+	}
+	// A failure outside the engine's in-flight requests, and hits back
+	// late, are misses.
+	rs = append(rs, loadgen.Result{StartMs: 81000, E2EMs: 10, Replica: "sim-1", ErrKind: loadgen.ErrStatus})
+	rs[5].StartMs = 61000
+	rep = f.report(rs)
+	if rep.Faults[1].Met || rep.Faults[2].Met {
+		t.Errorf("late hits and a stray failure still met: %+v", rep.Faults)
+	}
+	var b bytes.Buffer
+	if err := rep.writeText(&b); err != nil || !strings.Contains(b.String(), "engine sim-2 SIGKILLed (left down): missed") {
+		t.Errorf("text:\n%s", b.String())
+	}
+}
+
+// The proxy's line: rates and shares over the samples in the window.
+func TestProxyLine(t *testing.T) {
+	p := &proxyLine{proxyURL: "http://127.0.0.1:7461", window: 10 * time.Second}
+	t0 := time.Unix(1000, 0)
+	if l := p.update(proxySample{at: t0, requests: 10, picks: map[string]float64{"LOAD": 10}}); !strings.HasSuffix(l, "measuring") {
+		t.Fatalf("first sample: %q", l)
+	}
+	l := p.update(proxySample{at: t0.Add(5 * time.Second), requests: 20, picks: map[string]float64{"LOAD": 12, "PREFIX_MATCH": 8},
+		prompt: 1000, matched: 400, engineQry: 2000, engineHits: 500})
+	want := "proxy http://127.0.0.1:7461: 2.0 requests/s, picks PREFIX_MATCH 80% LOAD 20%, routed hit rate 40%, engines' cache hits 25% (last 5 s)"
+	if l != want {
+		t.Fatalf("line\n%q\nwant\n%q", l, want)
+	}
+	// A restarted proxy's counters start over: measured afresh.
+	if l := p.update(proxySample{at: t0.Add(6 * time.Second), requests: 1}); !strings.HasSuffix(l, "measuring") {
+		t.Fatalf("after a restart: %q", l)
+	}
+}
