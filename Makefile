@@ -13,7 +13,7 @@ TEST_TIMEOUT  ?= 14m
 BENCHTIME     ?= 1s
 BENCHCOUNT    ?= 5
 
-.PHONY: all build test test-short lint bench proto run clean tools
+.PHONY: all build test test-short lint bench bench-live proto run clean tools
 
 all: build
 
@@ -51,9 +51,17 @@ tools:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
-## run: start a local 3-node cluster on loopback plus a demo fleet (inference-cache dev; Ctrl-C stops it)
+## run: start a local 3-node cluster on loopback, 3 sim engines, the subscriber and the routing proxy, with demo traffic through the proxy (inference-cache dev; Ctrl-C stops it)
 run: build
 	$(BIN)/inference-cache dev
+
+## bench-live: the live benchmark (real processes, real requests; ~9 min on 2 cores): the Mooncake conversation trace through the proxy with each strategy, then a picker run with faults (leader, all nodes, an engine SIGKILLed); tables in $(LIVE_DIR)/live.txt and faults.txt, plot $(LIVE_DIR)/live.png
+LIVE_DIR      ?= $(CURDIR)/.eval/live
+bench-live: build
+	@mkdir -p $(LIVE_DIR)
+	$(BIN)/inference-cache bench --live --dir $(LIVE_DIR)/runs --plot $(LIVE_DIR)/live.png > $(LIVE_DIR)/live.txt
+	$(BIN)/inference-cache bench --live --faults --dir $(LIVE_DIR)/faults > $(LIVE_DIR)/faults.txt
+	@cat $(LIVE_DIR)/live.txt $(LIVE_DIR)/faults.txt
 
 clean:
 	rm -rf $(BIN) .dev-cluster

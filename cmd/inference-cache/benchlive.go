@@ -243,6 +243,11 @@ func runBenchLive(ctx context.Context, cmd *cobra.Command, o *benchOptions, out,
 // recs through it (with the fault schedule when l.faults), and stops it.
 func liveRunOne(ctx context.Context, exe, dir, models, s string, recs []bench.Request, lf liveFleet, l *liveOptions,
 	progress bool, errw io.Writer) (*liveResult, *faultReport, error) {
+	// Each run starts on an empty cluster: an earlier run's data under
+	// dir was made on other ports and would never elect a leader.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, nil, err
+	}
 	st, err := startLiveStack(ctx, exe, dir, models, s, lf)
 	if err != nil {
 		return nil, nil, err

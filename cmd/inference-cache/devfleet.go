@@ -59,11 +59,6 @@ func newDevFleet(procs *proccluster.Cluster, byProc map[*proccluster.Proc]*devNo
 	return f, nil
 }
 
-// procs are the fleet's processes, engines first.
-func (f *devFleet) procs() []*devNode {
-	return append(append([]*devNode{}, f.engines...), f.sub, f.proxy)
-}
-
 // checkPorts refuses a start when a port of the fleet is taken (as
 // checkDevPorts does for the nodes).
 func (f *devFleet) checkPorts() error {
