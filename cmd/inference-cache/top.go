@@ -89,8 +89,8 @@ type topRun struct {
 }
 
 // runTop polls until ctx ends (or once), folding each sample into v under
-// mu (which the dev supervisor and demo fleet share to add their lines)
-// and printing it.
+// mu (which the dev supervisor, the proxy's line and the demo traffic
+// share to add their lines) and printing it.
 func runTop(ctx context.Context, out io.Writer, p *topPoller, v *topView, mu *sync.Mutex, r topRun) error {
 	lines := 0
 	var lastPlain time.Time
