@@ -114,10 +114,10 @@ func grouped(ss []PlotSeries, names []string, title, ylabel string, logY bool, s
 		p.Legend.Add(st.label, b)
 	}
 	p.Add(plotter.NewGrid())
-	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.Top, p.Legend.Left = true, false
 	p.NominalX(names...)
 	if logY {
-		p.Y.Min, p.Y.Max = floor, top*3
+		p.Y.Min, p.Y.Max = floor, top*12 // room above the bars for the legend
 	} else {
 		p.Y.Min, p.Y.Max = 0, top*1.3
 	}
@@ -153,7 +153,7 @@ func cdfPanel(ss []PlotSeries) (*plot.Plot, error) {
 		p.Legend.Add(s.Name, l)
 	}
 	p.Add(plotter.NewGrid())
-	p.Legend.Top, p.Legend.Left = false, false
+	p.Legend.Top, p.Legend.Left = true, true // the curves start at 0 on the left
 	p.X.Min, p.X.Max = plotFloorMs, top*1.5
 	p.Y.Min, p.Y.Max = 0, 1
 	return p, nil

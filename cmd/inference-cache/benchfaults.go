@@ -146,11 +146,34 @@ func (f *faultRun) run(ctx context.Context) {
 	if !sleepUntil(ctx, f.at(faultEngineAt)) {
 		return
 	}
-	victim := len(st.engineP) / 2
+	victim := f.busiestEngine(ctx)
 	f.engineName = st.fleet.Engines[victim].ID
 	f.engineKill = f.now()
 	st.engineP[victim].Kill()
-	f.say("SIGKILL engine %s", f.engineName)
+	f.say("SIGKILL engine %s (the busiest)", f.engineName)
+}
+
+// busiestEngine is the engine with the most requests running or waiting
+// (its /metrics), so that the kill has requests in flight to fail; it
+// polls for up to 10 s while every engine is idle, then takes the first.
+func (f *faultRun) busiestEngine(ctx context.Context) int {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		best, most := 0, 0.0
+		for i, e := range f.st.fleet.Engines {
+			fams, err := scrapeMetrics(ctx, e.URL()+"/metrics")
+			if err != nil {
+				continue
+			}
+			if n := metricSum(fams, "vllm:num_requests_running") + metricSum(fams, "vllm:num_requests_waiting"); n > most {
+				best, most = i, n
+			}
+		}
+		if most > 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return best
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // faultReport is what each fault did to the requests.

@@ -216,6 +216,10 @@ func runBenchLive(ctx context.Context, cmd *cobra.Command, o *benchOptions, out,
 		return ctx.Err()
 	}
 	rep.Targets = liveTargets(rep)
+	// The JSON report stays beside the runs whatever is printed.
+	if b, err := json.MarshalIndent(rep, "", "  "); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, "report.json"), append(b, '\n'), 0o644)
+	}
 	if o.jsonOut {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -325,8 +329,8 @@ func liveProgress(ctx context.Context, s string, total int, cfg *loadgen.Config,
 }
 
 func (r *liveReport) title() string {
-	return fmt.Sprintf("%s records %d–%d at speed-up %g, %d sim engines at %g prefill tok/s (measured, real processes)",
-		r.Trace, r.Skip, r.Skip+r.Records-1, r.Speedup, r.Engines, r.PrefillTPS)
+	return fmt.Sprintf("%s %d–%d, speed-up %g, %d engines, measured",
+		strings.TrimSuffix(r.Trace, ".jsonl"), r.Skip, r.Skip+r.Records-1, r.Speedup, r.Engines)
 }
 
 // writeText prints the settings, one row per strategy and the targets.
