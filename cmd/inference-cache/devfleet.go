@@ -149,7 +149,7 @@ func (f *devFleet) writeCurlPair(out io.Writer, dir string, now time.Time) error
 	return nil
 }
 
-// devSystemPrompt is the curl pair's system prompt: about 1,500 tokens of
+// devSystemPrompt is the curl pair's system prompt: about 2,200 tokens of
 // numbered rules, led by the run's start time.
 func devSystemPrompt(now time.Time) string {
 	topics := []string{"refunds", "passwords", "invoices", "shipping", "outages", "billing disputes", "account deletion", "data exports"}
