@@ -71,7 +71,7 @@ func BenchmarkTokens_Chat4kTokensDistinct(b *testing.B) {
 }
 
 // BenchmarkTokens_Chat4kTokensNewWords is the same on 64 prompts of
-// about 200,000 words in all, so that nearly every word misses the word
+// about 75,000 words in all, so that nearly every word misses the word
 // cache and goes through the BPE merges (the worst case).
 func BenchmarkTokens_Chat4kTokensNewWords(b *testing.B) {
 	benchTokens(b, 64, 4)
