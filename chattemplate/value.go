@@ -125,8 +125,19 @@ const maxDepth = 1000
 var errTooDeep = fmt.Errorf("JSON nests deeper than the limit of %d levels", maxDepth)
 
 // decodeJSON decodes one JSON document into the JSON-like values of
-// Object, refusing trailing data.
+// Object, refusing trailing data. The jsontext pass (decodeFast) gives the
+// values; a document it refuses is decoded again with encoding/json, so
+// that what is accepted and the message of what is not stay
+// encoding/json's.
 func decodeJSON(data []byte) (any, error) {
+	if v, ok := decodeFast(data); ok {
+		return v, nil
+	}
+	return decodeStd(data)
+}
+
+// decodeStd is decodeJSON with encoding/json's Decoder.
+func decodeStd(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	v, err := decodeValue(dec, 0)

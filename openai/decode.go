@@ -20,9 +20,6 @@ func DecodeChat(body []byte) (*Request, error) { return decode(KindChat, body) }
 // Decode decodes a body sent to kind's endpoint.
 func Decode(kind Kind, body []byte) (*Request, error) { return decode(kind, body) }
 
-// fields reads the top-level fields of one body.
-type fields map[string]json.RawMessage
-
 func decode(kind Kind, body []byte) (*Request, error) {
 	if kind != KindCompletion && kind != KindChat {
 		return nil, fmt.Errorf("openai: unknown request kind %d", kind)
@@ -34,12 +31,11 @@ func decode(kind Kind, body []byte) (*Request, error) {
 	if trimmed[0] != '{' {
 		return nil, Errorf("", "request body is not a JSON object")
 	}
-	var f fields
-	if err := json.Unmarshal(trimmed, &f); err != nil {
-		return nil, Errorf("", "malformed JSON: %v", err)
+	f, err := splitBody(trimmed)
+	if err != nil {
+		return nil, err
 	}
-	r := &Request{Kind: kind, Raw: f, N: 1, AddGenerationPrompt: true, AddSpecialTokens: kind == KindCompletion}
-	var err error
+	r := &Request{Kind: kind, Raw: f.raw, N: 1, AddGenerationPrompt: true, AddSpecialTokens: kind == KindCompletion}
 	if r.Model, err = f.str("model"); err != nil {
 		return nil, err
 	}
@@ -288,20 +284,11 @@ func tokenIDs(at string, ids []any) ([]uint32, error) {
 	return out, nil
 }
 
-// present decodes key's value (numbers as json.Number); a null or absent
-// key is not present. The body decoded as a whole, so values are valid.
+// present is key's decoded value (numbers as json.Number); a null or
+// absent key is not present.
 func (f fields) present(key string) (any, bool) {
-	raw, ok := f[key]
-	if !ok {
-		return nil, false
-	}
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v any
-	if d.Decode(&v) != nil || v == nil {
-		return nil, false
-	}
-	return v, true
+	v := f.vals[key]
+	return v, v != nil
 }
 
 func (f fields) str(key string) (string, error) {

@@ -6,32 +6,50 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/inference-cache/inference-cache/internal/fixtures"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
-// chatBody4k is a chat request of about 20 KB of text (about 4,000 Qwen3
-// tokens): a long system prompt and eight turns. salt varies the words
-// (0: the same text every time).
-func chatBody4k(salt int) []byte {
-	sentence := "The prefix cache keeps the attention keys and values of a prompt's leading blocks, so a request that shares them skips their prefill. "
-	if salt > 0 {
-		r := rand.New(rand.NewPCG(uint64(salt), 7))
-		words := strings.Fields(sentence)
-		for i := range words {
-			words[i] += fmt.Sprintf("%c%c", 'a'+rune(r.IntN(26)), 'a'+rune(r.IntN(26)))
+// chatSizes are chatBody4k's sentences in the system prompt and in each
+// turn, by suffix letters.
+var chatSizes = map[int]struct{ system, turn int }{0: {96, 6}, 2: {52, 3}, 4: {35, 2}}
+
+// chatBody4k is a chat request of about 4,000 Qwen3 tokens: a long system
+// prompt and eight turns of one sentence of 23 words, repeated. With
+// letters 0 the text is the same every time (about 20 KB); otherwise each
+// word of each sentence gets a suffix of letters random letters seeded by
+// salt, and there are fewer sentences, the suffixed words taking more
+// tokens: with 2 letters the words of all salts are about 15,500, which
+// the tokenizer's word cache holds; with 4 they repeat too seldom to stay
+// in it.
+func chatBody4k(salt, letters int) []byte {
+	r := rand.New(rand.NewPCG(uint64(salt), 7))
+	words := strings.Fields("The prefix cache keeps the attention keys and values of a prompt's leading blocks, so a request that shares them skips their prefill.")
+	sentences := func(n int) string {
+		var sb strings.Builder
+		for range n {
+			for _, w := range words {
+				sb.WriteString(w)
+				for range letters {
+					sb.WriteByte(byte('a' + r.IntN(26)))
+				}
+				sb.WriteByte(' ')
+			}
 		}
-		sentence = strings.Join(words, " ") + " "
+		return sb.String()
 	}
-	msgs := []map[string]any{{"role": "system", "content": strings.Repeat(sentence, 96)}}
+	size := chatSizes[letters]
+	msgs := []map[string]any{{"role": "system", "content": sentences(size.system)}}
 	for i := range 8 {
 		role := "user"
 		if i%2 == 1 {
 			role = "assistant"
 		}
-		msgs = append(msgs, map[string]any{"role": role, "content": fmt.Sprintf("Turn %d. %s", i, strings.Repeat(sentence, 6))})
+		msgs = append(msgs, map[string]any{"role": role, "content": fmt.Sprintf("Turn %d. %s", i, sentences(size.turn))})
 	}
 	body, _ := json.Marshal(map[string]any{"model": "qwen3", "messages": msgs})
 	return body
@@ -42,24 +60,28 @@ func chatBody4k(salt int) []byte {
 // same prompt every time, so the tokenizer's word cache is warm, as for a
 // fleet's repeated system prompts.
 func BenchmarkTokens_Chat4kTokens(b *testing.B) {
-	benchTokens(b, 1)
+	benchTokens(b, 1, 0)
 }
 
 // BenchmarkTokens_Chat4kTokensDistinct is the same on 64 prompts whose
-// words differ, cycled: most words miss the tokenizer's word cache.
+// words differ, cycled; after the first cycle every word hits the
+// tokenizer's word cache (text in the words of earlier traffic).
 func BenchmarkTokens_Chat4kTokensDistinct(b *testing.B) {
-	benchTokens(b, 64)
+	benchTokens(b, 64, 2)
 }
 
-func benchTokens(b *testing.B, variants int) {
+// BenchmarkTokens_Chat4kTokensNewWords is the same on 64 prompts of
+// about 75,000 words in all, so that nearly every word misses the word
+// cache and goes through the BPE merges (the worst case).
+func BenchmarkTokens_Chat4kTokensNewWords(b *testing.B) {
+	benchTokens(b, 64, 4)
+}
+
+func benchTokens(b *testing.B, variants, letters int) {
 	reg := New(fixtures.ModelsDir(b, "qwen3"), Options{})
 	reqs := make([]*openai.Request, variants)
 	for i := range reqs {
-		salt := i
-		if variants == 1 {
-			salt = 0
-		}
-		req, err := openai.DecodeChat(chatBody4k(salt))
+		req, err := openai.DecodeChat(chatBody4k(i+1, letters))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -72,24 +94,40 @@ func benchTokens(b *testing.B, variants int) {
 	}
 	b.ReportAllocs()
 	i := 0
+	cpu0 := processCPU(b)
 	for b.Loop() {
 		if _, err := reg.Tokens(ctx, reqs[i%len(reqs)]); err != nil {
 			b.Fatal(err)
 		}
 		i++
 	}
+	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(i), "cpu-ns/op")
 	b.ReportMetric(float64(len(p.TokenIDs)), "tokens")
+}
+
+// processCPU is the process's user + system CPU time so far, which the
+// machine's other load does not inflate as it does wall-clock time.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkDecodeChat4kTokens is openai.DecodeChat of the same body, the
 // step before: together they are the gateway's prompt work per request.
 func BenchmarkDecodeChat4kTokens(b *testing.B) {
-	body := chatBody4k(0)
+	body := chatBody4k(0, 0)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
+	n := 0
+	cpu0 := processCPU(b)
 	for b.Loop() {
 		if _, err := openai.DecodeChat(body); err != nil {
 			b.Fatal(err)
 		}
+		n++
 	}
+	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(n), "cpu-ns/op")
 }

@@ -37,20 +37,32 @@ func (hintServer) LookupRoute(_ context.Context, req *pb.LookupRouteRequest) (*p
 		Loads:    []*pb.ReplicaLoad{{ReplicaId: "a", RunningRequests: 1}, {ReplicaId: "b"}}}, nil
 }
 
+// chatSizes are chat4k's sentences in the system prompt and in each turn,
+// by suffix letters: about 4,000 Qwen3 tokens each.
+var chatSizes = map[int]struct{ system, turn int }{2: {52, 3}, 4: {35, 2}}
+
 // chat4k is a chat body of about 4,000 Qwen3 tokens (a long system prompt
-// and eight turns) whose words vary with seed.
-func chat4k(seed int) string {
+// and eight turns) whose words vary with seed: each of the sentence's 23
+// words gets a suffix of letters random letters (2: about 15,500 words
+// over all seeds, which the tokenizer's word cache holds; 4: words that
+// repeat too seldom to stay in it).
+func chat4k(seed, letters int) string {
 	r := rand.New(rand.NewPCG(uint64(seed), 11))
 	words := strings.Fields("The prefix cache keeps the attention keys and values of a prompt's leading blocks, so a request that shares them skips their prefill.")
 	sentence := func() string {
 		w := make([]string, len(words))
 		for i, x := range words {
-			w[i] = x + fmt.Sprintf("%c%c", 'a'+rune(r.IntN(26)), 'a'+rune(r.IntN(26)))
+			suffix := make([]byte, letters)
+			for k := range suffix {
+				suffix[k] = byte('a' + r.IntN(26))
+			}
+			w[i] = x + string(suffix)
 		}
 		return strings.Join(w, " ") + " "
 	}
+	size := chatSizes[letters]
 	var sys strings.Builder
-	for range 96 {
+	for range size.system {
 		sys.WriteString(sentence())
 	}
 	msgs := []map[string]any{{"role": "system", "content": sys.String()}}
@@ -60,7 +72,7 @@ func chat4k(seed int) string {
 			role = "assistant"
 		}
 		var turn strings.Builder
-		for range 6 {
+		for range size.turn {
 			turn.WriteString(sentence())
 		}
 		msgs = append(msgs, map[string]any{"role": role, "content": fmt.Sprintf("Turn %d. %s", i, turn.String())})
@@ -81,8 +93,12 @@ const cannedAnswer = `{"id":"chatcmpl-1","object":"chat.completion","created":1,
 // looked up over gRPC (a server answering a canned PREFIX_MATCH),
 // picked, forwarded and relayed. With -cpu 1 everything runs on one core
 // and the two cpu-ns/op (the process's CPU time per request) differ by
-// the proxy's CPU per request; 64 prompts of distinct words are cycled,
-// so the tokenizer's word cache mostly misses (the worst case).
+// the proxy's CPU per request. 64 prompts of distinct words are cycled:
+// for "proxy" their words, about 15,500 in all, are sent once before and
+// stay in the tokenizer's word cache (so every word hits, as for text in
+// the words of earlier traffic); for "proxy_new_words" almost every word is one the
+// cache does not hold, so each goes through the BPE merges (the worst
+// case).
 func BenchmarkProxy_Chat4kTokens(b *testing.B) {
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
@@ -131,9 +147,9 @@ func BenchmarkProxy_Chat4kTokens(b *testing.B) {
 	front := httptest.NewServer(p)
 	defer front.Close()
 
-	bodies := make([]string, 64)
+	bodies, newWords := make([]string, 64), make([]string, 64)
 	for i := range bodies {
-		bodies[i] = chat4k(i + 1)
+		bodies[i], newWords[i] = chat4k(i+1, 2), chat4k(i+1, 4)
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, DisableCompression: true}}
 	post := func(b *testing.B, url, body string) {
@@ -147,6 +163,12 @@ func BenchmarkProxy_Chat4kTokens(b *testing.B) {
 			b.Fatalf("status %d", resp.StatusCode)
 		}
 	}
+	// Every word of "proxy" seen once, and the client's connection to the
+	// hint server up (its first lookup, dialling, can overrun the lookup
+	// budget on a loaded machine and be picked by LOAD).
+	for _, body := range bodies {
+		post(b, front.URL+"/v1/chat/completions", body)
+	}
 	// The proxy really looks up and matches (not a benchmark of LOAD).
 	resp, err := hc.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(bodies[0]))
 	if err != nil {
@@ -156,16 +178,20 @@ func BenchmarkProxy_Chat4kTokens(b *testing.B) {
 	if resp.Header.Get(HeaderReason) != "PREFIX_MATCH" || resp.Header.Get(HeaderReplica) != "a" {
 		b.Fatalf("proxy decision %s %s, want PREFIX_MATCH a", resp.Header.Get(HeaderReason), resp.Header.Get(HeaderReplica))
 	}
-	for _, c := range []struct{ name, url string }{
-		{"direct", engine.URL + "/v1/chat/completions"},
-		{"proxy", front.URL + "/v1/chat/completions"},
+	for _, c := range []struct {
+		name, url string
+		bodies    []string
+	}{
+		{"direct", engine.URL + "/v1/chat/completions", bodies},
+		{"proxy", front.URL + "/v1/chat/completions", bodies},
+		{"proxy_new_words", front.URL + "/v1/chat/completions", newWords},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			cpu0 := processCPU(b)
 			for b.Loop() {
-				post(b, c.url, bodies[i%len(bodies)])
+				post(b, c.url, c.bodies[i%len(c.bodies)])
 				i++
 			}
 			b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(i), "cpu-ns/op")

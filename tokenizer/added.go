@@ -27,18 +27,30 @@ type addedMatcher struct {
 	// longest first.
 	byFirst [256][]*addedToken
 	any     bool
+	// only is the first byte of every token when they all share one (as
+	// "<" for "<|im_start|>" and its kin), else -1: split then finds
+	// candidates with strings.IndexByte instead of a byte at a time.
+	only int
 }
 
 // newAddedMatcher indexes toks.
 func newAddedMatcher(toks []*addedToken) *addedMatcher {
-	m := &addedMatcher{}
+	m := &addedMatcher{only: -1}
 	for _, t := range toks {
 		if t.Content == "" {
 			continue
 		}
-		m.byFirst[t.Content[0]] = append(m.byFirst[t.Content[0]], t)
+		c := int(t.Content[0])
+		switch {
+		case !m.any:
+			m.only = c
+		case m.only != c:
+			m.only = -2 // two first bytes
+		}
+		m.byFirst[c] = append(m.byFirst[c], t)
 		m.any = true
 	}
+	m.only = max(m.only, -1)
 	for i := range m.byFirst {
 		sort.SliceStable(m.byFirst[i], func(a, b int) bool {
 			return len(m.byFirst[i][a].Content) > len(m.byFirst[i][b].Content)
@@ -74,6 +86,17 @@ func (m *addedMatcher) split(dst []segment, s string, base int, lim *limits) []s
 				return dst
 			}
 			spent = i
+		}
+		if m.only >= 0 && s[i] != byte(m.only) {
+			k := strings.IndexByte(s[i:], byte(m.only))
+			if k < 0 {
+				if lim.spend(len(s) - spent) {
+					return dst
+				}
+				break
+			}
+			i += k
+			continue // to spend for the bytes skipped
 		}
 		var hit *addedToken
 		for _, t := range m.byFirst[s[i]] {

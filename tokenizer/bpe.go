@@ -246,8 +246,8 @@ func (m *bpe) tokenize(dst []uint32, w string, raw bool, sc *scratch) []uint32 {
 // tokenizePart is tokenize for a piece that is not raw bytes and needs no
 // further cutting.
 func (m *bpe) tokenizePart(dst []uint32, w string, sc *scratch) []uint32 {
-	if ids, ok := m.cache.get(w); ok {
-		return append(dst, ids...)
+	if out, ok := m.cache.appendCached(dst, w); ok {
+		return out
 	}
 	start := len(dst)
 	dst = m.mergeWord(dst, w, sc)
@@ -259,8 +259,8 @@ func (m *bpe) tokenizePart(dst []uint32, w string, sc *scratch) []uint32 {
 
 // tokenizeRaw is tokenize for a piece of raw bytes on a byte-level model.
 func (m *bpe) tokenizeRaw(dst []uint32, w string, sc *scratch) []uint32 {
-	if ids, ok := m.cache.get(w); ok {
-		return append(dst, ids...)
+	if out, ok := m.cache.appendCached(dst, w); ok {
+		return out
 	}
 	start := len(dst)
 	syms := growSyms(sc.syms, len(w))

@@ -59,7 +59,7 @@
 // use, sharing one load among concurrent callers and keeping at most
 // RegistryOptions.MaxModels loaded. Each Tokenizer keeps a bounded cache
 // of recent pre-token → ids results, so repeated system prompts cost a
-// map lookup per word.
+// lock-free hash-table lookup per word.
 //
 // # Bounded encoding
 //

@@ -74,14 +74,67 @@ func at(s string, i int) (rune, int) {
 	return utf8.DecodeRuneInString(s[i:])
 }
 
-// run advances from byte i over runes satisfying class and returns the new
-// position and how many runes it passed, stopping after max runes when max
-// is positive.
-func run(s string, i int, class func(rune) bool, max int) (int, int) {
+// class is one of the character classes a scanner runs over. Its ASCII
+// members are looked up in asciiClasses, so that the runs that make up
+// most text (letters, spaces, punctuation) cost a table load per byte
+// instead of a call through a function value.
+type class uint8
+
+const (
+	classL class = 1 << iota
+	classN
+	classS
+	classOther
+	classCRLF
+)
+
+// asciiClasses holds the classes of each ASCII character, computed with
+// the predicates themselves.
+var asciiClasses = func() (t [utf8.RuneSelf]class) {
+	for r := range rune(utf8.RuneSelf) {
+		for c, in := range map[class]func(rune) bool{classL: isL, classN: isN, classS: isS, classOther: isOther, classCRLF: isCRLF} {
+			if in(r) {
+				t[r] |= c
+			}
+		}
+	}
+	return t
+}()
+
+// has reports whether r is in c.
+func (c class) has(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r >= 0 && asciiClasses[r]&c != 0
+	}
+	switch c {
+	case classL:
+		return isL(r)
+	case classN:
+		return isN(r)
+	case classS:
+		return isS(r)
+	case classOther:
+		return isOther(r)
+	}
+	return false // classCRLF
+}
+
+// run advances from byte i over runes in c and returns the new position
+// and how many runes it passed, stopping after max runes when max is
+// positive.
+func run(s string, i int, c class, max int) (int, int) {
 	n := 0
 	for i < len(s) && (max <= 0 || n < max) {
-		r, w := at(s, i)
-		if !class(r) {
+		if b := s[i]; b < utf8.RuneSelf {
+			if asciiClasses[b]&c == 0 {
+				break
+			}
+			i++
+			n++
+			continue
+		}
+		r, w := utf8.DecodeRuneInString(s[i:])
+		if !c.has(r) {
 			break
 		}
 		i += w
@@ -120,7 +173,7 @@ func contraction(s string, i int, fold bool) int {
 // spaceTail handles the two trailing alternatives shared by both families,
 // \s+(?!\S)|\s+, at a whitespace rune starting at byte i.
 func spaceTail(s string, i int) int {
-	j, _ := run(s, i, isS, 0)
+	j, _ := run(s, i, classS, 0)
 	if j == len(s) {
 		return j
 	}
@@ -147,25 +200,25 @@ func scanGPT2(s string, i int) int {
 		r2, w2 := at(s, i+w)
 		switch {
 		case w2 > 0 && isL(r2):
-			e, _ := run(s, i+w, isL, 0)
+			e, _ := run(s, i+w, classL, 0)
 			return e
 		case w2 > 0 && isN(r2):
-			e, _ := run(s, i+w, isN, 0)
+			e, _ := run(s, i+w, classN, 0)
 			return e
 		case w2 > 0 && isOther(r2):
-			e, _ := run(s, i+w, isOther, 0)
+			e, _ := run(s, i+w, classOther, 0)
 			return e
 		}
 	}
 	switch {
 	case isL(r):
-		e, _ := run(s, start, isL, 0)
+		e, _ := run(s, start, classL, 0)
 		return e
 	case isN(r):
-		e, _ := run(s, start, isN, 0)
+		e, _ := run(s, start, classN, 0)
 		return e
 	case isOther(r):
-		e, _ := run(s, start, isOther, 0)
+		e, _ := run(s, start, classOther, 0)
 		return e
 	}
 	return spaceTail(s, i)
@@ -186,18 +239,18 @@ func scanCL100K(s string, i int, maxDigits int) int {
 	}
 	// [^\r\n\p{L}\p{N}]?\p{L}+
 	if isL(r) {
-		e, _ := run(s, i, isL, 0)
+		e, _ := run(s, i, classL, 0)
 		return e
 	}
 	if !isCRLF(r) && !isN(r) {
 		if r2, w2 := at(s, i+w); w2 > 0 && isL(r2) {
-			e, _ := run(s, i+w, isL, 0)
+			e, _ := run(s, i+w, classL, 0)
 			return e
 		}
 	}
 	// \p{N}{1,maxDigits}
 	if isN(r) {
-		e, _ := run(s, i, isN, maxDigits)
+		e, _ := run(s, i, classN, maxDigits)
 		return e
 	}
 	// " ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -208,13 +261,13 @@ func scanCL100K(s string, i int, maxDigits int) int {
 		}
 	}
 	if r2, w2 := at(s, j); w2 > 0 && isOther(r2) {
-		e, _ := run(s, j, isOther, 0)
-		e, _ = run(s, e, isCRLF, 0)
+		e, _ := run(s, j, classOther, 0)
+		e, _ = run(s, e, classCRLF, 0)
 		return e
 	}
 	// Only whitespace is left here. \s*[\r\n]+: the whitespace run up to
 	// and including its last \r or \n.
-	end, _ := run(s, i, isS, 0)
+	end, _ := run(s, i, classS, 0)
 	last := -1
 	for k := i; k < end; {
 		r, w := at(s, k)

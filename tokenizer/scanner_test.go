@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -147,6 +148,22 @@ func TestScanner_AgreesWithRegexp2(t *testing.T) {
 					t.Errorf("pattern %q on %q: regexp2 %v, scanner %v", p, s, want, got)
 				}
 			}
+		}
+	}
+}
+
+// The class table agrees with the predicates it stands for, on ASCII and
+// beyond (where has defers to them).
+func TestClass_HasIsThePredicate(t *testing.T) {
+	preds := map[class]func(rune) bool{classL: isL, classN: isN, classS: isS, classOther: isOther, classCRLF: isCRLF}
+	for c, in := range preds {
+		for r := rune(0); r < 0x3000; r++ {
+			if c.has(r) != in(r) {
+				t.Fatalf("class %d: has(%U) = %v", c, r, c.has(r))
+			}
+		}
+		if c.has(utf8.RuneError) != in(utf8.RuneError) {
+			t.Fatalf("class %d: has(RuneError) = %v", c, c.has(utf8.RuneError))
 		}
 	}
 }

@@ -49,7 +49,8 @@ type LoadOptions struct {
 	// MaxFileBytes refuses larger files with ErrMalformed; 0 means
 	// DefaultMaxFileBytes.
 	MaxFileBytes int64
-	// WordCacheSize is the capacity of the pre-token cache; 0 means
+	// WordCacheSize is the capacity of the pre-token cache, in entries
+	// (at most 16,777,216: a larger value is taken as that); 0 means
 	// DefaultWordCacheSize, negative disables it.
 	WordCacheSize int
 }
