@@ -223,7 +223,11 @@ type LookupRouteRequest struct {
 	// only blocks an engine stored for requests with the same salt. Empty:
 	// unsalted. Ignored for caller-given block_hashes / prefix_hash, which
 	// the caller computes in the salted domain itself.
-	CacheSalt     string `protobuf:"bytes,14,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	CacheSalt string `protobuf:"bytes,14,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// picker_id names the asking picker when several share the cluster
+	// (ReportPickerLoadRequest.picker_id): ReplicaLoad.others_* then sum the
+	// reports of every picker but this one. Empty: the sum over all pickers.
+	PickerId      string `protobuf:"bytes,15,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -356,6 +360,13 @@ func (x *LookupRouteRequest) GetCacheSalt() string {
 	return ""
 }
 
+func (x *LookupRouteRequest) GetPickerId() string {
+	if x != nil {
+		return x.PickerId
+	}
+	return ""
+}
+
 // ReplicaLoad is one serving replica's queue from its fresh ReplicaStats
 // (LookupRouteRequest.include_load).
 type ReplicaLoad struct {
@@ -365,8 +376,16 @@ type ReplicaLoad struct {
 	RunningRequests uint32                 `protobuf:"varint,3,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
 	Pressure        float64                `protobuf:"fixed64,4,opt,name=pressure,proto3" json:"pressure,omitempty"`
 	StatsAgeMs      uint64                 `protobuf:"varint,5,opt,name=stats_age_ms,json=statsAgeMs,proto3" json:"stats_age_ms,omitempty"` // now - observed_at_ms of those stats
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The in-flight load the other pickers routed to this replica, summed
+	// over their latest unexpired reports (ReportPickerLoad): requests before
+	// their first token, their uncached prompt tokens, and requests before
+	// done. Zero when no other picker reports.
+	OthersPrefillingRequests uint32 `protobuf:"varint,6,opt,name=others_prefilling_requests,json=othersPrefillingRequests,proto3" json:"others_prefilling_requests,omitempty"`
+	OthersPrefillTokens      uint64 `protobuf:"varint,7,opt,name=others_prefill_tokens,json=othersPrefillTokens,proto3" json:"others_prefill_tokens,omitempty"`
+	OthersRunningRequests    uint32 `protobuf:"varint,8,opt,name=others_running_requests,json=othersRunningRequests,proto3" json:"others_running_requests,omitempty"`
+	OthersPickers            uint32 `protobuf:"varint,9,opt,name=others_pickers,json=othersPickers,proto3" json:"others_pickers,omitempty"` // how many other pickers' reports are summed
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *ReplicaLoad) Reset() {
@@ -430,6 +449,34 @@ func (x *ReplicaLoad) GetPressure() float64 {
 func (x *ReplicaLoad) GetStatsAgeMs() uint64 {
 	if x != nil {
 		return x.StatsAgeMs
+	}
+	return 0
+}
+
+func (x *ReplicaLoad) GetOthersPrefillingRequests() uint32 {
+	if x != nil {
+		return x.OthersPrefillingRequests
+	}
+	return 0
+}
+
+func (x *ReplicaLoad) GetOthersPrefillTokens() uint64 {
+	if x != nil {
+		return x.OthersPrefillTokens
+	}
+	return 0
+}
+
+func (x *ReplicaLoad) GetOthersRunningRequests() uint32 {
+	if x != nil {
+		return x.OthersRunningRequests
+	}
+	return 0
+}
+
+func (x *ReplicaLoad) GetOthersPickers() uint32 {
+	if x != nil {
+		return x.OthersPickers
 	}
 	return 0
 }
@@ -1347,6 +1394,189 @@ func (x *ReportReplicaStatsResponse) GetDuplicate() bool {
 	return false
 }
 
+// PickerReplicaLoad is one picker's in-flight load on one replica.
+type PickerReplicaLoad struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	ReplicaId          string                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	PrefillingRequests uint32                 `protobuf:"varint,2,opt,name=prefilling_requests,json=prefillingRequests,proto3" json:"prefilling_requests,omitempty"` // routed, before the first token
+	PrefillTokens      uint64                 `protobuf:"varint,3,opt,name=prefill_tokens,json=prefillTokens,proto3" json:"prefill_tokens,omitempty"`                // uncached prompt tokens of those requests
+	RunningRequests    uint32                 `protobuf:"varint,4,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`          // routed, before done (includes prefilling)
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *PickerReplicaLoad) Reset() {
+	*x = PickerReplicaLoad{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PickerReplicaLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PickerReplicaLoad) ProtoMessage() {}
+
+func (x *PickerReplicaLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PickerReplicaLoad.ProtoReflect.Descriptor instead.
+func (*PickerReplicaLoad) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PickerReplicaLoad) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *PickerReplicaLoad) GetPrefillingRequests() uint32 {
+	if x != nil {
+		return x.PrefillingRequests
+	}
+	return 0
+}
+
+func (x *PickerReplicaLoad) GetPrefillTokens() uint64 {
+	if x != nil {
+		return x.PrefillTokens
+	}
+	return 0
+}
+
+func (x *PickerReplicaLoad) GetRunningRequests() uint32 {
+	if x != nil {
+		return x.RunningRequests
+	}
+	return 0
+}
+
+// ReportPickerLoadRequest replaces everything the node holds for picker_id:
+// a replica left out has no load from this picker.
+type ReportPickerLoadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PickerId      string                 `protobuf:"bytes,1,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`        // required, at most 128 bytes
+	Sequence      uint64                 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`                       // increases per report; older ones are ignored
+	IntervalMs    uint32                 `protobuf:"varint,3,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"` // the picker's report interval; expiry after 2 of them
+	Loads         []*PickerReplicaLoad   `protobuf:"bytes,4,rep,name=loads,proto3" json:"loads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPickerLoadRequest) Reset() {
+	*x = ReportPickerLoadRequest{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPickerLoadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPickerLoadRequest) ProtoMessage() {}
+
+func (x *ReportPickerLoadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPickerLoadRequest.ProtoReflect.Descriptor instead.
+func (*ReportPickerLoadRequest) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReportPickerLoadRequest) GetPickerId() string {
+	if x != nil {
+		return x.PickerId
+	}
+	return ""
+}
+
+func (x *ReportPickerLoadRequest) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *ReportPickerLoadRequest) GetIntervalMs() uint32 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+func (x *ReportPickerLoadRequest) GetLoads() []*PickerReplicaLoad {
+	if x != nil {
+		return x.Loads
+	}
+	return nil
+}
+
+type ReportPickerLoadResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Accepted      uint32                 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"` // replicas recorded
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPickerLoadResponse) Reset() {
+	*x = ReportPickerLoadResponse{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPickerLoadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPickerLoadResponse) ProtoMessage() {}
+
+func (x *ReportPickerLoadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPickerLoadResponse.ProtoReflect.Descriptor instead.
+func (*ReportPickerLoadResponse) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReportPickerLoadResponse) GetAccepted() uint32 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
 type Strategy struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	EnableTenantHot bool                   `protobuf:"varint,1,opt,name=enable_tenant_hot,json=enableTenantHot,proto3" json:"enable_tenant_hot,omitempty"`
@@ -1356,7 +1586,7 @@ type Strategy struct {
 
 func (x *Strategy) Reset() {
 	*x = Strategy{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1598,7 @@ func (x *Strategy) String() string {
 func (*Strategy) ProtoMessage() {}
 
 func (x *Strategy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[13]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1611,7 @@ func (x *Strategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Strategy.ProtoReflect.Descriptor instead.
 func (*Strategy) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{13}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Strategy) GetEnableTenantHot() bool {
@@ -1423,7 +1653,7 @@ type CachePolicy struct {
 
 func (x *CachePolicy) Reset() {
 	*x = CachePolicy{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1665,7 @@ func (x *CachePolicy) String() string {
 func (*CachePolicy) ProtoMessage() {}
 
 func (x *CachePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[14]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1678,7 @@ func (x *CachePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CachePolicy.ProtoReflect.Descriptor instead.
 func (*CachePolicy) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{14}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CachePolicy) GetChainMatching() bool {
@@ -1599,7 +1829,7 @@ type GetCachePolicyRequest struct {
 
 func (x *GetCachePolicyRequest) Reset() {
 	*x = GetCachePolicyRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1841,7 @@ func (x *GetCachePolicyRequest) String() string {
 func (*GetCachePolicyRequest) ProtoMessage() {}
 
 func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[15]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1854,7 @@ func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{15}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
 }
 
 type SetCachePolicyRequest struct {
@@ -1636,7 +1866,7 @@ type SetCachePolicyRequest struct {
 
 func (x *SetCachePolicyRequest) Reset() {
 	*x = SetCachePolicyRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1878,7 @@ func (x *SetCachePolicyRequest) String() string {
 func (*SetCachePolicyRequest) ProtoMessage() {}
 
 func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1891,7 @@ func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetCachePolicyRequest) GetPolicy() *CachePolicy {
@@ -1679,7 +1909,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1921,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1934,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
 }
 
 type Member struct {
@@ -1725,7 +1955,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1967,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1980,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Member) GetId() string {
@@ -1826,7 +2056,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2068,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2081,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -1970,7 +2200,7 @@ type AddServerRequest struct {
 
 func (x *AddServerRequest) Reset() {
 	*x = AddServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2212,7 @@ func (x *AddServerRequest) String() string {
 func (*AddServerRequest) ProtoMessage() {}
 
 func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2225,7 @@ func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerRequest.ProtoReflect.Descriptor instead.
 func (*AddServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AddServerRequest) GetId() string {
@@ -2028,7 +2258,7 @@ type AddServerResponse struct {
 
 func (x *AddServerResponse) Reset() {
 	*x = AddServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2270,7 @@ func (x *AddServerResponse) String() string {
 func (*AddServerResponse) ProtoMessage() {}
 
 func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2283,7 @@ func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerResponse.ProtoReflect.Descriptor instead.
 func (*AddServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AddServerResponse) GetIndex() uint64 {
@@ -2072,7 +2302,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2314,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2327,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -2116,7 +2346,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2358,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2371,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemoveServerResponse) GetIndex() uint64 {
@@ -2162,7 +2392,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2404,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2417,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -2213,7 +2443,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2455,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2468,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -2256,7 +2486,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2498,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2511,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
 }
 
 type SnapshotResponse struct {
@@ -2294,7 +2524,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2536,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2549,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -2344,7 +2574,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2586,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2599,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
 }
 
 type BackupChunk struct {
@@ -2381,7 +2611,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2623,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2636,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2425,7 +2655,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2667,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2680,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -2470,7 +2700,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2712,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2725,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RestoreResponse) GetAppliedIndex() uint64 {
@@ -2520,7 +2750,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2762,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2775,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{35}
 }
 
 type DigestResponse struct {
@@ -2558,7 +2788,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +2800,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +2813,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{33}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DigestResponse) GetAppliedIndex() uint64 {
@@ -2607,7 +2837,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"*api/inferencecache/v1/inferencecache.proto\x12\x11inferencecache.v1\"5\n" +
 	"\x03Slo\x12\x17\n" +
 	"\attft_ms\x18\x01 \x01(\rR\x06ttftMs\x12\x15\n" +
-	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\xe5\x03\n" +
+	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\x82\x04\n" +
 	"\x12LookupRouteRequest\x12\x1f\n" +
 	"\vprefix_hash\x18\x01 \x01(\x04R\n" +
 	"prefixHash\x12!\n" +
@@ -2628,7 +2858,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\aexplain\x18\f \x01(\bR\aexplain\x12!\n" +
 	"\finclude_load\x18\r \x01(\bR\vincludeLoad\x12\x1d\n" +
 	"\n" +
-	"cache_salt\x18\x0e \x01(\tR\tcacheSalt\"\xc0\x01\n" +
+	"cache_salt\x18\x0e \x01(\tR\tcacheSalt\x12\x1b\n" +
+	"\tpicker_id\x18\x0f \x01(\tR\bpickerId\"\x91\x03\n" +
 	"\vReplicaLoad\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12)\n" +
@@ -2636,7 +2867,11 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x10running_requests\x18\x03 \x01(\rR\x0frunningRequests\x12\x1a\n" +
 	"\bpressure\x18\x04 \x01(\x01R\bpressure\x12 \n" +
 	"\fstats_age_ms\x18\x05 \x01(\x04R\n" +
-	"statsAgeMs\"\x8c\x03\n" +
+	"statsAgeMs\x12<\n" +
+	"\x1aothers_prefilling_requests\x18\x06 \x01(\rR\x18othersPrefillingRequests\x122\n" +
+	"\x15others_prefill_tokens\x18\a \x01(\x04R\x13othersPrefillTokens\x126\n" +
+	"\x17others_running_requests\x18\b \x01(\rR\x15othersRunningRequests\x12%\n" +
+	"\x0eothers_pickers\x18\t \x01(\rR\rothersPickers\"\x8c\x03\n" +
 	"\vHintFactors\x12'\n" +
 	"\x0franking_version\x18\x01 \x01(\tR\x0erankingVersion\x12\x1c\n" +
 	"\tfreshness\x18\x02 \x01(\x01R\tfreshness\x12'\n" +
@@ -2735,7 +2970,21 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12\x1a\n" +
 	"\baccepted\x18\x02 \x01(\rR\baccepted\x128\n" +
 	"\brejected\x18\x03 \x03(\v2\x1c.inferencecache.v1.RejectionR\brejected\x12\x1c\n" +
-	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"6\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xb5\x01\n" +
+	"\x11PickerReplicaLoad\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x12/\n" +
+	"\x13prefilling_requests\x18\x02 \x01(\rR\x12prefillingRequests\x12%\n" +
+	"\x0eprefill_tokens\x18\x03 \x01(\x04R\rprefillTokens\x12)\n" +
+	"\x10running_requests\x18\x04 \x01(\rR\x0frunningRequests\"\xaf\x01\n" +
+	"\x17ReportPickerLoadRequest\x12\x1b\n" +
+	"\tpicker_id\x18\x01 \x01(\tR\bpickerId\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1f\n" +
+	"\vinterval_ms\x18\x03 \x01(\rR\n" +
+	"intervalMs\x12:\n" +
+	"\x05loads\x18\x04 \x03(\v2$.inferencecache.v1.PickerReplicaLoadR\x05loads\"6\n" +
+	"\x18ReportPickerLoadResponse\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\rR\baccepted\"6\n" +
 	"\bStrategy\x12*\n" +
 	"\x11enable_tenant_hot\x18\x01 \x01(\bR\x0fenableTenantHot\"\xe3\a\n" +
 	"\vCachePolicy\x12%\n" +
@@ -2836,14 +3085,15 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x0eUNKNOWN_SCHEME\x10\x04\x12\x11\n" +
 	"\rUNKNOWN_MODEL\x10\x05\x12\x12\n" +
 	"\x0eUNKNOWN_TENANT\x10\x06\x12\x13\n" +
-	"\x0fUNKNOWN_ADAPTER\x10\a2\xc1\x04\n" +
+	"\x0fUNKNOWN_ADAPTER\x10\a2\xae\x05\n" +
 	"\x0eInferenceCache\x12\\\n" +
 	"\vLookupRoute\x12%.inferencecache.v1.LookupRouteRequest\x1a&.inferencecache.v1.LookupRouteResponse\x12M\n" +
 	"\x06Ingest\x12 .inferencecache.v1.IngestRequest\x1a!.inferencecache.v1.IngestResponse\x12W\n" +
 	"\fIngestStream\x12 .inferencecache.v1.IngestRequest\x1a!.inferencecache.v1.IngestResponse(\x010\x01\x12q\n" +
 	"\x12ReportReplicaStats\x12,.inferencecache.v1.ReportReplicaStatsRequest\x1a-.inferencecache.v1.ReportReplicaStatsResponse\x12Z\n" +
 	"\x0eGetCachePolicy\x12(.inferencecache.v1.GetCachePolicyRequest\x1a\x1e.inferencecache.v1.CachePolicy\x12Z\n" +
-	"\x0eSetCachePolicy\x12(.inferencecache.v1.SetCachePolicyRequest\x1a\x1e.inferencecache.v1.CachePolicy2\xc8\x05\n" +
+	"\x0eSetCachePolicy\x12(.inferencecache.v1.SetCachePolicyRequest\x1a\x1e.inferencecache.v1.CachePolicy\x12k\n" +
+	"\x10ReportPickerLoad\x12*.inferencecache.v1.ReportPickerLoadRequest\x1a+.inferencecache.v1.ReportPickerLoadResponse2\xc8\x05\n" +
 	"\aCluster\x12M\n" +
 	"\x06Status\x12 .inferencecache.v1.StatusRequest\x1a!.inferencecache.v1.StatusResponse\x12V\n" +
 	"\tAddServer\x12#.inferencecache.v1.AddServerRequest\x1a$.inferencecache.v1.AddServerResponse\x12_\n" +
@@ -2867,7 +3117,7 @@ func file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inferencecache_v1_inferencecache_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(ReasonCode)(0),                    // 0: inferencecache.v1.ReasonCode
 	(BlockEvent_Kind)(0),               // 1: inferencecache.v1.BlockEvent.Kind
@@ -2884,30 +3134,33 @@ var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(*ReplicaStats)(nil),               // 12: inferencecache.v1.ReplicaStats
 	(*ReportReplicaStatsRequest)(nil),  // 13: inferencecache.v1.ReportReplicaStatsRequest
 	(*ReportReplicaStatsResponse)(nil), // 14: inferencecache.v1.ReportReplicaStatsResponse
-	(*Strategy)(nil),                   // 15: inferencecache.v1.Strategy
-	(*CachePolicy)(nil),                // 16: inferencecache.v1.CachePolicy
-	(*GetCachePolicyRequest)(nil),      // 17: inferencecache.v1.GetCachePolicyRequest
-	(*SetCachePolicyRequest)(nil),      // 18: inferencecache.v1.SetCachePolicyRequest
-	(*StatusRequest)(nil),              // 19: inferencecache.v1.StatusRequest
-	(*Member)(nil),                     // 20: inferencecache.v1.Member
-	(*StatusResponse)(nil),             // 21: inferencecache.v1.StatusResponse
-	(*AddServerRequest)(nil),           // 22: inferencecache.v1.AddServerRequest
-	(*AddServerResponse)(nil),          // 23: inferencecache.v1.AddServerResponse
-	(*RemoveServerRequest)(nil),        // 24: inferencecache.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),       // 25: inferencecache.v1.RemoveServerResponse
-	(*TransferLeadershipRequest)(nil),  // 26: inferencecache.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 27: inferencecache.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 28: inferencecache.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 29: inferencecache.v1.SnapshotResponse
-	(*BackupRequest)(nil),              // 30: inferencecache.v1.BackupRequest
-	(*BackupChunk)(nil),                // 31: inferencecache.v1.BackupChunk
-	(*RestoreChunk)(nil),               // 32: inferencecache.v1.RestoreChunk
-	(*RestoreResponse)(nil),            // 33: inferencecache.v1.RestoreResponse
-	(*DigestRequest)(nil),              // 34: inferencecache.v1.DigestRequest
-	(*DigestResponse)(nil),             // 35: inferencecache.v1.DigestResponse
-	nil,                                // 36: inferencecache.v1.ReplicaStats.TenantHitRateEntry
-	nil,                                // 37: inferencecache.v1.CachePolicy.BlockSizeEntry
-	nil,                                // 38: inferencecache.v1.StatusResponse.LookupRouteCallsEntry
+	(*PickerReplicaLoad)(nil),          // 15: inferencecache.v1.PickerReplicaLoad
+	(*ReportPickerLoadRequest)(nil),    // 16: inferencecache.v1.ReportPickerLoadRequest
+	(*ReportPickerLoadResponse)(nil),   // 17: inferencecache.v1.ReportPickerLoadResponse
+	(*Strategy)(nil),                   // 18: inferencecache.v1.Strategy
+	(*CachePolicy)(nil),                // 19: inferencecache.v1.CachePolicy
+	(*GetCachePolicyRequest)(nil),      // 20: inferencecache.v1.GetCachePolicyRequest
+	(*SetCachePolicyRequest)(nil),      // 21: inferencecache.v1.SetCachePolicyRequest
+	(*StatusRequest)(nil),              // 22: inferencecache.v1.StatusRequest
+	(*Member)(nil),                     // 23: inferencecache.v1.Member
+	(*StatusResponse)(nil),             // 24: inferencecache.v1.StatusResponse
+	(*AddServerRequest)(nil),           // 25: inferencecache.v1.AddServerRequest
+	(*AddServerResponse)(nil),          // 26: inferencecache.v1.AddServerResponse
+	(*RemoveServerRequest)(nil),        // 27: inferencecache.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),       // 28: inferencecache.v1.RemoveServerResponse
+	(*TransferLeadershipRequest)(nil),  // 29: inferencecache.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 30: inferencecache.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 31: inferencecache.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 32: inferencecache.v1.SnapshotResponse
+	(*BackupRequest)(nil),              // 33: inferencecache.v1.BackupRequest
+	(*BackupChunk)(nil),                // 34: inferencecache.v1.BackupChunk
+	(*RestoreChunk)(nil),               // 35: inferencecache.v1.RestoreChunk
+	(*RestoreResponse)(nil),            // 36: inferencecache.v1.RestoreResponse
+	(*DigestRequest)(nil),              // 37: inferencecache.v1.DigestRequest
+	(*DigestResponse)(nil),             // 38: inferencecache.v1.DigestResponse
+	nil,                                // 39: inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	nil,                                // 40: inferencecache.v1.CachePolicy.BlockSizeEntry
+	nil,                                // 41: inferencecache.v1.StatusResponse.LookupRouteCallsEntry
 }
 var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	2,  // 0: inferencecache.v1.LookupRouteRequest.slo:type_name -> inferencecache.v1.Slo
@@ -2918,47 +3171,50 @@ var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	1,  // 5: inferencecache.v1.BlockEvent.kind:type_name -> inferencecache.v1.BlockEvent.Kind
 	8,  // 6: inferencecache.v1.IngestRequest.events:type_name -> inferencecache.v1.BlockEvent
 	10, // 7: inferencecache.v1.IngestResponse.rejected:type_name -> inferencecache.v1.Rejection
-	36, // 8: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	39, // 8: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
 	12, // 9: inferencecache.v1.ReportReplicaStatsRequest.stats:type_name -> inferencecache.v1.ReplicaStats
 	10, // 10: inferencecache.v1.ReportReplicaStatsResponse.rejected:type_name -> inferencecache.v1.Rejection
-	15, // 11: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
-	37, // 12: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
-	16, // 13: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
-	20, // 14: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
-	38, // 15: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
-	3,  // 16: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
-	9,  // 17: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
-	9,  // 18: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
-	13, // 19: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
-	17, // 20: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
-	18, // 21: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
-	19, // 22: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
-	22, // 23: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
-	24, // 24: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
-	26, // 25: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
-	28, // 26: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
-	34, // 27: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
-	30, // 28: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
-	32, // 29: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
-	7,  // 30: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
-	11, // 31: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
-	11, // 32: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
-	14, // 33: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
-	16, // 34: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	16, // 35: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	21, // 36: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
-	23, // 37: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
-	25, // 38: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
-	27, // 39: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
-	29, // 40: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
-	35, // 41: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
-	31, // 42: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
-	33, // 43: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
-	30, // [30:44] is the sub-list for method output_type
-	16, // [16:30] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	15, // 11: inferencecache.v1.ReportPickerLoadRequest.loads:type_name -> inferencecache.v1.PickerReplicaLoad
+	18, // 12: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
+	40, // 13: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
+	19, // 14: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
+	23, // 15: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
+	41, // 16: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
+	3,  // 17: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
+	9,  // 18: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
+	9,  // 19: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
+	13, // 20: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
+	20, // 21: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
+	21, // 22: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
+	16, // 23: inferencecache.v1.InferenceCache.ReportPickerLoad:input_type -> inferencecache.v1.ReportPickerLoadRequest
+	22, // 24: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
+	25, // 25: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
+	27, // 26: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
+	29, // 27: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
+	31, // 28: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
+	37, // 29: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
+	33, // 30: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
+	35, // 31: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
+	7,  // 32: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
+	11, // 33: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
+	11, // 34: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
+	14, // 35: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
+	19, // 36: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	19, // 37: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	17, // 38: inferencecache.v1.InferenceCache.ReportPickerLoad:output_type -> inferencecache.v1.ReportPickerLoadResponse
+	24, // 39: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
+	26, // 40: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
+	28, // 41: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
+	30, // 42: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
+	32, // 43: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
+	38, // 44: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
+	34, // 45: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
+	36, // 46: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
+	32, // [32:47] is the sub-list for method output_type
+	17, // [17:32] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_api_inferencecache_v1_inferencecache_proto_init() }
@@ -2972,7 +3228,7 @@ func file_api_inferencecache_v1_inferencecache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inferencecache_v1_inferencecache_proto_rawDesc), len(file_api_inferencecache_v1_inferencecache_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -31,6 +31,7 @@ const (
 	InferenceCache_ReportReplicaStats_FullMethodName = "/inferencecache.v1.InferenceCache/ReportReplicaStats"
 	InferenceCache_GetCachePolicy_FullMethodName     = "/inferencecache.v1.InferenceCache/GetCachePolicy"
 	InferenceCache_SetCachePolicy_FullMethodName     = "/inferencecache.v1.InferenceCache/SetCachePolicy"
+	InferenceCache_ReportPickerLoad_FullMethodName   = "/inferencecache.v1.InferenceCache/ReportPickerLoad"
 )
 
 // InferenceCacheClient is the client API for InferenceCache service.
@@ -64,6 +65,13 @@ type InferenceCacheClient interface {
 	// SetCachePolicy replaces the policy through the Raft log; the server sets
 	// the version.
 	SetCachePolicy(ctx context.Context, in *SetCachePolicyRequest, opts ...grpc.CallOption) (*CachePolicy, error)
+	// ReportPickerLoad records what one picker (a gateway replica) has in
+	// flight per replica. It is soft state, not written through the Raft log:
+	// the node that receives it holds it in memory and passes it on to every
+	// other node; a picker's report expires when the picker stops reporting
+	// (after 2 of its intervals). Lookups with include_load return, per
+	// replica, the sum over the other pickers (ReplicaLoad.others_*).
+	ReportPickerLoad(ctx context.Context, in *ReportPickerLoadRequest, opts ...grpc.CallOption) (*ReportPickerLoadResponse, error)
 }
 
 type inferenceCacheClient struct {
@@ -137,6 +145,16 @@ func (c *inferenceCacheClient) SetCachePolicy(ctx context.Context, in *SetCacheP
 	return out, nil
 }
 
+func (c *inferenceCacheClient) ReportPickerLoad(ctx context.Context, in *ReportPickerLoadRequest, opts ...grpc.CallOption) (*ReportPickerLoadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportPickerLoadResponse)
+	err := c.cc.Invoke(ctx, InferenceCache_ReportPickerLoad_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceCacheServer is the server API for InferenceCache service.
 // All implementations must embed UnimplementedInferenceCacheServer
 // for forward compatibility.
@@ -168,6 +186,13 @@ type InferenceCacheServer interface {
 	// SetCachePolicy replaces the policy through the Raft log; the server sets
 	// the version.
 	SetCachePolicy(context.Context, *SetCachePolicyRequest) (*CachePolicy, error)
+	// ReportPickerLoad records what one picker (a gateway replica) has in
+	// flight per replica. It is soft state, not written through the Raft log:
+	// the node that receives it holds it in memory and passes it on to every
+	// other node; a picker's report expires when the picker stops reporting
+	// (after 2 of its intervals). Lookups with include_load return, per
+	// replica, the sum over the other pickers (ReplicaLoad.others_*).
+	ReportPickerLoad(context.Context, *ReportPickerLoadRequest) (*ReportPickerLoadResponse, error)
 	mustEmbedUnimplementedInferenceCacheServer()
 }
 
@@ -195,6 +220,9 @@ func (UnimplementedInferenceCacheServer) GetCachePolicy(context.Context, *GetCac
 }
 func (UnimplementedInferenceCacheServer) SetCachePolicy(context.Context, *SetCachePolicyRequest) (*CachePolicy, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetCachePolicy not implemented")
+}
+func (UnimplementedInferenceCacheServer) ReportPickerLoad(context.Context, *ReportPickerLoadRequest) (*ReportPickerLoadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportPickerLoad not implemented")
 }
 func (UnimplementedInferenceCacheServer) mustEmbedUnimplementedInferenceCacheServer() {}
 func (UnimplementedInferenceCacheServer) testEmbeddedByValue()                        {}
@@ -314,6 +342,24 @@ func _InferenceCache_SetCachePolicy_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceCache_ReportPickerLoad_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportPickerLoadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceCacheServer).ReportPickerLoad(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceCache_ReportPickerLoad_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceCacheServer).ReportPickerLoad(ctx, req.(*ReportPickerLoadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceCache_ServiceDesc is the grpc.ServiceDesc for InferenceCache service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -340,6 +386,10 @@ var InferenceCache_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetCachePolicy",
 			Handler:    _InferenceCache_SetCachePolicy_Handler,
+		},
+		{
+			MethodName: "ReportPickerLoad",
+			Handler:    _InferenceCache_ReportPickerLoad_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -46,6 +46,11 @@ class InferenceCacheStub(object):
                 request_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.SetCachePolicyRequest.SerializeToString,
                 response_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.CachePolicy.FromString,
                 )
+        self.ReportPickerLoad = channel.unary_unary(
+                '/inferencecache.v1.InferenceCache/ReportPickerLoad',
+                request_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadRequest.SerializeToString,
+                response_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadResponse.FromString,
+                )
 
 
 class InferenceCacheServicer(object):
@@ -107,6 +112,18 @@ class InferenceCacheServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportPickerLoad(self, request, context):
+        """ReportPickerLoad records what one picker (a gateway replica) has in
+        flight per replica. It is soft state, not written through the Raft log:
+        the node that receives it holds it in memory and passes it on to every
+        other node; a picker's report expires when the picker stops reporting
+        (after 2 of its intervals). Lookups with include_load return, per
+        replica, the sum over the other pickers (ReplicaLoad.others_*).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceCacheServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +156,11 @@ def add_InferenceCacheServicer_to_server(servicer, server):
                     servicer.SetCachePolicy,
                     request_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.SetCachePolicyRequest.FromString,
                     response_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.CachePolicy.SerializeToString,
+            ),
+            'ReportPickerLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportPickerLoad,
+                    request_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadRequest.FromString,
+                    response_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -251,6 +273,23 @@ class InferenceCache(object):
         return grpc.experimental.unary_unary(request, target, '/inferencecache.v1.InferenceCache/SetCachePolicy',
             inference__cache_dot_v1_dot_inferencecache__pb2.SetCachePolicyRequest.SerializeToString,
             inference__cache_dot_v1_dot_inferencecache__pb2.CachePolicy.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ReportPickerLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inferencecache.v1.InferenceCache/ReportPickerLoad',
+            inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadRequest.SerializeToString,
+            inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
