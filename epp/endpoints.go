@@ -170,3 +170,7 @@ func (t *Table) byAddress(addr string) *Endpoint {
 	}
 	return nil
 }
+
+// DefaultReplicaLabel is the pod label whose value, when set, is the
+// replica id of a pod's endpoint instead of the pod name (contract §14.3).
+const DefaultReplicaLabel = "inference-cache.io/replica-id"
