@@ -49,8 +49,10 @@ type PoolWatchConfig struct {
 // spec.selector.matchLabels selects, that is running and ready, has an
 // IP and is not being deleted, one endpoint per spec.targetPorts entry,
 // at podIP:port. The replica id is the pod's ReplicaLabel label, else
-// its name; with several target ports, "<id>-<port>" (one engine per
-// port, each with its own subscriber replica_id). It is driven by
+// its name; with several target ports (a data-parallel engine, rank r
+// on the r-th port), the r-th port's is "<id>-dp<r>" for r > 0, the id
+// the subscriber gives rank r of an engine (observe.ReplicaForRank,
+// contract §12.6). It is driven by
 // client-go informers (list once, then watch: no polling); every pod or
 // pool event recomputes the whole list.
 type PoolWatch struct {
@@ -154,10 +156,10 @@ func (w *PoolWatch) recompute() {
 		if v := p.Labels[w.cfg.ReplicaLabel]; v != "" {
 			id = v
 		}
-		for _, port := range ports {
+		for r, port := range ports {
 			rid := id
-			if len(ports) > 1 {
-				rid = id + "-" + strconv.Itoa(port)
+			if r > 0 {
+				rid = id + "-dp" + strconv.Itoa(r)
 			}
 			eps = append(eps, Endpoint{Address: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port)), ReplicaID: rid})
 		}

@@ -112,12 +112,13 @@ func TestWatchPool_FollowsPodsAndThePoolSelector(t *testing.T) {
 	}
 	expect("pod deleted")
 
-	// The selector changed to another app, with two target ports: one
-	// endpoint per port, the port in the replica id.
+	// The selector changed to another app, with two target ports (a
+	// data-parallel engine): one endpoint per port, rank 1's replica id
+	// as the subscriber names it.
 	if _, err := pools.Update(ctx, inferencePool(map[string]any{"app": "other"}, 8000, 8001), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expect("pool selector changed", "10.0.0.9:8000=other-8000", "10.0.0.9:8001=other-8001")
+	expect("pool selector changed", "10.0.0.9:8000=other", "10.0.0.9:8001=other-dp1")
 
 	if err := pools.Delete(ctx, "pool", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
