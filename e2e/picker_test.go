@@ -34,13 +34,18 @@ type pickerProc struct {
 
 // startPicker starts `inference-cache picker` over the fleet's engines
 // (static endpoints ip:port=replica id), cluster and models.
-func (f *fleet) startPicker(name string) *pickerProc {
+func (f *fleet) startPicker(name string) *pickerProc { return f.startPickerWith(name, true) }
+
+// startPickerWith starts a picker, asking the cluster for hints or not.
+func (f *fleet) startPickerWith(name string, lookups bool) *pickerProc {
 	f.t.Helper()
 	ext, health, metrics := freeport.MustAddr(f.t), freeport.MustAddr(f.t), freeport.MustAddr(f.t)
 	p := &pickerProc{metrics: "http://" + metrics + "/metrics", addr: map[string]string{}}
 	args := []string{"picker", "--listen", ext, "--health-listen", health, "--metrics-listen", metrics, "--models-dir", f.modelsDir}
 	for _, n := range f.c.procs {
-		args = append(args, "--addr", n.grpc)
+		if lookups {
+			args = append(args, "--addr", n.grpc)
+		}
 	}
 	for _, s := range f.sims {
 		a := strings.TrimPrefix(s.url, "http://")

@@ -38,8 +38,9 @@ var (
 //
 //  1. added latency: the same chat requests (32 system prompts of ~600
 //     tokens, the index warm) driven by one extproctest client in
-//     FULL_DUPLEX_STREAMED mode at a fixed rate to the picker and to the
-//     pass-through, in alternating phases of one run; per phase the
+//     FULL_DUPLEX_STREAMED mode at a fixed rate to the picker, to the
+//     pass-through and to a picker without lookups (no --addr), in
+//     rotating phases of one run; per phase the
 //     request phase's latency (headers and body sent → the answer and the
 //     body back: what the gateway waits for before sending upstream) and
 //     the whole exchange's (with a one-chunk response);
@@ -99,31 +100,34 @@ func TestPickerBench(t *testing.T) {
 		phase(t, c, bodies, 200, time.Second)
 	}
 
+	// A third contender, the picker without lookups (no --addr): the
+	// share of the cluster's round trip in the picker's latency.
+	nl := f.startPickerWith("picker-no-lookups", false)
+	phase(t, nl.conn, bodies, 200, time.Second)
+
 	type q struct{ p50, p99, fp50, fp99 time.Duration }
-	var pick, pass []q
+	var pick, pass, nolk []q
 	var picked, passed int
+	names := []string{"picker", "pass-through", "picker without lookups"}
+	conns := []*grpc.ClientConn{p.conn, ptConn, nl.conn}
 	for round := 0; round < *pickerBenchRounds; round++ {
-		order := []bool{true, false}
-		if round%2 == 1 {
-			order = []bool{false, true}
-		}
-		for _, isPicker := range order {
-			c := ptConn
-			if isPicker {
-				c = p.conn
-			}
-			req, full, errs := phase(t, c, bodies, *pickerBenchRate, *pickerBenchFor)
+		for k := 0; k < 3; k++ {
+			which := (round + k) % 3 // each contender first in turn
+			req, full, errs := phase(t, conns[which], bodies, *pickerBenchRate, *pickerBenchFor)
 			if errs > 0 {
 				t.Fatalf("%d failed exchanges", errs)
 			}
 			x := q{quantile(req, .5), quantile(req, .99), quantile(full, .5), quantile(full, .99)}
-			if isPicker {
+			switch which {
+			case 0:
 				pick, picked = append(pick, x), picked+len(req)
-			} else {
+			case 1:
 				pass, passed = append(pass, x), passed+len(req)
+			default:
+				nolk = append(nolk, x)
 			}
 			t.Logf("round %d %s: request phase p50 %v p99 %v; whole exchange p50 %v p99 %v (%d requests)", round,
-				map[bool]string{true: "picker", false: "pass-through"}[isPicker], x.p50, x.p99, x.fp50, x.fp99, len(req))
+				names[which], x.p50, x.p99, x.fp50, x.fp99, len(req))
 		}
 	}
 	med := func(qs []q, get func(q) time.Duration) time.Duration {
@@ -151,6 +155,9 @@ func TestPickerBench(t *testing.T) {
 		med(pick, func(x q) time.Duration { return x.fp50 }), med(pick, func(x q) time.Duration { return x.fp99 }),
 		med(pass, func(x q) time.Duration { return x.fp50 }), med(pass, func(x q) time.Duration { return x.fp99 }),
 		ratios(func(x q) time.Duration { return x.fp50 }), ratios(func(x q) time.Duration { return x.fp99 }))
+	t.Logf("  picker without lookups: request phase p50 %v p99 %v; whole exchange p50 %v p99 %v",
+		med(nolk, func(x q) time.Duration { return x.p50 }), med(nolk, func(x q) time.Duration { return x.p99 }),
+		med(nolk, func(x q) time.Duration { return x.fp50 }), med(nolk, func(x q) time.Duration { return x.fp99 }))
 	t.Logf("  picker metrics: fail_open %v, picks PREFIX_MATCH %v, LOAD %v", metricSum(t, p.metrics, "inference_cache_picker_fail_open_picks_total"),
 		metricSum(t, p.metrics, "inference_cache_picker_picks_total", `reason="PREFIX_MATCH"`), metricSum(t, p.metrics, "inference_cache_picker_picks_total", `reason="LOAD"`))
 
