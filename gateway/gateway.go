@@ -123,7 +123,7 @@ type Gateway struct {
 	picker *client.Picker
 	rr     atomic.Uint64
 
-	share  *client.LoadShare // nil = not sharing
+	share *client.LoadShare // nil = not sharing
 
 	mu       sync.Mutex
 	inflight map[string]int // requests started and not done, per replica
