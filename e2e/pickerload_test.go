@@ -93,6 +93,22 @@ func TestPickerLoad_SharedThroughTheCluster(t *testing.T) {
 		waitOthers(t, 10*time.Second, "gw-b", [4]uint64{1, 500, 2, 1}, n1, n2, n3)
 		// Its own load is left out of gw-a's lookups, on every node.
 		waitOthers(t, 5*time.Second, "gw-a", [4]uint64{0, 0, 0, 0}, n1, n2, n3)
+		// n1 got the reports from the picker and passed each to both
+		// peers; n2 and n3 got them from n1 and passed none on.
+		m := func(p *proc, name string, labels ...string) float64 {
+			return metricSum(t, "http://"+p.http+"/metrics", "inferencecache_"+name, labels...)
+		}
+		if got, fwd := m(n1, "picker_load_reports_received_total", `source="picker"`), m(n1, "picker_load_reports_forwarded_total"); got < 1 || fwd < 2 {
+			t.Errorf("n1: %v reports from pickers, %v passed on; want ≥ 1 and ≥ 2", got, fwd)
+		}
+		for _, p := range []*proc{n2, n3} {
+			if fromNode, fwd := m(p, "picker_load_reports_received_total", `source="node"`), m(p, "picker_load_reports_forwarded_total"); fromNode < 1 || fwd != 0 {
+				t.Errorf("%s: %v reports from nodes, %v passed on; want ≥ 1 and none (a copy is not passed on again)", p.id, fromNode, fwd)
+			}
+			if e := m(p, "picker_load_entries"); e != 1 {
+				t.Errorf("%s: %v picker load entries, want 1 (gw-a on r1)", p.id, e)
+			}
+		}
 	})
 
 	t.Run("SumOverOtherPickersOnly", func(t *testing.T) {
