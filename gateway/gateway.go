@@ -83,6 +83,11 @@ const (
 // ErrNoCandidates is Decide's error for a request with no candidate.
 var ErrNoCandidates = errors.New("gateway: no candidate replica")
 
+// ErrNoRequest is Decision.NoKey of a request decided without a decoded
+// OpenAI request (Request.OpenAI nil: no body, or a body that is not an
+// OpenAI completion): it is picked by load.
+var ErrNoRequest = errors.New("gateway: no OpenAI request: no key")
+
 // Config configures a Gateway. Fields are read once by New.
 type Config struct {
 	// Prompts gives each request's prefill; nil = no key for any request
@@ -194,7 +199,9 @@ func (g *Gateway) BlockSize(model string) int {
 
 // Request is one request to decide.
 type Request struct {
-	// OpenAI is the decoded request (openai.Decode).
+	// OpenAI is the decoded request (openai.Decode); nil = none (a
+	// request without a body, or another API's): no key, picked by load
+	// (Decision.NoKey is ErrNoRequest).
 	OpenAI *openai.Request
 	// Candidates are the replica ids that may serve it (at least one), in
 	// the caller's order. Decide does not keep the slice.
@@ -250,6 +257,10 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 // hint computes the request's key and looks it up within the budget. It
 // fills the prompt fields of d; a nil response means no hint.
 func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*pb.LookupRouteResponse, error) {
+	if req == nil {
+		d.NoKey = ErrNoRequest
+		return nil, nil
+	}
 	if g.cfg.Prompts == nil {
 		d.NoKey = errors.New("gateway: no models directory: no key")
 		return nil, nil
