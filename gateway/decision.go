@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/client"
 )
 
@@ -82,6 +83,29 @@ func cmpLoaded(a, b *client.PickCost) int {
 		return 1
 	}
 	return 0
+}
+
+// ReasonFor is the reason and matched tokens of replica as the request's
+// server: Reason and MatchedTokens for the pick; for a fallback (a retry
+// went there) its own hint's reason code and cached tokens, ReasonLoad
+// and 0 without one, or the strategy's reason for round-robin and
+// least-loaded. A replica not among the candidates gets ReasonLoad, 0.
+func (d *Decision) ReasonFor(replica string) (string, int) {
+	if replica == d.Replica {
+		return d.Reason, d.MatchedTokens
+	}
+	if d.Costs == nil {
+		if slices.Contains(d.candidates, replica) {
+			return d.Reason, 0
+		}
+		return ReasonLoad, 0
+	}
+	for i := range d.Costs {
+		if c := &d.Costs[i]; c.Replica == replica && c.Reason != pb.ReasonCode_NO_HINT {
+			return c.Reason.String(), c.CachedTokens
+		}
+	}
+	return ReasonLoad, 0
 }
 
 // Start records that the request was sent to replica: the pick, or a

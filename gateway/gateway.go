@@ -83,6 +83,11 @@ const (
 // ErrNoCandidates is Decide's error for a request with no candidate.
 var ErrNoCandidates = errors.New("gateway: no candidate replica")
 
+// ErrNoRequest is Decision.NoKey of a request decided without a decoded
+// OpenAI request (Request.OpenAI nil: no body, or a body that is not an
+// OpenAI completion): it is picked by load.
+var ErrNoRequest = errors.New("gateway: no OpenAI request: no key")
+
 // Config configures a Gateway. Fields are read once by New.
 type Config struct {
 	// Prompts gives each request's prefill; nil = no key for any request
@@ -107,6 +112,14 @@ type Config struct {
 	HashScheme, TenantID, AdapterID string
 	// Picker configures the picker; nil = client.DefaultPickerConfig().
 	Picker *client.PickerConfig
+	// ShareLoad configures the report of this gateway's in-flight load
+	// to the cluster (contract §5.11: the picker id, the interval), so
+	// that the other gateways' lookups count it and this one's lookups
+	// leave it out. It is on for StrategyPicker whenever Lookup can take
+	// reports (a *client.Client can); NoShareLoad turns it off. Stop it
+	// with Close.
+	ShareLoad   client.LoadShareConfig
+	NoShareLoad bool
 }
 
 // Gateway decides where requests go. It is safe for concurrent use.
@@ -114,6 +127,8 @@ type Gateway struct {
 	cfg    Config
 	picker *client.Picker
 	rr     atomic.Uint64
+
+	share *client.LoadShare // nil = not sharing
 
 	mu       sync.Mutex
 	inflight map[string]int // requests started and not done, per replica
@@ -142,7 +157,30 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Picker != nil {
 		pc = *cfg.Picker
 	}
-	return &Gateway{cfg: cfg, picker: client.NewPicker(pc), inflight: map[string]int{}}, nil
+	g := &Gateway{cfg: cfg, picker: client.NewPicker(pc), inflight: map[string]int{}}
+	if to, ok := cfg.Lookup.(client.LoadReportSender); ok && !cfg.NoShareLoad && s == StrategyPicker {
+		if g.share, err = client.StartLoadShare(g.picker, to, cfg.ShareLoad); err != nil {
+			return nil, fmt.Errorf("gateway: share load: %w", err)
+		}
+	}
+	return g, nil
+}
+
+// PickerID is the id this gateway's load reports and lookups carry; ""
+// when it does not share its load.
+func (g *Gateway) PickerID() string {
+	if g.share == nil {
+		return ""
+	}
+	return g.share.PickerID()
+}
+
+// Close stops the load reports (a last, empty one tells the cluster
+// at once). Decide still works after it, unshared. Idempotent.
+func (g *Gateway) Close() {
+	if g.share != nil {
+		g.share.Stop()
+	}
 }
 
 // Strategy is the configured strategy.
@@ -161,7 +199,9 @@ func (g *Gateway) BlockSize(model string) int {
 
 // Request is one request to decide.
 type Request struct {
-	// OpenAI is the decoded request (openai.Decode).
+	// OpenAI is the decoded request (openai.Decode); nil = none (a
+	// request without a body, or another API's): no key, picked by load
+	// (Decision.NoKey is ErrNoRequest).
 	OpenAI *openai.Request
 	// Candidates are the replica ids that may serve it (at least one), in
 	// the caller's order. Decide does not keep the slice.
@@ -217,6 +257,10 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 // hint computes the request's key and looks it up within the budget. It
 // fills the prompt fields of d; a nil response means no hint.
 func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*pb.LookupRouteResponse, error) {
+	if req == nil {
+		d.NoKey = ErrNoRequest
+		return nil, nil
+	}
 	if g.cfg.Prompts == nil {
 		d.NoKey = errors.New("gateway: no models directory: no key")
 		return nil, nil
@@ -236,7 +280,8 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*
 	bs := g.BlockSize(req.Model)
 	d.BlockSize = bs
 	lr := &pb.LookupRouteRequest{ModelId: req.Model, TenantId: g.cfg.TenantID, AdapterId: g.cfg.AdapterID,
-		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(len(d.candidates), maxReplicas))}
+		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(len(d.candidates), maxReplicas)),
+		PickerId: g.PickerID()}
 	if err := client.Fingerprint(lr, p.TokenIDs, bs); err != nil {
 		d.NoKey = err
 		return nil, nil

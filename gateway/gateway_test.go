@@ -330,3 +330,42 @@ func TestNew_RefusesBadConfigNamingTheValue(t *testing.T) {
 		t.Fatalf("defaults: %s %v %d", g.Strategy(), g.LookupBudget(), g.BlockSize("x"))
 	}
 }
+
+// A request decided without an OpenAI body has no key, asks nothing and
+// is picked by load among its candidates.
+func TestDecide_NoRequestPicksByLoadWithoutLookup(t *testing.T) {
+	lk := &fakeLookup{resp: prefixMatch("b", 64)}
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(70)}}, Lookup: lk})
+	d, err := g.Decide(context.Background(), Request{Candidates: abc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(d.NoKey, ErrNoRequest) || d.Reason != ReasonLoad || lk.calls() != 0 || d.FailOpen || d.PromptTokens != 0 {
+		t.Fatalf("decision %+v after %d lookups, want LOAD, no key, no lookup", d, lk.calls())
+	}
+	if !slices.Contains(abc, d.Replica) || len(d.Fallbacks) != 2 {
+		t.Fatalf("pick %q fallbacks %v", d.Replica, d.Fallbacks)
+	}
+}
+
+// ReasonFor a fallback is that replica's own hint, LOAD without one.
+func TestDecision_ReasonForAFallbackIsItsOwnHint(t *testing.T) {
+	resp := &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_PREFIX_MATCH, ServedBy: "n1", Replicas: []*pb.ReplicaHint{
+		{ReplicaId: "b", MatchedTokens: 64, MatchedBlocks: 4}, {ReplicaId: "c", MatchedTokens: 32, MatchedBlocks: 2}}}
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(70)}}, Lookup: &fakeLookup{resp: resp}})
+	d, err := g.Decide(context.Background(), Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Replica != "b" {
+		t.Fatalf("pick %q, want b (64 cached tokens)", d.Replica)
+	}
+	for r, want := range map[string]struct {
+		reason  string
+		matched int
+	}{"b": {"PREFIX_MATCH", 64}, "c": {"PREFIX_MATCH", 32}, "a": {ReasonLoad, 0}, "z": {ReasonLoad, 0}} {
+		if reason, matched := d.ReasonFor(r); reason != want.reason || matched != want.matched {
+			t.Errorf("ReasonFor(%q) = %s, %d; want %s, %d", r, reason, matched, want.reason, want.matched)
+		}
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/gateway"
 	"github.com/inference-cache/inference-cache/openai"
 )
@@ -140,7 +139,7 @@ func classify(ctx context.Context, err error) string {
 // relay writes the backend's answer to the client: its status and
 // headers plus the routing headers, then its body as it arrives, each
 // piece of a stream flushed at once. The first generated token of a
-// stream is spotted on the way (firstToken); a non-streamed answer's
+// stream is spotted on the way (openai.FirstTokenSpotter); a non-streamed answer's
 // first token is its arrival.
 func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response, f *gateway.Flight, d *gateway.Decision,
 	replica, retriedFrom string, start time.Time) int {
@@ -152,10 +151,7 @@ func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 			h[k] = vs
 		}
 	}
-	reason, matched := d.Reason, d.MatchedTokens
-	if replica != d.Replica {
-		reason, matched = fallbackReason(d, replica)
-	}
+	reason, matched := d.ReasonFor(replica)
 	h.Set(HeaderReplica, replica)
 	h.Set(HeaderReason, reason)
 	h.Set(HeaderMatchedTokens, strconv.Itoa(matched))
@@ -179,11 +175,11 @@ func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	bp := copies.Get().(*[]byte)
 	defer copies.Put(bp)
 	buf := *bp
-	var spot firstToken
+	var spot openai.FirstTokenSpotter
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			if stream && spot.feed(buf[:n]) {
+			if stream && spot.Feed(buf[:n]) {
 				f.FirstToken()
 				if ok {
 					p.m.TTFT.Observe(time.Since(start).Seconds())
@@ -213,18 +209,4 @@ func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 			return resp.StatusCode
 		}
 	}
-}
-
-// fallbackReason is the reason and matched tokens of a fallback replica:
-// its own hint's, LOAD without one (or the strategy's reason).
-func fallbackReason(d *gateway.Decision, replica string) (string, int) {
-	if d.Costs == nil {
-		return d.Reason, 0
-	}
-	for i := range d.Costs {
-		if c := &d.Costs[i]; c.Replica == replica && c.Reason != pb.ReasonCode_NO_HINT {
-			return c.Reason.String(), c.CachedTokens
-		}
-	}
-	return gateway.ReasonLoad, 0
 }

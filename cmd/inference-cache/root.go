@@ -38,6 +38,7 @@ every node answers LookupRoute from its local copy.`,
 	root.AddCommand(newSimEngineCmd())
 	root.AddCommand(newRenderCmd())
 	root.AddCommand(newProxyCmd())
+	root.AddCommand(newPickerCmd())
 	root.AddCommand(newLoadgenCmd())
 	nameEnvInErrors(root)
 	return root

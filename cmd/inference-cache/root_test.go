@@ -55,13 +55,13 @@ func TestSnapshotSave_RefusesBadDestinationFirst(t *testing.T) {
 }
 
 // Every client command takes --addr, repeatable, and --json (the README
-// says so); subscribe and proxy are daemons with nothing to print. Walked, so a new
+// says so); subscribe, proxy and picker are daemons with nothing to print. Walked, so a new
 // command cannot forget.
 func TestClientCommands_TakeRepeatableAddrAndJSON(t *testing.T) {
 	var walk func(c *cobra.Command)
 	clients := 0
 	walk = func(c *cobra.Command) {
-		if a := c.Flags().Lookup("addr"); a != nil && c.Name() != "subscribe" && c.Name() != "proxy" {
+		if a := c.Flags().Lookup("addr"); a != nil && c.Name() != "subscribe" && c.Name() != "proxy" && c.Name() != "picker" {
 			clients++
 			if typ := a.Value.Type(); typ != "stringSlice" && typ != "stringArray" {
 				t.Errorf("%s: --addr is a %s, not repeatable", c.CommandPath(), typ)

@@ -379,7 +379,9 @@ type ReplicaLoad struct {
 	// The in-flight load the other pickers routed to this replica, summed
 	// over their latest unexpired reports (ReportPickerLoad): requests before
 	// their first token, their uncached prompt tokens, and requests before
-	// done. Zero when no other picker reports.
+	// done. Zero when no other picker reports. A replica named by a hint of
+	// this answer that has other pickers' load but no fresh stats is listed
+	// too, with only these fields set (contract §5.11).
 	OthersPrefillingRequests uint32 `protobuf:"varint,6,opt,name=others_prefilling_requests,json=othersPrefillingRequests,proto3" json:"others_prefilling_requests,omitempty"`
 	OthersPrefillTokens      uint64 `protobuf:"varint,7,opt,name=others_prefill_tokens,json=othersPrefillTokens,proto3" json:"others_prefill_tokens,omitempty"`
 	OthersRunningRequests    uint32 `protobuf:"varint,8,opt,name=others_running_requests,json=othersRunningRequests,proto3" json:"others_running_requests,omitempty"`
@@ -1534,8 +1536,12 @@ func (x *ReportPickerLoadRequest) GetLoads() []*PickerReplicaLoad {
 }
 
 type ReportPickerLoadResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Accepted      uint32                 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"` // replicas recorded
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Accepted uint32                 `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"` // replicas recorded (0 when superseded)
+	// superseded: the node holds an unexpired report of this picker with the
+	// same or a higher sequence (this one was overtaken, or sent twice);
+	// nothing changed and nothing is passed on.
+	Superseded    bool `protobuf:"varint,2,opt,name=superseded,proto3" json:"superseded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1575,6 +1581,13 @@ func (x *ReportPickerLoadResponse) GetAccepted() uint32 {
 		return x.Accepted
 	}
 	return 0
+}
+
+func (x *ReportPickerLoadResponse) GetSuperseded() bool {
+	if x != nil {
+		return x.Superseded
+	}
+	return false
 }
 
 type Strategy struct {
@@ -2982,9 +2995,12 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1f\n" +
 	"\vinterval_ms\x18\x03 \x01(\rR\n" +
 	"intervalMs\x12:\n" +
-	"\x05loads\x18\x04 \x03(\v2$.inferencecache.v1.PickerReplicaLoadR\x05loads\"6\n" +
+	"\x05loads\x18\x04 \x03(\v2$.inferencecache.v1.PickerReplicaLoadR\x05loads\"V\n" +
 	"\x18ReportPickerLoadResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\rR\baccepted\"6\n" +
+	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x1e\n" +
+	"\n" +
+	"superseded\x18\x02 \x01(\bR\n" +
+	"superseded\"6\n" +
 	"\bStrategy\x12*\n" +
 	"\x11enable_tenant_hot\x18\x01 \x01(\bR\x0fenableTenantHot\"\xe3\a\n" +
 	"\vCachePolicy\x12%\n" +

@@ -1,29 +1,33 @@
-package proxy
+package openai
 
 import (
 	"bytes"
 	"encoding/json"
 )
 
-// maxSpotBytes bounds what firstToken holds of an event still being
-// received; an event longer than this counts as the first token.
+// maxSpotBytes bounds what FirstTokenSpotter holds of an event still
+// being received; an event longer than this counts as the first token.
 const maxSpotBytes = 1 << 20
 
-// firstToken spots the first event of an OpenAI stream that carries
-// generated output: a chat chunk whose delta has non-empty content,
-// reasoning or tool calls, or a completion chunk with non-empty text (the
-// first chat chunk, role and "" content, is not one). It reads the bytes
-// the proxy forwards, event by event, only until it finds that event;
-// after it, it looks at nothing.
-type firstToken struct {
+// FirstTokenSpotter spots the first event of an OpenAI stream (SSE, as
+// vLLM's StreamingResponse sends it) that carries generated output: a
+// chat chunk whose delta has non-empty content, reasoning or tool calls,
+// or a completion chunk with non-empty text (the first chat chunk, role
+// and "" content, is not one). It reads the bytes a gateway forwards, in
+// pieces cut anywhere, event by event, only until it finds that event;
+// after it, it looks at nothing and holds nothing. The zero value is
+// ready; not safe for concurrent use. This is the time-to-first-token
+// signal of the proxy and of the endpoint picker (contract §14).
+type FirstTokenSpotter struct {
 	pending []byte
 	scanned int // bytes of pending known to hold no event end
 	found   bool
 }
 
-// feed takes the next bytes of the stream and reports whether they
-// complete the first output event.
-func (s *firstToken) feed(p []byte) bool {
+// Feed takes the next bytes of the stream and reports whether they
+// complete the first output event (true once, on the piece that does).
+// An event over 1 MiB still being received counts as output.
+func (s *FirstTokenSpotter) Feed(p []byte) bool {
 	if s.found {
 		return false
 	}

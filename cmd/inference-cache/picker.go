@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/epp"
+	"github.com/inference-cache/inference-cache/fingerprint"
+	"github.com/inference-cache/inference-cache/gateway"
+	"github.com/inference-cache/inference-cache/prompt"
+)
+
+type pickerOptions struct {
+	listen, healthListen, metricsListen string
+	endpointsFile, modelsDir, strategy  string
+	endpoints, addrs                    []string
+	poolName, poolNamespace, kubeconfig string
+	replicaLabel                        string
+	lookupBudget                        time.Duration
+	blockSize, maxBodyBytes             int
+	hashScheme, tenant                  string
+	requestMode, responseMode           string
+	logFormat, logLevel                 string
+	security                            clientSecurityFlags
+}
+
+// newPickerCmd is `inference-cache picker`: the Endpoint Picker of the
+// Gateway API Inference Extension (package epp over package gateway).
+func newPickerCmd() *cobra.Command {
+	o := &pickerOptions{}
+	cmd := &cobra.Command{
+		Use:   "picker (--endpoint ADDRESS=REPLICA_ID[,MODEL] … | --endpoints FILE | --pool-name NAME) [--addr HOST:PORT …] [--models-dir DIR]",
+		Short: "Run an Endpoint Picker (Envoy ext_proc) that sends each inference request to the endpoint holding its prefix",
+		Long: `Serves the Endpoint Picker Protocol of the Gateway API Inference Extension
+(v1.6.0) to an Envoy-based gateway (Envoy Gateway, kgateway, Istio, GKE):
+
+  --listen          :9002  envoy.service.ext_proc.v3.ExternalProcessor, gRPC health
+                           and server reflection
+  --health-listen   :9003  grpc.health.v1.Health: liveness, readiness,
+                           envoy.service.ext_proc.v3.ExternalProcessor
+  --metrics-listen  :9090  GET /metrics (Prometheus)
+
+For each request (FULL_DUPLEX_STREAMED or BUFFERED body) it computes the token
+ids the engine will prefill (--models-dir: the chat template rendered and
+tokenized exactly as vLLM does), fingerprints them at --block-size, asks the
+cluster (--addr) within --lookup-budget, and answers after the body's end with
+the header x-gateway-destination-endpoint and the dynamic metadata envoy.lb /
+x-gateway-destination-endpoint: ip:port of the pick, then its fallbacks, comma
+separated. The gateway's subset hint (envoy.lb.subset_hint /
+x-gateway-destination-endpoint-subset) restricts the candidates; an empty
+subset or no eligible endpoint gets an ImmediateResponse 503. The cluster
+unreachable or slower than the budget never fails or delays a request beyond
+it: the pick is then by load.
+
+The response phase (the served endpoint, x-gateway-destination-endpoint-served,
+its first token, its end) counts the request's load where it went. Every
+picker replica is ready and serving: run as many as you like, each reading the
+replicated index from any cluster node; there is no leader election.
+
+Endpoints: --endpoint ADDRESS=REPLICA_ID[,MODEL] (repeatable) and/or
+--endpoints FILE (YAML: endpoints: [{address, replica_id, model}]), or on
+Kubernetes --pool-name: the pods the InferencePool selects, watched. The
+replica id of an endpoint must be the replica_id the subscriber reports for
+that engine: on Kubernetes the pod name, or the pod's label --replica-label.
+
+Metrics: inference_extension_scheduler_attempts_total,
+inference_extension_scheduler_e2e_duration_seconds, inference_pool_ready_pods
+(as the reference EPP names them); inference_cache_picker_picks_total{reason},
+_fail_open_picks_total, _no_key_picks_total, _unavailable_total{cause},
+_served_elsewhere_total, _lookup_seconds, _streams_in_flight.`,
+		Example: `  inference-cache picker --models-dir ./models \
+      --addr 127.0.0.1:7401 --addr 127.0.0.1:7402 --addr 127.0.0.1:7403 \
+      --endpoint 127.0.0.1:8001=sim-0 --endpoint 127.0.0.1:8002=sim-1
+  # on Kubernetes (deploy/kubernetes/picker):
+  inference-cache picker --pool-name vllm-qwen3 --pool-namespace default \
+      --addr inference-cache-0.inference-cache:7401 --models-dir /models`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runPicker(ctx, o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", fmt.Sprintf(":%d", epp.DefaultExtProcPort), "HOST:PORT of the ext_proc gRPC server (port 0 = any free port, logged at start)")
+	f.StringVar(&o.healthListen, "health-listen", fmt.Sprintf(":%d", epp.DefaultHealthPort), "HOST:PORT of the gRPC health server; empty = none (health is also served on --listen)")
+	f.StringVar(&o.metricsListen, "metrics-listen", fmt.Sprintf(":%d", epp.DefaultMetricsPort), "HOST:PORT of GET /metrics; empty = none")
+	f.StringArrayVar(&o.endpoints, "endpoint", nil, "a static endpoint ADDRESS=REPLICA_ID[,MODEL], ADDRESS the ip:port the gateway routes to (repeatable)")
+	f.StringVar(&o.endpointsFile, "endpoints", "", "YAML file of static endpoints (address, replica_id, optional model)")
+	f.StringVar(&o.poolName, "pool-name", "", "the InferencePool (inference.networking.k8s.io/v1) whose selected pods are the endpoints, watched")
+	f.StringVar(&o.poolNamespace, "pool-namespace", "", "the InferencePool's namespace (default: the pod's, else \"default\")")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty = in-cluster config")
+	f.StringVar(&o.replicaLabel, "replica-label", epp.DefaultReplicaLabel, "pod label that overrides the replica id (default: the pod name)")
+	f.StringSliceVar(&o.addrs, "addr", nil, "gRPC address of a cluster node HOST:PORT (repeatable); none = no lookups, every pick by load")
+	f.StringVar(&o.modelsDir, "models-dir", "", "directory of <model>/tokenizer.json and chat template; empty = no keys, every pick by load")
+	f.StringVar(&o.strategy, "strategy", string(gateway.StrategyPicker), "picker (prefix hints and the load-aware cost model), round-robin or least-loaded")
+	f.DurationVar(&o.lookupBudget, "lookup-budget", gateway.DefaultLookupBudget, "bound on one lookup; past it the request is picked by load")
+	f.IntVar(&o.blockSize, "block-size", gateway.DefaultBlockSize, "tokens per KV block of the engines (their --block-size, the subscriber's block_size)")
+	f.StringVar(&o.hashScheme, "hash-scheme", gateway.DefaultHashScheme, "the index partition's hash scheme (the subscriber's hash_scheme)")
+	f.StringVar(&o.tenant, "tenant", "", "the index partition's tenant (the subscriber's tenant_id for these engines)")
+	f.IntVar(&o.maxBodyBytes, "max-body-bytes", epp.DefaultMaxBodyBytes, "bound on a request body; a larger one gets a 413")
+	f.StringVar(&o.requestMode, "request-body-mode", "FULL_DUPLEX_STREAMED", "request body mode assumed when the gateway sends no protocol_config: FULL_DUPLEX_STREAMED or BUFFERED")
+	f.StringVar(&o.responseMode, "response-body-mode", "FULL_DUPLEX_STREAMED", "response body mode assumed when the gateway sends no protocol_config: FULL_DUPLEX_STREAMED or BUFFERED")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
+	o.security.register(cmd)
+	markPaths(f, "models-dir", "endpoints", "kubeconfig")
+	return cmd
+}
+
+// check validates the flags, each error naming its flag and the limit.
+func (o *pickerOptions) check() error {
+	for name, v := range map[string]string{"--listen": o.listen, "--health-listen": o.healthListen, "--metrics-listen": o.metricsListen} {
+		if v == "" && name != "--listen" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return fmt.Errorf("%s %q: want HOST:PORT (or :PORT)", name, v)
+		}
+	}
+	if _, err := gateway.ParseStrategy(o.strategy); err != nil {
+		return fmt.Errorf("--strategy: %w", err)
+	}
+	if _, err := epp.ParseBodyMode(o.requestMode); err != nil {
+		return fmt.Errorf("--request-body-mode: %w", err)
+	}
+	if _, err := epp.ParseBodyMode(o.responseMode); err != nil {
+		return fmt.Errorf("--response-body-mode: %w", err)
+	}
+	static := len(o.endpoints) > 0 || o.endpointsFile != ""
+	switch {
+	case !static && o.poolName == "":
+		return errors.New("--endpoint, --endpoints or --pool-name: give the endpoints to pick from")
+	case static && o.poolName != "":
+		return errors.New("--pool-name: not with --endpoint/--endpoints (one source of endpoints)")
+	case o.lookupBudget <= 0:
+		return fmt.Errorf("--lookup-budget %v: must be positive", o.lookupBudget)
+	case o.blockSize < 1 || o.blockSize > fingerprint.MaxBlockSize:
+		return fmt.Errorf("--block-size %d: want 1 to %d", o.blockSize, fingerprint.MaxBlockSize)
+	case o.maxBodyBytes < 1:
+		return fmt.Errorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
+	case o.hashScheme == "":
+		return errors.New("--hash-scheme: must not be empty")
+	}
+	for _, a := range o.addrs {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return fmt.Errorf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:7401", a)
+		}
+	}
+	if o.modelsDir != "" {
+		if fi, err := os.Stat(o.modelsDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--models-dir %q: not a readable directory", o.modelsDir)
+		}
+	}
+	if static {
+		_, err := o.loadEndpoints()
+		return err
+	}
+	return nil
+}
+
+// loadEndpoints reads --endpoint and --endpoints together.
+func (o *pickerOptions) loadEndpoints() ([]epp.Endpoint, error) {
+	var eps []epp.Endpoint
+	for _, s := range o.endpoints {
+		e, err := epp.ParseEndpointFlag(s)
+		if err != nil {
+			return nil, err
+		}
+		eps = append(eps, e)
+	}
+	if o.endpointsFile != "" {
+		fe, err := epp.LoadEndpoints(o.endpointsFile)
+		if err != nil {
+			return nil, fmt.Errorf("--endpoints: %w", err)
+		}
+		eps = append(eps, fe...)
+	}
+	if err := epp.CheckEndpoints(eps); err != nil {
+		return nil, fmt.Errorf("--endpoint/--endpoints: %w", err)
+	}
+	return eps, nil
+}
+
+func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
+	log, err := newLogger(errw, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	strategy, _ := gateway.ParseStrategy(o.strategy)
+	reqMode, _ := epp.ParseBodyMode(o.requestMode)
+	rspMode, _ := epp.ParseBodyMode(o.responseMode)
+
+	gcfg := gateway.Config{Strategy: strategy, LookupBudget: o.lookupBudget, HashScheme: o.hashScheme, TenantID: o.tenant}
+	if o.modelsDir != "" {
+		reg := prompt.New(o.modelsDir, prompt.Options{})
+		preloadPrompts(ctx, reg, log)
+		gcfg.Prompts = reg
+		if o.blockSize != gateway.DefaultBlockSize {
+			gcfg.BlockSizes = blockSizesFor(o.modelsDir, o.blockSize)
+		}
+	} else {
+		log.Warn("no --models-dir: requests have no key; every pick is by load")
+	}
+	if len(o.addrs) > 0 {
+		ccfg := client.Config{Addrs: o.addrs, LookupTimeout: o.lookupBudget, Logger: log}
+		if err := o.security.apply(&ccfg); err != nil {
+			return err
+		}
+		cl, err := client.New(ccfg)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		gcfg.Lookup = cl
+	} else if strategy == gateway.StrategyPicker {
+		log.Warn("no --addr: no prefix hints; every pick is by load")
+	}
+	gw, err := gateway.New(gcfg)
+	if err != nil {
+		return err
+	}
+
+	table := &epp.Table{}
+	poolName := o.poolName
+	if poolName == "" {
+		eps, _ := o.loadEndpoints() // checked
+		if err := table.Set(eps); err != nil {
+			return err
+		}
+		poolName = "static"
+	} else {
+		stopWatch, err := watchPool(ctx, o, table, log)
+		if err != nil {
+			return err
+		}
+		defer stopWatch()
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := epp.New(epp.Options{Gateway: gw, Endpoints: table, Metrics: epp.NewMetrics(reg, poolName, table),
+		MaxBodyBytes: o.maxBodyBytes, RequestBodyMode: reqMode, ResponseBodyMode: rspMode, Logger: log})
+	if err != nil {
+		return err
+	}
+	health := epp.NewHealth(table)
+
+	lis, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", o.listen, err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	health.Register(g)
+	reflection.Register(g)
+	served := make(chan error, 3)
+	go func() { served <- fmt.Errorf("--listen %s: %w", o.listen, g.Serve(lis)) }()
+	defer g.Stop()
+
+	attrs := []any{"ext_proc", lis.Addr().String()}
+	if o.healthListen != "" {
+		hl, err := net.Listen("tcp", o.healthListen)
+		if err != nil {
+			return fmt.Errorf("--health-listen %s: %w", o.healthListen, err)
+		}
+		hg := grpc.NewServer()
+		health.Register(hg)
+		reflection.Register(hg)
+		go func() { served <- fmt.Errorf("--health-listen %s: %w", o.healthListen, hg.Serve(hl)) }()
+		defer hg.Stop()
+		attrs = append(attrs, "health", hl.Addr().String())
+	}
+	if o.metricsListen != "" {
+		ml, err := net.Listen("tcp", o.metricsListen)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen %s: %w", o.metricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { served <- fmt.Errorf("--metrics-listen %s: %w", o.metricsListen, hs.Serve(ml)) }()
+		defer hs.Close()
+		attrs = append(attrs, "metrics", "http://"+ml.Addr().String()+"/metrics")
+	}
+	attrs = append(attrs, "endpoints", table.Len(), "pool", poolName, "cluster", strings.Join(o.addrs, ","), "strategy", strategy,
+		"lookup_budget", o.lookupBudget, "models_dir", o.modelsDir)
+	log.Info("picker serving", attrs...)
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("picker stopping")
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+	}
+	return nil
+}
+
+// watchPool is replaced by the InferencePool watch.
+func watchPool(_ context.Context, o *pickerOptions, _ *epp.Table, _ *slog.Logger) (func(), error) {
+	return nil, fmt.Errorf("--pool-name %q: not available in this build", o.poolName)
+}

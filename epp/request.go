@@ -1,0 +1,278 @@
+package epp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+
+	"github.com/inference-cache/inference-cache/gateway"
+	"github.com/inference-cache/inference-cache/openai"
+)
+
+// exchange is the state of one stream: one request and its response.
+type exchange struct {
+	s                *Server
+	srv              grpc.BidiStreamingServer[extprocv3.ProcessingRequest, extprocv3.ProcessingResponse]
+	reqMode, rspMode BodyMode
+	observe          bool // observability mode: the data plane ignores answers
+
+	kind     openai.Kind // 0: not an OpenAI completion path
+	sub      subset
+	body     *bytes.Buffer
+	answered bool // the pick (or a refusal) was sent
+
+	d       *gateway.Decision
+	addrs   map[string]string // replica id → address, of the candidates
+	flight  *gateway.Flight
+	streams bool // the response is an event stream
+	spot    openai.FirstTokenSpotter
+}
+
+// bodies recycles request body buffers.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody is the largest buffer put back in the pool.
+const maxPooledBody = 1 << 20
+
+// handle serves one message; done = the stream is over for the picker
+// (an ImmediateResponse was sent).
+func (x *exchange) handle(req *extprocv3.ProcessingRequest) (bool, error) {
+	x.observe = req.GetObservabilityMode()
+	switch v := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return x.requestHeaders(req, v.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return x.requestBody(v.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if !x.answered {
+			if done, err := x.pick(false); done || err != nil {
+				return done, err
+			}
+		}
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return false, x.responseHeaders(req, v.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return false, x.responseBody(v.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		x.finish()
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}})
+	}
+	return false, nil
+}
+
+// requestHeaders reads the path and the subset hint, and picks at once
+// when there is no body to wait for.
+func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (bool, error) {
+	path, _, _ := strings.Cut(header(h.GetHeaders(), ":path"), "?")
+	switch path {
+	case "/v1/chat/completions":
+		x.kind = openai.KindChat
+	case "/v1/completions":
+		x.kind = openai.KindCompletion
+	}
+	x.sub = readSubset(req.GetMetadataContext())
+	if h.GetEndOfStream() || (x.reqMode != ModeFullDuplexStreamed && x.reqMode != ModeBuffered) {
+		x.kind = 0 // no body will come: no key
+		return x.pick(false)
+	}
+	if x.reqMode == ModeBuffered {
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}})
+	}
+	return false, nil // FULL_DUPLEX_STREAMED: answered after the body
+}
+
+// requestBody gathers the body and picks at its end of stream.
+func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
+	if x.answered {
+		// Body after the answer (trailers came first, or a data plane
+		// sending more): pass it on as it is.
+		if x.reqMode == ModeFullDuplexStreamed {
+			return false, x.sendAll(bodyChunks(nil, b.GetBody(), b.GetEndOfStream()))
+		}
+		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}})
+	}
+	if x.body == nil {
+		x.body = bodies.Get().(*bytes.Buffer)
+		x.body.Reset()
+	}
+	if x.body.Len()+len(b.GetBody()) > x.s.maxBody {
+		x.s.m.Unavailable.WithLabelValues("body_too_large").Inc()
+		return true, x.refuse(typev3.StatusCode_PayloadTooLarge, "body_too_large",
+			fmt.Sprintf("request body over the endpoint picker's limit of %d bytes", x.s.maxBody))
+	}
+	x.body.Write(b.GetBody())
+	if !b.GetEndOfStream() {
+		return false, nil
+	}
+	return x.pick(true)
+}
+
+// pick decides and answers: the headers' answer with the destination
+// (and, in FULL_DUPLEX_STREAMED mode, the body sent back), or the body's
+// answer in BUFFERED mode, or an ImmediateResponse when no endpoint is
+// eligible. eos says the body ended (not trailers).
+func (x *exchange) pick(eos bool) (bool, error) {
+	x.answered = true
+	var body []byte
+	if x.body != nil {
+		body = x.body.Bytes()
+	}
+	start := time.Now()
+	cands, model, or, refusal := x.candidates(body)
+	if refusal != "" {
+		x.s.m.Unavailable.WithLabelValues(refusal).Inc()
+		x.s.m.Attempts.WithLabelValues(statusFailure, model, "", "", "").Inc()
+		msg := "no endpoint of the pool is eligible for this request"
+		if refusal == causeEmptySubset {
+			msg = "the gateway's endpoint subset (" + SubsetKey + ") names no endpoint of the pool"
+		}
+		return true, x.refuse(typev3.StatusCode_ServiceUnavailable, refusal, msg)
+	}
+	d, err := x.s.gw.Decide(x.srv.Context(), gateway.Request{OpenAI: or, Candidates: cands})
+	if err != nil {
+		return true, err // the stream ended while the prompt was prepared
+	}
+	x.d = d
+	x.flight = d.Start(d.Replica)
+	x.s.record(d, model, x.addrs[d.Replica], time.Since(start))
+
+	dest := x.destination()
+	mutation := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{
+		SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: DestinationKey, RawValue: []byte(dest)}}}}}
+	md := destinationMetadata(dest)
+	if x.reqMode == ModeBuffered && x.body != nil {
+		err = x.send(&extprocv3.ProcessingResponse{DynamicMetadata: md,
+			Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: mutation}}})
+	} else {
+		var arr [4]*extprocv3.ProcessingResponse
+		out := append(arr[:0], &extprocv3.ProcessingResponse{DynamicMetadata: md,
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: mutation}}})
+		if x.body != nil {
+			out = bodyChunks(out, body, eos)
+		}
+		err = x.sendAll(out)
+	}
+	x.releaseBody()
+	return false, err
+}
+
+// Causes of a request the picker answers itself (unavailable_total).
+const (
+	causeEmptySubset = "empty_subset"
+	causeNoEligible  = "no_eligible_endpoint"
+)
+
+// candidates are the replica ids eligible for the request (in the
+// subset, serving its model), the request's model, its decoded body
+// (nil when it has none or it is not an OpenAI completion: no key), or
+// the cause of a 503.
+func (x *exchange) candidates(body []byte) ([]string, string, *openai.Request, string) {
+	var or *openai.Request
+	model := ""
+	if x.kind != 0 && len(body) > 0 {
+		if r, err := openai.Decode(x.kind, body); err == nil {
+			or, model = r, r.Model
+		}
+	}
+	if x.sub.set && len(x.sub.addrs) == 0 && len(x.sub.hosts) == 0 {
+		return nil, model, nil, causeEmptySubset
+	}
+	eps := x.s.eps.List()
+	cands := make([]string, 0, len(eps))
+	x.addrs = make(map[string]string, len(eps))
+	for i := range eps {
+		e := &eps[i]
+		if !x.sub.admits(e.Address) || (e.Model != "" && model != "" && e.Model != model) {
+			continue
+		}
+		cands = append(cands, e.ReplicaID)
+		x.addrs[e.ReplicaID] = e.Address
+	}
+	if len(cands) == 0 {
+		return nil, model, nil, causeNoEligible
+	}
+	return cands, model, or, ""
+}
+
+// destination is the answer's value: the pick's address, then its
+// fallbacks', comma separated.
+func (x *exchange) destination() string {
+	var b strings.Builder
+	b.WriteString(x.addrs[x.d.Replica])
+	for _, f := range x.d.Fallbacks {
+		b.WriteByte(',')
+		b.WriteString(x.addrs[f])
+	}
+	return b.String()
+}
+
+// refuse answers the request itself with status and an OpenAI-style
+// error body.
+func (x *exchange) refuse(code typev3.StatusCode, cause, msg string) error {
+	x.answered = true
+	x.releaseBody()
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "ServiceUnavailableError", "code": int(code)}})
+	if code == typev3.StatusCode_PayloadTooLarge {
+		body, _ = json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "BadRequestError", "code": int(code)}})
+	}
+	return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+		Status: &typev3.HttpStatus{Code: code}, Body: body, Details: "inference_cache_picker_" + cause,
+		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
+	}}})
+}
+
+// releaseBody returns the body buffer to the pool.
+func (x *exchange) releaseBody() {
+	if x.body != nil {
+		if x.body.Cap() <= maxPooledBody {
+			bodies.Put(x.body)
+		}
+		x.body = nil
+	}
+}
+
+// send sends one answer (none in observability mode).
+func (x *exchange) send(r *extprocv3.ProcessingResponse) error {
+	if x.observe {
+		return nil
+	}
+	return x.srv.Send(r)
+}
+
+func (x *exchange) sendAll(rs []*extprocv3.ProcessingResponse) error {
+	for _, r := range rs {
+		if err := x.send(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// record counts one pick.
+func (s *Server) record(d *gateway.Decision, model, addr string, took time.Duration) {
+	port := ""
+	if i := strings.LastIndexByte(addr, ':'); i >= 0 {
+		port = addr[i+1:]
+	}
+	s.m.Attempts.WithLabelValues(statusSuccess, model, d.Replica, "", port).Inc()
+	s.m.PickLatency.Observe(took.Seconds())
+	s.m.Picks.WithLabelValues(d.Reason).Inc()
+	if d.FailOpen {
+		s.m.FailOpen.Inc()
+	}
+	if d.NoKey != nil {
+		s.m.NoKey.Inc()
+	}
+	if d.Lookup > 0 {
+		s.m.Lookup.Observe(d.Lookup.Seconds())
+	}
+}
