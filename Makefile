@@ -160,13 +160,15 @@ vulncheck:
 .PHONY: evaluate
 EVAL_DIR      ?= $(CURDIR)/.eval
 EVAL_TRACES   ?= conversation synthetic generator
-## evaluate: the EVALUATION.md matrix: every strategy on each trace at two prefill speeds with 1 and 4 gateways (embedded cluster each run; ~20 min on 2 cores); JSON and tables in $(EVAL_DIR)
+EVAL_GATEWAYS ?= 1 4 8
+EVAL_STRATEGIES ?= round-robin,least-loaded,lookuproute-sdk,lookuproute-sdk-local,dynamo,dynamo-sync,llm-d,sglang,oracle
+## evaluate: the EVALUATION.md matrix: the picker, its ablation, the peers and the oracle on each trace at two prefill speeds with 1, 4 and 8 gateways (embedded cluster each run; ~25 min on 2 cores); JSON and tables in $(EVAL_DIR)
 evaluate: build
 	@mkdir -p $(EVAL_DIR)
-	@set -e; for tr in $(EVAL_TRACES); do for tps in 10000 7000; do for gw in 1 4; do \
+	@set -e; for tr in $(EVAL_TRACES); do for tps in 10000 7000; do for gw in $(EVAL_GATEWAYS); do \
 	  if [ $$tr = generator ]; then src=""; else src="--trace testdata/mooncake/$${tr}_trace.jsonl.gz"; fi; \
 	  echo "== $$tr prefill $$tps gateways $$gw"; \
-	  $(BIN)/inference-cache bench --json --no-progress $$src --prefill-tps $$tps --gateways $$gw \
+	  $(BIN)/inference-cache bench --json --no-progress $$src --prefill-tps $$tps --gateways $$gw --strategies $(EVAL_STRATEGIES) \
 	    --plot $(EVAL_DIR)/$$tr-$$tps-$$gw.png > $(EVAL_DIR)/$$tr-$$tps-$$gw.json; done; done; done
 	$(GO) run ./internal/evaltable $(EVAL_DIR)/*.json > $(EVAL_DIR)/tables.md
 	@echo "tables: $(EVAL_DIR)/tables.md"

@@ -21,8 +21,10 @@ type Class int
 const (
 	// ClassOpen: no token, ever (health, reflection).
 	ClassOpen Class = iota
-	// ClassLookup: LookupRoute and GetCachePolicy; open unless a lookup
-	// token is configured.
+	// ClassLookup: LookupRoute, GetCachePolicy and ReportPickerLoad (the
+	// pickers that look up report their load; it is soft state that
+	// expires in two report intervals); open unless a lookup token is
+	// configured.
 	ClassLookup
 	// ClassWrite: Ingest, IngestStream, ReportReplicaStats,
 	// SetCachePolicy.
@@ -31,7 +33,7 @@ const (
 	// snapshots, digest, backup, restore).
 	ClassAdmin
 	// ClassPeer: raftnode's internal forwarding service (a follower's
-	// writes and restores sent to the leader). It needs the admin token
+	// writes and restores sent to the leader, picker load passed on). It needs the admin token
 	// when one is configured, else the write token, else nothing; nodes
 	// send that token themselves (Auth.PeerToken).
 	ClassPeer
@@ -60,12 +62,14 @@ func (c Class) String() string {
 var methodClasses = map[string]Class{
 	pb.InferenceCache_LookupRoute_FullMethodName:        ClassLookup,
 	pb.InferenceCache_GetCachePolicy_FullMethodName:     ClassLookup,
+	pb.InferenceCache_ReportPickerLoad_FullMethodName:   ClassLookup,
 	pb.InferenceCache_Ingest_FullMethodName:             ClassWrite,
 	pb.InferenceCache_IngestStream_FullMethodName:       ClassWrite,
 	pb.InferenceCache_ReportReplicaStats_FullMethodName: ClassWrite,
 	pb.InferenceCache_SetCachePolicy_FullMethodName:     ClassWrite,
 	forwardpb.Forward_Apply_FullMethodName:              ClassPeer,
 	forwardpb.Forward_Restore_FullMethodName:            ClassPeer,
+	forwardpb.Forward_ShareLoad_FullMethodName:          ClassPeer,
 }
 
 // MethodClass returns the class of a full gRPC method name

@@ -74,7 +74,7 @@ func everyRPC() []rpc {
 
 func TestMethodClass_EveryRegisteredRPCHasTheDocumentedClass(t *testing.T) {
 	want := map[string]Class{
-		"LookupRoute": ClassLookup, "GetCachePolicy": ClassLookup,
+		"LookupRoute": ClassLookup, "GetCachePolicy": ClassLookup, "ReportPickerLoad": ClassLookup,
 		"Ingest": ClassWrite, "IngestStream": ClassWrite, "ReportReplicaStats": ClassWrite, "SetCachePolicy": ClassWrite,
 		"Status": ClassAdmin, "AddServer": ClassAdmin, "RemoveServer": ClassAdmin, "TransferLeadership": ClassAdmin,
 		"Snapshot": ClassAdmin, "Digest": ClassAdmin, "Backup": ClassAdmin, "Restore": ClassAdmin,
@@ -83,7 +83,8 @@ func TestMethodClass_EveryRegisteredRPCHasTheDocumentedClass(t *testing.T) {
 	for _, r := range everyRPC() {
 		name := r.method[len(r.method)-len(lastSeg(r.method)):]
 		w, ok := want[name]
-		if r.method == forwardpb.Forward_Apply_FullMethodName || r.method == forwardpb.Forward_Restore_FullMethodName {
+		if r.method == forwardpb.Forward_Apply_FullMethodName || r.method == forwardpb.Forward_Restore_FullMethodName ||
+			r.method == forwardpb.Forward_ShareLoad_FullMethodName {
 			w, ok = ClassPeer, true
 		}
 		if !ok {

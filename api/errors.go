@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
@@ -25,7 +26,10 @@ import (
 //	context.DeadlineExceeded         → DEADLINE_EXCEEDED
 //	context.Canceled                 → CANCELED
 //	*RequestError, *policy.FieldError,
-//	raftnode.ErrInvalid, ErrRejected → INVALID_ARGUMENT
+//	raftnode.ErrInvalid, ErrRejected,
+//	pickerload.ErrInvalid            → INVALID_ARGUMENT
+//	pickerload.ErrFull               → RESOURCE_EXHAUSTED (the node
+//	                                   holds its limit of picker load)
 //	anything else                    → INTERNAL
 //
 // The message is err's text. nil stays nil.
@@ -53,6 +57,8 @@ func codeOf(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
+	case errors.Is(err, pickerload.ErrFull):
+		return codes.ResourceExhausted
 	case refusedWhole(err):
 		return codes.InvalidArgument
 	}
@@ -66,7 +72,8 @@ func refusedWhole(err error) bool {
 	var re *RequestError
 	var fe *policy.FieldError
 	return errors.As(err, &re) || errors.As(err, &fe) ||
-		errors.Is(err, raftnode.ErrInvalid) || errors.Is(err, raftnode.ErrRejected)
+		errors.Is(err, raftnode.ErrInvalid) || errors.Is(err, raftnode.ErrRejected) ||
+		errors.Is(err, pickerload.ErrInvalid)
 }
 
 // refusal is how IngestStream tells a request refused whole from a

@@ -285,6 +285,9 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 			resp.Loads[i] = &slab[i]
 		}
 	}
+	if r.IncludeLoad {
+		s.fillOthers(req, resp)
+	}
 	if len(res.CreditHashes) > 0 {
 		// The index decided (contract §5: a delivered PREFIX_MATCH under LFU)
 		// with the policy it ranked with; the cached copy here may be

@@ -51,6 +51,10 @@ func TestLookupRoute_PromptTextMatchesEquivalentTokenIDs(t *testing.T) {
 	}
 	p := policy.Default()
 	p.BlockSize = map[string]uint32{"qwen3": 16}
+	// The budget is the default's 10 ms; under -race on a loaded machine
+	// tokenizing can take longer, and this test is about equal answers,
+	// not the budget (TestLookupRoute_PromptTextTokenizingStopsAtTheBudget).
+	p.LookupTimeout = 10 * time.Second
 	ix := index.New(p)
 	hashes, _ := fingerprint.AppendBlockHashes(nil, ids, 16)
 	counts := make([]uint32, len(hashes))

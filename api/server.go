@@ -157,7 +157,8 @@ func baseOptions() []grpc.ServerOption {
 // long-lived gateway connections, and cfg.Auth's token interceptors.
 func NewServer(cfg ServerConfig) *Server {
 	gs := grpc.NewServer(serverOptions(cfg)...)
-	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now, ClockTrusted: cfg.ClockTrusted})
+	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now, ClockTrusted: cfg.ClockTrusted,
+		PickerLoad: cfg.Node})
 	pb.RegisterInferenceCacheServer(gs, svc)
 	pb.RegisterClusterServer(gs, NewClusterService(cfg.Node, cfg.GRPCAddr, cfg.TmpDir, cfg.Metrics))
 	cfg.Node.RegisterGRPC(gs)

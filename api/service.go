@@ -84,6 +84,10 @@ type Config struct {
 	Now func() time.Time
 	// Admission bounds write work in flight (zero = the defaults).
 	Admission AdmissionLimits
+	// PickerLoad holds the pickers' load reports (contract §5.11); nil =
+	// ReportPickerLoad answers UNIMPLEMENTED and lookups carry no
+	// others_* load.
+	PickerLoad PickerLoad
 	// ClockTrusted reports whether Now may stamp writes (raftnode
 	// Node.ClockTrusted: checked against the cluster's clocks, or not
 	// ahead of the newest observation); while it is false writes are
@@ -110,6 +114,7 @@ type Service struct {
 	// clockTrusted: Config.ClockTrusted, or nil.
 	clockTrusted func() bool
 	admit        *admission
+	pload        PickerLoad
 
 	pol   atomic.Pointer[policy.Policy]
 	polAt atomic.Int64 // unix ns of the cached policy
@@ -117,7 +122,8 @@ type Service struct {
 
 // NewService returns the InferenceCache service for cfg.Backend.
 func NewService(cfg Config) *Service {
-	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now, clockTrusted: cfg.ClockTrusted, admit: newAdmission(cfg.Admission)}
+	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now, clockTrusted: cfg.ClockTrusted, admit: newAdmission(cfg.Admission),
+		pload: cfg.PickerLoad}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

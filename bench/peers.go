@@ -69,6 +69,23 @@ type release struct {
 // the requests it routed there and that have not yet produced their first
 // token; active_decode_blocks the blocks (ceil(ISL / block_size)) of those
 // not yet finished.
+//
+// dynamo-sync is the same router with --router-replica-sync (off by
+// default): one state for all its gateway instances. Dynamo's router
+// replicas publish every routing event of their slot manager (AddRequest
+// with the worker, the request's blocks and its overlap; then
+// MarkPrefillCompleted at the first token; Free at the end) to the other
+// replicas over NATS, which apply them to their own active-sequence
+// tracking, so each replica's active_prefill_tokens and
+// active_decode_blocks count every replica's requests. The bench applies
+// them at once (no NATS delay), the strongest form of the option; the
+// cached blocks come from the same indexer as before. Sources:
+// ai-dynamo/dynamo docs/design_docs/router_design.md ("Inter-Router
+// Communication", "Local Active Block Management with Replica Sync") at
+// commit 4976d26229810a2220b829bb3e43a22244683586, and
+// lib/llm/src/kv_router.rs (KvRouterConfig.router_replica_sync, default
+// false, passed to KvScheduler::start; add_request, mark_prefill_completed,
+// free).
 type dynamo struct {
 	view    *IndexerView
 	rng     *rand.Rand

@@ -346,3 +346,51 @@ func TestGateways_EachDynamoInstanceTracksItsOwnLoad(t *testing.T) {
 		t.Fatalf("gateway 0 cost of engine %d = %v, want %v", e0, gw0.cost[e0], want)
 	}
 }
+
+// dynamo-sync's gateway instances share one view of the routed load
+// (Dynamo's replica sync applied at once); dynamo's each see their own.
+// Two engines of 1,024 tokens/s, two gateways (even requests on the
+// first, odd on the second), every request one output token:
+//
+//	t=0   r0 (gw0) blocks 1..4, ISL 2048; r1 (gw1) blocks 10..13, ISL 2048
+//	t=10s r2 (gw0) blocks 1..4,20, ISL 2560; r3 (gw1) blocks 1..4,21, ISL 2560
+//
+// dynamo-sync: r0 ties (cost 4 each) and goes to some engine a; r1 sees
+// r0's load there ((2048 + 2048)/512 + 4 = 12 against 4) and goes to the
+// other, b. At 10 s both are done and their blocks visible: r2 costs
+// (2560 − 2048)/512 = 1 on a, 5 on b → a; r3 sees r2 on a ((512 + 512)/512
+// + 5 decode blocks = 7 against 5) → b, cold. Cached tokens 2048 (r2's),
+// two requests per engine; TTFTs 2, 2, 0.5 and 2.5 s.
+// dynamo: gw1 knows nothing of gw0's requests, so wherever r0 and r1 went,
+// r2 and r3 both go to the engine holding blocks 1..4 (cost 1 against 5
+// in each gateway's own view): cached tokens 2 × 2048 = 4096.
+func TestDynamoSync_SharesRoutedLoadAcrossGateways(t *testing.T) {
+	tr := &Trace{Name: "sync", Requests: []Request{
+		{Timestamp: 0, InputLength: 2048, OutputLength: 1, HashIDs: ids(1, 4)},
+		{Timestamp: 0, InputLength: 2048, OutputLength: 1, HashIDs: ids(10, 4)},
+		{Timestamp: 10000, InputLength: 2560, OutputLength: 1, HashIDs: append(ids(1, 4), 20)},
+		{Timestamp: 10000, InputLength: 2560, OutputLength: 1, HashIDs: append(ids(1, 4), 21)},
+	}}
+	for seed := uint64(1); seed <= 4; seed++ {
+		rep, err := Run(context.Background(), Config{Trace: tr, Gateways: 2, Seed: seed,
+			Strategies: []string{StrategyDynamoSync, StrategyDynamo},
+			Fleet:      FleetConfig{Engines: 2, CacheBlocks: 64, PrefillTPS: 1024, DecodeTPS: 40}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sync, own := rep.Strategies[0], rep.Strategies[1]
+		if sync.CachedTokens != 2048 || sync.PerEngine[0] != 2 || sync.PerEngine[1] != 2 {
+			t.Errorf("seed %d: dynamo-sync cached %d tokens, per engine %v; want 2048 and [2 2]", seed, sync.CachedTokens, sync.PerEngine)
+		}
+		if !closeTo(sync.TTFTModelP50Ms, 2000) || !closeTo(sync.TTFTModelP99Ms, 2500) || !closeTo(sync.TTFTModelMeanMs, 1750) {
+			t.Errorf("seed %d: dynamo-sync TTFT p50 %v, p99 %v, mean %v ms; want 2000, 2500, 1750", seed,
+				sync.TTFTModelP50Ms, sync.TTFTModelP99Ms, sync.TTFTModelMeanMs)
+		}
+		if own.CachedTokens != 4096 {
+			t.Errorf("seed %d: dynamo cached %d tokens, want 4096", seed, own.CachedTokens)
+		}
+		if !sync.GatewaysShared || own.GatewaysShared {
+			t.Errorf("seed %d: gateways shared: dynamo-sync %v, dynamo %v; want true, false", seed, sync.GatewaysShared, own.GatewaysShared)
+		}
+	}
+}

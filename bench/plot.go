@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,7 +13,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/inference-cache/inference-cache/internal/figure"
 )
 
 // TTFTFloorMs is the lowest modelled TTFT the plots draw: a log axis
@@ -113,52 +113,21 @@ func hitRatePanel(r *Report, names []string) (*plot.Plot, error) {
 }
 
 // ttftBarsPanel draws p50, mean and p99 side by side per strategy on a
-// log axis. Bars rise from the floor: each is stacked on an undrawn bar of
-// the floor's height, since a bar from 0 has no place on a log axis.
+// log axis, each bar rising from the floor.
 func ttftBarsPanel(r *Report, names []string) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Modelled TTFT per strategy (queue wait + uncached tokens / prefill speed), log scale"
 	p.Y.Label.Text = fmt.Sprintf("ms (< %g drawn at %g)", TTFTFloorMs, TTFTFloorMs)
-	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	n := len(r.Strategies)
-	floor := make(plotter.Values, n)
-	for i := range floor {
-		floor[i] = TTFTFloorMs
+	bars := []figure.Bar{{Label: "p50"}, {Label: "mean"}, {Label: "p99"}}
+	for i := range r.Strategies {
+		s := &r.Strategies[i]
+		bars[0].Values = append(bars[0].Values, s.TTFTModelP50Ms)
+		bars[1].Values = append(bars[1].Values, s.TTFTModelMeanMs)
+		bars[2].Values = append(bars[2].Values, s.TTFTModelP99Ms)
 	}
-	base, err := plotter.NewBarChart(floor, vg.Points(1))
+	top, err := figure.LogBars(p, len(r.Strategies), bars, TTFTFloorMs, vg.Points(9), 1)
 	if err != nil {
 		return nil, err
-	}
-	w := vg.Points(9)
-	top := TTFTFloorMs
-	for k, stat := range []struct {
-		label string
-		v     func(*Result) float64
-	}{
-		{"p50", func(s *Result) float64 { return s.TTFTModelP50Ms }},
-		{"mean", func(s *Result) float64 { return s.TTFTModelMeanMs }},
-		{"p99", func(s *Result) float64 { return s.TTFTModelP99Ms }},
-	} {
-		h := make(plotter.Values, n)
-		for i := range r.Strategies {
-			v := stat.v(&r.Strategies[i])
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				v = 0
-			}
-			h[i] = max(v, TTFTFloorMs) - TTFTFloorMs
-			top = max(top, max(v, TTFTFloorMs))
-		}
-		b, err := plotter.NewBarChart(h, w)
-		if err != nil {
-			return nil, err
-		}
-		b.StackOn(base)
-		b.Offset = vg.Length(k-1) * w
-		b.Color = plotutil.Color(k + 1)
-		b.LineStyle.Width = 0
-		p.Add(b)
-		p.Legend.Add(stat.label, b)
 	}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top, p.Legend.Left = true, true
@@ -186,19 +155,12 @@ func ttftCDFPanel(r *Report) (*plot.Plot, error) {
 	for k := range r.Strategies {
 		s := &r.Strategies[k]
 		v := s.TTFTMs
-		if len(v) == 0 {
-			continue
-		}
 		if !slices.IsSorted(v) {
 			v = slices.Sorted(slices.Values(v))
 		}
-		step := max(1, len(v)/cdfPoints)
-		pts := make(plotter.XYs, 0, len(v)/step+2)
-		for i := 0; i < len(v); i += step {
-			pts = append(pts, plotter.XY{X: ttftAtFloor(v[i]), Y: float64(i+1) / float64(len(v))})
-		}
-		if last := len(v) - 1; last%step != 0 {
-			pts = append(pts, plotter.XY{X: ttftAtFloor(v[last]), Y: 1})
+		pts := figure.CDF(v, TTFTFloorMs, cdfPoints)
+		if len(pts) == 0 {
+			continue
 		}
 		top = max(top, pts[len(pts)-1].X)
 		l, err := plotter.NewLine(pts)
@@ -220,13 +182,6 @@ func ttftCDFPanel(r *Report) (*plot.Plot, error) {
 	p.X.Min, p.X.Max = TTFTFloorMs, max(top*1.5, 10*TTFTFloorMs)
 	p.Y.Min, p.Y.Max = 0, 1
 	return p, nil
-}
-
-func ttftAtFloor(ms float64) float64 {
-	if math.IsNaN(ms) {
-		return TTFTFloorMs
-	}
-	return max(ms, TTFTFloorMs)
 }
 
 // PlotSweep writes a PNG of the token hit rate against the cache size
@@ -273,30 +228,8 @@ func PlotSweep(path string, reps []*Report) error {
 
 // savePanels draws the plots stacked vertically into one PNG.
 func savePanels(path string, ps []*plot.Plot) error {
-	width, height := 10*vg.Inch, vg.Length(len(ps))*4*vg.Inch
-	img := vgimg.New(width, height)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(ps), Cols: 1, PadX: vg.Millimeter, PadY: 3 * vg.Millimeter,
-		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 2 * vg.Millimeter}
-	grid := make([][]*plot.Plot, len(ps))
-	for i, p := range ps {
-		grid[i] = []*plot.Plot{p}
+	if err := figure.SavePNG(path, 4*vg.Inch, ps); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
-	canvases := plot.Align(grid, tiles, dc)
-	for i, p := range ps {
-		p.Draw(canvases[i][0])
-	}
-	return writePNG(path, img)
-}
-
-func writePNG(path string, img *vgimg.Canvas) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("bench: plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("bench: plot %s: %w", path, err)
-	}
-	return f.Close()
+	return nil
 }

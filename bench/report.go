@@ -34,10 +34,12 @@ type JSONStrategy struct {
 	// The fields are contract §12.7's, named by their JSON keys; see Result for
 	// their meaning.
 	Name                string           `json:"name"`
+	GatewaysShared      bool             `json:"gateways_shared"`
 	TokenHitRate        float64          `json:"token_hit_rate"`
 	FractionOfIdeal     float64          `json:"fraction_of_ideal"`
 	MaxOverMeanRequests float64          `json:"max_over_mean_requests"`
 	TTFTModelP50Ms      float64          `json:"ttft_model_p50_ms"`
+	TTFTModelP90Ms      float64          `json:"ttft_model_p90_ms"`
 	TTFTModelP99Ms      float64          `json:"ttft_model_p99_ms"`
 	TTFTModelMeanMs     float64          `json:"ttft_model_mean_ms"`
 	LookupP50Us         float64          `json:"lookup_p50_us"`
@@ -55,9 +57,9 @@ func (r *Report) JSON() JSONReport {
 		if rc == nil {
 			rc = map[string]int64{}
 		}
-		out.Strategies = append(out.Strategies, JSONStrategy{Name: s.Name, TokenHitRate: s.TokenHitRate,
+		out.Strategies = append(out.Strategies, JSONStrategy{Name: s.Name, GatewaysShared: s.GatewaysShared, TokenHitRate: s.TokenHitRate,
 			FractionOfIdeal: s.FractionOfIdeal, MaxOverMeanRequests: s.MaxOverMeanRequests,
-			TTFTModelP50Ms: s.TTFTModelP50Ms, TTFTModelP99Ms: s.TTFTModelP99Ms, TTFTModelMeanMs: s.TTFTModelMeanMs,
+			TTFTModelP50Ms: s.TTFTModelP50Ms, TTFTModelP90Ms: s.TTFTModelP90Ms, TTFTModelP99Ms: s.TTFTModelP99Ms, TTFTModelMeanMs: s.TTFTModelMeanMs,
 			LookupP50Us: s.LookupP50Us, LookupP99Us: s.LookupP99Us, ReasonCodes: rc})
 	}
 	return out

@@ -57,6 +57,13 @@ type Config struct {
 	// Gateways is the number of gateway instances the requests are split
 	// over, round robin (default 1); each keeps its own router state.
 	Gateways int
+	// ReportInterval is how often, in virtual time, each gateway's picker
+	// reports its in-flight load for the others (lookuproute-sdk with
+	// several gateways; default DefaultReportInterval).
+	ReportInterval time.Duration
+	// Picker configures lookuproute-sdk's picker (and picker-indexer's);
+	// nil = client.DefaultPickerConfig(). Its Seed is set per gateway.
+	Picker *client.PickerConfig
 	// Seed drives the random strategy and the engines' hash seeds.
 	Seed uint64
 	// ScrapeInterval is how often, in virtual time, the engines' /metrics
@@ -86,6 +93,9 @@ const (
 	// DefaultEventDelay is the default virtual delay from a KV event's
 	// publication to its visibility to lookups.
 	DefaultEventDelay = 50 * time.Millisecond
+	// DefaultReportInterval is the default virtual interval of the
+	// pickers' in-flight load reports, the SDK reporter's default.
+	DefaultReportInterval = 50 * time.Millisecond
 	// DefaultSubscriberScrape is the default wall-time scrape interval of
 	// the cluster's subscriber in a bench run: short, because the bench
 	// compresses virtual time many times over.
@@ -96,6 +106,9 @@ const (
 type Result struct {
 	// Name is the strategy.
 	Name string
+	// GatewaysShared reports whether the strategy's gateway instances
+	// shared their in-flight load (SharesLoad, with several gateways).
+	GatewaysShared bool
 	// PromptTokens and CachedTokens sum the trace's prompts and the
 	// prefixes found cached on the chosen engines.
 	PromptTokens, CachedTokens int64
@@ -107,9 +120,9 @@ type Result struct {
 	PerEngine []int64
 	// MaxOverMeanRequests = max(PerEngine) / mean(PerEngine).
 	MaxOverMeanRequests float64
-	// TTFTModelP50Ms and TTFTModelP99Ms are percentiles of the modelled
-	// TTFT, TTFTModelMeanMs its mean.
-	TTFTModelP50Ms, TTFTModelP99Ms, TTFTModelMeanMs float64
+	// TTFTModelP50Ms, TTFTModelP90Ms and TTFTModelP99Ms are percentiles
+	// of the modelled TTFT, TTFTModelMeanMs its mean.
+	TTFTModelP50Ms, TTFTModelP90Ms, TTFTModelP99Ms, TTFTModelMeanMs float64
 	// TTFTMs is every request's modelled TTFT, sorted (for plots).
 	TTFTMs []float64
 	// LookupP50Us and LookupP99Us are LookupRoute latency percentiles as
@@ -204,6 +217,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Gateways < 1 || cfg.Gateways > 1024 {
 		return nil, fmt.Errorf("bench: %d gateways: want 1 to 1024", cfg.Gateways)
+	}
+	if cfg.ReportInterval < 0 {
+		return nil, fmt.Errorf("bench: report interval %v: must not be negative", cfg.ReportInterval)
+	}
+	if cfg.ReportInterval == 0 {
+		cfg.ReportInterval = DefaultReportInterval
 	}
 	if cfg.ScrapeInterval <= 0 {
 		cfg.ScrapeInterval = DefaultScrapeInterval
@@ -330,7 +349,11 @@ func (cfg *Config) visible(t float64) func(at float64) bool {
 func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Client, ideal float64) (*Result, error) {
 	f := NewFleet(cfg.Fleet, BenchModel, "bench-")
 	res := &Result{Name: name, ReasonCodes: map[string]int64{}}
-	env := &routerEnv{f: f, view: NewIndexerView(len(f.Engines)), cl: cl, stats: newLookupStats(), seed: cfg.Seed}
+	env := &routerEnv{f: f, view: NewIndexerView(len(f.Engines)), cl: cl, stats: newLookupStats(), seed: cfg.Seed,
+		picker: client.DefaultPickerConfig()}
+	if cfg.Picker != nil {
+		env.picker = *cfg.Picker
+	}
 	var obs *observation
 	if UsesCluster(name) {
 		desc, err := strategyPolicy(ctx, cl, cfg, name, f.Model)
@@ -346,6 +369,10 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 	n := 1
 	if PerGateway(name) {
 		n = cfg.Gateways
+	}
+	res.GatewaysShared = SharesLoad(name) && cfg.Gateways > 1
+	if res.GatewaysShared && PerGateway(name) {
+		env.shared = newSharedLoad(cfg.ReportInterval)
 	}
 	g := &gateways{}
 	for k := 0; k < n; k++ {
@@ -367,7 +394,7 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 	// the hints carry; the subscriber then scrapes at every tick of
 	// virtual time, as llm-d's refresh does, instead of at its wall-time
 	// interval (which the replay's compression would make seconds stale).
-	syncStats := obs != nil && name == StrategyLookupRouteSDK && n > 1
+	syncStats := obs != nil && (name == StrategyLookupRouteSDK || name == StrategyLookupRouteSDKLocal) && n > 1
 	var changed []string // engines whose metrics changed at this request's tick
 	lastScrape := math.Inf(-1)
 	start := time.Now()
@@ -461,7 +488,7 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 	if sum > 0 {
 		res.MaxOverMeanRequests = float64(maxReq) / (float64(sum) / float64(len(f.Engines)))
 	}
-	res.TTFTModelP50Ms, res.TTFTModelP99Ms = Percentile(ttft, 0.50), Percentile(ttft, 0.99)
+	res.TTFTModelP50Ms, res.TTFTModelP90Ms, res.TTFTModelP99Ms = Percentile(ttft, 0.50), Percentile(ttft, 0.90), Percentile(ttft, 0.99)
 	res.TTFTModelMeanMs = sumTTFT / float64(len(ttft))
 	res.TTFTMs = ttft
 	if UsesCluster(name) {

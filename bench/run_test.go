@@ -47,8 +47,8 @@ func TestReport_JSONShapeIsContract12(t *testing.T) {
 	if len(ss) != 2 {
 		t.Fatalf("%d strategies", len(ss))
 	}
-	want := []string{"fraction_of_ideal", "lookup_p50_us", "lookup_p99_us", "max_over_mean_requests", "name", "reason_codes",
-		"token_hit_rate", "ttft_model_mean_ms", "ttft_model_p50_ms", "ttft_model_p99_ms"}
+	want := []string{"fraction_of_ideal", "gateways_shared", "lookup_p50_us", "lookup_p99_us", "max_over_mean_requests", "name",
+		"reason_codes", "token_hit_rate", "ttft_model_mean_ms", "ttft_model_p50_ms", "ttft_model_p90_ms", "ttft_model_p99_ms"}
 	for _, s := range ss {
 		m := s.(map[string]any)
 		if got := keys(m); !slices.Equal(got, want) {

@@ -21,30 +21,48 @@ const (
 	StrategyLookupRouteV1  = "lookuproute-v1"
 	StrategyLookupRouteV2  = "lookuproute-v2"
 	StrategyLookupRouteSDK = "lookuproute-sdk"
-	StrategyDynamo         = "dynamo"
-	StrategyLLMD           = "llm-d"
-	StrategySGLang         = "sglang"
-	StrategyLongestMatch   = "longest-match"
-	StrategyOracle         = "oracle"
+	// StrategyLookupRouteSDKLocal is lookuproute-sdk without the shared
+	// in-flight load: each gateway's picker knows only what it sent (the
+	// ablation of the shared load).
+	StrategyLookupRouteSDKLocal = "lookuproute-sdk-local"
+	StrategyDynamo              = "dynamo"
+	// StrategyDynamoSync is Dynamo's KV router with --router-replica-sync:
+	// every router instance applies every instance's routed load at once.
+	StrategyDynamoSync   = "dynamo-sync"
+	StrategyLLMD         = "llm-d"
+	StrategySGLang       = "sglang"
+	StrategyLongestMatch = "longest-match"
+	StrategyOracle       = "oracle"
 )
 
 // AllStrategies lists every strategy in report order.
 var AllStrategies = []string{StrategyRoundRobin, StrategyRandom, StrategyLeastLoaded, StrategyConsistentHash,
-	StrategyLookupRouteV1, StrategyLookupRouteV2, StrategyLookupRouteSDK, StrategyDynamo, StrategyLLMD,
-	StrategySGLang, StrategyLongestMatch, StrategyOracle}
+	StrategyLookupRouteV1, StrategyLookupRouteV2, StrategyLookupRouteSDK, StrategyLookupRouteSDKLocal, StrategyDynamo,
+	StrategyDynamoSync, StrategyLLMD, StrategySGLang, StrategyLongestMatch, StrategyOracle}
 
 // UsesCluster reports whether the strategy asks the cluster for hints.
 func UsesCluster(name string) bool {
-	return name == StrategyLookupRouteV1 || name == StrategyLookupRouteV2 || name == StrategyLookupRouteSDK
+	return name == StrategyLookupRouteV1 || name == StrategyLookupRouteV2 || name == StrategyLookupRouteSDK ||
+		name == StrategyLookupRouteSDKLocal
+}
+
+// SharesLoad reports whether the gateway instances of the strategy share
+// their in-flight load: lookuproute-sdk (and picker-indexer) through the
+// pickers' load reports at the report interval, dynamo-sync through
+// Dynamo's replica sync at once. It matters only with several gateways.
+func SharesLoad(name string) bool {
+	return name == StrategyLookupRouteSDK || name == StrategyPickerIndexer || name == StrategyDynamoSync
 }
 
 // PerGateway reports whether each gateway instance of the strategy keeps
 // its own state (what it routed), as the real routers do without replica
-// sync; the others see the same thing from every gateway.
+// sync; the others see the same thing from every gateway (dynamo-sync's
+// instances one shared state: replica sync applies every instance's
+// routing events on every instance).
 func PerGateway(name string) bool {
 	switch name {
 	case StrategyRoundRobin, StrategyRandom, StrategyLookupRouteV1, StrategyLookupRouteV2, StrategyLookupRouteSDK,
-		StrategyPickerIndexer, StrategyDynamo, StrategyLLMD, StrategySGLang:
+		StrategyLookupRouteSDKLocal, StrategyPickerIndexer, StrategyDynamo, StrategyLLMD, StrategySGLang:
 		return true
 	}
 	return false
@@ -273,13 +291,16 @@ func (r *lookupRouter) Route(ctx context.Context, i int, q *Request, t float64) 
 // routerEnv is what a strategy's routers may read: the fleet (its true
 // state is only for least-loaded, longest-match and the oracle), the
 // perfect KV-event indexer's view (delayed like every event), the cluster
-// client, and the seed.
+// client, the seed, the picker's configuration and, for a strategy whose
+// gateways share load, the shared load.
 type routerEnv struct {
-	f     *Fleet
-	view  *IndexerView
-	cl    *client.Client
-	stats *lookupStats
-	seed  uint64
+	f      *Fleet
+	view   *IndexerView
+	cl     *client.Client
+	stats  *lookupStats
+	seed   uint64
+	picker client.PickerConfig
+	shared *sharedLoad
 }
 
 // newRouter builds one gateway instance (gw) of strategy name.
@@ -302,7 +323,7 @@ func newRouter(name string, env *routerEnv, gw int) (Router, error) {
 		return &longestMatch{f: f}, nil
 	case StrategyOracle:
 		return &oracle{f: f}, nil
-	case StrategyDynamo:
+	case StrategyDynamo, StrategyDynamoSync:
 		return newDynamo(n, env.view, seed), nil
 	case StrategyLLMD:
 		return newLLMD(f, env.view, seed), nil
@@ -310,11 +331,18 @@ func newRouter(name string, env *routerEnv, gw int) (Router, error) {
 		return newSGLang(n), nil
 	case StrategyLookupRouteV1, StrategyLookupRouteV2:
 		return newLookupRouter(f, env.cl, env.stats), nil
-	case StrategyLookupRouteSDK:
-		return newSDKRouter(f, env.cl, env.stats, seed), nil
+	case StrategyLookupRouteSDK, StrategyLookupRouteSDKLocal:
+		r := newSDKRouter(f, env.cl, env.stats, seed, env.picker)
+		if env.shared != nil {
+			r.share(env.shared, gw)
+		}
+		return r, nil
 	case StrategyPickerIndexer:
-		r := newSDKRouter(f, nil, env.stats, seed)
+		r := newSDKRouter(f, nil, env.stats, seed, env.picker)
 		r.hints = &indexerHints{f: f, view: env.view}
+		if env.shared != nil {
+			r.share(env.shared, gw)
+		}
 		return r, nil
 	}
 	return nil, fmt.Errorf("bench: unknown strategy %q (want one of %v)", name, AllStrategies)

@@ -3,6 +3,7 @@ package client
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -11,7 +12,7 @@ import (
 // Picker is the gateway's half of routing: given a LookupRoute response,
 // the gateway's candidate replicas and the load the gateway itself sent,
 // it picks one replica for a request, preferring cached prefix where it
-// pays and spreading where it does not.
+// pays and spreading where it does not (contract §5.10).
 //
 // # Cost model
 //
@@ -19,9 +20,11 @@ import (
 // ahead of it plus its own uncached prefill, both at the replica's prefill
 // speed. The picker estimates both in prompt tokens, which is
 // proportional to that time for replicas of one model, and adds a credit
-// for cache locality:
+// for cache locality and small charges for the replica's decode load and
+// KV pressure:
 //
 //	cost(r) = queued(r) + others(r) + uncached(r) − CacheAffinity × cached(r)
+//	          + decode(r) + kv(r)
 //
 //	cached(r)   = matched_tokens of r's PREFIX_MATCH hint (0 for a replica
 //	              without one: TENANT_HOT and AFFINITY_HINT say nothing of
@@ -30,29 +33,62 @@ import (
 //	queued(r)   = the uncached tokens of the requests this picker sent to r
 //	              that have not produced their first token (Start …
 //	              FirstToken): exact for what this gateway sent
-//	others(r)   = (max(0, waiting(r) − own_waiting(r))
-//	              + RunningWeight × max(0, running(r) − own_running(r)))
-//	              × tokens per request: the load other gateways sent, from
-//	              the engine's own counts carried by r's hint or, for a
-//	              replica without one, by the response's loads (ask with
-//	              LookupRouteRequest.include_load); 0 when neither carries
-//	              them. own_waiting(r) is this picker's
-//	              requests there before their first token beyond the one
-//	              prefilling, own_running(r) the rest of its requests there
+//	others(r)   = others_prefill_tokens(r)
+//	              + (max(0, waiting(r) − known_waiting(r))
+//	              + RunningWeight × max(0, running(r) − known_running(r)))
+//	              × tokens per request
+//	decode(r)   = DecodeWeight × decoding(r) × tokens per request
+//	kv(r)       = KVWeight × pressure(r) × uncached(r)
 //
-// The lowest cost wins. Ties, common between idle replicas, go to the
-// replica with fewer requests in flight (this picker's, or the engine's
-// running count when larger), then to the one the cluster ranked higher (a
-// PREFIX_MATCH hint before an AFFINITY_HINT pick before TENANT_HOT before
-// the rest), then at random, so gateways that see the same picture do not
-// all choose the same replica. Cached tokens count as the prefill they
-// save plus the locality credit; a replica that holds the prefix but has a
-// queue longer than that loses to a cold idle one, so popular prefixes and
-// TENANT_HOT do not herd traffic.
+// others_*(r) are the response's ReplicaLoad.others_* for r: the
+// in-flight load the other pickers sharing the cluster reported (0
+// without them). waiting(r) and running(r) are the engine's own counts,
+// from r's hint or, for a replica without one, the response's loads
+// (ask with LookupRouteRequest.include_load); 0 when neither carries
+// them. They count every picker's requests, so the requests the picker
+// knows of are taken out before they are charged per request, and the
+// rest (a gateway that does not report, or reports not yet seen) is
+// estimated at tokens per request:
 //
-// Decode work is left out of the cost: with continuous batching it does
-// not delay a new request's prefill. The picker is safe for concurrent
-// use; it does no I/O and reads no clock.
+//	known_prefilling(r) = own_prefilling(r) + others_prefilling_requests(r)
+//	known_waiting(r)    = max(0, known_prefilling(r) − 1)   (one prefills)
+//	known_running(r)    = own_in_flight(r) + others_running_requests(r)
+//	                      − known_waiting(r)
+//	decoding(r)         = own_in_flight(r) − own_prefilling(r)
+//	                      + max(0, others_running_requests(r)
+//	                      − others_prefilling_requests(r))
+//
+// own_prefilling(r) is this picker's requests on r before their first
+// token, own_in_flight(r) before done; pressure(r) the load's KV usage
+// (0..1). Without shared load (others_* 0) others(r) is the estimate
+// from the engine's counts alone.
+//
+// # Choice
+//
+// With LoadBound > 0 a candidate whose requests in flight (this picker's
+// and the others' reported ones) + 1 would exceed ⌈LoadBound × (the
+// candidates' total + 1) / candidates⌉ is passed over while another is
+// within it. With Temperature 0 the lowest cost wins. Ties, common
+// between idle replicas, go to the replica with fewer requests in flight
+// (this picker's and the others', or the engine's running count when
+// larger), then to the one the cluster ranked higher (a PREFIX_MATCH
+// hint before an AFFINITY_HINT pick before TENANT_HOT before the rest),
+// then at random, so gateways that see the same picture do not all
+// choose the same replica. With Temperature T > 0 the choice is a
+// softmax over cost: the best candidate (after those ties) and every
+// costlier one within bound are drawn with weight exp(−(cost − best) /
+// (T × prompt tokens)), a weight below exp(−20) counting as 0, so
+// candidates within a fraction of the request's own prefill share the
+// traffic and a decisive difference still decides. Draws come from the Seed's
+// stream: the same Seed, calls and views give the same picks.
+//
+// Cached tokens count as the prefill they save plus the locality credit;
+// a replica that holds the prefix but has a queue longer than that loses
+// to a cold idle one, so popular prefixes and TENANT_HOT do not herd
+// traffic. Decode work does not delay a new request's prefill with
+// continuous batching, but it holds KV blocks and batch slots: its small
+// weight spreads otherwise equal replicas by what they are decoding. The
+// picker is safe for concurrent use; it does no I/O and reads no clock.
 type Picker struct {
 	cfg PickerConfig
 
@@ -62,6 +98,7 @@ type Picker struct {
 	sentTok  float64 // their uncached tokens
 	rng      *rand.Rand
 	ties     []int
+	weights  []float64
 }
 
 // PickerConfig configures a Picker. Start from DefaultPickerConfig: a
@@ -83,28 +120,50 @@ type PickerConfig struct {
 	// running request may still be prefilling, which the engine's
 	// counters cannot tell apart from decoding.
 	RunningWeight float64
+	// DecodeWeight is the share of a request's prefill counted for each
+	// request this picker or another reporting picker has on the replica
+	// past its first token (decoding): decode(r) of the cost model.
+	DecodeWeight float64
+	// KVWeight charges a replica's KV pressure (ReplicaLoad.pressure, the
+	// engine's KV usage 0..1): kv(r) = KVWeight × pressure × uncached
+	// tokens, the blocks the request writes into a cache that must evict
+	// for them.
+	KVWeight float64
 	// LoadBound, when positive, caps a replica's share: a candidate whose
-	// requests in flight (this picker's) would exceed LoadBound × the mean
-	// over the candidates is passed over while another is within it. Off
-	// by default: on the Mooncake traces a bound of 1.5 or 2 evens the
-	// request counts but costs hit rate and TTFT (EVALUATION.md).
+	// requests in flight (this picker's and the other pickers' reported
+	// ones) + 1 would exceed ⌈LoadBound × (the candidates' total + 1) /
+	// candidates⌉ is passed over while another is within it.
 	LoadBound float64
-	// Seed seeds the choice among equally good candidates (0 = a random
-	// seed). Gateways that share a seed make the same choices for the
-	// same view, so give each its own.
+	// Temperature, when positive, makes the choice a softmax over cost
+	// with scale Temperature × the request's prompt tokens (see Picker's
+	// doc); 0 picks the lowest cost.
+	Temperature float64
+	// Seed seeds the choice among equally good candidates and the
+	// softmax draws (0 = a random seed). Gateways that share a seed make
+	// the same choices for the same view, so give each its own.
 	Seed uint64
 }
 
-// DefaultPickerConfig is the configuration the cost model was tuned
-// with (CacheAffinity 6, RunningWeight 0.3, no LoadBound, a random seed).
+// DefaultPickerConfig is the default configuration: CacheAffinity 1.5,
+// RunningWeight 0.5, DecodeWeight 0.05, KVWeight 0.5, LoadBound 2,
+// Temperature 0.05, a random seed. The weights were chosen on the bench's
+// built-in generator only (internal/pickertune: several seeds and shapes,
+// 1 and 4 gateways, two prefill speeds), not on the traces the evaluation
+// reports; docs/eval/pickertune.md has each parameter's sensitivity.
 func DefaultPickerConfig() PickerConfig {
-	return PickerConfig{CacheAffinity: DefaultCacheAffinity, RunningWeight: DefaultRunningWeight}
+	return PickerConfig{CacheAffinity: DefaultCacheAffinity, RunningWeight: DefaultRunningWeight,
+		DecodeWeight: DefaultDecodeWeight, KVWeight: DefaultKVWeight, LoadBound: DefaultLoadBound,
+		Temperature: DefaultTemperature}
 }
 
 // Defaults of PickerConfig.
 const (
-	DefaultCacheAffinity = 6
-	DefaultRunningWeight = 0.3
+	DefaultCacheAffinity = 1.5
+	DefaultRunningWeight = 0.5
+	DefaultDecodeWeight  = 0.05
+	DefaultKVWeight      = 0.5
+	DefaultLoadBound     = 2
+	DefaultTemperature   = 0.05
 )
 
 // DefaultTokensPerWaitingRequest is the prefill tokens assumed per
@@ -138,15 +197,30 @@ type PickCost struct {
 	// UncachedTokens the prompt tokens left to prefill.
 	CachedTokens, UncachedTokens int
 	// QueuedTokens is the prefill this picker sent that has not started
-	// producing tokens; OthersTokens the estimate of the queue others
-	// sent, from the hint's waiting_requests.
+	// producing tokens; OthersTokens the queue others sent: the other
+	// pickers' reported prefill plus the estimate of what the engine's
+	// counts hold beyond every known request.
 	QueuedTokens, OthersTokens float64
+	// DecodeTokens is the decode term (DecodeWeight × decoding requests
+	// × tokens per request), KVTokens the KV term (KVWeight × Pressure ×
+	// UncachedTokens).
+	DecodeTokens, KVTokens float64
 	// InFlight is this picker's requests on the replica; ReportedWaiting
-	// and ReportedRunning are the engine's own counts from the hint.
+	// and ReportedRunning are the engine's own counts from the hint or
+	// the load; Pressure the load's KV usage (0..1).
 	InFlight                         int
 	ReportedWaiting, ReportedRunning uint32
+	Pressure                         float64
+	// OthersPrefilling, OthersPrefillTokens and OthersRunning are the
+	// load's others_prefilling_requests, others_prefill_tokens and
+	// others_running_requests: what the other pickers reported in flight
+	// on the replica; OthersPickers how many reports they sum.
+	OthersPrefilling    uint32
+	OthersPrefillTokens uint64
+	OthersRunning       uint32
+	OthersPickers       uint32
 	// Cost = QueuedTokens + OthersTokens + UncachedTokens − CacheAffinity
-	// × CachedTokens.
+	// × CachedTokens + DecodeTokens + KVTokens.
 	Cost float64
 }
 
@@ -207,13 +281,17 @@ func (p *Picker) Pick(resp *pb.LookupRouteResponse, candidates []string, promptT
 			}
 			break
 		}
-		if bestRank[i] > len(hints) {
-			for _, ld := range loads {
-				if ld.GetReplicaId() == id {
-					c.ReportedWaiting, c.ReportedRunning = ld.GetWaitingRequests(), ld.GetRunningRequests()
-					break
-				}
+		for _, ld := range loads {
+			if ld.GetReplicaId() != id {
+				continue
 			}
+			if bestRank[i] > len(hints) {
+				c.ReportedWaiting, c.ReportedRunning = ld.GetWaitingRequests(), ld.GetRunningRequests()
+			}
+			c.Pressure = min(max(ld.GetPressure(), 0), 1)
+			c.OthersPrefilling, c.OthersPrefillTokens = ld.GetOthersPrefillingRequests(), ld.GetOthersPrefillTokens()
+			c.OthersRunning, c.OthersPickers = ld.GetOthersRunningRequests(), ld.GetOthersPickers()
+			break
 		}
 		c.UncachedTokens = promptTokens - c.CachedTokens
 		l := p.replicas[id]
@@ -222,35 +300,50 @@ func (p *Picker) Pick(resp *pb.LookupRouteResponse, candidates []string, promptT
 			p.replicas[id] = l
 		}
 		c.QueuedTokens, c.InFlight = l.queuedTokens, l.inflight
+		total += c.InFlight + int(c.OthersRunning)
 
-		total += c.InFlight
-		ownWaiting := max(0, l.prefilling-1)
-		c.OthersTokens = (float64(max(0, int(c.ReportedWaiting)-ownWaiting)) +
-			p.cfg.RunningWeight*float64(max(0, int(c.ReportedRunning)-(c.InFlight-ownWaiting)))) * perReq
-		c.Cost = c.QueuedTokens + c.OthersTokens + float64(c.UncachedTokens) - p.cfg.CacheAffinity*float64(c.CachedTokens)
+		oP, oR := int(c.OthersPrefilling), int(c.OthersRunning)
+		knownWaiting := max(0, l.prefilling+oP-1)
+		knownRunning := c.InFlight + oR - knownWaiting
+		c.OthersTokens = float64(c.OthersPrefillTokens) + (float64(max(0, int(c.ReportedWaiting)-knownWaiting))+
+			p.cfg.RunningWeight*float64(max(0, int(c.ReportedRunning)-knownRunning)))*perReq
+		decoding := c.InFlight - l.prefilling + max(0, oR-oP)
+		c.DecodeTokens = p.cfg.DecodeWeight * float64(decoding) * perReq
+		c.KVTokens = p.cfg.KVWeight * c.Pressure * float64(c.UncachedTokens)
+		c.Cost = c.QueuedTokens + c.OthersTokens + float64(c.UncachedTokens) - p.cfg.CacheAffinity*float64(c.CachedTokens) +
+			c.DecodeTokens + c.KVTokens
 	}
 	bound := math.Inf(1)
 	if p.cfg.LoadBound > 0 {
 		bound = math.Ceil(p.cfg.LoadBound * float64(total+1) / float64(len(candidates)))
 	}
-	best := p.best(d.Costs, bestRank, bound)
+	scale := p.cfg.Temperature * float64(promptTokens)
+	best := p.best(d.Costs, bestRank, bound, scale)
 	if best < 0 {
-		best = p.best(d.Costs, bestRank, math.Inf(1))
+		best = p.best(d.Costs, bestRank, math.Inf(1), scale)
 	}
 	d.Replica, d.Index = candidates[best], best
 	return d
 }
 
-// busy is a candidate's requests in flight for ties: this picker's, plus
-// the engine-reported running requests beyond them.
-func (c *PickCost) busy() int { return max(c.InFlight, int(c.ReportedRunning)) }
+// busy is a candidate's requests in flight for ties: this picker's and
+// the other pickers' reported ones, or the engine's running count when
+// larger.
+func (c *PickCost) busy() int { return max(c.InFlight+int(c.OthersRunning), int(c.ReportedRunning)) }
 
-// best returns the best candidate within bound requests in flight (-1
-// when none is), ties at random.
-func (p *Picker) best(costs []PickCost, rank []int, bound float64) int {
+// loaded is a candidate's known requests in flight, for the load bound.
+func (c *PickCost) loaded() int { return c.InFlight + int(c.OthersRunning) }
+
+// softmaxCut is the exponent below which a softmax weight counts as 0.
+const softmaxCut = 20
+
+// best returns the candidate to pick within bound requests in flight
+// (-1 when none is): the best, ties at random, or with a Temperature a
+// softmax draw over the best and the costlier candidates.
+func (p *Picker) best(costs []PickCost, rank []int, bound, scale float64) int {
 	p.ties = p.ties[:0]
 	for i := range costs {
-		if float64(costs[i].InFlight+1) > bound {
+		if float64(costs[i].loaded()+1) > bound {
 			continue
 		}
 		if len(p.ties) == 0 {
@@ -264,10 +357,40 @@ func (p *Picker) best(costs []PickCost, rank []int, bound float64) int {
 			p.ties = append(p.ties, i)
 		}
 	}
-	switch len(p.ties) {
-	case 0:
+	if len(p.ties) == 0 {
 		return -1
-	case 1:
+	}
+	if scale > 0 {
+		minCost := costs[p.ties[0]].Cost
+		p.weights = p.weights[:0]
+		sum := 0.0
+		for i := range costs {
+			x := 0.0
+			switch {
+			case float64(costs[i].loaded()+1) > bound:
+			case costs[i].Cost > minCost && (costs[i].Cost-minCost)/scale < softmaxCut:
+				x = math.Exp(-(costs[i].Cost - minCost) / scale)
+			case costs[i].Cost == minCost && slices.Contains(p.ties, i):
+				x = 1
+			}
+			p.weights = append(p.weights, x)
+			sum += x
+		}
+		u := p.rng.Float64() * sum
+		last := -1
+		for i, x := range p.weights {
+			if x == 0 {
+				continue
+			}
+			last = i
+			if u < x {
+				return i
+			}
+			u -= x
+		}
+		return last
+	}
+	if len(p.ties) == 1 {
 		return p.ties[0]
 	}
 	return p.ties[p.rng.IntN(len(p.ties))]

@@ -24,6 +24,9 @@ type pickerCase struct {
 		CacheAffinity           *float64 `json:"cache_affinity"`
 		RunningWeight           *float64 `json:"running_weight"`
 		LoadBound               *float64 `json:"load_bound"`
+		DecodeWeight            *float64 `json:"decode_weight"`
+		KVWeight                *float64 `json:"kv_weight"`
+		Temperature             *float64 `json:"temperature"`
 	} `json:"config"`
 	History []struct {
 		Op             string `json:"op"`
@@ -44,10 +47,17 @@ type pickerCase struct {
 			CachedTokens    int     `json:"cached_tokens"`
 			UncachedTokens  int     `json:"uncached_tokens"`
 			QueuedTokens    float64 `json:"queued_tokens"`
-			OthersTokens    float64 `json:"others_tokens"`
+			Others          float64 `json:"others_tokens"`
 			InFlight        int     `json:"in_flight"`
 			ReportedWaiting uint32  `json:"reported_waiting"`
 			ReportedRunning uint32  `json:"reported_running"`
+			DecodeTokens    float64 `json:"decode_tokens"`
+			KVTokens        float64 `json:"kv_tokens"`
+			Pressure        float64 `json:"pressure"`
+			OthersPrefill   uint32  `json:"others_prefilling"`
+			OthersTokens    uint64  `json:"others_prefill_tokens"`
+			OthersRunning   uint32  `json:"others_running"`
+			OthersPickers   uint32  `json:"others_pickers"`
 			Cost            float64 `json:"cost"`
 		} `json:"costs"`
 	} `json:"expect"`
@@ -78,7 +88,8 @@ func (c *pickerCase) replay(t *testing.T, seed uint64) Decision {
 	cfg.Seed = seed
 	if k := c.Config; k != nil {
 		for dst, src := range map[*float64]*float64{&cfg.TokensPerWaitingRequest: k.TokensPerWaitingRequest,
-			&cfg.CacheAffinity: k.CacheAffinity, &cfg.RunningWeight: k.RunningWeight, &cfg.LoadBound: k.LoadBound} {
+			&cfg.CacheAffinity: k.CacheAffinity, &cfg.RunningWeight: k.RunningWeight, &cfg.LoadBound: k.LoadBound,
+			&cfg.DecodeWeight: k.DecodeWeight, &cfg.KVWeight: k.KVWeight, &cfg.Temperature: k.Temperature} {
 			if src != nil {
 				*dst = *src
 			}
@@ -138,8 +149,11 @@ func TestPicker_SharedTable(t *testing.T) {
 					g := d.Costs[i]
 					if g.Replica != w.Replica || g.Reason.String() != w.Reason || g.CachedTokens != w.CachedTokens ||
 						g.UncachedTokens != w.UncachedTokens || !near(g.QueuedTokens, w.QueuedTokens) ||
-						!near(g.OthersTokens, w.OthersTokens) || g.InFlight != w.InFlight ||
-						g.ReportedWaiting != w.ReportedWaiting || g.ReportedRunning != w.ReportedRunning || !near(g.Cost, w.Cost) {
+						!near(g.OthersTokens, w.Others) || g.InFlight != w.InFlight ||
+						g.ReportedWaiting != w.ReportedWaiting || g.ReportedRunning != w.ReportedRunning || !near(g.Cost, w.Cost) ||
+						!near(g.DecodeTokens, w.DecodeTokens) || !near(g.KVTokens, w.KVTokens) || !near(g.Pressure, w.Pressure) ||
+						g.OthersPrefilling != w.OthersPrefill || g.OthersPrefillTokens != w.OthersTokens ||
+						g.OthersRunning != w.OthersRunning || g.OthersPickers != w.OthersPickers {
 						t.Errorf("cost %d:\n got %+v\nwant %+v", i, g, w)
 					}
 				}
@@ -148,11 +162,18 @@ func TestPicker_SharedTable(t *testing.T) {
 	}
 }
 
-// The idle tie of the table is broken at random, reaching every tied
-// candidate over a few seeds rather than always the first.
+// The idle tie of the table is broken at random, and the softmax draws
+// among near-equal candidates, reaching every candidate of one_of over a
+// few seeds rather than always the first.
 func TestPicker_SharedTableRandomTieSpreads(t *testing.T) {
+	for _, name := range []string{"idle_no_hint_is_a_random_tie", "softmax_draws_among_near_equal_candidates"} {
+		t.Run(name, func(t *testing.T) { spreads(t, name) })
+	}
+}
+
+func spreads(t *testing.T, name string) {
 	for _, c := range loadPickerCases(t) {
-		if c.Name != "idle_no_hint_is_a_random_tie" {
+		if c.Name != name {
 			continue
 		}
 		seen := map[string]bool{}
@@ -164,5 +185,5 @@ func TestPicker_SharedTableRandomTieSpreads(t *testing.T) {
 		}
 		return
 	}
-	t.Fatal("no idle_no_hint_is_a_random_tie case")
+	t.Fatalf("no %s case", name)
 }

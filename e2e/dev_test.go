@@ -33,6 +33,69 @@ func waitOutput(t *testing.T, out *syncbuf.Buffer, re *regexp.Regexp, limit time
 	return m
 }
 
+// devRun is one `inference-cache dev` process a test started: its output,
+// and exited, which receives Wait's error once the process ends.
+type devRun struct {
+	cmd    *exec.Cmd
+	out    syncbuf.Buffer
+	exited chan error
+}
+
+// startDev starts `inference-cache dev` with args. At the test's end a dev
+// still running gets SIGINT (SIGKILL after 30 s), and the output of a
+// failed test is logged.
+func startDev(t *testing.T, args ...string) *devRun {
+	t.Helper()
+	d := &devRun{cmd: exec.Command(binPath, append([]string{"dev"}, args...)...), exited: make(chan error, 1)}
+	d.cmd.Stdout, d.cmd.Stderr = &d.out, &d.out
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan struct{})
+	go func() {
+		err := d.cmd.Wait()
+		close(waited)
+		d.exited <- err
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-waited:
+		default:
+			_ = d.cmd.Process.Signal(syscall.SIGINT)
+			select {
+			case <-waited:
+			case <-time.After(30 * time.Second):
+				_ = d.cmd.Process.Kill()
+				<-waited
+			}
+		}
+		if t.Failed() {
+			t.Logf("dev output:\n%s", d.out.String())
+		}
+	})
+	return d
+}
+
+// stop is Ctrl-C: dev must exit 0 within limit, having said "cluster
+// stopped".
+func (d *devRun) stop(t *testing.T, limit time.Duration) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-d.exited:
+		if err != nil {
+			t.Fatalf("dev after Ctrl-C: %v", err)
+		}
+	case <-time.After(limit):
+		t.Fatalf("dev did not stop within %v of SIGINT", limit)
+	}
+	if !strings.Contains(d.out.String(), "cluster stopped") {
+		t.Fatal(`no "cluster stopped" after SIGINT`)
+	}
+}
+
 // `inference-cache dev` keeps the cluster up through a node's death: the
 // SIGKILLed node is reported (signal, log path), writes still commit
 // on the other two, and the node comes back by itself and catches up. A
@@ -47,32 +110,16 @@ func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	var out syncbuf.Buffer
-	dev := exec.Command(binPath, "dev", "--dir", filepath.Join(dir, "a"), "--base-port", strconv.Itoa(base), "--demo-fleet=false")
-	dev.Stdout, dev.Stderr = &out, &out
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- dev.Wait() }()
-	defer func() {
-		if dev.ProcessState == nil {
-			_ = dev.Process.Signal(syscall.SIGINT)
-			select {
-			case <-exited:
-			case <-time.After(30 * time.Second):
-				_ = dev.Process.Kill()
-			}
-		}
-	}()
-	waitOutput(t, &out, regexp.MustCompile(`cluster ready: leader node\d`), 60*time.Second)
-	pid, _ := strconv.Atoi(waitOutput(t, &out, regexp.MustCompile(`node2  pid (\d+)`), time.Second)[1])
+	dev := startDev(t, "--dir", filepath.Join(dir, "a"), "--base-port", strconv.Itoa(base), "--demo-fleet=false")
+	out := &dev.out
+	waitOutput(t, out, regexp.MustCompile(`cluster ready: leader node\d`), 60*time.Second)
+	pid, _ := strconv.Atoi(waitOutput(t, out, regexp.MustCompile(`node2  pid (\d+)`), time.Second)[1])
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(base+10*i+1) }
 
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitOutput(t, &out, regexp.MustCompile(`node2 killed by signal SIGKILL after \S+; log \S+node2\.log`), 10*time.Second)
+	waitOutput(t, out, regexp.MustCompile(`node2 killed by signal SIGKILL after \S+; log \S+node2\.log`), 10*time.Second)
 
 	// Quorum is two of three: a write through the survivors commits.
 	c, err := client.New(client.Config{Addrs: []string{addr(0), addr(2)}})
@@ -90,12 +137,12 @@ func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
 		t.Fatalf("write with node2 down: %v %v", resp, err)
 	}
 	select {
-	case err := <-exited:
-		t.Fatalf("dev exited when one node died: %v\n%s", err, out.String())
+	case err := <-dev.exited:
+		t.Fatalf("dev exited when one node died: %v", err)
 	default:
 	}
 
-	newPid, _ := strconv.Atoi(waitOutput(t, &out, regexp.MustCompile(`node2 restarted \(pid (\d+)\)`), 15*time.Second)[1])
+	newPid, _ := strconv.Atoi(waitOutput(t, out, regexp.MustCompile(`node2 restarted \(pid (\d+)\)`), 15*time.Second)[1])
 	if newPid == pid {
 		t.Fatalf("node2 restarted with the killed pid %d", pid)
 	}
@@ -124,20 +171,7 @@ func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
 		t.Fatalf("second dev on busy ports said:\n%s\nwant the busy port, the bind error and no banner", got)
 	}
 
-	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("dev after Ctrl-C: %v\n%s", err, out.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("dev did not stop within 30 s of SIGINT")
-	}
-	if !strings.Contains(out.String(), "cluster stopped") {
-		t.Fatalf("no \"cluster stopped\" after SIGINT:\n%s", out.String())
-	}
+	dev.stop(t, 30*time.Second)
 }
 
 // On a terminal, dev's live view is one frame redrawn in place (tmux

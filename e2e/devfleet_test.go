@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -19,7 +18,6 @@ import (
 	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/internal/freeport"
 	"github.com/inference-cache/inference-cache/internal/poll"
-	"github.com/inference-cache/inference-cache/internal/syncbuf"
 	"github.com/inference-cache/inference-cache/openai"
 	"github.com/inference-cache/inference-cache/prompt"
 )
@@ -43,28 +41,9 @@ func TestDev_FleetCurlPairAndSupervision(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "d")
-	var out syncbuf.Buffer
-	dev := exec.Command(binPath, "dev", "--dir", dir, "--base-port", strconv.Itoa(base), "--demo-fleet=false")
-	dev.Stdout, dev.Stderr = &out, &out
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- dev.Wait() }()
-	defer func() {
-		if dev.ProcessState == nil {
-			_ = dev.Process.Signal(syscall.SIGINT)
-			select {
-			case <-exited:
-			case <-time.After(30 * time.Second):
-				_ = dev.Process.Kill()
-			}
-		}
-		if t.Failed() {
-			t.Logf("dev output:\n%s", out.String())
-		}
-	}()
-	waitOutput(t, &out, regexp.MustCompile(`Ctrl-C stops the cluster`), 120*time.Second)
+	dev := startDev(t, "--dir", dir, "--base-port", strconv.Itoa(base), "--demo-fleet=false")
+	out := &dev.out
+	waitOutput(t, out, regexp.MustCompile(`Ctrl-C stops the cluster`), 120*time.Second)
 	banner := out.String()
 	for _, p := range []string{`sim-1  pid \d+  http://`, `sim-3  pid \d+`, `subscriber  pid \d+`, `proxy  pid \d+  http://127\.0\.0\.1:` + strconv.Itoa(base+61)} {
 		if !regexp.MustCompile(p).MatchString(banner) {
@@ -106,26 +85,16 @@ func TestDev_FleetCurlPairAndSupervision(t *testing.T) {
 	if second != first || why != "PREFIX_MATCH" {
 		t.Fatalf("second request: replica %q, reason %s; want PREFIX_MATCH to %q, which served the first", second, why, first)
 	}
-	waitOutput(t, &out, regexp.MustCompile(`proxy http://\S+: [0-9.]+ requests/s, picks \S+`), 30*time.Second)
+	waitOutput(t, out, regexp.MustCompile(`proxy http://\S+: [0-9.]+ requests/s, picks \S+`), 30*time.Second)
 
 	pid, _ := strconv.Atoi(regexp.MustCompile(`sim-2  pid (\d+)`).FindStringSubmatch(banner)[1])
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitOutput(t, &out, regexp.MustCompile(`sim-2 killed by signal SIGKILL after \S+; log \S+sim-2\.log`), 10*time.Second)
-	waitOutput(t, &out, regexp.MustCompile(`sim-2 restarted \(pid \d+\)`), 15*time.Second)
+	waitOutput(t, out, regexp.MustCompile(`sim-2 killed by signal SIGKILL after \S+; log \S+sim-2\.log`), 10*time.Second)
+	waitOutput(t, out, regexp.MustCompile(`sim-2 restarted \(pid \d+\)`), 15*time.Second)
 
-	if err := dev.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil || !strings.Contains(out.String(), "cluster stopped") {
-			t.Fatalf("dev after Ctrl-C: %v", err)
-		}
-	case <-time.After(40 * time.Second):
-		t.Fatal("dev did not stop within 40 s of SIGINT")
-	}
+	dev.stop(t, 40*time.Second)
 }
 
 // waitIndexedOnEvery waits until each node at addrs answers the key the

@@ -112,6 +112,14 @@ type Config struct {
 	HashScheme, TenantID, AdapterID string
 	// Picker configures the picker; nil = client.DefaultPickerConfig().
 	Picker *client.PickerConfig
+	// ShareLoad configures the report of this gateway's in-flight load
+	// to the cluster (contract §5.11: the picker id, the interval), so
+	// that the other gateways' lookups count it and this one's lookups
+	// leave it out. It is on for StrategyPicker whenever Lookup can take
+	// reports (a *client.Client can); NoShareLoad turns it off. Stop it
+	// with Close.
+	ShareLoad   client.LoadShareConfig
+	NoShareLoad bool
 }
 
 // Gateway decides where requests go. It is safe for concurrent use.
@@ -119,6 +127,8 @@ type Gateway struct {
 	cfg    Config
 	picker *client.Picker
 	rr     atomic.Uint64
+
+	share *client.LoadShare // nil = not sharing
 
 	mu       sync.Mutex
 	inflight map[string]int // requests started and not done, per replica
@@ -147,7 +157,30 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Picker != nil {
 		pc = *cfg.Picker
 	}
-	return &Gateway{cfg: cfg, picker: client.NewPicker(pc), inflight: map[string]int{}}, nil
+	g := &Gateway{cfg: cfg, picker: client.NewPicker(pc), inflight: map[string]int{}}
+	if to, ok := cfg.Lookup.(client.LoadReportSender); ok && !cfg.NoShareLoad && s == StrategyPicker {
+		if g.share, err = client.StartLoadShare(g.picker, to, cfg.ShareLoad); err != nil {
+			return nil, fmt.Errorf("gateway: share load: %w", err)
+		}
+	}
+	return g, nil
+}
+
+// PickerID is the id this gateway's load reports and lookups carry; ""
+// when it does not share its load.
+func (g *Gateway) PickerID() string {
+	if g.share == nil {
+		return ""
+	}
+	return g.share.PickerID()
+}
+
+// Close stops the load reports (a last, empty one tells the cluster
+// at once). Decide still works after it, unshared. Idempotent.
+func (g *Gateway) Close() {
+	if g.share != nil {
+		g.share.Stop()
+	}
 }
 
 // Strategy is the configured strategy.
@@ -247,7 +280,8 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*
 	bs := g.BlockSize(req.Model)
 	d.BlockSize = bs
 	lr := &pb.LookupRouteRequest{ModelId: req.Model, TenantId: g.cfg.TenantID, AdapterId: g.cfg.AdapterID,
-		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(len(d.candidates), maxReplicas))}
+		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(len(d.candidates), maxReplicas)),
+		PickerId: g.PickerID()}
 	if err := client.Fingerprint(lr, p.TokenIDs, bs); err != nil {
 		d.NoKey = err
 		return nil, nil

@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,8 +10,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/inference-cache/inference-cache/internal/figure"
 )
 
 // PlotSeries is one replay drawn by Plot: its name (a routing strategy),
@@ -60,7 +59,10 @@ func Plot(path, title string, ss []PlotSeries) error {
 	if err != nil {
 		return err
 	}
-	return savePNG(path, []*plot.Plot{hit, lat, cdf})
+	if err := figure.SavePNG(path, 3.5*vg.Inch, []*plot.Plot{hit, lat, cdf}); err != nil {
+		return fmt.Errorf("loadgen: %w", err)
+	}
+	return nil
 }
 
 type stat struct {
@@ -69,58 +71,46 @@ type stat struct {
 }
 
 // grouped draws one bar per stat for each series; on a log axis the bars
-// rise from plotFloorMs (stacked on an undrawn bar of that height).
+// rise from plotFloorMs.
 func grouped(ss []PlotSeries, names []string, title, ylabel string, logY bool, stats []stat) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.Y.Label.Text = ylabel
-	n := len(ss)
-	var base *plotter.BarChart
-	floor := 0.0
-	if logY {
-		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-		floor = plotFloorMs
-		f := make(plotter.Values, n)
-		for i := range f {
-			f[i] = floor
+	bars := make([]figure.Bar, len(stats))
+	for k, st := range stats {
+		bars[k] = figure.Bar{Label: st.label, Values: make([]float64, len(ss))}
+		for i := range ss {
+			bars[k].Values[i] = st.v(&ss[i].Summary)
 		}
-		b, err := plotter.NewBarChart(f, vg.Points(1))
-		if err != nil {
-			return nil, err
-		}
-		base = b
 	}
 	w := vg.Points(14)
-	top := max(floor, 1)
-	for k, st := range stats {
-		h := make(plotter.Values, n)
-		for i := range ss {
-			v := max(st.v(&ss[i].Summary), floor)
-			h[i] = v - floor
-			top = max(top, v)
-		}
-		b, err := plotter.NewBarChart(h, w)
+	if logY {
+		top, err := figure.LogBars(p, len(ss), bars, plotFloorMs, w, 0)
 		if err != nil {
 			return nil, err
 		}
-		if base != nil {
-			b.StackOn(base)
+		p.Y.Min, p.Y.Max = plotFloorMs, top*12 // room above the bars for the legend
+	} else {
+		top := 1.0
+		for k, b := range bars {
+			c, err := plotter.NewBarChart(plotter.Values(b.Values), w)
+			if err != nil {
+				return nil, err
+			}
+			c.Offset = vg.Length(float64(k)-float64(len(bars)-1)/2) * w
+			c.Color = plotutil.Color(k)
+			c.LineStyle.Width = 0
+			p.Add(c)
+			p.Legend.Add(b.Label, c)
+			for _, v := range b.Values {
+				top = max(top, v)
+			}
 		}
-		b.Offset = vg.Length(float64(k)-float64(len(stats)-1)/2) * w
-		b.Color = plotutil.Color(k)
-		b.LineStyle.Width = 0
-		p.Add(b)
-		p.Legend.Add(st.label, b)
+		p.Y.Min, p.Y.Max = 0, top*1.3
 	}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top, p.Legend.Left = true, false
 	p.NominalX(names...)
-	if logY {
-		p.Y.Min, p.Y.Max = floor, top*12 // room above the bars for the legend
-	} else {
-		p.Y.Min, p.Y.Max = 0, top*1.3
-	}
 	return p, nil
 }
 
@@ -134,13 +124,9 @@ func cdfPanel(ss []PlotSeries) (*plot.Plot, error) {
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	top := plotFloorMs
 	for k, s := range ss {
-		v := slices.Sorted(slices.Values(s.TTFTMs))
-		if len(v) == 0 {
+		pts := figure.CDF(slices.Sorted(slices.Values(s.TTFTMs)), plotFloorMs, len(s.TTFTMs))
+		if len(pts) == 0 {
 			continue
-		}
-		pts := make(plotter.XYs, len(v))
-		for i, x := range v {
-			pts[i] = plotter.XY{X: max(x, plotFloorMs), Y: float64(i+1) / float64(len(v))}
 		}
 		top = max(top, pts[len(pts)-1].X)
 		l, err := plotter.NewLine(pts)
@@ -157,29 +143,4 @@ func cdfPanel(ss []PlotSeries) (*plot.Plot, error) {
 	p.X.Min, p.X.Max = plotFloorMs, top*1.5
 	p.Y.Min, p.Y.Max = 0, 1
 	return p, nil
-}
-
-// savePNG draws the plots stacked vertically into one PNG.
-func savePNG(path string, ps []*plot.Plot) error {
-	img := vgimg.New(10*vg.Inch, vg.Length(len(ps))*3.5*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(ps), Cols: 1, PadY: 3 * vg.Millimeter, PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter,
-		PadLeft: 2 * vg.Millimeter, PadRight: 2 * vg.Millimeter}
-	grid := make([][]*plot.Plot, len(ps))
-	for i, p := range ps {
-		grid[i] = []*plot.Plot{p}
-	}
-	cs := plot.Align(grid, tiles, dc)
-	for i, p := range ps {
-		p.Draw(cs[i][0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("loadgen: plot: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("loadgen: plot %s: %w", path, err)
-	}
-	return f.Close()
 }

@@ -218,9 +218,15 @@ type Config struct {
 	GroupCommitMaxBytes int
 	// Timing: Raft timeouts; zero = LAN defaults.
 	Timing Timing
-	// DialOptions for forwarding connections to the leader's gRPC address;
-	// nil = insecure (plaintext) credentials.
+	// DialOptions for the connections to the other nodes' gRPC addresses
+	// (writes forwarded to the leader, picker load passed on to every
+	// node); nil = insecure (plaintext) credentials.
 	DialOptions []grpc.DialOption
+	// PickerLoadMaxEntries bounds the (picker, replica) entries of the
+	// pickers' load reports this node holds in memory (contract §5.11);
+	// a report past it is refused. 0 = pickerload.DefaultMaxEntries
+	// (65,536).
+	PickerLoadMaxEntries int
 	// RaftTLS, when set, carries Raft RPCs over mutual TLS (tls.go); nil =
 	// plain TCP. Every server of a cluster must agree.
 	RaftTLS *RaftTLS

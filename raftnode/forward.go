@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/inference-cache/inference-cache/fsm"
 	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
@@ -91,25 +90,9 @@ func (n *Node) leaderClient() (forwardpb.ForwardClient, string, error) {
 	if addr == "" {
 		return nil, "", fmt.Errorf("%w: leader %s has no known gRPC address yet", ErrNoLeader, id)
 	}
-	n.connsMu.Lock()
-	defer n.connsMu.Unlock()
-	select {
-	case <-n.shutdownCh:
-		return nil, "", ErrShutdown
-	default:
-	}
-	cc := n.conns[addr]
-	if cc == nil {
-		opts := n.cfg.DialOptions
-		if opts == nil {
-			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-		}
-		var err error
-		cc, err = grpc.NewClient(addr, opts...)
-		if err != nil {
-			return nil, "", fmt.Errorf("%w: dial %s: %v", ErrForward, addr, err)
-		}
-		n.conns[addr] = cc
+	cc, err := n.dial(addr)
+	if err != nil {
+		return nil, "", err
 	}
 	return forwardpb.NewForwardClient(cc), addr, nil
 }

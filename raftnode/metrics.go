@@ -43,6 +43,13 @@ type Metrics struct {
 	// newest observation plus ExpireClockMargin because its clock was
 	// further ahead (leader.go).
 	ExpireClamped uint64
+	// PickerReports: load reports pickers sent to this node;
+	// PickerReportsFromPeers: reports other nodes passed on to it;
+	// PickerReportsForwarded: reports it passed on (one per peer reached);
+	// PickerReportsDropped: reports it did not pass on to a peer (the
+	// peer's queue full or its call failed). The store's own outcomes
+	// (stored, ignored, refused, expired) are PickerLoad().Stats().
+	PickerReports, PickerReportsFromPeers, PickerReportsForwarded, PickerReportsDropped uint64
 }
 
 type metrics struct {
@@ -57,6 +64,8 @@ type metrics struct {
 	// snapBase: its value at the last snapshot (snapshotbytes.go).
 	logAppendBytes, snapBase, snapshotsByBytes atomic.Uint64
 	expireClamped                              atomic.Uint64
+	pickerReports, pickerFromPeers             atomic.Uint64
+	pickerForwarded, pickerDropped             atomic.Uint64
 }
 
 // Metrics returns the counters.
@@ -73,5 +82,7 @@ func (n *Node) Metrics() Metrics {
 		LogAppends:       m.logAppends.Load(), LogAppendEntries: m.logAppendEntries.Load(),
 		LogAppendBytes: m.logAppendBytes.Load(), SnapshotsByLogBytes: m.snapshotsByBytes.Load(),
 		ExpireClamped: m.expireClamped.Load(),
+		PickerReports: m.pickerReports.Load(), PickerReportsFromPeers: m.pickerFromPeers.Load(),
+		PickerReportsForwarded: m.pickerForwarded.Load(), PickerReportsDropped: m.pickerDropped.Load(),
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/fsm"
 	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/policy"
 )
 
@@ -86,6 +87,9 @@ type Node struct {
 
 	connsMu sync.Mutex
 	conns   map[string]*grpc.ClientConn // by gRPC address
+
+	pickers *pickerload.Store // the pickers' load reports (pickershare.go)
+	share   shareState        // their fan-out to the peers
 
 	metrics metrics
 	health  health // local log and apply health (health.go)
@@ -227,6 +231,7 @@ func (n *Node) shutdown(graceful bool) error {
 			}
 		}
 		close(n.shutdownCh)
+		n.stopShares()
 		// raft.Shutdown waits for a snapshot being written, which takes
 		// minutes for a large index on a busy node: stop it (it is not
 		// recorded; the next start replays the log instead).

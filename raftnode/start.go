@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/inference-cache/inference-cache/fsm"
+	"github.com/inference-cache/inference-cache/pickerload"
 )
 
 // newNode is the Node of cfg with nothing opened or started yet.
@@ -37,6 +38,7 @@ func newNode(cfg Config) *Node {
 		shutdownCh: make(chan struct{}),
 		fatalCh:    make(chan struct{}),
 		reqPrefix:  cfg.NodeID + "-" + fmt.Sprintf("%x", time.Now().UnixNano()) + "-",
+		pickers:    pickerload.New(pickerload.Config{MaxEntries: cfg.PickerLoadMaxEntries}),
 	}
 	n.leaderOffset.Store(math.MinInt64) // unknown until a probe of the leader answers
 	return n
@@ -239,7 +241,7 @@ func (n *Node) bootLag() *lagTracker {
 
 // startLoops starts the node's goroutines, each counted in n.wg.
 func (n *Node) startLoops(notify chan bool, lt *lagTracker) {
-	n.wg.Add(9)
+	n.wg.Add(10)
 	n.watchRaftContact()
 	go func() { defer n.wg.Done(); n.peers.saver(n.shutdownCh) }()
 	go n.snapshotByBytes()
@@ -249,4 +251,5 @@ func (n *Node) startLoops(notify chan bool, lt *lagTracker) {
 	go n.committer()
 	go n.creditLoop()
 	go n.membershipLoop()
+	go n.sweepPickerLoad()
 }

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/inference-cache/inference-cache/internal/unpack"
 )
 
 // fleetModel is the model the local fleets (dev, bench --live) serve: the
@@ -67,7 +64,7 @@ func fleetModelsDir(dir, given string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the fleet's tokenizer: %w (or pass --models-dir with %s/tokenizer.json)", err, fleetModel)
 	}
-	sum, err := filesSHA256(src)
+	sum, err := unpack.DirSHA256(src)
 	if err != nil {
 		return "", err
 	}
@@ -90,7 +87,7 @@ func fleetModelsDir(dir, given string) (string, error) {
 		return "", err
 	}
 	for _, e := range ents {
-		if err := unpackFile(filepath.Join(src, e.Name()), tmp); err != nil {
+		if err := unpack.File(filepath.Join(src, e.Name()), tmp, 0o644); err != nil {
 			return "", err
 		}
 	}
@@ -107,55 +104,4 @@ func fleetModelsDir(dir, given string) (string, error) {
 		return "", err
 	}
 	return models, nil
-}
-
-// unpackFile copies path into dir, decompressing it (and dropping the
-// .gz suffix) when its name ends in .gz.
-func unpackFile(path, dir string) (err error) {
-	in, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	name := filepath.Base(path)
-	var r io.Reader = in
-	if filepath.Ext(name) == ".gz" {
-		zr, err := gzip.NewReader(in)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		defer zr.Close()
-		r, name = zr, name[:len(name)-len(".gz")]
-	}
-	out, err := os.Create(filepath.Join(dir, name))
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, out.Close()) }()
-	if _, err := io.Copy(out, r); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
-
-// filesSHA256 digests the names and contents of the files in dir.
-func filesSHA256(dir string) (string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	for _, e := range ents {
-		f, err := os.Open(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s\x00", e.Name())
-		_, err = io.Copy(h, f)
-		f.Close()
-		if err != nil {
-			return "", err
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

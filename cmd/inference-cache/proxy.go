@@ -36,6 +36,7 @@ type proxyOptions struct {
 	maxBodyBytes                              int64
 	hashScheme, tenant                        string
 	logFormat, logLevel                       string
+	share                                     shareFlags
 	security                                  clientSecurityFlags
 }
 
@@ -69,7 +70,14 @@ parts, no tokenizer for the model) are picked by load too.
 Every response carries x-inference-cache-replica, x-inference-cache-reason
 (PREFIX_MATCH, AFFINITY_HINT, TENANT_HOT; LOAD when picked without a usable
 hint; ROUND_ROBIN, LEAST_LOADED for those strategies; NONE when the proxy
-answered itself) and x-inference-cache-matched-tokens. After a retry,
+answered itself) and x-inference-cache-matched-tokens.
+
+With --strategy picker and --addr, the proxy reports what it has in flight per
+backend to the cluster every --share-interval (requests before their first
+token, their uncached prompt tokens, requests before done), named
+--picker-id, and every lookup then carries the other proxies' load
+(contract §5.11). The reports are soft state: a proxy that stops is forgotten
+within 2 intervals; a failing report never affects a request. After a retry,
 x-inference-cache-retried-from names the replica that refused.
 
 Backends come from --backend REPLICA_ID=URL (repeatable; the models are read
@@ -118,6 +126,7 @@ the routed hit rate), requests_in_flight, backend_up{replica}.`,
 	f.IntVar(&o.blockSize, "block-size", gateway.DefaultBlockSize, "tokens per KV block of the engines (their --block-size, the subscriber's block_size)")
 	f.StringVar(&o.hashScheme, "hash-scheme", gateway.DefaultHashScheme, "the index partition's hash scheme (the subscriber's hash_scheme)")
 	f.StringVar(&o.tenant, "tenant", "", "the index partition's tenant (the subscriber's tenant_id for these engines)")
+	o.share.register(f, "proxy")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "bound on a request body; a larger one gets a 413")
 	f.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Minute, "bound on a whole request, streams included (504 without an answer by then); 0 = none")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", proxy.DefaultConnectTimeout, "bound on connecting to a backend; past it the request goes to the next-best")
@@ -157,6 +166,9 @@ func (o *proxyOptions) check() error {
 		return fmt.Errorf("--health-timeout %v: must be positive", o.healthTimeout)
 	case o.hashScheme == "":
 		return errors.New("--hash-scheme: must not be empty")
+	}
+	if err := o.share.check(); err != nil {
+		return err
 	}
 	for _, a := range o.addrs {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
@@ -207,6 +219,7 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 	strategy, _ := gateway.ParseStrategy(o.strategy)
 
 	gcfg := gateway.Config{Strategy: strategy, LookupBudget: o.lookupBudget, HashScheme: o.hashScheme, TenantID: o.tenant}
+	o.share.apply(&gcfg, log)
 	if o.modelsDir != "" {
 		reg := prompt.New(o.modelsDir, prompt.Options{})
 		preloadPrompts(ctx, reg, log)
@@ -235,6 +248,7 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer gw.Close()
 
 	pool := proxy.NewPool(proxy.PoolOptions{HealthInterval: o.healthInterval, HealthTimeout: o.healthTimeout, Logger: log})
 	defer pool.Close()
@@ -259,7 +273,7 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 	defer signal.Stop(hup)
 	go reloadBackendsOnHUP(ctx, hup, o, pool, log)
 	log.Info("proxy serving", "http", "http://"+lis.Addr().String(), "backends", len(bs), "cluster", strings.Join(o.addrs, ","),
-		"strategy", strategy, "lookup_budget", o.lookupBudget, "models_dir", o.modelsDir)
+		"strategy", strategy, "lookup_budget", o.lookupBudget, "models_dir", o.modelsDir, "picker_id", gw.PickerID())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	select {

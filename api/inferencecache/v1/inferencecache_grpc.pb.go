@@ -66,11 +66,17 @@ type InferenceCacheClient interface {
 	// the version.
 	SetCachePolicy(ctx context.Context, in *SetCachePolicyRequest, opts ...grpc.CallOption) (*CachePolicy, error)
 	// ReportPickerLoad records what one picker (a gateway replica) has in
-	// flight per replica. It is soft state, not written through the Raft log:
-	// the node that receives it holds it in memory and passes it on to every
-	// other node; a picker's report expires when the picker stops reporting
-	// (after 2 of its intervals). Lookups with include_load return, per
-	// replica, the sum over the other pickers (ReplicaLoad.others_*).
+	// flight per replica (contract §5.11). It is soft state, not written
+	// through the Raft log: the node that receives it holds it in memory and
+	// passes it on to every other node; a picker's report expires when the
+	// picker stops reporting (after 2 of its intervals). Lookups with
+	// include_load return, per replica, the sum over the other pickers
+	// (ReplicaLoad.others_*). Errors: INVALID_ARGUMENT naming the field (a
+	// missing or oversize picker_id or replica_id, a replica given twice,
+	// sequence 0, interval_ms out of bounds); RESOURCE_EXHAUSTED when the
+	// node holds its limit of (picker, replica) entries. It needs the lookup
+	// token (contract §9.8): the pickers that look up are the ones that
+	// report.
 	ReportPickerLoad(ctx context.Context, in *ReportPickerLoadRequest, opts ...grpc.CallOption) (*ReportPickerLoadResponse, error)
 }
 
@@ -187,11 +193,17 @@ type InferenceCacheServer interface {
 	// the version.
 	SetCachePolicy(context.Context, *SetCachePolicyRequest) (*CachePolicy, error)
 	// ReportPickerLoad records what one picker (a gateway replica) has in
-	// flight per replica. It is soft state, not written through the Raft log:
-	// the node that receives it holds it in memory and passes it on to every
-	// other node; a picker's report expires when the picker stops reporting
-	// (after 2 of its intervals). Lookups with include_load return, per
-	// replica, the sum over the other pickers (ReplicaLoad.others_*).
+	// flight per replica (contract §5.11). It is soft state, not written
+	// through the Raft log: the node that receives it holds it in memory and
+	// passes it on to every other node; a picker's report expires when the
+	// picker stops reporting (after 2 of its intervals). Lookups with
+	// include_load return, per replica, the sum over the other pickers
+	// (ReplicaLoad.others_*). Errors: INVALID_ARGUMENT naming the field (a
+	// missing or oversize picker_id or replica_id, a replica given twice,
+	// sequence 0, interval_ms out of bounds); RESOURCE_EXHAUSTED when the
+	// node holds its limit of (picker, replica) entries. It needs the lookup
+	// token (contract §9.8): the pickers that look up are the ones that
+	// report.
 	ReportPickerLoad(context.Context, *ReportPickerLoadRequest) (*ReportPickerLoadResponse, error)
 	mustEmbedUnimplementedInferenceCacheServer()
 }

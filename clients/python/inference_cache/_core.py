@@ -5,6 +5,7 @@ the Go SDK's (client/client.go, write.go, nodes.go; contract §5.10, §8.5)."""
 from __future__ import annotations
 
 import logging
+import random
 import secrets
 import threading
 import time
@@ -390,3 +391,156 @@ class ClockWarner:
             "local_clock_ahead_by_ms=%d server_time_ms=%d warnings_suppressed=%d",
             resp.rejected_ahead_of_clock, len(events), newest - server, int(time.time() * 1000) - server,
             server, skipped)
+
+
+class LookupAttempts:
+    """The retry rules of one lookup (Client.lookup_route), shared by the
+    blocking and asyncio clients, which only make the calls: at most two
+    nodes within the budget lookup_timeout; a node fault (node_fault)
+    skips the node for lookups and tries one other; any other failure, or
+    the budget spent, ends the lookup with NO_HINT (fail_open)."""
+
+    def __init__(self, nodes: _Nodes, cfg: ClientConfig) -> None:
+        self._nodes, self._cfg = nodes, cfg
+        nodes.count("lookups")
+        self.deadline = time.monotonic() + cfg.lookup_timeout
+        self.left = 0.0  # seconds of budget for the current call
+        self._code: Optional[grpc.StatusCode] = grpc.StatusCode.DEADLINE_EXCEEDED
+        self._msg = "lookup budget spent"
+        self._prev: Optional[Node] = None
+        self._node: Optional[Node] = None
+        self._probe = False
+        self._tries = 0
+        self._done = False
+
+    def next(self) -> Optional[Node]:
+        """The node to call now, or None when the lookup must fail open."""
+        if self._done or self._tries >= 2:
+            return None
+        n, probe = self._nodes.pick("lookup", self._nodes.next(), self._prev, self._cfg.lookup_timeout)
+        if self._tries:
+            self._nodes.count("lookup_retries")
+        self._tries += 1
+        self._node, self._probe = n, probe
+        self.left = self.deadline - time.monotonic()
+        if self.left <= 0:
+            self.release()
+            return None
+        return n
+
+    def ok(self) -> None:
+        """The call answered."""
+        self._nodes.mark(self._node, "lookup", "ok")
+
+    def release(self) -> None:
+        """The call ended without a verdict on the node (not sent, or the
+        caller cancelled): a probe slot it held is given back."""
+        if self._probe:
+            self._nodes.mark(self._node, "lookup", "release", time.monotonic())
+
+    def unsent(self, message: str) -> None:
+        """The request could not be sent (e.g. encoded): no retry."""
+        self._code, self._msg = grpc.StatusCode.UNKNOWN, message
+        self.release()
+        self._done = True
+
+    def failed(self, code: Optional[grpc.StatusCode], message: str) -> None:
+        """The call failed with code."""
+        self._code, self._msg = code, message
+        n = self._node
+        if not node_fault(code):
+            # The node answered and refused the request: another would too.
+            if code != grpc.StatusCode.CANCELLED:
+                self._nodes.mark(n, "lookup", "ok")
+            else:
+                self.release()
+            self._done = True
+            return
+        self._nodes.mark(n, "lookup", "failed", time.monotonic(), self._cfg.fail_backoff, self._probe)
+        self._prev = n
+        if time.monotonic() >= self.deadline or len(self._nodes.nodes) == 1:
+            self._done = True
+
+    def fail_open(self) -> pb.LookupRouteResponse:
+        """The NO_HINT answer naming the last failure (counted as fail-open)."""
+        self._nodes.count("fail_open")
+        return fail_open_response(self._code, self._msg)
+
+
+class WriteAttempts:
+    """The retry rules of one write (Client._write, as the Go SDK's
+    client.write), shared by the blocking and asyncio clients: retriable
+    failures (UNAVAILABLE, DEADLINE_EXCEEDED) skip the node for writes and
+    are retried on another after a pause of 25 ms doubling to 500 ms with
+    full jitter; a RESOURCE_EXHAUSTED with a RetryInfo is retried after the
+    delay it asks, blaming no node; other errors end the write at once; all
+    within write_retry."""
+
+    def __init__(self, nodes: _Nodes, cfg: ClientConfig, request_id: str) -> None:
+        self._nodes, self._cfg, self._request_id = nodes, cfg, request_id
+        self.deadline = time.monotonic() + cfg.write_retry
+        self._backoff = WRITE_BACKOFF_FIRST
+        self._prev: Optional[Node] = None
+        self._node: Optional[Node] = None
+        self._probe = False
+        self._err: Optional[WriteError] = None
+
+    def next(self) -> Node:
+        """The node to call now."""
+        nodes = self._nodes
+        start = nodes.write_at if self._cfg.sticky_writes else nodes.next()
+        self._node, self._probe = nodes.pick("write", start, self._prev, self._cfg.write_attempt_timeout)
+        return self._node
+
+    def ok(self) -> None:
+        """The write committed on the current node."""
+        self._nodes.mark(self._node, "write", "ok")
+        self._nodes.write_at = self._node.idx
+
+    def release(self) -> None:
+        """The caller cancelled: a probe slot the node held is given back."""
+        if self._probe:
+            self._nodes.mark(self._node, "write", "release", time.monotonic())
+
+    def failed(self, e: WriteError) -> float:
+        """The attempt failed with e: the pause (seconds) before the next,
+        after which resume() must be called. Raises e when the write ends."""
+        e.request_id = self._request_id
+        self._err = e
+        nodes, n, now = self._nodes, self._node, time.monotonic()
+        if e.retry_after is not None:
+            nodes.mark(n, "write", "ok")
+            if self.deadline - now > e.retry_after:
+                return e.retry_after
+            raise e
+        if not retriable(e.code):
+            nodes.mark(n, "write", "ok")  # a refusal is an answer: the node is up
+            raise e
+        if now >= self.deadline:
+            self.release()
+            raise e
+        nodes.mark(n, "write", "failed", now, self._cfg.fail_backoff, self._probe)
+        pause = random.uniform(0, self._backoff) + 0.001
+        self._backoff = min(2 * self._backoff, WRITE_BACKOFF_MAX)
+        return max(0.0, min(pause, self.deadline - now))
+
+    def resume(self) -> None:
+        """After the pause: raises the last error when the budget is spent
+        by a node's failure, else counts the retry."""
+        e = self._err
+        if e is not None and e.retry_after is None:
+            if time.monotonic() >= self.deadline:
+                raise e
+            self._prev = self._node
+        self._nodes.count("write_retries")
+
+
+def report_failed(nodes: _Nodes, n: Node, probe: bool, code: Optional[grpc.StatusCode], fail_backoff: float) -> None:
+    """Marks n after a failed load report (contract §5.11): a node fault
+    skips it for lookups and reports as fail_backoff says; any other failure
+    is an answer, and only gives back a probe slot."""
+    now = time.monotonic()
+    if node_fault(code):
+        nodes.mark(n, "lookup", "failed", now, fail_backoff, probe)
+    elif probe:
+        nodes.mark(n, "lookup", "release", now)

@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 import grpc
 import grpc.aio
 
 from ._core import (
-    WRITE_BACKOFF_FIRST,
-    WRITE_BACKOFF_MAX,
+    LookupAttempts,
+    WriteAttempts,
     ClientConfig,
     ClockWarner,
     Node,
     Stats,
     WriteError,
     _Nodes,
-    fail_open_response,
+    report_failed,
     fill_fingerprint,
     new_request_id,
-    node_fault,
-    retriable,
     retry_after,
 )
 from ._fingerprint import FingerprintError
@@ -74,49 +71,21 @@ class AsyncClient:
     async def lookup_route(self, req: pb.LookupRouteRequest) -> pb.LookupRouteResponse:
         """Client.lookup_route for asyncio: never raises (cancellation of the
         awaiting task aside), NO_HINT on any failure or when lookup_timeout ends."""
-        nodes, cfg = self._n, self.config
-        nodes.count("lookups")
-        deadline = time.monotonic() + cfg.lookup_timeout
-        code: Optional[grpc.StatusCode] = grpc.StatusCode.DEADLINE_EXCEEDED
-        msg = "lookup budget spent"
-        prev: Optional[Node] = None
-        for attempt in range(2):
-            n, probe = nodes.pick("lookup", nodes.next(), prev, cfg.lookup_timeout)
-            if attempt:
-                nodes.count("lookup_retries")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                if probe:
-                    nodes.mark(n, "lookup", "release", time.monotonic())
-                break
+        a = LookupAttempts(self._n, self.config)
+        while (n := a.next()) is not None:
             try:
-                resp = await n.ic.LookupRoute(req, timeout=left, metadata=self._md)
+                resp = await n.ic.LookupRoute(req, timeout=a.left, metadata=self._md)
             except grpc.RpcError as e:
-                code, msg = e.code(), e.details() or ""
+                a.failed(e.code(), e.details() or "")
             except asyncio.CancelledError:
-                if probe:
-                    nodes.mark(n, "lookup", "release", time.monotonic())
+                a.release()
                 raise
             except Exception as e:  # the request could not be sent (e.g. encoded)
-                code, msg = grpc.StatusCode.UNKNOWN, str(e)
-                if probe:
-                    nodes.mark(n, "lookup", "release", time.monotonic())
-                break
+                a.unsent(str(e))
             else:
-                nodes.mark(n, "lookup", "ok")
+                a.ok()
                 return resp
-            if not node_fault(code):
-                if code != grpc.StatusCode.CANCELLED:
-                    nodes.mark(n, "lookup", "ok")
-                elif probe:
-                    nodes.mark(n, "lookup", "release", time.monotonic())
-                break
-            nodes.mark(n, "lookup", "failed", time.monotonic(), cfg.fail_backoff, probe)
-            prev = n
-            if time.monotonic() >= deadline or len(nodes.nodes) == 1:
-                break
-        nodes.count("fail_open")
-        return fail_open_response(code, msg)
+        return a.fail_open()
 
     async def lookup_tokens(self, req: pb.LookupRouteRequest, token_ids: Sequence[int],
                             block_size: int) -> pb.LookupRouteResponse:
@@ -128,6 +97,24 @@ class AsyncClient:
             self._n.count("fail_open")
             return pb.LookupRouteResponse(reason_code=pb.NO_HINT, detail=f"client: {e}")
         return await self.lookup_route(req)
+
+    async def report_picker_load(self, req: pb.ReportPickerLoadRequest,
+                                 timeout: float = 0.05) -> pb.ReportPickerLoadResponse:
+        """Client.report_picker_load for asyncio."""
+        nodes = self._n
+        n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
+        try:
+            resp = await n.ic.ReportPickerLoad(req, timeout=timeout, metadata=self._md)
+        except grpc.RpcError as e:
+            report_failed(nodes, n, probe, e.code(), self.config.fail_backoff)
+            raise
+        except asyncio.CancelledError:
+            if probe:
+                nodes.mark(n, "lookup", "release", time.monotonic())
+            raise
+        nodes.mark(n, "lookup", "ok")
+        return resp
+
 
     async def ingest(self, req: pb.IngestRequest) -> pb.IngestResponse:
         """Client.ingest for asyncio; raises WriteError."""
@@ -145,49 +132,20 @@ class AsyncClient:
 
     async def _write(self, method: Callable[[Node], Callable], req):
         """Client._write for asyncio (the same retry rules)."""
-        nodes, cfg = self._n, self.config
-        deadline = time.monotonic() + cfg.write_retry
-        backoff = WRITE_BACKOFF_FIRST
-        prev: Optional[Node] = None
+        a = WriteAttempts(self._n, self.config, req.request_id)
         while True:
-            start = nodes.write_at if cfg.sticky_writes else nodes.next()
-            n, probe = nodes.pick("write", start, prev, cfg.write_attempt_timeout)
+            n = a.next()
             try:
-                resp = await self._attempt(n, method(n), req, deadline)
-            except WriteError as err:
-                e = err
+                resp = await self._attempt(n, method(n), req, a.deadline)
+            except WriteError as e:
+                await asyncio.sleep(a.failed(e))  # raises e when the write ends
+                a.resume()
             except asyncio.CancelledError:
-                if probe:
-                    nodes.mark(n, "write", "release", time.monotonic())
+                a.release()
                 raise
             else:
-                nodes.mark(n, "write", "ok")
-                nodes.write_at = n.idx
+                a.ok()
                 return resp
-            e.request_id = req.request_id
-            now = time.monotonic()
-            if e.retry_after is not None:
-                nodes.mark(n, "write", "ok")
-                if deadline - now > e.retry_after:
-                    await asyncio.sleep(e.retry_after)
-                    nodes.count("write_retries")
-                    continue
-                raise e
-            if not retriable(e.code):
-                nodes.mark(n, "write", "ok")
-                raise e
-            if now >= deadline:
-                if probe:
-                    nodes.mark(n, "write", "release", now)
-                raise e
-            nodes.mark(n, "write", "failed", now, cfg.fail_backoff, probe)
-            pause = random.uniform(0, backoff) + 0.001
-            backoff = min(2 * backoff, WRITE_BACKOFF_MAX)
-            await asyncio.sleep(max(0.0, min(pause, deadline - now)))
-            if time.monotonic() >= deadline:
-                raise e
-            prev = n
-            nodes.count("write_retries")
 
     async def _attempt(self, n: Node, call: Callable, req, deadline: float):
         """Client._attempt for asyncio."""

@@ -9,26 +9,23 @@ retriable outcomes with the Go SDK's rules (contract §8.5).
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Callable, Optional, Sequence
 
 import grpc
 
 from ._core import (
-    WRITE_BACKOFF_FIRST,
-    WRITE_BACKOFF_MAX,
+    LookupAttempts,
+    WriteAttempts,
     ClientConfig,
     ClockWarner,
     Node,
     Stats,
     WriteError,
     _Nodes,
-    fail_open_response,
+    report_failed,
     fill_fingerprint,
     new_request_id,
-    node_fault,
-    retriable,
     retry_after,
 )
 from ._fingerprint import FingerprintError
@@ -87,46 +84,18 @@ class Client:
         the request itself fails (no retry, no node blamed), the answer is
         NO_HINT with detail "client: <Code>: <message>; failing open"
         (counted in stats().fail_open)."""
-        nodes, cfg = self._n, self.config
-        nodes.count("lookups")
-        deadline = time.monotonic() + cfg.lookup_timeout
-        code: Optional[grpc.StatusCode] = grpc.StatusCode.DEADLINE_EXCEEDED
-        msg = "lookup budget spent"
-        prev: Optional[Node] = None
-        for attempt in range(2):
-            n, probe = nodes.pick("lookup", nodes.next(), prev, cfg.lookup_timeout)
-            if attempt:
-                nodes.count("lookup_retries")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                if probe:
-                    nodes.mark(n, "lookup", "release", time.monotonic())
-                break
+        a = LookupAttempts(self._n, self.config)
+        while (n := a.next()) is not None:
             try:
-                resp = n.ic.LookupRoute(req, timeout=left, metadata=self._md)
+                resp = n.ic.LookupRoute(req, timeout=a.left, metadata=self._md)
             except grpc.RpcError as e:
-                code, msg = e.code(), e.details() or ""
+                a.failed(e.code(), e.details() or "")
             except Exception as e:  # the request could not be sent (e.g. encoded)
-                code, msg = grpc.StatusCode.UNKNOWN, str(e)
-                if probe:
-                    nodes.mark(n, "lookup", "release", time.monotonic())
-                break
+                a.unsent(str(e))
             else:
-                nodes.mark(n, "lookup", "ok")
+                a.ok()
                 return resp
-            if not node_fault(code):
-                # The node answered and refused the request: another would too.
-                if code != grpc.StatusCode.CANCELLED:
-                    nodes.mark(n, "lookup", "ok")
-                elif probe:
-                    nodes.mark(n, "lookup", "release", time.monotonic())
-                break
-            nodes.mark(n, "lookup", "failed", time.monotonic(), cfg.fail_backoff, probe)
-            prev = n
-            if time.monotonic() >= deadline or len(nodes.nodes) == 1:
-                break
-        nodes.count("fail_open")
-        return fail_open_response(code, msg)
+        return a.fail_open()
 
     def lookup_tokens(self, req: pb.LookupRouteRequest, token_ids: Sequence[int], block_size: int) -> pb.LookupRouteResponse:
         """Fingerprint token_ids locally into req (in the hash domain of
@@ -139,6 +108,23 @@ class Client:
             self._n.count("fail_open")
             return pb.LookupRouteResponse(reason_code=pb.NO_HINT, detail=f"client: {e}")
         return self.lookup_route(req)
+
+    def report_picker_load(self, req: pb.ReportPickerLoadRequest, timeout: float = 0.05) -> pb.ReportPickerLoadResponse:
+        """Send one picker's load report (contract §5.11) to one node in a
+        single attempt of at most timeout seconds: a report is superseded by
+        the next, so it is never retried. A node that does not answer
+        (node_fault) is skipped for lookups and reports as fail_backoff
+        says. Raises the call's grpc.RpcError. LoadShare sends these."""
+        nodes = self._n
+        n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
+        try:
+            resp = n.ic.ReportPickerLoad(req, timeout=timeout, metadata=self._md)
+        except grpc.RpcError as e:
+            report_failed(nodes, n, probe, e.code(), self.config.fail_backoff)
+            raise
+        nodes.mark(n, "lookup", "ok")
+        return resp
+
 
     # Writes.
 
@@ -168,46 +154,17 @@ class Client:
         500 ms with full jitter; a RESOURCE_EXHAUSTED with a RetryInfo is
         retried after the delay it asks, blaming no node; other errors end
         the write at once; all within write_retry."""
-        nodes, cfg = self._n, self.config
-        deadline = time.monotonic() + cfg.write_retry
-        backoff = WRITE_BACKOFF_FIRST
-        prev: Optional[Node] = None
+        a = WriteAttempts(self._n, self.config, req.request_id)
         while True:
-            start = nodes.write_at if cfg.sticky_writes else nodes.next()
-            n, probe = nodes.pick("write", start, prev, cfg.write_attempt_timeout)
+            n = a.next()
             try:
-                resp = self._attempt(n, method(n), req, deadline)
-            except WriteError as err:
-                e = err
+                resp = self._attempt(n, method(n), req, a.deadline)
+            except WriteError as e:
+                time.sleep(a.failed(e))  # raises e when the write ends
+                a.resume()
             else:
-                nodes.mark(n, "write", "ok")
-                nodes.write_at = n.idx
+                a.ok()
                 return resp
-            e.request_id = req.request_id
-            now = time.monotonic()
-            delay = e.retry_after
-            if delay is not None:
-                nodes.mark(n, "write", "ok")
-                if deadline - now > delay:
-                    time.sleep(delay)
-                    nodes.count("write_retries")
-                    continue
-                raise e
-            if not retriable(e.code):
-                nodes.mark(n, "write", "ok")  # a refusal is an answer: the node is up
-                raise e
-            if now >= deadline:
-                if probe:
-                    nodes.mark(n, "write", "release", now)
-                raise e
-            nodes.mark(n, "write", "failed", now, cfg.fail_backoff, probe)
-            pause = random.uniform(0, backoff) + 0.001
-            backoff = min(2 * backoff, WRITE_BACKOFF_MAX)
-            time.sleep(max(0.0, min(pause, deadline - now)))
-            if time.monotonic() >= deadline:
-                raise e
-            prev = n
-            nodes.count("write_retries")
 
     def _attempt(self, n: Node, call: Callable, req, deadline: float):
         """One write call to n, bounded by write_attempt_timeout and the

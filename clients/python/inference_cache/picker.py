@@ -5,6 +5,7 @@ with the same cost model and defaults.
 Cost model (units: prompt tokens)::
 
     cost(r) = queued(r) + others(r) + uncached(r) − cache_affinity × cached(r)
+              + decode(r) + kv(r)
 
     cached(r)   = matched_tokens of r's PREFIX_MATCH hint, at most the prompt
                   (0 without one: TENANT_HOT and AFFINITY_HINT say nothing of
@@ -12,22 +13,31 @@ Cost model (units: prompt tokens)::
     uncached(r) = prompt tokens − cached(r)
     queued(r)   = uncached tokens of this picker's requests on r that have
                   not produced their first token (start … first_token)
-    others(r)   = (max(0, waiting(r) − own_waiting(r))
-                   + running_weight × max(0, running(r) − own_running(r)))
+    others(r)   = others_prefill_tokens(r)
+                  + (max(0, waiting(r) − known_waiting(r))
+                  + running_weight × max(0, running(r) − known_running(r)))
                   × tokens per request
                   waiting/running: the engine's counts on r's hint, else on
                   the response's loads (include_load), else 0;
-                  own_waiting(r) = max(0, this picker's requests on r before
-                  their first token − 1); own_running(r) = its requests in
-                  flight there − own_waiting(r);
+                  others_*: the loads' ReplicaLoad.others_* (what the other
+                  pickers sharing the cluster reported in flight on r);
+                  known_waiting(r) = max(0, own_prefilling(r)
+                  + others_prefilling_requests(r) − 1); known_running(r) =
+                  own_in_flight(r) + others_running_requests(r) − known_waiting(r);
                   tokens per request = tokens_per_waiting_request, or when 0
                   the mean uncached tokens this picker sent (2048 before any)
+    decode(r)   = decode_weight × (own_in_flight(r) − own_prefilling(r)
+                  + max(0, others_running − others_prefilling)) × tokens per request
+    kv(r)       = kv_weight × pressure(r) × uncached(r)   (the load's KV usage)
 
-The lowest cost wins. Ties go to fewer requests in flight (this picker's, or
-the engine's running count when larger), then to the hint's reason (a
+With temperature 0 the lowest cost wins. Ties go to fewer requests in flight
+(this picker's and the others', or the engine's running count when larger), then to the hint's reason (a
 PREFIX_MATCH hint before AFFINITY_HINT before TENANT_HOT before no hint), then
 among PREFIX_MATCH hints to the one the cluster ranked first, then at random.
-With load_bound > 0 a candidate whose requests in flight + 1 exceed
+With temperature T > 0 the best (after those ties) and every costlier candidate
+are drawn with weight exp(−(cost − best) / (T × prompt tokens)), a weight
+below exp(−20) counting as 0. With load_bound > 0 a candidate whose requests in
+flight (this picker's and the others') + 1 exceed
 ceil(load_bound × (all in flight + 1) / candidates) is passed over while
 another is within the bound. The picker does no I/O and reads no clock; it is
 safe to share between threads.
@@ -46,6 +56,10 @@ from .v1 import inferencecache_pb2 as pb
 __all__ = [
     "DEFAULT_CACHE_AFFINITY",
     "DEFAULT_RUNNING_WEIGHT",
+    "DEFAULT_DECODE_WEIGHT",
+    "DEFAULT_KV_WEIGHT",
+    "DEFAULT_LOAD_BOUND",
+    "DEFAULT_TEMPERATURE",
     "DEFAULT_TOKENS_PER_WAITING_REQUEST",
     "PickerConfig",
     "PickCost",
@@ -55,9 +69,19 @@ __all__ = [
 ]
 
 #: Credit per cached token beyond the prefill it saves (Go DefaultCacheAffinity).
-DEFAULT_CACHE_AFFINITY = 6.0
+DEFAULT_CACHE_AFFINITY = 1.5
 #: Share of a prefill counted per engine-reported running request (Go DefaultRunningWeight).
-DEFAULT_RUNNING_WEIGHT = 0.3
+DEFAULT_RUNNING_WEIGHT = 0.5
+#: Share of a prefill per decoding request (Go DefaultDecodeWeight).
+DEFAULT_DECODE_WEIGHT = 0.05
+#: Charge per KV-pressure unit and uncached token (Go DefaultKVWeight).
+DEFAULT_KV_WEIGHT = 0.5
+#: Load bound, 0 = off (Go DefaultLoadBound).
+DEFAULT_LOAD_BOUND = 2.0
+#: Softmax temperature, 0 = lowest cost (Go DefaultTemperature).
+DEFAULT_TEMPERATURE = 0.05
+#: Softmax weights below exp(-_SOFTMAX_CUT) count as 0.
+_SOFTMAX_CUT = 20.0
 #: Prefill tokens assumed per engine-reported request before the picker sent any.
 DEFAULT_TOKENS_PER_WAITING_REQUEST = 2048.0
 
@@ -69,19 +93,28 @@ class PickerConfig:
     tokens_per_waiting_request: prefill tokens assumed per request an engine
         reports that this picker did not send; 0 = the mean uncached tokens of
         the requests this picker sent (2048 before the first).
-    cache_affinity: cost −= cache_affinity × cached tokens (default 6).
+    cache_affinity: cost −= cache_affinity × cached tokens (default 1.5).
     running_weight: share of a prefill per engine-reported running request
         not sent by this picker (default 0.3).
-    load_bound: > 0 caps a candidate's share of requests in flight at
-        load_bound × the mean (off by default).
-    seed: seeds the choice among equal candidates; None = a random seed. The
+    decode_weight: share of a prefill per decoding request (this picker's and
+        the other pickers' reported ones).
+    kv_weight: cost += kv_weight × the load's pressure × uncached tokens.
+    load_bound: > 0 caps a candidate's share of requests in flight (this
+        picker's and the others') at load_bound × the mean.
+    temperature: > 0 draws by softmax over cost with scale temperature ×
+        the request's prompt tokens; 0 picks the lowest cost.
+    seed: seeds the choice among equal candidates and the softmax draws;
+        None = a random seed. The
         sequence differs from the Go picker's (PCG) for the same seed.
     """
 
     tokens_per_waiting_request: float = 0.0
     cache_affinity: float = DEFAULT_CACHE_AFFINITY
     running_weight: float = DEFAULT_RUNNING_WEIGHT
-    load_bound: float = 0.0
+    decode_weight: float = DEFAULT_DECODE_WEIGHT
+    kv_weight: float = DEFAULT_KV_WEIGHT
+    load_bound: float = DEFAULT_LOAD_BOUND
+    temperature: float = DEFAULT_TEMPERATURE
     seed: Optional[int] = None
 
 
@@ -89,10 +122,13 @@ class PickerConfig:
 class PickCost:
     """One candidate's cost terms (prompt tokens, except the request counts).
 
-    cost = queued_tokens + others_tokens + uncached_tokens − cache_affinity × cached_tokens.
+    cost = queued_tokens + others_tokens + uncached_tokens − cache_affinity × cached_tokens
+    + decode_tokens + kv_tokens.
     reason is the reason code (pb.ReasonCode int) of the hint naming the
     replica, NO_HINT when none does; reported_waiting/running the engine's
-    counts from its hint or load; in_flight this picker's requests there.
+    counts from its hint or load; in_flight this picker's requests there;
+    pressure the load's KV usage; others_* the load's others_* (the other
+    pickers' reported in-flight load).
     """
 
     replica: str
@@ -101,14 +137,25 @@ class PickCost:
     uncached_tokens: int = 0
     queued_tokens: float = 0.0
     others_tokens: float = 0.0
+    decode_tokens: float = 0.0
+    kv_tokens: float = 0.0
     in_flight: int = 0
     reported_waiting: int = 0
     reported_running: int = 0
+    pressure: float = 0.0
+    others_prefilling: int = 0
+    others_prefill_tokens: int = 0
+    others_running: int = 0
+    others_pickers: int = 0
     cost: float = 0.0
 
     def busy(self) -> int:
-        """Requests in flight for ties: this picker's, or the engine's running count when larger."""
-        return max(self.in_flight, self.reported_running)
+        """Requests in flight for ties: this picker's and the others', or the engine's running count when larger."""
+        return max(self.in_flight + self.others_running, self.reported_running)
+
+    def loaded(self) -> int:
+        """Known requests in flight, for the load bound."""
+        return self.in_flight + self.others_running
 
 
 @dataclass
@@ -236,35 +283,45 @@ class Picker:
                     if rc == pb.PREFIX_MATCH:
                         c.cached_tokens = min(h.matched_tokens, prompt_tokens)
                     break
-                if rank > len(hints):
-                    for ld in loads:
-                        if ld.replica_id == c.replica:
-                            c.reported_waiting, c.reported_running = ld.waiting_requests, ld.running_requests
-                            break
+                for ld in loads:
+                    if ld.replica_id != c.replica:
+                        continue
+                    if rank > len(hints):
+                        c.reported_waiting, c.reported_running = ld.waiting_requests, ld.running_requests
+                    c.pressure = min(max(ld.pressure, 0.0), 1.0)
+                    c.others_prefilling, c.others_prefill_tokens = ld.others_prefilling_requests, ld.others_prefill_tokens
+                    c.others_running, c.others_pickers = ld.others_running_requests, ld.others_pickers
+                    break
                 ranks.append(rank)
                 c.uncached_tokens = prompt_tokens - c.cached_tokens
                 load = self._load(c.replica)
                 c.queued_tokens, c.in_flight = load.queued_tokens, load.inflight
-                total += c.in_flight
-                own_waiting = max(0, load.prefilling - 1)
-                c.others_tokens = (
-                    max(0, c.reported_waiting - own_waiting)
-                    + cfg.running_weight * max(0, c.reported_running - (c.in_flight - own_waiting))
+                total += c.loaded()
+                known_waiting = max(0, load.prefilling + c.others_prefilling - 1)
+                known_running = c.in_flight + c.others_running - known_waiting
+                c.others_tokens = c.others_prefill_tokens + (
+                    max(0, c.reported_waiting - known_waiting)
+                    + cfg.running_weight * max(0, c.reported_running - known_running)
                 ) * per_req
-                c.cost = c.queued_tokens + c.others_tokens + c.uncached_tokens - cfg.cache_affinity * c.cached_tokens
+                decoding = c.in_flight - load.prefilling + max(0, c.others_running - c.others_prefilling)
+                c.decode_tokens = cfg.decode_weight * decoding * per_req
+                c.kv_tokens = cfg.kv_weight * c.pressure * c.uncached_tokens
+                c.cost = (c.queued_tokens + c.others_tokens + c.uncached_tokens
+                          - cfg.cache_affinity * c.cached_tokens + c.decode_tokens + c.kv_tokens)
             bound = math.inf
             if cfg.load_bound > 0:
                 bound = math.ceil(cfg.load_bound * (total + 1) / len(candidates))
-            best = self._best(d.costs, ranks, bound)
+            scale = cfg.temperature * prompt_tokens
+            best = self._best(d.costs, ranks, bound, scale)
             if best < 0:
-                best = self._best(d.costs, ranks, math.inf)
+                best = self._best(d.costs, ranks, math.inf, scale)
         d.replica, d.index = candidates[best], best
         return d
 
-    def _best(self, costs: List[PickCost], ranks: List[int], bound: float) -> int:
+    def _best(self, costs: List[PickCost], ranks: List[int], bound: float, scale: float) -> int:
         ties: List[int] = []
         for i, c in enumerate(costs):
-            if c.in_flight + 1 > bound:
+            if c.loaded() + 1 > bound:
                 continue
             if not ties:
                 ties.append(i)
@@ -276,6 +333,28 @@ class Picker:
                 ties.append(i)
         if not ties:
             return -1
+        if scale > 0:
+            low = costs[ties[0]].cost
+            weights: List[float] = []
+            for i, c in enumerate(costs):
+                x = 0.0
+                if c.loaded() + 1 > bound:
+                    pass
+                elif c.cost > low and (c.cost - low) / scale < _SOFTMAX_CUT:
+                    x = math.exp(-(c.cost - low) / scale)
+                elif c.cost == low and i in ties:
+                    x = 1.0
+                weights.append(x)
+            u = self._rng.random() * sum(weights)
+            last = -1
+            for i, x in enumerate(weights):
+                if x == 0:
+                    continue
+                last = i
+                if u < x:
+                    return i
+                u -= x
+            return last
         if len(ties) == 1:
             return ties[0]
         return ties[self._rng.randrange(len(ties))]

@@ -114,11 +114,17 @@ class InferenceCacheServicer(object):
 
     def ReportPickerLoad(self, request, context):
         """ReportPickerLoad records what one picker (a gateway replica) has in
-        flight per replica. It is soft state, not written through the Raft log:
-        the node that receives it holds it in memory and passes it on to every
-        other node; a picker's report expires when the picker stops reporting
-        (after 2 of its intervals). Lookups with include_load return, per
-        replica, the sum over the other pickers (ReplicaLoad.others_*).
+        flight per replica (contract §5.11). It is soft state, not written
+        through the Raft log: the node that receives it holds it in memory and
+        passes it on to every other node; a picker's report expires when the
+        picker stops reporting (after 2 of its intervals). Lookups with
+        include_load return, per replica, the sum over the other pickers
+        (ReplicaLoad.others_*). Errors: INVALID_ARGUMENT naming the field (a
+        missing or oversize picker_id or replica_id, a replica given twice,
+        sequence 0, interval_ms out of bounds); RESOURCE_EXHAUSTED when the
+        node holds its limit of (picker, replica) entries. It needs the lookup
+        token (contract §9.8): the pickers that look up are the ones that
+        report.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,90 @@
+package api
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/pickerload"
+)
+
+// PickerLoad is the pickers' shared in-flight load as the service needs
+// it (contract §5.11); *raftnode.Node is one. It is soft state, kept apart
+// from Backend: nothing of it goes through the Raft log.
+type PickerLoad interface {
+	// SharePickerLoad holds a picker's report and passes it on to the
+	// other nodes without waiting on them; errors wrap
+	// pickerload.ErrInvalid (a *pickerload.FieldError) or
+	// pickerload.ErrFull.
+	SharePickerLoad(req *pb.ReportPickerLoadRequest) (pickerload.Outcome, error)
+	// PickerLoadView reads the held reports at this instant.
+	PickerLoadView() pickerload.View
+}
+
+// ErrNoPickerLoad is ReportPickerLoad's answer on a service built
+// without a PickerLoad (Config.PickerLoad nil).
+var ErrNoPickerLoad = status.Error(codes.Unimplemented, "this server holds no picker load (built without Config.PickerLoad)")
+
+// ReportPickerLoad holds one picker's in-flight load per replica
+// (contract §5.11): it replaces the picker's previous report on this node
+// and is passed on to every other node, asynchronously, never through
+// the Raft log. The answer's accepted is the replicas recorded, 0 with
+// superseded when the node holds a report of the picker with the same or
+// a higher sequence. Errors (StatusFromError): INVALID_ARGUMENT naming the
+// field at fault, RESOURCE_EXHAUSTED naming the node's limit of (picker,
+// replica) entries.
+func (s *Service) ReportPickerLoad(_ context.Context, req *pb.ReportPickerLoadRequest) (*pb.ReportPickerLoadResponse, error) {
+	if s.pload == nil {
+		return nil, ErrNoPickerLoad
+	}
+	o, err := s.pload.SharePickerLoad(req)
+	if err != nil {
+		return nil, StatusFromError(err)
+	}
+	if o == pickerload.Ignored {
+		return &pb.ReportPickerLoadResponse{Superseded: true}, nil
+	}
+	return &pb.ReportPickerLoadResponse{Accepted: uint32(len(req.GetLoads()))}, nil
+}
+
+// fillOthers sets others_* of every entry of resp.Loads from the other
+// pickers' reports (all pickers' when the asker gave no picker_id), and
+// adds an entry for each replica named by a hint that has no entry (no
+// fresh stats) but has other pickers' load. The store does not know which
+// replicas serve the request's model; a hint says the replica does, which
+// bounds the answer to replicas the asker may route to.
+func (s *Service) fillOthers(req *pb.LookupRouteRequest, resp *pb.LookupRouteResponse) {
+	if s.pload == nil {
+		return
+	}
+	v := s.pload.PickerLoadView()
+	asker := req.GetPickerId()
+	for _, l := range resp.Loads {
+		setOthers(l, v.Others(asker, l.ReplicaId))
+	}
+	added := false
+	for _, h := range resp.Replicas {
+		id := h.GetReplicaId()
+		if slices.ContainsFunc(resp.Loads, func(l *pb.ReplicaLoad) bool { return l.ReplicaId == id }) {
+			continue
+		}
+		if sum := v.Others(asker, id); sum.Pickers > 0 {
+			l := &pb.ReplicaLoad{ReplicaId: id}
+			setOthers(l, sum)
+			resp.Loads = append(resp.Loads, l)
+			added = true
+		}
+	}
+	if added {
+		slices.SortFunc(resp.Loads, func(a, b *pb.ReplicaLoad) int { return strings.Compare(a.ReplicaId, b.ReplicaId) })
+	}
+}
+
+func setOthers(l *pb.ReplicaLoad, sum pickerload.Sum) {
+	l.OthersPrefillingRequests, l.OthersPrefillTokens, l.OthersRunningRequests, l.OthersPickers =
+		sum.PrefillingRequests, sum.PrefillTokens, sum.RunningRequests, sum.Pickers
+}

@@ -1,0 +1,210 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+)
+
+// Defaults and limits of load sharing (contract §5.11).
+const (
+	// DefaultLoadShareInterval is how often a LoadShare reports: a report
+	// reaches every node within a few milliseconds, so another picker's
+	// lookups see a load change within about 100 ms of wall time.
+	DefaultLoadShareInterval = 50 * time.Millisecond
+	// MinLoadShareInterval and MaxLoadShareInterval are the server's
+	// bounds on a report's interval_ms.
+	MinLoadShareInterval = 10 * time.Millisecond
+	MaxLoadShareInterval = time.Minute
+	// MaxPickerIDBytes is the server's bound on a picker id.
+	MaxPickerIDBytes = 128
+	// loadShareWarnEvery bounds the warnings of a failing reporter.
+	loadShareWarnEvery = time.Minute
+)
+
+// ReportPickerLoad sends one picker's load report to one node (round
+// robin, skipping nodes whose lookups failed recently) in a single
+// attempt bounded by ctx: a report is superseded by the next one, so it
+// is never retried. A node that does not answer (UNAVAILABLE,
+// DEADLINE_EXCEEDED) is skipped for lookups and reports as Config.FailBackoff
+// says. Errors are the call's.
+func (c *Client) ReportPickerLoad(ctx context.Context, req *pb.ReportPickerLoadRequest) (*pb.ReportPickerLoadResponse, error) {
+	n, probe := c.pick(lookupTrack, c.next.Add(1), nil, c.cfg.LookupTimeout)
+	resp, err := n.ic.ReportPickerLoad(ctx, req)
+	switch status.Code(err) {
+	case codes.OK:
+		n.lookup.ok()
+	case codes.Unavailable, codes.DeadlineExceeded:
+		n.lookup.failed(time.Now(), c.cfg.FailBackoff, probe)
+	default:
+		if probe {
+			n.lookup.release(time.Now())
+		}
+	}
+	return resp, err
+}
+
+// LoadReportSender sends a load report; *Client is one.
+type LoadReportSender interface {
+	ReportPickerLoad(ctx context.Context, req *pb.ReportPickerLoadRequest) (*pb.ReportPickerLoadResponse, error)
+}
+
+// LoadShareConfig configures a LoadShare.
+type LoadShareConfig struct {
+	// PickerID names this picker among those sharing the cluster; lookups
+	// made for the picker carry it (LookupRouteRequest.picker_id) so that
+	// their others_* leave its own load out. At most MaxPickerIDBytes.
+	// "" = DefaultPickerID().
+	PickerID string
+	// Interval is the time between reports; 0 = DefaultLoadShareInterval
+	// (50 ms), else MinLoadShareInterval to MaxLoadShareInterval. The
+	// nodes drop the picker's load 2 intervals after its last report.
+	Interval time.Duration
+	// Logger receives a warning when reports fail, at most once a
+	// minute; nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultPickerID returns a picker id unique to this process:
+// hostname-pid-random (8 hex digits), cut to MaxPickerIDBytes.
+func DefaultPickerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "picker"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	if len(id) > MaxPickerIDBytes {
+		id = id[len(id)-MaxPickerIDBytes:]
+	}
+	return id
+}
+
+// LoadShareStats are a LoadShare's counters.
+type LoadShareStats struct {
+	// Sent counts reports a node accepted (or answered superseded);
+	// Failed counts reports that failed or timed out (dropped: the next
+	// report replaces them).
+	Sent, Failed uint64
+}
+
+// LoadShare reports a Picker's in-flight load (Picker.InFlight) to the
+// cluster every interval (contract §5.11), so that the other pickers'
+// lookups see it in ReplicaLoad.others_*. It fails open: a report that
+// fails or takes longer than the interval is dropped and the next one
+// replaces it; nothing of it ever blocks or fails a request. Reports go
+// out from one goroutine, one at a time, each bounded by the interval.
+type LoadShare struct {
+	p    *Picker
+	to   LoadReportSender
+	cfg  LoadShareConfig
+	log  *slog.Logger
+	seq  uint64
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+
+	sent, failed atomic.Uint64
+	warnAt       time.Time
+}
+
+// StartLoadShare starts reporting p's load through to. Errors name the
+// field of cfg at fault and its bound.
+func StartLoadShare(p *Picker, to LoadReportSender, cfg LoadShareConfig) (*LoadShare, error) {
+	if p == nil || to == nil {
+		return nil, errors.New("client: StartLoadShare needs a Picker and a sender")
+	}
+	if cfg.PickerID == "" {
+		cfg.PickerID = DefaultPickerID()
+	}
+	switch {
+	case len(cfg.PickerID) > MaxPickerIDBytes:
+		return nil, fmt.Errorf("client: picker id: %d bytes, over the limit of %d", len(cfg.PickerID), MaxPickerIDBytes)
+	case !utf8.ValidString(cfg.PickerID):
+		return nil, errors.New("client: picker id: not valid UTF-8")
+	case cfg.Interval == 0:
+		cfg.Interval = DefaultLoadShareInterval
+	case cfg.Interval < MinLoadShareInterval || cfg.Interval > MaxLoadShareInterval:
+		return nil, fmt.Errorf("client: load share interval %v: want %v to %v", cfg.Interval, MinLoadShareInterval, MaxLoadShareInterval)
+	}
+	s := &LoadShare{p: p, to: to, cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}),
+		// Counting from the clock keeps a picker restarted under the
+		// same id ahead of its old reports.
+		seq: uint64(time.Now().UnixNano())}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	go s.run()
+	return s, nil
+}
+
+// PickerID is the id the reports carry; set it as the picker_id of the
+// picker's lookups.
+func (s *LoadShare) PickerID() string { return s.cfg.PickerID }
+
+// Interval is the time between reports.
+func (s *LoadShare) Interval() time.Duration { return s.cfg.Interval }
+
+// Stats returns the counters.
+func (s *LoadShare) Stats() LoadShareStats {
+	return LoadShareStats{Sent: s.sent.Load(), Failed: s.failed.Load()}
+}
+
+// Stop ends the reports: it sends one last, empty report (so the other
+// pickers stop counting this one's load at once rather than at expiry),
+// bounded by the interval, and returns once the goroutine ended.
+// Idempotent.
+func (s *LoadShare) Stop() {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+func (s *LoadShare) run() {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	s.report(s.p.InFlight())
+	for {
+		select {
+		case <-s.stop:
+			s.report(nil)
+			return
+		case <-t.C:
+			s.report(s.p.InFlight())
+		}
+	}
+}
+
+// report sends one report bounded by the interval.
+func (s *LoadShare) report(loads []*pb.PickerReplicaLoad) {
+	s.seq++
+	req := &pb.ReportPickerLoadRequest{PickerId: s.cfg.PickerID, Sequence: s.seq,
+		IntervalMs: uint32(s.cfg.Interval.Milliseconds()), Loads: loads}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Interval)
+	_, err := s.to.ReportPickerLoad(ctx, req)
+	cancel()
+	if err == nil {
+		s.sent.Add(1)
+		return
+	}
+	s.failed.Add(1)
+	if now := time.Now(); now.Sub(s.warnAt) >= loadShareWarnEvery {
+		s.warnAt = now
+		s.log.Warn("picker load report failed; the other pickers see this one's load only once a report succeeds (requests are unaffected)",
+			"picker_id", s.cfg.PickerID, "err", err, "failed_so_far", s.failed.Load())
+	}
+}

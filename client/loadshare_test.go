@@ -1,0 +1,145 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
+)
+
+// The snapshot of a picker's in-flight load, worked by hand: r1 has two
+// requests (one past its first token), r2 one done, r3 one prefilling.
+func TestPicker_InFlightPerReplica(t *testing.T) {
+	p := NewPicker(DefaultPickerConfig())
+	a := p.StartOn("r1", 1000)
+	p.StartOn("r1", 300)
+	b := p.StartOn("r2", 50)
+	p.StartOn("r3", 7)
+	a.FirstToken()
+	b.Done()
+	p.Pick(nil, []string{"r4"}, 10) // a candidate seen, nothing sent: left out
+	got := p.InFlight()
+	want := []*pb.PickerReplicaLoad{
+		{ReplicaId: "r1", PrefillingRequests: 1, PrefillTokens: 300, RunningRequests: 2},
+		{ReplicaId: "r3", PrefillingRequests: 1, PrefillTokens: 7, RunningRequests: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("in flight %v, want %v", got, want)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.ReplicaId != w.ReplicaId || g.PrefillingRequests != w.PrefillingRequests || g.PrefillTokens != w.PrefillTokens || g.RunningRequests != w.RunningRequests {
+			t.Errorf("[%d] = %v, want %v", i, g, w)
+		}
+	}
+}
+
+// fakeSender records reports; fail makes every report fail, block makes
+// it wait for its context.
+type fakeSender struct {
+	mu      sync.Mutex
+	reports []*pb.ReportPickerLoadRequest
+	fail    bool
+	block   bool
+}
+
+func (f *fakeSender) ReportPickerLoad(ctx context.Context, req *pb.ReportPickerLoadRequest) (*pb.ReportPickerLoadResponse, error) {
+	f.mu.Lock()
+	f.reports = append(f.reports, req)
+	fail, block := f.fail, f.block
+	f.mu.Unlock()
+	if block {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if fail {
+		return nil, errors.New("unavailable")
+	}
+	return &pb.ReportPickerLoadResponse{Accepted: uint32(len(req.Loads))}, nil
+}
+
+func (f *fakeSender) all() []*pb.ReportPickerLoadRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*pb.ReportPickerLoadRequest(nil), f.reports...)
+}
+
+// Reports carry the picker id, the interval, increasing sequences and the
+// picker's load; Stop sends a last, empty report and ends.
+func TestLoadShare_ReportsAndStopsWithAnEmptyReport(t *testing.T) {
+	p := NewPicker(DefaultPickerConfig())
+	p.StartOn("r1", 100)
+	f := &fakeSender{}
+	s, err := StartLoadShare(p, f, LoadShareConfig{PickerID: "gw-1", Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 5*time.Second, 5*time.Millisecond, func() (bool, string) {
+		n := len(f.all())
+		return n >= 3, fmt.Sprintf("%d reports so far, want 3", n)
+	})
+	s.Stop()
+	s.Stop() // idempotent
+	rs := f.all()
+	for i, r := range rs {
+		if r.PickerId != "gw-1" || r.IntervalMs != 10 {
+			t.Fatalf("report %d: %v, want picker gw-1 at 10 ms", i, r)
+		}
+		if i > 0 && r.Sequence != rs[i-1].Sequence+1 {
+			t.Fatalf("report %d: sequence %d after %d", i, r.Sequence, rs[i-1].Sequence)
+		}
+	}
+	if l := rs[0].Loads; len(l) != 1 || l[0].ReplicaId != "r1" || l[0].PrefillTokens != 100 || l[0].RunningRequests != 1 {
+		t.Errorf("first report's loads %v, want r1 (1, 100, 1)", l)
+	}
+	if last := rs[len(rs)-1]; len(last.Loads) != 0 {
+		t.Errorf("last report %v, want empty (sent by Stop)", last)
+	}
+	if st := s.Stats(); st.Sent != uint64(len(rs)) || st.Failed != 0 {
+		t.Errorf("stats %+v, want %d sent", st, len(rs))
+	}
+}
+
+// A cluster that fails or hangs costs the reporter its reports only: each
+// is bounded by the interval, counted failed, and Stop still returns.
+func TestLoadShare_FailingClusterDropsReports(t *testing.T) {
+	for _, block := range []bool{false, true} {
+		f := &fakeSender{fail: !block, block: block}
+		s, err := StartLoadShare(NewPicker(DefaultPickerConfig()), f, LoadShareConfig{Interval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll.Eventually(t, 5*time.Second, 5*time.Millisecond, func() (bool, string) {
+			return s.Stats().Failed >= 2, "fewer than 2 failed reports"
+		})
+		s.Stop()
+		if st := s.Stats(); st.Sent != 0 {
+			t.Errorf("block=%t: %+v, want nothing sent", block, st)
+		}
+		if !strings.Contains(s.PickerID(), "-") {
+			t.Errorf("default picker id %q, want hostname-pid-random", s.PickerID())
+		}
+	}
+}
+
+func TestStartLoadShare_RefusesBadConfig(t *testing.T) {
+	p, f := NewPicker(DefaultPickerConfig()), &fakeSender{}
+	for cfg, want := range map[*LoadShareConfig]string{
+		{PickerID: strings.Repeat("g", 129)}: "picker id: 129 bytes, over the limit of 128",
+		{Interval: time.Millisecond}:         "interval 1ms: want 10ms to 1m0s",
+		{Interval: 2 * time.Minute}:          "interval 2m0s: want 10ms to 1m0s",
+	} {
+		if _, err := StartLoadShare(p, f, *cfg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v, want %q", *cfg, err, want)
+		}
+	}
+	if a, b := DefaultPickerID(), DefaultPickerID(); a == b {
+		t.Errorf("two default picker ids are equal: %q", a)
+	}
+}

@@ -1,0 +1,230 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/pickerload"
+	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
+)
+
+// Constants of the load sharing between nodes (contract §5.11), with the
+// reason for each value.
+const (
+	// shareQueue bounds the reports waiting to be sent to one peer. At
+	// the default 50 ms interval a peer that stops answering fills it in
+	// a few seconds of a handful of pickers; past it reports to that peer
+	// are dropped (a report is worth nothing 100 ms later anyway).
+	shareQueue = 256
+	// shareBatch caps the reports one ShareLoad call carries.
+	shareBatch = 64
+	// shareTimeout bounds one ShareLoad call: a report older than two
+	// default intervals has expired at the receiver already.
+	shareTimeout = 250 * time.Millisecond
+	// shareSweep is how often expired reports are dropped (reads ignore
+	// them at once; this frees their memory and counts them).
+	shareSweep = pickerload.DefaultInterval
+)
+
+// peerShare is the queue of reports to one peer's gRPC address, drained
+// by one goroutine, so a slow or dead peer never delays the others nor
+// the picker that reported.
+type peerShare struct {
+	addr string
+	ch   chan *pb.ReportPickerLoadRequest
+}
+
+// shareState is the node's side of load sharing.
+type shareState struct {
+	mu     sync.Mutex
+	peers  map[string]*peerShare // by gRPC address
+	closed bool                  // shutdown began: no new sender
+	wg     sync.WaitGroup        // the senders
+}
+
+// PickerLoad returns the node's store of the pickers' load reports
+// (soft state: what pickers sent to this node or to its peers).
+func (n *Node) PickerLoad() *pickerload.Store { return n.pickers }
+
+// PickerLoadView is the store read at this instant (lookups:
+// pickerload.View.Others).
+func (n *Node) PickerLoadView() pickerload.View { return n.pickers.At() }
+
+// SharePickerLoad holds a report a picker sent to this node (contract
+// §5.11) and, when it is stored (not an older or repeated sequence),
+// queues it for every other node that gossip shows alive. It never waits
+// on a peer: a peer whose queue is full misses the report (counted in
+// Metrics.PickerReportsDropped). Errors are the store's (a
+// *pickerload.FieldError wrapping pickerload.ErrInvalid, or
+// pickerload.ErrFull); nothing is passed on then.
+func (n *Node) SharePickerLoad(req *pb.ReportPickerLoadRequest) (pickerload.Outcome, error) {
+	n.metrics.pickerReports.Add(1)
+	o, err := n.pickers.Put(pickerload.FromPB(req))
+	if err != nil || o != pickerload.Stored {
+		return o, err
+	}
+	n.fanOut(req)
+	return o, nil
+}
+
+// fanOut queues req for every alive peer with a gRPC address.
+func (n *Node) fanOut(req *pb.ReportPickerLoadRequest) {
+	if n.shuttingDown() {
+		return
+	}
+	for id, m := range n.gossipSnapshot() {
+		if id == n.cfg.NodeID || !m.alive || m.meta.GRPC == "" {
+			continue
+		}
+		q := n.peerShare(m.meta.GRPC)
+		if q == nil {
+			return
+		}
+		select {
+		case q.ch <- req:
+		default:
+			n.metrics.pickerDropped.Add(1)
+		}
+	}
+}
+
+// peerShare returns the queue of addr, starting its sender the first
+// time (nil once the node is shutting down).
+func (n *Node) peerShare(addr string) *peerShare {
+	s := &n.share
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.peers[addr]; q != nil {
+		return q
+	}
+	if s.closed {
+		return nil
+	}
+	if s.peers == nil {
+		s.peers = map[string]*peerShare{}
+	}
+	q := &peerShare{addr: addr, ch: make(chan *pb.ReportPickerLoadRequest, shareQueue)}
+	s.peers[addr] = q
+	s.wg.Add(1)
+	go n.sendShares(q)
+	return q
+}
+
+// sendShares sends q's reports to its peer, up to shareBatch per call,
+// until shutdown. A failed call drops its reports: the picker's next
+// report supersedes them.
+func (n *Node) sendShares(q *peerShare) {
+	defer n.share.wg.Done()
+	batch := make([]*pb.ReportPickerLoadRequest, 0, shareBatch)
+	for {
+		select {
+		case <-n.shutdownCh:
+			return
+		case r := <-q.ch:
+			batch = append(batch[:0], r)
+		}
+	drain:
+		for len(batch) < shareBatch {
+			select {
+			case r := <-q.ch:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		if err := n.shareTo(q.addr, batch); err != nil {
+			n.metrics.pickerDropped.Add(uint64(len(batch)))
+			n.log.Debug("raftnode: picker load not passed on to a peer; its next report will be", "peer", q.addr, "reports", len(batch), "err", err)
+			continue
+		}
+		n.metrics.pickerForwarded.Add(uint64(len(batch)))
+	}
+}
+
+// shareTo makes one ShareLoad call to addr.
+func (n *Node) shareTo(addr string, batch []*pb.ReportPickerLoadRequest) error {
+	cc, err := n.dial(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), shareTimeout)
+	defer cancel()
+	_, err = forwardpb.NewForwardClient(cc).ShareLoad(ctx, &forwardpb.ShareLoadRequest{FromNode: n.cfg.NodeID, Reports: batch})
+	return err
+}
+
+// dial returns the node's connection to a peer's gRPC address, made on
+// first use with Config.DialOptions (ErrShutdown once shutting down).
+func (n *Node) dial(addr string) (*grpc.ClientConn, error) {
+	n.connsMu.Lock()
+	defer n.connsMu.Unlock()
+	select {
+	case <-n.shutdownCh:
+		return nil, ErrShutdown
+	default:
+	}
+	cc := n.conns[addr]
+	if cc == nil {
+		opts := n.cfg.DialOptions
+		if opts == nil {
+			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		}
+		var err error
+		cc, err = grpc.NewClient(addr, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: dial %s: %v", ErrForward, addr, err)
+		}
+		n.conns[addr] = cc
+	}
+	return cc, nil
+}
+
+// ShareLoad stores reports a peer passes on, never passing them further
+// (each node fans out only what pickers sent to it, so a report reaches
+// every node in one hop and never loops).
+func (f *forwardServer) ShareLoad(_ context.Context, req *forwardpb.ShareLoadRequest) (*forwardpb.ShareLoadResponse, error) {
+	resp := &forwardpb.ShareLoadResponse{}
+	for _, r := range req.GetReports() {
+		f.n.metrics.pickerFromPeers.Add(1)
+		o, err := f.n.pickers.Put(pickerload.FromPB(r))
+		switch {
+		case err != nil:
+			resp.Refused++
+		case o == pickerload.Ignored:
+			resp.Ignored++
+		default:
+			resp.Stored++
+		}
+	}
+	return resp, nil
+}
+
+// stopShares waits for the senders to end once shutdownCh is closed,
+// and keeps new ones from starting.
+func (n *Node) stopShares() {
+	n.share.mu.Lock()
+	n.share.closed = true
+	n.share.mu.Unlock()
+	n.share.wg.Wait()
+}
+
+// sweepPickerLoad drops expired reports every shareSweep until shutdown.
+func (n *Node) sweepPickerLoad() {
+	defer n.wg.Done()
+	t := time.NewTicker(shareSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.shutdownCh:
+			return
+		case <-t.C:
+			n.pickers.Sweep()
+		}
+	}
+}
