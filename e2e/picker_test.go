@@ -138,7 +138,7 @@ func TestPicker(t *testing.T) {
 			}
 		}
 	})
-	t.Run("RepeatedPrefixGoesToTheWarmEndpointWithFallbacksInOrder", func(t *testing.T) {
+	t.Run("RepeatedPrefixGoesToTheWarmEndpointTheOthersAsFallbacks", func(t *testing.T) {
 		first := chatBody(sys, "What is a KV cache?", 1, false)
 		pk, a, c := viaPicker(t, p, extproctest.Request{Mode: fd, ResponseMode: fd, Body: []byte(first), ChunkSize: 512})
 		dest := strings.Split(pk.Destination, ",")
@@ -188,6 +188,25 @@ func TestPicker(t *testing.T) {
 		pk, _, _ := viaPicker(t, p, extproctest.Request{Mode: fd, ResponseMode: fd, Body: []byte(chatBody(sys, "None?", 1, false)), Subset: []string{}})
 		if pk.Immediate.GetStatus().GetCode() != typev3.StatusCode_ServiceUnavailable {
 			t.Fatalf("answer %+v, want an ImmediateResponse 503", pk)
+		}
+	})
+	t.Run("FallbacksInOrderOfLoad", func(t *testing.T) {
+		// A request held open (its response never comes) keeps its
+		// prefill queued on its endpoint: a new request without a hint
+		// lists that endpoint last among its fallbacks.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		held, err := extproctest.Start(ctx, p.conn, extproctest.Request{Mode: fd, ResponseMode: fd, Path: "/v1/chat/completions",
+			Body: []byte(chatBody(longSystem("held-open"), "Hold?", 1, false))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.CloseSend()
+		busy, _, _ := strings.Cut(held.Pick.Destination, ",")
+		pk, _, _ := viaPicker(t, p, extproctest.Request{Mode: fd, ResponseMode: fd, Body: []byte(chatBody(longSystem("fresh"), "Order?", 1, false))})
+		dest := strings.Split(pk.Destination, ",")
+		if len(dest) != 3 || dest[2] != busy || dest[0] == busy {
+			t.Fatalf("destination %q with %s busy: want it last", pk.Destination, busy)
 		}
 	})
 	t.Run("FailOpenWithTheClusterDown", func(t *testing.T) {
