@@ -248,6 +248,17 @@ func TestProcess_TrailersEndTheBodyAndTheResponse(t *testing.T) {
 	}
 }
 
+// In BUFFERED mode a body followed by trailers comes without
+// end_of_stream and waits for its answer: the pick is in that answer.
+func TestProcess_BufferedBodyBeforeTrailersIsPicked(t *testing.T) {
+	r := newRig(t, &fakeLookup{resp: prefixMatch("b", 64)}, Options{})
+	x := start(t, r, extproctest.Request{Mode: buffered, ResponseMode: buffered, Path: "/v1/chat/completions", Body: chatBody("m", 10), Trailers: true})
+	if !strings.HasPrefix(x.Pick.Destination, "10.0.0.2:8000,") || x.Pick.BodyMutated {
+		t.Fatalf("pick %+v, want b first in the body's answer", x.Pick)
+	}
+	_ = x.CloseSend()
+}
+
 // A body over the limit gets a 413 and is not held.
 func TestProcess_BodyOverTheLimitIs413(t *testing.T) {
 	r := newRig(t, &fakeLookup{}, Options{MaxBodyBytes: 1000})
