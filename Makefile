@@ -13,7 +13,7 @@ TEST_TIMEOUT  ?= 14m
 BENCHTIME     ?= 1s
 BENCHCOUNT    ?= 5
 
-.PHONY: all build test test-short lint bench bench-live proto run clean tools
+.PHONY: all build test test-short lint bench bench-live proto run clean tools deploy-check
 
 all: build
 
@@ -148,6 +148,12 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; done
 
 ## vulncheck: govulncheck (pinned); needs https://vuln.go.dev
+# The picker's manifests, offline: built-in kinds strictly decoded into their
+# k8s.io/api types, InferencePool and HTTPRoute by kubeconform (pinned in
+# go.mod) against the CRD schemas in deploy/kubernetes/picker/testdata.
+deploy-check:
+	$(GO) run ./deploy/check deploy/kubernetes/picker
+
 vulncheck:
 	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) ./...
 

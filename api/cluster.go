@@ -43,8 +43,8 @@ func NewClusterService(n *raftnode.Node, grpcAddr, tmpDir string, m *metrics.Met
 }
 
 // Status reports this node's view of the cluster, whether its answers are
-// stale now (the same read state LookupRoute reports) and its lookup
-// counts by reason code.
+// stale now (the same read state LookupRoute reports), its lookup
+// counts by reason code and the pickers whose load it holds.
 func (c *ClusterService) Status(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
 	out := StatusToPB(c.n.Status(), c.grpcAddr)
 	rs := c.n.ReadState()
@@ -52,6 +52,11 @@ func (c *ClusterService) Status(context.Context, *pb.StatusRequest) (*pb.StatusR
 	out.LookupRouteCalls = c.metrics.LookupCounts()
 	if d, ok := c.n.ClockOffsetToLeader(); ok {
 		out.ClockOffsetToLeaderMs = d.Milliseconds()
+	}
+	for _, p := range c.n.PickerLoad().Pickers() {
+		out.Pickers = append(out.Pickers, &pb.PickerLoadStatus{PickerId: p.ID, Replicas: uint32(p.Replicas),
+			PrefillingRequests: p.PrefillingRequests, PrefillTokens: p.PrefillTokens, RunningRequests: p.RunningRequests,
+			AgeMs: uint64(p.Age.Milliseconds()), IntervalMs: uint32(p.Interval.Milliseconds())})
 	}
 	return out, nil
 }

@@ -59,6 +59,21 @@ type NodeInfo struct {
 	// WriteFormat is the log entry format the node writes (raftnode
 	// Status.WriteFormat: 2, packed ingest). 0 = unknown, not exported.
 	WriteFormat uint32
+	// The pickers' load reports (contract §5.11), since start:
+	// PickerReports were sent to this node by pickers,
+	// PickerReportsFromPeers passed on to it by other nodes;
+	// PickerReportsForwarded it passed on (one per peer reached),
+	// PickerReportsDropped it could not pass on (a peer's queue full or
+	// its call failed). Of all it received, PickerReportsStored replaced
+	// a picker's report, PickerReportsIgnored were older than the one
+	// held, PickerReportsRefused were invalid or found the store full;
+	// PickerReportsExpired counts pickers whose report expired.
+	PickerReports, PickerReportsFromPeers, PickerReportsForwarded, PickerReportsDropped   uint64
+	PickerReportsStored, PickerReportsIgnored, PickerReportsRefused, PickerReportsExpired uint64
+	// PickerLoadEntries is the (picker, replica) entries held now (bounded
+	// by the node's limit, 65,536 by default), PickerLoadPickers the
+	// pickers.
+	PickerLoadEntries, PickerLoadPickers int
 }
 
 // States lists the values of NodeInfo.State, each exported as one series of
@@ -107,6 +122,13 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"snapByBytes":   desc("snapshots_by_log_bytes_total", "Snapshots taken because the Raft log grew past its limit since the last one: 256 MiB or twice the last snapshot, whichever is more."),
 		"parallel":      desc("apply_parallel_batches_total", "Ingest batches the index applied on several apply workers (--apply-workers); restarts when a restore builds a new index."),
 		"writeFormat":   desc("raft_write_format", "Log entry format this node writes: 2 (packed ingest), the only one."),
+		"pickerRecv":    desc("picker_load_reports_received_total", "Picker load reports this node received (contract §5.11), by source: picker (sent to this node) or node (passed on by another node).", "source"),
+		"pickerOut":     desc("picker_load_reports_total", "Picker load reports this node received, by outcome: stored (replaced the picker's report), ignored (older than the one held), refused (invalid, or the store full).", "outcome"),
+		"pickerFwd":     desc("picker_load_reports_forwarded_total", "Picker load reports this node passed on to another node (one per peer reached)."),
+		"pickerDrop":    desc("picker_load_reports_forward_dropped_total", "Picker load reports this node did not pass on to a peer: its queue to that peer was full or the call failed."),
+		"pickerExp":     desc("picker_load_reports_expired_total", "Pickers whose load report expired (2 of their intervals without a new one) and was dropped."),
+		"pickerEntries": desc("picker_load_entries", "(picker, replica) entries of picker load held in memory; reports past the node's limit are refused."),
+		"pickers":       desc("picker_load_pickers", "Pickers whose load report this node holds."),
 	}}
 	m.Registry.MustRegister(c)
 }
@@ -167,4 +189,14 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	if in.WriteFormat != 0 {
 		g("writeFormat", float64(in.WriteFormat))
 	}
+	ch <- prometheus.MustNewConstMetric(c.d["pickerRecv"], prometheus.CounterValue, float64(in.PickerReports), "picker")
+	ch <- prometheus.MustNewConstMetric(c.d["pickerRecv"], prometheus.CounterValue, float64(in.PickerReportsFromPeers), "node")
+	for o, v := range map[string]uint64{"stored": in.PickerReportsStored, "ignored": in.PickerReportsIgnored, "refused": in.PickerReportsRefused} {
+		ch <- prometheus.MustNewConstMetric(c.d["pickerOut"], prometheus.CounterValue, float64(v), o)
+	}
+	cnt("pickerFwd", in.PickerReportsForwarded)
+	cnt("pickerDrop", in.PickerReportsDropped)
+	cnt("pickerExp", in.PickerReportsExpired)
+	g("pickerEntries", float64(in.PickerLoadEntries))
+	g("pickers", float64(in.PickerLoadPickers))
 }

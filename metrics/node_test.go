@@ -99,3 +99,45 @@ inferencecache_snapshots_by_log_bytes_total 0
 		})
 	}
 }
+
+// The picker load series carry what NodeInfo reports, the received
+// reports by source and their outcomes by label.
+func TestRegisterNode_PickerLoadSeries(t *testing.T) {
+	m := New()
+	m.RegisterNode(func() NodeInfo {
+		return NodeInfo{State: "Follower", PickerReports: 40, PickerReportsFromPeers: 80, PickerReportsForwarded: 78, PickerReportsDropped: 2,
+			PickerReportsStored: 110, PickerReportsIgnored: 7, PickerReportsRefused: 3, PickerReportsExpired: 4, PickerLoadEntries: 24, PickerLoadPickers: 3}
+	})
+	want := `
+# HELP inferencecache_picker_load_entries (picker, replica) entries of picker load held in memory; reports past the node's limit are refused.
+# TYPE inferencecache_picker_load_entries gauge
+inferencecache_picker_load_entries 24
+# HELP inferencecache_picker_load_pickers Pickers whose load report this node holds.
+# TYPE inferencecache_picker_load_pickers gauge
+inferencecache_picker_load_pickers 3
+# HELP inferencecache_picker_load_reports_expired_total Pickers whose load report expired (2 of their intervals without a new one) and was dropped.
+# TYPE inferencecache_picker_load_reports_expired_total counter
+inferencecache_picker_load_reports_expired_total 4
+# HELP inferencecache_picker_load_reports_forward_dropped_total Picker load reports this node did not pass on to a peer: its queue to that peer was full or the call failed.
+# TYPE inferencecache_picker_load_reports_forward_dropped_total counter
+inferencecache_picker_load_reports_forward_dropped_total 2
+# HELP inferencecache_picker_load_reports_forwarded_total Picker load reports this node passed on to another node (one per peer reached).
+# TYPE inferencecache_picker_load_reports_forwarded_total counter
+inferencecache_picker_load_reports_forwarded_total 78
+# HELP inferencecache_picker_load_reports_received_total Picker load reports this node received (contract §5.11), by source: picker (sent to this node) or node (passed on by another node).
+# TYPE inferencecache_picker_load_reports_received_total counter
+inferencecache_picker_load_reports_received_total{source="node"} 80
+inferencecache_picker_load_reports_received_total{source="picker"} 40
+# HELP inferencecache_picker_load_reports_total Picker load reports this node received, by outcome: stored (replaced the picker's report), ignored (older than the one held), refused (invalid, or the store full).
+# TYPE inferencecache_picker_load_reports_total counter
+inferencecache_picker_load_reports_total{outcome="ignored"} 7
+inferencecache_picker_load_reports_total{outcome="refused"} 3
+inferencecache_picker_load_reports_total{outcome="stored"} 110
+`
+	names := []string{"inferencecache_picker_load_entries", "inferencecache_picker_load_pickers", "inferencecache_picker_load_reports_expired_total",
+		"inferencecache_picker_load_reports_forward_dropped_total", "inferencecache_picker_load_reports_forwarded_total",
+		"inferencecache_picker_load_reports_received_total", "inferencecache_picker_load_reports_total"}
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -147,6 +147,12 @@ func weight(replicas int) int { return max(1, replicas) }
 // "loads" and the limit, when holding it would pass MaxEntries (nothing
 // held changes). r.Loads is copied.
 func (s *Store) Put(r Report) (Outcome, error) {
+	if len(r.Loads) > s.limit {
+		// Refused before validating: checking a report of a million
+		// replicas for repeats would cost more than refusing it.
+		s.refused.Add(1)
+		return Stored, fmt.Errorf("%w: loads: %d replicas in one report, over the node's limit of %d (picker, replica) entries", ErrFull, len(r.Loads), s.limit)
+	}
 	if err := r.Validate(); err != nil {
 		s.refused.Add(1)
 		return Stored, err

@@ -177,8 +177,17 @@ func TestPut_BoundRefusesAndKeepsWhatItHeld(t *testing.T) {
 	}
 	c.Add(100 * time.Millisecond) // g1 expires
 	put(t, s, pickerload.Report{PickerID: "g2", Sequence: 2, Loads: []pickerload.ReplicaLoad{load("r1", 9, 9, 9), load("r2", 9, 9, 9)}})
-	if st := s.Stats(); st.Refused != 2 || st.Entries != 2 || st.Expired != 1 {
-		t.Errorf("stats %+v, want 2 refused, 2 entries, 1 expired", st)
+	// One report larger than the whole bound is refused before its
+	// replicas are checked.
+	big := pickerload.Report{PickerID: "g3", Sequence: 1}
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		big.Loads = append(big.Loads, load(id, 1, 1, 1))
+	}
+	if _, err := s.Put(big); !errors.Is(err, pickerload.ErrFull) || !strings.Contains(err.Error(), "5 replicas in one report, over the node's limit of 4") {
+		t.Fatalf("a report over the whole bound: %v", err)
+	}
+	if st := s.Stats(); st.Refused != 3 || st.Entries != 2 || st.Expired != 1 {
+		t.Errorf("stats %+v, want 3 refused, 2 entries, 1 expired", st)
 	}
 }
 

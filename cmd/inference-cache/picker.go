@@ -20,6 +20,10 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/epp"
@@ -40,6 +44,7 @@ type pickerOptions struct {
 	requestMode, responseMode           string
 	logFormat, logLevel                 string
 	security                            clientSecurityFlags
+	share                               shareFlags
 }
 
 // newPickerCmd is `inference-cache picker`: the Endpoint Picker of the
@@ -74,6 +79,10 @@ The response phase (the served endpoint, x-gateway-destination-endpoint-served,
 its first token, its end) counts the request's load where it went. Every
 picker replica is ready and serving: run as many as you like, each reading the
 replicated index from any cluster node; there is no leader election.
+With --addr and --strategy picker, each picker replica reports what it has in
+flight per endpoint every --share-interval under --picker-id, and every lookup
+carries the other replicas' load (contract §5.11); --share-load=false turns
+it off.
 
 Endpoints: --endpoint ADDRESS=REPLICA_ID[,MODEL] (repeatable) and/or
 --endpoints FILE (YAML: endpoints: [{address, replica_id, model}]), or on
@@ -119,6 +128,7 @@ _served_elsewhere_total, _lookup_seconds, _streams_in_flight.`,
 	f.IntVar(&o.maxBodyBytes, "max-body-bytes", epp.DefaultMaxBodyBytes, "bound on a request body; a larger one gets a 413")
 	f.StringVar(&o.requestMode, "request-body-mode", "FULL_DUPLEX_STREAMED", "request body mode assumed when the gateway sends no protocol_config: FULL_DUPLEX_STREAMED or BUFFERED")
 	f.StringVar(&o.responseMode, "response-body-mode", "FULL_DUPLEX_STREAMED", "response body mode assumed when the gateway sends no protocol_config: FULL_DUPLEX_STREAMED or BUFFERED")
+	o.share.register(f, "endpoint picker")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
 	o.security.register(cmd)
@@ -159,6 +169,9 @@ func (o *pickerOptions) check() error {
 		return fmt.Errorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
 	case o.hashScheme == "":
 		return errors.New("--hash-scheme: must not be empty")
+	}
+	if err := o.share.check(); err != nil {
+		return err
 	}
 	for _, a := range o.addrs {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
@@ -213,6 +226,7 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 	rspMode, _ := epp.ParseBodyMode(o.responseMode)
 
 	gcfg := gateway.Config{Strategy: strategy, LookupBudget: o.lookupBudget, HashScheme: o.hashScheme, TenantID: o.tenant}
+	o.share.apply(&gcfg, log)
 	if o.modelsDir != "" {
 		reg := prompt.New(o.modelsDir, prompt.Options{})
 		preloadPrompts(ctx, reg, log)
@@ -241,6 +255,7 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer gw.Close()
 
 	table := &epp.Table{}
 	poolName := o.poolName
@@ -322,7 +337,44 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 	return nil
 }
 
-// watchPool is replaced by the InferencePool watch.
-func watchPool(_ context.Context, o *pickerOptions, _ *epp.Table, _ *slog.Logger) (func(), error) {
-	return nil, fmt.Errorf("--pool-name %q: not available in this build", o.poolName)
+// watchPool starts the InferencePool watch (--pool-name) with the
+// in-cluster config or --kubeconfig, and waits up to a minute for the
+// informers' first list.
+func watchPool(ctx context.Context, o *pickerOptions, t *epp.Table, log *slog.Logger) (func(), error) {
+	var cfg *rest.Config
+	var err error
+	if o.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--pool-name: the Kubernetes API: %w (outside a cluster, give --kubeconfig)", err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--pool-name: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--pool-name: %w", err)
+	}
+	ns := o.poolNamespace
+	if ns == "" {
+		ns = "default"
+		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			ns = strings.TrimSpace(string(b))
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	w, err := epp.WatchPool(wctx, epp.PoolWatchConfig{Kube: kube, Dynamic: dyn, Namespace: ns, Name: o.poolName,
+		ReplicaLabel: o.replicaLabel, Table: t, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("--pool-name %s/%s: %w", ns, o.poolName, err)
+	}
+	if !t.Synced() {
+		log.Warn("InferencePool not found yet: not ready until it exists", "pool", ns+"/"+o.poolName)
+	}
+	return w.Stop, nil
 }

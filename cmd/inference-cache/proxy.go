@@ -36,9 +36,7 @@ type proxyOptions struct {
 	maxBodyBytes                              int64
 	hashScheme, tenant                        string
 	logFormat, logLevel                       string
-	shareLoad                                 bool
-	pickerID                                  string
-	shareInterval                             time.Duration
+	share                                     shareFlags
 	security                                  clientSecurityFlags
 }
 
@@ -128,9 +126,7 @@ the routed hit rate), requests_in_flight, backend_up{replica}.`,
 	f.IntVar(&o.blockSize, "block-size", gateway.DefaultBlockSize, "tokens per KV block of the engines (their --block-size, the subscriber's block_size)")
 	f.StringVar(&o.hashScheme, "hash-scheme", gateway.DefaultHashScheme, "the index partition's hash scheme (the subscriber's hash_scheme)")
 	f.StringVar(&o.tenant, "tenant", "", "the index partition's tenant (the subscriber's tenant_id for these engines)")
-	f.BoolVar(&o.shareLoad, "share-load", true, "report this proxy's in-flight requests per backend to the cluster (soft state) so that other proxies sharing it count them; --share-load=false for a single proxy")
-	f.StringVar(&o.pickerID, "picker-id", "", "this proxy's name among the pickers sharing the cluster (at most 128 bytes); empty = hostname-pid-random")
-	f.DurationVar(&o.shareInterval, "share-interval", client.DefaultLoadShareInterval, "time between two load reports (10ms to 1m); the cluster drops a proxy's load 2 intervals after its last report")
+	o.share.register(f, "proxy")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "bound on a request body; a larger one gets a 413")
 	f.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Minute, "bound on a whole request, streams included (504 without an answer by then); 0 = none")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", proxy.DefaultConnectTimeout, "bound on connecting to a backend; past it the request goes to the next-best")
@@ -170,10 +166,9 @@ func (o *proxyOptions) check() error {
 		return fmt.Errorf("--health-timeout %v: must be positive", o.healthTimeout)
 	case o.hashScheme == "":
 		return errors.New("--hash-scheme: must not be empty")
-	case len(o.pickerID) > client.MaxPickerIDBytes:
-		return fmt.Errorf("--picker-id: %d bytes, over the limit of %d", len(o.pickerID), client.MaxPickerIDBytes)
-	case o.shareInterval < client.MinLoadShareInterval || o.shareInterval > client.MaxLoadShareInterval:
-		return fmt.Errorf("--share-interval %v: want %v to %v", o.shareInterval, client.MinLoadShareInterval, client.MaxLoadShareInterval)
+	}
+	if err := o.share.check(); err != nil {
+		return err
 	}
 	for _, a := range o.addrs {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
@@ -223,8 +218,8 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 	bs, _ := o.loadBackends() // checked
 	strategy, _ := gateway.ParseStrategy(o.strategy)
 
-	gcfg := gateway.Config{Strategy: strategy, LookupBudget: o.lookupBudget, HashScheme: o.hashScheme, TenantID: o.tenant,
-		ShareLoad: client.LoadShareConfig{PickerID: o.pickerID, Interval: o.shareInterval, Logger: log}, NoShareLoad: !o.shareLoad}
+	gcfg := gateway.Config{Strategy: strategy, LookupBudget: o.lookupBudget, HashScheme: o.hashScheme, TenantID: o.tenant}
+	o.share.apply(&gcfg, log)
 	if o.modelsDir != "" {
 		reg := prompt.New(o.modelsDir, prompt.Options{})
 		preloadPrompts(ctx, reg, log)

@@ -326,6 +326,11 @@ func nodeInfo(n *raftnode.Node) metrics.NodeInfo {
 	m, h := n.Metrics(), n.Health()
 	info.LastSnapshotIndex, info.LastSnapshotBytes = n.LastSnapshot()
 	info.SnapshotsByLogBytes, info.ExpireClamped = m.SnapshotsByLogBytes, m.ExpireClamped
+	ps := n.PickerLoad().Stats()
+	info.PickerReports, info.PickerReportsFromPeers = m.PickerReports, m.PickerReportsFromPeers
+	info.PickerReportsForwarded, info.PickerReportsDropped = m.PickerReportsForwarded, m.PickerReportsDropped
+	info.PickerReportsStored, info.PickerReportsIgnored, info.PickerReportsRefused = ps.Stored, ps.Ignored, ps.Refused
+	info.PickerReportsExpired, info.PickerLoadEntries, info.PickerLoadPickers = ps.Expired, ps.Entries, ps.Pickers
 	if d, ok := n.ClockOffsetToLeader(); ok {
 		info.ClockOffsetToLeader, info.ClockOffsetToLeaderKnown = d.Seconds(), true
 	}

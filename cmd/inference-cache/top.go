@@ -29,7 +29,10 @@ shows each node's Raft state, term, applied index and stale flag; lookups per
 second over the last interval with their reason-code mix; the leader (and since
 when, once a poll has seen it take over), its last change and how long the
 cluster had no leader around it (writes unavailable; measured between polls,
-so within one interval). On a terminal the table is redrawn in place;
+so within one interval); and one line per picker (gateway) sharing its load:
+its id, the replicas it has requests on, its requests before their first token,
+their prompt tokens, its requests in flight, the age of its latest report and
+on how many nodes that report is held. On a terminal the table is redrawn in place;
 otherwise one plain line per interval. --json prints each poll as one JSON
 object per line. --once polls twice, one interval apart, prints once and
 exits.`,
@@ -160,6 +163,10 @@ func (p *topPoller) poll(ctx context.Context) topSample {
 				}
 				n.ID, n.State, n.Leader, n.Term, n.Applied = st.NodeId, st.State, st.LeaderId, st.Term, st.AppliedIndex
 				n.Stale, n.StaleReason, n.Calls = st.Stale, st.StaleReason, st.LookupRouteCalls
+				for _, p := range st.Pickers {
+					n.Pickers = append(n.Pickers, topPicker{ID: p.PickerId, Replicas: p.Replicas, Prefilling: p.PrefillingRequests,
+						Tokens: p.PrefillTokens, Running: p.RunningRequests, AgeMs: p.AgeMs})
+				}
 				mu.Lock()
 				for _, m := range st.Members {
 					if m.GrpcAddress != "" {

@@ -21,8 +21,54 @@ type topNode struct {
 	Stale       bool              `json:"stale"`
 	StaleReason string            `json:"stale_reason,omitempty"`
 	Calls       map[string]uint64 `json:"lookup_route_calls,omitempty"`
+	Pickers     []topPicker       `json:"pickers,omitempty"`
 	Err         string            `json:"error,omitempty"`
 	err         error             // the call's error, for the command's own
+}
+
+// topPicker is one picker's load report as a node holds it (Status
+// pickers, contract §5.11).
+type topPicker struct {
+	ID         string `json:"picker_id"`
+	Replicas   uint32 `json:"replicas"`
+	Prefilling uint64 `json:"prefilling_requests"`
+	Tokens     uint64 `json:"prefill_tokens"`
+	Running    uint64 `json:"running_requests"`
+	AgeMs      uint64 `json:"age_ms"`
+}
+
+// pickerLine is one picker as the view shows it: the freshest report of
+// it among the nodes, and on how many of the answering nodes it is held
+// (every node, once the fan-out reached them).
+type pickerLine struct {
+	topPicker
+	nodes int
+}
+
+// pickerLines merges the nodes' pickers of s, by picker id.
+func pickerLines(s *topSample) (lines []pickerLine, answering int) {
+	by := map[string]*pickerLine{}
+	for _, n := range s.Nodes {
+		if n.Err != "" {
+			continue
+		}
+		answering++
+		for _, p := range n.Pickers {
+			l := by[p.ID]
+			if l == nil {
+				l = &pickerLine{topPicker: p}
+				by[p.ID] = l
+			} else if p.AgeMs < l.AgeMs {
+				l.topPicker = p
+			}
+			l.nodes++
+		}
+	}
+	for _, l := range by {
+		lines = append(lines, *l)
+	}
+	slices.SortFunc(lines, func(a, b pickerLine) int { return strings.Compare(a.ID, b.ID) })
+	return lines, answering
 }
 
 // topSample is one poll of every node, taken at At.
@@ -213,7 +259,14 @@ func (v *topView) writeLine(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, " %s %s t%d applied %d%s |", n.ID, n.State, n.Term, n.Applied, stale)
 	}
-	fmt.Fprintf(&b, " %.1f lookups/s: %s | %s\n", v.rate, v.mixText(), v.leaderText())
+	fmt.Fprintf(&b, " %.1f lookups/s: %s | %s", v.rate, v.mixText(), v.leaderText())
+	if ps, _ := pickerLines(v.cur); len(ps) > 0 {
+		b.WriteString(" | pickers:")
+		for _, p := range ps {
+			fmt.Fprintf(&b, " %s %d prefilling, %d running on %d replicas (%d ms ago);", p.ID, p.Prefilling, p.Running, p.Replicas, p.AgeMs)
+		}
+	}
+	b.WriteString("\n")
 	if v.proxy != "" {
 		b.WriteString(v.proxy + "\n")
 	}
@@ -244,6 +297,14 @@ func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, 
 		}
 		tw.Flush()
 		fmt.Fprintf(&b, "lookups %.1f/s  %s\n%s\n", v.rate, v.mixText(), v.leaderText())
+		if ps, answering := pickerLines(v.cur); len(ps) > 0 {
+			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "PICKER\tREPLICAS\tPREFILLING\tPREFILL TOKENS\tRUNNING\tAGE\tON NODES")
+			for _, p := range ps {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d ms\t%d/%d\n", p.ID, p.Replicas, p.Prefilling, p.Tokens, p.Running, p.AgeMs, p.nodes, answering)
+			}
+			tw.Flush()
+		}
 	}
 	if v.proxy != "" {
 		b.WriteString(v.proxy + "\n")

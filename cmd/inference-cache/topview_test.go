@@ -149,3 +149,36 @@ func TestTopView_FrameWrapsLongEvents(t *testing.T) {
 		t.Fatalf("frame (%d lines):\n%s\nwant (3 lines):\n%s", n, out.String(), want)
 	}
 }
+
+// Each picker sharing its load gets one line, merged over the nodes: the
+// freshest report of it and on how many answering nodes it is held (gw-b
+// has reached only n1). Expected lines written by hand.
+func TestTopView_OneLinePerPicker(t *testing.T) {
+	v := &topView{}
+	at := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	gwA := func(age uint64) topPicker {
+		return topPicker{ID: "gw-a", Replicas: 3, Prefilling: 2, Tokens: 4096, Running: 7, AgeMs: age}
+	}
+	v.observe(topSample{At: at, Nodes: []topNode{
+		{Addr: "a:1", ID: "n1", State: "Leader", Term: 2, Applied: 7, Pickers: []topPicker{gwA(31), {ID: "gw-b", Replicas: 1, Running: 1, AgeMs: 5}}},
+		{Addr: "a:2", ID: "n2", State: "Follower", Term: 2, Applied: 7, Pickers: []topPicker{gwA(12)}},
+		{Addr: "a:3", Err: "refused"},
+	}})
+	var out bytes.Buffer
+	if _, err := v.writeFrame(&out, time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	want := "PICKER  REPLICAS  PREFILLING  PREFILL TOKENS  RUNNING  AGE    ON NODES\n" +
+		"gw-a    3         2           4096            7        12 ms  2/2\n" +
+		"gw-b    1         0           0               1        5 ms   1/2\n"
+	if !strings.Contains(out.String(), "leader n1\n"+want) {
+		t.Fatalf("frame:\n%s\nwant after the leader line:\n%s", out.String(), want)
+	}
+	out.Reset()
+	if err := v.writeLine(&out); err != nil {
+		t.Fatal(err)
+	}
+	if w := " | pickers: gw-a 2 prefilling, 7 running on 3 replicas (12 ms ago); gw-b 0 prefilling, 1 running on 1 replicas (5 ms ago);\n"; !strings.HasSuffix(out.String(), w) {
+		t.Fatalf("line %q, want it to end %q", out.String(), w)
+	}
+}

@@ -2063,8 +2063,11 @@ type StatusResponse struct {
 	// clock_offset_to_leader_ms: the leader's clock minus this node's,
 	// measured over gossip probes (0 on the leader or before a measurement).
 	ClockOffsetToLeaderMs int64 `protobuf:"varint,15,opt,name=clock_offset_to_leader_ms,json=clockOffsetToLeaderMs,proto3" json:"clock_offset_to_leader_ms,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// pickers: the pickers whose load reports this node holds unexpired
+	// (contract §5.11), by picker_id ascending.
+	Pickers       []*PickerLoadStatus `protobuf:"bytes,16,rep,name=pickers,proto3" json:"pickers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2202,6 +2205,106 @@ func (x *StatusResponse) GetClockOffsetToLeaderMs() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetPickers() []*PickerLoadStatus {
+	if x != nil {
+		return x.Pickers
+	}
+	return nil
+}
+
+// PickerLoadStatus is one picker's latest load report as a node holds it.
+type PickerLoadStatus struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	PickerId           string                 `protobuf:"bytes,1,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`
+	Replicas           uint32                 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`                                               // replicas the report lists
+	PrefillingRequests uint64                 `protobuf:"varint,3,opt,name=prefilling_requests,json=prefillingRequests,proto3" json:"prefilling_requests,omitempty"` // totals over those replicas
+	PrefillTokens      uint64                 `protobuf:"varint,4,opt,name=prefill_tokens,json=prefillTokens,proto3" json:"prefill_tokens,omitempty"`
+	RunningRequests    uint64                 `protobuf:"varint,5,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
+	AgeMs              uint64                 `protobuf:"varint,6,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`                // since the report arrived at this node
+	IntervalMs         uint32                 `protobuf:"varint,7,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"` // the picker's report interval
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *PickerLoadStatus) Reset() {
+	*x = PickerLoadStatus{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PickerLoadStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PickerLoadStatus) ProtoMessage() {}
+
+func (x *PickerLoadStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PickerLoadStatus.ProtoReflect.Descriptor instead.
+func (*PickerLoadStatus) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PickerLoadStatus) GetPickerId() string {
+	if x != nil {
+		return x.PickerId
+	}
+	return ""
+}
+
+func (x *PickerLoadStatus) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *PickerLoadStatus) GetPrefillingRequests() uint64 {
+	if x != nil {
+		return x.PrefillingRequests
+	}
+	return 0
+}
+
+func (x *PickerLoadStatus) GetPrefillTokens() uint64 {
+	if x != nil {
+		return x.PrefillTokens
+	}
+	return 0
+}
+
+func (x *PickerLoadStatus) GetRunningRequests() uint64 {
+	if x != nil {
+		return x.RunningRequests
+	}
+	return 0
+}
+
+func (x *PickerLoadStatus) GetAgeMs() uint64 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
+func (x *PickerLoadStatus) GetIntervalMs() uint32 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
 type AddServerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2213,7 +2316,7 @@ type AddServerRequest struct {
 
 func (x *AddServerRequest) Reset() {
 	*x = AddServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2328,7 @@ func (x *AddServerRequest) String() string {
 func (*AddServerRequest) ProtoMessage() {}
 
 func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2341,7 @@ func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerRequest.ProtoReflect.Descriptor instead.
 func (*AddServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AddServerRequest) GetId() string {
@@ -2271,7 +2374,7 @@ type AddServerResponse struct {
 
 func (x *AddServerResponse) Reset() {
 	*x = AddServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2386,7 @@ func (x *AddServerResponse) String() string {
 func (*AddServerResponse) ProtoMessage() {}
 
 func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2399,7 @@ func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerResponse.ProtoReflect.Descriptor instead.
 func (*AddServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AddServerResponse) GetIndex() uint64 {
@@ -2315,7 +2418,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2430,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2443,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -2359,7 +2462,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2474,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2487,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveServerResponse) GetIndex() uint64 {
@@ -2405,7 +2508,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2520,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2533,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -2456,7 +2559,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2571,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2584,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -2499,7 +2602,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2614,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2627,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
 }
 
 type SnapshotResponse struct {
@@ -2537,7 +2640,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2549,7 +2652,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2562,7 +2665,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -2587,7 +2690,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2702,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2715,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
 }
 
 type BackupChunk struct {
@@ -2624,7 +2727,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2739,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2752,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2668,7 +2771,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +2783,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +2796,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{33}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -2713,7 +2816,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2828,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2841,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{34}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RestoreResponse) GetAppliedIndex() uint64 {
@@ -2763,7 +2866,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2878,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +2891,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{35}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{36}
 }
 
 type DigestResponse struct {
@@ -2801,7 +2904,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +2916,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +2929,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{36}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DigestResponse) GetAppliedIndex() uint64 {
@@ -3039,7 +3142,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x18\n" +
 	"\ahealthy\x18\x05 \x01(\bR\ahealthy\x12)\n" +
-	"\x10unhealthy_reason\x18\x06 \x01(\tR\x0funhealthyReason\"\xb1\x05\n" +
+	"\x10unhealthy_reason\x18\x06 \x01(\tR\x0funhealthyReason\"\xf0\x05\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -3056,10 +3159,20 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x05stale\x18\f \x01(\bR\x05stale\x12!\n" +
 	"\fstale_reason\x18\r \x01(\tR\vstaleReason\x12e\n" +
 	"\x12lookup_route_calls\x18\x0e \x03(\v27.inferencecache.v1.StatusResponse.LookupRouteCallsEntryR\x10lookupRouteCalls\x128\n" +
-	"\x19clock_offset_to_leader_ms\x18\x0f \x01(\x03R\x15clockOffsetToLeaderMs\x1aC\n" +
+	"\x19clock_offset_to_leader_ms\x18\x0f \x01(\x03R\x15clockOffsetToLeaderMs\x12=\n" +
+	"\apickers\x18\x10 \x03(\v2#.inferencecache.v1.PickerLoadStatusR\apickers\x1aC\n" +
 	"\x15LookupRouteCallsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"a\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x86\x02\n" +
+	"\x10PickerLoadStatus\x12\x1b\n" +
+	"\tpicker_id\x18\x01 \x01(\tR\bpickerId\x12\x1a\n" +
+	"\breplicas\x18\x02 \x01(\rR\breplicas\x12/\n" +
+	"\x13prefilling_requests\x18\x03 \x01(\x04R\x12prefillingRequests\x12%\n" +
+	"\x0eprefill_tokens\x18\x04 \x01(\x04R\rprefillTokens\x12)\n" +
+	"\x10running_requests\x18\x05 \x01(\x04R\x0frunningRequests\x12\x15\n" +
+	"\x06age_ms\x18\x06 \x01(\x04R\x05ageMs\x12\x1f\n" +
+	"\vinterval_ms\x18\a \x01(\rR\n" +
+	"intervalMs\"a\n" +
 	"\x10AddServerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1a\n" +
@@ -3133,7 +3246,7 @@ func file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inferencecache_v1_inferencecache_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(ReasonCode)(0),                    // 0: inferencecache.v1.ReasonCode
 	(BlockEvent_Kind)(0),               // 1: inferencecache.v1.BlockEvent.Kind
@@ -3160,23 +3273,24 @@ var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(*StatusRequest)(nil),              // 22: inferencecache.v1.StatusRequest
 	(*Member)(nil),                     // 23: inferencecache.v1.Member
 	(*StatusResponse)(nil),             // 24: inferencecache.v1.StatusResponse
-	(*AddServerRequest)(nil),           // 25: inferencecache.v1.AddServerRequest
-	(*AddServerResponse)(nil),          // 26: inferencecache.v1.AddServerResponse
-	(*RemoveServerRequest)(nil),        // 27: inferencecache.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),       // 28: inferencecache.v1.RemoveServerResponse
-	(*TransferLeadershipRequest)(nil),  // 29: inferencecache.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 30: inferencecache.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 31: inferencecache.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 32: inferencecache.v1.SnapshotResponse
-	(*BackupRequest)(nil),              // 33: inferencecache.v1.BackupRequest
-	(*BackupChunk)(nil),                // 34: inferencecache.v1.BackupChunk
-	(*RestoreChunk)(nil),               // 35: inferencecache.v1.RestoreChunk
-	(*RestoreResponse)(nil),            // 36: inferencecache.v1.RestoreResponse
-	(*DigestRequest)(nil),              // 37: inferencecache.v1.DigestRequest
-	(*DigestResponse)(nil),             // 38: inferencecache.v1.DigestResponse
-	nil,                                // 39: inferencecache.v1.ReplicaStats.TenantHitRateEntry
-	nil,                                // 40: inferencecache.v1.CachePolicy.BlockSizeEntry
-	nil,                                // 41: inferencecache.v1.StatusResponse.LookupRouteCallsEntry
+	(*PickerLoadStatus)(nil),           // 25: inferencecache.v1.PickerLoadStatus
+	(*AddServerRequest)(nil),           // 26: inferencecache.v1.AddServerRequest
+	(*AddServerResponse)(nil),          // 27: inferencecache.v1.AddServerResponse
+	(*RemoveServerRequest)(nil),        // 28: inferencecache.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),       // 29: inferencecache.v1.RemoveServerResponse
+	(*TransferLeadershipRequest)(nil),  // 30: inferencecache.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 31: inferencecache.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 32: inferencecache.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 33: inferencecache.v1.SnapshotResponse
+	(*BackupRequest)(nil),              // 34: inferencecache.v1.BackupRequest
+	(*BackupChunk)(nil),                // 35: inferencecache.v1.BackupChunk
+	(*RestoreChunk)(nil),               // 36: inferencecache.v1.RestoreChunk
+	(*RestoreResponse)(nil),            // 37: inferencecache.v1.RestoreResponse
+	(*DigestRequest)(nil),              // 38: inferencecache.v1.DigestRequest
+	(*DigestResponse)(nil),             // 39: inferencecache.v1.DigestResponse
+	nil,                                // 40: inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	nil,                                // 41: inferencecache.v1.CachePolicy.BlockSizeEntry
+	nil,                                // 42: inferencecache.v1.StatusResponse.LookupRouteCallsEntry
 }
 var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	2,  // 0: inferencecache.v1.LookupRouteRequest.slo:type_name -> inferencecache.v1.Slo
@@ -3187,50 +3301,51 @@ var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	1,  // 5: inferencecache.v1.BlockEvent.kind:type_name -> inferencecache.v1.BlockEvent.Kind
 	8,  // 6: inferencecache.v1.IngestRequest.events:type_name -> inferencecache.v1.BlockEvent
 	10, // 7: inferencecache.v1.IngestResponse.rejected:type_name -> inferencecache.v1.Rejection
-	39, // 8: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	40, // 8: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
 	12, // 9: inferencecache.v1.ReportReplicaStatsRequest.stats:type_name -> inferencecache.v1.ReplicaStats
 	10, // 10: inferencecache.v1.ReportReplicaStatsResponse.rejected:type_name -> inferencecache.v1.Rejection
 	15, // 11: inferencecache.v1.ReportPickerLoadRequest.loads:type_name -> inferencecache.v1.PickerReplicaLoad
 	18, // 12: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
-	40, // 13: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
+	41, // 13: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
 	19, // 14: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
 	23, // 15: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
-	41, // 16: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
-	3,  // 17: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
-	9,  // 18: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
-	9,  // 19: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
-	13, // 20: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
-	20, // 21: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
-	21, // 22: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
-	16, // 23: inferencecache.v1.InferenceCache.ReportPickerLoad:input_type -> inferencecache.v1.ReportPickerLoadRequest
-	22, // 24: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
-	25, // 25: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
-	27, // 26: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
-	29, // 27: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
-	31, // 28: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
-	37, // 29: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
-	33, // 30: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
-	35, // 31: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
-	7,  // 32: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
-	11, // 33: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
-	11, // 34: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
-	14, // 35: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
-	19, // 36: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	19, // 37: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	17, // 38: inferencecache.v1.InferenceCache.ReportPickerLoad:output_type -> inferencecache.v1.ReportPickerLoadResponse
-	24, // 39: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
-	26, // 40: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
-	28, // 41: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
-	30, // 42: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
-	32, // 43: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
-	38, // 44: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
-	34, // 45: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
-	36, // 46: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
-	32, // [32:47] is the sub-list for method output_type
-	17, // [17:32] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	42, // 16: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
+	25, // 17: inferencecache.v1.StatusResponse.pickers:type_name -> inferencecache.v1.PickerLoadStatus
+	3,  // 18: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
+	9,  // 19: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
+	9,  // 20: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
+	13, // 21: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
+	20, // 22: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
+	21, // 23: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
+	16, // 24: inferencecache.v1.InferenceCache.ReportPickerLoad:input_type -> inferencecache.v1.ReportPickerLoadRequest
+	22, // 25: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
+	26, // 26: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
+	28, // 27: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
+	30, // 28: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
+	32, // 29: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
+	38, // 30: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
+	34, // 31: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
+	36, // 32: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
+	7,  // 33: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
+	11, // 34: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
+	11, // 35: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
+	14, // 36: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
+	19, // 37: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	19, // 38: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	17, // 39: inferencecache.v1.InferenceCache.ReportPickerLoad:output_type -> inferencecache.v1.ReportPickerLoadResponse
+	24, // 40: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
+	27, // 41: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
+	29, // 42: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
+	31, // 43: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
+	33, // 44: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
+	39, // 45: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
+	35, // 46: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
+	37, // 47: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
+	33, // [33:48] is the sub-list for method output_type
+	18, // [18:33] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_api_inferencecache_v1_inferencecache_proto_init() }
@@ -3244,7 +3359,7 @@ func file_api_inferencecache_v1_inferencecache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inferencecache_v1_inferencecache_proto_rawDesc), len(file_api_inferencecache_v1_inferencecache_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
