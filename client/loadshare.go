@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/pickerload"
 )
 
 // Defaults and limits of load sharing (contract §5.11).
@@ -99,6 +100,17 @@ func DefaultPickerID() string {
 	return id
 }
 
+// pickerIDProblem is the node's objection to id as a picker_id (contract
+// §9.2: no control or invisible format characters, not blank), "" when
+// there is none.
+func pickerIDProblem(id string) string {
+	var fe *pickerload.FieldError
+	if errors.As((&pickerload.Report{PickerID: id, Sequence: 1}).Validate(), &fe) {
+		return fe.Msg
+	}
+	return ""
+}
+
 // LoadShareStats are a LoadShare's counters.
 type LoadShareStats struct {
 	// Sent counts reports a node accepted (or answered superseded);
@@ -141,6 +153,9 @@ func StartLoadShare(p *Picker, to LoadReportSender, cfg LoadShareConfig) (*LoadS
 		return nil, fmt.Errorf("client: picker id: %d bytes, over the limit of %d", len(cfg.PickerID), MaxPickerIDBytes)
 	case !utf8.ValidString(cfg.PickerID):
 		return nil, errors.New("client: picker id: not valid UTF-8")
+	case pickerIDProblem(cfg.PickerID) != "":
+		// The node would refuse every report: refused here, at start.
+		return nil, fmt.Errorf("client: picker id %q: %s", cfg.PickerID, pickerIDProblem(cfg.PickerID))
 	case cfg.Interval == 0:
 		cfg.Interval = DefaultLoadShareInterval
 	case cfg.Interval < MinLoadShareInterval || cfg.Interval > MaxLoadShareInterval:

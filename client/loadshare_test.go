@@ -134,6 +134,9 @@ func TestStartLoadShare_RefusesBadConfig(t *testing.T) {
 		{PickerID: strings.Repeat("g", 129)}: "picker id: 129 bytes, over the limit of 128",
 		{Interval: time.Millisecond}:         "interval 1ms: want 10ms to 1m0s",
 		{Interval: 2 * time.Minute}:          "interval 2m0s: want 10ms to 1m0s",
+		// The node refuses ids breaking contract §9.2; so does the start.
+		{PickerID: "gw\n2"}: `picker id "gw\n2": holds control character U+000A at byte 2`,
+		{PickerID: "  "}:    `picker id "  ": blank (only whitespace)`,
 	} {
 		if _, err := StartLoadShare(p, f, *cfg); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: %v, want %q", *cfg, err, want)
