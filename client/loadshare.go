@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/pickerload"
 )
 
 // Defaults and limits of load sharing (contract §5.11).
@@ -33,6 +34,11 @@ const (
 	MaxPickerIDBytes = 128
 	// loadShareWarnEvery bounds the warnings of a failing reporter.
 	loadShareWarnEvery = time.Minute
+	// loadShareStopTimeout bounds the last, empty report Stop sends (and
+	// so Stop) when the interval is longer: the last report only saves
+	// the other pickers the wait for expiry, and a gateway told to stop
+	// must stop within its grace period even with a hung node.
+	loadShareStopTimeout = time.Second
 )
 
 // ReportPickerLoad sends one picker's load report to one node (round
@@ -94,6 +100,17 @@ func DefaultPickerID() string {
 	return id
 }
 
+// pickerIDProblem is the node's objection to id as a picker_id (contract
+// §9.2: no control or invisible format characters, not blank), "" when
+// there is none.
+func pickerIDProblem(id string) string {
+	var fe *pickerload.FieldError
+	if errors.As((&pickerload.Report{PickerID: id, Sequence: 1}).Validate(), &fe) {
+		return fe.Msg
+	}
+	return ""
+}
+
 // LoadShareStats are a LoadShare's counters.
 type LoadShareStats struct {
 	// Sent counts reports a node accepted (or answered superseded);
@@ -136,6 +153,9 @@ func StartLoadShare(p *Picker, to LoadReportSender, cfg LoadShareConfig) (*LoadS
 		return nil, fmt.Errorf("client: picker id: %d bytes, over the limit of %d", len(cfg.PickerID), MaxPickerIDBytes)
 	case !utf8.ValidString(cfg.PickerID):
 		return nil, errors.New("client: picker id: not valid UTF-8")
+	case pickerIDProblem(cfg.PickerID) != "":
+		// The node would refuse every report: refused here, at start.
+		return nil, fmt.Errorf("client: picker id %q: %s", cfg.PickerID, pickerIDProblem(cfg.PickerID))
 	case cfg.Interval == 0:
 		cfg.Interval = DefaultLoadShareInterval
 	case cfg.Interval < MinLoadShareInterval || cfg.Interval > MaxLoadShareInterval:
@@ -164,10 +184,11 @@ func (s *LoadShare) Stats() LoadShareStats {
 	return LoadShareStats{Sent: s.sent.Load(), Failed: s.failed.Load()}
 }
 
-// Stop ends the reports: it sends one last, empty report (so the other
-// pickers stop counting this one's load at once rather than at expiry),
-// bounded by the interval, and returns once the goroutine ended.
-// Idempotent.
+// Stop ends the reports: it cancels the report in flight (the last one
+// supersedes it), sends one last, empty report (so the other pickers stop
+// counting this one's load at once rather than at expiry), bounded by the
+// interval and by loadShareStopTimeout (1 s), and returns once the
+// goroutine ended. Idempotent.
 func (s *LoadShare) Stop() {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
@@ -175,31 +196,48 @@ func (s *LoadShare) Stop() {
 
 func (s *LoadShare) run() {
 	defer close(s.done)
+	// stopped ends the report in flight when Stop is called, so a node
+	// that holds a report for its whole interval never delays Stop.
+	stopped, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-stopped.Done():
+		}
+	}()
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	s.report(s.p.InFlight())
+	s.report(stopped, s.cfg.Interval, s.p.InFlight())
 	for {
 		select {
 		case <-s.stop:
-			s.report(nil)
+			s.report(context.Background(), min(s.cfg.Interval, loadShareStopTimeout), nil)
 			return
 		case <-t.C:
-			s.report(s.p.InFlight())
+			if stopped.Err() != nil {
+				continue // Stop was called: the case above ends the loop
+			}
+			s.report(stopped, s.cfg.Interval, s.p.InFlight())
 		}
 	}
 }
 
-// report sends one report bounded by the interval.
-func (s *LoadShare) report(loads []*pb.PickerReplicaLoad) {
+// report sends one report bounded by parent and by limit.
+func (s *LoadShare) report(parent context.Context, limit time.Duration, loads []*pb.PickerReplicaLoad) {
 	s.seq++
 	req := &pb.ReportPickerLoadRequest{PickerId: s.cfg.PickerID, Sequence: s.seq,
 		IntervalMs: uint32(s.cfg.Interval.Milliseconds()), Loads: loads}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Interval)
+	ctx, cancel := context.WithTimeout(parent, limit)
 	_, err := s.to.ReportPickerLoad(ctx, req)
 	cancel()
 	if err == nil {
 		s.sent.Add(1)
 		return
+	}
+	if parent.Err() != nil {
+		return // cancelled by Stop: superseded by the last report, not a failure
 	}
 	s.failed.Add(1)
 	if now := time.Now(); now.Sub(s.warnAt) >= loadShareWarnEvery {

@@ -134,6 +134,9 @@ func TestStartLoadShare_RefusesBadConfig(t *testing.T) {
 		{PickerID: strings.Repeat("g", 129)}: "picker id: 129 bytes, over the limit of 128",
 		{Interval: time.Millisecond}:         "interval 1ms: want 10ms to 1m0s",
 		{Interval: 2 * time.Minute}:          "interval 2m0s: want 10ms to 1m0s",
+		// The node refuses ids breaking contract §9.2; so does the start.
+		{PickerID: "gw\n2"}: `picker id "gw\n2": holds control character U+000A at byte 2`,
+		{PickerID: "  "}:    `picker id "  ": blank (only whitespace)`,
 	} {
 		if _, err := StartLoadShare(p, f, *cfg); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: %v, want %q", *cfg, err, want)
@@ -141,5 +144,59 @@ func TestStartLoadShare_RefusesBadConfig(t *testing.T) {
 	}
 	if a, b := DefaultPickerID(), DefaultPickerID(); a == b {
 		t.Errorf("two default picker ids are equal: %q", a)
+	}
+}
+
+// ctxSender blocks every report until its context ends and records how
+// each ended and the deadline it was given.
+type ctxSender struct {
+	started chan struct{} // one value per report begun
+	mu      sync.Mutex
+	ends    []error
+	left    []time.Duration // deadline − start of each report
+}
+
+func (c *ctxSender) ReportPickerLoad(ctx context.Context, _ *pb.ReportPickerLoadRequest) (*pb.ReportPickerLoadResponse, error) {
+	d, _ := ctx.Deadline()
+	c.mu.Lock()
+	c.left = append(c.left, time.Until(d))
+	c.mu.Unlock()
+	c.started <- struct{}{}
+	<-ctx.Done()
+	c.mu.Lock()
+	c.ends = append(c.ends, ctx.Err())
+	c.mu.Unlock()
+	return nil, ctx.Err()
+}
+
+// A node that accepts the connection and never answers (a hung node, a
+// black-holed address) holds each report for its whole interval. Stop
+// must not wait on it: the report in flight is cancelled (the empty last
+// report supersedes it) and the last report is bounded by
+// loadShareStopTimeout, not by an interval of up to a minute, so a
+// gateway told to stop stops within its grace period.
+func TestLoadShare_StopDoesNotWaitOnAHungNode(t *testing.T) {
+	p := NewPicker(DefaultPickerConfig())
+	p.StartOn("r1", 100)
+	f := &ctxSender{started: make(chan struct{}, 4)}
+	s, err := StartLoadShare(p, f, LoadShareConfig{PickerID: "gw-hung", Interval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-f.started // the first report is in flight, blocked
+	stopped := make(chan struct{})
+	go func() { s.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Stop still waiting 20 s on a report to a hung node (interval 1m)")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.ends) != 2 || !errors.Is(f.ends[0], context.Canceled) {
+		t.Fatalf("reports ended %v, want the one in flight cancelled, then the last one", f.ends)
+	}
+	if f.left[1] > loadShareStopTimeout {
+		t.Errorf("the last report was given %v, want at most %v", f.left[1], loadShareStopTimeout)
 	}
 }

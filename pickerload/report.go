@@ -3,7 +3,9 @@ package pickerload
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -67,7 +69,8 @@ type ReplicaLoad struct {
 // held for PickerID: a replica left out has no load from this picker.
 type Report struct {
 	// PickerID names the picker: required, at most MaxPickerIDBytes,
-	// unique among the pickers of the cluster.
+	// unique among the pickers of the cluster; like every id (contract
+	// §9.2) without control or invisible format characters, not blank.
 	PickerID string
 	// Sequence increases with every report of the picker (at least 1); a
 	// report whose sequence is not above the one held is ignored, unless
@@ -99,6 +102,10 @@ func (r *Report) Validate() error {
 		return &FieldError{"picker_id", fmt.Sprintf("%d bytes, over the limit of %d", len(r.PickerID), MaxPickerIDBytes)}
 	case !utf8.ValidString(r.PickerID):
 		return &FieldError{"picker_id", "not valid UTF-8"}
+	case hiddenChar(r.PickerID) != "":
+		return &FieldError{"picker_id", hiddenChar(r.PickerID)}
+	case strings.TrimSpace(r.PickerID) == "":
+		return &FieldError{"picker_id", "blank (only whitespace)"}
 	case r.Sequence == 0:
 		return &FieldError{"sequence", "required: at least 1, increasing with every report of the picker"}
 	case r.Interval < 0, r.Interval != 0 && (r.Interval < MinInterval || r.Interval > MaxInterval):
@@ -118,6 +125,10 @@ func (r *Report) Validate() error {
 			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), fmt.Sprintf("%d bytes, over the limit of %d", len(id), MaxReplicaIDBytes)}
 		case !utf8.ValidString(id):
 			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), "not valid UTF-8"}
+		case hiddenChar(id) != "":
+			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), hiddenChar(id)}
+		case strings.TrimSpace(id) == "":
+			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), "blank (only whitespace)"}
 		}
 		first := -1
 		if seen != nil {
@@ -139,4 +150,21 @@ func (r *Report) Validate() error {
 		}
 	}
 	return nil
+}
+
+// hiddenChar names the first control character (C0, DEL, C1) or invisible
+// format character (Unicode Cf: zero-width, bidi, BOM) of v and its byte
+// offset, "" when there is none: the identifier rules of every id
+// (contract §9.2, api's checkID), which keep an id from garbling the
+// terminal of `inference-cache top` or looking like another.
+func hiddenChar(v string) string {
+	for i, r := range v {
+		switch {
+		case unicode.IsControl(r):
+			return fmt.Sprintf("holds control character %U at byte %d", r, i)
+		case unicode.Is(unicode.Cf, r):
+			return fmt.Sprintf("holds invisible format character %U at byte %d", r, i)
+		}
+	}
+	return ""
 }

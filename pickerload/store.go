@@ -246,25 +246,59 @@ func (s *Store) Sweep() int {
 	return s.sweepLocked(s.now())
 }
 
+// sweepLocked drops every expired report. Each replica they touch is
+// rebuilt once, without all of them: one rebuild per expired picker would
+// copy a replica shared by P pickers P times, quadratic when a fleet of
+// gateways expires together.
 func (s *Store) sweepLocked(now int64) int {
-	n := 0
 	next := int64(math.MaxInt64)
+	var gone map[string]struct{}
+	var touched []string
 	for id, h := range s.pickers {
 		if h.expires > now {
 			next = min(next, h.expires)
 			continue
 		}
+		if gone == nil {
+			gone = map[string]struct{}{}
+		}
+		gone[id] = struct{}{}
 		for i := range h.loads {
-			s.rebuild(h.loads[i].ReplicaID, id, nil)
+			touched = append(touched, h.loads[i].ReplicaID)
 		}
 		s.entries -= weight(len(h.loads))
 		delete(s.pickers, id)
-		n++
+	}
+	slices.Sort(touched)
+	for _, replica := range slices.Compact(touched) {
+		s.rebuildWithout(replica, gone)
 	}
 	s.nextSweep = next
-	s.expired.Add(uint64(n))
+	s.expired.Add(uint64(len(gone)))
 	s.publishGauges()
-	return n
+	return len(gone)
+}
+
+// rebuildWithout publishes replica's contributions without those of the
+// pickers in gone. Called with mu held.
+func (s *Store) rebuildWithout(replica string, gone map[string]struct{}) {
+	v, ok := s.cells.Load(replica)
+	if !ok {
+		return
+	}
+	c := v.(*cell)
+	cur := *c.p.Load()
+	next := make([]contrib, 0, len(cur))
+	for _, x := range cur {
+		if _, drop := gone[x.picker]; !drop {
+			next = append(next, x)
+		}
+	}
+	if len(next) == 0 {
+		s.cells.Delete(replica)
+		return
+	}
+	c.p.Store(&next)
 }
 
 func (s *Store) publishGauges() {

@@ -2,6 +2,8 @@ package pickerload_test
 
 import (
 	"errors"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -263,4 +265,69 @@ func TestOthers_ConcurrentWithPuts(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// Many pickers on one replica expiring together (a fleet of gateways cut
+// off at once) are swept in one pass over the replica, not one copy of
+// its contributions per picker: that was quadratic, 3 minutes under the
+// store's lock for 65,536 pickers, during which every report and status
+// call waited. By hand: the sweep publishes r1's one survivor in one new
+// slice, so it allocates a handful of objects, where a copy per expired
+// picker allocates one per picker (2,000 here).
+func TestSweep_ManyPickersOnOneReplicaInOnePass(t *testing.T) {
+	const pickers = 2000
+	s, c := newStore(0)
+	for i := range pickers {
+		put(t, s, pickerload.Report{PickerID: "g" + strconv.Itoa(i), Sequence: 1, Loads: []pickerload.ReplicaLoad{load("r1", 1, 1, 1)}})
+	}
+	c.Add(60 * time.Millisecond)
+	put(t, s, pickerload.Report{PickerID: "survivor", Sequence: 1, Loads: []pickerload.ReplicaLoad{load("r1", 2, 2, 2)}})
+	c.Add(40 * time.Millisecond) // the 2,000 reports are 100 ms old: expired
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	n := s.Sweep()
+	runtime.ReadMemStats(&after)
+	if n != pickers {
+		t.Fatalf("swept %d, want %d", n, pickers)
+	}
+	if got := s.At().Others("", "r1"); got != (pickerload.Sum{PrefillingRequests: 2, PrefillTokens: 2, RunningRequests: 2, Pickers: 1}) {
+		t.Errorf("r1 after the sweep: %+v, want the survivor's alone", got)
+	}
+	if st := s.Stats(); st.Entries != 1 || st.Pickers != 1 {
+		t.Errorf("stats %+v, want 1 entry of 1 picker", st)
+	}
+	if allocs := after.Mallocs - before.Mallocs; allocs > 100 {
+		t.Errorf("the sweep allocated %d objects, want a handful (one pass over r1)", allocs)
+	}
+}
+
+// Ids follow contract §9.2 as every other id: no control or invisible
+// format characters, not blank. A picker id with an escape sequence was
+// printed raw by `inference-cache top` (clearing the operator's screen),
+// and one with a newline broke its one-line-per-picker view.
+func TestValidate_IDsFollowTheIdentifierRules(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		r    pickerload.Report
+		want string
+	}{
+		{"escape in picker id", pickerload.Report{PickerID: "gw\x1b[2J", Sequence: 1}, "picker_id: holds control character U+001B at byte 2"},
+		{"newline in picker id", pickerload.Report{PickerID: "gw\nfake line", Sequence: 1}, "picker_id: holds control character U+000A at byte 2"},
+		{"zero-width in picker id", pickerload.Report{PickerID: "g\u200bw", Sequence: 1}, "picker_id: holds invisible format character U+200B at byte 1"},
+		{"blank picker id", pickerload.Report{PickerID: "   ", Sequence: 1}, "picker_id: blank (only whitespace)"},
+		{"bidi in replica id", pickerload.Report{PickerID: "g", Sequence: 1, Loads: []pickerload.ReplicaLoad{load("r1", 0, 0, 0), load("r\u202e2", 0, 0, 0)}}, "loads[1].replica_id: holds invisible format character U+202E at byte 1"},
+		{"DEL in replica id", pickerload.Report{PickerID: "g", Sequence: 1, Loads: []pickerload.ReplicaLoad{load("r\x7f", 0, 0, 0)}}, "loads[0].replica_id: holds control character U+007F at byte 1"},
+		{"blank replica id", pickerload.Report{PickerID: "g", Sequence: 1, Loads: []pickerload.ReplicaLoad{load(" \t", 0, 0, 0)}}, "loads[0].replica_id: holds control character U+0009 at byte 1"},
+		{"spaces replica id", pickerload.Report{PickerID: "g", Sequence: 1, Loads: []pickerload.ReplicaLoad{load("  ", 0, 0, 0)}}, "loads[0].replica_id: blank (only whitespace)"},
+	} {
+		err := c.r.Validate()
+		if !errors.Is(err, pickerload.ErrInvalid) || err.Error() != c.want {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	// Printable ids of any script pass.
+	ok := pickerload.Report{PickerID: "gw-东京-1 a", Sequence: 1, Loads: []pickerload.ReplicaLoad{load("vllm-ünïcode-0", 0, 0, 0)}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("printable ids: %v", err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/pickerload"
@@ -22,8 +23,13 @@ const (
 	// a few seconds of a handful of pickers; past it reports to that peer
 	// are dropped (a report is worth nothing 100 ms later anyway).
 	shareQueue = 256
-	// shareBatch caps the reports one ShareLoad call carries.
+	// shareBatch caps the reports taken from a peer's queue at once.
 	shareBatch = 64
+	// shareCallBytes caps the encoded reports of one ShareLoad call (a
+	// report larger than it goes alone): a quarter of the peer server's
+	// 16 MiB message limit (api.MaxMessageBytes), so that a backlog of
+	// large reports is never refused whole by the peer.
+	shareCallBytes = 4 << 20
 	// shareTimeout bounds one ShareLoad call: a report older than two
 	// default intervals has expired at the receiver already.
 	shareTimeout = 250 * time.Millisecond
@@ -116,8 +122,9 @@ func (n *Node) peerShare(addr string) *peerShare {
 	return q
 }
 
-// sendShares sends q's reports to its peer, up to shareBatch per call,
-// until shutdown. A failed call drops its reports: the picker's next
+// sendShares sends q's reports to its peer until shutdown, taking up to
+// shareBatch from the queue at once and sending them in calls of at most
+// shareCallBytes (shareCalls). A failed call drops its reports: the picker's next
 // report supersedes them.
 func (n *Node) sendShares(q *peerShare) {
 	defer n.share.wg.Done()
@@ -138,13 +145,49 @@ func (n *Node) sendShares(q *peerShare) {
 				break drain
 			}
 		}
-		if err := n.shareTo(q.addr, batch); err != nil {
-			n.metrics.pickerDropped.Add(uint64(len(batch)))
-			n.log.Debug("raftnode: picker load not passed on to a peer; its next report will be", "peer", q.addr, "reports", len(batch), "err", err)
+		for _, call := range shareCalls(batch, shareCallBytes) {
+			if err := n.shareTo(q.addr, call); err != nil {
+				n.metrics.pickerDropped.Add(uint64(len(call)))
+				n.log.Debug("raftnode: picker load not passed on to a peer; its next report will be", "peer", q.addr, "reports", len(call), "err", err)
+				continue
+			}
+			n.metrics.pickerForwarded.Add(uint64(len(call)))
+		}
+	}
+}
+
+// shareCalls splits the reports taken from a peer's queue into ShareLoad
+// calls: only each picker's report of the highest sequence is kept (the
+// peer would ignore the others: contract §5.11), in queue order, and a
+// call carries reports of at most maxBytes encoded, or a single report
+// larger than that. Superseded reports are left out of the metrics
+// (neither forwarded nor dropped).
+func shareCalls(batch []*pb.ReportPickerLoadRequest, maxBytes int) [][]*pb.ReportPickerLoadRequest {
+	latest := make(map[string]int, len(batch)) // picker → index in batch of its newest report
+	for i, r := range batch {
+		if j, ok := latest[r.GetPickerId()]; !ok || r.GetSequence() > batch[j].GetSequence() {
+			latest[r.GetPickerId()] = i
+		}
+	}
+	var calls [][]*pb.ReportPickerLoadRequest
+	var cur []*pb.ReportPickerLoadRequest
+	size := 0
+	for i, r := range batch {
+		if latest[r.GetPickerId()] != i {
 			continue
 		}
-		n.metrics.pickerForwarded.Add(uint64(len(batch)))
+		sz := proto.Size(r)
+		if len(cur) > 0 && size+sz > maxBytes {
+			calls = append(calls, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, r)
+		size += sz
 	}
+	if len(cur) > 0 {
+		calls = append(calls, cur)
+	}
+	return calls
 }
 
 // shareTo makes one ShareLoad call to addr.
