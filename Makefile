@@ -13,7 +13,7 @@ TEST_TIMEOUT  ?= 14m
 BENCHTIME     ?= 1s
 BENCHCOUNT    ?= 5
 
-.PHONY: all build test test-short lint bench bench-live proto run clean tools
+.PHONY: all build test test-short lint bench bench-live proto run clean tools deploy-check
 
 all: build
 
@@ -148,19 +148,27 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$pkg; done
 
 ## vulncheck: govulncheck (pinned); needs https://vuln.go.dev
+# The picker's manifests, offline: built-in kinds strictly decoded into their
+# k8s.io/api types, InferencePool and HTTPRoute by kubeconform (pinned in
+# go.mod) against the CRD schemas in deploy/kubernetes/picker/testdata.
+deploy-check:
+	$(GO) run ./deploy/check deploy/kubernetes/picker
+
 vulncheck:
 	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) ./...
 
 .PHONY: evaluate
 EVAL_DIR      ?= $(CURDIR)/.eval
 EVAL_TRACES   ?= conversation synthetic generator
-## evaluate: the EVALUATION.md matrix: every strategy on each trace at two prefill speeds with 1 and 4 gateways (embedded cluster each run; ~20 min on 2 cores); JSON and tables in $(EVAL_DIR)
+EVAL_GATEWAYS ?= 1 4 8
+EVAL_STRATEGIES ?= round-robin,least-loaded,lookuproute-sdk,lookuproute-sdk-local,dynamo,dynamo-sync,llm-d,sglang,oracle
+## evaluate: the EVALUATION.md matrix: the picker, its ablation, the peers and the oracle on each trace at two prefill speeds with 1, 4 and 8 gateways (embedded cluster each run; ~25 min on 2 cores); JSON and tables in $(EVAL_DIR)
 evaluate: build
 	@mkdir -p $(EVAL_DIR)
-	@set -e; for tr in $(EVAL_TRACES); do for tps in 10000 7000; do for gw in 1 4; do \
+	@set -e; for tr in $(EVAL_TRACES); do for tps in 10000 7000; do for gw in $(EVAL_GATEWAYS); do \
 	  if [ $$tr = generator ]; then src=""; else src="--trace testdata/mooncake/$${tr}_trace.jsonl.gz"; fi; \
 	  echo "== $$tr prefill $$tps gateways $$gw"; \
-	  $(BIN)/inference-cache bench --json --no-progress $$src --prefill-tps $$tps --gateways $$gw \
+	  $(BIN)/inference-cache bench --json --no-progress $$src --prefill-tps $$tps --gateways $$gw --strategies $(EVAL_STRATEGIES) \
 	    --plot $(EVAL_DIR)/$$tr-$$tps-$$gw.png > $(EVAL_DIR)/$$tr-$$tps-$$gw.json; done; done; done
 	$(GO) run ./internal/evaltable $(EVAL_DIR)/*.json > $(EVAL_DIR)/tables.md
 	@echo "tables: $(EVAL_DIR)/tables.md"

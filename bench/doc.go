@@ -26,9 +26,11 @@
 //	strategy.go   the strategies without a model of their own: round-robin,
 //	              random, least-loaded, consistent-hash, the hint routers,
 //	              longest-match and the oracle; the gateway split
-//	peers.go      the peers' routers from their public defaults: dynamo,
-//	              llm-d, sglang; the perfect KV-event indexer they read
-//	sdk.go        lookuproute-sdk: v2 hints and the SDK's client.Picker
+//	peers.go      the peers' routers from their public defaults: dynamo
+//	              (and dynamo-sync), llm-d, sglang; the perfect KV-event
+//	              indexer they read
+//	sdk.go        lookuproute-sdk(-local): v2 hints and the SDK's
+//	              client.Picker; the pickers' shared in-flight load
 //	run.go        one run: every strategy on the same trace and fleet
 //	              settings, each on a fresh fleet and a reset index
 //	report.go     the table and the --json shape of contract §12.7
@@ -79,8 +81,15 @@
 // --gateways N splits the requests round robin over N gateway instances of
 // the strategy, each with its own state: round-robin counters, the hint
 // routers' fallbacks, the SDK picker's load, dynamo's and sglang's tracked
-// load. least-loaded, longest-match and the oracle read the fleet itself
-// and are the same from every gateway. One cluster serves them all.
+// load. lookuproute-sdk's pickers also report their in-flight load per
+// engine every ReportInterval of virtual time, and each lookup carries the
+// other gateways' latest reports in ReplicaLoad.others_*, as the cluster's
+// shared picker load does (lookuproute-sdk-local does without them); a
+// request arriving at the same virtual instant as another gateway's
+// therefore does not see it. dynamo-sync's instances share one state at
+// once (Dynamo's replica sync without its NATS delay). least-loaded,
+// longest-match and the oracle read the fleet itself and are the same
+// from every gateway. One cluster serves them all.
 //
 // # Strategies and the cluster
 //

@@ -77,9 +77,9 @@ import (
 // choose the same replica. With Temperature T > 0 the choice is a
 // softmax over cost: the best candidate (after those ties) and every
 // costlier one within bound are drawn with weight exp(−(cost − best) /
-// (T × tokens per request)), a weight below exp(−20) counting as 0, so
-// candidates within a fraction of a request's prefill share the traffic
-// and a decisive difference still decides. Draws come from the Seed's
+// (T × prompt tokens)), a weight below exp(−20) counting as 0, so
+// candidates within a fraction of the request's own prefill share the
+// traffic and a decisive difference still decides. Draws come from the Seed's
 // stream: the same Seed, calls and views give the same picks.
 //
 // Cached tokens count as the prefill they save plus the locality credit;
@@ -135,8 +135,8 @@ type PickerConfig struct {
 	// candidates⌉ is passed over while another is within it.
 	LoadBound float64
 	// Temperature, when positive, makes the choice a softmax over cost
-	// with scale Temperature × tokens per request (see Picker's doc); 0
-	// picks the lowest cost.
+	// with scale Temperature × the request's prompt tokens (see Picker's
+	// doc); 0 picks the lowest cost.
 	Temperature float64
 	// Seed seeds the choice among equally good candidates and the
 	// softmax draws (0 = a random seed). Gateways that share a seed make
@@ -144,9 +144,12 @@ type PickerConfig struct {
 	Seed uint64
 }
 
-// DefaultPickerConfig is the configuration the cost model's defaults
-// were chosen with (CacheAffinity 6, RunningWeight 0.3, no decode, KV or
-// load-bound term, Temperature 0, a random seed).
+// DefaultPickerConfig is the default configuration: CacheAffinity 1.5,
+// RunningWeight 0.5, DecodeWeight 0.05, KVWeight 0.5, LoadBound 2,
+// Temperature 0.05, a random seed. The weights were chosen on the bench's
+// built-in generator only (internal/pickertune: several seeds and shapes,
+// 1 and 4 gateways, two prefill speeds), not on the traces the evaluation
+// reports; docs/eval/pickertune.md has each parameter's sensitivity.
 func DefaultPickerConfig() PickerConfig {
 	return PickerConfig{CacheAffinity: DefaultCacheAffinity, RunningWeight: DefaultRunningWeight,
 		DecodeWeight: DefaultDecodeWeight, KVWeight: DefaultKVWeight, LoadBound: DefaultLoadBound,
@@ -155,12 +158,12 @@ func DefaultPickerConfig() PickerConfig {
 
 // Defaults of PickerConfig.
 const (
-	DefaultCacheAffinity = 6
-	DefaultRunningWeight = 0.3
-	DefaultDecodeWeight  = 0
-	DefaultKVWeight      = 0
-	DefaultLoadBound     = 0
-	DefaultTemperature   = 0
+	DefaultCacheAffinity = 1.5
+	DefaultRunningWeight = 0.5
+	DefaultDecodeWeight  = 0.05
+	DefaultKVWeight      = 0.5
+	DefaultLoadBound     = 2
+	DefaultTemperature   = 0.05
 )
 
 // DefaultTokensPerWaitingRequest is the prefill tokens assumed per
@@ -314,9 +317,10 @@ func (p *Picker) Pick(resp *pb.LookupRouteResponse, candidates []string, promptT
 	if p.cfg.LoadBound > 0 {
 		bound = math.Ceil(p.cfg.LoadBound * float64(total+1) / float64(len(candidates)))
 	}
-	best := p.best(d.Costs, bestRank, bound, perReq)
+	scale := p.cfg.Temperature * float64(promptTokens)
+	best := p.best(d.Costs, bestRank, bound, scale)
 	if best < 0 {
-		best = p.best(d.Costs, bestRank, math.Inf(1), perReq)
+		best = p.best(d.Costs, bestRank, math.Inf(1), scale)
 	}
 	d.Replica, d.Index = candidates[best], best
 	return d
@@ -336,7 +340,7 @@ const softmaxCut = 20
 // best returns the candidate to pick within bound requests in flight
 // (-1 when none is): the best, ties at random, or with a Temperature a
 // softmax draw over the best and the costlier candidates.
-func (p *Picker) best(costs []PickCost, rank []int, bound, perReq float64) int {
+func (p *Picker) best(costs []PickCost, rank []int, bound, scale float64) int {
 	p.ties = p.ties[:0]
 	for i := range costs {
 		if float64(costs[i].loaded()+1) > bound {
@@ -356,7 +360,7 @@ func (p *Picker) best(costs []PickCost, rank []int, bound, perReq float64) int {
 	if len(p.ties) == 0 {
 		return -1
 	}
-	if scale := p.cfg.Temperature * perReq; scale > 0 {
+	if scale > 0 {
 		minCost := costs[p.ties[0]].Cost
 		p.weights = p.weights[:0]
 		sum := 0.0

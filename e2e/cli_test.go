@@ -58,7 +58,7 @@ func TestEverySubcommandHasExample(t *testing.T) {
 		t.Skip("runs the binary")
 	}
 	for _, sub := range [][]string{{"server"}, {"dev"}, {"lookup"}, {"ingest"}, {"stats"}, {"status"}, {"policy"}, {"policy", "get"},
-		{"policy", "set"}, {"snapshot"}, {"snapshot", "save"}, {"snapshot", "restore"}, {"snapshot", "inspect"}, {"fingerprint"}, {"version"}} {
+		{"policy", "set"}, {"snapshot"}, {"snapshot", "save"}, {"snapshot", "restore"}, {"snapshot", "inspect"}, {"fingerprint"}, {"picker"}, {"version"}} {
 		out, err := exec.Command(binPath, append(sub, "--help")...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Examples:") {
 			t.Errorf("%v --help: err=%v, no Examples section:\n%s", sub, err, out)

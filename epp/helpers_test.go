@@ -85,6 +85,16 @@ func newRig(t *testing.T, lk *fakeLookup, opts Options) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r := newRigOpts(t, gw, opts)
+	r.lk = lk
+	return r
+}
+
+// newRigWith is a rig over gw with default options.
+func newRigWith(tb testing.TB, gw *gateway.Gateway) *rig { return newRigOpts(tb, gw, Options{}) }
+
+func newRigOpts(t testing.TB, gw *gateway.Gateway, opts Options) *rig {
+	t.Helper()
 	tbl := &Table{}
 	if err := tbl.Set(pool); err != nil {
 		t.Fatal(err)
@@ -109,5 +119,5 @@ func newRig(t *testing.T, lk *fakeLookup, opts Options) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &rig{lk: lk, gw: gw, t: tbl, m: opts.Metrics, reg: reg, conn: conn}
+	return &rig{gw: gw, t: tbl, m: opts.Metrics, reg: reg, conn: conn}
 }

@@ -32,7 +32,7 @@ const (
 	ServedKey = "x-gateway-destination-endpoint-served"
 )
 
-// The response headers the picker adds, as the proxy's (contract §13):
+// The response headers the picker adds, as the proxy's (contract §12.8):
 // which replica served the request, why, and how many prompt tokens its
 // hint said it holds.
 const (

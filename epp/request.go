@@ -110,10 +110,12 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 			fmt.Sprintf("request body over the endpoint picker's limit of %d bytes", x.s.maxBody))
 	}
 	x.body.Write(b.GetBody())
-	if !b.GetEndOfStream() {
+	// BUFFERED: the whole body comes in one message, without
+	// end_of_stream when trailers follow, and waits for its answer.
+	if !b.GetEndOfStream() && x.reqMode != ModeBuffered {
 		return false, nil
 	}
-	return x.pick(true)
+	return x.pick(b.GetEndOfStream())
 }
 
 // pick decides and answers: the headers' answer with the destination

@@ -248,6 +248,17 @@ func TestProcess_TrailersEndTheBodyAndTheResponse(t *testing.T) {
 	}
 }
 
+// In BUFFERED mode a body followed by trailers comes without
+// end_of_stream and waits for its answer: the pick is in that answer.
+func TestProcess_BufferedBodyBeforeTrailersIsPicked(t *testing.T) {
+	r := newRig(t, &fakeLookup{resp: prefixMatch("b", 64)}, Options{})
+	x := start(t, r, extproctest.Request{Mode: buffered, ResponseMode: buffered, Path: "/v1/chat/completions", Body: chatBody("m", 10), Trailers: true})
+	if !strings.HasPrefix(x.Pick.Destination, "10.0.0.2:8000,") || x.Pick.BodyMutated {
+		t.Fatalf("pick %+v, want b first in the body's answer", x.Pick)
+	}
+	_ = x.CloseSend()
+}
+
 // A body over the limit gets a 413 and is not held.
 func TestProcess_BodyOverTheLimitIs413(t *testing.T) {
 	r := newRig(t, &fakeLookup{}, Options{MaxBodyBytes: 1000})
@@ -267,4 +278,27 @@ func TestProcess_UndecodableBodyPicksByLoad(t *testing.T) {
 		t.Fatalf("pick %+v after %d lookups", x.Pick, lk.calls())
 	}
 	_ = x.CloseSend()
+}
+
+// With body mode NONE the body never comes: the pick is made at the
+// request headers, by load, without a key.
+func TestProcess_ModeNonePicksAtTheHeaders(t *testing.T) {
+	lk := &fakeLookup{resp: prefixMatch("b", 64)}
+	r := newRig(t, lk, Options{})
+	x := start(t, r, extproctest.Request{Mode: filterv3.ProcessingMode_NONE, ResponseMode: filterv3.ProcessingMode_NONE,
+		Path: "/v1/chat/completions", Body: chatBody("m", 10)})
+	if len(strings.Split(x.Pick.Destination, ",")) != 4 || lk.calls() != 0 || x.Pick.Chunks != 0 {
+		t.Fatalf("pick %+v after %d lookups: want all four endpoints, no lookup, no body", x.Pick, lk.calls())
+	}
+	total := func() int { return r.gw.InFlight("a") + r.gw.InFlight("b") + r.gw.InFlight("c") + r.gw.InFlight("d") }
+	if n := total(); n != 1 {
+		t.Fatalf("in flight %d after the pick, want 1", n)
+	}
+	// The response headers end the stream (no body in this mode): done.
+	if _, err := x.Respond(extproctest.Response{ContentType: "application/json"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := total(); n != 0 {
+		t.Fatalf("in flight %d after a response without body, want 0", n)
+	}
 }

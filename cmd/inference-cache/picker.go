@@ -20,6 +20,10 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/epp"
@@ -333,7 +337,44 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 	return nil
 }
 
-// watchPool is replaced by the InferencePool watch.
-func watchPool(_ context.Context, o *pickerOptions, _ *epp.Table, _ *slog.Logger) (func(), error) {
-	return nil, fmt.Errorf("--pool-name %q: not available in this build", o.poolName)
+// watchPool starts the InferencePool watch (--pool-name) with the
+// in-cluster config or --kubeconfig, and waits up to a minute for the
+// informers' first list.
+func watchPool(ctx context.Context, o *pickerOptions, t *epp.Table, log *slog.Logger) (func(), error) {
+	var cfg *rest.Config
+	var err error
+	if o.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--pool-name: the Kubernetes API: %w (outside a cluster, give --kubeconfig)", err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--pool-name: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--pool-name: %w", err)
+	}
+	ns := o.poolNamespace
+	if ns == "" {
+		ns = "default"
+		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			ns = strings.TrimSpace(string(b))
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	w, err := epp.WatchPool(wctx, epp.PoolWatchConfig{Kube: kube, Dynamic: dyn, Namespace: ns, Name: o.poolName,
+		ReplicaLabel: o.replicaLabel, Table: t, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("--pool-name %s/%s: %w", ns, o.poolName, err)
+	}
+	if !t.Synced() {
+		log.Warn("InferencePool not found yet: not ready until it exists", "pool", ns+"/"+o.poolName)
+	}
+	return w.Stop, nil
 }

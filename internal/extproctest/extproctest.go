@@ -113,6 +113,8 @@ type Answered struct {
 type Exchange struct {
 	st  grpc.BidiStreamingClient[extprocv3.ProcessingRequest, extprocv3.ProcessingResponse]
 	req Request
+	// answered: the headers (or, BUFFERED, the body) were answered.
+	answered bool
 	// Pick is the request phase's answer.
 	Pick Pick
 }
@@ -187,10 +189,17 @@ func (x *Exchange) request() error {
 		if err := x.readPick(false, false); err != nil || x.Pick.Immediate != nil {
 			return err
 		}
-		if err := x.st.Send(bodyMsg(r.Body, true)); err != nil {
+		if err := x.st.Send(bodyMsg(r.Body, !r.Trailers)); err != nil {
 			return err
 		}
-		return x.readPick(false, false)
+		if err := x.readPick(false, false); err != nil || x.Pick.Immediate != nil || !r.Trailers {
+			return err
+		}
+		if err := x.st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
+			RequestTrailers: &extprocv3.HttpTrailers{Trailers: headerMap(map[string]string{"x-trailer": "1"})}}}); err != nil {
+			return err
+		}
+		return x.readPick(false, true)
 	}
 	if hasBody {
 		chunk := r.ChunkSize
@@ -225,7 +234,7 @@ func (x *Exchange) readPick(streamedBody, trailers bool) error {
 	if p.Headers == nil {
 		p.Headers = map[string]string{}
 	}
-	gotHeaders, bodyDone, trailersDone := false, !streamedBody, !trailers
+	bodyDone, trailersDone := !streamedBody, !trailers
 	for {
 		resp, err := x.st.Recv()
 		if err != nil {
@@ -240,7 +249,7 @@ func (x *Exchange) readPick(streamedBody, trailers bool) error {
 			p.Immediate = v.ImmediateResponse
 			return nil
 		case *extprocv3.ProcessingResponse_RequestHeaders:
-			gotHeaders = true
+			x.answered = true
 			common = v.RequestHeaders.GetResponse()
 		case *extprocv3.ProcessingResponse_RequestBody:
 			common = v.RequestBody.GetResponse()
@@ -255,7 +264,7 @@ func (x *Exchange) readPick(streamedBody, trailers bool) error {
 				p.BodyMutated = true
 			}
 			if !streamedBody {
-				gotHeaders = true // a BUFFERED body answer ends the phase
+				x.answered = true // a BUFFERED body answer ends the phase
 			}
 		case *extprocv3.ProcessingResponse_RequestTrailers:
 			trailersDone, bodyDone = true, true
@@ -268,7 +277,7 @@ func (x *Exchange) readPick(streamedBody, trailers bool) error {
 		if common.GetClearRouteCache() {
 			p.ClearRouteCache = true
 		}
-		if gotHeaders && bodyDone && trailersDone {
+		if x.answered && bodyDone && trailersDone {
 			return nil
 		}
 	}

@@ -10,7 +10,10 @@ prompt's prefix (Client.lookup_tokens or lookup_route, failing open to
 NO_HINT within --lookup-timeout), picks one with the Picker (cached prefix
 against the queue this gateway sent, contract §5.10), forwards the request
 unchanged and relays the answer, streamed or not, with the headers
-X-Inference-Cache-Replica and X-Inference-Cache-Reason. The replica ids of
+X-Inference-Cache-Replica and X-Inference-Cache-Reason. With several
+gateways, each reports its in-flight load (LoadShare, --share-load, on by
+default) and its lookups carry its picker id, so every picker counts the
+others' requests. The replica ids of
 --backend must be the ids the engines' KV events are indexed under.
 
 Prompts:
@@ -42,7 +45,7 @@ from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from inference_cache import Client, Picker, PickerConfig  # noqa: E402
+from inference_cache import Client, LoadShare, Picker, PickerConfig  # noqa: E402
 from inference_cache.v1 import inferencecache_pb2 as pb  # noqa: E402
 
 #: The bytes per token the picker assumes for a text prompt (see the module doc).
@@ -55,10 +58,11 @@ class Gateway:
     """Routing state: the cluster client, the picker and the backends (replica id → base URL)."""
 
     def __init__(self, client: Client, picker: Picker, backends: Dict[str, str], model: str, hash_scheme: str,
-                 tenant: str, block_size: int, backend_timeout: float) -> None:
+                 tenant: str, block_size: int, backend_timeout: float, picker_id: str = "") -> None:
         self.client, self.picker, self.backends = client, picker, backends
         self.model, self.hash_scheme, self.tenant, self.block_size = model, hash_scheme, tenant, block_size
         self.backend_timeout = backend_timeout
+        self.picker_id = picker_id  # lookups leave this gateway's own shared load out
         self.candidates = list(backends)
 
     def route(self, path: str, body: dict) -> Tuple[pb.LookupRouteResponse, int]:
@@ -67,7 +71,7 @@ class Gateway:
             return pb.LookupRouteResponse(reason_code=pb.NO_HINT, detail="gateway: no key for this endpoint"), 0
         req = pb.LookupRouteRequest(hash_scheme=self.hash_scheme, model_id=body.get("model") or self.model,
                                     tenant_id=self.tenant, cache_salt=str(body.get("cache_salt") or ""),
-                                    include_load=True)
+                                    include_load=True, picker_id=self.picker_id)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
             return self.client.lookup_tokens(req, prompt, self.block_size), len(prompt)
@@ -197,6 +201,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--block-size", type=int, default=16, help="tokens per block for token-id prompts (default 16)")
     ap.add_argument("--lookup-timeout", type=float, default=0.05, help="lookup budget, seconds (default 0.05)")
     ap.add_argument("--backend-timeout", type=float, default=600, help="backend answer timeout, seconds (default 600)")
+    ap.add_argument("--share-load", action=argparse.BooleanOptionalAction, default=True,
+                    help="report this gateway's in-flight load to the cluster every 50 ms, so that the other "
+                         "gateways' pickers count it (contract §5.11; default on)")
+    ap.add_argument("--picker-id", default="", help="this gateway's picker id (default hostname-pid-random)")
     ap.add_argument("--verbose", action="store_true", help="log every request")
     args = ap.parse_args(argv)
     try:
@@ -207,8 +215,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    gw = Gateway(client, Picker(PickerConfig()), backends, args.model, args.hash_scheme, args.tenant,
-                 args.block_size, args.backend_timeout)
+    picker = Picker(PickerConfig())
+    try:
+        share = LoadShare(picker, client, picker_id=args.picker_id or None) if args.share_load else None
+    except ValueError as e:
+        print(f"error: --picker-id: {str(e).split(': ', 1)[-1]}", file=sys.stderr)
+        client.close()
+        return 1
+    gw = Gateway(client, picker, backends, args.model, args.hash_scheme, args.tenant,
+                 args.block_size, args.backend_timeout, share.picker_id if share else "")
     srv = serve(gw, args.listen, args.verbose)
     print(f"gateway on http://{srv.server_address[0]}:{srv.server_address[1]} → {', '.join(backends)}", flush=True)
     try:
@@ -217,6 +232,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         pass
     finally:
         srv.server_close()
+        if share:
+            share.stop()
         client.close()
     return 0
 

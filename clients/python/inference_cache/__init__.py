@@ -3,7 +3,8 @@
 fingerprint() computes the server's content fingerprint (contract §3);
 Client and AsyncClient call LookupRoute failing open and write with the Go
 SDK's retries (contract §5.10, §8.5); Picker picks one replica per request
-with the Go picker's cost model. Message classes: inference_cache.v1.
+with the Go picker's cost model; LoadShare and AsyncLoadShare share its
+in-flight load with the other pickers (contract §5.11). Message classes: inference_cache.v1.
 """
 
 from ._core import (
@@ -33,6 +34,7 @@ from ._fingerprint import (
 )
 from .aio import AsyncClient
 from .client import Client
+from .loadshare import AsyncLoadShare, LoadShare, default_picker_id, in_flight
 from .picker import Decision, Inflight, PickCost, Picker, PickerConfig
 from .v1 import inferencecache_pb2 as pb
 
@@ -47,20 +49,24 @@ __all__ = [
     "MAX_TOKEN_ID",
     "SEED",
     "AsyncClient",
+    "AsyncLoadShare",
     "Client",
     "ClientConfig",
     "Decision",
     "Fingerprint",
     "FingerprintError",
     "Inflight",
+    "LoadShare",
     "PickCost",
     "Picker",
     "PickerConfig",
     "Stats",
     "WriteError",
     "chain",
+    "default_picker_id",
     "fill_fingerprint",
     "fingerprint",
+    "in_flight",
     "local_hash",
     "new_request_id",
     "pb",

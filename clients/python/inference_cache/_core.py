@@ -533,3 +533,14 @@ class WriteAttempts:
                 raise e
             self._prev = self._node
         self._nodes.count("write_retries")
+
+
+def report_failed(nodes: _Nodes, n: Node, probe: bool, code: Optional[grpc.StatusCode], fail_backoff: float) -> None:
+    """Marks n after a failed load report (contract §5.11): a node fault
+    skips it for lookups and reports as fail_backoff says; any other failure
+    is an answer, and only gives back a probe slot."""
+    now = time.monotonic()
+    if node_fault(code):
+        nodes.mark(n, "lookup", "failed", now, fail_backoff, probe)
+    elif probe:
+        nodes.mark(n, "lookup", "release", now)

@@ -18,6 +18,7 @@ from ._core import (
     Stats,
     WriteError,
     _Nodes,
+    report_failed,
     fill_fingerprint,
     new_request_id,
     retry_after,
@@ -96,6 +97,24 @@ class AsyncClient:
             self._n.count("fail_open")
             return pb.LookupRouteResponse(reason_code=pb.NO_HINT, detail=f"client: {e}")
         return await self.lookup_route(req)
+
+    async def report_picker_load(self, req: pb.ReportPickerLoadRequest,
+                                 timeout: float = 0.05) -> pb.ReportPickerLoadResponse:
+        """Client.report_picker_load for asyncio."""
+        nodes = self._n
+        n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
+        try:
+            resp = await n.ic.ReportPickerLoad(req, timeout=timeout, metadata=self._md)
+        except grpc.RpcError as e:
+            report_failed(nodes, n, probe, e.code(), self.config.fail_backoff)
+            raise
+        except asyncio.CancelledError:
+            if probe:
+                nodes.mark(n, "lookup", "release", time.monotonic())
+            raise
+        nodes.mark(n, "lookup", "ok")
+        return resp
+
 
     async def ingest(self, req: pb.IngestRequest) -> pb.IngestResponse:
         """Client.ingest for asyncio; raises WriteError."""

@@ -23,6 +23,7 @@ from ._core import (
     Stats,
     WriteError,
     _Nodes,
+    report_failed,
     fill_fingerprint,
     new_request_id,
     retry_after,
@@ -107,6 +108,23 @@ class Client:
             self._n.count("fail_open")
             return pb.LookupRouteResponse(reason_code=pb.NO_HINT, detail=f"client: {e}")
         return self.lookup_route(req)
+
+    def report_picker_load(self, req: pb.ReportPickerLoadRequest, timeout: float = 0.05) -> pb.ReportPickerLoadResponse:
+        """Send one picker's load report (contract §5.11) to one node in a
+        single attempt of at most timeout seconds: a report is superseded by
+        the next, so it is never retried. A node that does not answer
+        (node_fault) is skipped for lookups and reports as fail_backoff
+        says. Raises the call's grpc.RpcError. LoadShare sends these."""
+        nodes = self._n
+        n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
+        try:
+            resp = n.ic.ReportPickerLoad(req, timeout=timeout, metadata=self._md)
+        except grpc.RpcError as e:
+            report_failed(nodes, n, probe, e.code(), self.config.fail_backoff)
+            raise
+        nodes.mark(n, "lookup", "ok")
+        return resp
+
 
     # Writes.
 

@@ -35,7 +35,7 @@ With temperature 0 the lowest cost wins. Ties go to fewer requests in flight
 PREFIX_MATCH hint before AFFINITY_HINT before TENANT_HOT before no hint), then
 among PREFIX_MATCH hints to the one the cluster ranked first, then at random.
 With temperature T > 0 the best (after those ties) and every costlier candidate
-are drawn with weight exp(−(cost − best) / (T × tokens per request)), a weight
+are drawn with weight exp(−(cost − best) / (T × prompt tokens)), a weight
 below exp(−20) counting as 0. With load_bound > 0 a candidate whose requests in
 flight (this picker's and the others') + 1 exceed
 ceil(load_bound × (all in flight + 1) / candidates) is passed over while
@@ -69,17 +69,17 @@ __all__ = [
 ]
 
 #: Credit per cached token beyond the prefill it saves (Go DefaultCacheAffinity).
-DEFAULT_CACHE_AFFINITY = 6.0
+DEFAULT_CACHE_AFFINITY = 1.5
 #: Share of a prefill counted per engine-reported running request (Go DefaultRunningWeight).
-DEFAULT_RUNNING_WEIGHT = 0.3
+DEFAULT_RUNNING_WEIGHT = 0.5
 #: Share of a prefill per decoding request (Go DefaultDecodeWeight).
-DEFAULT_DECODE_WEIGHT = 0.0
+DEFAULT_DECODE_WEIGHT = 0.05
 #: Charge per KV-pressure unit and uncached token (Go DefaultKVWeight).
-DEFAULT_KV_WEIGHT = 0.0
+DEFAULT_KV_WEIGHT = 0.5
 #: Load bound, 0 = off (Go DefaultLoadBound).
-DEFAULT_LOAD_BOUND = 0.0
+DEFAULT_LOAD_BOUND = 2.0
 #: Softmax temperature, 0 = lowest cost (Go DefaultTemperature).
-DEFAULT_TEMPERATURE = 0.0
+DEFAULT_TEMPERATURE = 0.05
 #: Softmax weights below exp(-_SOFTMAX_CUT) count as 0.
 _SOFTMAX_CUT = 20.0
 #: Prefill tokens assumed per engine-reported request before the picker sent any.
@@ -93,7 +93,7 @@ class PickerConfig:
     tokens_per_waiting_request: prefill tokens assumed per request an engine
         reports that this picker did not send; 0 = the mean uncached tokens of
         the requests this picker sent (2048 before the first).
-    cache_affinity: cost −= cache_affinity × cached tokens (default 6).
+    cache_affinity: cost −= cache_affinity × cached tokens (default 1.5).
     running_weight: share of a prefill per engine-reported running request
         not sent by this picker (default 0.3).
     decode_weight: share of a prefill per decoding request (this picker's and
@@ -102,7 +102,7 @@ class PickerConfig:
     load_bound: > 0 caps a candidate's share of requests in flight (this
         picker's and the others') at load_bound × the mean.
     temperature: > 0 draws by softmax over cost with scale temperature ×
-        tokens per request; 0 picks the lowest cost.
+        the request's prompt tokens; 0 picks the lowest cost.
     seed: seeds the choice among equal candidates and the softmax draws;
         None = a random seed. The
         sequence differs from the Go picker's (PCG) for the same seed.
@@ -311,13 +311,14 @@ class Picker:
             bound = math.inf
             if cfg.load_bound > 0:
                 bound = math.ceil(cfg.load_bound * (total + 1) / len(candidates))
-            best = self._best(d.costs, ranks, bound, per_req)
+            scale = cfg.temperature * prompt_tokens
+            best = self._best(d.costs, ranks, bound, scale)
             if best < 0:
-                best = self._best(d.costs, ranks, math.inf, per_req)
+                best = self._best(d.costs, ranks, math.inf, scale)
         d.replica, d.index = candidates[best], best
         return d
 
-    def _best(self, costs: List[PickCost], ranks: List[int], bound: float, per_req: float) -> int:
+    def _best(self, costs: List[PickCost], ranks: List[int], bound: float, scale: float) -> int:
         ties: List[int] = []
         for i, c in enumerate(costs):
             if c.loaded() + 1 > bound:
@@ -332,7 +333,6 @@ class Picker:
                 ties.append(i)
         if not ties:
             return -1
-        scale = self._cfg.temperature * per_req
         if scale > 0:
             low = costs[ties[0]].cost
             weights: List[float] = []

@@ -9,7 +9,8 @@ import pytest
 from google.protobuf import json_format
 
 from conftest import PICKER_CASES_PATH
-from inference_cache.picker import DEFAULT_CACHE_AFFINITY, DEFAULT_RUNNING_WEIGHT, Picker, PickerConfig
+from inference_cache.picker import (DEFAULT_CACHE_AFFINITY, DEFAULT_DECODE_WEIGHT, DEFAULT_KV_WEIGHT, DEFAULT_LOAD_BOUND,
+                                    DEFAULT_RUNNING_WEIGHT, DEFAULT_TEMPERATURE, Picker, PickerConfig)
 from inference_cache.v1 import inferencecache_pb2 as pb
 
 with open(PICKER_CASES_PATH) as _f:
@@ -77,8 +78,10 @@ def test_random_ties_reach_every_tied_candidate(name):
 
 def test_defaults_are_the_go_pickers():
     cfg = PickerConfig()
-    assert (cfg.cache_affinity, cfg.running_weight, cfg.tokens_per_waiting_request, cfg.load_bound) == (6, 0.3, 0, 0)
-    assert (DEFAULT_CACHE_AFFINITY, DEFAULT_RUNNING_WEIGHT) == (6, 0.3)
+    assert (cfg.cache_affinity, cfg.running_weight, cfg.tokens_per_waiting_request, cfg.decode_weight, cfg.kv_weight,
+            cfg.load_bound, cfg.temperature) == (1.5, 0.5, 0, 0.05, 0.5, 2, 0.05)
+    assert (DEFAULT_CACHE_AFFINITY, DEFAULT_RUNNING_WEIGHT, DEFAULT_DECODE_WEIGHT, DEFAULT_KV_WEIGHT, DEFAULT_LOAD_BOUND,
+            DEFAULT_TEMPERATURE) == (1.5, 0.5, 0.05, 0.5, 2, 0.05)
 
 
 def test_start_of_a_decision_queues_its_uncached_tokens_until_the_first_token():
