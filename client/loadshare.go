@@ -117,6 +117,12 @@ type LoadShareStats struct {
 	// Failed counts reports that failed or timed out (dropped: the next
 	// report replaces them).
 	Sent, Failed uint64
+	// Superseded counts the sent reports a node answered superseded: it
+	// holds a report of this picker id with a higher sequence, so another
+	// live picker reports under the same id (or this host's clock stepped
+	// back across a restart), and the cluster does not see this picker's
+	// load. Warned about, at most once a minute.
+	Superseded uint64
 }
 
 // LoadShare reports a Picker's in-flight load (Picker.InFlight) to the
@@ -135,8 +141,8 @@ type LoadShare struct {
 	done chan struct{}
 	once sync.Once
 
-	sent, failed atomic.Uint64
-	warnAt       time.Time
+	sent, failed, superseded atomic.Uint64
+	warnAt, dupWarnAt        time.Time
 }
 
 // StartLoadShare starts reporting p's load through to. Errors name the
@@ -181,7 +187,7 @@ func (s *LoadShare) Interval() time.Duration { return s.cfg.Interval }
 
 // Stats returns the counters.
 func (s *LoadShare) Stats() LoadShareStats {
-	return LoadShareStats{Sent: s.sent.Load(), Failed: s.failed.Load()}
+	return LoadShareStats{Sent: s.sent.Load(), Failed: s.failed.Load(), Superseded: s.superseded.Load()}
 }
 
 // Stop ends the reports: it cancels the report in flight (the last one
@@ -230,10 +236,20 @@ func (s *LoadShare) report(parent context.Context, limit time.Duration, loads []
 	req := &pb.ReportPickerLoadRequest{PickerId: s.cfg.PickerID, Sequence: s.seq,
 		IntervalMs: uint32(s.cfg.Interval.Milliseconds()), Loads: loads}
 	ctx, cancel := context.WithTimeout(parent, limit)
-	_, err := s.to.ReportPickerLoad(ctx, req)
+	resp, err := s.to.ReportPickerLoad(ctx, req)
 	cancel()
 	if err == nil {
 		s.sent.Add(1)
+		if resp.GetSuperseded() {
+			// One process's sequences only increase: the node holds a
+			// higher one from another picker under the same id.
+			s.superseded.Add(1)
+			if now := time.Now(); now.Sub(s.dupWarnAt) >= loadShareWarnEvery {
+				s.dupWarnAt = now
+				s.log.Warn("picker load report superseded: another picker reports under the same picker_id (give each gateway its own --picker-id, or leave it empty), so the cluster does not see this one's load",
+					"picker_id", s.cfg.PickerID, "sequence", req.Sequence, "superseded_so_far", s.superseded.Load())
+			}
+		}
 		return
 	}
 	if parent.Err() != nil {

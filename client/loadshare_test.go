@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,8 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/internal/poll"
+	"github.com/inference-cache/inference-cache/internal/syncbuf"
+	"github.com/inference-cache/inference-cache/pickerload"
 )
 
 // The snapshot of a picker's in-flight load, worked by hand: r1 has two
@@ -198,5 +201,57 @@ func TestLoadShare_StopDoesNotWaitOnAHungNode(t *testing.T) {
 	}
 	if f.left[1] > loadShareStopTimeout {
 		t.Errorf("the last report was given %v, want at most %v", f.left[1], loadShareStopTimeout)
+	}
+}
+
+// storeSender is a node's answer to reports, over a real store as the
+// server answers them (api.ReportPickerLoad: superseded when the store
+// ignored the report).
+type storeSender struct{ s *pickerload.Store }
+
+func (n storeSender) ReportPickerLoad(_ context.Context, req *pb.ReportPickerLoadRequest) (*pb.ReportPickerLoadResponse, error) {
+	o, err := n.s.Put(pickerload.FromPB(req))
+	if err != nil {
+		return nil, err
+	}
+	if o == pickerload.Ignored {
+		return &pb.ReportPickerLoadResponse{Superseded: true}, nil
+	}
+	return &pb.ReportPickerLoadResponse{Accepted: uint32(len(req.Loads))}, nil
+}
+
+// Two gateways given the same --picker-id (a fixed value in a Deployment
+// of several replicas): the one started later counts its sequence from a
+// later clock reading, so the node answers every report of the earlier
+// one superseded, and its load is never seen. That must not be silent:
+// the earlier one counts its superseded reports and warns, naming the id.
+func TestLoadShare_WarnsWhenAnotherPickerHasItsID(t *testing.T) {
+	node := storeSender{pickerload.New(pickerload.Config{})}
+	var logs syncbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	p1, p2 := NewPicker(DefaultPickerConfig()), NewPicker(DefaultPickerConfig())
+	p1.StartOn("r1", 100)
+	p2.StartOn("r2", 200)
+	first, err := StartLoadShare(p1, node, LoadShareConfig{PickerID: "gw-same", Interval: 10 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Stop()
+	poll.Eventually(t, 5*time.Second, 2*time.Millisecond, func() (bool, string) {
+		return first.Stats().Sent >= 1, "no report of the first gateway yet"
+	})
+	second, err := StartLoadShare(p2, node, LoadShareConfig{PickerID: "gw-same", Interval: 10 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Stop()
+	poll.Eventually(t, 5*time.Second, 5*time.Millisecond, func() (bool, string) {
+		return first.Stats().Superseded >= 2, fmt.Sprintf("first gateway's stats %+v, want 2 superseded", first.Stats())
+	})
+	if out := logs.String(); !strings.Contains(out, "picker_id=gw-same") || !strings.Contains(out, "superseded") {
+		t.Errorf("log %q, want a warning naming gw-same and its superseded reports", out)
+	}
+	if st := second.Stats(); st.Superseded != 0 {
+		t.Errorf("second gateway's stats %+v, want none superseded", st)
 	}
 }

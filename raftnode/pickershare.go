@@ -145,11 +145,19 @@ func (n *Node) sendShares(q *peerShare) {
 				break drain
 			}
 		}
-		for _, call := range shareCalls(batch, shareCallBytes) {
+		calls := shareCalls(batch, shareCallBytes)
+		for i, call := range calls {
 			if err := n.shareTo(q.addr, call); err != nil {
-				n.metrics.pickerDropped.Add(uint64(len(call)))
-				n.log.Debug("raftnode: picker load not passed on to a peer; its next report will be", "peer", q.addr, "reports", len(call), "err", err)
-				continue
+				// The peer is down or slow: the batch's other calls would
+				// wait on it too (and hold shutdown), so they are dropped
+				// with this one; the pickers' next reports follow.
+				dropped := 0
+				for _, c := range calls[i:] {
+					dropped += len(c)
+				}
+				n.metrics.pickerDropped.Add(uint64(dropped))
+				n.log.Debug("raftnode: picker load not passed on to a peer; its next report will be", "peer", q.addr, "reports", dropped, "err", err)
+				break
 			}
 			n.metrics.pickerForwarded.Add(uint64(len(call)))
 		}
