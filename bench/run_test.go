@@ -71,7 +71,7 @@ func TestRun_SmokeEmbeddedCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	pol := policy.Default()
 	lc, err := localcluster.Start(ctx, localcluster.Options{Policy: &pol})
