@@ -109,7 +109,7 @@ func newRigOpts(t testing.TB, gw *gateway.Gateway, opts Options) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(s.GRPCOptions()...)
 	s.Register(g)
 	NewHealth(tbl).Register(g)
 	go func() { _ = g.Serve(lis) }()

@@ -12,6 +12,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/inference-cache/inference-cache/gateway"
 	"github.com/inference-cache/inference-cache/openai"
@@ -25,6 +27,7 @@ type exchange struct {
 	observe          bool // observability mode: the data plane ignores answers
 
 	kind     openai.Kind // 0: not an OpenAI completion path
+	headers  bool        // the request headers came
 	sub      subset
 	body     *bytes.Buffer
 	answered bool // the pick (or a refusal) was sent
@@ -48,10 +51,22 @@ func (x *exchange) handle(req *extprocv3.ProcessingRequest) (bool, error) {
 	x.observe = req.GetObservabilityMode()
 	switch v := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
+		if x.headers {
+			// One stream is one HTTP request: a second pick would leave
+			// the first one's load counted for good.
+			return true, status.Error(codes.InvalidArgument, "epp: request headers sent twice on one ext_proc stream")
+		}
+		x.headers = true
 		return x.requestHeaders(req, v.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
+		if !x.headers {
+			return true, status.Error(codes.InvalidArgument, "epp: request body before the request headers")
+		}
 		return x.requestBody(v.RequestBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
+		if !x.headers {
+			return true, status.Error(codes.InvalidArgument, "epp: request trailers before the request headers")
+		}
 		if !x.answered {
 			if done, err := x.pick(false); done || err != nil {
 				return done, err

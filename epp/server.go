@@ -90,6 +90,19 @@ func New(opts Options) (*Server, error) {
 		reqMode: opts.RequestBodyMode, rspMode: opts.ResponseBodyMode, log: opts.Logger}, nil
 }
 
+// recvHeadroom is what a request message may hold beyond its body: the
+// headers, the metadata context, the protobuf framing.
+const recvHeadroom = 1 << 20
+
+// GRPCOptions are the options of the grpc server s is registered on: a
+// receive limit of the body limit plus headroom, so that a BUFFERED body
+// of up to Options.MaxBodyBytes (one message) reaches the picker, which
+// answers a larger one 413, rather than gRPC refusing it at its default
+// 4 MiB (contract §14.2).
+func (s *Server) GRPCOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.maxBody + recvHeadroom)}
+}
+
 // Register registers the Server as grpc server g's ExternalProcessor.
 func (s *Server) Register(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, s) }
 

@@ -286,7 +286,7 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(srv.GRPCOptions()...)
 	srv.Register(g)
 	health.Register(g)
 	reflection.Register(g)
