@@ -25,26 +25,19 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/epp"
-	"github.com/inference-cache/inference-cache/fingerprint"
-	"github.com/inference-cache/inference-cache/gateway"
-	"github.com/inference-cache/inference-cache/prompt"
 )
 
 type pickerOptions struct {
+	gatewayFlags
 	listen, healthListen, metricsListen string
-	endpointsFile, modelsDir, strategy  string
-	endpoints, addrs                    []string
+	endpointsFile                       string
+	endpoints                           []string
 	poolName, poolNamespace, kubeconfig string
 	replicaLabel                        string
-	lookupBudget                        time.Duration
-	blockSize, maxBodyBytes             int
-	hashScheme, tenant                  string
+	maxBodyBytes                        int
 	requestMode, responseMode           string
 	logFormat, logLevel                 string
-	security                            clientSecurityFlags
-	share                               shareFlags
 }
 
 // newPickerCmd is `inference-cache picker`: the Endpoint Picker of the
@@ -118,20 +111,12 @@ _served_elsewhere_total, _lookup_seconds, _streams_in_flight.`,
 	f.StringVar(&o.poolNamespace, "pool-namespace", "", "the InferencePool's namespace (default: the pod's, else \"default\")")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty = in-cluster config")
 	f.StringVar(&o.replicaLabel, "replica-label", epp.DefaultReplicaLabel, "pod label that overrides the replica id (default: the pod name)")
-	f.StringSliceVar(&o.addrs, "addr", nil, "gRPC address of a cluster node HOST:PORT (repeatable); none = no lookups, every pick by load")
-	f.StringVar(&o.modelsDir, "models-dir", "", "directory of <model>/tokenizer.json and chat template; empty = no keys, every pick by load")
-	f.StringVar(&o.strategy, "strategy", string(gateway.StrategyPicker), "picker (prefix hints and the load-aware cost model), round-robin or least-loaded")
-	f.DurationVar(&o.lookupBudget, "lookup-budget", gateway.DefaultLookupBudget, "bound on one lookup; past it the request is picked by load")
-	f.IntVar(&o.blockSize, "block-size", gateway.DefaultBlockSize, "tokens per KV block of the engines (their --block-size, the subscriber's block_size)")
-	f.StringVar(&o.hashScheme, "hash-scheme", gateway.DefaultHashScheme, "the index partition's hash scheme (the subscriber's hash_scheme)")
-	f.StringVar(&o.tenant, "tenant", "", "the index partition's tenant (the subscriber's tenant_id for these engines)")
 	f.IntVar(&o.maxBodyBytes, "max-body-bytes", epp.DefaultMaxBodyBytes, "bound on a request body; a larger one gets a 413")
 	f.StringVar(&o.requestMode, "request-body-mode", "FULL_DUPLEX_STREAMED", "request body mode assumed when the gateway sends no protocol_config: FULL_DUPLEX_STREAMED or BUFFERED")
 	f.StringVar(&o.responseMode, "response-body-mode", "FULL_DUPLEX_STREAMED", "response body mode assumed when the gateway sends no protocol_config: FULL_DUPLEX_STREAMED or BUFFERED")
-	o.share.register(f, "endpoint picker")
+	o.registerGateway(cmd, f, "endpoint picker")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
-	o.security.register(cmd)
 	markPaths(f, "models-dir", "endpoints", "kubeconfig")
 	return cmd
 }
@@ -146,9 +131,6 @@ func (o *pickerOptions) check() error {
 			return fmt.Errorf("%s %q: want HOST:PORT (or :PORT)", name, v)
 		}
 	}
-	if _, err := gateway.ParseStrategy(o.strategy); err != nil {
-		return fmt.Errorf("--strategy: %w", err)
-	}
 	if _, err := epp.ParseBodyMode(o.requestMode); err != nil {
 		return fmt.Errorf("--request-body-mode: %w", err)
 	}
@@ -161,27 +143,11 @@ func (o *pickerOptions) check() error {
 		return errors.New("--endpoint, --endpoints or --pool-name: give the endpoints to pick from")
 	case static && o.poolName != "":
 		return errors.New("--pool-name: not with --endpoint/--endpoints (one source of endpoints)")
-	case o.lookupBudget <= 0:
-		return fmt.Errorf("--lookup-budget %v: must be positive", o.lookupBudget)
-	case o.blockSize < 1 || o.blockSize > fingerprint.MaxBlockSize:
-		return fmt.Errorf("--block-size %d: want 1 to %d", o.blockSize, fingerprint.MaxBlockSize)
 	case o.maxBodyBytes < 1:
 		return fmt.Errorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
-	case o.hashScheme == "":
-		return errors.New("--hash-scheme: must not be empty")
 	}
-	if err := o.share.check(); err != nil {
+	if err := o.checkGateway(); err != nil {
 		return err
-	}
-	for _, a := range o.addrs {
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return fmt.Errorf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:7401", a)
-		}
-	}
-	if o.modelsDir != "" {
-		if fi, err := os.Stat(o.modelsDir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("--models-dir %q: not a readable directory", o.modelsDir)
-		}
 	}
 	if static {
 		_, err := o.loadEndpoints()
@@ -192,25 +158,8 @@ func (o *pickerOptions) check() error {
 
 // loadEndpoints reads --endpoint and --endpoints together.
 func (o *pickerOptions) loadEndpoints() ([]epp.Endpoint, error) {
-	var eps []epp.Endpoint
-	for _, s := range o.endpoints {
-		e, err := epp.ParseEndpointFlag(s)
-		if err != nil {
-			return nil, err
-		}
-		eps = append(eps, e)
-	}
-	if o.endpointsFile != "" {
-		fe, err := epp.LoadEndpoints(o.endpointsFile)
-		if err != nil {
-			return nil, fmt.Errorf("--endpoints: %w", err)
-		}
-		eps = append(eps, fe...)
-	}
-	if err := epp.CheckEndpoints(eps); err != nil {
-		return nil, fmt.Errorf("--endpoint/--endpoints: %w", err)
-	}
-	return eps, nil
+	return listFlag(o.endpoints, epp.ParseEndpointFlag, o.endpointsFile, "--endpoints", epp.LoadEndpoints,
+		epp.CheckEndpoints, "--endpoint/--endpoints")
 }
 
 func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
@@ -221,41 +170,14 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	strategy, _ := gateway.ParseStrategy(o.strategy)
 	reqMode, _ := epp.ParseBodyMode(o.requestMode)
 	rspMode, _ := epp.ParseBodyMode(o.responseMode)
 
-	gcfg := gateway.Config{Strategy: strategy, LookupBudget: o.lookupBudget, HashScheme: o.hashScheme, TenantID: o.tenant}
-	o.share.apply(&gcfg, log)
-	if o.modelsDir != "" {
-		reg := prompt.New(o.modelsDir, prompt.Options{})
-		preloadPrompts(ctx, reg, log)
-		gcfg.Prompts = reg
-		if o.blockSize != gateway.DefaultBlockSize {
-			gcfg.BlockSizes = blockSizesFor(o.modelsDir, o.blockSize)
-		}
-	} else {
-		log.Warn("no --models-dir: requests have no key; every pick is by load")
-	}
-	if len(o.addrs) > 0 {
-		ccfg := client.Config{Addrs: o.addrs, LookupTimeout: o.lookupBudget, Logger: log}
-		if err := o.security.apply(&ccfg); err != nil {
-			return err
-		}
-		cl, err := client.New(ccfg)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		gcfg.Lookup = cl
-	} else if strategy == gateway.StrategyPicker {
-		log.Warn("no --addr: no prefix hints; every pick is by load")
-	}
-	gw, err := gateway.New(gcfg)
+	gw, closeGateway, err := o.newGateway(ctx, log)
 	if err != nil {
 		return err
 	}
-	defer gw.Close()
+	defer closeGateway()
 
 	table := &epp.Table{}
 	poolName := o.poolName
@@ -319,7 +241,7 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 		defer hs.Close()
 		attrs = append(attrs, "metrics", "http://"+ml.Addr().String()+"/metrics")
 	}
-	attrs = append(attrs, "endpoints", table.Len(), "pool", poolName, "cluster", strings.Join(o.addrs, ","), "strategy", strategy,
+	attrs = append(attrs, "endpoints", table.Len(), "pool", poolName, "cluster", strings.Join(o.addrs, ","), "strategy", gw.Strategy(),
 		"lookup_budget", o.lookupBudget, "models_dir", o.modelsDir)
 	log.Info("picker serving", attrs...)
 	select {

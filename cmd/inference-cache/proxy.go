@@ -19,25 +19,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/inference-cache/inference-cache/client"
-	"github.com/inference-cache/inference-cache/fingerprint"
-	"github.com/inference-cache/inference-cache/gateway"
-	"github.com/inference-cache/inference-cache/prompt"
 	"github.com/inference-cache/inference-cache/proxy"
 )
 
 type proxyOptions struct {
-	listen, backendsFile, modelsDir, strategy string
-	backends, addrs                           []string
-	lookupBudget, requestTimeout              time.Duration
-	connectTimeout, healthInterval            time.Duration
-	healthTimeout                             time.Duration
-	blockSize                                 int
-	maxBodyBytes                              int64
-	hashScheme, tenant                        string
-	logFormat, logLevel                       string
-	share                                     shareFlags
-	security                                  clientSecurityFlags
+	gatewayFlags
+	listen, backendsFile           string
+	backends                       []string
+	requestTimeout                 time.Duration
+	connectTimeout, healthInterval time.Duration
+	healthTimeout                  time.Duration
+	maxBodyBytes                   int64
+	logFormat, logLevel            string
 }
 
 // newProxyCmd is `inference-cache proxy`: the OpenAI-compatible routing
@@ -119,14 +112,7 @@ the routed hit rate), requests_in_flight, backend_up{replica}.`,
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HOST:PORT of the OpenAI-compatible HTTP API (port 0 = any free port, logged at start)")
 	f.StringArrayVar(&o.backends, "backend", nil, "a backend REPLICA_ID=URL, REPLICA_ID as the subscriber names the engine (repeatable)")
 	f.StringVar(&o.backendsFile, "backends", "", "YAML file of backends (replica_id, url, optional model), reloaded on SIGHUP")
-	f.StringSliceVar(&o.addrs, "addr", nil, "gRPC address of a cluster node HOST:PORT (repeatable); none = no lookups, every pick by load")
-	f.StringVar(&o.modelsDir, "models-dir", "", "directory of <model>/tokenizer.json and chat template; empty = no keys, every pick by load")
-	f.StringVar(&o.strategy, "strategy", string(gateway.StrategyPicker), "picker (prefix hints and the load-aware cost model), round-robin or least-loaded")
-	f.DurationVar(&o.lookupBudget, "lookup-budget", gateway.DefaultLookupBudget, "bound on one lookup; past it the request is picked by load")
-	f.IntVar(&o.blockSize, "block-size", gateway.DefaultBlockSize, "tokens per KV block of the engines (their --block-size, the subscriber's block_size)")
-	f.StringVar(&o.hashScheme, "hash-scheme", gateway.DefaultHashScheme, "the index partition's hash scheme (the subscriber's hash_scheme)")
-	f.StringVar(&o.tenant, "tenant", "", "the index partition's tenant (the subscriber's tenant_id for these engines)")
-	o.share.register(f, "proxy")
+	o.registerGateway(cmd, f, "proxy")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "bound on a request body; a larger one gets a 413")
 	f.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Minute, "bound on a whole request, streams included (504 without an answer by then); 0 = none")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", proxy.DefaultConnectTimeout, "bound on connecting to a backend; past it the request goes to the next-best")
@@ -134,7 +120,6 @@ the routed hit rate), requests_in_flight, backend_up{replica}.`,
 	f.DurationVar(&o.healthTimeout, "health-timeout", proxy.DefaultHealthTimeout, "bound on one health check")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
-	o.security.register(cmd)
 	markPaths(f, "models-dir", "backends")
 	return cmd
 }
@@ -144,16 +129,9 @@ func (o *proxyOptions) check() error {
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return fmt.Errorf("--listen %q: want HOST:PORT", o.listen)
 	}
-	if _, err := gateway.ParseStrategy(o.strategy); err != nil {
-		return fmt.Errorf("--strategy: %w", err)
-	}
 	switch {
 	case len(o.backends) == 0 && o.backendsFile == "":
 		return errors.New("--backend or --backends: give at least one backend (REPLICA_ID=URL)")
-	case o.lookupBudget <= 0:
-		return fmt.Errorf("--lookup-budget %v: must be positive", o.lookupBudget)
-	case o.blockSize < 1 || o.blockSize > fingerprint.MaxBlockSize:
-		return fmt.Errorf("--block-size %d: want 1 to %d", o.blockSize, fingerprint.MaxBlockSize)
 	case o.maxBodyBytes < 1:
 		return fmt.Errorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
 	case o.requestTimeout < 0:
@@ -164,21 +142,9 @@ func (o *proxyOptions) check() error {
 		return fmt.Errorf("--health-interval %v: must be positive", o.healthInterval)
 	case o.healthTimeout <= 0:
 		return fmt.Errorf("--health-timeout %v: must be positive", o.healthTimeout)
-	case o.hashScheme == "":
-		return errors.New("--hash-scheme: must not be empty")
 	}
-	if err := o.share.check(); err != nil {
+	if err := o.checkGateway(); err != nil {
 		return err
-	}
-	for _, a := range o.addrs {
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return fmt.Errorf("--addr %q: want HOST:PORT, e.g. 127.0.0.1:7401", a)
-		}
-	}
-	if o.modelsDir != "" {
-		if fi, err := os.Stat(o.modelsDir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("--models-dir %q: not a readable directory", o.modelsDir)
-		}
 	}
 	_, err := o.loadBackends()
 	return err
@@ -186,25 +152,8 @@ func (o *proxyOptions) check() error {
 
 // loadBackends reads --backend and --backends together.
 func (o *proxyOptions) loadBackends() ([]proxy.Backend, error) {
-	var bs []proxy.Backend
-	for _, s := range o.backends {
-		b, err := proxy.ParseBackendFlag(s)
-		if err != nil {
-			return nil, err
-		}
-		bs = append(bs, b)
-	}
-	if o.backendsFile != "" {
-		fb, err := proxy.LoadBackends(o.backendsFile)
-		if err != nil {
-			return nil, fmt.Errorf("--backends: %w", err)
-		}
-		bs = append(bs, fb...)
-	}
-	if err := proxy.CheckBackends(bs); err != nil {
-		return nil, fmt.Errorf("--backend/--backends: %w", err)
-	}
-	return bs, nil
+	return listFlag(o.backends, proxy.ParseBackendFlag, o.backendsFile, "--backends", proxy.LoadBackends,
+		proxy.CheckBackends, "--backend/--backends")
 }
 
 func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
@@ -216,39 +165,11 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 		return err
 	}
 	bs, _ := o.loadBackends() // checked
-	strategy, _ := gateway.ParseStrategy(o.strategy)
-
-	gcfg := gateway.Config{Strategy: strategy, LookupBudget: o.lookupBudget, HashScheme: o.hashScheme, TenantID: o.tenant}
-	o.share.apply(&gcfg, log)
-	if o.modelsDir != "" {
-		reg := prompt.New(o.modelsDir, prompt.Options{})
-		preloadPrompts(ctx, reg, log)
-		gcfg.Prompts = reg
-		if o.blockSize != gateway.DefaultBlockSize {
-			gcfg.BlockSizes = blockSizesFor(o.modelsDir, o.blockSize)
-		}
-	} else {
-		log.Warn("no --models-dir: requests have no key; every pick is by load")
-	}
-	if len(o.addrs) > 0 {
-		ccfg := client.Config{Addrs: o.addrs, LookupTimeout: o.lookupBudget, Logger: log}
-		if err := o.security.apply(&ccfg); err != nil {
-			return err
-		}
-		cl, err := client.New(ccfg)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		gcfg.Lookup = cl
-	} else if strategy == gateway.StrategyPicker {
-		log.Warn("no --addr: no prefix hints; every pick is by load")
-	}
-	gw, err := gateway.New(gcfg)
+	gw, closeGateway, err := o.newGateway(ctx, log)
 	if err != nil {
 		return err
 	}
-	defer gw.Close()
+	defer closeGateway()
 
 	pool := proxy.NewPool(proxy.PoolOptions{HealthInterval: o.healthInterval, HealthTimeout: o.healthTimeout, Logger: log})
 	defer pool.Close()
@@ -273,7 +194,7 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 	defer signal.Stop(hup)
 	go reloadBackendsOnHUP(ctx, hup, o, pool, log)
 	log.Info("proxy serving", "http", "http://"+lis.Addr().String(), "backends", len(bs), "cluster", strings.Join(o.addrs, ","),
-		"strategy", strategy, "lookup_budget", o.lookupBudget, "models_dir", o.modelsDir, "picker_id", gw.PickerID())
+		"strategy", gw.Strategy(), "lookup_budget", o.lookupBudget, "models_dir", o.modelsDir, "picker_id", gw.PickerID())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	select {
@@ -286,36 +207,6 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 	defer cancel()
 	_ = srv.Shutdown(shut)
 	return nil
-}
-
-// blockSizesFor gives every model of dir the block size bs (models
-// outside dir have no key anyway).
-func blockSizesFor(dir string, bs int) map[string]int {
-	out := map[string]int{}
-	ms, _ := prompt.New(dir, prompt.Options{}).Models()
-	for _, m := range ms {
-		out[m] = bs
-	}
-	return out
-}
-
-// preloadPrompts loads every model's tokenizer and chat template before
-// the proxy serves, logging (not failing on) a broken one: its requests
-// are then picked by load.
-func preloadPrompts(ctx context.Context, reg *prompt.Registry, log *slog.Logger) {
-	ms, err := reg.Models()
-	if err != nil {
-		log.Warn("models directory unreadable: requests have no key", "err", err)
-		return
-	}
-	for _, m := range ms {
-		start := time.Now()
-		if err := reg.Preload(ctx, m); err != nil {
-			log.Warn("model not loaded: its requests are picked by load", "model", m, "err", err)
-			continue
-		}
-		log.Info("model loaded", "model", m, "took", time.Since(start).Round(time.Millisecond))
-	}
 }
 
 // reloadBackendsOnHUP rereads --backend and --backends on every SIGHUP
