@@ -32,7 +32,8 @@ cluster had no leader around it (writes unavailable; measured between polls,
 so within one interval); and one line per picker (gateway) sharing its load:
 its id, the replicas it has requests on, its requests before their first token,
 their prompt tokens, its requests in flight, the age of its latest report and
-on how many nodes that report is held. On a terminal the table is redrawn in place;
+on how many nodes that report is held; the 20 pickers with the most requests
+in flight, the others summed on one line. On a terminal the table is redrawn in place;
 otherwise one plain line per interval. --json prints each poll as one JSON
 object per line. --once polls twice, one interval apart, prints once and
 exits.`,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -45,8 +46,32 @@ type pickerLine struct {
 	nodes int
 }
 
-// pickerLines merges the nodes' pickers of s, by picker id.
-func pickerLines(s *topSample) (lines []pickerLine, answering int) {
+// topPickers is how many pickers the views list one by one, those with
+// the most requests in flight; the others are summed on one line, so a
+// cluster shared by thousands of pickers keeps the frame a screen and the
+// plain line a line.
+const topPickers = 20
+
+// pickerRest sums the pickers a view leaves out: how many, and their
+// requests before the first token and before done (contract §5.11).
+type pickerRest struct {
+	pickers             int
+	prefilling, running uint64
+}
+
+// text is the line that stands for the pickers left out, "" when none is.
+func (r pickerRest) text() string {
+	if r.pickers == 0 {
+		return ""
+	}
+	return fmt.Sprintf("… and %d more pickers (%d prefilling, %d running)", r.pickers, r.prefilling, r.running)
+}
+
+// pickerLines merges the nodes' pickers of s, by picker id, and keeps the
+// topPickers with the most requests in flight (running_requests, then
+// prefilling_requests, then prefill_tokens, largest first; then picker id),
+// in that order; rest sums the others.
+func pickerLines(s *topSample) (lines []pickerLine, rest pickerRest, answering int) {
 	by := map[string]*pickerLine{}
 	for _, n := range s.Nodes {
 		if n.Err != "" {
@@ -67,8 +92,26 @@ func pickerLines(s *topSample) (lines []pickerLine, answering int) {
 	for _, l := range by {
 		lines = append(lines, *l)
 	}
-	slices.SortFunc(lines, func(a, b pickerLine) int { return strings.Compare(a.ID, b.ID) })
-	return lines, answering
+	slices.SortFunc(lines, func(a, b pickerLine) int {
+		switch {
+		case a.Running != b.Running:
+			return cmp.Compare(b.Running, a.Running)
+		case a.Prefilling != b.Prefilling:
+			return cmp.Compare(b.Prefilling, a.Prefilling)
+		case a.Tokens != b.Tokens:
+			return cmp.Compare(b.Tokens, a.Tokens)
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	if len(lines) > topPickers {
+		for _, l := range lines[topPickers:] {
+			rest.pickers++
+			rest.prefilling += l.Prefilling
+			rest.running += l.Running
+		}
+		lines = lines[:topPickers]
+	}
+	return lines, rest, answering
 }
 
 // topSample is one poll of every node, taken at At.
@@ -260,10 +303,13 @@ func (v *topView) writeLine(w io.Writer) error {
 		fmt.Fprintf(&b, " %s %s t%d applied %d%s |", n.ID, n.State, n.Term, n.Applied, stale)
 	}
 	fmt.Fprintf(&b, " %.1f lookups/s: %s | %s", v.rate, v.mixText(), v.leaderText())
-	if ps, _ := pickerLines(v.cur); len(ps) > 0 {
+	if ps, rest, _ := pickerLines(v.cur); len(ps) > 0 {
 		b.WriteString(" | pickers:")
 		for _, p := range ps {
 			fmt.Fprintf(&b, " %s %d prefilling, %d running on %d replicas (%d ms ago);", p.ID, p.Prefilling, p.Running, p.Replicas, p.AgeMs)
+		}
+		if t := rest.text(); t != "" {
+			b.WriteString(" " + t)
 		}
 	}
 	b.WriteString("\n")
@@ -297,13 +343,16 @@ func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, 
 		}
 		tw.Flush()
 		fmt.Fprintf(&b, "lookups %.1f/s  %s\n%s\n", v.rate, v.mixText(), v.leaderText())
-		if ps, answering := pickerLines(v.cur); len(ps) > 0 {
+		if ps, rest, answering := pickerLines(v.cur); len(ps) > 0 {
 			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "PICKER\tREPLICAS\tPREFILLING\tPREFILL TOKENS\tRUNNING\tAGE\tON NODES")
 			for _, p := range ps {
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d ms\t%d/%d\n", p.ID, p.Replicas, p.Prefilling, p.Tokens, p.Running, p.AgeMs, p.nodes, answering)
 			}
 			tw.Flush()
+			if t := rest.text(); t != "" {
+				b.WriteString(t + "\n")
+			}
 		}
 	}
 	if v.proxy != "" {

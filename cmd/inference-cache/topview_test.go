@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,5 +182,59 @@ func TestTopView_OneLinePerPicker(t *testing.T) {
 	}
 	if w := " | pickers: gw-a 2 prefilling, 7 running on 3 replicas (12 ms ago); gw-b 0 prefilling, 1 running on 1 replicas (5 ms ago);\n"; !strings.HasSuffix(out.String(), w) {
 		t.Fatalf("line %q, want it to end %q", out.String(), w)
+	}
+}
+
+// With more than topPickers pickers, the views list the 20 with the most
+// in flight (running, then prefilling, then picker id on a tie) and sum
+// the others on one line. Pickers p-01..p-22 run 1..22 requests, each with
+// one prefilling; q-tie runs 3 with none prefilling, so it comes after
+// p-03. Listed: p-22 down to p-03; left out: q-tie, p-02, p-01, which
+// hold 0+1+1 = 2 prefilling and 3+2+1 = 6 running. Worked by hand.
+func TestTopView_PickerLinesAreCapped(t *testing.T) {
+	var ps []topPicker
+	for i := 1; i <= 22; i++ {
+		ps = append(ps, topPicker{ID: fmt.Sprintf("p-%02d", i), Replicas: 1, Prefilling: 1, Running: uint64(i), AgeMs: 3})
+	}
+	ps = append(ps, topPicker{ID: "q-tie", Replicas: 1, Running: 3, AgeMs: 3})
+	v := &topView{}
+	v.observe(topSample{At: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC), Nodes: []topNode{
+		{Addr: "a:1", ID: "n1", State: "Leader", Term: 2, Applied: 7, Pickers: ps}}})
+	var wantIDs []string
+	for i := 22; i >= 3; i-- {
+		wantIDs = append(wantIDs, fmt.Sprintf("p-%02d", i))
+	}
+	const more = "… and 3 more pickers (2 prefilling, 6 running)"
+
+	var out bytes.Buffer
+	if _, err := v.writeFrame(&out, time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	frame := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	i := slices.IndexFunc(frame, func(l string) bool { return strings.HasPrefix(l, "PICKER ") })
+	if i < 0 || len(frame) != i+1+20+1 {
+		t.Fatalf("frame:\n%s\nwant a picker header, 20 picker lines and the rest line", out.String())
+	}
+	var gotIDs []string
+	for _, l := range frame[i+1 : i+21] {
+		gotIDs = append(gotIDs, strings.Fields(l)[0])
+	}
+	if !slices.Equal(gotIDs, wantIDs) || frame[i+21] != more {
+		t.Fatalf("picker lines %v then %q, want %v then %q", gotIDs, frame[i+21], wantIDs, more)
+	}
+	if want := "p-22    1         1           0               22       3 ms  1/1"; frame[i+1] != want {
+		t.Fatalf("first picker line %q, want %q", frame[i+1], want)
+	}
+
+	out.Reset()
+	if err := v.writeLine(&out); err != nil {
+		t.Fatal(err)
+	}
+	line := out.String()
+	if n := strings.Count(line, " prefilling, "); n != 20+1 { // 20 pickers and the rest
+		t.Fatalf("line %q lists %d, want 20 pickers and the rest", line, n)
+	}
+	if w := " p-03 1 prefilling, 3 running on 1 replicas (3 ms ago); " + more + "\n"; !strings.HasSuffix(line, w) {
+		t.Fatalf("line %q, want it to end %q", line, w)
 	}
 }

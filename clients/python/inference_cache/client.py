@@ -125,6 +125,28 @@ class Client:
         nodes.mark(n, "lookup", "ok")
         return resp
 
+    def report_picker_load_future(self, req: pb.ReportPickerLoadRequest, timeout: float = 0.05) -> grpc.Future:
+        """report_picker_load without blocking: returns the call's grpc.Future
+        (result() gives the ReportPickerLoadResponse or raises the call's
+        grpc.RpcError; cancel() ends the call at once, so a reporter told to
+        stop never waits out a hung node). The node is marked as
+        report_picker_load marks it when the call ends; a cancelled call
+        only gives back its probe slot."""
+        nodes = self._n
+        n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
+        f = n.ic.ReportPickerLoad.future(req, timeout=timeout, metadata=self._md)
+
+        def ended(f: grpc.Future) -> None:
+            if f.cancelled():
+                if probe:
+                    nodes.mark(n, "lookup", "release", time.monotonic())
+            elif f.exception() is not None:
+                report_failed(nodes, n, probe, f.code(), self.config.fail_backoff)
+            else:
+                nodes.mark(n, "lookup", "ok")
+
+        f.add_done_callback(ended)
+        return f
 
     # Writes.
 

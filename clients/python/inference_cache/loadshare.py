@@ -3,6 +3,8 @@ client.LoadShare: a picker reports what it has in flight per replica every
 interval, so that the other pickers' lookups with include_load see it in
 ReplicaLoad.others_*. Reports fail open: one that fails or outlasts the
 interval is dropped and the next replaces it; no request waits for one.
+stop() cancels the report in flight and bounds the last, empty one by
+STOP_TIMEOUT, so a hung node never holds up a stopping gateway.
 
 LoadShare reports through a blocking Client from a thread; AsyncLoadShare
 through an AsyncClient from an asyncio task. Set the picker's lookups'
@@ -33,6 +35,11 @@ MIN_INTERVAL, MAX_INTERVAL = 0.01, 60.0
 MAX_PICKER_ID_BYTES = 128
 #: At most one warning per this many seconds from a failing reporter.
 WARN_EVERY = 60.0
+#: The bound (seconds) on the last, empty report stop() sends when the
+#: interval is longer: that report only saves the other pickers the wait for
+#: expiry, and a gateway told to stop must stop within its grace period even
+#: with a hung node.
+STOP_TIMEOUT = 1.0
 
 log = logging.getLogger("inference_cache.loadshare")
 
@@ -64,7 +71,12 @@ def in_flight(picker: Picker) -> List[pb.PickerReplicaLoad]:
 class _Reports:
     """The state both reporters share: the checked settings, the sequence
     (counted from the clock, so a picker restarted under the same id is ahead
-    of its old reports) and the counters."""
+    of its old reports) and the counters: sent counts reports a node
+    accepted (or answered superseded), failed those that failed or timed out
+    (dropped), superseded the sent ones a node answered superseded (it holds
+    a higher sequence for this picker id, so another live picker reports
+    under the same id and the cluster does not see this one's load; warned
+    about at most once a minute)."""
 
     def __init__(self, picker: Picker, picker_id: Optional[str], interval: float) -> None:
         if picker is None:
@@ -78,8 +90,8 @@ class _Reports:
             raise ValueError(f"interval: {interval} s; must be {MIN_INTERVAL} to {MAX_INTERVAL} s")
         self.picker, self.picker_id, self.interval = picker, picker_id, interval
         self._seq = time.time_ns()
-        self.sent = self.failed = 0
-        self._warned_at = -math.inf
+        self.sent = self.failed = self.superseded = 0
+        self._warned_at = self._dup_warned_at = -math.inf
 
     def request(self, empty: bool = False) -> pb.ReportPickerLoadRequest:
         self._seq += 1
@@ -87,9 +99,20 @@ class _Reports:
                                           interval_ms=round(self.interval * 1000),
                                           loads=[] if empty else in_flight(self.picker))
 
-    def outcome(self, err: Optional[BaseException]) -> None:
+    def outcome(self, req: pb.ReportPickerLoadRequest, resp, err: Optional[BaseException]) -> None:
         if err is None:
             self.sent += 1
+            if getattr(resp, "superseded", False):
+                # One process's sequences only increase: the node holds a
+                # higher one from another picker under the same id.
+                self.superseded += 1
+                now = time.monotonic()
+                if now - self._dup_warned_at >= WARN_EVERY:
+                    self._dup_warned_at = now
+                    log.warning("picker load report superseded: another picker reports under the same picker_id "
+                                "(give each gateway its own picker id, or leave it empty), so the cluster does not "
+                                "see this one's load: picker_id=%s sequence=%d superseded_so_far=%d",
+                                self.picker_id, req.sequence, self.superseded)
             return
         self.failed += 1
         now = time.monotonic()
@@ -102,25 +125,47 @@ class _Reports:
 
 class LoadShare(_Reports):
     """Reports picker's load through client (a blocking Client) every interval
-    seconds from a daemon thread. stop() sends a last, empty report (so the
-    others stop counting this picker at once, not at expiry) and joins the
-    thread. Raises ValueError naming picker_id or interval when out of bounds."""
+    seconds from a daemon thread, each report bounded by the interval. stop()
+    cancels the report in flight (through Client.report_picker_load_future;
+    a client with only report_picker_load is waited out), sends a last, empty
+    report bounded by the interval and STOP_TIMEOUT (so the others stop
+    counting this picker at once, not at expiry) and joins the thread.
+    Raises ValueError naming picker_id or interval when out of bounds."""
 
     def __init__(self, picker: Picker, client, picker_id: Optional[str] = None,
                  interval: float = DEFAULT_INTERVAL) -> None:
         super().__init__(picker, picker_id, interval)
         self._client = client
         self._stop = threading.Event()
+        self._mu = threading.Lock()
+        self._inflight = None  # the future of the report in flight, cancelled by stop()
         self._thread = threading.Thread(target=self._run, name="inference-cache-loadshare", daemon=True)
         self._thread.start()
 
     def _send(self, empty: bool = False) -> None:
+        req = self.request(empty)
+        timeout = min(self.interval, STOP_TIMEOUT) if empty else self.interval
+        future = getattr(self._client, "report_picker_load_future", None)
         try:
-            self._client.report_picker_load(self.request(empty), timeout=self.interval)
+            if future is None:
+                resp = self._client.report_picker_load(req, timeout=timeout)
+            else:
+                f = future(req, timeout=timeout)
+                with self._mu:
+                    self._inflight = None if empty else f
+                    if self._stop.is_set() and not empty:
+                        f.cancel()
+                try:
+                    resp = f.result()
+                finally:
+                    with self._mu:
+                        self._inflight = None
         except Exception as e:  # dropped: the next report replaces it
-            self.outcome(e)
+            if not empty and self._stop.is_set():
+                return  # cancelled by stop(): superseded by the last report, not a failure
+            self.outcome(req, None, e)
         else:
-            self.outcome(None)
+            self.outcome(req, resp, None)
 
     def _run(self) -> None:
         self._send()
@@ -129,8 +174,12 @@ class LoadShare(_Reports):
         self._send(empty=True)
 
     def stop(self) -> None:
-        """End the reports (idempotent)."""
-        self._stop.set()
+        """End the reports (idempotent): returns within about STOP_TIMEOUT
+        (1 s) even when a node holds every report."""
+        with self._mu:
+            self._stop.set()
+            if self._inflight is not None:
+                self._inflight.cancel()
         self._thread.join()
 
     def __enter__(self) -> "LoadShare":
@@ -142,24 +191,40 @@ class LoadShare(_Reports):
 
 class AsyncLoadShare(_Reports):
     """LoadShare for asyncio: reports through an AsyncClient from a task of
-    the running loop (create it inside the loop); await stop()."""
+    the running loop (create it inside the loop); await stop(), which
+    cancels the report in flight and bounds the last one as LoadShare's."""
 
     def __init__(self, picker: Picker, client, picker_id: Optional[str] = None,
                  interval: float = DEFAULT_INTERVAL) -> None:
         super().__init__(picker, picker_id, interval)
         self._client = client
         self._stopping = asyncio.Event()
+        self._inflight: Optional[asyncio.Task] = None  # the report in flight, cancelled by stop()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _send(self, empty: bool = False) -> None:
+        req = self.request(empty)
+        timeout = min(self.interval, STOP_TIMEOUT) if empty else self.interval
+        call = asyncio.ensure_future(self._client.report_picker_load(req, timeout=timeout))
+        if not empty:
+            self._inflight = call
         try:
-            await self._client.report_picker_load(self.request(empty), timeout=self.interval)
+            # wait() (unlike await) returns when call is cancelled by stop().
+            await asyncio.wait({call})
         except asyncio.CancelledError:
+            call.cancel()
             raise
-        except Exception as e:
-            self.outcome(e)
+        finally:
+            self._inflight = None
+        if call.cancelled():
+            return  # cancelled by stop(): superseded by the last report, not a failure
+        err = call.exception()
+        if isinstance(err, Exception):
+            self.outcome(req, None, err)
+        elif err is None:
+            self.outcome(req, call.result(), None)
         else:
-            self.outcome(None)
+            raise err
 
     async def _run(self) -> None:
         await self._send()
@@ -172,6 +237,9 @@ class AsyncLoadShare(_Reports):
         await self._send(empty=True)
 
     async def stop(self) -> None:
-        """End the reports (idempotent)."""
+        """End the reports (idempotent): returns within about STOP_TIMEOUT
+        (1 s) even when a node holds every report."""
         self._stopping.set()
+        if self._inflight is not None:
+            self._inflight.cancel()
         await self._task

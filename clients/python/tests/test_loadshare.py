@@ -4,11 +4,15 @@ hand, the settings' bounds, and two pickers against a real 3-node cluster."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
+import threading
 import time
 
 import pytest
 
 from inference_cache import AsyncClient, AsyncLoadShare, Client, LoadShare, Picker, in_flight
+from fakes import SilentListener
 from inference_cache.loadshare import MAX_PICKER_ID_BYTES, default_picker_id
 from inference_cache.v1 import inferencecache_pb2 as pb
 
@@ -60,6 +64,80 @@ def test_failing_reports_are_dropped_and_counted_and_stop_still_returns():
         time.sleep(0.01)
     s.stop()
     assert to.calls >= 3 and s.failed == to.calls and s.sent == 0
+
+
+class _Superseding:
+    """A client whose every report is answered superseded (another picker
+    holds a higher sequence under the same id): ReportPickerLoadResponse as
+    in api/inferencecache/v1/inferencecache.proto."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def report_picker_load_future(self, req, timeout):
+        self.calls += 1
+        f = concurrent.futures.Future()
+        f.set_result(pb.ReportPickerLoadResponse(superseded=True))
+        return f
+
+
+def test_superseded_reports_are_counted_and_warned_about_once_naming_the_picker_id(caplog):
+    to = _Superseding()
+    with caplog.at_level(logging.WARNING, logger="inference_cache.loadshare"):
+        s = LoadShare(Picker(), to, picker_id="gw-shared", interval=0.01)
+        deadline = time.monotonic() + 5
+        while to.calls < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        s.stop()
+    # Every report, the last empty one too, was answered superseded.
+    assert to.calls >= 3 and s.superseded == to.calls and s.sent == to.calls and s.failed == 0
+    warned = [r.getMessage() for r in caplog.records if "superseded" in r.getMessage()]
+    assert len(warned) == 1 and "picker_id=gw-shared" in warned[0], warned
+
+
+def stop_within(stop, limit):
+    """Run stop() on a thread; the seconds it took, or fail once limit passed."""
+    t0, done = time.monotonic(), threading.Event()
+    threading.Thread(target=lambda: (stop(), done.set()), daemon=True).start()
+    assert done.wait(limit), f"stop() still running after {limit} s"
+    return time.monotonic() - t0
+
+
+def test_stop_cancels_the_report_a_hung_node_holds_and_bounds_the_last_one():
+    hung = SilentListener()  # accepts the connection, never answers: every report waits for its deadline
+    try:
+        with Client([hung.addr], lookup_timeout=2.0) as c:
+            s = LoadShare(Picker(), c, picker_id="p-hung", interval=60.0)
+            deadline = time.monotonic() + 5
+            while not hung.conns and time.monotonic() < deadline:  # the first report is on its way
+                time.sleep(0.01)
+            assert hung.conns
+            took = stop_within(s.stop, 5.0)
+    finally:
+        hung.stop()
+    # The first report was cancelled (not a failure); the last, empty one timed out after STOP_TIMEOUT (1 s).
+    assert took < 2.5 and s.failed == 1 and s.sent == 0, (took, s.failed, s.sent)
+
+
+def test_async_stop_cancels_the_report_a_hung_node_holds_and_bounds_the_last_one():
+    hung = SilentListener()
+
+    async def main():
+        async with AsyncClient([hung.addr], lookup_timeout=2.0) as ac:
+            s = AsyncLoadShare(Picker(), ac, picker_id="p-hung-async", interval=60.0)
+            deadline = time.monotonic() + 5
+            while not hung.conns and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert hung.conns
+            t0 = time.monotonic()
+            await asyncio.wait_for(s.stop(), 5.0)
+            return time.monotonic() - t0, s.failed, s.sent
+
+    try:
+        took, failed, sent = asyncio.run(main())
+    finally:
+        hung.stop()
+    assert took < 2.5 and failed == 1 and sent == 0, (took, failed, sent)
 
 
 def stored(replica, tokens):
