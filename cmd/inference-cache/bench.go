@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -82,14 +79,12 @@ compressed.`,
   inference-cache bench --trace trace.jsonl --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --plot out.png
   inference-cache bench --trace trace.jsonl --sweep 1000,2000,4000,8000 --plot sweep.png`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+		RunE: untilSignal(func(ctx context.Context, cmd *cobra.Command) error {
 			if o.live.enabled {
 				return runBenchLive(ctx, cmd, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
 			return runBench(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.trace, "trace", "", "Mooncake JSONL trace file (timestamp, input_length, output_length, hash_ids), plain or gzip-compressed; empty = the built-in generator")

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,11 +59,9 @@ any measured request failed.`,
   inference-cache loadgen --target http://127.0.0.1:8001 --model qwen3 --duration 60s --max-tokens 32 --json
   inference-cache loadgen --target http://127.0.0.1:7480 --model qwen3 --skip 1000 --limit 500 --warmup 100 --results r.jsonl`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+		RunE: untilSignal(func(ctx context.Context, cmd *cobra.Command) error {
 			return runLoadgen(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.cfg.Target, "target", "", "base URL of the OpenAI-compatible API, http://HOST:PORT on loopback (required)")

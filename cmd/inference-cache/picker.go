@@ -9,9 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,11 +93,9 @@ _served_elsewhere_total, _lookup_seconds, _streams_in_flight.`,
   inference-cache picker --pool-name vllm-qwen3 --pool-namespace default \
       --addr inference-cache-0.inference-cache:7401 --models-dir /models`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+		RunE: untilSignal(func(ctx context.Context, cmd *cobra.Command) error {
 			return runPicker(ctx, o, cmd.ErrOrStderr())
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", fmt.Sprintf(":%d", epp.DefaultExtProcPort), "HOST:PORT of the ext_proc gRPC server (port 0 = any free port, logged at start)")

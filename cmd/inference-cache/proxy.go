@@ -102,11 +102,9 @@ the routed hit rate), requests_in_flight, backend_up{replica}.`,
       -d '{"model": "qwen3", "messages": [{"role": "user", "content": "hi"}]}' | grep -i x-inference-cache
   kill -HUP <pid>   # reload --backends`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+		RunE: untilSignal(func(ctx context.Context, cmd *cobra.Command) error {
 			return runProxy(ctx, o, cmd.ErrOrStderr())
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HOST:PORT of the OpenAI-compatible HTTP API (port 0 = any free port, logged at start)")

@@ -90,11 +90,9 @@ by default (the local quick start); see docs/security.md for production.`,
   inference-cache server --node-id n1 ... --tls-cert node.pem --tls-key node-key.pem --tls-ca ca.pem \
     --raft-tls --gossip-key-file gossip.key --write-token-file write.token --admin-token-file admin.token`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+		RunE: untilSignal(func(ctx context.Context, cmd *cobra.Command) error {
 			return runServer(ctx, o, cmd)
-		},
+		}),
 	}
 	host, _ := os.Hostname()
 	f := cmd.Flags()

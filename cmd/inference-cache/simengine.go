@@ -7,10 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -73,11 +70,9 @@ are used as they are. Requests with image, audio or video parts are refused.`,
   #     metrics_url: http://127.0.0.1:8001/metrics
   curl -s localhost:8001/v1/chat/completions -d '{"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}]}'`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+		RunE: untilSignal(func(ctx context.Context, cmd *cobra.Command) error {
 			return runSimEngine(ctx, o, cmd.ErrOrStderr())
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8000", "HOST:PORT of the OpenAI-compatible HTTP API (port 0 = any free port, logged at start)")
