@@ -82,6 +82,12 @@ type Report struct {
 	Interval time.Duration
 	// Loads are the replicas the picker has load on, each at most once.
 	Loads []ReplicaLoad
+	// Age is how long ago the report first reached a node of the cluster
+	// (0 for a report from the picker itself; a peer's queue delay for one
+	// passed on): its expiry is dated from then, so a dead picker's load
+	// is gone from every node within ExpiryIntervals intervals of its last
+	// report reaching the cluster, however late a slow peer got it.
+	Age time.Duration
 }
 
 // interval is r's interval with the default applied.

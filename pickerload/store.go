@@ -178,7 +178,15 @@ func (s *Store) Put(r Report) (Outcome, error) {
 			ErrFull, len(r.Loads), r.PickerID, after, s.limit)
 	}
 	interval := r.interval()
-	h := &held{seq: r.Sequence, interval: interval, received: now, expires: now + ExpiryIntervals*int64(interval),
+	received := now - int64(max(0, r.Age))
+	expires := received + ExpiryIntervals*int64(interval)
+	if expires <= now {
+		// It expired on the way (a peer's queue held it that long): the
+		// picker's newer reports are what count.
+		s.ignored.Add(1)
+		return Ignored, nil
+	}
+	h := &held{seq: r.Sequence, interval: interval, received: received, expires: expires,
 		loads: slices.Clone(r.Loads)}
 	var fresh map[string]struct{}
 	if old != nil && len(old.loads) > 0 {

@@ -331,3 +331,33 @@ func TestValidate_IDsFollowTheIdentifierRules(t *testing.T) {
 		t.Errorf("printable ids: %v", err)
 	}
 }
+
+// A report passed on by a peer carries its age since it first reached
+// the cluster: its expiry is dated from then, so a dead picker's load
+// leaves a slow peer as soon as it leaves the node the picker reported
+// to; a report older than its expiry is ignored.
+func TestPut_AgeDatesTheExpiryFromTheFirstArrival(t *testing.T) {
+	s, c := newStore(0)
+	// 50 ms interval: expiry 100 ms after arrival; it arrived 70 ms ago.
+	if o := put(t, s, pickerload.Report{PickerID: "g1", Sequence: 1, Age: 70 * time.Millisecond, Loads: []pickerload.ReplicaLoad{load("r1", 1, 10, 1)}}); o != pickerload.Stored {
+		t.Fatalf("put: %v, want Stored", o)
+	}
+	if ps := s.Pickers(); len(ps) != 1 || ps[0].Age != 70*time.Millisecond {
+		t.Fatalf("pickers %+v, want g1 aged 70ms", ps)
+	}
+	c.Add(29 * time.Millisecond) // 99 ms since arrival
+	if got := s.At().Others("", "r1"); got.Pickers != 1 {
+		t.Fatalf("99 ms after the first arrival: %+v, want g1 held", got)
+	}
+	c.Add(time.Millisecond) // 100 ms: expired, though this store got it 30 ms ago
+	if got := s.At().Others("", "r1"); got != (pickerload.Sum{}) {
+		t.Fatalf("100 ms after the first arrival: %+v, want nothing", got)
+	}
+	// Older than its expiry on arrival: ignored, nothing held.
+	if o := put(t, s, pickerload.Report{PickerID: "g2", Sequence: 1, Age: 100 * time.Millisecond, Loads: []pickerload.ReplicaLoad{load("r1", 1, 10, 1)}}); o != pickerload.Ignored {
+		t.Fatalf("a report already expired on arrival: %v, want Ignored", o)
+	}
+	if got := s.At().Others("", "r1"); got != (pickerload.Sum{}) {
+		t.Errorf("after the expired report: %+v, want nothing", got)
+	}
+}

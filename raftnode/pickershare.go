@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -43,7 +44,13 @@ const (
 // the picker that reported.
 type peerShare struct {
 	addr string
-	ch   chan *pb.ReportPickerLoadRequest
+	ch   chan queuedShare
+}
+
+// queuedShare is a report waiting for a peer, and when this node got it.
+type queuedShare struct {
+	r  *pb.ReportPickerLoadRequest
+	at time.Time
 }
 
 // shareState is the node's side of load sharing.
@@ -75,12 +82,13 @@ func (n *Node) SharePickerLoad(req *pb.ReportPickerLoadRequest) (pickerload.Outc
 	if err != nil || o != pickerload.Stored {
 		return o, err
 	}
-	n.fanOut(req)
+	n.fanOut(req, time.Now())
 	return o, nil
 }
 
-// fanOut queues req for every alive peer with a gRPC address.
-func (n *Node) fanOut(req *pb.ReportPickerLoadRequest) {
+// fanOut queues req, received at, for every alive peer with a gRPC
+// address.
+func (n *Node) fanOut(req *pb.ReportPickerLoadRequest, at time.Time) {
 	if n.shuttingDown() {
 		return
 	}
@@ -93,7 +101,7 @@ func (n *Node) fanOut(req *pb.ReportPickerLoadRequest) {
 			return
 		}
 		select {
-		case q.ch <- req:
+		case q.ch <- queuedShare{r: req, at: at}:
 		default:
 			n.metrics.pickerDropped.Add(1)
 		}
@@ -115,7 +123,7 @@ func (n *Node) peerShare(addr string) *peerShare {
 	if s.peers == nil {
 		s.peers = map[string]*peerShare{}
 	}
-	q := &peerShare{addr: addr, ch: make(chan *pb.ReportPickerLoadRequest, shareQueue)}
+	q := &peerShare{addr: addr, ch: make(chan queuedShare, shareQueue)}
 	s.peers[addr] = q
 	s.wg.Add(1)
 	go n.sendShares(q)
@@ -129,25 +137,29 @@ func (n *Node) peerShare(addr string) *peerShare {
 func (n *Node) sendShares(q *peerShare) {
 	defer n.share.wg.Done()
 	batch := make([]*pb.ReportPickerLoadRequest, 0, shareBatch)
+	arrived := make(map[*pb.ReportPickerLoadRequest]time.Time, shareBatch)
 	for {
 		select {
 		case <-n.shutdownCh:
 			return
-		case r := <-q.ch:
-			batch = append(batch[:0], r)
+		case s := <-q.ch:
+			clear(arrived)
+			batch = append(batch[:0], s.r)
+			arrived[s.r] = s.at
 		}
 	drain:
 		for len(batch) < shareBatch {
 			select {
-			case r := <-q.ch:
-				batch = append(batch, r)
+			case s := <-q.ch:
+				batch = append(batch, s.r)
+				arrived[s.r] = s.at
 			default:
 				break drain
 			}
 		}
 		calls := shareCalls(batch, shareCallBytes)
 		for i, call := range calls {
-			if err := n.shareTo(q.addr, call); err != nil {
+			if err := n.shareTo(q.addr, call, arrived); err != nil {
 				// The peer is down or slow: the batch's other calls would
 				// wait on it too (and hold shutdown), so they are dropped
 				// with this one; the pickers' next reports follow.
@@ -198,15 +210,21 @@ func shareCalls(batch []*pb.ReportPickerLoadRequest, maxBytes int) [][]*pb.Repor
 	return calls
 }
 
-// shareTo makes one ShareLoad call to addr.
-func (n *Node) shareTo(addr string, batch []*pb.ReportPickerLoadRequest) error {
+// shareTo makes one ShareLoad call to addr, each report with its age
+// since this node received it (arrived).
+func (n *Node) shareTo(addr string, batch []*pb.ReportPickerLoadRequest, arrived map[*pb.ReportPickerLoadRequest]time.Time) error {
 	cc, err := n.dial(addr)
 	if err != nil {
 		return err
 	}
+	now := time.Now()
+	ages := make([]uint32, len(batch))
+	for i, r := range batch {
+		ages[i] = uint32(min(max(0, now.Sub(arrived[r]).Milliseconds()), math.MaxUint32))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), shareTimeout)
 	defer cancel()
-	_, err = forwardpb.NewForwardClient(cc).ShareLoad(ctx, &forwardpb.ShareLoadRequest{FromNode: n.cfg.NodeID, Reports: batch})
+	_, err = forwardpb.NewForwardClient(cc).ShareLoad(ctx, &forwardpb.ShareLoadRequest{FromNode: n.cfg.NodeID, Reports: batch, AgesMs: ages})
 	return err
 }
 
@@ -241,9 +259,14 @@ func (n *Node) dial(addr string) (*grpc.ClientConn, error) {
 // every node in one hop and never loops).
 func (f *forwardServer) ShareLoad(_ context.Context, req *forwardpb.ShareLoadRequest) (*forwardpb.ShareLoadResponse, error) {
 	resp := &forwardpb.ShareLoadResponse{}
-	for _, r := range req.GetReports() {
+	ages := req.GetAgesMs()
+	for i, r := range req.GetReports() {
 		f.n.metrics.pickerFromPeers.Add(1)
-		o, err := f.n.pickers.Put(pickerload.FromPB(r))
+		rep := pickerload.FromPB(r)
+		if i < len(ages) {
+			rep.Age = time.Duration(ages[i]) * time.Millisecond
+		}
+		o, err := f.n.pickers.Put(rep)
 		switch {
 		case err != nil:
 			resp.Refused++

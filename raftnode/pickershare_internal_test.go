@@ -1,13 +1,17 @@
 package raftnode
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/pickerload"
+	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
 )
 
 // shareCalls keeps each picker's newest report, in queue order, and packs
@@ -43,5 +47,36 @@ func TestShareCalls_NewestPerPickerWithinTheBudget(t *testing.T) {
 	}
 	if got, want := name(shareCalls([]*pb.ReportPickerLoadRequest{a3, b2}, budget)), "[ a3 b2 ]"; got != want {
 		t.Errorf("calls %s, want %s", got, want)
+	}
+}
+
+// A peer dates a passed-on report's expiry from ages_ms: with a 50 ms
+// interval (expiry 100 ms), a report aged 60 ms is held for 40 ms more on
+// the peer's clock, one aged 100 ms is not held at all, and a report
+// without an age (an older sender) gets the whole 100 ms.
+func TestShareLoad_ExpiryCountsTheSendersQueueTime(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	n := &Node{pickers: pickerload.New(pickerload.Config{Now: func() time.Time { return now }})}
+	f := &forwardServer{n: n}
+	rep := func(p string) *pb.ReportPickerLoadRequest {
+		return &pb.ReportPickerLoadRequest{PickerId: p, Sequence: 1, IntervalMs: 50,
+			Loads: []*pb.PickerReplicaLoad{{ReplicaId: "r1", RunningRequests: 1}}}
+	}
+	resp, err := f.ShareLoad(context.Background(), &forwardpb.ShareLoadRequest{
+		Reports: []*pb.ReportPickerLoadRequest{rep("aged"), rep("expired"), rep("unaged")}, AgesMs: []uint32{60, 100}})
+	if err != nil || resp.GetStored() != 2 || resp.GetIgnored() != 1 {
+		t.Fatalf("ShareLoad = %v, %v; want 2 stored, 1 ignored (expired on arrival)", resp, err)
+	}
+	held := func() int { return int(n.pickers.At().Others("", "r1").Pickers) }
+	if got := held(); got != 2 {
+		t.Fatalf("held %d pickers, want 2 (aged, unaged)", got)
+	}
+	now = now.Add(40 * time.Millisecond) // 100 ms since "aged" first arrived
+	if got := held(); got != 1 {
+		t.Fatalf("40 ms later: %d pickers, want 1 (unaged only)", got)
+	}
+	now = now.Add(60 * time.Millisecond)
+	if got := held(); got != 0 {
+		t.Fatalf("100 ms later: %d pickers, want 0", got)
 	}
 }

@@ -335,7 +335,12 @@ type ShareLoadRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	FromNode string                 `protobuf:"bytes,1,opt,name=from_node,json=fromNode,proto3" json:"from_node,omitempty"` // the sending node's id (logs only)
 	// The reports as the pickers sent them, oldest first.
-	Reports       []*v1.ReportPickerLoadRequest `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	Reports []*v1.ReportPickerLoadRequest `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	// ages_ms[i] is how long before the call the sending node received
+	// reports[i] (its time in the sender's queue), so that the receiver
+	// dates the report's expiry from its first arrival (contract §5.11).
+	// Absent (an older sender): 0.
+	AgesMs        []uint32 `protobuf:"varint,3,rep,packed,name=ages_ms,json=agesMs,proto3" json:"ages_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +385,13 @@ func (x *ShareLoadRequest) GetFromNode() string {
 func (x *ShareLoadRequest) GetReports() []*v1.ReportPickerLoadRequest {
 	if x != nil {
 		return x.Reports
+	}
+	return nil
+}
+
+func (x *ShareLoadRequest) GetAgesMs() []uint32 {
+	if x != nil {
+		return x.AgesMs
 	}
 	return nil
 }
@@ -465,10 +477,11 @@ const file_raftnode_forwardpb_forward_proto_rawDesc = "" +
 	"\x0fRestoreResponse\x124\n" +
 	"\x04code\x18\x01 \x01(\x0e2 .inferencecache.raftnode.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"u\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\x8e\x01\n" +
 	"\x10ShareLoadRequest\x12\x1b\n" +
 	"\tfrom_node\x18\x01 \x01(\tR\bfromNode\x12D\n" +
-	"\areports\x18\x02 \x03(\v2*.inferencecache.v1.ReportPickerLoadRequestR\areports\"_\n" +
+	"\areports\x18\x02 \x03(\v2*.inferencecache.v1.ReportPickerLoadRequestR\areports\x12\x17\n" +
+	"\aages_ms\x18\x03 \x03(\rR\x06agesMs\"_\n" +
 	"\x11ShareLoadResponse\x12\x16\n" +
 	"\x06stored\x18\x01 \x01(\rR\x06stored\x12\x18\n" +
 	"\aignored\x18\x02 \x01(\rR\aignored\x12\x18\n" +
