@@ -14,11 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -27,10 +26,16 @@ import (
 // gateway-api-inference-extension v1.6.0 api/v1/inferencepool_types.go).
 var InferencePoolResource = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
 
+// PodResource is the core API's pods resource (v1). Pods are watched
+// through the dynamic client, like the InferencePool, rather than the
+// typed clientset: the typed clientset links every built-in API group
+// into the binary, and the picker reads a handful of pod fields.
+var PodResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
 // PoolWatchConfig configures WatchPool.
 type PoolWatchConfig struct {
-	// Kube lists and watches pods; Dynamic the InferencePool (required).
-	Kube    kubernetes.Interface
+	// Dynamic lists and watches the pods (PodResource) and the
+	// InferencePool (InferencePoolResource); required.
 	Dynamic dynamic.Interface
 	// Namespace and Name name the InferencePool (required); its pods are
 	// in its namespace.
@@ -70,8 +75,8 @@ type PoolWatch struct {
 // stays unsynced (the picker not ready) until then. Stop ends the
 // watch.
 func WatchPool(ctx context.Context, cfg PoolWatchConfig) (*PoolWatch, error) {
-	if cfg.Kube == nil || cfg.Dynamic == nil || cfg.Table == nil || cfg.Name == "" || cfg.Namespace == "" {
-		return nil, errors.New("epp: WatchPool needs Kube, Dynamic, Table, Namespace and Name")
+	if cfg.Dynamic == nil || cfg.Table == nil || cfg.Name == "" || cfg.Namespace == "" {
+		return nil, errors.New("epp: WatchPool needs Dynamic, Table, Namespace and Name")
 	}
 	if cfg.ReplicaLabel == "" {
 		cfg.ReplicaLabel = DefaultReplicaLabel
@@ -80,15 +85,13 @@ func WatchPool(ctx context.Context, cfg PoolWatchConfig) (*PoolWatch, error) {
 		cfg.Logger = slog.Default()
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	pf := informers.NewSharedInformerFactoryWithOptions(cfg.Kube, 0, informers.WithNamespace(cfg.Namespace))
+	pf := dynamicinformer.NewFilteredDynamicSharedInformerFactory(cfg.Dynamic, 0, cfg.Namespace, nil)
 	df := dynamicinformer.NewFilteredDynamicSharedInformerFactory(cfg.Dynamic, 0, cfg.Namespace, func(o *metav1.ListOptions) {
 		o.FieldSelector = "metadata.name=" + cfg.Name
 	})
-	podInf := pf.Core().V1().Pods()
+	podInf := pf.ForResource(PodResource)
 	poolInf := df.ForResource(InferencePoolResource)
-	w := &PoolWatch{cfg: cfg, cancel: cancel,
-		pods:  cache.NewGenericLister(podInf.Informer().GetIndexer(), corev1.Resource("pods")),
-		pools: poolInf.Lister()}
+	w := &PoolWatch{cfg: cfg, cancel: cancel, pods: podInf.Lister(), pools: poolInf.Lister()}
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { w.recompute() },
 		UpdateFunc: func(any, any) { w.recompute() },
@@ -148,8 +151,8 @@ func (w *PoolWatch) recompute() {
 	}
 	var eps []Endpoint
 	for _, o := range objs {
-		p, ok := o.(*corev1.Pod)
-		if !ok || !podReady(p) {
+		p := podOf(o)
+		if p == nil || !podReady(p) {
 			continue
 		}
 		id := p.Name
@@ -199,6 +202,20 @@ func poolSpec(u *unstructured.Unstructured) (labels.Selector, []int, error) {
 		return nil, nil, errors.New("spec.targetPorts: required (at least one port)")
 	}
 	return labels.SelectorFromSet(ml), ports, nil
+}
+
+// podOf converts a listed pod (unstructured, from the dynamic
+// informer) to the typed pod; nil when it does not convert.
+func podOf(o runtime.Object) *corev1.Pod {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	var p corev1.Pod
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err != nil {
+		return nil
+	}
+	return &p
 }
 
 // podReady reports whether a pod can take requests: running, its Ready

@@ -13,16 +13,27 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // pod is a running, ready pod of the test namespace.
 func pod(name, ip string, lbl map[string]string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbl},
+	return &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbl},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+}
+
+// unstructuredPod is a pod as the API server's JSON gives it to the
+// dynamic client.
+func unstructuredPod(t *testing.T, p *corev1.Pod) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
 }
 
 // inferencePool is an InferencePool as api/v1/inferencepool_types.go of
@@ -52,15 +63,14 @@ func endpointsOf(t *Table) []string {
 // selector and ports changed, against client-go's fake clientsets.
 func TestWatchPool_FollowsPodsAndThePoolSelector(t *testing.T) {
 	ctx := context.Background()
-	kube := kubefake.NewClientset(
-		pod("vllm-0", "10.0.0.1", map[string]string{"app": "vllm"}),
-		pod("vllm-1", "10.0.0.2", map[string]string{"app": "vllm", DefaultReplicaLabel: "engine-b"}),
-		pod("other", "10.0.0.9", map[string]string{"app": "other"}),
-	)
 	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{InferencePoolResource: "InferencePoolList"})
+		map[schema.GroupVersionResource]string{InferencePoolResource: "InferencePoolList", PodResource: "PodList"},
+		unstructuredPod(t, pod("vllm-0", "10.0.0.1", map[string]string{"app": "vllm"})),
+		unstructuredPod(t, pod("vllm-1", "10.0.0.2", map[string]string{"app": "vllm", DefaultReplicaLabel: "engine-b"})),
+		unstructuredPod(t, pod("other", "10.0.0.9", map[string]string{"app": "other"})),
+	)
 	tbl := &Table{}
-	w, err := WatchPool(ctx, PoolWatchConfig{Kube: kube, Dynamic: dyn, Namespace: "ns", Name: "pool", Table: tbl})
+	w, err := WatchPool(ctx, PoolWatchConfig{Dynamic: dyn, Namespace: "ns", Name: "pool", Table: tbl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,27 +92,27 @@ func TestWatchPool_FollowsPodsAndThePoolSelector(t *testing.T) {
 	// The replica id is the pod name, or the label's value.
 	expect("pool created", "10.0.0.1:8000=vllm-0", "10.0.0.2:8000=engine-b")
 
-	pods := kube.CoreV1().Pods("ns")
-	if _, err := pods.Create(ctx, pod("vllm-2", "10.0.0.3", map[string]string{"app": "vllm"}), metav1.CreateOptions{}); err != nil {
+	pods := dyn.Resource(PodResource).Namespace("ns")
+	if _, err := pods.Create(ctx, unstructuredPod(t, pod("vllm-2", "10.0.0.3", map[string]string{"app": "vllm"})), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expect("pod added", "10.0.0.1:8000=vllm-0", "10.0.0.2:8000=engine-b", "10.0.0.3:8000=vllm-2")
 
 	p := pod("vllm-0", "10.0.0.1", map[string]string{"app": "vllm", DefaultReplicaLabel: "engine-a"})
-	if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+	if _, err := pods.Update(ctx, unstructuredPod(t, p), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expect("pod relabelled with a replica id", "10.0.0.1:8000=engine-a", "10.0.0.2:8000=engine-b", "10.0.0.3:8000=vllm-2")
 
 	p = pod("vllm-2", "10.0.0.3", map[string]string{"app": "gone"})
-	if _, err := pods.Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+	if _, err := pods.Update(ctx, unstructuredPod(t, p), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expect("pod relabelled out of the selector", "10.0.0.1:8000=engine-a", "10.0.0.2:8000=engine-b")
 
 	notReady := pod("vllm-1", "10.0.0.2", map[string]string{"app": "vllm", DefaultReplicaLabel: "engine-b"})
 	notReady.Status.Conditions[0].Status = corev1.ConditionFalse
-	if _, err := pods.Update(ctx, notReady, metav1.UpdateOptions{}); err != nil {
+	if _, err := pods.Update(ctx, unstructuredPod(t, notReady), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expect("pod not ready", "10.0.0.1:8000=engine-a")

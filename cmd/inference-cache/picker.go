@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -269,10 +268,6 @@ func watchPool(ctx context.Context, o *pickerOptions, t *epp.Table, log *slog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("--pool-name: the Kubernetes API: %w (outside a cluster, give --kubeconfig)", err)
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("--pool-name: %w", err)
-	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--pool-name: %w", err)
@@ -286,7 +281,7 @@ func watchPool(ctx context.Context, o *pickerOptions, t *epp.Table, log *slog.Lo
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	w, err := epp.WatchPool(wctx, epp.PoolWatchConfig{Kube: kube, Dynamic: dyn, Namespace: ns, Name: o.poolName,
+	w, err := epp.WatchPool(wctx, epp.PoolWatchConfig{Dynamic: dyn, Namespace: ns, Name: o.poolName,
 		ReplicaLabel: o.replicaLabel, Table: t, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--pool-name %s/%s: %w", ns, o.poolName, err)
