@@ -13,13 +13,24 @@ TEST_TIMEOUT  ?= 14m
 BENCHTIME     ?= 1s
 BENCHCOUNT    ?= 5
 
-.PHONY: all build test test-short lint bench bench-live proto run clean tools deploy-check
+.PHONY: all build release size-check test test-short lint bench bench-live proto run clean tools deploy-check
 
 all: build
 
 ## build: compile the inference-cache binary into bin/
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/inference-cache ./cmd/inference-cache
+
+## release: the static, stripped binary that images and releases ship, in bin/release/ (-trimpath, no symbol table or DWARF)
+release:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/release/inference-cache ./cmd/inference-cache
+
+## size-check: the release binary is at most MAX_BINARY_MB (every command kept); CI runs it
+MAX_BINARY_MB ?= 50
+size-check: release
+	@sz=$$(stat -c %s $(BIN)/release/inference-cache); mb=$$(( (sz + 1048575) / 1048576 )); \
+	  echo "release binary: $$sz bytes ($$mb MiB; limit $(MAX_BINARY_MB) MiB)"; \
+	  test $$sz -le $$(( $(MAX_BINARY_MB) * 1048576 )) || { echo "size-check: the release binary is over $(MAX_BINARY_MB) MiB"; exit 1; }
 
 ## test: every test with the race detector, then the Python and Rust clients' tests when their toolchains are present
 test:
@@ -81,7 +92,8 @@ CA_BUNDLE     ?= /etc/ssl/certs/ca-certificates.crt
 ## docker: build the FROM-scratch server image $(IMAGE) (static binary, CA bundle, non-root user; pulls nothing)
 docker:
 	rm -rf $(DOCKER_CTX) && mkdir -p $(DOCKER_CTX)/data
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(DOCKER_CTX)/inference-cache ./cmd/inference-cache
+	$(MAKE) --no-print-directory release
+	cp $(BIN)/release/inference-cache $(DOCKER_CTX)/inference-cache
 	@test -r $(CA_BUNDLE) || { echo "docker: no CA bundle at $(CA_BUNDLE) (install ca-certificates or set CA_BUNDLE=)"; exit 1; }
 	cp $(CA_BUNDLE) $(DOCKER_CTX)/ca-certificates.crt
 	cp deploy/docker/passwd deploy/docker/group $(DOCKER_CTX)/

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -85,36 +85,60 @@ func WatchPool(ctx context.Context, cfg PoolWatchConfig) (*PoolWatch, error) {
 		cfg.Logger = slog.Default()
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	pf := dynamicinformer.NewFilteredDynamicSharedInformerFactory(cfg.Dynamic, 0, cfg.Namespace, nil)
-	df := dynamicinformer.NewFilteredDynamicSharedInformerFactory(cfg.Dynamic, 0, cfg.Namespace, func(o *metav1.ListOptions) {
-		o.FieldSelector = "metadata.name=" + cfg.Name
-	})
-	podInf := pf.ForResource(PodResource)
-	poolInf := df.ForResource(InferencePoolResource)
-	w := &PoolWatch{cfg: cfg, cancel: cancel, pods: podInf.Lister(), pools: poolInf.Lister()}
+	podInf := informerFor(cfg.Dynamic, PodResource, cfg.Namespace, "")
+	poolInf := informerFor(cfg.Dynamic, InferencePoolResource, cfg.Namespace, "metadata.name="+cfg.Name)
+	w := &PoolWatch{cfg: cfg, cancel: cancel,
+		pods:  cache.NewGenericLister(podInf.GetIndexer(), PodResource.GroupResource()),
+		pools: cache.NewGenericLister(poolInf.GetIndexer(), InferencePoolResource.GroupResource())}
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { w.recompute() },
 		UpdateFunc: func(any, any) { w.recompute() },
 		DeleteFunc: func(any) { w.recompute() },
 	}
-	if _, err := podInf.Informer().AddEventHandler(h); err != nil {
-		cancel()
-		return nil, err
+	for _, inf := range []cache.SharedIndexInformer{podInf, poolInf} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			cancel()
+			return nil, err
+		}
+		w.wg.Add(1)
+		go func() { defer w.wg.Done(); inf.RunWithContext(wctx) }()
 	}
-	if _, err := poolInf.Informer().AddEventHandler(h); err != nil {
-		cancel()
-		return nil, err
-	}
-	pf.Start(wctx.Done())
-	df.Start(wctx.Done())
-	w.wg.Add(1)
-	go func() { defer w.wg.Done(); <-wctx.Done(); pf.Shutdown(); df.Shutdown() }()
-	if !cache.WaitForCacheSync(ctx.Done(), podInf.Informer().HasSynced, poolInf.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), podInf.HasSynced, poolInf.HasSynced) {
 		w.Stop()
 		return nil, fmt.Errorf("epp: InferencePool %s/%s: informers not synced: %w", cfg.Namespace, cfg.Name, ctx.Err())
 	}
 	w.recompute()
 	return w, nil
+}
+
+// informerFor is a shared informer over one resource of one namespace
+// through the dynamic client (objects *unstructured.Unstructured),
+// narrowed by a field selector when fieldSelector is not "". It is what
+// client-go's dynamicinformer builds, without that package: it imports
+// the typed informer factory, and with it every built-in API group.
+func informerFor(dc dynamic.Interface, gvr schema.GroupVersionResource, namespace, fieldSelector string) cache.SharedIndexInformer {
+	ri := dc.Resource(gvr).Namespace(namespace)
+	narrow := func(o *metav1.ListOptions) {
+		if fieldSelector != "" {
+			o.FieldSelector = fieldSelector
+		}
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			narrow(&o)
+			return ri.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			narrow(&o)
+			return ri.Watch(ctx, o)
+		},
+	}
+	// The wrapper tells the reflector when the client cannot stream a
+	// watch list (client-go's fake), so that it lists then watches.
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, dc), &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{
+		Indexers:          cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		ObjectDescription: gvr.String(),
+	})
 }
 
 // Stop ends the watch; the table keeps its last endpoints.
