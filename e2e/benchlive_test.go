@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"github.com/inference-cache/inference-cache/internal/fixtures"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -19,7 +20,7 @@ func TestBenchLive_Smoke(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(binPath, "bench", "--live", "--json", "--no-progress", "--requests", "40", "--warmup", "5", "--speedup", "20",
 		"--engines", "2", "--kv-blocks", "20000", "--strategies", "picker,round-robin", "--dir", filepath.Join(dir, "runs"),
-		"--trace", "../testdata/mooncake/conversation_trace.jsonl.gz")
+		"--trace", fixtures.TracePath(t, "conversation_trace"))
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
@@ -209,14 +210,14 @@ func checkRetry(t *testing.T, f *fleet) {
 	f.waitIndexed(first, warm, 20*time.Second)
 	dead := f.sim(warm)
 	dead.Kill()
-	for {
+	poll.Eventually(t, 20*time.Second, 10*time.Millisecond, func() (bool, string) {
 		c, err := net.DialTimeout("tcp", strings.TrimPrefix(dead.url, "http://"), time.Second)
 		if err != nil {
-			break // refused: the port is closed
+			return true, "" // refused: the port is closed
 		}
 		c.Close()
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, "the killed engine's port still accepts"
+	})
 	r2, c2 := postChat(t, f.proxy, chatBody(sys, "What did I say?", 1, false))
 	if got := r2.Header.Get("X-Inference-Cache-Replica"); got == warm || got == "" || r2.Header.Get("X-Inference-Cache-Retried-From") != warm {
 		t.Fatalf("after killing %s: served by %q, retried from %q; want another engine after a retry from %s",

@@ -14,6 +14,7 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/gateway"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
@@ -233,9 +234,11 @@ func TestProxy_ClientCancellationReachesTheBackend(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the backend's request did not end after the client went away")
 	}
-	for tp.gw.InFlight("a") != 0 {
-		time.Sleep(time.Millisecond) // the proxy's handler returns just after the backend's
-	}
+	// The proxy's handler returns just after the backend's.
+	poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
+		n := tp.gw.InFlight("a")
+		return n == 0, fmt.Sprintf("%d requests still in flight on a", n)
+	})
 }
 
 func TestProxy_RequestTimeoutGives504(t *testing.T) {
