@@ -13,7 +13,7 @@ TEST_TIMEOUT  ?= 14m
 BENCHTIME     ?= 1s
 BENCHCOUNT    ?= 5
 
-.PHONY: all build release size-check test test-short lint bench bench-live proto run clean tools deploy-check
+.PHONY: all build release size-check test test-short lint docs bench bench-live proto run clean tools deploy-check
 
 all: build
 
@@ -41,12 +41,18 @@ test:
 test-short:
 	$(GO) test -short -count=1 ./...
 
-## lint: gofmt, go vet and staticcheck (pinned, through go run)
+## lint: gofmt, go vet, staticcheck (pinned, through go run) and the docs' generated facts against the code
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	$(GO) run ./internal/docfacts -check $(FACT_DOCS)
+
+## docs: rewrite the generated blocks of the docs (package table, strategies, reason codes) from the code
+FACT_DOCS     := README.md docs/contract.md
+docs:
+	$(GO) run ./internal/docfacts $(FACT_DOCS)
 
 ## bench: all benchmarks, several runs each (see BENCHMARKS.md)
 bench:

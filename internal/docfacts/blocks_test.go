@@ -1,0 +1,40 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRender_ReplacesOnlyTheBodiesBetweenMarkers(t *testing.T) {
+	in := "intro\n<!-- facts:a -->\nstale a\n<!-- /facts:a -->\nmiddle\n  <!-- facts:b -->\n  <!-- /facts:b -->\nend\n"
+	gen := func(name string) (string, error) { return "fresh " + name, nil }
+	out, changed, err := render(in, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "intro\n<!-- facts:a -->\nfresh a\n<!-- /facts:a -->\nmiddle\n  <!-- facts:b -->\nfresh b\n  <!-- /facts:b -->\nend\n"
+	if out != want {
+		t.Fatalf("got\n%s\nwant\n%s", out, want)
+	}
+	if strings.Join(changed, ",") != "a,b" {
+		t.Fatalf("changed %v, want a and b", changed)
+	}
+	// A second run over its own output changes nothing.
+	again, changed, err := render(out, gen)
+	if err != nil || again != out || len(changed) != 0 {
+		t.Fatalf("second run: changed %v, err %v, text changed %v", changed, err, again != out)
+	}
+}
+
+func TestFindBlocks_RefusesBadMarkersNamingTheLine(t *testing.T) {
+	for in, want := range map[string]string{
+		"<!-- facts:a -->\ntext\n":                             `block "a" is not closed`,
+		"<!-- /facts:a -->\n":                                  `line 1: closes block "a", which is not open`,
+		"<!-- facts:a -->\n<!-- /facts:b -->\n":                `line 2: closes block "b"`,
+		"<!-- facts:a -->\n<!-- facts:b -->\n<!-- /facts:b -->": `line 2: block "b" opened inside block "a"`,
+	} {
+		if _, err := findBlocks(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+}
