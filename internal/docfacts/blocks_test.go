@@ -28,9 +28,9 @@ func TestRender_ReplacesOnlyTheBodiesBetweenMarkers(t *testing.T) {
 
 func TestFindBlocks_RefusesBadMarkersNamingTheLine(t *testing.T) {
 	for in, want := range map[string]string{
-		"<!-- facts:a -->\ntext\n":                             `block "a" is not closed`,
-		"<!-- /facts:a -->\n":                                  `line 1: closes block "a", which is not open`,
-		"<!-- facts:a -->\n<!-- /facts:b -->\n":                `line 2: closes block "b"`,
+		"<!-- facts:a -->\ntext\n":                              `block "a" is not closed`,
+		"<!-- /facts:a -->\n":                                   `line 1: closes block "a", which is not open`,
+		"<!-- facts:a -->\n<!-- /facts:b -->\n":                 `line 2: closes block "b"`,
 		"<!-- facts:a -->\n<!-- facts:b -->\n<!-- /facts:b -->": `line 2: block "b" opened inside block "a"`,
 	} {
 		if _, err := findBlocks(in); err == nil || !strings.Contains(err.Error(), want) {
