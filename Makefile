@@ -131,7 +131,7 @@ chaos-deps:
 
 .PHONY: chaos chaos-smoke chaos-deps
 
-.PHONY: certs fuzz vulncheck
+.PHONY: certs fuzz vulncheck kubeapi-e2e
 GOVULNCHECK_VERSION := v1.1.4
 FUZZTIME      ?= 10s
 # Every fuzz target as package:Name; CI runs each for $(FUZZTIME).
@@ -153,6 +153,11 @@ fuzz:
 # go.mod) against the CRD schemas in deploy/kubernetes/picker/testdata.
 deploy-check:
 	$(GO) run ./deploy/check deploy/kubernetes/picker
+
+## kubeapi-e2e: the picker's InferencePool watch against a real kube-apiserver and etcd, built from their Go modules (e2e/kubeapi/servers, pinned apart from go.mod) and cached under $$IC_KUBEAPI_CACHE or ~/.cache/inference-cache/kubeapi: the first build takes ~25 min on 2 loaded cores, later runs seconds
+KUBEAPI_TIMEOUT ?= 60m
+kubeapi-e2e:
+	$(GO) test -count=1 -timeout $(KUBEAPI_TIMEOUT) -run '^TestPoolWatch_FollowsARealAPIServer$$' -v ./e2e/kubeapi
 
 vulncheck:
 	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) ./...
