@@ -68,7 +68,8 @@ salt of its own, new every invocation, so neither finds the other's (or an
 earlier run's) prefixes in the engines' caches: each strategy starts from
 caches holding nothing of its records.`,
 		Example: `  # make run's proxy (strategy picker) against its round-robin proxy, same engines:
-  inference-cache loadgen --target http://127.0.0.1:7461 --compare http://127.0.0.1:7463 --model qwen3 --speedup 2 --limit 800 --warmup 200
+  inference-cache loadgen --target http://127.0.0.1:7461 --compare http://127.0.0.1:7463 --model qwen3 \
+      --trace testdata/mooncake/synthetic_trace.jsonl.gz --skip 1500 --limit 800 --warmup 200 --speedup 2 --quiet
   inference-cache loadgen --target http://127.0.0.1:7480 --model qwen3 --speedup 4 --limit 300
   inference-cache loadgen --target http://127.0.0.1:8001 --model qwen3 --duration 60s --max-tokens 32 --json
   inference-cache loadgen --target http://127.0.0.1:7480 --model qwen3 --skip 1000 --limit 500 --warmup 100 --results r.jsonl`,
