@@ -71,7 +71,7 @@ caches holding nothing of its records.`,
   inference-cache loadgen --target http://127.0.0.1:7461 --compare http://127.0.0.1:7463 --model qwen3 \
       --trace testdata/mooncake/synthetic_trace.jsonl.gz --skip 1500 --limit 800 --warmup 200 --speedup 2 --quiet
   inference-cache loadgen --target http://127.0.0.1:7480 --model qwen3 --speedup 4 --limit 300
-  inference-cache loadgen --target http://127.0.0.1:8001 --model qwen3 --duration 60s --max-tokens 32 --json
+  inference-cache loadgen --target http://127.0.0.1:7431 --model qwen3 --duration 20s --max-tokens 32 --json   # make run's sim-1, no proxy
   inference-cache loadgen --target http://127.0.0.1:7480 --model qwen3 --skip 1000 --limit 500 --warmup 100 --results r.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: untilSignal(func(ctx context.Context, cmd *cobra.Command) error {
