@@ -13,7 +13,7 @@ TEST_TIMEOUT  ?= 14m
 BENCHTIME     ?= 1s
 BENCHCOUNT    ?= 5
 
-.PHONY: all build release size-check test test-short lint docs bench bench-live proto run clean tools deploy-check
+.PHONY: all build release size-check test test-short lint docs bench bench-live proto run clean tools deploy-check helm-check
 
 all: build
 
@@ -149,7 +149,7 @@ chaos-deps:
 
 .PHONY: chaos chaos-smoke chaos-deps
 
-.PHONY: certs fuzz vulncheck
+.PHONY: certs fuzz vulncheck kubeapi-e2e
 GOVULNCHECK_VERSION := v1.1.4
 FUZZTIME      ?= 10s
 # Every fuzz target as package:Name; CI runs each for $(FUZZTIME).
@@ -171,6 +171,21 @@ fuzz:
 # go.mod) against the CRD schemas in deploy/kubernetes/picker/testdata.
 deploy-check:
 	$(GO) run ./deploy/check deploy/kubernetes/picker
+
+## helm-check: helm lint, then helm template (defaults, and 5 servers with TLS, tokens and the proxy) through the same schema check; Helm is helm.sh/helm/v4 pinned in tools/go.mod (go tool, built on first use)
+HELM          := $(GO) -C tools tool helm
+CHART         := $(CURDIR)/deploy/helm/inference-cache
+helm-check:
+	$(HELM) lint --strict $(CHART)
+	$(HELM) template ic $(CHART) | $(GO) run ./deploy/check -
+	$(HELM) template ic $(CHART) --set server.replicas=5 --set tls.enabled=true --set tls.clientAuth=require-and-verify \
+	  --set tokens.secretName=ic-tokens --set gossipKey.secretName=ic-gossip --set proxy.enabled=true \
+	  --set 'proxy.backends[0].replica_id=vllm-0' --set 'proxy.backends[0].url=http://vllm-0:8000' | $(GO) run ./deploy/check -
+
+## kubeapi-e2e: the picker's InferencePool watch against a real kube-apiserver and etcd, built from their Go modules (e2e/kubeapi/servers, pinned apart from go.mod) and cached under IC_KUBEAPI_CACHE or ~/.cache/inference-cache/kubeapi: the first build takes ~25 min on 2 loaded cores, later runs seconds
+KUBEAPI_TIMEOUT ?= 60m
+kubeapi-e2e:
+	$(GO) test -count=1 -timeout $(KUBEAPI_TIMEOUT) -run '^TestPoolWatch_FollowsARealAPIServer$$' -v ./e2e/kubeapi
 
 vulncheck:
 	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) ./...

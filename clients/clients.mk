@@ -7,11 +7,12 @@
 CLIENTS_PYTHON ?= /usr/bin/python3
 CARGO          ?= cargo
 CLIENTS_DEBS   := python3-grpcio python3-protobuf python3-xxhash python3-pytest \
+                  python3-pip python3-setuptools python3-venv \
                   protobuf-compiler protobuf-compiler-grpc librust-xxhash-rust-dev
 PY_CLIENT      := clients/python
 RUST_CLIENT    := clients/rust
 
-.PHONY: deps-clients proto-python test-python test-rust test-clients-if-present bench-clients
+.PHONY: deps-clients proto-python test-python python-install-check test-rust test-clients-if-present bench-clients
 
 ## deps-clients: Debian packages of the Python client (grpcio, protobuf, xxhash, pytest, protoc + its gRPC Python plugin) and the Rust crate (xxhash-rust; cargo when missing)
 deps-clients:
@@ -29,6 +30,14 @@ proto-python:
 ## test-python: the Python client's tests (golden vectors, picker table, a real 3-node cluster, the three fingerprint commands)
 test-python: build
 	cd $(PY_CLIENT) && IC_BINARY=$(BIN)/inference-cache CARGO=$(CARGO) $(CLIENTS_PYTHON) -m pytest -q -p no:cacheprovider tests
+
+## python-install-check: `pip install ./clients/python` as its README prints it, offline (--no-index), into a throwaway venv over Debian's packages; then the installed module's fingerprint command, run outside the checkout
+python-install-check:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp" $(PY_CLIENT)/build $(PY_CLIENT)/*.egg-info' EXIT && \
+	  $(CLIENTS_PYTHON) -m venv --system-site-packages "$$tmp/venv" && \
+	  "$$tmp/venv/bin/pip" install -q --no-index --no-build-isolation --no-deps ./$(PY_CLIENT) && \
+	  out=$$(cd "$$tmp" && echo '[1,2,3,4]' | "$$tmp/venv/bin/python" -m inference_cache fingerprint --block-size 2) && \
+	  echo "$$out" && test "$$out" = '{"block_size":2,"block_hashes":["10773075109927122010","5890102321129957602"],"block_token_counts":[2,2],"prefix_hash":"5890102321129957602"}'
 
 ## test-rust: the Rust fingerprint crate's tests, offline from Debian's cargo registry
 test-rust:

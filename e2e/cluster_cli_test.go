@@ -67,6 +67,13 @@ func checkCLI(t *testing.T, c *cluster) {
 		return strings.Count(out, "Leader") >= 1 && strings.Count(out, "Voter") == 3,
 			"status table without a leader and 3 voters:\n" + out
 	})
+	// Each row names the pid of the server process listening there (the
+	// nodes run on this machine).
+	for _, p := range c.procs {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(p.grpc) + `\s+` + p.id + `\s+` + strconv.Itoa(p.Pid()) + `\s`).MatchString(out) {
+			t.Fatalf("status table: no row %s %s with pid %d:\n%s", p.grpc, p.id, p.Pid(), out)
+		}
+	}
 	// Each node's digest comes with the applied index it was computed at
 	// (status and digest are separate calls, so APPLIED may differ).
 	if got := len(regexp.MustCompile(`(?m)\s[0-9a-f]{16}@[1-9][0-9]*$`).FindAllString(out, -1)); got != 3 {

@@ -25,7 +25,7 @@ import (
 // devPorts is how many ports above --base-port a default dev run uses:
 // 3 nodes and 3 engines at 10 ports each, then the proxy and the
 // subscriber's metrics.
-const devPorts = 62
+const devPorts = 63
 
 // `make run`'s fleet: the sim engines, subscriber and proxy come up beside
 // the nodes; the curl pair dev prints works as pasted (the second request

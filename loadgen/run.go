@@ -60,6 +60,11 @@ type Config struct {
 	// count from (zero = when Replay is called), so a caller can time
 	// other events on the same axis.
 	Epoch time.Time
+	// TextSalt draws the prompts' words under this salt
+	// (SaltedPromptText; 0 = PromptText's), so that a second replay of
+	// the same records on the same engines finds none of the first's
+	// prefixes in their caches.
+	TextSalt uint64
 	// OnResult, when set, is called with every request's result as it
 	// ends, from the request's goroutine (it must be safe for concurrent
 	// use).
@@ -265,7 +270,7 @@ loop:
 			defer func() { <-sem }()
 			// Built here, not in the dispatch loop, so a long prompt does
 			// not delay the records due after it.
-			body, err := json.Marshal(chatBody{Model: cfg.Model, Messages: []chatMessage{{Role: "user", Content: PromptText(rec)}},
+			body, err := json.Marshal(chatBody{Model: cfg.Model, Messages: []chatMessage{{Role: "user", Content: SaltedPromptText(rec, cfg.TextSalt)}},
 				MaxTokens: maxTokens(rec.OutputLength, cfg.MaxTokens), Stream: true, StreamOptions: streamOptions{IncludeUsage: true}})
 			if err != nil {
 				res.fail(ErrOther, err.Error())

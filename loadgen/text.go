@@ -31,10 +31,11 @@ const BlockTokens = bench.TraceBlockTokens
 
 // appendBlock appends the first n words (n ≤ BlockTokens) of hash id's
 // block to b, each with its leading space. The words are drawn by a PCG
-// generator seeded with the id alone, so a block's text is a function of
-// its id and its first n words are the same whatever n.
-func appendBlock(b *strings.Builder, id uint64, n int) {
-	r := rand.New(rand.NewPCG(id, 0x6c6f616467656e)) // "loadgen"
+// generator seeded with the id and salt, so a block's text is a function
+// of the two and its first n words are the same whatever n; salt 0 is the
+// default text, another salt gives every id other words.
+func appendBlock(b *strings.Builder, id, salt uint64, n int) {
+	r := rand.New(rand.NewPCG(id, 0x6c6f616467656e^salt)) // "loadgen"
 	for range n {
 		b.WriteByte(' ')
 		b.WriteString(words[r.Uint64()&127])
@@ -45,7 +46,7 @@ func appendBlock(b *strings.Builder, id uint64, n int) {
 // (0 ≤ n ≤ BlockTokens; out-of-range n is clamped).
 func BlockText(id uint64, n int) string {
 	var b strings.Builder
-	appendBlock(&b, id, min(max(n, 0), BlockTokens))
+	appendBlock(&b, id, 0, min(max(n, 0), BlockTokens))
 	return b.String()
 }
 
@@ -56,7 +57,14 @@ func BlockText(id uint64, n int) string {
 // than its input length). Requests that share a run of leading hash ids
 // share that many leading blocks of text, so their rendered prompts share
 // a prefix of BlockTokens tokens per shared id, plus the template's head.
-func PromptText(r *bench.Request) string {
+func PromptText(r *bench.Request) string { return SaltedPromptText(r, 0) }
+
+// SaltedPromptText is PromptText with every block's words drawn under
+// salt: two runs of the same records under different salts have the same
+// shape (lengths, shared prefixes within the run) and no common prefix
+// beyond the chat template's head, so one run's cached blocks never serve
+// the other's (Config.TextSalt).
+func SaltedPromptText(r *bench.Request, salt uint64) string {
 	var b strings.Builder
 	left := r.InputLength
 	b.Grow(left * 7)
@@ -65,7 +73,7 @@ func PromptText(r *bench.Request) string {
 			break
 		}
 		n := min(left, BlockTokens)
-		appendBlock(&b, id, n)
+		appendBlock(&b, id, salt, n)
 		left -= n
 	}
 	return b.String()

@@ -124,3 +124,36 @@ func TestPromptText_Qwen3TokensMatchTheTrace(t *testing.T) {
 		t.Fatalf("600-token record: %d words", n)
 	}
 }
+
+// Under another salt the same records keep their shape (input_length
+// words, prefixes shared within the run) but share no word-for-word
+// prefix with the unsalted run: the second replay of --compare finds
+// nothing of the first's in the engines' caches.
+func TestSaltedPromptText_SameShapeNoCommonPrefix(t *testing.T) {
+	a := bench.Request{InputLength: 1300, HashIDs: []uint64{0, 1, 2}}
+	b := bench.Request{InputLength: 2000, HashIDs: []uint64{0, 1, 3, 4}}
+	const salt = 1
+	sa, sb := SaltedPromptText(&a, salt), SaltedPromptText(&b, salt)
+	if SaltedPromptText(&a, 0) != PromptText(&a) {
+		t.Fatal("salt 0 is not PromptText's text")
+	}
+	if n := len(strings.Fields(sa)); n != a.InputLength {
+		t.Fatalf("salted message: %d words, want %d", n, a.InputLength)
+	}
+	wa, wb, plain := strings.Fields(sa), strings.Fields(sb), strings.Fields(PromptText(&a))
+	for i := range 2 * BlockTokens {
+		if wa[i] != wb[i] {
+			t.Fatalf("salted records sharing 2 hash ids differ at word %d", i)
+		}
+	}
+	if wa[2*BlockTokens] == wb[2*BlockTokens] && wa[2*BlockTokens+1] == wb[2*BlockTokens+1] {
+		t.Error("salted records still agree past their shared hash ids")
+	}
+	same := 0
+	for same < len(wa) && wa[same] == plain[same] {
+		same++
+	}
+	if same > 3 { // 128 words: a few equal by chance at most
+		t.Errorf("salted and unsalted texts share their first %d words", same)
+	}
+}

@@ -231,3 +231,51 @@ func TestClientCommands_AddrHelpSaysWhatHappens(t *testing.T) {
 	}
 	walk(newRootCmd())
 }
+
+// The picker and the proxy refuse, before serving, an --addr that is a
+// node's Raft or gossip port, in the client commands' words; an address
+// where nothing listens yet passes (the cluster may start later; picks
+// are by load until then).
+func TestGatewayCommands_RefuseRaftAndGossipPorts(t *testing.T) {
+	ls := adjacentListeners(t, 3) // gRPC, Raft, gossip
+	grpcAddr, raftAddr, gossipAddr := ls[0].Addr().String(), ls[1].Addr().String(), ls[2].Addr().String()
+	serveStatus(t, ls[0], &statusServer{id: "node7", raftAddr: raftAddr})
+	tr := raft.NewNetworkTransport(raftStream{ls[1]}, 1, time.Second, io.Discard)
+	t.Cleanup(func() { tr.Close() })
+	go hangUp(ls[2])
+
+	raftWhy := "--addr " + raftAddr + ": it is not a gRPC port of inference-cache but the Raft port of node7 (its --raft-addr); use the node's --grpc-addr, e.g. " + grpcAddr
+	gossipWhy := "--addr " + gossipAddr + ": it is not a gRPC port of inference-cache; it looks like the gossip port of node7 (whose Raft port is " + raftAddr + "); use the node's --grpc-addr, e.g. " + grpcAddr
+	picker := []string{"picker", "--listen", "127.0.0.1:0", "--health-listen", "", "--metrics-listen", "", "--endpoint", "127.0.0.1:1=a"}
+	proxy := []string{"proxy", "--listen", "127.0.0.1:0", "--backend", "a=http://127.0.0.1:1"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append(append([]string{}, picker...), "--addr", grpcAddr, "--addr", raftAddr), raftWhy},
+		{append(append([]string{}, picker...), "--addr", gossipAddr), gossipWhy},
+		{append(append([]string{}, proxy...), "--addr", raftAddr), raftWhy},
+	} {
+		_, err := runCLI(t, "", c.args...)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%v:\n got  %v\n want %s", c.args, err, c.want)
+		}
+	}
+
+	closed := freeAddr(t)
+	g := &gatewayFlags{addrs: []string{grpcAddr, closed}}
+	if err := g.refuseNotGRPC(context.Background()); err != nil {
+		t.Errorf("a node's gRPC port and a closed port: %v, want accepted", err)
+	}
+}
+
+// freeAddr is a loopback address where nothing listens.
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := l.Addr().String()
+	l.Close()
+	return a
+}

@@ -54,7 +54,9 @@ holds qwen3), publishing vLLM KV events that the subscriber
 ("inference-cache subscribe", dialling them) feeds to the cluster, and the
 routing proxy ("inference-cache proxy", strategy picker) in front of them.
 Engine j (from 0) uses ports base+10(nodes+j)+1 (HTTP) and +2 (KV events);
-the proxy base+10(nodes+engines)+1 and the subscriber's metrics +2. dev
+the proxy base+10(nodes+engines)+1, the subscriber's metrics +2, and +3 a
+second proxy, strategy round-robin, in front of the same engines: the
+baseline of "loadgen --compare" (7461 against 7463 by default). dev
 prints a curl pair to paste: two chat requests sharing a long system prompt,
 the second routed to the engine that served the first, as its headers say.
 With --demo-fleet the built-in generator's chat sessions flow through the

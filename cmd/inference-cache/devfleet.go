@@ -14,11 +14,15 @@ import (
 )
 
 // Defaults of dev's fleet: engines fast enough that a pasted request
-// answers at once, with room for the demo traffic's caches.
+// answers at once, with KV caches (1.6 M tokens each) that keep a
+// Mooncake conversation's earlier turns until its next one, as the live
+// benchmark's do: with 16,384 blocks an engine held about 18 prompts of
+// 14,000 tokens and evicted them before the next turn came, so routing
+// by prefix gained nothing over round robin.
 const (
 	devEngines    = 3
 	devPrefillTPS = 50000
-	devKVBlocks   = 16384
+	devKVBlocks   = 100000
 	devStrategy   = "picker"
 )
 
@@ -29,6 +33,8 @@ type devFleet struct {
 	engines []*devNode
 	sub     *devNode
 	proxy   *devNode
+	rr      *devNode // the round-robin proxy, loadgen --compare's baseline
+	rrAddr  string
 }
 
 // newDevFleet lays the fleet out after the nodes (fleetAddrs) and adds
@@ -56,6 +62,8 @@ func newDevFleet(procs *proccluster.Cluster, byProc map[*proccluster.Proc]*devNo
 	}
 	f.sub = add(spec)
 	f.proxy = add(f.cfg.proxySpec("proxy", devStrategy))
+	f.rrAddr = rrProxyAddr(host, base, len(ns), engines)
+	f.rr = add(f.cfg.rrProxySpec("proxy-rr", f.rrAddr))
 	return f, nil
 }
 
@@ -77,6 +85,9 @@ func (f *devFleet) checkPorts() error {
 		}
 	}
 	if err := check("the proxy", "HTTP", f.cfg.Proxy); err != nil {
+		return err
+	}
+	if err := check("the round-robin proxy", "HTTP", f.rrAddr); err != nil {
 		return err
 	}
 	return check("the subscriber", "metrics", f.cfg.SubMetrics)
@@ -101,10 +112,15 @@ func (f *devFleet) start(ctx context.Context) error {
 	if err := waitUp(ctx, f.sub.proc, "http://"+f.cfg.SubMetrics+"/metrics", 30*time.Second); err != nil {
 		return err
 	}
-	if err := startNode(f.proxy); err != nil {
+	for _, p := range []*devNode{f.proxy, f.rr} {
+		if err := startNode(p); err != nil {
+			return err
+		}
+	}
+	if err := waitUp(ctx, f.proxy.proc, f.proxyURL()+"/health", 60*time.Second); err != nil {
 		return err
 	}
-	return waitUp(ctx, f.proxy.proc, f.proxyURL()+"/health", 60*time.Second)
+	return waitUp(ctx, f.rr.proc, "http://"+f.rrAddr+"/health", 60*time.Second)
 }
 
 func (f *devFleet) proxyURL() string { return "http://" + f.cfg.Proxy }
@@ -121,6 +137,8 @@ func (f *devFleet) banner(out io.Writer, modelsNote string) {
 		f.sub.proc.Pid(), f.cfg.SubMetrics, f.sub.proc.LogPath())
 	fmt.Fprintf(out, "  proxy  pid %d  %s (OpenAI API, strategy %s)  metrics %s/metrics  log %s\n",
 		f.proxy.proc.Pid(), f.proxyURL(), devStrategy, f.proxyURL(), f.proxy.proc.LogPath())
+	fmt.Fprintf(out, "  proxy-rr  pid %d  http://%s (OpenAI API, strategy round-robin: the baseline of loadgen --compare)  log %s\n",
+		f.rr.proc.Pid(), f.rrAddr, f.rr.proc.LogPath())
 }
 
 // writeCurlPair writes the two chat requests of the curl pair into dir

@@ -86,6 +86,19 @@ func (c *fleetConfig) proxySpec(name, strategy string) proccluster.Spec {
 	for _, a := range c.Cluster {
 		args = append(args, "--addr", a)
 	}
+	return c.withBackends(name, args)
+}
+
+// rrProxySpec is a round-robin proxy on listen in front of the same
+// engines, asking the cluster nothing (dev's baseline for loadgen
+// --compare).
+func (c *fleetConfig) rrProxySpec(name, listen string) proccluster.Spec {
+	return c.withBackends(name, []string{"proxy", "--listen", listen, "--strategy", "round-robin"})
+}
+
+// withBackends is a proxy process of args with every engine as a
+// backend, logging to name.log.
+func (c *fleetConfig) withBackends(name string, args []string) proccluster.Spec {
 	for _, e := range c.Engines {
 		args = append(args, "--backend", e.ID+"="+e.URL())
 	}
@@ -141,5 +154,11 @@ func fleetAddrs(host string, base, nodes, engines int) (es []fleetEngine, proxy,
 }
 
 // fleetPorts is how many ports above base a layout of nodes and engines
-// spans (for freeport.Range).
-func fleetPorts(nodes, engines int) int { return 10*(nodes+engines) + 2 }
+// spans (for freeport.Range): up to dev's round-robin proxy (rrProxyAddr).
+func fleetPorts(nodes, engines int) int { return 10*(nodes+engines) + 3 }
+
+// rrProxyAddr is where dev's round-robin proxy listens: the port after
+// the subscriber's /metrics (base+10(nodes+engines)+3).
+func rrProxyAddr(host string, base, nodes, engines int) string {
+	return host + ":" + strconv.Itoa(base+10*(nodes+engines)+3)
+}

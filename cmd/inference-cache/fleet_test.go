@@ -23,8 +23,8 @@ func TestFleetLayoutAndSubscriberConfig(t *testing.T) {
 	if len(es) != 3 || es[0] != want[0] || es[1] != want[1] || es[2] != want[2] || proxy != "127.0.0.1:7461" || sub != "127.0.0.1:7462" {
 		t.Fatalf("layout %v, proxy %s, subscriber %s", es, proxy, sub)
 	}
-	if n := fleetPorts(3, 3); n != 62 {
-		t.Fatalf("fleetPorts(3, 3) = %d, want base+62 the last port", n)
+	if n := fleetPorts(3, 3); n != 63 {
+		t.Fatalf("fleetPorts(3, 3) = %d, want base+63 the last port", n)
 	}
 	c := fleetConfig{Engines: es, Scrape: time.Second}
 	cfg, err := observe.ParseConfig([]byte(c.subscriberYAML()))

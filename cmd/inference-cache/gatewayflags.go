@@ -95,6 +95,9 @@ func (g *gatewayFlags) newGateway(ctx context.Context, log *slog.Logger) (gw *ga
 	}
 	var cl *client.Client
 	if len(g.addrs) > 0 {
+		if err := g.refuseNotGRPC(ctx); err != nil {
+			return nil, nil, err
+		}
 		ccfg := client.Config{Addrs: g.addrs, LookupTimeout: g.lookupBudget, Logger: log}
 		if err := g.security.apply(&ccfg); err != nil {
 			return nil, nil, err
@@ -118,6 +121,25 @@ func (g *gatewayFlags) newGateway(ctx context.Context, log *slog.Logger) (gw *ga
 			cl.Close()
 		}
 	}, nil
+}
+
+// refuseNotGRPC refuses an --addr that accepts connections but closes
+// them at gRPC's handshake (a node's Raft or gossip port), in the words
+// the client commands use. An address that refuses connections or does
+// not answer passes: the cluster may not be up yet, and the command then
+// picks by load until it is.
+func (g *gatewayFlags) refuseNotGRPC(ctx context.Context) error {
+	probe := &clientFlags{addrs: g.addrs, timeout: time.Second, security: g.security}
+	for _, a := range g.addrs {
+		_, err := probe.status(ctx, a)
+		if err == nil {
+			continue
+		}
+		if k := failure(err.Error()); k == "notgrpc" || k == "reset" {
+			return fmt.Errorf("--addr %s: %s", a, probe.explainAddr(ctx, a, err))
+		}
+	}
+	return nil
 }
 
 // blockSizesFor gives every model of dir the block size bs (models

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +26,7 @@ const defaultLiveTrace = "testdata/mooncake/conversation_trace.jsonl.gz"
 type loadgenOptions struct {
 	cfg                loadgen.Config
 	trace, resultsFile string
+	compare            string
 	skip, warmup       int
 	jsonOut, quiet     bool
 	progressEvery      time.Duration
@@ -54,9 +57,21 @@ writes every request as a JSON line.
 The load is bounded: --limit records, --duration of sending, --timeout per
 request, at most --max-in-flight open; the target must be a loopback
 address. Ctrl-C stops it and prints what was measured. Exit status 1 when
-any measured request failed.`,
-		Example: `  inference-cache loadgen --target http://127.0.0.1:7480 --model qwen3 --speedup 4 --limit 300
-  inference-cache loadgen --target http://127.0.0.1:8001 --model qwen3 --duration 60s --max-tokens 32 --json
+any measured request failed.
+
+--compare URL replays the same records a second time, to URL (a second
+proxy in front of the same engines, e.g. make run's round-robin proxy on
+127.0.0.1:7463), after the first replay ends, and prints the two summaries
+side by side with the first's engines' cached tokens and TTFT p50 as
+multiples of the second's. Each replay's prompt words are drawn under a
+salt of its own, new every invocation, so neither finds the other's (or an
+earlier run's) prefixes in the engines' caches: each strategy starts from
+caches holding nothing of its records.`,
+		Example: `  # make run's proxy (strategy picker) against its round-robin proxy, same engines:
+  inference-cache loadgen --target http://127.0.0.1:7461 --compare http://127.0.0.1:7463 --model qwen3 \
+      --trace testdata/mooncake/synthetic_trace.jsonl.gz --skip 1500 --limit 800 --warmup 200 --speedup 2 --quiet
+  inference-cache loadgen --target http://127.0.0.1:7480 --model qwen3 --speedup 4 --limit 300
+  inference-cache loadgen --target http://127.0.0.1:7431 --model qwen3 --duration 20s --max-tokens 32 --json   # make run's sim-1, no proxy
   inference-cache loadgen --target http://127.0.0.1:7480 --model qwen3 --skip 1000 --limit 500 --warmup 100 --results r.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: untilSignal(func(ctx context.Context, cmd *cobra.Command) error {
@@ -65,6 +80,7 @@ any measured request failed.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.cfg.Target, "target", "", "base URL of the OpenAI-compatible API, http://HOST:PORT on loopback (required)")
+	f.StringVar(&o.compare, "compare", "", "base URL of a second API on loopback in front of the same engines: replay the records there too, after --target, and print both summaries side by side")
 	f.StringVar(&o.cfg.Model, "model", "", "model name of every request (required)")
 	f.StringVar(&o.trace, "trace", defaultLiveTrace, "Mooncake JSONL trace, plain or gzip")
 	f.Float64Var(&o.cfg.Speedup, "speedup", 1, "divide the trace's timestamps by this (at most 10000)")
@@ -86,6 +102,14 @@ any measured request failed.`,
 func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) error {
 	if _, err := loadgen.CheckTarget(o.cfg.Target); err != nil {
 		return err
+	}
+	if o.compare != "" {
+		if _, err := loadgen.CheckTarget(o.compare); err != nil {
+			return errors.New(strings.Replace(err.Error(), "--target", "--compare", 1))
+		}
+		if o.resultsFile != "" {
+			return errors.New("--results: not with --compare (it would hold two runs' requests)")
+		}
 	}
 	switch {
 	case o.cfg.Model == "":
@@ -127,6 +151,9 @@ func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) err
 			}
 		}()
 	}
+	if o.compare != "" {
+		return runCompare(ctx, o, tr, out, errw)
+	}
 	run, err := loadgen.Replay(ctx, tr.Requests[o.skip:], o.cfg)
 	if err != nil {
 		return err
@@ -143,10 +170,7 @@ func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) err
 		enc.SetIndent("", "  ")
 		err = enc.Encode(s)
 	} else {
-		fmt.Fprintf(out, "%s, records %d–%d, speed-up %g, target %s\n", tr.Name, o.skip, o.skip+len(run.Results)-1, o.cfg.Speedup, o.cfg.Target)
-		if o.warmup > 0 {
-			fmt.Fprintf(out, "first %d requests left out (warm-up)\n", min(o.warmup, len(run.Results)))
-		}
+		o.header(out, tr.Name, len(run.Results), o.cfg.Target)
 		err = s.WriteText(out)
 	}
 	if err != nil {
@@ -154,6 +178,55 @@ func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) err
 	}
 	if s.Failed > 0 {
 		return fmt.Errorf("%d of %d requests failed", s.Failed, s.Requests)
+	}
+	return nil
+}
+
+// header is the line naming the replayed records above a summary.
+func (o *loadgenOptions) header(out io.Writer, trace string, n int, target string) {
+	fmt.Fprintf(out, "%s, records %d–%d, speed-up %g, target %s\n", trace, o.skip, o.skip+n-1, o.cfg.Speedup, target)
+	if o.warmup > 0 {
+		fmt.Fprintf(out, "first %d requests left out (warm-up)\n", min(o.warmup, n))
+	}
+}
+
+// runCompare replays the records to --target, then to --compare, each
+// under a fresh text salt, and prints both summaries and the comparison.
+func runCompare(ctx context.Context, o *loadgenOptions, tr *bench.Trace, out, errw io.Writer) error {
+	salt := rand.Uint64() | 1
+	targets := [2]string{o.cfg.Target, o.compare}
+	var sums [2]loadgen.Summary
+	n := 0
+	for i, target := range targets {
+		cfg := o.cfg
+		cfg.Target, cfg.TextSalt = target, salt+uint64(i)
+		if !o.quiet {
+			fmt.Fprintf(errw, "loadgen: replaying to %s (%d of 2)\n", target, i+1)
+		}
+		run, err := loadgen.Replay(ctx, tr.Requests[o.skip:], cfg)
+		if err != nil {
+			return err
+		}
+		n = len(run.Results)
+		sums[i] = loadgen.Summarize(run.Results[min(o.warmup, len(run.Results)):])
+		if ctx.Err() != nil {
+			break // stopped: print what was measured
+		}
+	}
+	var err error
+	if o.jsonOut {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(map[string]loadgen.Summary{"target": sums[0], "compare": sums[1]})
+	} else {
+		o.header(out, tr.Name, n, targets[0]+" and "+targets[1])
+		err = loadgen.WriteComparison(out, targets, sums)
+	}
+	if err != nil {
+		return err
+	}
+	if f := sums[0].Failed + sums[1].Failed; f > 0 {
+		return fmt.Errorf("%d of %d requests failed", f, sums[0].Requests+sums[1].Requests)
 	}
 	return nil
 }

@@ -85,9 +85,10 @@ inference_extension_scheduler_e2e_duration_seconds, inference_pool_ready_pods
 (as the reference EPP names them); inference_cache_picker_picks_total{reason},
 _fail_open_picks_total, _no_key_picks_total, _unavailable_total{cause},
 _served_elsewhere_total, _lookup_seconds, _streams_in_flight.`,
-		Example: `  inference-cache picker --models-dir ./models \
-      --addr 127.0.0.1:7401 --addr 127.0.0.1:7402 --addr 127.0.0.1:7403 \
-      --endpoint 127.0.0.1:8001=sim-0 --endpoint 127.0.0.1:8002=sim-1
+		Example: `  # beside make run (its cluster on 7401/7411/7421, sim-1..3 on 7431/7441/7451):
+  inference-cache picker --models-dir .dev-cluster/models \
+      --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 \
+      --endpoint 127.0.0.1:7431=sim-1 --endpoint 127.0.0.1:7441=sim-2 --endpoint 127.0.0.1:7451=sim-3
   # on Kubernetes (deploy/kubernetes/picker):
   inference-cache picker --pool-name vllm-qwen3 --pool-namespace default \
       --addr inference-cache-0.inference-cache:7401 --models-dir /models`,

@@ -76,8 +76,8 @@ x-inference-cache-retried-from names the replica that refused.
 Backends come from --backend REPLICA_ID=URL (repeatable; the models are read
 from the backend's /v1/models) and/or --backends FILE, reloaded on SIGHUP:
   backends:
-    - replica_id: sim-0                # the subscriber's replica_id
-      url: http://127.0.0.1:8001
+    - replica_id: sim-1                # the subscriber's replica_id
+      url: http://127.0.0.1:7431
       model: qwen3                     # optional: else its /v1/models
 Each backend is checked with GET /health every --health-interval; one that
 fails leaves the candidates until it passes again, and one that refuses a
@@ -95,9 +95,10 @@ added_latency_seconds (the proxy's own time before forwarding), lookup_seconds,
 time_to_first_token_seconds, upstream_errors_total{replica,kind},
 retries_total{cause}, prompt_tokens_total, matched_tokens_total (their ratio is
 the routed hit rate), requests_in_flight, backend_up{replica}.`,
-		Example: `  inference-cache proxy --listen 127.0.0.1:8080 --models-dir ./models \
-      --addr 127.0.0.1:7401 --addr 127.0.0.1:7402 --addr 127.0.0.1:7403 \
-      --backend sim-0=http://127.0.0.1:8001 --backend sim-1=http://127.0.0.1:8002
+		Example: `  # beside make run (its cluster on 7401/7411/7421, sim-1..3 on 7431/7441/7451):
+  inference-cache proxy --listen 127.0.0.1:8080 --models-dir .dev-cluster/models \
+      --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 \
+      --backend sim-1=http://127.0.0.1:7431 --backend sim-2=http://127.0.0.1:7441 --backend sim-3=http://127.0.0.1:7451
   curl -si localhost:8080/v1/chat/completions \
       -d '{"model": "qwen3", "messages": [{"role": "user", "content": "hi"}]}' | grep -i x-inference-cache
   kill -HUP <pid>   # reload --backends`,

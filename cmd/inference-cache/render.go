@@ -53,10 +53,11 @@ its KV events) to see why a prefix does not match. The request's own "model"
 is ignored: the files are --model's. strftime_now in a template formats --now.
 
 Bad input exits non-zero with a message naming the field as written.`,
-		Example: `  echo '{"messages": [{"role": "user", "content": "What is 2+2?"}]}' |
-    inference-cache render --models-dir ./models --model qwen3
-  inference-cache render --models-dir ./models --model qwen3 --now 2026-01-15T10:00:00Z < request.json
-  echo '{"prompt": "Hello world"}' | inference-cache render --models-dir ./models --model mistral`,
+		Example: `  # make run unpacks qwen3's tokenizer and chat template into .dev-cluster/models:
+  echo '{"messages": [{"role": "user", "content": "What is 2+2?"}]}' |
+    inference-cache render --models-dir .dev-cluster/models --model qwen3
+  inference-cache render --models-dir .dev-cluster/models --model qwen3 --now 2026-01-15T10:00:00Z < .dev-cluster/chat-1.json
+  echo '{"prompt": "Hello world"}' | inference-cache render --models-dir ./models --model mistral   # your own models`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {

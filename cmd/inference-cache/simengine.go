@@ -59,16 +59,18 @@ template (<models-dir>/<model>/chat_template.jinja or tokenizer_config.json)
 and tokenized with <models-dir>/<model>/tokenizer.json without added special
 tokens; a completion's prompt string is tokenized with them; token-id prompts
 are used as they are. Requests with image, audio or video parts are refused.`,
-		Example: `  inference-cache sim-engine --model qwen3-8b --models-dir ./models --listen 127.0.0.1:8001 \
-      --replica-id sim-0 --kv-blocks 4096 --kv-events-bind tcp://127.0.0.1:5557
+		Example: `  # a fourth engine beside make run's sim-1..3 (its model files in .dev-cluster/models):
+  inference-cache sim-engine --model qwen3 --models-dir .dev-cluster/models --listen 127.0.0.1:8001 \
+      --replica-id sim-4 --kv-blocks 4096 --kv-events-bind tcp://127.0.0.1:5557
   # subscriber entry for it:
   #   - endpoint: tcp://127.0.0.1:5557
-  #     replica_id: sim-0
-  #     model_id: qwen3-8b
+  #     replica_id: sim-4
+  #     model_id: qwen3
   #     hash_scheme: vllm
   #     block_size: 16
   #     metrics_url: http://127.0.0.1:8001/metrics
-  curl -s localhost:8001/v1/chat/completions -d '{"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}]}'`,
+  # a chat request to make run's sim-1:
+  curl -s localhost:7431/v1/chat/completions -d '{"model": "qwen3", "messages": [{"role": "user", "content": "hi"}]}'`,
 		Args: cobra.NoArgs,
 		RunE: untilSignal(func(ctx context.Context, cmd *cobra.Command) error {
 			return runSimEngine(ctx, o, cmd.ErrOrStderr())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -11,6 +12,7 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/internal/localpid"
 )
 
 func newStatusCmd() *cobra.Command {
@@ -27,7 +29,13 @@ The index digest is printed with the applied index it was computed at
 digest in decimal). Status and digest are two calls, so under load APPLIED
 and the digest's index can differ: compare digests of nodes only at equal
 digest indexes. The applied index rises by one every expire interval (10 s)
-even without writes: the leader commits an expire command.`,
+even without writes: the leader commits an expire command.
+
+PID is the pid of the process listening on the row's address when it runs
+on this machine (found through /proc; "-" for another host's address or
+where /proc does not say), so that killing a node (the leader, to watch
+failover) needs no matching of names to a banner; --json gives it as
+"pid" when known.`,
 		Example: `  inference-cache status
   inference-cache status --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 --json`,
 		Args: cobra.NoArgs,
@@ -75,7 +83,11 @@ even without writes: the leader commits an expire command.`,
 						}
 						st, _ := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(r.st)
 						dg, _ := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(r.digest)
-						out = append(out, json.RawMessage(fmt.Sprintf(`{"addr":%q,"status":%s,"digest":%s}`, r.addr, st, dg)))
+						pid := ""
+						if p, ok := localpid.PID(r.addr); ok {
+							pid = fmt.Sprintf(`"pid":%d,`, p)
+						}
+						out = append(out, json.RawMessage(fmt.Sprintf(`{"addr":%q,%s"status":%s,"digest":%s}`, r.addr, pid, st, dg)))
 					}
 					enc := json.NewEncoder(cmd.OutOrStdout())
 					enc.SetIndent("", "  ")
@@ -88,15 +100,19 @@ even without writes: the leader commits an expire command.`,
 					return nil
 				}
 				w := table(cmd.OutOrStdout())
-				fmt.Fprintln(w, "ADDR\tNODE\tSTATE\tLEADER\tTERM\tAPPLIED\tCOMMIT\tLAST CONTACT MS\tDIGEST@INDEX")
+				fmt.Fprintln(w, "ADDR\tNODE\tPID\tSTATE\tLEADER\tTERM\tAPPLIED\tCOMMIT\tLAST CONTACT MS\tDIGEST@INDEX")
 				var members []*pb.Member
 				for _, r := range rows {
 					if r.err != nil {
-						fmt.Fprintf(w, "%s\t-\tunreachable\t-\t-\t-\t-\t-\t%v\n", r.addr, cf.explainAddr(ctx, r.addr, r.err))
+						fmt.Fprintf(w, "%s\t-\t-\tunreachable\t-\t-\t-\t-\t-\t%v\n", r.addr, cf.explainAddr(ctx, r.addr, r.err))
 						continue
 					}
 					s := r.st
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%016x@%d\n", r.addr, s.NodeId, s.State, s.LeaderId, s.Term, s.AppliedIndex, s.CommitIndex, s.LastLeaderContactMs, r.digest.Digest, r.digest.AppliedIndex)
+					pid := "-"
+					if p, ok := localpid.PID(r.addr); ok {
+						pid = strconv.Itoa(p)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%016x@%d\n", r.addr, s.NodeId, pid, s.State, s.LeaderId, s.Term, s.AppliedIndex, s.CommitIndex, s.LastLeaderContactMs, r.digest.Digest, r.digest.AppliedIndex)
 					if members == nil {
 						members = s.Members
 					}

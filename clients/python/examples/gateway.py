@@ -2,8 +2,10 @@
 """A small OpenAI-compatible gateway routing by inference-cache hints.
 
     python3 examples/gateway.py --cluster 127.0.0.1:7401,127.0.0.1:7411,127.0.0.1:7421 \\
-        --backend r0=http://127.0.0.1:8001 --backend r1=http://127.0.0.1:8002 \\
-        --model qwen3-8b --listen 127.0.0.1:8000
+        --backend sim-1=http://127.0.0.1:7431 --backend sim-2=http://127.0.0.1:7441 \\
+        --backend sim-3=http://127.0.0.1:7451 --model qwen3 --listen 127.0.0.1:8000
+
+(make run's cluster and sim engines).
 
 For every POST /v1/completions it asks the cluster which backends hold the
 prompt's prefix (Client.lookup_tokens or lookup_route, failing open to
