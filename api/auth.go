@@ -60,16 +60,18 @@ func (c Class) String() string {
 // method missing here (a service added later) needs the admin token:
 // refusing is the safe default.
 var methodClasses = map[string]Class{
-	pb.InferenceCache_LookupRoute_FullMethodName:        ClassLookup,
-	pb.InferenceCache_GetCachePolicy_FullMethodName:     ClassLookup,
-	pb.InferenceCache_ReportPickerLoad_FullMethodName:   ClassLookup,
-	pb.InferenceCache_Ingest_FullMethodName:             ClassWrite,
-	pb.InferenceCache_IngestStream_FullMethodName:       ClassWrite,
-	pb.InferenceCache_ReportReplicaStats_FullMethodName: ClassWrite,
-	pb.InferenceCache_SetCachePolicy_FullMethodName:     ClassWrite,
-	forwardpb.Forward_Apply_FullMethodName:              ClassPeer,
-	forwardpb.Forward_Restore_FullMethodName:            ClassPeer,
-	forwardpb.Forward_ShareLoad_FullMethodName:          ClassPeer,
+	pb.InferenceCache_LookupRoute_FullMethodName:           ClassLookup,
+	pb.InferenceCache_GetCachePolicy_FullMethodName:        ClassLookup,
+	pb.InferenceCache_ReportPickerLoad_FullMethodName:      ClassLookup,
+	pb.InferenceCache_Ingest_FullMethodName:                ClassWrite,
+	pb.InferenceCache_IngestStream_FullMethodName:          ClassWrite,
+	pb.InferenceCache_ReportReplicaStats_FullMethodName:    ClassWrite,
+	pb.InferenceCache_SetCachePolicy_FullMethodName:        ClassWrite,
+	pb.InferenceCache_RecordStreamPositions_FullMethodName: ClassWrite,
+	pb.InferenceCache_GetStreamPositions_FullMethodName:    ClassWrite,
+	forwardpb.Forward_Apply_FullMethodName:                 ClassPeer,
+	forwardpb.Forward_Restore_FullMethodName:               ClassPeer,
+	forwardpb.Forward_ShareLoad_FullMethodName:             ClassPeer,
 }
 
 // MethodClass returns the class of a full gRPC method name

@@ -88,6 +88,9 @@ type Config struct {
 	// ReportPickerLoad answers UNIMPLEMENTED and lookups carry no
 	// others_* load.
 	PickerLoad PickerLoad
+	// Positions holds the engine stream positions (contract §6.10); nil =
+	// RecordStreamPositions and GetStreamPositions answer UNIMPLEMENTED.
+	Positions Positions
 	// ClockTrusted reports whether Now may stamp writes (raftnode
 	// Node.ClockTrusted: checked against the cluster's clocks, or not
 	// ahead of the newest observation); while it is false writes are
@@ -115,6 +118,7 @@ type Service struct {
 	clockTrusted func() bool
 	admit        *admission
 	pload        PickerLoad
+	pos          Positions
 
 	pol   atomic.Pointer[policy.Policy]
 	polAt atomic.Int64 // unix ns of the cached policy
@@ -123,7 +127,7 @@ type Service struct {
 // NewService returns the InferenceCache service for cfg.Backend.
 func NewService(cfg Config) *Service {
 	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now, clockTrusted: cfg.ClockTrusted, admit: newAdmission(cfg.Admission),
-		pload: cfg.PickerLoad}
+		pload: cfg.PickerLoad, pos: cfg.Positions}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -60,6 +60,12 @@ func CreditCommand(requestID string, p index.Partition, hashes []uint64) *fsmpb.
 	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_Credit{Credit: &fsmpb.Credit{Partition: fsmpb.PartitionToPB(p), Hashes: hashes}}}
 }
 
+// StreamPositionsCommand builds the record of engine stream positions
+// (contract §6.10).
+func StreamPositionsCommand(requestID string, ps []*fsmpb.StreamPosition) *fsmpb.Command {
+	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_StreamPositions{StreamPositions: &fsmpb.StreamPositions{Positions: ps}}}
+}
+
 // RestoreMarkCommand builds the marker committed after a whole-cluster
 // restore from a backup whose meta had backupIndex and backupDigest.
 func RestoreMarkCommand(requestID string, backupIndex, backupDigest uint64) *fsmpb.Command {

@@ -68,6 +68,9 @@ type cluster struct {
 	t     *testing.T
 	pc    *proccluster.Cluster
 	procs []*proc
+	// dial are the test's own dial options to every node (TLS, token);
+	// none = plaintext.
+	dial []grpc.DialOption
 }
 
 // startCluster starts n servers that bootstrap one cluster. extra flags go
@@ -80,11 +83,18 @@ type cluster struct {
 // would fail the test for a reason that has nothing to do with it.
 func startCluster(t *testing.T, n int, extra ...string) *cluster {
 	t.Helper()
+	return startClusterDial(t, n, nil, extra...)
+}
+
+// startClusterDial is startCluster for a cluster the test must dial with
+// dial (a secured one: TLS credentials, a bearer token).
+func startClusterDial(t *testing.T, n int, dial []grpc.DialOption, extra ...string) *cluster {
+	t.Helper()
 	if binPath == "" {
 		t.Fatal("e2e: no binary (short mode does not build it): skip the test when testing.Short()")
 	}
 	for try := 1; ; try++ {
-		c, err := tryStartCluster(t, n, extra...)
+		c, err := tryStartCluster(t, n, dial, extra...)
 		if err == nil {
 			t.Cleanup(c.stopAll)
 			return c
@@ -99,9 +109,9 @@ func startCluster(t *testing.T, n int, extra ...string) *cluster {
 	}
 }
 
-func tryStartCluster(t *testing.T, n int, extra ...string) (*cluster, error) {
+func tryStartCluster(t *testing.T, n int, dial []grpc.DialOption, extra ...string) (*cluster, error) {
 	t.Helper()
-	c := &cluster{t: t, pc: proccluster.New(proccluster.Options{Binary: binPath})}
+	c := &cluster{t: t, pc: proccluster.New(proccluster.Options{Binary: binPath}), dial: dial}
 	base := t.TempDir()
 	var nodes []proccluster.Node
 	for i := 0; i < n; i++ {
@@ -159,7 +169,11 @@ func (c *cluster) add(p *proc) error {
 	if err := p.Start(); err != nil {
 		return err
 	}
-	cc, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := c.dial
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	cc, err := grpc.NewClient(p.grpc, opts...)
 	if err != nil {
 		return err
 	}

@@ -46,20 +46,24 @@ func (d *dedup) entries() []*fsmpb.DedupEntry {
 
 func (d *dedup) len() int { return len(d.q) - d.head }
 
-func marshalDedup(es []*fsmpb.DedupEntry) ([]byte, error) {
-	return proto.MarshalOptions{Deterministic: true}.Marshal(&fsmpb.Dedup{Entries: es})
+// marshalDedup encodes the FSM's own state for a snapshot: the dedup
+// window es and the stream positions ps (replica id ascending).
+func marshalDedup(es []*fsmpb.DedupEntry, ps []*fsmpb.StreamPosition) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(&fsmpb.Dedup{Entries: es, StreamPositions: ps})
 }
 
-func unmarshalDedup(b []byte) (*dedup, error) {
+func unmarshalDedup(b []byte) (*dedup, positions, error) {
 	var w fsmpb.Dedup
 	if err := proto.Unmarshal(b, &w); err != nil {
-		return nil, fmt.Errorf("fsm: dedup window does not decode: %w", err)
+		return nil, nil, fmt.Errorf("fsm: dedup window does not decode: %w", err)
 	}
+	pos := positions{}
+	pos.record(w.StreamPositions)
 	d := newDedup()
 	for _, e := range w.Entries {
 		if d.byID[e.RequestId] == nil {
 			d.add(e)
 		}
 	}
-	return d, nil
+	return d, pos, nil
 }

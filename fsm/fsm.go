@@ -111,6 +111,7 @@ type FSM struct {
 	applied     atomic.Uint64
 	appliedTerm atomic.Uint64
 	dd          *dedup
+	pos         positions
 	hashBuf     []byte          // PayloadHash scratch (apply is single-threaded)
 	dec         command.Decoder // reused for every entry (ditto)
 	run         ingestRun       // applyIngestRun's scratch (ditto)
@@ -126,7 +127,7 @@ var _ raft.BatchingFSM = (*FSM)(nil)
 
 // New returns an FSM with an empty index under policy p.
 func New(p policy.Policy, opts Options) *FSM {
-	f := &FSM{dd: newDedup(), opts: opts, log: opts.Logger}
+	f := &FSM{dd: newDedup(), pos: positions{}, opts: opts, log: opts.Logger}
 	f.abort, f.abortCancel = context.WithCancel(context.Background())
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
@@ -299,6 +300,7 @@ func (f *FSM) applyCommand(idx uint64, dc *command.Decoded) (r Result) {
 	ix := f.ix.Load()
 	if dc.Msg == nil { // ingest
 		r.Changed = ix.ApplyEvents(dc.Events)
+		f.pos.forgetCleared(dc.Events)
 		f.remember(r, hash)
 		return r
 	}
@@ -322,6 +324,8 @@ func (f *FSM) applyCommand(idx uint64, dc *command.Decoded) (r Result) {
 	case *fsmpb.Command_Credit:
 		ix.Credit(fsmpb.PartitionFromPB(b.Credit.GetPartition()), b.Credit.GetHashes())
 		r.Changed = len(b.Credit.GetHashes())
+	case *fsmpb.Command_StreamPositions:
+		r.Changed = f.pos.record(b.StreamPositions.GetPositions())
 	case *fsmpb.Command_RestoreMark:
 		if d := ix.Digest(); d != b.RestoreMark.GetBackupDigest() {
 			// Writes may have landed between the restore and this mark,
@@ -383,6 +387,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		index:   f.applied.Load(),
 		term:    f.appliedTerm.Load(),
 		dedup:   f.dd.entries(),
+		pos:     f.pos.sorted(),
 		tmpDir:  f.opts.TmpDir,
 		onDone:  f.opts.Hooks.OnSnapshot,
 		started: time.Now(),
@@ -395,6 +400,7 @@ type fsmSnapshot struct {
 	view        *index.View
 	index, term uint64
 	dedup       []*fsmpb.DedupEntry
+	pos         []*fsmpb.StreamPosition
 	tmpDir      string
 	onDone      func(int64, time.Duration, error)
 	started     time.Time
@@ -424,7 +430,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *fsmSnapshot) write(w io.Writer) (int64, error) {
-	dd, err := marshalDedup(s.dedup)
+	dd, err := marshalDedup(s.dedup, s.pos)
 	if err != nil {
 		return 0, fmt.Errorf("fsm: encode dedup window: %w", err)
 	}
@@ -448,8 +454,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return b
 	})
 	var d *dedup
+	var pos positions
 	if err == nil {
-		d, err = unmarshalDedup(dd)
+		d, pos, err = unmarshalDedup(dd)
 	}
 	if err != nil {
 		if h := f.opts.Hooks.OnRestore; h != nil {
@@ -462,6 +469,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.ix.Store(ix)
 	f.dd = d
+	f.pos = pos
 	f.applied.Store(m.AppliedIndex)
 	f.appliedTerm.Store(m.AppliedTerm)
 	f.mu.Unlock()

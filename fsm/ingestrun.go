@@ -84,6 +84,7 @@ func (f *FSM) applyIngestRun(idx uint64, cmds []command.Decoded, i int, out []Re
 		}
 		return len(cmds)
 	}
+	f.pos.forgetCleared(evs)
 	for m := range run {
 		r := Result{RequestID: run[m].RequestID, Index: idx, Changed: f.run.changed[m]}
 		f.remember(r, f.run.hashes[m])

@@ -16,7 +16,9 @@ import (
 // Reconnect backoff of the SUB socket.
 const (
 	minReconnect = 100 * time.Millisecond
-	maxReconnect = 5 * time.Second
+	// maxReconnect is short: the reconnect after an engine restart is
+	// when the restart is noticed (resume.go), and a dial is cheap.
+	maxReconnect = time.Second
 	dialTimeout  = 2 * time.Second
 )
 
@@ -57,6 +59,16 @@ type stream struct {
 	// live carries the live messages: from read (the stream dials its
 	// endpoint) or, for an engine served by listen, from the listener.
 	live chan liveMsg
+	// conns tells run of each connection read makes (true after the
+	// first): a reconnect may follow an engine restart (resume.go).
+	conns chan bool
+	// store is the cluster's position record; nil = none (start empty).
+	// fetch: resume from the position it holds (false for an engine
+	// whose replicas were just cleared).
+	store PositionStore
+	fetch bool
+	// recorded is the last position handed to the forwarder.
+	recorded Position
 }
 
 func newStream(cfg *EngineConfig, rank int64, replayTimeout time.Duration, m *engineMetrics, log *slog.Logger, fw *Forwarder, now func() time.Time) *stream {
@@ -71,7 +83,7 @@ func newStream(cfg *EngineConfig, rank int64, replayTimeout time.Duration, m *en
 		}
 	}
 	s := &stream{cfg: cfg, rank: rank, endpoint: ep, replayEndpoint: rep, replayTimeout: replayTimeout, m: m,
-		log: log.With(where...), fw: fw, now: now, live: make(chan liveMsg, 256)}
+		log: log.With(where...), fw: fw, now: now, live: make(chan liveMsg, 256), conns: make(chan bool, 4), recorded: Position{Seq: -1}}
 	s.tr = newTranslator(cfg, rank, m, s.log)
 	s.seq = newSequencer(s.tr, m, s.log, rep != "")
 	return s
@@ -85,24 +97,27 @@ func (s *stream) run(ctx context.Context) {
 	if !s.cfg.servedByListen() {
 		go s.read(ctx, live)
 	}
+	s.fetchPosition(ctx)
 	var out []*pb.BlockEvent
 	for {
 		out = out[:0]
+		var req *replayRequest
 		select {
 		case <-ctx.Done():
 			return
+		case again := <-s.conns:
+			out, req = s.seq.connected(out, again, s.now())
 		case msg := <-live:
-			var req *replayRequest
 			out, req = s.seq.live(out, msg.seq, msg.payload, s.now())
-			if req != nil {
-				go s.replay(ctx, *req, replies)
-			}
 		case r := <-replies:
 			if r.done {
-				out = s.seq.replayDone(out, r.gen, r.complete, s.now())
+				out, req = s.seq.replayDone(out, r.gen, r.complete, s.now())
 			} else {
-				out = s.seq.replayed(out, r.gen, r.seq, r.payload, s.now())
+				out, req = s.seq.replayed(out, r.gen, r.seq, r.payload, s.now())
 			}
+		}
+		if req != nil {
+			go s.replay(ctx, *req, replies)
 		}
 		if len(out) > 0 {
 			if err := s.fw.Enqueue(ctx, out); err != nil {
@@ -111,6 +126,36 @@ func (s *stream) run(ctx context.Context) {
 			// The forwarder holds the events now; do not reuse their slots.
 			out = nil
 		}
+		if p := s.seq.position(); s.store != nil && p != nil && *p != s.recorded {
+			if err := s.fw.EnqueuePosition(ctx, s.tr.cfg.ReplicaForRank(s.rank), *p); err != nil {
+				return
+			}
+			s.recorded = *p
+		}
+	}
+}
+
+// fetchPosition asks the cluster for the stream's position, within
+// positionFetchTimeout, and hands it to the sequencer; without an answer
+// the stream starts from empty.
+func (s *stream) fetchPosition(ctx context.Context) {
+	if s.store == nil || !s.fetch {
+		return
+	}
+	id := s.tr.cfg.ReplicaForRank(s.rank)
+	fctx, cancel := context.WithTimeout(ctx, positionFetchTimeout)
+	defer cancel()
+	ps, err := s.store.StreamPositions(fctx, []string{id})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("stream position not read from the cluster: starting the replica from empty", "replica", id, "err", err)
+		}
+		return
+	}
+	if p, ok := ps[id]; ok {
+		s.seq.setResume(&p)
+		s.recorded = p
+		s.log.Info("stream position read from the cluster", "replica", id, "seq", p.Seq)
 	}
 }
 
@@ -120,6 +165,7 @@ func (s *stream) run(ctx context.Context) {
 // sequence gap.
 func (s *stream) read(ctx context.Context, out chan<- liveMsg) {
 	backoff := minReconnect
+	again := false
 	for ctx.Err() == nil {
 		sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(dialTimeout),
 			zmq4.WithLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)))
@@ -139,6 +185,11 @@ func (s *stream) read(ctx context.Context, out chan<- liveMsg) {
 		s.m.reconnects.Inc()
 		s.log.Info("subscribed to engine events", "topic", s.cfg.Topic)
 		backoff = minReconnect
+		select {
+		case s.conns <- again:
+		case <-ctx.Done():
+		}
+		again = true
 		for {
 			msg, err := sub.Recv()
 			if err != nil {

@@ -42,9 +42,12 @@ const (
 	clockWarnInterval = time.Minute
 )
 
+// queued is one queue item: a block event, or (ev nil) a stream position
+// to record once the events before it are acknowledged.
 type queued struct {
-	ev *pb.BlockEvent
-	at time.Time
+	ev  *pb.BlockEvent
+	at  time.Time
+	pos *pb.StreamPosition
 }
 
 // Forwarder batches block events into IngestRequests and writes them to a
@@ -66,6 +69,11 @@ type Forwarder struct {
 
 	clockWarned  time.Time // last clock warning (Run's goroutine only)
 	clockSkipped int       // clock warnings suppressed since then
+
+	// Stream positions of acknowledged batches not yet recorded, and when
+	// the last record went out (positions.go; Run's goroutine only).
+	pendingPos  map[string]*pb.StreamPosition
+	posRecorded time.Time
 }
 
 // NewForwarder returns a forwarder with a queue of capacity events (0:
@@ -102,27 +110,32 @@ func (f *Forwarder) Enqueue(ctx context.Context, evs []*pb.BlockEvent) error {
 // Run sends batches until ctx ends. Events still queued then are not sent.
 func (f *Forwarder) Run(ctx context.Context) {
 	batch := make([]queued, 0, f.maxBatch)
+	tick := time.NewTicker(positionInterval)
+	defer tick.Stop()
 	for {
 		batch = batch[:0]
 		select {
 		case q := <-f.ch:
 			batch = append(batch, q)
+		case <-tick.C:
+			f.flushPositions(ctx, false)
+			continue
 		case <-ctx.Done():
 			return
 		}
-		blocks := len(batch[0].ev.BlockHashes)
+		blocks := len(batch[0].ev.GetBlockHashes())
 		linger := time.NewTimer(batchLinger)
 	fill:
 		for len(batch) < f.maxBatch && blocks < maxBatchBlocks {
 			select {
 			case q := <-f.ch:
 				batch = append(batch, q)
-				blocks += len(q.ev.BlockHashes)
+				blocks += len(q.ev.GetBlockHashes())
 			default:
 				select {
 				case q := <-f.ch:
 					batch = append(batch, q)
-					blocks += len(q.ev.BlockHashes)
+					blocks += len(q.ev.GetBlockHashes())
 				case <-linger.C:
 					break fill
 				case <-ctx.Done():
@@ -134,30 +147,50 @@ func (f *Forwarder) Run(ctx context.Context) {
 		if !f.send(ctx, batch) {
 			return
 		}
+		f.notePositions(batch)
+		f.flushPositions(ctx, false)
 	}
 }
 
 // send writes one batch, retrying until it is acknowledged; false when ctx
 // ended first.
 func (f *Forwarder) send(ctx context.Context, batch []queued) bool {
+	events := 0
+	for _, q := range batch {
+		if q.ev != nil {
+			events++
+		}
+	}
+	if events == 0 {
+		return true // positions only
+	}
 	f.n++
-	req := &pb.IngestRequest{RequestId: f.prefix + strconv.FormatUint(f.n, 10), Events: make([]*pb.BlockEvent, len(batch))}
-	for i, q := range batch {
-		req.Events[i] = q.ev
+	req := &pb.IngestRequest{RequestId: f.prefix + strconv.FormatUint(f.n, 10), Events: make([]*pb.BlockEvent, 0, events)}
+	for _, q := range batch {
+		if q.ev != nil {
+			req.Events = append(req.Events, q.ev)
+		}
+	}
+	first := batch[0].at
+	for _, q := range batch {
+		if q.ev != nil {
+			first = q.at
+			break
+		}
 	}
 	backoff := minBackoff
 	for attempt := 0; ; attempt++ {
-		f.m.IngestLag.Set(f.now().Sub(batch[0].at).Seconds())
+		f.m.IngestLag.Set(f.now().Sub(first).Seconds())
 		resp, err := f.sink.Ingest(ctx, req)
 		if err == nil {
 			f.m.IngestBatches.WithLabelValues("ok").Inc()
-			f.m.IngestEvents.Add(float64(len(batch)))
-			f.m.IngestQueue.Sub(float64(len(batch)))
+			f.m.IngestEvents.Add(float64(events))
+			f.m.IngestQueue.Sub(float64(events))
 			f.m.IngestLag.Set(0)
 			if n := len(resp.GetRejected()); n > 0 {
 				f.m.IngestRejected.Add(float64(n))
 				r := resp.GetRejected()[0]
-				f.log.Warn("cluster rejected block events", "rejected", n, "of", len(batch), "first_index", r.GetEventIndex(), "first_reason", r.GetReason())
+				f.log.Warn("cluster rejected block events", "rejected", n, "of", events, "first_index", r.GetEventIndex(), "first_reason", r.GetReason())
 			}
 			if n := resp.GetRejectedAheadOfClock(); n > 0 {
 				f.m.IngestClockRejects.Add(float64(n))
@@ -175,15 +208,15 @@ func (f *Forwarder) send(ctx context.Context, batch []queued) bool {
 		if status.Code(err) == codes.InvalidArgument {
 			// The request as a whole breaks a server limit: retrying cannot
 			// succeed and would wedge every engine behind it.
-			f.log.Error("cluster refused an ingest request whole; dropping it", "events", len(batch), "err", err)
-			f.m.IngestRejected.Add(float64(len(batch)))
-			f.m.IngestQueue.Sub(float64(len(batch)))
+			f.log.Error("cluster refused an ingest request whole; dropping it", "events", events, "err", err)
+			f.m.IngestRejected.Add(float64(events))
+			f.m.IngestQueue.Sub(float64(events))
 			return true
 		}
 		f.m.IngestRetries.Inc()
 		if attempt == 0 || attempt%20 == 0 {
 			f.log.Warn("cluster unavailable: holding block events and retrying", "err", err, "attempt", attempt+1,
-				"queued", len(f.ch)+len(batch), "lag", f.now().Sub(batch[0].at).String())
+				"queued", len(f.ch)+len(batch), "lag", f.now().Sub(first).String())
 		}
 		d := backoff/2 + rand.N(backoff/2+1)
 		backoff = min(backoff*2, maxBackoff)

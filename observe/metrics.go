@@ -15,6 +15,7 @@ type Metrics struct {
 	Restarts           *prometheus.CounterVec // engine restarts (seq went backwards)
 	Gaps               *prometheus.CounterVec // seq gaps detected
 	Replays            *prometheus.CounterVec // replays, by outcome
+	Resumes            *prometheus.CounterVec // stream starts from a cluster-held position, by outcome
 	Duplicates         *prometheus.CounterVec // batches dropped because seq <= last applied
 	Clears             *prometheus.CounterVec // replica clears sent, by reason
 	UnknownParent      *prometheus.CounterVec // stores dropped: parent hash unknown
@@ -60,6 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		UnknownEvents:      cv("unknown_events_total", "Engine events with an unknown tag, skipped."),
 		Restarts:           cv("engine_restarts_total", "Engine restarts detected (sequence went backwards); the replica is cleared."),
 		Gaps:               cv("seq_gaps_total", "Sequence gaps detected in the live stream."),
+		Resumes:            cv("stream_resumes_total", "Engine streams started or reconnected from a position (contract §6.10), by outcome: kept (the engine's replay proved the same process; hints kept), kept_unverified (no replay endpoint, the live seq went on; hints kept until a removal the subscriber cannot translate), cleared (a sequence reset, or missed events with no replay).", "outcome"),
 		Replays:            cv("replays_total", "Replay requests, by outcome (complete, incomplete, failed).", "outcome"),
 		Duplicates:         cv("duplicate_batches_total", "Batches dropped because their seq was already applied."),
 		Clears:             cv("replica_clears_total", "CLEARED events sent, by reason.", "reason"),
@@ -97,7 +99,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Batches, m.EngineEvents, m.DecodeErrors, m.UnknownEvents, m.Restarts, m.Gaps, m.Replays,
-			m.Duplicates, m.Clears, m.UnknownParent, m.TokenMismatch, m.BlockSizeMismatch, m.IgnoredGroup,
+			m.Duplicates, m.Resumes, m.Clears, m.UnknownParent, m.TokenMismatch, m.BlockSizeMismatch, m.IgnoredGroup,
 			m.IgnoredMedium, m.IgnoredLocality, m.NotIndexedContent, m.UnknownRemovals, m.Overflows, m.Reconnects, m.StatsScrapes, m.StatsReports,
 			m.BlockEventsEmitted, m.IngestBatches, m.IngestEvents, m.IngestRejected, m.IngestClockRejects, m.IngestRetries,
 			m.IngestQueue, m.IngestLag, m.ListenUnknownMessages, m.ListenUnknownTopics)
@@ -115,6 +117,7 @@ type engineMetrics struct {
 	ignoredLocality, notIndexedContent                               prometheus.Counter
 	reconnects                                                       prometheus.Counter
 	replayComplete, replayIncomplete, replayFailed                   prometheus.Counter
+	resumes                                                          *prometheus.CounterVec
 	emitStored, emitRemoved, emitCleared                             prometheus.Counter
 	clears                                                           *prometheus.CounterVec
 	engine                                                           string
@@ -149,6 +152,7 @@ func (m *Metrics) forEngine(engine string) *engineMetrics {
 		emitStored:        m.BlockEventsEmitted.WithLabelValues(engine, "STORED"),
 		emitRemoved:       m.BlockEventsEmitted.WithLabelValues(engine, "REMOVED"),
 		emitCleared:       m.BlockEventsEmitted.WithLabelValues(engine, "CLEARED"),
+		resumes:           m.Resumes.MustCurryWith(prometheus.Labels{"engine": engine}),
 		clears:            m.Clears.MustCurryWith(prometheus.Labels{"engine": engine}),
 		scrapes:           m.StatsScrapes.MustCurryWith(prometheus.Labels{"engine": engine}),
 		reports:           m.StatsReports.MustCurryWith(prometheus.Labels{"engine": engine}),

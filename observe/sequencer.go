@@ -32,11 +32,18 @@ type sequencer struct {
 	canReplay bool
 
 	started     bool
-	lastApplied int64 // -1: nothing applied since start or restart
-	lastLive    int64 // -1: no live message yet
+	lastApplied int64  // -1: nothing applied since start or restart
+	lastHash    uint64 // batchHash of the batch lastApplied
+	lastLive    int64  // -1: no live message yet
 	replaying   bool
 	replayGen   uint64 // incremented whenever a replay starts or is abandoned
 	pend        []pending
+
+	// resume is the position the stream resumes from (resume.go): the
+	// cluster's at start, the stream's own after a reconnect; nil when
+	// there is none to check. verifying: the replay in flight checks it.
+	resume    *Position
+	verifying bool
 }
 
 func newSequencer(tr *translator, m *engineMetrics, log *slog.Logger, canReplay bool) *sequencer {
@@ -55,11 +62,12 @@ type replayRequest struct {
 func (s *sequencer) live(dst []*pb.BlockEvent, seq int64, payload []byte, now time.Time) ([]*pb.BlockEvent, *replayRequest) {
 	nowMs := now.UnixMilli()
 	if !s.started {
-		// The engine's cache state before this subscriber started is
-		// unknown (and a previous subscriber's claims may be stale): start
-		// the replica from empty.
-		s.started = true
-		dst = s.tr.clearAll(dst, "start", nowMs)
+		var req *replayRequest
+		if dst, req = s.begin(dst, seq, now); req != nil || s.verifying {
+			s.lastLive = seq
+			s.pend = append(s.pend[:0], pending{seq: seq, payload: append([]byte(nil), payload...)})
+			return dst, req
+		}
 	} else if s.lastLive >= 0 && seq <= s.lastLive {
 		// A PUB stream never goes backwards: the engine restarted (seq back
 		// to 0, or past 0 if its first batches were missed). Its old blocks
@@ -71,6 +79,7 @@ func (s *sequencer) live(dst []*pb.BlockEvent, seq int64, payload []byte, now ti
 		s.pend = nil
 		dst = s.tr.clearAll(dst, "restart", nowMs)
 		s.lastApplied = -1
+		s.resume, s.verifying = nil, false
 	}
 	s.lastLive = seq
 	if s.replaying {
@@ -110,11 +119,20 @@ func (s *sequencer) live(dst []*pb.BlockEvent, seq int64, payload []byte, now ti
 	return s.applyPayload(dst, seq, payload, now), nil
 }
 
-// replayed handles one replayed batch of replay gen.
-func (s *sequencer) replayed(dst []*pb.BlockEvent, gen uint64, seq int64, payload []byte, now time.Time) []*pb.BlockEvent {
+// replayed handles one replayed batch of replay gen; it returns a replay
+// request when a new replay must start (a resume check that failed).
+func (s *sequencer) replayed(dst []*pb.BlockEvent, gen uint64, seq int64, payload []byte, now time.Time) ([]*pb.BlockEvent, *replayRequest) {
 	if !s.replaying || gen != s.replayGen {
-		return dst // a late reply of an abandoned replay
+		return dst, nil // a late reply of an abandoned replay
 	}
+	if s.verifying {
+		return s.verifyReplayed(dst, seq, payload, now)
+	}
+	return s.replayedBatch(dst, seq, payload, now), nil
+}
+
+// replayedBatch applies one replayed batch outside a resume check.
+func (s *sequencer) replayedBatch(dst []*pb.BlockEvent, seq int64, payload []byte, now time.Time) []*pb.BlockEvent {
 	switch {
 	case seq <= s.lastApplied:
 		s.duplicate(seq, now)
@@ -134,10 +152,17 @@ func (s *sequencer) replayed(dst []*pb.BlockEvent, gen uint64, seq int64, payloa
 
 // replayDone ends replay gen: complete when the end marker arrived, failed
 // otherwise (dial error, timeout). Buffered live batches are then applied in
-// order; whatever is still missing clears the replica.
-func (s *sequencer) replayDone(dst []*pb.BlockEvent, gen uint64, complete bool, now time.Time) []*pb.BlockEvent {
+// order; whatever is still missing clears the replica. It returns a replay
+// request when a new replay must start (a resume check that failed).
+func (s *sequencer) replayDone(dst []*pb.BlockEvent, gen uint64, complete bool, now time.Time) ([]*pb.BlockEvent, *replayRequest) {
 	if !s.replaying || gen != s.replayGen {
-		return dst
+		return dst, nil
+	}
+	if s.verifying {
+		var req *replayRequest
+		if dst, req = s.verifyDone(dst, complete, now); req != nil {
+			return dst, req
+		}
 	}
 	if complete {
 		s.m.replayComplete.Inc()
@@ -145,7 +170,7 @@ func (s *sequencer) replayDone(dst []*pb.BlockEvent, gen uint64, complete bool, 
 		s.m.replayFailed.Inc()
 	}
 	s.abandonReplay()
-	return s.drain(dst, now)
+	return s.drain(dst, now), nil
 }
 
 // abandonReplay stops the current replay; its late replies are ignored.
@@ -180,6 +205,7 @@ func (s *sequencer) drain(dst []*pb.BlockEvent, now time.Time) []*pb.BlockEvent 
 // unknown, so the replica is cleared.
 func (s *sequencer) applyPayload(dst []*pb.BlockEvent, seq int64, payload []byte, now time.Time) []*pb.BlockEvent {
 	s.lastApplied = seq
+	s.lastHash = batchHash(payload)
 	b, err := s.dec.Decode(payload)
 	if err != nil {
 		s.m.decodeErrors.Inc()

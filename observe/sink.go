@@ -48,13 +48,23 @@ var ErrNoAddress = errors.New("observe: no cluster address (--addr)")
 // lazily. The sink logs nothing: its errors go to the Forwarder, which
 // logs them with the backlog they hold up.
 func NewGRPCSink(addrs []string, opts ...grpc.DialOption) (*GRPCSink, error) {
-	if len(addrs) == 0 {
+	return NewGRPCSinkConfig(client.Config{Addrs: addrs, DialOptions: opts})
+}
+
+// NewGRPCSinkConfig is NewGRPCSink with the client configuration cfg:
+// cfg.TLS and cfg.Credentials carry the TLS and bearer token a secured
+// cluster requires (docs/security.md). The sink sets StickyWrites and its
+// own logger; cfg.Addrs must not be empty (ErrNoAddress).
+func NewGRPCSinkConfig(cfg client.Config) (*GRPCSink, error) {
+	if len(cfg.Addrs) == 0 {
 		return nil, ErrNoAddress
 	}
+	cfg.StickyWrites = true
 	// The client's own clock warning would repeat the Forwarder's.
-	c, err := client.New(client.Config{Addrs: addrs, DialOptions: opts, StickyWrites: true, Logger: slog.New(slog.DiscardHandler)})
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	c, err := client.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("observe: cluster addresses %q: %w", addrs, err)
+		return nil, fmt.Errorf("observe: cluster addresses %q: %w", cfg.Addrs, err)
 	}
 	return &GRPCSink{c: c}, nil
 }

@@ -91,7 +91,8 @@ func (s *Subscriber) Reload(cfg *Config) {
 }
 
 // Run subscribes until ctx ends, then stops every engine (without clearing
-// their replicas: a restarted subscriber clears them when it starts).
+// their replicas: a restarted subscriber resumes from the positions the
+// cluster holds, or clears them when it cannot, resume.go).
 func (s *Subscriber) Run(ctx context.Context) error {
 	fwCtx, fwCancel := context.WithCancel(ctx)
 	var fwDone sync.WaitGroup
@@ -132,28 +133,37 @@ func (s *Subscriber) apply(ctx context.Context, running map[string]*engineRun, c
 	for i := range cfg.Engines {
 		want[cfg.Engines[i].ReplicaID] = &cfg.Engines[i]
 	}
+	stopped := map[string]bool{}
 	for id, e := range running {
 		if w, ok := want[id]; ok && w.equal(&e.cfg) {
 			continue
 		}
 		s.stop(ctx, e, "config_removed")
 		delete(running, id)
+		stopped[id] = true
 	}
 	for i := range cfg.Engines {
 		ec := cfg.Engines[i]
 		if _, ok := running[ec.ReplicaID]; ok {
 			continue
 		}
-		running[ec.ReplicaID] = s.start(ctx, ec, time.Duration(cfg.ReplayTimeout), time.Duration(cfg.ScrapeInterval))
+		// A changed entry was just cleared: its position is void.
+		running[ec.ReplicaID] = s.start(ctx, ec, time.Duration(cfg.ReplayTimeout), time.Duration(cfg.ScrapeInterval), !stopped[ec.ReplicaID])
 	}
 }
 
-func (s *Subscriber) start(ctx context.Context, ec EngineConfig, replayTimeout, scrape time.Duration) *engineRun {
+// start starts ec's streams; with resume they resume from the positions
+// the cluster holds (resume.go) when the sink keeps them.
+func (s *Subscriber) start(ctx context.Context, ec EngineConfig, replayTimeout, scrape time.Duration, resume bool) *engineRun {
 	ectx, cancel := context.WithCancel(ctx)
 	e := &engineRun{cfg: ec, cancel: cancel}
 	em := s.m.forEngine(ec.ReplicaID)
 	for r := 0; r < ec.DataParallelSize; r++ {
 		st := newStream(&e.cfg, int64(r), replayTimeout, em, s.log, s.fw, s.opts.Now)
+		if ps, ok := s.sink.(PositionStore); ok {
+			st.store = ps
+			st.fetch = resume
+		}
 		e.streams = append(e.streams, st)
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); st.run(ectx) }()

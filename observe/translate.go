@@ -41,6 +41,10 @@ type replica struct {
 	// are smaller than the index's blocks (reblock.go).
 	pages map[uint64]*pageEntry // engine page hash → entry
 	live  map[uint64]struct{}   // index blocks emitted STORED and not yet REMOVED
+	// partial: the cluster holds blocks of this replica the map does not
+	// know (a resume without replay, resume.go); removing one of them
+	// clears the replica.
+	partial bool
 }
 
 func newReplica(id string) *replica {
@@ -117,6 +121,13 @@ func (t *translator) clearReplica(dst []*pb.BlockEvent, id, reason string, atMs 
 	t.m.clears.WithLabelValues(reason).Inc()
 	t.m.emitCleared.Inc()
 	return append(dst, t.base(pb.BlockEvent_CLEARED, id, atMs))
+}
+
+// markPartial marks every replica of the stream partial (replica.partial).
+func (t *translator) markPartial() {
+	for _, r := range t.reps {
+		r.partial = true
+	}
 }
 
 func (t *translator) replicaFor(b *Batch) *replica {
@@ -388,6 +399,10 @@ func (t *translator) removed(dst []*pb.BlockEvent, r *replica, e *Event, atMs in
 			j = len(order) - 1
 		}
 		byAdapter[j] = append(byAdapter[j], ent.fp)
+	}
+	if unknown > 0 && r.partial {
+		t.log.Warn("the engine removed blocks stored before the subscriber resumed: clearing the replica, whose claims can no longer be kept exact", "engine", t.cfg.ReplicaID, "replica", r.id, "hashes", unknown)
+		return t.clearReplica(dst, r.id, "partial_map", atMs)
 	}
 	if unknown > 0 {
 		t.unknownRemoval(r, unknown, now)

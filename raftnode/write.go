@@ -98,3 +98,20 @@ func policyFromBytes(b []byte) *policy.Policy {
 	p := fsmpb.PolicyFromPB(&q)
 	return &p
 }
+
+// RecordStreamPositions commits engine stream positions (contract §6.10)
+// like Ingest; the FSM keeps the latest per replica id. Errors as Ingest.
+func (n *Node) RecordStreamPositions(ctx context.Context, requestID string, ps []*fsmpb.StreamPosition) (WriteResult, error) {
+	if requestID == "" {
+		requestID = n.NewRequestID()
+	}
+	r, err := n.submit(ctx, command.StreamPositionsCommand(requestID, ps))
+	return WriteResult{Index: r.Index, Duplicate: r.Duplicate}, err
+}
+
+// StreamPositions returns the stream positions this node's FSM holds for
+// ids, in the order asked, leaving out ids without one (contract §6.10). A
+// local read: a follower may be behind the leader.
+func (n *Node) StreamPositions(ids []string) []*fsmpb.StreamPosition {
+	return n.fsm.StreamPositions(ids)
+}

@@ -78,7 +78,8 @@ func failure(msg string) string {
 // worded reports whether msg holds an explanation already (a command
 // that words each address's failure itself, as health does).
 func worded(msg string) bool {
-	return strings.Contains(msg, refusedText) || strings.Contains(msg, httpPortText) || strings.Contains(msg, notGRPCText)
+	return strings.Contains(msg, refusedText) || strings.Contains(msg, httpPortText) || strings.Contains(msg, notGRPCText) ||
+		strings.Contains(msg, tlsNeededText)
 }
 
 // explainedErr is a client command's error already put in words.
@@ -92,10 +93,16 @@ func (e *explainedErr) Error() string { return e.msg }
 // to do. Other errors pass unchanged.
 func (c *clientFlags) explain(ctx context.Context, err error) error {
 	var done *explainedErr
-	if err == nil || errors.As(err, &done) || failure(err.Error()) == "" || worded(err.Error()) {
+	if err == nil || errors.As(err, &done) || worded(err.Error()) {
 		return err
 	}
 	all := strings.Join(c.addrs, ", ")
+	if cause, _ := callCause(err); cause != "" {
+		return &explainedErr{fmt.Sprintf("the cluster at %s refused the call: %s (%v)", all, cause, err)}
+	}
+	if failure(err.Error()) == "" {
+		return err
+	}
 	if len(c.addrs) == 1 {
 		return &explainedErr{fmt.Sprintf("no node answered at %s: %s", all, c.explainAddr(ctx, c.addrs[0], err))}
 	}
@@ -150,6 +157,9 @@ func (c *clientFlags) explainAddr(ctx context.Context, addr string, err error) s
 // whose Raft port is addr's (or addr's − 1) names what addr is and the
 // address to use.
 func (c *clientFlags) notGRPC(ctx context.Context, addr string) string {
+	if !c.security.dialsTLS() && servesTLS(ctx, addr) {
+		return tlsNeededText
+	}
 	host, p, err := net.SplitHostPort(addr)
 	port, perr := strconv.Atoi(p)
 	for below := 1; below <= 2 && err == nil && perr == nil && port-below > 0; below++ {

@@ -53,7 +53,8 @@ repository's testdata/tokenizers/qwen3 into <dir>/models unless --models-dir
 holds qwen3), publishing vLLM KV events that the subscriber
 ("inference-cache subscribe", dialling them) feeds to the cluster, and the
 routing proxy ("inference-cache proxy", strategy picker) in front of them.
-Engine j (from 0) uses ports base+10(nodes+j)+1 (HTTP) and +2 (KV events);
+Engine j (from 0) uses ports base+10(nodes+j)+1 (HTTP), +2 (KV events) and
++3 (KV-event replay, so a restarted subscriber keeps the engine's hints);
 the proxy base+10(nodes+engines)+1, the subscriber's metrics +2, and +3 a
 second proxy, strategy round-robin, in front of the same engines: the
 baseline of "loadgen --compare" (7461 against 7463 by default). dev

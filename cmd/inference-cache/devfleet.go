@@ -83,6 +83,9 @@ func (f *devFleet) checkPorts() error {
 		if err := check(e.ID, "KV-event", e.Events); err != nil {
 			return err
 		}
+		if err := check(e.ID, "KV-event replay", e.Replay); err != nil {
+			return err
+		}
 	}
 	if err := check("the proxy", "HTTP", f.cfg.Proxy); err != nil {
 		return err
@@ -131,7 +134,7 @@ func (f *devFleet) banner(out io.Writer, modelsNote string) {
 		len(f.engines), fleetModel, modelsNote, f.cfg.PrefillTPS, f.cfg.DecodeTPS, f.cfg.KVBlocks)
 	for i, n := range f.engines {
 		e := f.cfg.Engines[i]
-		fmt.Fprintf(out, "  %s  pid %d  %s  KV events tcp://%s  metrics %s/metrics  log %s\n", n.ID, n.proc.Pid(), e.URL(), e.Events, e.URL(), n.proc.LogPath())
+		fmt.Fprintf(out, "  %s  pid %d  %s  KV events tcp://%s (replay tcp://%s)  metrics %s/metrics  log %s\n", n.ID, n.proc.Pid(), e.URL(), e.Events, e.Replay, e.URL(), n.proc.LogPath())
 	}
 	fmt.Fprintf(out, "  subscriber  pid %d  dials the engines' KV events, feeds the cluster  metrics http://%s/metrics  log %s\n",
 		f.sub.proc.Pid(), f.cfg.SubMetrics, f.sub.proc.LogPath())

@@ -15,9 +15,11 @@ import (
 )
 
 // fleetEngine is one sim engine of a local fleet: its replica id, the
-// HOST:PORT of its OpenAI API and of its KV-event PUB socket.
+// HOST:PORT of its OpenAI API, of its KV-event PUB socket and of its
+// replay ROUTER socket (vLLM's replay endpoint, which lets a restarted
+// subscriber keep the engine's hints, contract §6.10).
 type fleetEngine struct {
-	ID, HTTP, Events string
+	ID, HTTP, Events, Replay string
 }
 
 // URL is the engine's base URL.
@@ -50,17 +52,18 @@ func (c *fleetConfig) engineSpec(e fleetEngine) proccluster.Spec {
 	return proccluster.Spec{Name: e.ID, LogPath: filepath.Join(c.Dir, e.ID+".log"), Args: []string{"sim-engine",
 		"--listen", e.HTTP, "--replica-id", e.ID, "--model", fleetModel, "--models-dir", c.ModelsDir,
 		"--prefill-tps", ftoa(c.PrefillTPS), "--decode-tps", ftoa(c.DecodeTPS), "--kv-blocks", strconv.Itoa(c.KVBlocks),
-		"--kv-events-bind", "tcp://" + e.Events}}
+		"--kv-events-bind", "tcp://" + e.Events, "--kv-events-replay-bind", "tcp://" + e.Replay}}
 }
 
 // subscriberYAML is the subscriber's configuration (contract §12.6): each
-// engine's PUB socket dialled, its /metrics scraped for load.
+// engine's PUB socket dialled, its replay endpoint named, its /metrics
+// scraped for load.
 func (c *fleetConfig) subscriberYAML() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "scrape_interval: %s\nengines:\n", c.Scrape)
 	for _, e := range c.Engines {
-		fmt.Fprintf(&b, "  - endpoint: tcp://%s\n    replica_id: %s\n    model_id: %s\n    hash_scheme: vllm\n    block_size: 16\n    metrics_url: %s/metrics\n",
-			e.Events, e.ID, fleetModel, e.URL())
+		fmt.Fprintf(&b, "  - endpoint: tcp://%s\n    replay_endpoint: tcp://%s\n    replica_id: %s\n    model_id: %s\n    hash_scheme: vllm\n    block_size: 16\n    metrics_url: %s/metrics\n",
+			e.Events, e.Replay, e.ID, fleetModel, e.URL())
 	}
 	return b.String()
 }
@@ -140,14 +143,14 @@ func waitUp(ctx context.Context, p *proccluster.Proc, url string, limit time.Dur
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
 // fleetAddrs places a fleet after the nodes of a dev-style layout (node i
-// on base+10i+1…4): engine j (from 0) at base+10(nodes+j)+1 (HTTP) and +2
-// (KV events), then the proxy at base+10(nodes+engines)+1 and the
+// on base+10i+1…4): engine j (from 0) at base+10(nodes+j)+1 (HTTP), +2
+// (KV events) and +3 (KV-event replay), then the proxy at base+10(nodes+engines)+1 and the
 // subscriber's /metrics at +2. The engines are sim-1, sim-2, ….
 func fleetAddrs(host string, base, nodes, engines int) (es []fleetEngine, proxy, subMetrics string) {
 	addr := func(p int) string { return host + ":" + strconv.Itoa(p) }
 	for j := 0; j < engines; j++ {
 		p := base + 10*(nodes+j)
-		es = append(es, fleetEngine{ID: "sim-" + strconv.Itoa(j+1), HTTP: addr(p + 1), Events: addr(p + 2)})
+		es = append(es, fleetEngine{ID: "sim-" + strconv.Itoa(j+1), HTTP: addr(p + 1), Events: addr(p + 2), Replay: addr(p + 3)})
 	}
 	p := base + 10*(nodes+engines)
 	return es, addr(p + 1), addr(p + 2)

@@ -19,7 +19,7 @@ import (
 // socket, replica id and /metrics.
 func TestFleetLayoutAndSubscriberConfig(t *testing.T) {
 	es, proxy, sub := fleetAddrs("127.0.0.1", 7400, 3, 3)
-	want := []fleetEngine{{"sim-1", "127.0.0.1:7431", "127.0.0.1:7432"}, {"sim-2", "127.0.0.1:7441", "127.0.0.1:7442"}, {"sim-3", "127.0.0.1:7451", "127.0.0.1:7452"}}
+	want := []fleetEngine{{"sim-1", "127.0.0.1:7431", "127.0.0.1:7432", "127.0.0.1:7433"}, {"sim-2", "127.0.0.1:7441", "127.0.0.1:7442", "127.0.0.1:7443"}, {"sim-3", "127.0.0.1:7451", "127.0.0.1:7452", "127.0.0.1:7453"}}
 	if len(es) != 3 || es[0] != want[0] || es[1] != want[1] || es[2] != want[2] || proxy != "127.0.0.1:7461" || sub != "127.0.0.1:7462" {
 		t.Fatalf("layout %v, proxy %s, subscriber %s", es, proxy, sub)
 	}
@@ -35,7 +35,7 @@ func TestFleetLayoutAndSubscriberConfig(t *testing.T) {
 		t.Fatalf("parsed %+v", cfg)
 	}
 	for i, e := range cfg.Engines {
-		if e.Endpoint != "tcp://"+es[i].Events || e.ReplicaID != es[i].ID || e.ModelID != fleetModel || e.HashScheme != "vllm" ||
+		if e.Endpoint != "tcp://"+es[i].Events || e.ReplayEndpoint != "tcp://"+es[i].Replay || e.ReplicaID != es[i].ID || e.ModelID != fleetModel || e.HashScheme != "vllm" ||
 			e.BlockSize != 16 || e.MetricsURL != "http://"+es[i].HTTP+"/metrics" {
 			t.Errorf("engine %d: %+v", i, e)
 		}

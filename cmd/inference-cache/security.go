@@ -174,9 +174,14 @@ func (s *clientSecurityFlags) register(cmd *cobra.Command) {
 	markPaths(f, "tls-ca", "tls-cert", "tls-key", "token-file")
 }
 
+// dialsTLS reports whether the flags dial over TLS.
+func (s *clientSecurityFlags) dialsTLS() bool {
+	return s.tlsCA != "" || s.tlsCert != "" || s.tlsKey != "" || s.tlsServerName != ""
+}
+
 // apply adds TLS and token credentials to cfg.
 func (s *clientSecurityFlags) apply(cfg *client.Config) error {
-	if s.tlsCA != "" || s.tlsCert != "" || s.tlsKey != "" || s.tlsServerName != "" {
+	if s.dialsTLS() {
 		if (s.tlsCert == "") != (s.tlsKey == "") {
 			return errors.New("--tls-cert and --tls-key go together")
 		}

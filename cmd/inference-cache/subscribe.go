@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/api"
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/observe"
 )
 
@@ -28,6 +30,7 @@ func newSubscribeCmd() *cobra.Command {
 	var (
 		configFile, metricsAddr, logFormat, logLevel string
 		addrs                                        []string
+		security                                     clientSecurityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "subscribe",
@@ -85,11 +88,18 @@ and the running configuration kept.`,
 			if err != nil {
 				return err
 			}
-			sink, err := observe.NewGRPCSink(addrs)
+			ccfg := client.Config{Addrs: addrs}
+			if err := security.apply(&ccfg); err != nil {
+				return err
+			}
+			sink, err := observe.NewGRPCSinkConfig(ccfg)
 			if err != nil {
 				return err
 			}
 			defer sink.Close()
+			if err := preflight(cmd.Context(), sink, cfg, addrs, security.dialsTLS(), log); err != nil {
+				return err
+			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			m := observe.NewMetrics(reg)
@@ -119,8 +129,43 @@ and the running configuration kept.`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", "HTTP address serving the subscriber's /metrics; empty = off")
 	f.StringVar(&logFormat, "log-format", "text", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "least log level: debug, info, warn or error")
+	security.register(cmd)
 	markPaths(f, "config")
 	return cmd
+}
+
+// preflightTimeout bounds subscribe's first call to the cluster.
+const preflightTimeout = 10 * time.Second
+
+// preflight reads the engines' stream positions once before the
+// subscriber starts: a cluster that refuses the token or the TLS
+// handshake, or an --addr that is not a node's gRPC port, stops the
+// command with the cause in words (callCause) instead of retrying
+// forever. A cluster that is only unreachable (down, or still starting)
+// is logged, and the subscriber starts and retries.
+func preflight(ctx context.Context, sink *observe.GRPCSink, cfg *observe.Config, addrs []string, dialsTLS bool, log *slog.Logger) error {
+	ids := make([]string, 0, len(cfg.Engines))
+	for _, e := range cfg.Engines {
+		ids = append(ids, e.ReplicaForRank(0))
+	}
+	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
+	_, err := sink.StreamPositions(ctx, ids)
+	if err == nil {
+		return nil
+	}
+	if cause, fatal := callCause(err); fatal {
+		return fmt.Errorf("the cluster at %s refused the subscriber: %s (%v)", strings.Join(addrs, ", "), cause, err)
+	}
+	if k := failure(err.Error()); (k == "notgrpc" || k == "reset") && !dialsTLS {
+		for _, a := range addrs {
+			if servesTLS(ctx, a) {
+				return fmt.Errorf("the cluster refused the subscriber: %s: %s", a, tlsNeededText)
+			}
+		}
+	}
+	log.Warn("cluster not reachable yet; the subscriber starts and retries", "err", err)
+	return nil
 }
 
 // reloadOnHUP reloads the subscriber configuration file on every SIGHUP
@@ -159,4 +204,25 @@ func (k serviceSink) Ingest(ctx context.Context, req *pb.IngestRequest) (*pb.Ing
 
 func (k serviceSink) ReportStats(ctx context.Context, req *pb.ReportReplicaStatsRequest) (*pb.ReportReplicaStatsResponse, error) {
 	return k.s.ReportReplicaStats(ctx, req)
+}
+
+// StreamPositions implements observe.PositionStore on the node's own
+// service.
+func (k serviceSink) StreamPositions(ctx context.Context, replicaIDs []string) (map[string]observe.Position, error) {
+	resp, err := k.s.GetStreamPositions(ctx, &pb.GetStreamPositionsRequest{ReplicaIds: replicaIDs})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]observe.Position, len(resp.GetPositions()))
+	for _, p := range resp.GetPositions() {
+		out[p.GetReplicaId()] = observe.Position{Seq: p.GetSeq(), Hash: p.GetBatchHash()}
+	}
+	return out, nil
+}
+
+// RecordStreamPositions implements observe.PositionStore on the node's
+// own service.
+func (k serviceSink) RecordStreamPositions(ctx context.Context, req *pb.RecordStreamPositionsRequest) error {
+	_, err := k.s.RecordStreamPositions(ctx, req)
+	return err
 }

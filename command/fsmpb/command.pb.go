@@ -106,6 +106,7 @@ type Command struct {
 	//	*Command_Credit
 	//	*Command_RestoreMark
 	//	*Command_IngestPacked
+	//	*Command_StreamPositions
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -218,6 +219,15 @@ func (x *Command) GetIngestPacked() *IngestPacked {
 	return nil
 }
 
+func (x *Command) GetStreamPositions() *StreamPositions {
+	if x != nil {
+		if x, ok := x.Body.(*Command_StreamPositions); ok {
+			return x.StreamPositions
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -250,6 +260,10 @@ type Command_IngestPacked struct {
 	IngestPacked *IngestPacked `protobuf:"bytes,8,opt,name=ingest_packed,json=ingestPacked,proto3,oneof"`
 }
 
+type Command_StreamPositions struct {
+	StreamPositions *StreamPositions `protobuf:"bytes,9,opt,name=stream_positions,json=streamPositions,proto3,oneof"`
+}
+
 func (*Command_Ingest) isCommand_Body() {}
 
 func (*Command_Stats) isCommand_Body() {}
@@ -263,6 +277,8 @@ func (*Command_Credit) isCommand_Body() {}
 func (*Command_RestoreMark) isCommand_Body() {}
 
 func (*Command_IngestPacked) isCommand_Body() {}
+
+func (*Command_StreamPositions) isCommand_Body() {}
 
 type Partition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1170,18 +1186,128 @@ func (x *RestoreMark) GetBackupDigest() uint64 {
 	return 0
 }
 
-// Dedup is the de-duplication window as stored in snapshots: request ids
-// in log order, oldest first, with the results they produced.
-type Dedup struct {
+// StreamPosition is one replica's engine event stream position (contract
+// §6.10): the seq of the last engine batch applied and its payload's hash.
+type StreamPosition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*DedupEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	ReplicaId     string                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	Seq           int64                  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	BatchHash     uint64                 `protobuf:"fixed64,3,opt,name=batch_hash,json=batchHash,proto3" json:"batch_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *StreamPosition) Reset() {
+	*x = StreamPosition{}
+	mi := &file_command_fsmpb_command_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamPosition) ProtoMessage() {}
+
+func (x *StreamPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_command_fsmpb_command_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamPosition.ProtoReflect.Descriptor instead.
+func (*StreamPosition) Descriptor() ([]byte, []int) {
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StreamPosition) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *StreamPosition) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StreamPosition) GetBatchHash() uint64 {
+	if x != nil {
+		return x.BatchHash
+	}
+	return 0
+}
+
+// StreamPositions records replicas' stream positions (RecordStreamPositions).
+type StreamPositions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Positions     []*StreamPosition      `protobuf:"bytes,1,rep,name=positions,proto3" json:"positions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamPositions) Reset() {
+	*x = StreamPositions{}
+	mi := &file_command_fsmpb_command_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamPositions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamPositions) ProtoMessage() {}
+
+func (x *StreamPositions) ProtoReflect() protoreflect.Message {
+	mi := &file_command_fsmpb_command_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamPositions.ProtoReflect.Descriptor instead.
+func (*StreamPositions) Descriptor() ([]byte, []int) {
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *StreamPositions) GetPositions() []*StreamPosition {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+// Dedup is the FSM's own state as stored in snapshots: the de-duplication
+// window (request ids in log order, oldest first, with the results they
+// produced) and the engine stream positions (replica id ascending; absent
+// in snapshots written before they existed).
+type Dedup struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Entries         []*DedupEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	StreamPositions []*StreamPosition      `protobuf:"bytes,2,rep,name=stream_positions,json=streamPositions,proto3" json:"stream_positions,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
 func (x *Dedup) Reset() {
 	*x = Dedup{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[13]
+	mi := &file_command_fsmpb_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1319,7 @@ func (x *Dedup) String() string {
 func (*Dedup) ProtoMessage() {}
 
 func (x *Dedup) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[13]
+	mi := &file_command_fsmpb_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,12 +1332,19 @@ func (x *Dedup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dedup.ProtoReflect.Descriptor instead.
 func (*Dedup) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{13}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Dedup) GetEntries() []*DedupEntry {
 	if x != nil {
 		return x.Entries
+	}
+	return nil
+}
+
+func (x *Dedup) GetStreamPositions() []*StreamPosition {
+	if x != nil {
+		return x.StreamPositions
 	}
 	return nil
 }
@@ -1235,7 +1368,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[14]
+	mi := &file_command_fsmpb_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1380,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[14]
+	mi := &file_command_fsmpb_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1393,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{14}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DedupEntry) GetRequestId() string {
@@ -1313,7 +1446,7 @@ const file_command_fsmpb_command_proto_rawDesc = "" +
 	"\x05Entry\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12>\n" +
 	"\bcommands\x18\x02 \x03(\v2\".inferencecache.command.v1.CommandR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x0f \x01(\x06R\bchecksum\"\x85\x04\n" +
+	"\bchecksum\x18\x0f \x01(\x06R\bchecksum\"\xde\x04\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
@@ -1324,7 +1457,8 @@ const file_command_fsmpb_command_proto_rawDesc = "" +
 	"\x06expire\x18\x05 \x01(\v2!.inferencecache.command.v1.ExpireH\x00R\x06expire\x12;\n" +
 	"\x06credit\x18\x06 \x01(\v2!.inferencecache.command.v1.CreditH\x00R\x06credit\x12K\n" +
 	"\frestore_mark\x18\a \x01(\v2&.inferencecache.command.v1.RestoreMarkH\x00R\vrestoreMark\x12N\n" +
-	"\ringest_packed\x18\b \x01(\v2'.inferencecache.command.v1.IngestPackedH\x00R\fingestPackedB\x06\n" +
+	"\ringest_packed\x18\b \x01(\v2'.inferencecache.command.v1.IngestPackedH\x00R\fingestPacked\x12W\n" +
+	"\x10stream_positions\x18\t \x01(\v2*.inferencecache.command.v1.StreamPositionsH\x00R\x0fstreamPositionsB\x06\n" +
 	"\x04body\"k\n" +
 	"\tPartition\x12\x16\n" +
 	"\x06scheme\x18\x01 \x01(\tR\x06scheme\x12\x14\n" +
@@ -1406,9 +1540,18 @@ const file_command_fsmpb_command_proto_rawDesc = "" +
 	"\x06hashes\x18\x02 \x03(\x04R\x06hashes\"d\n" +
 	"\vRestoreMark\x120\n" +
 	"\x14backup_applied_index\x18\x01 \x01(\x04R\x12backupAppliedIndex\x12#\n" +
-	"\rbackup_digest\x18\x02 \x01(\x04R\fbackupDigest\"H\n" +
+	"\rbackup_digest\x18\x02 \x01(\x04R\fbackupDigest\"`\n" +
+	"\x0eStreamPosition\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x1d\n" +
+	"\n" +
+	"batch_hash\x18\x03 \x01(\x06R\tbatchHash\"Z\n" +
+	"\x0fStreamPositions\x12G\n" +
+	"\tpositions\x18\x01 \x03(\v2).inferencecache.command.v1.StreamPositionR\tpositions\"\x9e\x01\n" +
 	"\x05Dedup\x12?\n" +
-	"\aentries\x18\x01 \x03(\v2%.inferencecache.command.v1.DedupEntryR\aentries\"\xbb\x01\n" +
+	"\aentries\x18\x01 \x03(\v2%.inferencecache.command.v1.DedupEntryR\aentries\x12T\n" +
+	"\x10stream_positions\x18\x02 \x03(\v2).inferencecache.command.v1.StreamPositionR\x0fstreamPositions\"\xbb\x01\n" +
 	"\n" +
 	"DedupEntry\x12\x1d\n" +
 	"\n" +
@@ -1431,23 +1574,25 @@ func file_command_fsmpb_command_proto_rawDescGZIP() []byte {
 	return file_command_fsmpb_command_proto_rawDescData
 }
 
-var file_command_fsmpb_command_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_command_fsmpb_command_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_command_fsmpb_command_proto_goTypes = []any{
-	(*Entry)(nil),        // 0: inferencecache.command.v1.Entry
-	(*Command)(nil),      // 1: inferencecache.command.v1.Command
-	(*Partition)(nil),    // 2: inferencecache.command.v1.Partition
-	(*BlockEvent)(nil),   // 3: inferencecache.command.v1.BlockEvent
-	(*Ingest)(nil),       // 4: inferencecache.command.v1.Ingest
-	(*IngestPacked)(nil), // 5: inferencecache.command.v1.IngestPacked
-	(*ReplicaStats)(nil), // 6: inferencecache.command.v1.ReplicaStats
-	(*Stats)(nil),        // 7: inferencecache.command.v1.Stats
-	(*Policy)(nil),       // 8: inferencecache.command.v1.Policy
-	(*SetPolicy)(nil),    // 9: inferencecache.command.v1.SetPolicy
-	(*Expire)(nil),       // 10: inferencecache.command.v1.Expire
-	(*Credit)(nil),       // 11: inferencecache.command.v1.Credit
-	(*RestoreMark)(nil),  // 12: inferencecache.command.v1.RestoreMark
-	(*Dedup)(nil),        // 13: inferencecache.command.v1.Dedup
-	(*DedupEntry)(nil),   // 14: inferencecache.command.v1.DedupEntry
+	(*Entry)(nil),           // 0: inferencecache.command.v1.Entry
+	(*Command)(nil),         // 1: inferencecache.command.v1.Command
+	(*Partition)(nil),       // 2: inferencecache.command.v1.Partition
+	(*BlockEvent)(nil),      // 3: inferencecache.command.v1.BlockEvent
+	(*Ingest)(nil),          // 4: inferencecache.command.v1.Ingest
+	(*IngestPacked)(nil),    // 5: inferencecache.command.v1.IngestPacked
+	(*ReplicaStats)(nil),    // 6: inferencecache.command.v1.ReplicaStats
+	(*Stats)(nil),           // 7: inferencecache.command.v1.Stats
+	(*Policy)(nil),          // 8: inferencecache.command.v1.Policy
+	(*SetPolicy)(nil),       // 9: inferencecache.command.v1.SetPolicy
+	(*Expire)(nil),          // 10: inferencecache.command.v1.Expire
+	(*Credit)(nil),          // 11: inferencecache.command.v1.Credit
+	(*RestoreMark)(nil),     // 12: inferencecache.command.v1.RestoreMark
+	(*StreamPosition)(nil),  // 13: inferencecache.command.v1.StreamPosition
+	(*StreamPositions)(nil), // 14: inferencecache.command.v1.StreamPositions
+	(*Dedup)(nil),           // 15: inferencecache.command.v1.Dedup
+	(*DedupEntry)(nil),      // 16: inferencecache.command.v1.DedupEntry
 }
 var file_command_fsmpb_command_proto_depIdxs = []int32{
 	1,  // 0: inferencecache.command.v1.Entry.commands:type_name -> inferencecache.command.v1.Command
@@ -1458,18 +1603,21 @@ var file_command_fsmpb_command_proto_depIdxs = []int32{
 	11, // 5: inferencecache.command.v1.Command.credit:type_name -> inferencecache.command.v1.Credit
 	12, // 6: inferencecache.command.v1.Command.restore_mark:type_name -> inferencecache.command.v1.RestoreMark
 	5,  // 7: inferencecache.command.v1.Command.ingest_packed:type_name -> inferencecache.command.v1.IngestPacked
-	2,  // 8: inferencecache.command.v1.BlockEvent.partition:type_name -> inferencecache.command.v1.Partition
-	3,  // 9: inferencecache.command.v1.Ingest.events:type_name -> inferencecache.command.v1.BlockEvent
-	2,  // 10: inferencecache.command.v1.IngestPacked.partitions:type_name -> inferencecache.command.v1.Partition
-	6,  // 11: inferencecache.command.v1.Stats.stats:type_name -> inferencecache.command.v1.ReplicaStats
-	8,  // 12: inferencecache.command.v1.SetPolicy.policy:type_name -> inferencecache.command.v1.Policy
-	2,  // 13: inferencecache.command.v1.Credit.partition:type_name -> inferencecache.command.v1.Partition
-	14, // 14: inferencecache.command.v1.Dedup.entries:type_name -> inferencecache.command.v1.DedupEntry
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	14, // 8: inferencecache.command.v1.Command.stream_positions:type_name -> inferencecache.command.v1.StreamPositions
+	2,  // 9: inferencecache.command.v1.BlockEvent.partition:type_name -> inferencecache.command.v1.Partition
+	3,  // 10: inferencecache.command.v1.Ingest.events:type_name -> inferencecache.command.v1.BlockEvent
+	2,  // 11: inferencecache.command.v1.IngestPacked.partitions:type_name -> inferencecache.command.v1.Partition
+	6,  // 12: inferencecache.command.v1.Stats.stats:type_name -> inferencecache.command.v1.ReplicaStats
+	8,  // 13: inferencecache.command.v1.SetPolicy.policy:type_name -> inferencecache.command.v1.Policy
+	2,  // 14: inferencecache.command.v1.Credit.partition:type_name -> inferencecache.command.v1.Partition
+	13, // 15: inferencecache.command.v1.StreamPositions.positions:type_name -> inferencecache.command.v1.StreamPosition
+	16, // 16: inferencecache.command.v1.Dedup.entries:type_name -> inferencecache.command.v1.DedupEntry
+	13, // 17: inferencecache.command.v1.Dedup.stream_positions:type_name -> inferencecache.command.v1.StreamPosition
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_command_fsmpb_command_proto_init() }
@@ -1485,6 +1633,7 @@ func file_command_fsmpb_command_proto_init() {
 		(*Command_Credit)(nil),
 		(*Command_RestoreMark)(nil),
 		(*Command_IngestPacked)(nil),
+		(*Command_StreamPositions)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1492,7 +1641,7 @@ func file_command_fsmpb_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_fsmpb_command_proto_rawDesc), len(file_command_fsmpb_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

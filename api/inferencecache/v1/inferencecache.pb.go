@@ -1590,6 +1590,265 @@ func (x *ReportPickerLoadResponse) GetSuperseded() bool {
 	return false
 }
 
+// StreamPosition is one replica's engine event stream position (contract
+// §6.10): the seq of the last engine batch (the ZMQ message's sequence
+// number) whose events the cluster applied, and a 64-bit hash of that
+// batch's payload bytes (XXH3-64), which tells the batch of one engine
+// process from the batch of the same seq after the engine restarted.
+type StreamPosition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReplicaId     string                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"` // at most 256 bytes
+	Seq           int64                  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`                             // >= 0
+	BatchHash     uint64                 `protobuf:"fixed64,3,opt,name=batch_hash,json=batchHash,proto3" json:"batch_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamPosition) Reset() {
+	*x = StreamPosition{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamPosition) ProtoMessage() {}
+
+func (x *StreamPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamPosition.ProtoReflect.Descriptor instead.
+func (*StreamPosition) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StreamPosition) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *StreamPosition) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *StreamPosition) GetBatchHash() uint64 {
+	if x != nil {
+		return x.BatchHash
+	}
+	return 0
+}
+
+type RecordStreamPositionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Positions     []*StreamPosition      `protobuf:"bytes,1,rep,name=positions,proto3" json:"positions,omitempty"`                  // at most 4,096, one per replica
+	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // as IngestRequest.request_id
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordStreamPositionsRequest) Reset() {
+	*x = RecordStreamPositionsRequest{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordStreamPositionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordStreamPositionsRequest) ProtoMessage() {}
+
+func (x *RecordStreamPositionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordStreamPositionsRequest.ProtoReflect.Descriptor instead.
+func (*RecordStreamPositionsRequest) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RecordStreamPositionsRequest) GetPositions() []*StreamPosition {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+func (x *RecordStreamPositionsRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type RecordStreamPositionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AppliedIndex  uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Accepted      uint32                 `protobuf:"varint,2,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordStreamPositionsResponse) Reset() {
+	*x = RecordStreamPositionsResponse{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordStreamPositionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordStreamPositionsResponse) ProtoMessage() {}
+
+func (x *RecordStreamPositionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordStreamPositionsResponse.ProtoReflect.Descriptor instead.
+func (*RecordStreamPositionsResponse) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RecordStreamPositionsResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *RecordStreamPositionsResponse) GetAccepted() uint32 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
+type GetStreamPositionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReplicaIds    []string               `protobuf:"bytes,1,rep,name=replica_ids,json=replicaIds,proto3" json:"replica_ids,omitempty"` // at most 4,096
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStreamPositionsRequest) Reset() {
+	*x = GetStreamPositionsRequest{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStreamPositionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStreamPositionsRequest) ProtoMessage() {}
+
+func (x *GetStreamPositionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStreamPositionsRequest.ProtoReflect.Descriptor instead.
+func (*GetStreamPositionsRequest) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetStreamPositionsRequest) GetReplicaIds() []string {
+	if x != nil {
+		return x.ReplicaIds
+	}
+	return nil
+}
+
+type GetStreamPositionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The positions held, in the order asked; a replica without one is
+	// left out.
+	Positions     []*StreamPosition `protobuf:"bytes,1,rep,name=positions,proto3" json:"positions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStreamPositionsResponse) Reset() {
+	*x = GetStreamPositionsResponse{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStreamPositionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStreamPositionsResponse) ProtoMessage() {}
+
+func (x *GetStreamPositionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStreamPositionsResponse.ProtoReflect.Descriptor instead.
+func (*GetStreamPositionsResponse) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GetStreamPositionsResponse) GetPositions() []*StreamPosition {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
 type Strategy struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	EnableTenantHot bool                   `protobuf:"varint,1,opt,name=enable_tenant_hot,json=enableTenantHot,proto3" json:"enable_tenant_hot,omitempty"`
@@ -1599,7 +1858,7 @@ type Strategy struct {
 
 func (x *Strategy) Reset() {
 	*x = Strategy{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1870,7 @@ func (x *Strategy) String() string {
 func (*Strategy) ProtoMessage() {}
 
 func (x *Strategy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1883,7 @@ func (x *Strategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Strategy.ProtoReflect.Descriptor instead.
 func (*Strategy) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Strategy) GetEnableTenantHot() bool {
@@ -1666,7 +1925,7 @@ type CachePolicy struct {
 
 func (x *CachePolicy) Reset() {
 	*x = CachePolicy{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1937,7 @@ func (x *CachePolicy) String() string {
 func (*CachePolicy) ProtoMessage() {}
 
 func (x *CachePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1950,7 @@ func (x *CachePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CachePolicy.ProtoReflect.Descriptor instead.
 func (*CachePolicy) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CachePolicy) GetChainMatching() bool {
@@ -1842,7 +2101,7 @@ type GetCachePolicyRequest struct {
 
 func (x *GetCachePolicyRequest) Reset() {
 	*x = GetCachePolicyRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2113,7 @@ func (x *GetCachePolicyRequest) String() string {
 func (*GetCachePolicyRequest) ProtoMessage() {}
 
 func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2126,7 @@ func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
 }
 
 type SetCachePolicyRequest struct {
@@ -1879,7 +2138,7 @@ type SetCachePolicyRequest struct {
 
 func (x *SetCachePolicyRequest) Reset() {
 	*x = SetCachePolicyRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2150,7 @@ func (x *SetCachePolicyRequest) String() string {
 func (*SetCachePolicyRequest) ProtoMessage() {}
 
 func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2163,7 @@ func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetCachePolicyRequest) GetPolicy() *CachePolicy {
@@ -1922,7 +2181,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2193,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2206,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
 }
 
 type Member struct {
@@ -1968,7 +2227,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2239,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2252,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Member) GetId() string {
@@ -2072,7 +2331,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2343,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2356,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2228,7 +2487,7 @@ type PickerLoadStatus struct {
 
 func (x *PickerLoadStatus) Reset() {
 	*x = PickerLoadStatus{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2499,7 @@ func (x *PickerLoadStatus) String() string {
 func (*PickerLoadStatus) ProtoMessage() {}
 
 func (x *PickerLoadStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2512,7 @@ func (x *PickerLoadStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PickerLoadStatus.ProtoReflect.Descriptor instead.
 func (*PickerLoadStatus) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PickerLoadStatus) GetPickerId() string {
@@ -2316,7 +2575,7 @@ type AddServerRequest struct {
 
 func (x *AddServerRequest) Reset() {
 	*x = AddServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2587,7 @@ func (x *AddServerRequest) String() string {
 func (*AddServerRequest) ProtoMessage() {}
 
 func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2600,7 @@ func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerRequest.ProtoReflect.Descriptor instead.
 func (*AddServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AddServerRequest) GetId() string {
@@ -2374,7 +2633,7 @@ type AddServerResponse struct {
 
 func (x *AddServerResponse) Reset() {
 	*x = AddServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2645,7 @@ func (x *AddServerResponse) String() string {
 func (*AddServerResponse) ProtoMessage() {}
 
 func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2658,7 @@ func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerResponse.ProtoReflect.Descriptor instead.
 func (*AddServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AddServerResponse) GetIndex() uint64 {
@@ -2418,7 +2677,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2689,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2702,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -2462,7 +2721,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2733,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2746,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveServerResponse) GetIndex() uint64 {
@@ -2508,7 +2767,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2779,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2792,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -2559,7 +2818,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2830,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2843,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -2602,7 +2861,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2873,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2886,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{35}
 }
 
 type SnapshotResponse struct {
@@ -2640,7 +2899,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2911,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2924,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -2690,7 +2949,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2961,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2974,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{37}
 }
 
 type BackupChunk struct {
@@ -2727,7 +2986,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2998,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +3011,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{33}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2771,7 +3030,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +3042,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +3055,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{34}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -2816,7 +3075,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3087,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3100,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{35}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RestoreResponse) GetAppliedIndex() uint64 {
@@ -2866,7 +3125,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3137,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3150,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{36}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{41}
 }
 
 type DigestResponse struct {
@@ -2904,7 +3163,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[37]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3175,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[37]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3188,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{37}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DigestResponse) GetAppliedIndex() uint64 {
@@ -3103,7 +3362,25 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x1e\n" +
 	"\n" +
 	"superseded\x18\x02 \x01(\bR\n" +
-	"superseded\"6\n" +
+	"superseded\"`\n" +
+	"\x0eStreamPosition\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x1d\n" +
+	"\n" +
+	"batch_hash\x18\x03 \x01(\x06R\tbatchHash\"~\n" +
+	"\x1cRecordStreamPositionsRequest\x12?\n" +
+	"\tpositions\x18\x01 \x03(\v2!.inferencecache.v1.StreamPositionR\tpositions\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"`\n" +
+	"\x1dRecordStreamPositionsResponse\x12#\n" +
+	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12\x1a\n" +
+	"\baccepted\x18\x02 \x01(\rR\baccepted\"<\n" +
+	"\x19GetStreamPositionsRequest\x12\x1f\n" +
+	"\vreplica_ids\x18\x01 \x03(\tR\n" +
+	"replicaIds\"]\n" +
+	"\x1aGetStreamPositionsResponse\x12?\n" +
+	"\tpositions\x18\x01 \x03(\v2!.inferencecache.v1.StreamPositionR\tpositions\"6\n" +
 	"\bStrategy\x12*\n" +
 	"\x11enable_tenant_hot\x18\x01 \x01(\bR\x0fenableTenantHot\"\xe3\a\n" +
 	"\vCachePolicy\x12%\n" +
@@ -3214,7 +3491,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x0eUNKNOWN_SCHEME\x10\x04\x12\x11\n" +
 	"\rUNKNOWN_MODEL\x10\x05\x12\x12\n" +
 	"\x0eUNKNOWN_TENANT\x10\x06\x12\x13\n" +
-	"\x0fUNKNOWN_ADAPTER\x10\a2\xae\x05\n" +
+	"\x0fUNKNOWN_ADAPTER\x10\a2\x9d\a\n" +
 	"\x0eInferenceCache\x12\\\n" +
 	"\vLookupRoute\x12%.inferencecache.v1.LookupRouteRequest\x1a&.inferencecache.v1.LookupRouteResponse\x12M\n" +
 	"\x06Ingest\x12 .inferencecache.v1.IngestRequest\x1a!.inferencecache.v1.IngestResponse\x12W\n" +
@@ -3222,7 +3499,9 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x12ReportReplicaStats\x12,.inferencecache.v1.ReportReplicaStatsRequest\x1a-.inferencecache.v1.ReportReplicaStatsResponse\x12Z\n" +
 	"\x0eGetCachePolicy\x12(.inferencecache.v1.GetCachePolicyRequest\x1a\x1e.inferencecache.v1.CachePolicy\x12Z\n" +
 	"\x0eSetCachePolicy\x12(.inferencecache.v1.SetCachePolicyRequest\x1a\x1e.inferencecache.v1.CachePolicy\x12k\n" +
-	"\x10ReportPickerLoad\x12*.inferencecache.v1.ReportPickerLoadRequest\x1a+.inferencecache.v1.ReportPickerLoadResponse2\xc8\x05\n" +
+	"\x10ReportPickerLoad\x12*.inferencecache.v1.ReportPickerLoadRequest\x1a+.inferencecache.v1.ReportPickerLoadResponse\x12z\n" +
+	"\x15RecordStreamPositions\x12/.inferencecache.v1.RecordStreamPositionsRequest\x1a0.inferencecache.v1.RecordStreamPositionsResponse\x12q\n" +
+	"\x12GetStreamPositions\x12,.inferencecache.v1.GetStreamPositionsRequest\x1a-.inferencecache.v1.GetStreamPositionsResponse2\xc8\x05\n" +
 	"\aCluster\x12M\n" +
 	"\x06Status\x12 .inferencecache.v1.StatusRequest\x1a!.inferencecache.v1.StatusResponse\x12V\n" +
 	"\tAddServer\x12#.inferencecache.v1.AddServerRequest\x1a$.inferencecache.v1.AddServerResponse\x12_\n" +
@@ -3246,51 +3525,56 @@ func file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inferencecache_v1_inferencecache_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
-	(ReasonCode)(0),                    // 0: inferencecache.v1.ReasonCode
-	(BlockEvent_Kind)(0),               // 1: inferencecache.v1.BlockEvent.Kind
-	(*Slo)(nil),                        // 2: inferencecache.v1.Slo
-	(*LookupRouteRequest)(nil),         // 3: inferencecache.v1.LookupRouteRequest
-	(*ReplicaLoad)(nil),                // 4: inferencecache.v1.ReplicaLoad
-	(*HintFactors)(nil),                // 5: inferencecache.v1.HintFactors
-	(*ReplicaHint)(nil),                // 6: inferencecache.v1.ReplicaHint
-	(*LookupRouteResponse)(nil),        // 7: inferencecache.v1.LookupRouteResponse
-	(*BlockEvent)(nil),                 // 8: inferencecache.v1.BlockEvent
-	(*IngestRequest)(nil),              // 9: inferencecache.v1.IngestRequest
-	(*Rejection)(nil),                  // 10: inferencecache.v1.Rejection
-	(*IngestResponse)(nil),             // 11: inferencecache.v1.IngestResponse
-	(*ReplicaStats)(nil),               // 12: inferencecache.v1.ReplicaStats
-	(*ReportReplicaStatsRequest)(nil),  // 13: inferencecache.v1.ReportReplicaStatsRequest
-	(*ReportReplicaStatsResponse)(nil), // 14: inferencecache.v1.ReportReplicaStatsResponse
-	(*PickerReplicaLoad)(nil),          // 15: inferencecache.v1.PickerReplicaLoad
-	(*ReportPickerLoadRequest)(nil),    // 16: inferencecache.v1.ReportPickerLoadRequest
-	(*ReportPickerLoadResponse)(nil),   // 17: inferencecache.v1.ReportPickerLoadResponse
-	(*Strategy)(nil),                   // 18: inferencecache.v1.Strategy
-	(*CachePolicy)(nil),                // 19: inferencecache.v1.CachePolicy
-	(*GetCachePolicyRequest)(nil),      // 20: inferencecache.v1.GetCachePolicyRequest
-	(*SetCachePolicyRequest)(nil),      // 21: inferencecache.v1.SetCachePolicyRequest
-	(*StatusRequest)(nil),              // 22: inferencecache.v1.StatusRequest
-	(*Member)(nil),                     // 23: inferencecache.v1.Member
-	(*StatusResponse)(nil),             // 24: inferencecache.v1.StatusResponse
-	(*PickerLoadStatus)(nil),           // 25: inferencecache.v1.PickerLoadStatus
-	(*AddServerRequest)(nil),           // 26: inferencecache.v1.AddServerRequest
-	(*AddServerResponse)(nil),          // 27: inferencecache.v1.AddServerResponse
-	(*RemoveServerRequest)(nil),        // 28: inferencecache.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),       // 29: inferencecache.v1.RemoveServerResponse
-	(*TransferLeadershipRequest)(nil),  // 30: inferencecache.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 31: inferencecache.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 32: inferencecache.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 33: inferencecache.v1.SnapshotResponse
-	(*BackupRequest)(nil),              // 34: inferencecache.v1.BackupRequest
-	(*BackupChunk)(nil),                // 35: inferencecache.v1.BackupChunk
-	(*RestoreChunk)(nil),               // 36: inferencecache.v1.RestoreChunk
-	(*RestoreResponse)(nil),            // 37: inferencecache.v1.RestoreResponse
-	(*DigestRequest)(nil),              // 38: inferencecache.v1.DigestRequest
-	(*DigestResponse)(nil),             // 39: inferencecache.v1.DigestResponse
-	nil,                                // 40: inferencecache.v1.ReplicaStats.TenantHitRateEntry
-	nil,                                // 41: inferencecache.v1.CachePolicy.BlockSizeEntry
-	nil,                                // 42: inferencecache.v1.StatusResponse.LookupRouteCallsEntry
+	(ReasonCode)(0),                       // 0: inferencecache.v1.ReasonCode
+	(BlockEvent_Kind)(0),                  // 1: inferencecache.v1.BlockEvent.Kind
+	(*Slo)(nil),                           // 2: inferencecache.v1.Slo
+	(*LookupRouteRequest)(nil),            // 3: inferencecache.v1.LookupRouteRequest
+	(*ReplicaLoad)(nil),                   // 4: inferencecache.v1.ReplicaLoad
+	(*HintFactors)(nil),                   // 5: inferencecache.v1.HintFactors
+	(*ReplicaHint)(nil),                   // 6: inferencecache.v1.ReplicaHint
+	(*LookupRouteResponse)(nil),           // 7: inferencecache.v1.LookupRouteResponse
+	(*BlockEvent)(nil),                    // 8: inferencecache.v1.BlockEvent
+	(*IngestRequest)(nil),                 // 9: inferencecache.v1.IngestRequest
+	(*Rejection)(nil),                     // 10: inferencecache.v1.Rejection
+	(*IngestResponse)(nil),                // 11: inferencecache.v1.IngestResponse
+	(*ReplicaStats)(nil),                  // 12: inferencecache.v1.ReplicaStats
+	(*ReportReplicaStatsRequest)(nil),     // 13: inferencecache.v1.ReportReplicaStatsRequest
+	(*ReportReplicaStatsResponse)(nil),    // 14: inferencecache.v1.ReportReplicaStatsResponse
+	(*PickerReplicaLoad)(nil),             // 15: inferencecache.v1.PickerReplicaLoad
+	(*ReportPickerLoadRequest)(nil),       // 16: inferencecache.v1.ReportPickerLoadRequest
+	(*ReportPickerLoadResponse)(nil),      // 17: inferencecache.v1.ReportPickerLoadResponse
+	(*StreamPosition)(nil),                // 18: inferencecache.v1.StreamPosition
+	(*RecordStreamPositionsRequest)(nil),  // 19: inferencecache.v1.RecordStreamPositionsRequest
+	(*RecordStreamPositionsResponse)(nil), // 20: inferencecache.v1.RecordStreamPositionsResponse
+	(*GetStreamPositionsRequest)(nil),     // 21: inferencecache.v1.GetStreamPositionsRequest
+	(*GetStreamPositionsResponse)(nil),    // 22: inferencecache.v1.GetStreamPositionsResponse
+	(*Strategy)(nil),                      // 23: inferencecache.v1.Strategy
+	(*CachePolicy)(nil),                   // 24: inferencecache.v1.CachePolicy
+	(*GetCachePolicyRequest)(nil),         // 25: inferencecache.v1.GetCachePolicyRequest
+	(*SetCachePolicyRequest)(nil),         // 26: inferencecache.v1.SetCachePolicyRequest
+	(*StatusRequest)(nil),                 // 27: inferencecache.v1.StatusRequest
+	(*Member)(nil),                        // 28: inferencecache.v1.Member
+	(*StatusResponse)(nil),                // 29: inferencecache.v1.StatusResponse
+	(*PickerLoadStatus)(nil),              // 30: inferencecache.v1.PickerLoadStatus
+	(*AddServerRequest)(nil),              // 31: inferencecache.v1.AddServerRequest
+	(*AddServerResponse)(nil),             // 32: inferencecache.v1.AddServerResponse
+	(*RemoveServerRequest)(nil),           // 33: inferencecache.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),          // 34: inferencecache.v1.RemoveServerResponse
+	(*TransferLeadershipRequest)(nil),     // 35: inferencecache.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil),    // 36: inferencecache.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),               // 37: inferencecache.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),              // 38: inferencecache.v1.SnapshotResponse
+	(*BackupRequest)(nil),                 // 39: inferencecache.v1.BackupRequest
+	(*BackupChunk)(nil),                   // 40: inferencecache.v1.BackupChunk
+	(*RestoreChunk)(nil),                  // 41: inferencecache.v1.RestoreChunk
+	(*RestoreResponse)(nil),               // 42: inferencecache.v1.RestoreResponse
+	(*DigestRequest)(nil),                 // 43: inferencecache.v1.DigestRequest
+	(*DigestResponse)(nil),                // 44: inferencecache.v1.DigestResponse
+	nil,                                   // 45: inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	nil,                                   // 46: inferencecache.v1.CachePolicy.BlockSizeEntry
+	nil,                                   // 47: inferencecache.v1.StatusResponse.LookupRouteCallsEntry
 }
 var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	2,  // 0: inferencecache.v1.LookupRouteRequest.slo:type_name -> inferencecache.v1.Slo
@@ -3301,51 +3585,57 @@ var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	1,  // 5: inferencecache.v1.BlockEvent.kind:type_name -> inferencecache.v1.BlockEvent.Kind
 	8,  // 6: inferencecache.v1.IngestRequest.events:type_name -> inferencecache.v1.BlockEvent
 	10, // 7: inferencecache.v1.IngestResponse.rejected:type_name -> inferencecache.v1.Rejection
-	40, // 8: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	45, // 8: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
 	12, // 9: inferencecache.v1.ReportReplicaStatsRequest.stats:type_name -> inferencecache.v1.ReplicaStats
 	10, // 10: inferencecache.v1.ReportReplicaStatsResponse.rejected:type_name -> inferencecache.v1.Rejection
 	15, // 11: inferencecache.v1.ReportPickerLoadRequest.loads:type_name -> inferencecache.v1.PickerReplicaLoad
-	18, // 12: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
-	41, // 13: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
-	19, // 14: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
-	23, // 15: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
-	42, // 16: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
-	25, // 17: inferencecache.v1.StatusResponse.pickers:type_name -> inferencecache.v1.PickerLoadStatus
-	3,  // 18: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
-	9,  // 19: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
-	9,  // 20: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
-	13, // 21: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
-	20, // 22: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
-	21, // 23: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
-	16, // 24: inferencecache.v1.InferenceCache.ReportPickerLoad:input_type -> inferencecache.v1.ReportPickerLoadRequest
-	22, // 25: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
-	26, // 26: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
-	28, // 27: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
-	30, // 28: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
-	32, // 29: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
-	38, // 30: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
-	34, // 31: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
-	36, // 32: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
-	7,  // 33: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
-	11, // 34: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
-	11, // 35: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
-	14, // 36: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
-	19, // 37: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	19, // 38: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	17, // 39: inferencecache.v1.InferenceCache.ReportPickerLoad:output_type -> inferencecache.v1.ReportPickerLoadResponse
-	24, // 40: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
-	27, // 41: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
-	29, // 42: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
-	31, // 43: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
-	33, // 44: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
-	39, // 45: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
-	35, // 46: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
-	37, // 47: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
-	33, // [33:48] is the sub-list for method output_type
-	18, // [18:33] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	18, // 12: inferencecache.v1.RecordStreamPositionsRequest.positions:type_name -> inferencecache.v1.StreamPosition
+	18, // 13: inferencecache.v1.GetStreamPositionsResponse.positions:type_name -> inferencecache.v1.StreamPosition
+	23, // 14: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
+	46, // 15: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
+	24, // 16: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
+	28, // 17: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
+	47, // 18: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
+	30, // 19: inferencecache.v1.StatusResponse.pickers:type_name -> inferencecache.v1.PickerLoadStatus
+	3,  // 20: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
+	9,  // 21: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
+	9,  // 22: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
+	13, // 23: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
+	25, // 24: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
+	26, // 25: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
+	16, // 26: inferencecache.v1.InferenceCache.ReportPickerLoad:input_type -> inferencecache.v1.ReportPickerLoadRequest
+	19, // 27: inferencecache.v1.InferenceCache.RecordStreamPositions:input_type -> inferencecache.v1.RecordStreamPositionsRequest
+	21, // 28: inferencecache.v1.InferenceCache.GetStreamPositions:input_type -> inferencecache.v1.GetStreamPositionsRequest
+	27, // 29: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
+	31, // 30: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
+	33, // 31: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
+	35, // 32: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
+	37, // 33: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
+	43, // 34: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
+	39, // 35: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
+	41, // 36: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
+	7,  // 37: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
+	11, // 38: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
+	11, // 39: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
+	14, // 40: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
+	24, // 41: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	24, // 42: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	17, // 43: inferencecache.v1.InferenceCache.ReportPickerLoad:output_type -> inferencecache.v1.ReportPickerLoadResponse
+	20, // 44: inferencecache.v1.InferenceCache.RecordStreamPositions:output_type -> inferencecache.v1.RecordStreamPositionsResponse
+	22, // 45: inferencecache.v1.InferenceCache.GetStreamPositions:output_type -> inferencecache.v1.GetStreamPositionsResponse
+	29, // 46: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
+	32, // 47: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
+	34, // 48: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
+	36, // 49: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
+	38, // 50: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
+	44, // 51: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
+	40, // 52: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
+	42, // 53: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
+	37, // [37:54] is the sub-list for method output_type
+	20, // [20:37] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_api_inferencecache_v1_inferencecache_proto_init() }
@@ -3359,7 +3649,7 @@ func file_api_inferencecache_v1_inferencecache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inferencecache_v1_inferencecache_proto_rawDesc), len(file_api_inferencecache_v1_inferencecache_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

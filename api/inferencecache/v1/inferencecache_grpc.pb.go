@@ -25,13 +25,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	InferenceCache_LookupRoute_FullMethodName        = "/inferencecache.v1.InferenceCache/LookupRoute"
-	InferenceCache_Ingest_FullMethodName             = "/inferencecache.v1.InferenceCache/Ingest"
-	InferenceCache_IngestStream_FullMethodName       = "/inferencecache.v1.InferenceCache/IngestStream"
-	InferenceCache_ReportReplicaStats_FullMethodName = "/inferencecache.v1.InferenceCache/ReportReplicaStats"
-	InferenceCache_GetCachePolicy_FullMethodName     = "/inferencecache.v1.InferenceCache/GetCachePolicy"
-	InferenceCache_SetCachePolicy_FullMethodName     = "/inferencecache.v1.InferenceCache/SetCachePolicy"
-	InferenceCache_ReportPickerLoad_FullMethodName   = "/inferencecache.v1.InferenceCache/ReportPickerLoad"
+	InferenceCache_LookupRoute_FullMethodName           = "/inferencecache.v1.InferenceCache/LookupRoute"
+	InferenceCache_Ingest_FullMethodName                = "/inferencecache.v1.InferenceCache/Ingest"
+	InferenceCache_IngestStream_FullMethodName          = "/inferencecache.v1.InferenceCache/IngestStream"
+	InferenceCache_ReportReplicaStats_FullMethodName    = "/inferencecache.v1.InferenceCache/ReportReplicaStats"
+	InferenceCache_GetCachePolicy_FullMethodName        = "/inferencecache.v1.InferenceCache/GetCachePolicy"
+	InferenceCache_SetCachePolicy_FullMethodName        = "/inferencecache.v1.InferenceCache/SetCachePolicy"
+	InferenceCache_ReportPickerLoad_FullMethodName      = "/inferencecache.v1.InferenceCache/ReportPickerLoad"
+	InferenceCache_RecordStreamPositions_FullMethodName = "/inferencecache.v1.InferenceCache/RecordStreamPositions"
+	InferenceCache_GetStreamPositions_FullMethodName    = "/inferencecache.v1.InferenceCache/GetStreamPositions"
 )
 
 // InferenceCacheClient is the client API for InferenceCache service.
@@ -78,6 +80,23 @@ type InferenceCacheClient interface {
 	// token (contract §9.8): the pickers that look up are the ones that
 	// report.
 	ReportPickerLoad(ctx context.Context, in *ReportPickerLoadRequest, opts ...grpc.CallOption) (*ReportPickerLoadResponse, error)
+	// RecordStreamPositions commits, through the Raft log, where each
+	// replica's engine event stream stands: the last engine batch whose
+	// events the cluster has applied (contract §6.10). A subscriber records
+	// a position only after the Ingest of that batch's events was
+	// acknowledged, so a position never runs ahead of the blocks it
+	// vouches for. A CLEARED event of a replica forgets its position.
+	// Errors: INVALID_ARGUMENT naming the field (a missing or oversize
+	// replica_id, a replica given twice, more than 4,096 positions). It
+	// needs the write token (contract §9.8).
+	RecordStreamPositions(ctx context.Context, in *RecordStreamPositionsRequest, opts ...grpc.CallOption) (*RecordStreamPositionsResponse, error)
+	// GetStreamPositions returns the positions this node holds for the
+	// replicas asked (contract §6.10): a restarted subscriber resumes each
+	// engine stream from there. A follower may answer with an older
+	// position than the leader's, which only makes the subscriber replay
+	// more. It needs the write token: the subscriber that records is the
+	// one that reads.
+	GetStreamPositions(ctx context.Context, in *GetStreamPositionsRequest, opts ...grpc.CallOption) (*GetStreamPositionsResponse, error)
 }
 
 type inferenceCacheClient struct {
@@ -161,6 +180,26 @@ func (c *inferenceCacheClient) ReportPickerLoad(ctx context.Context, in *ReportP
 	return out, nil
 }
 
+func (c *inferenceCacheClient) RecordStreamPositions(ctx context.Context, in *RecordStreamPositionsRequest, opts ...grpc.CallOption) (*RecordStreamPositionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordStreamPositionsResponse)
+	err := c.cc.Invoke(ctx, InferenceCache_RecordStreamPositions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inferenceCacheClient) GetStreamPositions(ctx context.Context, in *GetStreamPositionsRequest, opts ...grpc.CallOption) (*GetStreamPositionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStreamPositionsResponse)
+	err := c.cc.Invoke(ctx, InferenceCache_GetStreamPositions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceCacheServer is the server API for InferenceCache service.
 // All implementations must embed UnimplementedInferenceCacheServer
 // for forward compatibility.
@@ -205,6 +244,23 @@ type InferenceCacheServer interface {
 	// token (contract §9.8): the pickers that look up are the ones that
 	// report.
 	ReportPickerLoad(context.Context, *ReportPickerLoadRequest) (*ReportPickerLoadResponse, error)
+	// RecordStreamPositions commits, through the Raft log, where each
+	// replica's engine event stream stands: the last engine batch whose
+	// events the cluster has applied (contract §6.10). A subscriber records
+	// a position only after the Ingest of that batch's events was
+	// acknowledged, so a position never runs ahead of the blocks it
+	// vouches for. A CLEARED event of a replica forgets its position.
+	// Errors: INVALID_ARGUMENT naming the field (a missing or oversize
+	// replica_id, a replica given twice, more than 4,096 positions). It
+	// needs the write token (contract §9.8).
+	RecordStreamPositions(context.Context, *RecordStreamPositionsRequest) (*RecordStreamPositionsResponse, error)
+	// GetStreamPositions returns the positions this node holds for the
+	// replicas asked (contract §6.10): a restarted subscriber resumes each
+	// engine stream from there. A follower may answer with an older
+	// position than the leader's, which only makes the subscriber replay
+	// more. It needs the write token: the subscriber that records is the
+	// one that reads.
+	GetStreamPositions(context.Context, *GetStreamPositionsRequest) (*GetStreamPositionsResponse, error)
 	mustEmbedUnimplementedInferenceCacheServer()
 }
 
@@ -235,6 +291,12 @@ func (UnimplementedInferenceCacheServer) SetCachePolicy(context.Context, *SetCac
 }
 func (UnimplementedInferenceCacheServer) ReportPickerLoad(context.Context, *ReportPickerLoadRequest) (*ReportPickerLoadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportPickerLoad not implemented")
+}
+func (UnimplementedInferenceCacheServer) RecordStreamPositions(context.Context, *RecordStreamPositionsRequest) (*RecordStreamPositionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordStreamPositions not implemented")
+}
+func (UnimplementedInferenceCacheServer) GetStreamPositions(context.Context, *GetStreamPositionsRequest) (*GetStreamPositionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStreamPositions not implemented")
 }
 func (UnimplementedInferenceCacheServer) mustEmbedUnimplementedInferenceCacheServer() {}
 func (UnimplementedInferenceCacheServer) testEmbeddedByValue()                        {}
@@ -372,6 +434,42 @@ func _InferenceCache_ReportPickerLoad_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceCache_RecordStreamPositions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordStreamPositionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceCacheServer).RecordStreamPositions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceCache_RecordStreamPositions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceCacheServer).RecordStreamPositions(ctx, req.(*RecordStreamPositionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _InferenceCache_GetStreamPositions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStreamPositionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceCacheServer).GetStreamPositions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceCache_GetStreamPositions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceCacheServer).GetStreamPositions(ctx, req.(*GetStreamPositionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceCache_ServiceDesc is the grpc.ServiceDesc for InferenceCache service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -402,6 +500,14 @@ var InferenceCache_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportPickerLoad",
 			Handler:    _InferenceCache_ReportPickerLoad_Handler,
+		},
+		{
+			MethodName: "RecordStreamPositions",
+			Handler:    _InferenceCache_RecordStreamPositions_Handler,
+		},
+		{
+			MethodName: "GetStreamPositions",
+			Handler:    _InferenceCache_GetStreamPositions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
