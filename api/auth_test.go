@@ -76,6 +76,7 @@ func TestMethodClass_EveryRegisteredRPCHasTheDocumentedClass(t *testing.T) {
 	want := map[string]Class{
 		"LookupRoute": ClassLookup, "GetCachePolicy": ClassLookup, "ReportPickerLoad": ClassLookup,
 		"Ingest": ClassWrite, "IngestStream": ClassWrite, "ReportReplicaStats": ClassWrite, "SetCachePolicy": ClassWrite,
+		"RecordStreamPositions": ClassWrite, "GetStreamPositions": ClassWrite,
 		"Status": ClassAdmin, "AddServer": ClassAdmin, "RemoveServer": ClassAdmin, "TransferLeadership": ClassAdmin,
 		"Snapshot": ClassAdmin, "Digest": ClassAdmin, "Backup": ClassAdmin, "Restore": ClassAdmin,
 		"Check": ClassOpen, "Watch": ClassOpen, "List": ClassOpen, "ServerReflectionInfo": ClassOpen,
