@@ -417,9 +417,12 @@ func splitExamples(lines []string) [][]string {
 			continue
 		}
 		cur = append(cur, l)
-		joined := strings.Join(cur, "\n")
-		code := strings.TrimSpace(stripComment(l))
-		if openQuote(joined) || strings.HasSuffix(code, "\\") || strings.HasSuffix(code, "|") {
+		code := make([]string, len(cur))
+		for i, c := range cur {
+			code[i] = stripComment(c)
+		}
+		last := strings.TrimSpace(code[len(code)-1])
+		if openQuote(strings.Join(code, "\n")) || strings.HasSuffix(last, "\\") || strings.HasSuffix(last, "|") {
 			continue
 		}
 		out = append(out, cur)
