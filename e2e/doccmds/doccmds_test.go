@@ -104,7 +104,7 @@ var helpExampleSkips = map[string]string{
 	"cluster transfer-leadership|inference-cache cluster transfer-leadership node2 10.0.0.2:7402":                       "names a server on another host",
 	"dev|inference-cache dev": "is make run itself, already running",
 	"dev|inference-cache dev --dir /tmp/ic --base-port 9400 --policy policy.yaml":                                                         "policy.yaml stands for the reader's own policy",
-	"dev|inference-cache dev --engines 0 --demo-fleet=false":                                                                              "a second dev cluster on make run's ports",
+	"dev|inference-cache dev --engines 0 --demo-fleet=false   # the cluster alone":                                                        "a second dev cluster on make run's ports",
 	"health|inference-cache health --addr 10.0.0.1:7401 --service inferencecache.v1.InferenceCache":                                       "a node on another host",
 	"ingest|inference-cache ingest --file events.json --addr 127.0.0.1:7401 --addr 127.0.0.1:7411":                                        "events.json stands for the reader's own events",
 	"loadgen|inference-cache loadgen --target http://127.0.0.1:7480 --model qwen3 --speedup 4 --limit 300":                                "a proxy of another layout (bench --live's)",
