@@ -149,7 +149,7 @@ chaos-deps:
 
 .PHONY: chaos chaos-smoke chaos-deps
 
-.PHONY: certs fuzz vulncheck kubeapi-e2e
+.PHONY: certs fuzz vulncheck kubeapi-e2e doc-commands
 GOVULNCHECK_VERSION := v1.1.4
 FUZZTIME      ?= 10s
 # Every fuzz target as package:Name; CI runs each for $(FUZZTIME).
@@ -181,6 +181,10 @@ helm-check:
 	$(HELM) template ic $(CHART) --set server.replicas=5 --set tls.enabled=true --set tls.clientAuth=require-and-verify \
 	  --set tokens.secretName=ic-tokens --set gossipKey.secretName=ic-gossip --set proxy.enabled=true \
 	  --set 'proxy.backends[0].replica_id=vllm-0' --set 'proxy.backends[0].url=http://vllm-0:8000' | $(GO) run ./deploy/check -
+
+## doc-commands: every command README.md, docs/*.md, clients/*/README.md and the --help examples print, run against make run's cluster on its default ports (~12 min on 2 loaded cores)
+doc-commands:
+	$(GO) test -count=1 -timeout 30m -run '^TestDocCommands' -v ./e2e/doccmds
 
 ## kubeapi-e2e: the picker's InferencePool watch against a real kube-apiserver and etcd, built from their Go modules (e2e/kubeapi/servers, pinned apart from go.mod) and cached under IC_KUBEAPI_CACHE or ~/.cache/inference-cache/kubeapi: the first build takes ~25 min on 2 loaded cores, later runs seconds
 KUBEAPI_TIMEOUT ?= 60m

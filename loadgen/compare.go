@@ -8,7 +8,8 @@ import (
 
 // WriteComparison prints two summaries side by side, one column each,
 // headed by names (e.g. the two targets of `loadgen --compare`), then the
-// first's cache hit rates and TTFT as multiples of the second's. A ratio
+// first's cache hit rate and TTFT p50 as multiples of the second's
+// (loadgen --compare, contract §12.8). A ratio
 // over a zero is printed as "-".
 func WriteComparison(w io.Writer, names [2]string, s [2]Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -63,7 +63,7 @@ func PromptText(r *bench.Request) string { return SaltedPromptText(r, 0) }
 // salt: two runs of the same records under different salts have the same
 // shape (lengths, shared prefixes within the run) and no common prefix
 // beyond the chat template's head, so one run's cached blocks never serve
-// the other's (Config.TextSalt).
+// the other's (Config.TextSalt; loadgen --compare, contract §12.8).
 func SaltedPromptText(r *bench.Request, salt uint64) string {
 	var b strings.Builder
 	left := r.InputLength

@@ -24,6 +24,12 @@ const (
 	devPrefillTPS = 50000
 	devKVBlocks   = 100000
 	devStrategy   = "picker"
+	// devHealthTimeout bounds the proxies' health checks: the engines
+	// share a laptop (or a loaded CI machine) with everything else, and a
+	// CPU stall of a second is not a dead engine; the proxy's 1 s default
+	// took every engine out at once under a load average of 30 on two
+	// cores, and requests got 503.
+	devHealthTimeout = 5 * time.Second
 )
 
 // devFleet is dev's serving fleet beside its nodes: sim engines, the
@@ -47,7 +53,7 @@ func newDevFleet(procs *proccluster.Cluster, byProc map[*proccluster.Proc]*devNo
 		grpcs[i] = n.GRPC
 	}
 	f := &devFleet{cfg: fleetConfig{Dir: dir, ModelsDir: modelsDir, Cluster: grpcs, Engines: es, Proxy: proxy, SubMetrics: subMetrics,
-		PrefillTPS: prefillTPS, DecodeTPS: decodeTPS, KVBlocks: kvBlocks, Scrape: time.Second}}
+		PrefillTPS: prefillTPS, DecodeTPS: decodeTPS, KVBlocks: kvBlocks, Scrape: time.Second, HealthTimeout: devHealthTimeout}}
 	add := func(spec proccluster.Spec) *devNode {
 		n := &devNode{Node: proccluster.Node{ID: spec.Name}, proc: procs.Add(spec)}
 		byProc[n.proc] = n

@@ -45,6 +45,9 @@ type fleetConfig struct {
 	KVBlocks              int
 	// Scrape is how often the subscriber reads each engine's /metrics.
 	Scrape time.Duration
+	// HealthTimeout, when set, bounds the proxies' health checks of the
+	// engines (their --health-timeout; else the proxy's default).
+	HealthTimeout time.Duration
 }
 
 // engineSpec is engine e's sim-engine process.
@@ -102,6 +105,9 @@ func (c *fleetConfig) rrProxySpec(name, listen string) proccluster.Spec {
 // withBackends is a proxy process of args with every engine as a
 // backend, logging to name.log.
 func (c *fleetConfig) withBackends(name string, args []string) proccluster.Spec {
+	if c.HealthTimeout > 0 {
+		args = append(args, "--health-timeout", c.HealthTimeout.String())
+	}
 	for _, e := range c.Engines {
 		args = append(args, "--backend", e.ID+"="+e.URL())
 	}

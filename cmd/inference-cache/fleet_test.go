@@ -42,6 +42,29 @@ func TestFleetLayoutAndSubscriberConfig(t *testing.T) {
 	}
 }
 
+// dev's round-robin proxy listens after the subscriber's /metrics, in
+// front of every engine, asking the cluster nothing; with a health
+// timeout set, both proxies get it.
+func TestFleetProxies_RoundRobinBaselineAndHealthTimeout(t *testing.T) {
+	es, proxy, _ := fleetAddrs("127.0.0.1", 7400, 3, 3)
+	if rr := rrProxyAddr("127.0.0.1", 7400, 3, 3); rr != "127.0.0.1:7463" {
+		t.Fatalf("round-robin proxy at %s, want 127.0.0.1:7463", rr)
+	}
+	c := fleetConfig{Engines: es, Proxy: proxy, Cluster: []string{"127.0.0.1:7401"}, ModelsDir: "m", HealthTimeout: 5 * time.Second}
+	rr := strings.Join(c.rrProxySpec("proxy-rr", "127.0.0.1:7463").Args, " ")
+	want := "proxy --listen 127.0.0.1:7463 --strategy round-robin --health-timeout 5s --backend sim-1=http://127.0.0.1:7431 --backend sim-2=http://127.0.0.1:7441 --backend sim-3=http://127.0.0.1:7451"
+	if rr != want {
+		t.Errorf("round-robin proxy args\n got  %s\n want %s", rr, want)
+	}
+	if p := strings.Join(c.proxySpec("proxy", "picker").Args, " "); !strings.Contains(p, "--strategy picker --addr 127.0.0.1:7401 --health-timeout 5s --backend sim-1=") {
+		t.Errorf("picker proxy args %s", p)
+	}
+	c.HealthTimeout = 0
+	if p := strings.Join(c.proxySpec("proxy", "picker").Args, " "); strings.Contains(p, "--health-timeout") {
+		t.Errorf("no health timeout set, yet %s", p)
+	}
+}
+
 // The models directory is unpacked from the repository's testdata once:
 // tokenizer.json is the decompressed file (as the fixtures decompress it
 // on their own), a second call keeps the copy, and a given directory

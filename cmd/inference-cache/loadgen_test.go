@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/inference-cache/inference-cache/loadgen"
@@ -74,6 +75,78 @@ func TestLoadgenCmd(t *testing.T) {
 		{[]string{"--target", srv.URL, "--model", "m", "--trace", trace, "--speedup", "-2"}, "--speedup -2"},
 	} {
 		if _, err := runCLI(t, "", append([]string{"loadgen"}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// --compare replays the same records to the second target after the
+// first, each under a salt of its own (no prompt text in common, the
+// shape the same), and prints both columns and the ratios; --json gives
+// both summaries. A --compare URL off this machine, or with --results, is
+// refused naming the flag.
+func TestLoadgenCmd_Compare(t *testing.T) {
+	var mu sync.Mutex
+	bodies := map[string][]string{}
+	serve := func(name, reason string, cached int) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			var req struct {
+				Messages []struct{ Content string } `json:"messages"`
+			}
+			_ = json.Unmarshal(body, &req)
+			mu.Lock()
+			bodies[name] = append(bodies[name], req.Messages[0].Content)
+			mu.Unlock()
+			w.Header().Set(loadgen.HeaderReplica, "sim-1")
+			w.Header().Set(loadgen.HeaderReason, reason)
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\" tok\"}}]}\n\n")
+			fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":600,\"completion_tokens\":1,\"total_tokens\":601,\"prompt_tokens_details\":{\"cached_tokens\":%d}}}\n\ndata: [DONE]\n\n", cached)
+		}))
+	}
+	a, b := serve("a", "PREFIX_MATCH", 300), serve("b", "ROUND_ROBIN", 100)
+	defer a.Close()
+	defer b.Close()
+	trace := writeTrace(t, 4)
+	out, err := runCLI(t, "", "loadgen", "--target", a.URL, "--compare", b.URL, "--model", "qwen3", "--trace", trace, "--speedup", "10", "--quiet")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{a.URL + " and " + b.URL, "engines' cached tokens  50.0 %", "16.7 %", "PREFIX_MATCH 4", "ROUND_ROBIN 4",
+		"first against second: engines' cached tokens 3.00×"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if len(bodies["a"]) != 4 || len(bodies["b"]) != 4 {
+		t.Fatalf("requests: %d to --target, %d to --compare; want 4 each", len(bodies["a"]), len(bodies["b"]))
+	}
+	for _, x := range bodies["a"] {
+		for _, y := range bodies["b"] {
+			if strings.Fields(x)[0] == strings.Fields(y)[0] && strings.Fields(x)[1] == strings.Fields(y)[1] && strings.Fields(x)[2] == strings.Fields(y)[2] {
+				t.Fatalf("the two replays share a prompt's first words: %.40q / %.40q", x, y)
+			}
+		}
+		if len(strings.Fields(x)) != 600 {
+			t.Fatalf("a prompt of %d words, want the record's 600", len(strings.Fields(x)))
+		}
+	}
+
+	out, err = runCLI(t, "", "loadgen", "--target", a.URL, "--compare", b.URL, "--model", "qwen3", "--trace", trace, "--speedup", "10", "--quiet", "--json")
+	var both map[string]loadgen.Summary
+	if err != nil || json.Unmarshal([]byte(out), &both) != nil || both["target"].Requests != 4 || both["compare"].CacheHitRate != 100.0/600 {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--compare", "http://10.1.2.3:80"}, `--compare "http://10.1.2.3:80"`},
+		{[]string{"--compare", b.URL, "--results", "r.jsonl"}, "--results: not with --compare"},
+	} {
+		args := append([]string{"loadgen", "--target", a.URL, "--model", "m", "--trace", trace}, c.args...)
+		if _, err := runCLI(t, "", args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err %v, want %q", c.args, err, c.want)
 		}
 	}

@@ -99,7 +99,8 @@ the routed hit rate), requests_in_flight, backend_up{replica}.`,
   inference-cache proxy --listen 127.0.0.1:8080 --models-dir .dev-cluster/models \
       --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 \
       --backend sim-1=http://127.0.0.1:7431 --backend sim-2=http://127.0.0.1:7441 --backend sim-3=http://127.0.0.1:7451
-  curl -si localhost:8080/v1/chat/completions \
+  # a chat request through make run's proxy (the one above listens on 8080):
+  curl -si localhost:7461/v1/chat/completions \
       -d '{"model": "qwen3", "messages": [{"role": "user", "content": "hi"}]}' | grep -i x-inference-cache
   kill -HUP <pid>   # reload --backends`,
 		Args: cobra.NoArgs,

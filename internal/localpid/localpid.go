@@ -45,6 +45,7 @@ func Listening(socks []Socket, ip net.IP, port uint64) uint64 {
 }
 
 // PID is the pid of the process of this machine listening on addr
+// (status prints it beside each node, contract §12.4)
 // (HOST:PORT, HOST an IP or "localhost"), and whether one was found. An
 // address of another host, a process of another user whose descriptors
 // cannot be read, or a system without /proc gives false.

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -17,7 +18,9 @@ from conftest import PYTHON_DIR
 
 
 def _run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
+    # Without PYTHONPATH: a checkout on it would shadow the installed copy.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, **kw)
     assert r.returncode == 0, f"{cmd}: exit {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}"
     return r
 
