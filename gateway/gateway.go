@@ -90,8 +90,9 @@ var ErrNoRequest = errors.New("gateway: no OpenAI request: no key")
 
 // Config configures a Gateway. Fields are read once by New.
 type Config struct {
-	// Prompts gives each request's prefill; nil = no key for any request
-	// (every pick by load).
+	// Prompts gives each request's prefill; nil = no key for a text or
+	// chat request (picked by load). A completion whose prompt is token
+	// ids is keyed with them either way (prompt.FromTokenIDs).
 	Prompts Prompts
 	// Lookup is the hint service; nil = none (every pick by load, and not
 	// counted as fail-open).
@@ -261,14 +262,7 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*
 		d.NoKey = ErrNoRequest
 		return nil, nil
 	}
-	if g.cfg.Prompts == nil {
-		d.NoKey = errors.New("gateway: no models directory: no key")
-		return nil, nil
-	}
-	p, err := g.cfg.Prompts.Tokens(ctx, req)
-	if err == nil {
-		err = p.NoKey
-	}
+	p, err := g.prompt(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("gateway: request ended before its decision: %w", ctx.Err())
@@ -307,6 +301,27 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*
 	}
 	d.LookupDetail = resp.GetDetail()
 	return resp, nil
+}
+
+// errNoModels is Decision.NoKey of a text or chat request when the
+// gateway has no models directory (Config.Prompts nil).
+var errNoModels = errors.New("gateway: no models directory: no key")
+
+// prompt is req's prefill: a token-id completion's ids as given (no model
+// files needed), else Config.Prompts' answer. An error (or the prompt's
+// NoKey) means no key.
+func (g *Gateway) prompt(ctx context.Context, req *openai.Request) (prompt.Prompt, error) {
+	if p, ok := prompt.FromTokenIDs(req); ok {
+		return p, nil
+	}
+	if g.cfg.Prompts == nil {
+		return prompt.Prompt{}, errNoModels
+	}
+	p, err := g.cfg.Prompts.Tokens(ctx, req)
+	if err == nil {
+		err = p.NoKey
+	}
+	return p, err
 }
 
 // maxReplicas bounds the hints asked for (the server's own limit).
