@@ -129,12 +129,13 @@ func (p *Pool) PrefillCandidates(model string, dst []string) []string {
 }
 
 // Disaggregated reports whether model has a prefill backend, healthy or
-// not: its requests go the disaggregated way.
+// not (one whose models are not known yet counts): its requests go the
+// disaggregated way, aggregated while no prefill backend can serve.
 func (p *Pool) Disaggregated(model string) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	for _, b := range p.backends {
-		if b.cfg.Role == RolePrefill && b.serves(model) {
+		if b.cfg.Role == RolePrefill && (b.serves(model) || b.cfg.Model == "" && b.models.Load() == nil) {
 			return true
 		}
 	}
