@@ -42,6 +42,10 @@
 //     for those strategies), the matched tokens and the picker's cost
 //     terms.
 //
+// An adapter's request (Request.Base and Request.Adapter) is keyed on the
+// base model's prompt and looked up in its partition under the adapter
+// id; the pick charges the adapter's residency (adapters.go).
+//
 // The caller then reports the request's life on the replica it really
 // sent it to (Decision.Start, then Flight.FirstToken and Flight.Done),
 // which is the load the picker and least-loaded count.
