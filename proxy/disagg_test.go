@@ -35,7 +35,10 @@ const prefillAnswer = `{"id":"cmpl-1","object":"text_completion","choices":[{"te
 func TestDisagg_PrefillThenDecode(t *testing.T) {
 	pe, de := newEngine(t, "qwen3"), newEngine(t, "qwen3")
 	var ids [2]string
-	pe.setHandler(func(w http.ResponseWriter, r *http.Request) { ids[0] = r.Header.Get("X-Request-Id"); _, _ = w.Write([]byte(prefillAnswer)) })
+	pe.setHandler(func(w http.ResponseWriter, r *http.Request) {
+		ids[0] = r.Header.Get("X-Request-Id")
+		_, _ = w.Write([]byte(prefillAnswer))
+	})
 	de.setHandler(func(w http.ResponseWriter, r *http.Request) {
 		ids[1] = r.Header.Get("X-Request-Id")
 		w.Header().Set("Content-Type", "application/json")
@@ -90,7 +93,9 @@ func TestDisagg_FallbackToAggregated(t *testing.T) {
 	tp.setRoles(t, engines, RolePrefill, RoleDecode)
 	for i, h := range []http.HandlerFunc{
 		func(w http.ResponseWriter, _ *http.Request) { http.Error(w, `{"error":{"message":"boom"}}`, 500) },
-		func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"id":"x","kv_transfer_params":null}`)) },
+		func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte(`{"id":"x","kv_transfer_params":null}`))
+		},
 	} {
 		pe.setHandler(h)
 		resp, out := tp.post(t, "/v1/chat/completions", tp.chat("hello", false))

@@ -71,7 +71,7 @@ type backend struct {
 	models atomic.Pointer[[]openai.ModelCard]
 	lora   atomic.Pointer[loraInfo] // newest adapter residency (adapters.go)
 	kv     atomic.Pointer[float64]  // last KV usage of a decode backend (disagg.go)
-	first  chan struct{} // closed after the first check
+	first  chan struct{}            // closed after the first check
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
