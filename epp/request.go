@@ -39,7 +39,7 @@ type exchange struct {
 	prefill []string          // the prefill candidates (none: not disaggregated)
 	pre     *gateway.Decision // the prefill pick, nil when none
 	pflight *gateway.Flight   // the prefill's load, until the first token
-	streams bool // the response is an event stream
+	streams bool              // the response is an event stream
 	spot    openai.FirstTokenSpotter
 }
 

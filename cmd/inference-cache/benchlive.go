@@ -86,7 +86,7 @@ type liveResult struct {
 	PrefillHitRate   float64 `json:"prefill_hit_rate,omitempty"`
 	PrefixMatchPicks float64 `json:"prefix_match_picks,omitempty"`
 	Aggregated       float64 `json:"aggregated_requests,omitempty"`
-	ttfts []float64
+	ttfts            []float64
 }
 
 // liveReport is bench --live's output.
