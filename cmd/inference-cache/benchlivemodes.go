@@ -16,8 +16,9 @@ import (
 //
 //   - lora: every engine serves --live-adapters LoRA adapters of the
 //     model (a0, a1, …) with --live-max-loras slots; each conversation of
-//     the trace (its records sharing the first 512-token block) asks one
-//     adapter, so the adapters' prefixes live in their own partitions;
+//     the trace asks one adapter (its second 512-token block names it: the
+//     first is the system prompt every record shares), so the adapters'
+//     prefixes live in their own partitions;
 //   - disagg: the first --live-prefill-engines engines are the proxy's
 //     prefill backends, the others its decode backends, all with vLLM's
 //     NixlConnector config; the strategy is the prefill pick's (the decode
@@ -88,7 +89,9 @@ func (m *liveModeOptions) apply(c *fleetConfig) {
 func adapterName(i int) string { return "a" + strconv.Itoa(i) }
 
 // modelFor is the record's model in lora mode: the adapter of its
-// conversation (its first block's id); nil in the other modes.
+// conversation (its second block's id, the first being the system
+// prompt every record of the conversation trace shares; the first for a
+// one-block record); nil in the other modes.
 func (m *liveModeOptions) modelFor() func(rec *bench.Request) string {
 	if m.mode != liveModeLoRA {
 		return nil
@@ -97,7 +100,7 @@ func (m *liveModeOptions) modelFor() func(rec *bench.Request) string {
 		if len(rec.HashIDs) == 0 {
 			return ""
 		}
-		return adapterName(int(rec.HashIDs[0] % uint64(m.adapters)))
+		return adapterName(int(rec.HashIDs[min(1, len(rec.HashIDs)-1)] % uint64(m.adapters)))
 	}
 }
 

@@ -40,8 +40,8 @@ func TestLiveModes_FleetAndModels(t *testing.T) {
 		t.Fatalf("engine args %q", a)
 	}
 	f := l.modelFor()
-	turn1, turn2, other := &bench.Request{HashIDs: []uint64{6, 7}}, &bench.Request{HashIDs: []uint64{6, 7, 8}}, &bench.Request{HashIDs: []uint64{9}}
-	if f(turn1) != "a2" || f(turn2) != "a2" || f(other) != "a1" {
+	turn1, turn2, other := &bench.Request{HashIDs: []uint64{0, 6, 7}}, &bench.Request{HashIDs: []uint64{0, 6, 7, 8}}, &bench.Request{HashIDs: []uint64{0, 9}}
+	if f(turn1) != "a2" || f(turn2) != "a2" || f(other) != "a1" || f(&bench.Request{HashIDs: []uint64{3}}) != "a3" {
 		t.Fatalf("models %q %q %q, want a2 a2 a1", f(turn1), f(turn2), f(other))
 	}
 	if (&liveModeOptions{mode: liveModeAggregated}).modelFor() != nil {
