@@ -394,7 +394,7 @@ func liveTargets(r *liveReport) []liveTarget {
 		return nil
 	}
 	if r.Mode != liveModeAggregated && r.Mode != "" {
-		return modeTargets(r.Mode, p, rr, p.Requests)
+		return modeTargets(r.Mode, p, rr, r.Records)
 	}
 	failed := 0
 	total := 0

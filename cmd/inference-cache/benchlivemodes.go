@@ -135,7 +135,8 @@ func (m *liveModeOptions) measure(ctx context.Context, st *liveStack, res *liveR
 }
 
 // modeTargets are the targets of the lora and disagg modes: picker
-// against round-robin.
+// against round-robin; records is every request of a run (the engines'
+// counters count the warm-up too).
 func modeTargets(mode string, p, rr *liveResult, records int) []liveTarget {
 	ratio := func(a, b float64) float64 {
 		if b == 0 {
@@ -146,11 +147,12 @@ func modeTargets(mode string, p, rr *liveResult, records int) []liveTarget {
 	tr := ratio(p.TTFT.P50, rr.TTFT.P50)
 	ttft := liveTarget{"TTFT p50 ≤ 0.6× round-robin's", fmt.Sprintf("%.2f× (%s against %s)", tr, msCell(p.TTFT.P50), msCell(rr.TTFT.P50)), rr.TTFT.P50 > 0 && tr <= 0.6}
 	failed := liveTarget{"0 failed requests", fmt.Sprintf("%d and %d of %d measured requests failed", p.Failed, rr.Failed, p.Requests), p.Failed+rr.Failed == 0}
+	records = max(records, 1)
 	switch mode {
 	case liveModeLoRA:
 		lp, lr := p.AdapterLoads/float64(records), rr.AdapterLoads/float64(records)
 		return []liveTarget{ttft,
-			{"adapter requests get PREFIX_MATCH", fmt.Sprintf("%.0f PREFIX_MATCH picks of %d requests", p.PrefixMatchPicks, records), p.PrefixMatchPicks > 0},
+			{"adapter requests get PREFIX_MATCH", fmt.Sprintf("%.0f PREFIX_MATCH picks of %d requests (warm-up included)", p.PrefixMatchPicks, records), p.PrefixMatchPicks > 0},
 			{"adapter loads per request ≤ 0.5× round-robin's", fmt.Sprintf("%.3f against %.3f (%.2f×)", lp, lr, ratio(lp, lr)), lr > 0 && lp <= 0.5*lr},
 			failed}
 	case liveModeDisagg:
@@ -169,7 +171,7 @@ func writeModeText(w io.Writer, r *liveReport) {
 	case liveModeLoRA:
 		fmt.Fprintln(w, "\nlora mode: each conversation asks one of the engines' adapters")
 		for _, s := range r.Strategies {
-			fmt.Fprintf(w, "  %s: %.0f adapter loads (%.3f per request), %.0f PREFIX_MATCH picks\n", s.Strategy, s.AdapterLoads, s.AdapterLoads/float64(max(1, s.Requests)), s.PrefixMatchPicks)
+			fmt.Fprintf(w, "  %s: %.0f adapter loads (%.3f per request), %.0f PREFIX_MATCH picks (warm-up included)\n", s.Strategy, s.AdapterLoads, s.AdapterLoads/float64(max(1, r.Records)), s.PrefixMatchPicks)
 		}
 	case liveModeDisagg:
 		fmt.Fprintln(w, "\ndisagg mode: the strategy picks the prefill engine; decode engines are picked by load")
