@@ -86,7 +86,9 @@ func (x *exchange) decide(or *openai.Request, cands []string) (d, pre *gateway.D
 		d, err = x.s.gw.Decide(x.srv.Context(), x.gatewayRequest(or, cands))
 		return d, nil, err
 	}
-	if pre, err = x.s.gw.Decide(x.srv.Context(), x.gatewayRequest(or, x.prefill)); err != nil {
+	preq := x.gatewayRequest(or, x.prefill)
+	preq.Holders = len(x.prefill) + len(cands) // the decode endpoints cache the blocks they pull
+	if pre, err = x.s.gw.Decide(x.srv.Context(), preq); err != nil {
 		return nil, nil, err
 	}
 	if d, err = x.s.decode.Decide(x.srv.Context(), gateway.Request{Candidates: cands}); err != nil {

@@ -103,3 +103,20 @@ func TestAdapter_InFlightCountsAsLoaded(t *testing.T) {
 		t.Fatalf("%d adapter entries in flight after Done", n)
 	}
 }
+
+// Holders widens the lookup beyond the candidates: a prefill pick among
+// two candidates asks for as many hints as replicas may hold the blocks.
+func TestHolders_WidenTheLookup(t *testing.T) {
+	lk := &fakeLookup{resp: prefixMatch("b", 32)}
+	g := newGW(t, Config{Prompts: &modelPrompts{n: 64}, Lookup: lk})
+	req := chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`)
+	if _, err := g.Decide(context.Background(), Request{OpenAI: req, Candidates: []string{"a", "b"}, Holders: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Decide(context.Background(), Request{OpenAI: req, Candidates: []string{"a", "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := lk.reqs[0].GetMaxReplicas(), lk.reqs[1].GetMaxReplicas(); a != 6 || b != 2 {
+		t.Fatalf("max_replicas %d and %d, want 6 (holders) and 2 (the candidates)", a, b)
+	}
+}

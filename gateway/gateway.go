@@ -224,6 +224,12 @@ type Request struct {
 	// Residency is the adapter's residency on each candidate, in
 	// Candidates' order (nil or short = unknown).
 	Residency []Residency
+	// Holders is how many replicas may hold the request's blocks, when
+	// more than the candidates (0 = the candidates): the lookup then asks
+	// for that many hints, so that replicas outside the candidates (the
+	// decode replicas of disaggregated serving, which cache the blocks
+	// they pulled) do not crowd the candidates out of the answer.
+	Holders int
 }
 
 // Decide picks a replica for req among its candidates (see the package
@@ -253,7 +259,7 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 		b.Model = req.Base
 		oreq = &b
 	}
-	resp, err := g.hint(ctx, oreq, d, req.Adapter)
+	resp, err := g.hint(ctx, oreq, d, req.Adapter, max(n, req.Holders))
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +288,7 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 
 // hint computes the request's key and looks it up within the budget. It
 // fills the prompt fields of d; a nil response means no hint.
-func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, adapter string) (*pb.LookupRouteResponse, error) {
+func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, adapter string, hints int) (*pb.LookupRouteResponse, error) {
 	if req == nil {
 		d.NoKey = ErrNoRequest
 		return nil, nil
@@ -302,7 +308,7 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, ad
 		adapter = g.cfg.AdapterID
 	}
 	lr := &pb.LookupRouteRequest{ModelId: req.Model, TenantId: g.cfg.TenantID, AdapterId: adapter,
-		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(len(d.candidates), maxReplicas)),
+		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(hints, maxReplicas)),
 		PickerId: g.PickerID()}
 	if err := client.Fingerprint(lr, p.TokenIDs, bs); err != nil {
 		d.NoKey = err

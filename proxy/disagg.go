@@ -174,7 +174,9 @@ func (p *Proxy) serveDisaggregated(w http.ResponseWriter, r *http.Request, req *
 	if len(pcands) == 0 {
 		return p.aggregated(w, r, req, body, cands, start, causeNoPrefill)
 	}
-	pd, err := p.gw.Decide(r.Context(), p.gatewayRequest(req, pcands))
+	preq := p.gatewayRequest(req, pcands)
+	preq.Holders = len(pcands) + len(cands) // the decode backends cache the blocks they pull
+	pd, err := p.gw.Decide(r.Context(), preq)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return statusClientClosed
