@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -36,6 +37,7 @@ type liveModeOptions struct {
 	maxLoRAs       int
 	loraLoadTime   string
 	prefillEngines int
+	lookupBudget   time.Duration
 }
 
 func (m *liveModeOptions) register(f *pflag.FlagSet) {
@@ -43,6 +45,7 @@ func (m *liveModeOptions) register(f *pflag.FlagSet) {
 	f.IntVar(&m.adapters, "live-adapters", 4, "--live: --live-mode lora: the adapters each engine serves")
 	f.IntVar(&m.maxLoRAs, "live-max-loras", 2, "--live: --live-mode lora: each engine's --max-loras")
 	f.StringVar(&m.loraLoadTime, "live-lora-load-time", "50ms", "--live: --live-mode lora: each engine's --lora-load-time")
+	f.DurationVar(&m.lookupBudget, "live-lookup-budget", 0, "--live: the proxy's --lookup-budget (0 = its default, 20ms); a loaded machine fails more lookups open at 20ms")
 	f.IntVar(&m.prefillEngines, "live-prefill-engines", 2, "--live: --live-mode disagg: how many of the --engines are prefill backends (the rest decode)")
 }
 
@@ -61,11 +64,17 @@ func (m *liveModeOptions) check(engines int) error {
 	default:
 		return fmt.Errorf("--live-mode %q: want aggregated, lora or disagg", m.mode)
 	}
+	if m.lookupBudget < 0 {
+		return fmt.Errorf("--live-lookup-budget %v: must not be negative", m.lookupBudget)
+	}
 	return nil
 }
 
 // apply sets the fleet's engine arguments and backend roles.
 func (m *liveModeOptions) apply(c *fleetConfig) {
+	if m.lookupBudget > 0 {
+		defer func() { c.ProxyArgs = append(c.ProxyArgs, "--lookup-budget", m.lookupBudget.String()) }()
+	}
 	switch m.mode {
 	case liveModeLoRA:
 		c.EngineArgs = []string{"--enable-lora", "--max-loras", strconv.Itoa(m.maxLoRAs), "--lora-load-time", m.loraLoadTime}
