@@ -77,10 +77,10 @@ func (x *exchange) gatewayRequest(or *openai.Request, cands []string) gateway.Re
 	return gr
 }
 
-// decide picks the destination among cands and, when the request has
-// prefill candidates, the prefill endpoint (pre; nil otherwise). The
-// decision recorded in the metrics is rec: the prefill's when there is
-// one (the prefix pick).
+// decide picks the destination among cands (by prefix and load; by load
+// alone when the request has prefill candidates) and the prefill endpoint
+// among those (pre; nil without prefill candidates). Errors are the
+// gateway's: the stream ended while the prompt was prepared.
 func (x *exchange) decide(or *openai.Request, cands []string) (d, pre *gateway.Decision, err error) {
 	if len(x.prefill) == 0 {
 		d, err = x.s.gw.Decide(x.srv.Context(), x.gatewayRequest(or, cands))
