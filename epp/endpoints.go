@@ -27,6 +27,12 @@ type Endpoint struct {
 	// Model, when set, is the only model the endpoint serves; "" = any
 	// model (an InferencePool's pods all serve the pool's models).
 	Model string `yaml:"model"`
+	// Adapters are the LoRA adapters the endpoint serves on Model (each a
+	// model name of its own, as vLLM serves them; disagg.go).
+	Adapters []string `yaml:"adapters"`
+	// Role is the endpoint's part in disaggregated prefill/decode:
+	// prefill, decode or both ("" = both; disagg.go).
+	Role string `yaml:"role"`
 }
 
 // check validates one endpoint, naming the field.
@@ -44,7 +50,7 @@ func (e *Endpoint) check() error {
 	if strings.Contains(e.ReplicaID, ",") {
 		return fmt.Errorf("replica_id %q: must not contain a comma", e.ReplicaID)
 	}
-	return nil
+	return e.checkServing()
 }
 
 // CheckEndpoints validates a list: each endpoint (address IP:PORT, a
@@ -93,6 +99,8 @@ type endpointsFile struct {
 //	  - address: 10.0.0.7:8000   # ip:port as the gateway names it
 //	    replica_id: vllm-0       # the subscriber's replica_id
 //	    model: qwen3             # optional: "" = any model
+//	    adapters: [sql-lora]     # optional: LoRA adapters served on model
+//	    role: prefill            # optional: prefill, decode or both (default)
 //
 // Unknown fields are refused, naming them.
 func LoadEndpoints(path string) ([]Endpoint, error) {

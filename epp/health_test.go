@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -50,7 +51,7 @@ func TestHealth_ServicesByName(t *testing.T) {
 
 func TestEndpoints_ParseAndCheckNameTheField(t *testing.T) {
 	e, err := ParseEndpointFlag("10.0.0.7:8000=vllm-0,qwen3")
-	if err != nil || e != (Endpoint{Address: "10.0.0.7:8000", ReplicaID: "vllm-0", Model: "qwen3"}) {
+	if err != nil || !reflect.DeepEqual(e, Endpoint{Address: "10.0.0.7:8000", ReplicaID: "vllm-0", Model: "qwen3"}) {
 		t.Fatalf("%+v %v", e, err)
 	}
 	for s, want := range map[string]string{

@@ -23,11 +23,13 @@ type fakeLookup struct {
 	resp *pb.LookupRouteResponse
 	wait bool
 	n    int
+	last *pb.LookupRouteRequest
 }
 
-func (f *fakeLookup) LookupRoute(ctx context.Context, _ *pb.LookupRouteRequest) *pb.LookupRouteResponse {
+func (f *fakeLookup) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *pb.LookupRouteResponse {
 	f.mu.Lock()
 	f.n++
+	f.last = req
 	resp, wait := f.resp, f.wait
 	f.mu.Unlock()
 	if wait {

@@ -35,7 +35,11 @@ type exchange struct {
 	d       *gateway.Decision
 	addrs   map[string]string // replica id → address, of the candidates
 	flight  *gateway.Flight
-	streams bool // the response is an event stream
+	base    string            // the base model of an adapter's request ("" = none)
+	prefill []string          // the prefill candidates (none: not disaggregated)
+	pre     *gateway.Decision // the prefill pick, nil when none
+	pflight *gateway.Flight   // the prefill's load, until the first token
+	streams bool              // the response is an event stream
 	spot    openai.FirstTokenSpotter
 }
 
@@ -154,17 +158,24 @@ func (x *exchange) pick(eos bool) (bool, error) {
 		}
 		return true, x.refuse(typev3.StatusCode_ServiceUnavailable, refusal, msg)
 	}
-	d, err := x.s.gw.Decide(x.srv.Context(), gateway.Request{OpenAI: or, Candidates: cands})
+	d, pre, err := x.decide(or, cands)
 	if err != nil {
 		return true, err // the stream ended while the prompt was prepared
 	}
-	x.d = d
+	x.d, x.pre = d, pre
 	x.flight = d.Start(d.Replica)
-	x.s.record(d, model, x.addrs[d.Replica], time.Since(start))
+	rec := d
+	if pre != nil {
+		x.pflight, rec = pre.Start(pre.Replica), pre
+	}
+	x.s.record(rec, model, x.addrs[rec.Replica], time.Since(start))
 
 	dest := x.destination()
 	mutation := &extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{
 		SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: DestinationKey, RawValue: []byte(dest)}}}}}
+	if pre != nil {
+		mutation.HeaderMutation.SetHeaders = append(mutation.HeaderMutation.SetHeaders, x.prefillHeader())
+	}
 	md := destinationMetadata(dest)
 	if x.reqMode == ModeBuffered && x.body != nil {
 		err = x.send(&extprocv3.ProcessingResponse{DynamicMetadata: md,
@@ -208,11 +219,19 @@ func (x *exchange) candidates(body []byte) ([]string, string, *openai.Request, s
 	x.addrs = make(map[string]string, len(eps))
 	for i := range eps {
 		e := &eps[i]
-		if !x.sub.admits(e.Address) || (e.Model != "" && model != "" && e.Model != model) {
+		ok, base := e.serves(model)
+		if !x.sub.admits(e.Address) || !ok {
+			continue
+		}
+		if base != "" {
+			x.base = base
+		}
+		x.addrs[e.ReplicaID] = e.Address
+		if e.Role == RolePrefill {
+			x.prefill = append(x.prefill, e.ReplicaID)
 			continue
 		}
 		cands = append(cands, e.ReplicaID)
-		x.addrs[e.ReplicaID] = e.Address
 	}
 	if len(cands) == 0 {
 		return nil, model, nil, causeNoEligible

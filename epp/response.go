@@ -26,6 +26,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		x.streams = strings.HasPrefix(header(h.GetHeaders(), "content-type"), "text/event-stream")
 		if !x.streams {
 			x.flight.FirstToken()
+			x.prefillDone()
 		}
 		reason, matched := x.d.ReasonFor(x.flight.Replica())
 		resp.Response = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
@@ -46,6 +47,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 	if x.flight != nil && x.streams && x.spot.Feed(b.GetBody()) {
 		x.flight.FirstToken()
+		x.prefillDone()
 	}
 	if b.GetEndOfStream() {
 		x.finish()
@@ -62,6 +64,15 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) error {
 func (x *exchange) finish() {
 	if x.flight != nil {
 		x.flight.Done()
+	}
+	x.prefillDone()
+}
+
+// prefillDone ends the prefill's load: the decode's first token means
+// the prefill is over.
+func (x *exchange) prefillDone() {
+	if x.pflight != nil {
+		x.pflight.Done()
 	}
 }
 

@@ -58,6 +58,7 @@ type Options struct {
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	gw      *gateway.Gateway
+	decode  *gateway.Gateway // decode picks of disaggregated requests (disagg.go)
 	eps     *Table
 	m       *Metrics
 	maxBody int
@@ -86,7 +87,11 @@ func New(opts Options) (*Server, error) {
 	if opts.ResponseBodyMode == ModeNone {
 		opts.ResponseBodyMode = ModeFullDuplexStreamed
 	}
-	return &Server{gw: opts.Gateway, eps: opts.Endpoints, m: opts.Metrics, maxBody: opts.MaxBodyBytes,
+	decode, err := gateway.New(gateway.Config{Strategy: gateway.StrategyLeastLoaded})
+	if err != nil {
+		return nil, err
+	}
+	return &Server{gw: opts.Gateway, decode: decode, eps: opts.Endpoints, m: opts.Metrics, maxBody: opts.MaxBodyBytes,
 		reqMode: opts.RequestBodyMode, rspMode: opts.ResponseBodyMode, log: opts.Logger}, nil
 }
 

@@ -43,6 +43,7 @@ type Decision struct {
 	Costs []client.PickCost
 
 	g          *Gateway
+	adapter    string // the LoRA adapter of the request, "" = none
 	candidates []string
 	index      int
 	pick       client.Decision
@@ -129,6 +130,10 @@ func (d *Decision) Start(replica string) *Flight {
 	}
 	g.mu.Lock()
 	g.inflight[replica]++
+	if d.adapter != "" {
+		f.adapter = d.adapter
+		g.adapterInflight[adapterKey{replica, d.adapter}]++
+	}
 	g.mu.Unlock()
 	return f
 }
@@ -140,6 +145,7 @@ type Flight struct {
 	g                *Gateway
 	in               *client.Inflight
 	replica          string
+	adapter          string
 	firstSeen, ended bool
 }
 
@@ -172,6 +178,12 @@ func (f *Flight) Done() {
 	f.g.mu.Lock()
 	if f.g.inflight[f.replica]--; f.g.inflight[f.replica] <= 0 {
 		delete(f.g.inflight, f.replica)
+	}
+	if f.adapter != "" {
+		k := adapterKey{f.replica, f.adapter}
+		if f.g.adapterInflight[k]--; f.g.adapterInflight[k] <= 0 {
+			delete(f.g.adapterInflight, k)
+		}
 	}
 	f.g.mu.Unlock()
 }

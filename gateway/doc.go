@@ -13,7 +13,9 @@
 //     the chat template rendered and tokenized exactly as vLLM does). A
 //     request without a key (multimodal content, a template that raises,
 //     no tokenizer for the model) is still routed, by load; the reason is
-//     kept in Decision.NoKey.
+//     kept in Decision.NoKey. A completion whose prompt is token ids needs
+//     no model files: its ids are the prefill, as given (vLLM adds no
+//     special token to them), so it is keyed without Config.Prompts.
 //  2. The key: the content fingerprint (contract §3) of those ids at the
 //     model's block size (Config.BlockSizes, default 16 as vLLM), in the
 //     hash domain of the request's cache_salt.
@@ -39,6 +41,10 @@
 //     LOAD when the pick had no usable hint; ROUND_ROBIN or LEAST_LOADED
 //     for those strategies), the matched tokens and the picker's cost
 //     terms.
+//
+// An adapter's request (Request.Base and Request.Adapter) is keyed on the
+// base model's prompt and looked up in its partition under the adapter
+// id; the pick charges the adapter's residency (adapters.go).
 //
 // The caller then reports the request's life on the replica it really
 // sent it to (Decision.Start, then Flight.FirstToken and Flight.Done),

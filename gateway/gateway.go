@@ -90,8 +90,9 @@ var ErrNoRequest = errors.New("gateway: no OpenAI request: no key")
 
 // Config configures a Gateway. Fields are read once by New.
 type Config struct {
-	// Prompts gives each request's prefill; nil = no key for any request
-	// (every pick by load).
+	// Prompts gives each request's prefill; nil = no key for a text or
+	// chat request (picked by load). A completion whose prompt is token
+	// ids is keyed with them either way (prompt.FromTokenIDs).
 	Prompts Prompts
 	// Lookup is the hint service; nil = none (every pick by load, and not
 	// counted as fail-open).
@@ -120,6 +121,10 @@ type Config struct {
 	// with Close.
 	ShareLoad   client.LoadShareConfig
 	NoShareLoad bool
+	// AdapterLoadTokens is the cost, in prefill tokens, charged to a
+	// candidate that must load a request's LoRA adapter (adapters.go); 0
+	// = DefaultAdapterLoadTokens.
+	AdapterLoadTokens int
 }
 
 // Gateway decides where requests go. It is safe for concurrent use.
@@ -130,8 +135,9 @@ type Gateway struct {
 
 	share *client.LoadShare // nil = not sharing
 
-	mu       sync.Mutex
-	inflight map[string]int // requests started and not done, per replica
+	mu              sync.Mutex
+	inflight        map[string]int     // requests started and not done, per replica
+	adapterInflight map[adapterKey]int // the same, of LoRA adapters, per replica and adapter
 }
 
 // New returns a Gateway. Block sizes outside 1..fingerprint.MaxBlockSize
@@ -148,6 +154,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.HashScheme == "" {
 		cfg.HashScheme = DefaultHashScheme
 	}
+	if cfg.AdapterLoadTokens <= 0 {
+		cfg.AdapterLoadTokens = DefaultAdapterLoadTokens
+	}
 	for m, bs := range cfg.BlockSizes {
 		if bs < 1 || bs > fingerprint.MaxBlockSize {
 			return nil, fmt.Errorf("gateway: block size %d of model %q: want 1 to %d", bs, m, fingerprint.MaxBlockSize)
@@ -157,7 +166,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Picker != nil {
 		pc = *cfg.Picker
 	}
-	g := &Gateway{cfg: cfg, picker: client.NewPicker(pc), inflight: map[string]int{}}
+	g := &Gateway{cfg: cfg, picker: client.NewPicker(pc), inflight: map[string]int{}, adapterInflight: map[adapterKey]int{}}
 	if to, ok := cfg.Lookup.(client.LoadReportSender); ok && !cfg.NoShareLoad && s == StrategyPicker {
 		if g.share, err = client.StartLoadShare(g.picker, to, cfg.ShareLoad); err != nil {
 			return nil, fmt.Errorf("gateway: share load: %w", err)
@@ -206,6 +215,21 @@ type Request struct {
 	// Candidates are the replica ids that may serve it (at least one), in
 	// the caller's order. Decide does not keep the slice.
 	Candidates []string
+	// Base and Adapter are set for a LoRA adapter's request (adapters.go):
+	// Base is the base model (the index partition's model id; its
+	// tokenizer, template and block size key the request), Adapter the
+	// adapter id (the subscriber's lora_name: the adapter's model name).
+	// Both "" = the request's model, with Config.AdapterID.
+	Base, Adapter string
+	// Residency is the adapter's residency on each candidate, in
+	// Candidates' order (nil or short = unknown).
+	Residency []Residency
+	// Holders is how many replicas may hold the request's blocks, when
+	// more than the candidates (0 = the candidates): the lookup then asks
+	// for that many hints, so that replicas outside the candidates (the
+	// decode replicas of disaggregated serving, which cache the blocks
+	// they pulled) do not crowd the candidates out of the answer.
+	Holders int
 }
 
 // Decide picks a replica for req among its candidates (see the package
@@ -228,7 +252,14 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 		return d, nil
 	}
 
-	resp, err := g.hint(ctx, req.OpenAI, d)
+	d.adapter = req.Adapter
+	oreq := req.OpenAI
+	if req.Base != "" && oreq != nil {
+		b := *oreq // keyed as the base model's prompt
+		b.Model = req.Base
+		oreq = &b
+	}
+	resp, err := g.hint(ctx, oreq, d, req.Adapter, max(n, req.Holders))
 	if err != nil {
 		return nil, err
 	}
@@ -241,8 +272,9 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 			break
 		}
 	}
-	if !usable {
-		d.pick.Index = g.byLoad(pick.Costs)
+	if full := g.chargeAdapters(req, pick.Costs); full != nil || !usable {
+		// The residency terms changed the costs: the cheapest wins.
+		d.pick.Index = g.byLoad(pick.Costs, full)
 		d.pick.Replica = d.candidates[d.pick.Index]
 	}
 	reason := ReasonLoad
@@ -256,19 +288,12 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 
 // hint computes the request's key and looks it up within the budget. It
 // fills the prompt fields of d; a nil response means no hint.
-func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*pb.LookupRouteResponse, error) {
+func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, adapter string, hints int) (*pb.LookupRouteResponse, error) {
 	if req == nil {
 		d.NoKey = ErrNoRequest
 		return nil, nil
 	}
-	if g.cfg.Prompts == nil {
-		d.NoKey = errors.New("gateway: no models directory: no key")
-		return nil, nil
-	}
-	p, err := g.cfg.Prompts.Tokens(ctx, req)
-	if err == nil {
-		err = p.NoKey
-	}
+	p, err := g.prompt(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("gateway: request ended before its decision: %w", ctx.Err())
@@ -279,8 +304,11 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*
 	d.PromptTokens = len(p.TokenIDs)
 	bs := g.BlockSize(req.Model)
 	d.BlockSize = bs
-	lr := &pb.LookupRouteRequest{ModelId: req.Model, TenantId: g.cfg.TenantID, AdapterId: g.cfg.AdapterID,
-		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(len(d.candidates), maxReplicas)),
+	if adapter == "" {
+		adapter = g.cfg.AdapterID
+	}
+	lr := &pb.LookupRouteRequest{ModelId: req.Model, TenantId: g.cfg.TenantID, AdapterId: adapter,
+		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(hints, maxReplicas)),
 		PickerId: g.PickerID()}
 	if err := client.Fingerprint(lr, p.TokenIDs, bs); err != nil {
 		d.NoKey = err
@@ -309,6 +337,27 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*
 	return resp, nil
 }
 
+// errNoModels is Decision.NoKey of a text or chat request when the
+// gateway has no models directory (Config.Prompts nil).
+var errNoModels = errors.New("gateway: no models directory: no key")
+
+// prompt is req's prefill: a token-id completion's ids as given (no model
+// files needed), else Config.Prompts' answer. An error (or the prompt's
+// NoKey) means no key.
+func (g *Gateway) prompt(ctx context.Context, req *openai.Request) (prompt.Prompt, error) {
+	if p, ok := prompt.FromTokenIDs(req); ok {
+		return p, nil
+	}
+	if g.cfg.Prompts == nil {
+		return prompt.Prompt{}, errNoModels
+	}
+	p, err := g.cfg.Prompts.Tokens(ctx, req)
+	if err == nil {
+		err = p.NoKey
+	}
+	return p, err
+}
+
 // maxReplicas bounds the hints asked for (the server's own limit).
 const maxReplicas = 64
 
@@ -333,12 +382,16 @@ func (g *Gateway) leastLoaded(cands []string) int {
 
 // byLoad returns the cheapest candidate by the picker's cost terms (the
 // queued prefill this gateway sent, the engines' reported queues), then
-// the fewest requests in flight, ties in turn.
-func (g *Gateway) byLoad(costs []client.PickCost) int {
+// the fewest requests in flight, ties in turn; skip[i] set (when skip is
+// not nil) passes candidate i over.
+func (g *Gateway) byLoad(costs []client.PickCost, skip []bool) int {
 	start := g.roundRobin(len(costs))
 	best := -1
 	for k := range costs {
 		i := (start + k) % len(costs)
+		if skip != nil && skip[i] {
+			continue
+		}
 		if best < 0 || lessLoaded(&costs[i], &costs[best]) {
 			best = i
 		}

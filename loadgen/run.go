@@ -37,6 +37,9 @@ type Config struct {
 	Target string
 	// Model is the request's model (required).
 	Model string
+	// ModelFor, when set, is each record's model instead (a LoRA
+	// adapter per conversation, say); "" falls back to Model.
+	ModelFor func(rec *bench.Request) string
 	// Speedup divides the trace's timestamps: 2 replays it twice as fast
 	// (1; at most MaxSpeedup).
 	Speedup float64
@@ -270,7 +273,13 @@ loop:
 			defer func() { <-sem }()
 			// Built here, not in the dispatch loop, so a long prompt does
 			// not delay the records due after it.
-			body, err := json.Marshal(chatBody{Model: cfg.Model, Messages: []chatMessage{{Role: "user", Content: SaltedPromptText(rec, cfg.TextSalt)}},
+			model := cfg.Model
+			if cfg.ModelFor != nil {
+				if m := cfg.ModelFor(rec); m != "" {
+					model = m
+				}
+			}
+			body, err := json.Marshal(chatBody{Model: model, Messages: []chatMessage{{Role: "user", Content: SaltedPromptText(rec, cfg.TextSalt)}},
 				MaxTokens: maxTokens(rec.OutputLength, cfg.MaxTokens), Stream: true, StreamOptions: streamOptions{IncludeUsage: true}})
 			if err != nil {
 				res.fail(ErrOther, err.Error())

@@ -159,11 +159,10 @@ func (r *Registry) Preload(ctx context.Context, models ...string) error {
 // a wrapped ctx error when ctx ends while tokenizing or waiting for a
 // load.
 func (r *Registry) Tokens(ctx context.Context, req *openai.Request) (Prompt, error) {
-	p := Prompt{Model: req.Model, CacheSalt: req.CacheSalt}
-	if req.Kind == openai.KindCompletion && len(req.Prompt.TokenIDs) > 0 {
-		p.TokenPrompt, p.TokenIDs = true, req.Prompt.TokenIDs[0]
+	if p, ok := FromTokenIDs(req); ok {
 		return p, nil
 	}
+	p := Prompt{Model: req.Model, CacheSalt: req.CacheSalt}
 	tok, err := r.tokenizer(req.Model)
 	if err != nil {
 		return p, err
@@ -197,6 +196,18 @@ func (r *Registry) Tokens(ctx context.Context, req *openai.Request) (Prompt, err
 		return p, openai.Errorf(field, "encodes to more than %d tokens, the limit", r.opts.MaxTokens)
 	}
 	return p, fmt.Errorf("prompt: model %q: %w", req.Model, err)
+}
+
+// FromTokenIDs is the prefill of a completion whose prompt is token ids
+// (the first of a batch): the ids as given, with no special token added,
+// as vLLM prefills them (it tokenizes only text prompts). It needs no
+// model files, so a gateway without a models directory keys such
+// requests too. ok is false for any other request.
+func FromTokenIDs(req *openai.Request) (p Prompt, ok bool) {
+	if req.Kind != openai.KindCompletion || len(req.Prompt.TokenIDs) == 0 {
+		return Prompt{}, false
+	}
+	return Prompt{Model: req.Model, CacheSalt: req.CacheSalt, TokenPrompt: true, TokenIDs: req.Prompt.TokenIDs[0]}, true
 }
 
 // untrustedTemplate is vLLM's refusal of a chat template sent with the

@@ -34,6 +34,9 @@ type Backend struct {
 	// Model is the model the engine serves; "" = the models the engine
 	// lists at /v1/models (read by the health checks).
 	Model string `yaml:"model"`
+	// Role is the engine's part in disaggregated prefill/decode
+	// (disagg.go): RolePrefill, RoleDecode or RoleBoth ("" = both).
+	Role string `yaml:"role"`
 }
 
 // backendsFile is the YAML of --backends.
@@ -41,13 +44,15 @@ type backendsFile struct {
 	Backends []Backend `yaml:"backends"`
 }
 
-// ParseBackendFlag reads --backend REPLICA_ID=URL.
+// ParseBackendFlag reads --backend REPLICA_ID=URL[,ROLE] (ROLE prefill,
+// decode or both).
 func ParseBackendFlag(s string) (Backend, error) {
 	id, u, ok := strings.Cut(s, "=")
 	if !ok {
-		return Backend{}, fmt.Errorf("--backend %q: want REPLICA_ID=URL, e.g. sim-0=http://127.0.0.1:8001", s)
+		return Backend{}, fmt.Errorf("--backend %q: want REPLICA_ID=URL[,ROLE], e.g. sim-0=http://127.0.0.1:8001", s)
 	}
-	b := Backend{ReplicaID: id, URL: u}
+	u, role, _ := strings.Cut(u, ",")
+	b := Backend{ReplicaID: id, URL: u, Role: role}
 	if err := b.check(); err != nil {
 		return Backend{}, fmt.Errorf("--backend %q: %w", s, err)
 	}
@@ -60,6 +65,7 @@ func ParseBackendFlag(s string) (Backend, error) {
 //	  - replica_id: sim-0
 //	    url: http://127.0.0.1:8001
 //	    model: qwen3
+//	    role: prefill   # optional: prefill, decode or both (the default)
 //
 // Unknown fields, a missing or duplicate replica_id and a bad url are
 // refused, naming the entry and the field.
@@ -124,6 +130,9 @@ func (b Backend) check() error {
 		return fmt.Errorf("replica_id: %d bytes, over the limit of %d", len(b.ReplicaID), MaxReplicaIDBytes)
 	case strings.ContainsAny(b.ReplicaID, ",\r\n"):
 		return fmt.Errorf("replica_id %q: must not contain a comma or a line break", b.ReplicaID)
+	}
+	if err := checkRole(b.Role); err != nil {
+		return err
 	}
 	_, err := parseBackendURL(b.URL)
 	return err

@@ -41,4 +41,15 @@
 // every PoolOptions.HealthInterval with GET /health, reading its
 // /v1/models when it comes up and now and then after. A backend that
 // fails its check leaves the candidates until a check passes again.
+//
+// # LoRA adapters and disaggregated prefill/decode
+//
+// A model a backend's /v1/models lists with a parent is a LoRA adapter of
+// that base model: its requests are decided on the base model's key and
+// partition under the adapter's id, among the backends listing it, with
+// their residency from vllm:lora_requests_info (adapters.go). Backends
+// with role prefill make their models' requests go the disaggregated way
+// of vLLM's NixlConnector proxy: a prefill half, then the decode half
+// with the prefill's kv_transfer_params, falling back to the decode
+// backend alone (disagg.go).
 package proxy

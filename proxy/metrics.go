@@ -47,6 +47,8 @@ type Metrics struct {
 	PromptTokens   prometheus.Counter
 	MatchedTokens  prometheus.Counter
 	InFlight       prometheus.Gauge
+	// Disagg is disagg_requests_total{path, cause} (disagg.go).
+	Disagg *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics (and a collector of backend_up for
@@ -82,6 +84,7 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool) *Metrics {
 		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "requests_in_flight",
 			Help: "Requests being served."}),
 	}
+	m.Disagg = newDisaggMetrics(reg)
 	reg.MustRegister(m.Requests, m.Picks, m.FailOpen, m.NoKey, m.AddedLatency, m.Lookup, m.TTFT, m.UpstreamErrors,
 		m.Retries, m.PromptTokens, m.MatchedTokens, m.InFlight)
 	if pool != nil {

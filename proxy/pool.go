@@ -69,7 +69,9 @@ type backend struct {
 	base   *url.URL
 	up     atomic.Bool
 	models atomic.Pointer[[]openai.ModelCard]
-	first  chan struct{} // closed after the first check
+	lora   atomic.Pointer[loraInfo] // newest adapter residency (adapters.go)
+	kv     atomic.Pointer[float64]  // last KV usage of a decode backend (disagg.go)
+	first  chan struct{}            // closed after the first check
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -198,6 +200,9 @@ func (p *Pool) check(ctx context.Context, b *backend, n int) {
 	if !wasUp {
 		p.opts.Logger.Info("backend healthy", "replica", b.cfg.ReplicaID, "url", b.cfg.URL)
 	}
+	if b.hasAdapters() || b.cfg.Role == RoleDecode {
+		p.scrapeEngine(cctx, b)
+	}
 	if wasUp && b.models.Load() != nil && n%p.opts.ModelsEvery != 0 {
 		return
 	}
@@ -238,7 +243,7 @@ func (p *Pool) get(ctx context.Context, b *backend, path string, v any) error {
 // its /v1/models lists.
 func (b *backend) serves(model string) bool {
 	if b.cfg.Model != "" {
-		return b.cfg.Model == model
+		return b.cfg.Model == model || b.adapterBase(model) == b.cfg.Model
 	}
 	if ms := b.models.Load(); ms != nil {
 		for i := range *ms {
@@ -251,12 +256,12 @@ func (b *backend) serves(model string) bool {
 }
 
 // Candidates appends to dst the replica ids of the healthy backends
-// serving model, in configuration order.
+// serving model whole (every role but prefill), in configuration order.
 func (p *Pool) Candidates(model string, dst []string) []string {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	for _, b := range p.backends {
-		if b.up.Load() && b.serves(model) {
+		if b.up.Load() && b.cfg.Role != RolePrefill && b.serves(model) {
 			dst = append(dst, b.cfg.ReplicaID)
 		}
 	}
@@ -331,7 +336,7 @@ func (p *Pool) Models() []openai.ModelCard {
 			cards = *ms
 		}
 		for _, c := range cards {
-			if !seen[c.ID] && (b.cfg.Model == "" || b.cfg.Model == c.ID) {
+			if !seen[c.ID] && (b.cfg.Model == "" || b.cfg.Model == c.ID || adapterParent(&c) == b.cfg.Model) {
 				seen[c.ID] = true
 				out = append(out, c)
 			}

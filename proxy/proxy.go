@@ -84,6 +84,7 @@ type Proxy struct {
 	transport http.RoundTripper
 	log       *slog.Logger
 	mux       *http.ServeMux
+	decodeGW  *gateway.Gateway // decode picks of disaggregated requests (disagg.go)
 }
 
 // New returns a Proxy.
@@ -105,6 +106,10 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p := &Proxy{gw: opts.Gateway, pool: opts.Pool, m: opts.Metrics, maxBody: opts.MaxBodyBytes, timeout: opts.RequestTimeout,
 		transport: opts.Transport, log: opts.Logger, mux: http.NewServeMux()}
+	var err error
+	if p.decodeGW, err = gateway.New(gateway.Config{Strategy: gateway.StrategyLeastLoaded}); err != nil {
+		return nil, err
+	}
 	p.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { p.completion(w, r, openai.KindCompletion) })
 	p.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { p.completion(w, r, openai.KindChat) })
 	p.mux.HandleFunc("GET /v1/models", p.models)
@@ -199,6 +204,9 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	if err != nil {
 		return p.refuse(w, err)
 	}
+	if _, ok := req.Raw["kv_transfer_params"]; ok {
+		return p.refuse(w, errClientTransferParams)
+	}
 	if !p.pool.Serves(req.Model) {
 		return p.refuse(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)})
 	}
@@ -207,7 +215,10 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	if len(cands) == 0 {
 		return p.refuse(w, &openai.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("no healthy backend serves the model `%s`", req.Model)})
 	}
-	d, err := p.gw.Decide(r.Context(), gateway.Request{OpenAI: req, Candidates: cands})
+	if p.pool.Disaggregated(req.Model) {
+		return p.serveDisaggregated(w, r, req, body, cands, start)
+	}
+	d, err := p.gw.Decide(r.Context(), p.gatewayRequest(req, cands))
 	if err != nil {
 		if r.Context().Err() != nil {
 			return statusClientClosed

@@ -10,7 +10,9 @@ import (
 // prefix cache does (vllm/v1/core/kv_cache_utils.py hash_block_tokens):
 // each full block's hash is SHA-256 over its parent's hash (a per-process
 // seed, vLLM's NONE_HASH, for the first block), its token ids and, on the
-// first block only, the request's cache_salt; on the wire it is the
+// first block only, the request's cache_salt, and on every block the LoRA
+// adapter's name (vLLM's generate_block_hash_extra_keys puts it first in
+// every block's extra keys); on the wire it is the
 // digest's low 64 bits (maybe_convert_block_hash with int block hashes).
 // The bytes hashed are not vLLM's CBOR encoding: nobody can recompute an
 // engine's hashes anyway (the seed is per process), and the subscriber
@@ -32,12 +34,17 @@ func newBlockHasher(seed uint64) blockHasher {
 	return h
 }
 
-// appendHashes appends the hashes of tokens' full blocks of size bs to dst.
-func (h blockHasher) appendHashes(dst []uint64, tokens []uint32, bs int, salt string) []uint64 {
+// appendHashes appends the hashes of tokens' full blocks of size bs to
+// dst, for LoRA adapter lora ("" = the base model).
+func (h blockHasher) appendHashes(dst []uint64, tokens []uint32, bs int, salt, lora string) []uint64 {
 	parent := h.seed
-	buf := make([]byte, 0, 32+len(salt)+4*bs)
+	buf := make([]byte, 0, 40+len(salt)+len(lora)+4*bs)
 	for i := 0; (i+1)*bs <= len(tokens); i++ {
 		buf = append(buf[:0], parent[:]...)
+		if lora != "" {
+			buf = binary.BigEndian.AppendUint32(buf, uint32(len(lora))|1<<31) // apart from a salt's length
+			buf = append(buf, lora...)
+		}
 		if i == 0 && salt != "" {
 			buf = binary.BigEndian.AppendUint32(buf, uint32(len(salt)))
 			buf = append(buf, salt...)

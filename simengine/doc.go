@@ -70,4 +70,14 @@
 // vllm:request_decode_time_seconds, and vllm:cache_config_info; plus
 // simengine_requests_cancelled_total and
 // simengine_kv_event_publish_errors_total.
+//
+// # LoRA adapters and disaggregated prefill/decode
+//
+// Config.LoRA serves adapters as vLLM's --enable-lora does (lora.go: a
+// batch of at most MaxLoRAs adapters, an adapter load time, the
+// adapter's blocks hashed apart and announced with lora_id and
+// lora_name, vllm:lora_requests_info). Config.Disagg plays either part
+// of vLLM's NixlConnector disaggregated serving (disagg.go: a prefill
+// answers kv_transfer_params, a decode pulls its uncached blocks at a
+// transfer time each instead of prefilling them).
 package simengine

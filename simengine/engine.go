@@ -66,6 +66,11 @@ type Config struct {
 	Clock Clock
 	// Logger is the structured logger; nil = slog.Default().
 	Logger *slog.Logger
+	// LoRA are the adapters served (lora.go); zero = none.
+	LoRA LoRAConfig
+	// Disagg is the engine's part in disaggregated prefill/decode
+	// (disagg.go); zero = none.
+	Disagg DisaggConfig
 }
 
 func (c *Config) fill() error {
@@ -89,6 +94,12 @@ func (c *Config) fill() error {
 	}
 	if !(c.PrefillTPS > 0) || !(c.DecodeTPS > 0) {
 		return fmt.Errorf("simengine: prefill %v and decode %v tokens/s must be positive", c.PrefillTPS, c.DecodeTPS)
+	}
+	if err := c.LoRA.fill(c.Model); err != nil {
+		return err
+	}
+	if err := c.Disagg.fill(); err != nil {
+		return err
 	}
 	if c.Clock == nil {
 		c.Clock = wallClock{}
@@ -114,6 +125,7 @@ type Engine struct {
 	m      *metrics
 	gather prometheus.Gatherer
 	pub    *eventQueue
+	lora   *loraState // nil = no adapters
 
 	mu         sync.Mutex
 	cache      *kvcache.Cache
@@ -138,6 +150,7 @@ func New(cfg Config) (*Engine, error) {
 		reg, e.gather = r, r
 	}
 	e.m = newMetrics(reg, cfg.Model, cfg.BlockSize, cfg.KVBlocks)
+	e.lora = newLoRAState(cfg.LoRA, reg, cfg.Model)
 	if cfg.Events != nil {
 		var err error
 		if e.pub, err = newEventQueue(cfg.Events, cfg.EventEncoding, cfg.BlockSize, e.m, cfg.Logger); err != nil {
@@ -179,10 +192,42 @@ func (e *Engine) Close() {
 }
 
 // Submit queues a request of prompt token ids for maxTokens output
-// tokens (≥ 1), salted with salt ("" = none). ctx is the client's: when
-// it ends the request stops wherever it is and frees its blocks. Errors
-// wrap ErrTooLong or ErrClosed.
+// tokens (≥ 1), salted with salt ("" = none), on the base model. ctx is
+// the client's: when it ends the request stops wherever it is and frees
+// its blocks. Errors wrap ErrTooLong or ErrClosed.
 func (e *Engine) Submit(ctx context.Context, prompt []uint32, maxTokens int, salt string) (*Handle, error) {
+	return e.SubmitJob(ctx, Job{Prompt: prompt, MaxTokens: maxTokens, Salt: salt})
+}
+
+// Job is one request to SubmitJob.
+type Job struct {
+	// Prompt are the token ids prefilled (at least one); MaxTokens the
+	// output tokens (≥ 1); Salt the cache_salt ("" = none).
+	Prompt    []uint32
+	MaxTokens int
+	Salt      string
+	// Adapter is the LoRA adapter's name ("" = the base model); one the
+	// engine does not serve is refused with ErrUnknownAdapter.
+	Adapter string
+	// RemotePrefill is set for a decode of disaggregated serving (the
+	// request's kv_transfer_params.do_remote_prefill): the prompt's
+	// uncached blocks are pulled from the prefill replica at
+	// DisaggConfig.TransferPerBlock each instead of computed.
+	RemotePrefill bool
+}
+
+// ErrUnknownAdapter is returned (wrapped) by SubmitJob for an adapter the
+// engine does not serve.
+var ErrUnknownAdapter = errors.New("simengine: no such LoRA adapter")
+
+// SubmitJob queues j; see Submit. Errors wrap ErrTooLong, ErrClosed or
+// ErrUnknownAdapter.
+func (e *Engine) SubmitJob(ctx context.Context, j Job) (*Handle, error) {
+	prompt, maxTokens, salt := j.Prompt, j.MaxTokens, j.Salt
+	adapterID, ok := e.adapterID(j.Adapter)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownAdapter, j.Adapter)
+	}
 	if len(prompt) == 0 {
 		return nil, errors.New("simengine: empty prompt")
 	}
@@ -196,8 +241,8 @@ func (e *Engine) Submit(ctx context.Context, prompt []uint32, maxTokens int, sal
 	bs := e.cfg.BlockSize
 	full := len(prompt) / bs
 	r := &request{
-		prompt: prompt, maxTokens: maxTokens, salt: salt,
-		hashes:  e.hasher.appendHashes(make([]uint64, 0, full), prompt, bs, salt),
+		prompt: prompt, maxTokens: maxTokens, salt: salt, adapter: j.Adapter, adapterID: adapterID, remote: j.RemotePrefill,
+		hashes:  e.hasher.appendHashes(make([]uint64, 0, full), prompt, bs, salt, j.Adapter),
 		reserve: (len(prompt) - full*bs + maxTokens + bs - 1) / bs,
 		notify:  make(chan struct{}, 1),
 	}
@@ -262,6 +307,7 @@ func (e *Engine) release(r *request) {
 	e.cache.Unpin(r.hashes)
 	e.reserved -= r.reserve
 	e.running--
+	e.lora.stop(r)
 }
 
 // scheduleLocked starts the next prefill when none runs: the head of the
@@ -272,11 +318,19 @@ func (e *Engine) scheduleLocked() {
 	if e.prefilling != nil || len(e.queue) == 0 || e.closed {
 		return
 	}
-	r := e.queue[0]
+	i := 0
+	if e.lora != nil {
+		// vLLM's scheduler passes over a request whose adapter would
+		// exceed --max-loras in the batch, for the next that fits.
+		if i = slices.IndexFunc(e.queue, e.lora.admissible); i < 0 {
+			return
+		}
+	}
+	r := e.queue[i]
 	if !e.cache.Fits(r.hashes, e.reserved+r.reserve) {
 		return
 	}
-	e.queue = e.queue[1:]
+	e.queue = slices.Delete(e.queue, i, i+1)
 	now := e.cfg.Clock.Now()
 	bs := e.cfg.BlockSize
 	// vLLM always computes the prompt's last token, so a fully cached
@@ -290,7 +344,7 @@ func (e *Engine) scheduleLocked() {
 		e.pub.removed(now, e.adm.Evicted)
 	}
 	r.cached = cachedBlocks * bs
-	r.prefill = time.Duration(float64(len(r.prompt)-r.cached) / e.cfg.PrefillTPS * float64(time.Second))
+	r.prefill = e.prefillTime(r) + e.lora.start(r)
 	r.state, r.prefillAt = statePrefill, now
 	e.prefilling = r
 	e.m.queries.Add(float64(len(r.prompt)))
@@ -309,7 +363,7 @@ func (e *Engine) prefillDone(r *request) {
 	}
 	now := e.cfg.Clock.Now()
 	if e.pub != nil && len(r.stored) > 0 {
-		e.pub.stored(now, r.hashes, r.stored, r.prompt, r.salt)
+		e.pub.stored(now, r.hashes, r.stored, r.prompt, r.salt, r.adapterID, r.adapter)
 	}
 	e.prefilling = nil
 	e.decoding[r] = struct{}{}
@@ -373,4 +427,5 @@ func (e *Engine) gaugesLocked() {
 	e.m.waiting.Set(float64(len(e.queue)))
 	e.m.running.Set(float64(e.running))
 	e.m.kvUsage.Set(min(1, float64(e.cache.PinnedBlocks()+e.reserved)/float64(e.cfg.KVBlocks)))
+	e.lora.gauge(e.queue, e.cfg.Clock.Now())
 }

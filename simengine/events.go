@@ -53,13 +53,18 @@ func (q *eventQueue) removed(at time.Time, hashes []uint64) {
 // stored queues one batch with a BlockStored per stored run of the
 // request's blocks: the run's hashes chained to the block before it (none
 // for a run at the prompt's start, whose first block carries the salt),
-// its token ids, the block size.
-func (q *eventQueue) stored(at time.Time, hashes []uint64, runs []kvcache.BlockRun, prompt []uint32, salt string) {
+// its token ids, the block size, and the LoRA adapter's lora_id and
+// lora_name (0 and "" for the base model).
+func (q *eventQueue) stored(at time.Time, hashes []uint64, runs []kvcache.BlockRun, prompt []uint32, salt string, loraID int, lora string) {
 	q.enc.Begin(ts(at), len(runs))
 	for _, r := range runs {
 		var parent uint64
 		if r.Start > 0 {
 			parent = hashes[r.Start-1]
+		}
+		if lora != "" {
+			q.enc.BlockStoredLoRA(hashes[r.Start:r.End], parent, r.Start > 0, prompt[r.Start*q.bs:r.End*q.bs], q.bs, medium, salt, loraID, lora)
+			continue
 		}
 		q.enc.BlockStoredSalted(hashes[r.Start:r.End], parent, r.Start > 0, prompt[r.Start*q.bs:r.End*q.bs], q.bs, medium, salt)
 	}

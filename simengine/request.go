@@ -23,6 +23,9 @@ type request struct {
 	hashes    []uint64 // the engine's hashes of the prompt's full blocks
 	maxTokens int
 	salt      string
+	adapter   string        // LoRA adapter name, "" = the base model
+	adapterID int           // its lora_id (0 for the base model)
+	remote    bool          // decode of disaggregated serving: the prefill pulled, not computed
 	reserve   int           // blocks of the partial last prompt block and the output
 	notify    chan struct{} // capacity 1: progress since the reader last looked
 	stopWatch func() bool   // stops the client-context watch

@@ -18,6 +18,7 @@ type response struct {
 	id           string
 	created      int64
 	promptTokens int
+	kvParams     map[string]any // the answer's kv_transfer_params (nil = null)
 }
 
 func (rs *response) usage(p Progress) openai.Usage {
@@ -46,14 +47,14 @@ func (rs *response) full(ctx context.Context) {
 		writeJSON(rs.w, openai.ChatCompletionResponse{
 			ID: rs.id, Object: openai.ObjectChatCompletion, Created: rs.created, Model: rs.req.Model,
 			Choices: []openai.ChatChoice{{Message: openai.ChatMessage{Role: "assistant", Content: text, ToolCalls: []any{}}, FinishReason: openai.FinishLength}},
-			Usage:   rs.usage(p),
+			Usage:   rs.usage(p), KVTransferParams: rs.kvParams,
 		})
 		return
 	}
 	writeJSON(rs.w, openai.CompletionResponse{
 		ID: rs.id, Object: openai.ObjectTextCompletion, Created: rs.created, Model: rs.req.Model,
 		Choices: []openai.CompletionChoice{{Text: text, FinishReason: openai.FinishLength}},
-		Usage:   rs.usage(p),
+		Usage:   rs.usage(p), KVTransferParams: rs.kvParams,
 	})
 }
 

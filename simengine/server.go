@@ -97,6 +97,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 		ID: m, Object: openai.ObjectModel, Created: s.created, OwnedBy: "vllm", Root: m,
 		MaxModelLen: s.e.MaxModelLen(), Permission: []openai.ModelPermission{openai.NewModelPermission("modelperm-"+randomID(), s.created)},
 	}}}
+	list.Data = append(list.Data, s.adapterCards()...)
 	writeJSON(w, list)
 }
 
@@ -129,8 +130,17 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		openai.WriteError(w, err)
 		return
 	}
+	adapter := ""
 	if req.Model != s.e.Model() {
-		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)})
+		if _, ok := s.e.adapterID(req.Model); !ok || s.e.lora == nil {
+			openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)})
+			return
+		}
+		adapter = req.Model
+	}
+	prefillOnly, remote, err := s.transferParams(req)
+	if err != nil {
+		openai.WriteError(w, err)
 		return
 	}
 	if kind == openai.KindCompletion && req.Prompt.Len() != 1 {
@@ -138,7 +148,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		return
 	}
 	ctx := r.Context()
-	tokens, err := s.p.PromptTokens(ctx, req.Model, req)
+	base := req
+	if adapter != "" {
+		// An adapter's prompt is the base model's: its tokenizer and
+		// chat template.
+		b := *req
+		b.Model = s.e.Model()
+		base = &b
+	}
+	tokens, err := s.p.PromptTokens(ctx, base.Model, base)
 	if err != nil {
 		var oe *openai.Error
 		if !errors.As(err, &oe) {
@@ -156,7 +174,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		return
 	}
 	maxTokens := req.MaxTokensOr(openai.DefaultCompletionMaxTokens)
-	h, err := s.e.Submit(ctx, tokens, maxTokens, req.CacheSalt)
+	h, err := s.e.SubmitJob(ctx, Job{Prompt: tokens, MaxTokens: maxTokens, Salt: req.CacheSalt, Adapter: adapter, RemotePrefill: remote})
 	if err != nil {
 		s.submitError(w, err, promptField, len(tokens), maxTokens)
 		return
@@ -166,6 +184,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		id = randomID()
 	}
 	rs := &response{s: s, w: w, h: h, req: req, created: s.e.cfg.Clock.Now().Unix(), promptTokens: len(tokens)}
+	if prefillOnly {
+		rs.kvParams = s.prefillAnswer(len(tokens))
+	}
 	if kind == openai.KindChat {
 		rs.id = "chatcmpl-" + id
 	} else {

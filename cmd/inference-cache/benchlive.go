@@ -31,6 +31,7 @@ type liveOptions struct {
 	faults       bool
 	dir          string
 	scrape       time.Duration
+	modes        liveModeOptions
 }
 
 // Defaults of bench --live, chosen so that round-robin's engines queue on
@@ -62,6 +63,7 @@ func registerLiveFlags(f *pflag.FlagSet, o *liveOptions) {
 	f.BoolVar(&o.faults, "faults", false, "--live: one picker run with faults: the leader SIGKILLed, all nodes SIGKILLed and restarted, an engine SIGKILLed")
 	f.StringVar(&o.dir, "dir", "", "--live: directory for the processes' data and logs (default a new one under the system temporary directory)")
 	f.DurationVar(&o.scrape, "subscriber-scrape-live", time.Second, "--live: how often the subscriber scrapes each engine's /metrics")
+	o.modes.register(f)
 	markPaths(f, "dir")
 }
 
@@ -76,7 +78,15 @@ type liveResult struct {
 	UpstreamErrors float64 `json:"proxy_upstream_errors"`
 	// Wall is the replay's wall time, seconds.
 	WallS float64 `json:"wall_s"`
-	ttfts []float64
+	// AdapterLoads (lora mode) is the engines' adapter loads;
+	// PrefillHitRate (disagg mode) the prefill engines' cached prompt
+	// tokens over their prompt tokens; PrefixMatchPicks the proxy's
+	// PREFIX_MATCH picks; Aggregated its requests served aggregated.
+	AdapterLoads     float64 `json:"adapter_loads,omitempty"`
+	PrefillHitRate   float64 `json:"prefill_hit_rate,omitempty"`
+	PrefixMatchPicks float64 `json:"prefix_match_picks,omitempty"`
+	Aggregated       float64 `json:"aggregated_requests,omitempty"`
+	ttfts            []float64
 }
 
 // liveReport is bench --live's output.
@@ -92,6 +102,7 @@ type liveReport struct {
 	KVBlocks   int          `json:"kv_blocks"`
 	MaxTokens  int          `json:"max_tokens"`
 	CPUs       int          `json:"cpus"`
+	Mode       string       `json:"mode"`
 	Strategies []liveResult `json:"strategies"`
 	Targets    []liveTarget `json:"targets,omitempty"`
 	Faults     *faultReport `json:"faults,omitempty"`
@@ -155,6 +166,9 @@ func checkLiveFlags(cmd *cobra.Command, o *benchOptions) error {
 	case l.scrape < 100*time.Millisecond:
 		return fmt.Errorf("--subscriber-scrape-live %v: at least 100ms", l.scrape)
 	}
+	if err := l.modes.check(o.engines); err != nil {
+		return err
+	}
 	for _, s := range o.strategies {
 		if !slices.Contains(liveStrategies, s) {
 			return fmt.Errorf("--strategies %q: --live runs the proxy's strategies %s", s, strings.Join(liveStrategies, ", "))
@@ -192,8 +206,8 @@ func runBenchLive(ctx context.Context, cmd *cobra.Command, o *benchOptions, out,
 		return err
 	}
 	rep := &liveReport{Trace: tr.Name, Skip: l.skip, Records: len(recs), Warmup: l.warmup, Speedup: l.speedup, Engines: o.engines,
-		PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS, KVBlocks: l.kvBlocks, MaxTokens: l.maxTokens, CPUs: runtime.NumCPU()}
-	lf := liveFleet{engines: o.engines, prefillTPS: o.prefillTPS, decodeTPS: o.decodeTPS, kvBlocks: l.kvBlocks, scrape: l.scrape}
+		PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS, KVBlocks: l.kvBlocks, MaxTokens: l.maxTokens, CPUs: runtime.NumCPU(), Mode: l.modes.mode}
+	lf := liveFleet{engines: o.engines, prefillTPS: o.prefillTPS, decodeTPS: o.decodeTPS, kvBlocks: l.kvBlocks, scrape: l.scrape, modes: &l.modes}
 	span := time.Duration(float64(recs[len(recs)-1].Timestamp-recs[0].Timestamp) / l.speedup * float64(time.Millisecond))
 	fmt.Fprintf(errw, "bench --live: %d records of %s (from %d), %v of arrivals each run at speed-up %g; processes' logs under %s\n",
 		len(recs), tr.Name, l.skip, span.Round(time.Second), l.speedup, dir)
@@ -258,7 +272,8 @@ func liveRunOne(ctx context.Context, exe, dir, models, s string, recs []bench.Re
 	}
 	defer st.stop()
 	fmt.Fprintf(errw, "bench --live: %s: cluster, %d engines, subscriber and proxy up (%s); replaying\n", s, lf.engines, st.proxyURL())
-	cfg := loadgen.Config{Target: st.proxyURL(), Model: fleetModel, Speedup: l.speedup, MaxTokens: l.maxTokens, Epoch: time.Now()}
+	cfg := loadgen.Config{Target: st.proxyURL(), Model: fleetModel, Speedup: l.speedup, MaxTokens: l.maxTokens, Epoch: time.Now(),
+		ModelFor: l.modes.modelFor()}
 	var fr *faultRun
 	if l.faults {
 		fr = newFaultRun(st, cfg.Epoch, recs, l.speedup, errw)
@@ -295,6 +310,7 @@ func liveRunOne(ctx context.Context, exe, dir, models, s string, recs []bench.Re
 		res.Retries = metricSum(fams, "inference_cache_proxy_retries_total")
 		res.UpstreamErrors = metricSum(fams, "inference_cache_proxy_upstream_errors_total")
 	}
+	l.modes.measure(ctx, st, res)
 	return res, faults, nil
 }
 
@@ -348,6 +364,7 @@ func (r *liveReport) writeText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	writeModeText(w, r)
 	fmt.Fprintln(w, "\ncache hit rate: the engines' cached prompt tokens (usage.prompt_tokens_details.cached_tokens) over prompt tokens; routed hit rate: the proxy's x-inference-cache-matched-tokens over prompt tokens (0 for the strategies that ask no hint)")
 	if len(r.Targets) > 0 {
 		fmt.Fprintln(w, "\ntargets (picker against round-robin):")
@@ -375,6 +392,9 @@ func liveTargets(r *liveReport) []liveTarget {
 	}
 	if p == nil || rr == nil {
 		return nil
+	}
+	if r.Mode != liveModeAggregated && r.Mode != "" {
+		return modeTargets(r.Mode, p, rr, r.Records)
 	}
 	failed := 0
 	total := 0

@@ -48,14 +48,19 @@ type fleetConfig struct {
 	// HealthTimeout, when set, bounds the proxies' health checks of the
 	// engines (their --health-timeout; else the proxy's default).
 	HealthTimeout time.Duration
+	// EngineArgs are added to every engine's command line, ProxyArgs to
+	// the proxy's; Roles give backends a role (replica id → prefill,
+	// decode; none = both). bench --live's modes set them.
+	EngineArgs, ProxyArgs []string
+	Roles                 map[string]string
 }
 
 // engineSpec is engine e's sim-engine process.
 func (c *fleetConfig) engineSpec(e fleetEngine) proccluster.Spec {
-	return proccluster.Spec{Name: e.ID, LogPath: filepath.Join(c.Dir, e.ID+".log"), Args: []string{"sim-engine",
+	return proccluster.Spec{Name: e.ID, LogPath: filepath.Join(c.Dir, e.ID+".log"), Args: append([]string{"sim-engine",
 		"--listen", e.HTTP, "--replica-id", e.ID, "--model", fleetModel, "--models-dir", c.ModelsDir,
 		"--prefill-tps", ftoa(c.PrefillTPS), "--decode-tps", ftoa(c.DecodeTPS), "--kv-blocks", strconv.Itoa(c.KVBlocks),
-		"--kv-events-bind", "tcp://" + e.Events, "--kv-events-replay-bind", "tcp://" + e.Replay}}
+		"--kv-events-bind", "tcp://" + e.Events, "--kv-events-replay-bind", "tcp://" + e.Replay}, c.EngineArgs...)}
 }
 
 // subscriberYAML is the subscriber's configuration (contract §12.6): each
@@ -109,8 +114,13 @@ func (c *fleetConfig) withBackends(name string, args []string) proccluster.Spec 
 		args = append(args, "--health-timeout", c.HealthTimeout.String())
 	}
 	for _, e := range c.Engines {
-		args = append(args, "--backend", e.ID+"="+e.URL())
+		b := e.ID + "=" + e.URL()
+		if r := c.Roles[e.ID]; r != "" {
+			b += "," + r
+		}
+		args = append(args, "--backend", b)
 	}
+	args = append(args, c.ProxyArgs...)
 	return proccluster.Spec{Name: name, LogPath: filepath.Join(c.Dir, name+".log"), Args: args}
 }
 

@@ -24,6 +24,7 @@ type liveFleet struct {
 	prefillTPS, decodeTPS float64
 	kvBlocks              int
 	scrape                time.Duration
+	modes                 *liveModeOptions // nil = aggregated
 }
 
 // liveStack is one live run's processes, all of this binary on loopback:
@@ -67,6 +68,9 @@ func startLiveStack(ctx context.Context, exe, dir, modelsDir, strategy string, l
 	engines, proxyAddr, subMetrics := fleetAddrs("127.0.0.1", base, liveNodes, lf.engines)
 	s.fleet = fleetConfig{Dir: dir, ModelsDir: modelsDir, Cluster: grpcs, Engines: engines, Proxy: proxyAddr, SubMetrics: subMetrics,
 		PrefillTPS: lf.prefillTPS, DecodeTPS: lf.decodeTPS, KVBlocks: lf.kvBlocks, Scrape: lf.scrape}
+	if lf.modes != nil {
+		lf.modes.apply(&s.fleet)
+	}
 	fail := func(err error) (*liveStack, error) {
 		s.stop()
 		return nil, err

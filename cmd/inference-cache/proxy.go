@@ -73,12 +73,28 @@ token, their uncached prompt tokens, requests before done), named
 within 2 intervals; a failing report never affects a request. After a retry,
 x-inference-cache-retried-from names the replica that refused.
 
-Backends come from --backend REPLICA_ID=URL (repeatable; the models are read
-from the backend's /v1/models) and/or --backends FILE, reloaded on SIGHUP:
+Backends come from --backend REPLICA_ID=URL[,ROLE] (repeatable; the models are
+read from the backend's /v1/models) and/or --backends FILE, reloaded on SIGHUP:
   backends:
     - replica_id: sim-1                # the subscriber's replica_id
       url: http://127.0.0.1:7431
       model: qwen3                     # optional: else its /v1/models
+      role: prefill                    # optional: prefill, decode or both (default)
+
+LoRA adapters: a model a backend's /v1/models lists with a parent (vLLM's
+adapter card) is keyed on the parent's tokenizer and template and looked up
+under the adapter's name, among the backends listing it; a backend with the
+adapter loaded (its vllm:lora_requests_info, or this proxy's requests in
+flight) is preferred, one at max_lora with other adapters passed over.
+
+Disaggregated prefill/decode, as vLLM's NixlConnector proxy: with a prefill
+backend for the model, a request is first sent to a prefill backend (picked
+by prefix and load) with kv_transfer_params {"do_remote_decode": true},
+max_tokens 1, not streamed; then, with the answer's kv_transfer_params, to a
+decode backend (picked by load and KV room), whose answer goes to the client.
+No healthy prefill backend, or a failed prefill: the decode backend serves the
+whole request. x-inference-cache-path says disaggregated or aggregated. A
+client's own kv_transfer_params is refused (400).
 Each backend is checked with GET /health every --health-interval; one that
 fails leaves the candidates until it passes again, and one that refuses a
 connection leaves at once. A request whose backend refuses the connection or
@@ -94,7 +110,8 @@ picks_total{reason}, fail_open_picks_total, no_key_picks_total,
 added_latency_seconds (the proxy's own time before forwarding), lookup_seconds,
 time_to_first_token_seconds, upstream_errors_total{replica,kind},
 retries_total{cause}, prompt_tokens_total, matched_tokens_total (their ratio is
-the routed hit rate), requests_in_flight, backend_up{replica}.`,
+the routed hit rate), requests_in_flight, backend_up{replica},
+disagg_requests_total{path,cause}.`,
 		Example: `  # beside make run (its cluster on 7401/7411/7421, sim-1..3 on 7431/7441/7451):
   inference-cache proxy --listen 127.0.0.1:8080 --models-dir .dev-cluster/models \
       --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 \
@@ -110,7 +127,7 @@ the routed hit rate), requests_in_flight, backend_up{replica}.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HOST:PORT of the OpenAI-compatible HTTP API (port 0 = any free port, logged at start)")
-	f.StringArrayVar(&o.backends, "backend", nil, "a backend REPLICA_ID=URL, REPLICA_ID as the subscriber names the engine (repeatable)")
+	f.StringArrayVar(&o.backends, "backend", nil, "a backend REPLICA_ID=URL[,ROLE], REPLICA_ID as the subscriber names the engine, ROLE prefill, decode or both (repeatable)")
 	f.StringVar(&o.backendsFile, "backends", "", "YAML file of backends (replica_id, url, optional model), reloaded on SIGHUP")
 	o.registerGateway(cmd, f, "proxy")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "bound on a request body; a larger one gets a 413")

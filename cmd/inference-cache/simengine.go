@@ -25,6 +25,7 @@ type simEngineOptions struct {
 	eventsBind, eventsConnect, topic    string
 	replayBind, encoding                string
 	logFormat, logLevel                 string
+	serving                             simEngineServing
 }
 
 // maxReplicaIDBytes bounds --replica-id (the subscriber's replica_id
@@ -58,7 +59,22 @@ the proxy keys requests with): a chat request is rendered with the model's chat
 template (<models-dir>/<model>/chat_template.jinja or tokenizer_config.json)
 and tokenized with <models-dir>/<model>/tokenizer.json without added special
 tokens; a completion's prompt string is tokenized with them; token-id prompts
-are used as they are. Requests with image, audio or video parts are refused.`,
+are used as they are. Requests with image, audio or video parts are refused.
+
+With --enable-lora and --lora-modules NAME=PATH (vLLM's flags) each adapter is
+a model name of its own: /v1/models lists it with parent = --model, its
+prompts use --model's tokenizer and template, its blocks hash apart from the
+base model's and carry lora_id and lora_name in the KV events; --max-loras
+bounds the distinct adapters in a batch (a request of one more waits), an
+adapter not loaded costs --lora-load-time, and vllm:lora_requests_info names
+the running and waiting adapters.
+
+With --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+it plays either part of disaggregated prefill/decode, per request, as vLLM's
+NixlConnector: a request with kv_transfer_params {"do_remote_decode": true} is
+prefilled and answered with kv_transfer_params for the decode replica; a
+request with the answer's kv_transfer_params (do_remote_prefill) pulls its
+uncached blocks at --kv-transfer-time-per-block each instead of prefilling.`,
 		Example: `  # a fourth engine beside make run's sim-1..3 (its model files in .dev-cluster/models):
   inference-cache sim-engine --model qwen3 --models-dir .dev-cluster/models --listen 127.0.0.1:8001 \
       --replica-id sim-4 --kv-blocks 4096 --kv-events-bind tcp://127.0.0.1:5557
@@ -92,6 +108,7 @@ are used as they are. Requests with image, audio or video parts are refused.`,
 	f.StringVar(&o.encoding, "kv-events-encoding", string(vllmpub.EncodingPositional), "msgpack form of the event batches: positional (vLLM's msgspec) or map")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
+	o.serving.register(f)
 	markPaths(f, "models-dir")
 	return cmd
 }
@@ -157,6 +174,9 @@ func runSimEngine(ctx context.Context, o *simEngineOptions, errw io.Writer) erro
 	}
 	cfg := simengine.Config{Model: o.model, BlockSize: o.blockSize, KVBlocks: o.kvBlocks, PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS,
 		EventEncoding: vllmpub.Encoding(o.encoding), Logger: log}
+	if err := o.serving.apply(&cfg, o.replicaID, o.listen); err != nil {
+		return err
+	}
 	var pub *vllmpub.Publisher
 	if o.eventsBind != "" || o.eventsConnect != "" {
 		pub, err = vllmpub.New(vllmpub.Options{Bind: o.eventsBind, Connect: o.eventsConnect, Topic: o.topic, Replay: o.replayBind != "", ReplayBind: o.replayBind})

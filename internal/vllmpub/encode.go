@@ -105,7 +105,7 @@ func (b *BatchEncoder) BlockRemoved(hashes []uint64, medium string) {
 // without hasParent), the blocks' token ids, blockSize tokens per block,
 // on medium, without a LoRA adapter (lora_id and lora_name nil).
 func (b *BatchEncoder) BlockStored(hashes []uint64, parent uint64, hasParent bool, tokens []uint32, blockSize int, medium string) {
-	b.blockStored(hashes, parent, hasParent, tokens, blockSize, medium, "")
+	b.blockStored(hashes, parent, hasParent, tokens, blockSize, medium, "", 0, "")
 }
 
 // BlockStoredSalted is BlockStored for a request with a cache_salt: when
@@ -117,12 +117,25 @@ func (b *BatchEncoder) BlockStoredSalted(hashes []uint64, parent uint64, hasPare
 	if hasParent {
 		salt = ""
 	}
-	b.blockStored(hashes, parent, hasParent, tokens, blockSize, medium, salt)
+	b.blockStored(hashes, parent, hasParent, tokens, blockSize, medium, salt, 0, "")
 }
 
-func (b *BatchEncoder) blockStored(hashes []uint64, parent uint64, hasParent bool, tokens []uint32, blockSize int, medium, salt string) {
+// BlockStoredLoRA is BlockStoredSalted for a request of LoRA adapter
+// lora (lora_id loraID ≥ 1): lora_id and lora_name are set, and every
+// block's extra_keys tuple starts with the adapter's name, the salt
+// after it on the prompt's first block, as vLLM's
+// generate_block_hash_extra_keys orders them (LoRA name, multimodal
+// items, cache_salt; vllm/v1/core/kv_cache_utils.py at 001cabc1).
+func (b *BatchEncoder) BlockStoredLoRA(hashes []uint64, parent uint64, hasParent bool, tokens []uint32, blockSize int, medium, salt string, loraID int, lora string) {
+	if hasParent {
+		salt = ""
+	}
+	b.blockStored(hashes, parent, hasParent, tokens, blockSize, medium, salt, loraID, lora)
+}
+
+func (b *BatchEncoder) blockStored(hashes []uint64, parent uint64, hasParent bool, tokens []uint32, blockSize int, medium, salt string, loraID int, lora string) {
 	n := 8
-	if salt != "" {
+	if salt != "" || lora != "" {
 		n = 9
 	}
 	b.head("BlockStored", n)
@@ -142,12 +155,34 @@ func (b *BatchEncoder) blockStored(hashes []uint64, parent uint64, hasParent boo
 	b.key("block_size")
 	b.put(b.e.EncodeInt(int64(blockSize)))
 	b.key("lora_id")
-	b.put(b.e.EncodeNil())
+	if lora != "" {
+		b.put(b.e.EncodeInt(int64(loraID)))
+	} else {
+		b.put(b.e.EncodeNil())
+	}
 	b.key("medium")
 	b.put(b.e.EncodeString(medium))
 	b.key("lora_name")
-	b.put(b.e.EncodeNil())
-	if salt != "" {
+	if lora != "" {
+		b.put(b.e.EncodeString(lora))
+	} else {
+		b.put(b.e.EncodeNil())
+	}
+	if lora != "" {
+		b.key("extra_keys")
+		b.put(b.e.EncodeArrayLen(len(hashes)))
+		for i := range hashes {
+			keys := 1
+			if i == 0 && salt != "" {
+				keys = 2
+			}
+			b.put(b.e.EncodeArrayLen(keys))
+			b.put(b.e.EncodeString(lora))
+			if keys == 2 {
+				b.put(b.e.EncodeString(salt))
+			}
+		}
+	} else if salt != "" {
 		b.key("extra_keys")
 		b.put(b.e.EncodeArrayLen(len(hashes)))
 		for i := range hashes {
