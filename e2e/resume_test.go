@@ -28,6 +28,14 @@ type resumeRig struct {
 func newResumeRig(t *testing.T) *resumeRig {
 	t.Helper()
 	r := &resumeRig{t: t, c: startCluster(t, 1)}
+	// A second replica of the model: a prefix only one replica of one
+	// holds has no distinguishing power (contract §5.4) and ranks as no
+	// hint.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.c.procs[0].ic.Ingest(ctx, &pb.IngestRequest{Events: []*pb.BlockEvent{stored("other", tenant, toks(70000, 16))}}); err != nil {
+		t.Fatal(err)
+	}
 	r.startEngine("", "")
 	r.cfg = filepath.Join(t.TempDir(), "engines.yaml")
 	yaml := fmt.Sprintf("replay_timeout: 5s\nengines:\n  - endpoint: %s\n    replay_endpoint: %s\n    replica_id: eng-a\n    model_id: %s\n    tenant_id: %s\n    hash_scheme: %s\n    block_size: 16\n",
@@ -36,7 +44,7 @@ func newResumeRig(t *testing.T) *resumeRig {
 		t.Fatal(err)
 	}
 	r.sub = r.c.pc.Add(proccluster.Spec{Name: "subscriber", LogPath: filepath.Join(t.TempDir(), "subscriber.log"),
-		Args: []string{"subscribe", "--config", r.cfg, "--addr", r.c.procs[0].grpc}})
+		Args: []string{"subscribe", "--config", r.cfg, "--addr", r.c.procs[0].grpc, "--log-level", "debug"}})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("--- subscriber log ---\n%s", r.sub.LogTail(8000))
@@ -104,8 +112,11 @@ func TestSubscriber_RestartKeepsTheHintsTheEnginesHold(t *testing.T) {
 	probes := [][]uint32{chainA, toks(9000, 128), chainB}
 	r.store(probes[0], 1000)
 	r.store(probes[1], 2000)
-	for _, p := range probes[:2] {
-		poll.Eventually(t, 20*time.Second, 100*time.Millisecond, func() (bool, string) { return r.hint(p) })
+	for i, p := range probes[:2] {
+		poll.Eventually(t, 20*time.Second, 100*time.Millisecond, func() (bool, string) {
+			ok, why := r.hint(p)
+			return ok, fmt.Sprintf("probe %d: %s", i, why)
+		})
 	}
 	// The position is recorded at most a second after its events.
 	poll.Eventually(t, 10*time.Second, 100*time.Millisecond, func() (bool, string) {
