@@ -3,8 +3,8 @@ package observe
 import (
 	"context"
 	"fmt"
-	"os"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"

@@ -97,7 +97,7 @@ and the running configuration kept.`,
 				return err
 			}
 			defer sink.Close()
-			if err := preflight(cmd.Context(), sink, cfg, addrs, security.dialsTLS(), log); err != nil {
+			if err := preflight(cmd.Context(), sink, cfg, addrs, &security, log); err != nil {
 				return err
 			}
 			reg := prometheus.NewRegistry()
@@ -143,7 +143,7 @@ const preflightTimeout = 10 * time.Second
 // command with the cause in words (callCause) instead of retrying
 // forever. A cluster that is only unreachable (down, or still starting)
 // is logged, and the subscriber starts and retries.
-func preflight(ctx context.Context, sink *observe.GRPCSink, cfg *observe.Config, addrs []string, dialsTLS bool, log *slog.Logger) error {
+func preflight(ctx context.Context, sink *observe.GRPCSink, cfg *observe.Config, addrs []string, sec *clientSecurityFlags, log *slog.Logger) error {
 	ids := make([]string, 0, len(cfg.Engines))
 	for _, e := range cfg.Engines {
 		ids = append(ids, e.ReplicaForRank(0))
@@ -157,10 +157,10 @@ func preflight(ctx context.Context, sink *observe.GRPCSink, cfg *observe.Config,
 	if cause, fatal := callCause(err); fatal {
 		return fmt.Errorf("the cluster at %s refused the subscriber: %s (%v)", strings.Join(addrs, ", "), cause, err)
 	}
-	if k := failure(err.Error()); (k == "notgrpc" || k == "reset") && !dialsTLS {
+	if k := failure(err.Error()); k == "notgrpc" || k == "reset" {
 		for _, a := range addrs {
-			if servesTLS(ctx, a) {
-				return fmt.Errorf("the cluster refused the subscriber: %s: %s", a, tlsNeededText)
+			if cause := sec.probeCause(ctx, a); cause != "" {
+				return fmt.Errorf("the cluster refused the subscriber: %s: %s", a, cause)
 			}
 		}
 	}
