@@ -64,6 +64,7 @@ type Server struct {
 	reqMode BodyMode
 	rspMode BodyMode
 	log     *slog.Logger
+	refused gateway.RefusedLog
 }
 
 // New returns a Server.
