@@ -103,7 +103,7 @@ func (r *resumeRig) hint(chain []uint32) (bool, string) {
 // A subscriber killed for 15 s while its engine goes on publishing comes
 // back without clearing: every probe prefix, stored before the kill and
 // during it, keeps its PREFIX_MATCH, and no CLEARED is ever sent
-// (contract §6.10).
+// (contract §6.11).
 func TestSubscriber_RestartKeepsTheHintsTheEnginesHold(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server and a subscriber process")
@@ -150,7 +150,7 @@ func TestSubscriber_RestartKeepsTheHintsTheEnginesHold(t *testing.T) {
 
 // An engine seen to restart (its connection lost, then back) gives no
 // hints until its new events arrive: the restarted engine publishes
-// nothing, and its old hints go (contract §6.10).
+// nothing, and its old hints go (contract §6.11).
 func TestSubscriber_RestartedEngineLosesItsHintsBeforeItsFirstEvent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server and a subscriber process")

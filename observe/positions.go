@@ -9,7 +9,7 @@ import (
 )
 
 // PositionStore is the cluster's record of engine stream positions
-// (contract §6.10). A Sink that implements it lets streams resume after a
+// (contract §6.11). A Sink that implements it lets streams resume after a
 // subscriber restart (resume.go); one that does not starts every stream
 // from empty.
 type PositionStore interface {

@@ -44,6 +44,17 @@ the --addr nodes (the next one is tried when a node fails). Engines with a
 metrics_url are scraped for KV pressure and prefix-cache hit rate, reported
 with ReportReplicaStats.
 
+A restarted subscriber resumes each engine's stream from the position the
+cluster recorded (contract §6.11): with the engine's replay_endpoint it keeps
+the hints of everything the engine still holds; it clears a replica only on
+a real gap (the engine restarted, or events were missed with no replay).
+
+Against a secured cluster give the TLS flags and the write token
+(--token-file or INFERENCE_CACHE_TOKEN; docs/security.md). The cluster is
+asked once at start: a refused token or TLS handshake, or an --addr that is
+not a node's gRPC port, stops the command with the cause; an unreachable
+cluster is retried.
+
 SIGHUP reloads --config: engines added are started, engines removed are
 stopped and their replicas cleared from the index. An invalid file is logged
 and the running configuration kept.`,
