@@ -102,3 +102,22 @@ func TestLoopback_RestartedSubscriberResumesFromThePosition(t *testing.T) {
 		t.Fatalf("events after the resume %v, want nothing more", kinds(evs))
 	}
 }
+
+// A replica cleared after its position was queued (the engine removed
+// from the configuration) leaves no position behind.
+func TestForwarder_ClearAfterAPositionVoidsIt(t *testing.T) {
+	sink := &posSink{}
+	f := NewForwarder(sink, NewMetrics(nil), slog.New(slog.DiscardHandler), 0, 0)
+	f.notePositions([]queued{
+		{pos: &pb.StreamPosition{ReplicaId: "a", Seq: 5}},
+		{pos: &pb.StreamPosition{ReplicaId: "b", Seq: 2}},
+		{ev: &pb.BlockEvent{Kind: pb.BlockEvent_CLEARED, ReplicaId: "a"}},
+	})
+	f.flushPositions(context.Background(), true)
+	if _, ok := sink.position("a"); ok {
+		t.Fatal("a position queued before its replica's CLEARED was recorded")
+	}
+	if p, ok := sink.position("b"); !ok || p.Seq != 2 {
+		t.Fatalf("b: %+v %v, want seq 2", p, ok)
+	}
+}
