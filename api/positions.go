@@ -15,11 +15,11 @@ import (
 
 // MaxPositionsPerRequest bounds the positions of one
 // RecordStreamPositions and the replica ids of one GetStreamPositions
-// (contract §6.10).
+// (contract §6.11).
 const MaxPositionsPerRequest = 4096
 
 // Positions is the engine stream positions as the service needs them
-// (contract §6.10); *raftnode.Node is one.
+// (contract §6.11); *raftnode.Node is one.
 type Positions interface {
 	// RecordStreamPositions commits ps through the log, with request ids
 	// as Backend.Ingest.
@@ -34,7 +34,7 @@ type Positions interface {
 var ErrNoPositions = status.Error(codes.Unimplemented, "this server holds no stream positions (built without Config.Positions)")
 
 // RecordStreamPositions commits where each replica's engine event stream
-// stands (contract §6.10). Errors (StatusFromError): INVALID_ARGUMENT naming
+// stands (contract §6.11). Errors (StatusFromError): INVALID_ARGUMENT naming
 // the field at fault (positions[i].replica_id missing, over MaxIDBytes or
 // given twice; positions[i].seq negative; more than
 // MaxPositionsPerRequest positions; request_id over MaxRequestIDBytes);
@@ -91,7 +91,7 @@ func positionsFromPB(req *pb.RecordStreamPositionsRequest) ([]*fsmpb.StreamPosit
 
 // GetStreamPositions returns the positions this node holds for the
 // replicas asked, in the order asked, leaving out those without one
-// (contract §6.10). A follower answers from its own state, which may be
+// (contract §6.11). A follower answers from its own state, which may be
 // behind the leader's. Errors: INVALID_ARGUMENT for more than
 // MaxPositionsPerRequest replica ids.
 func (s *Service) GetStreamPositions(_ context.Context, req *pb.GetStreamPositionsRequest) (*pb.GetStreamPositionsResponse, error) {

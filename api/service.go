@@ -88,7 +88,7 @@ type Config struct {
 	// ReportPickerLoad answers UNIMPLEMENTED and lookups carry no
 	// others_* load.
 	PickerLoad PickerLoad
-	// Positions holds the engine stream positions (contract §6.10); nil =
+	// Positions holds the engine stream positions (contract §6.11); nil =
 	// RecordStreamPositions and GetStreamPositions answer UNIMPLEMENTED.
 	Positions Positions
 	// ClockTrusted reports whether Now may stamp writes (raftnode

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/observe"
 )
 
@@ -181,7 +183,7 @@ func (o *observation) needsBarrier(hashIDs []uint64) bool {
 // /metrics (each engine's last Scrape), and a Subscriber feeding addrs
 // that scrapes every scrape interval of wall time. The caller publishes
 // the engines' KV events (publish) when they become visible.
-func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encoding, scrape time.Duration, seed uint64, log *slog.Logger) (o *observation, err error) {
+func startObservation(ctx context.Context, f *Fleet, addrs []string, sec client.Config, enc Encoding, scrape time.Duration, seed uint64, log *slog.Logger) (o *observation, err error) {
 	o = &observation{published: make([]int64, len(f.Engines)), done: make(chan struct{}), log: log,
 		touched: map[uint64]uint64{}, everPublished: make([]bool, len(f.Engines))}
 	defer func() {
@@ -222,15 +224,22 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, enc Encodin
 	// the bench compresses virtual time many times over, and its engines
 	// answer from memory.
 	cfg.ScrapeInterval = observe.Duration(scrape)
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if sec.TLS != nil {
+		dial[0] = grpc.WithTransportCredentials(credentials.NewTLS(sec.TLS))
+	}
+	if sec.Credentials != nil {
+		dial = append(dial, grpc.WithPerRPCCredentials(sec.Credentials))
+	}
 	for _, a := range addrs {
-		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(a, dial...)
 		if err != nil {
 			return o, fmt.Errorf("bench: cluster address %q: %w", a, err)
 		}
 		o.conns = append(o.conns, cc)
 		o.status = append(o.status, pb.NewClusterClient(cc))
 	}
-	gs, err := observe.NewGRPCSink(leaderFirst(ctx, addrs, o.status))
+	gs, err := observe.NewGRPCSinkConfig(client.Config{Addrs: leaderFirst(ctx, addrs, o.status), TLS: sec.TLS, Credentials: sec.Credentials})
 	if err != nil {
 		return o, err
 	}

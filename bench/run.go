@@ -47,6 +47,12 @@ type Config struct {
 	// Addrs are the cluster's gRPC addresses (required when a hint
 	// strategy runs).
 	Addrs []string
+	// Client carries the TLS and bearer token (client.Config.TLS,
+	// Credentials) of every connection to the cluster, for a secured one
+	// (docs/security.md; the admin token: the bench reads status, sets the
+	// policy, writes and looks up). Its addresses and timeouts are the
+	// bench's own.
+	Client client.Config
 	// Encoding of the engines' KV-event batches (default positional).
 	Encoding Encoding
 	// Visibility of KV events to lookups (default VisibilityDelay).
@@ -252,7 +258,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, errors.New("bench: hint strategies need cluster addresses")
 		}
 		var err error
-		if cl, err = client.New(client.Config{Addrs: cfg.Addrs, LookupTimeout: cfg.LookupTimeout}); err != nil {
+		if cl, err = client.New(client.Config{Addrs: cfg.Addrs, LookupTimeout: cfg.LookupTimeout, TLS: cfg.Client.TLS, Credentials: cfg.Client.Credentials}); err != nil {
 			return nil, err
 		}
 		defer cl.Close()
@@ -361,7 +367,7 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 			return nil, err
 		}
 		res.Policy = desc
-		if obs, err = startObservation(ctx, f, cfg.Addrs, cfg.Encoding, cfg.SubscriberScrape, cfg.Seed, cfg.Logger); err != nil {
+		if obs, err = startObservation(ctx, f, cfg.Addrs, cfg.Client, cfg.Encoding, cfg.SubscriberScrape, cfg.Seed, cfg.Logger); err != nil {
 			return nil, err
 		}
 		defer obs.stop()

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -282,6 +283,24 @@ func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *p
 	st := status.Convert(lastErr)
 	return &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT,
 		Detail: "client: " + st.Code().String() + ": " + st.Message() + "; failing open"}
+}
+
+// RefusedLookup returns the gRPC code name of a fail-open LookupRoute
+// answer whose call the cluster refused for its credentials
+// ("Unauthenticated": a missing or unknown token; "PermissionDenied": a
+// token of a lesser class), and "" for any other answer, a timeout or an
+// unreachable node included. A gateway counts and logs these apart: no
+// retry can succeed until its token is fixed (docs/security.md).
+func RefusedLookup(resp *pb.LookupRouteResponse) string {
+	if resp.GetServedBy() != "" {
+		return ""
+	}
+	for _, c := range [...]codes.Code{codes.Unauthenticated, codes.PermissionDenied} {
+		if strings.HasPrefix(resp.GetDetail(), "client: "+c.String()+": ") {
+			return c.String()
+		}
+	}
+	return ""
 }
 
 // nodeFault reports whether a LookupRoute error says the node (or the way

@@ -6,7 +6,7 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
 
-// RecordStreamPositions commits engine stream positions (contract §6.10)
+// RecordStreamPositions commits engine stream positions (contract §6.11)
 // with the retry rules of Ingest: a request without request_id gets one,
 // kept across retries.
 func (c *Client) RecordStreamPositions(ctx context.Context, req *pb.RecordStreamPositionsRequest) (*pb.RecordStreamPositionsResponse, error) {
@@ -23,7 +23,7 @@ func (c *Client) RecordStreamPositions(ctx context.Context, req *pb.RecordStream
 }
 
 // GetStreamPositions reads the stream positions a node holds for
-// replicaIDs (contract §6.10), moving to the next node on the retriable
+// replicaIDs (contract §6.11), moving to the next node on the retriable
 // outcomes of writes, within the write retry budget. The answer leaves
 // out replicas without a position.
 func (c *Client) GetStreamPositions(ctx context.Context, replicaIDs []string) (*pb.GetStreamPositionsResponse, error) {

@@ -61,7 +61,7 @@ func CreditCommand(requestID string, p index.Partition, hashes []uint64) *fsmpb.
 }
 
 // StreamPositionsCommand builds the record of engine stream positions
-// (contract §6.10).
+// (contract §6.11).
 func StreamPositionsCommand(requestID string, ps []*fsmpb.StreamPosition) *fsmpb.Command {
 	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_StreamPositions{StreamPositions: &fsmpb.StreamPositions{Positions: ps}}}
 }

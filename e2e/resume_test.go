@@ -28,6 +28,14 @@ type resumeRig struct {
 func newResumeRig(t *testing.T) *resumeRig {
 	t.Helper()
 	r := &resumeRig{t: t, c: startCluster(t, 1)}
+	// A second replica of the model: a prefix only one replica of one
+	// holds has no distinguishing power (contract §5.4) and ranks as no
+	// hint.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.c.procs[0].ic.Ingest(ctx, &pb.IngestRequest{Events: []*pb.BlockEvent{stored("other", tenant, toks(70000, 16))}}); err != nil {
+		t.Fatal(err)
+	}
 	r.startEngine("", "")
 	r.cfg = filepath.Join(t.TempDir(), "engines.yaml")
 	yaml := fmt.Sprintf("replay_timeout: 5s\nengines:\n  - endpoint: %s\n    replay_endpoint: %s\n    replica_id: eng-a\n    model_id: %s\n    tenant_id: %s\n    hash_scheme: %s\n    block_size: 16\n",
@@ -36,7 +44,7 @@ func newResumeRig(t *testing.T) *resumeRig {
 		t.Fatal(err)
 	}
 	r.sub = r.c.pc.Add(proccluster.Spec{Name: "subscriber", LogPath: filepath.Join(t.TempDir(), "subscriber.log"),
-		Args: []string{"subscribe", "--config", r.cfg, "--addr", r.c.procs[0].grpc}})
+		Args: []string{"subscribe", "--config", r.cfg, "--addr", r.c.procs[0].grpc, "--log-level", "debug"}})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("--- subscriber log ---\n%s", r.sub.LogTail(8000))
@@ -95,7 +103,7 @@ func (r *resumeRig) hint(chain []uint32) (bool, string) {
 // A subscriber killed for 15 s while its engine goes on publishing comes
 // back without clearing: every probe prefix, stored before the kill and
 // during it, keeps its PREFIX_MATCH, and no CLEARED is ever sent
-// (contract §6.10).
+// (contract §6.11).
 func TestSubscriber_RestartKeepsTheHintsTheEnginesHold(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server and a subscriber process")
@@ -104,8 +112,11 @@ func TestSubscriber_RestartKeepsTheHintsTheEnginesHold(t *testing.T) {
 	probes := [][]uint32{chainA, toks(9000, 128), chainB}
 	r.store(probes[0], 1000)
 	r.store(probes[1], 2000)
-	for _, p := range probes[:2] {
-		poll.Eventually(t, 20*time.Second, 100*time.Millisecond, func() (bool, string) { return r.hint(p) })
+	for i, p := range probes[:2] {
+		poll.Eventually(t, 20*time.Second, 100*time.Millisecond, func() (bool, string) {
+			ok, why := r.hint(p)
+			return ok, fmt.Sprintf("probe %d: %s", i, why)
+		})
 	}
 	// The position is recorded at most a second after its events.
 	poll.Eventually(t, 10*time.Second, 100*time.Millisecond, func() (bool, string) {
@@ -139,7 +150,7 @@ func TestSubscriber_RestartKeepsTheHintsTheEnginesHold(t *testing.T) {
 
 // An engine seen to restart (its connection lost, then back) gives no
 // hints until its new events arrive: the restarted engine publishes
-// nothing, and its old hints go (contract §6.10).
+// nothing, and its old hints go (contract §6.11).
 func TestSubscriber_RestartedEngineLosesItsHintsBeforeItsFirstEvent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server and a subscriber process")

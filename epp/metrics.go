@@ -24,6 +24,9 @@ import (
 //     TENANT_HOT, LOAD, ROUND_ROBIN, LEAST_LOADED);
 //   - fail_open_picks_total: picks made without a hint because no cluster
 //     node answered within the lookup budget;
+//   - lookup_refused_total{code}: of those, lookups the cluster refused
+//     for their token (Unauthenticated, PermissionDenied), logged at
+//     ERROR once a minute (gateway.RefusedLog): no retry fixes them;
 //   - no_key_picks_total: picks of requests without a key (no body, not an
 //     OpenAI completion, multimodal, no tokenizer for the model);
 //   - unavailable_total{cause}: requests answered 503 (empty_subset,
@@ -36,6 +39,7 @@ type Metrics struct {
 	Attempts        *prometheus.CounterVec
 	PickLatency     prometheus.Histogram
 	Picks           *prometheus.CounterVec
+	LookupRefused   *prometheus.CounterVec
 	FailOpen        prometheus.Counter
 	NoKey           prometheus.Counter
 	Unavailable     *prometheus.CounterVec
@@ -64,6 +68,8 @@ func NewMetrics(reg prometheus.Registerer, pool string, t *Table) *Metrics {
 			Help: "Picks by reason."}, []string{"reason"}),
 		FailOpen: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "fail_open_picks_total",
 			Help: "Picks made without a hint because no cluster node answered within the lookup budget."}),
+		LookupRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lookup_refused_total",
+			Help: "Lookups the cluster refused for their token, by gRPC code (Unauthenticated: none or an unknown one; PermissionDenied: a lesser class); each is a fail-open decision too, but no retry fixes it."}, []string{"code"}),
 		NoKey: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "no_key_picks_total",
 			Help: "Picks of requests without a key (no body, not an OpenAI completion, multimodal, no tokenizer)."}),
 		Unavailable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "unavailable_total",
@@ -76,7 +82,7 @@ func NewMetrics(reg prometheus.Registerer, pool string, t *Table) *Metrics {
 		Streams: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "streams_in_flight",
 			Help: "ext_proc streams open."}),
 	}
-	reg.MustRegister(m.Attempts, m.PickLatency, m.Picks, m.FailOpen, m.NoKey, m.Unavailable, m.ServedElsewhere, m.Lookup, m.Streams)
+	reg.MustRegister(m.Attempts, m.PickLatency, m.Picks, m.FailOpen, m.LookupRefused, m.NoKey, m.Unavailable, m.ServedElsewhere, m.Lookup, m.Streams)
 	if t != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Subsystem: "inference_pool", Name: "ready_pods",
 			Help: "The number of ready pods in the inference server pool.", ConstLabels: prometheus.Labels{"name": pool}},

@@ -305,6 +305,10 @@ func (s *Server) record(d *gateway.Decision, model, addr string, took time.Durat
 	if d.FailOpen {
 		s.m.FailOpen.Inc()
 	}
+	if d.LookupRefused != "" {
+		s.m.LookupRefused.WithLabelValues(d.LookupRefused).Inc()
+		s.refused.Note(s.log, d, time.Now())
+	}
 	if d.NoKey != nil {
 		s.m.NoKey.Inc()
 	}

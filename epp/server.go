@@ -65,6 +65,7 @@ type Server struct {
 	reqMode BodyMode
 	rspMode BodyMode
 	log     *slog.Logger
+	refused gateway.RefusedLog
 }
 
 // New returns a Server.

@@ -9,13 +9,13 @@ import (
 )
 
 // MaxStreamPositions bounds the engine stream positions the FSM holds
-// (contract §6.10): one per engine socket of the fleet. A position of a
+// (contract §6.11): one per engine socket of the fleet. A position of a
 // replica not yet held is not recorded past it (on every node alike); its
 // subscriber then resumes as if it had none, from empty.
 const MaxStreamPositions = 1 << 16
 
 // positions are the engine stream positions by replica id (contract
-// §6.10): where each replica's event stream stood when the cluster
+// §6.11): where each replica's event stream stood when the cluster
 // applied its last recorded batch. Apply changes them; they are part of
 // every snapshot (in the FSM's own state, beside the dedup window).
 type positions map[string]*fsmpb.StreamPosition
@@ -63,7 +63,7 @@ func (p positions) sorted() []*fsmpb.StreamPosition {
 }
 
 // StreamPositions returns the positions held for ids, in the order asked;
-// an id without one is left out (contract §6.10).
+// an id without one is left out (contract §6.11).
 func (f *FSM) StreamPositions(ids []string) []*fsmpb.StreamPosition {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -34,6 +34,11 @@ type Decision struct {
 	// FailOpen is set when the key was looked up and no server answered
 	// within the budget: the pick was made without a hint.
 	FailOpen bool
+	// LookupRefused is the gRPC code name ("Unauthenticated",
+	// "PermissionDenied") when the cluster refused the lookup's token: a
+	// fail-open decision whose cause no retry fixes (client.RefusedLookup);
+	// "" otherwise.
+	LookupRefused string
 	// LookupDetail is the lookup response's detail (or why there was
 	// none); Lookup how long the lookup took (0 when not asked).
 	LookupDetail string

@@ -327,6 +327,7 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, ad
 		d.FailOpen = true
 		if resp != nil {
 			d.LookupDetail = resp.GetDetail()
+			d.LookupRefused = client.RefusedLookup(resp)
 		}
 		if d.LookupDetail == "" {
 			d.LookupDetail = "no answer from the cluster within " + g.cfg.LookupBudget.String()

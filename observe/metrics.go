@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		UnknownEvents:      cv("unknown_events_total", "Engine events with an unknown tag, skipped."),
 		Restarts:           cv("engine_restarts_total", "Engine restarts detected (sequence went backwards); the replica is cleared."),
 		Gaps:               cv("seq_gaps_total", "Sequence gaps detected in the live stream."),
-		Resumes:            cv("stream_resumes_total", "Engine streams started or reconnected from a position (contract §6.10), by outcome: kept (the engine's replay proved the same process; hints kept), kept_unverified (no replay endpoint, the live seq went on; hints kept until a removal the subscriber cannot translate), cleared (a sequence reset, or missed events with no replay).", "outcome"),
+		Resumes:            cv("stream_resumes_total", "Engine streams started or reconnected from a position (contract §6.11), by outcome: kept (the engine's replay proved the same process; hints kept), kept_unverified (no replay endpoint, the live seq went on; hints kept until a removal the subscriber cannot translate), cleared (a sequence reset, or missed events with no replay).", "outcome"),
 		Replays:            cv("replays_total", "Replay requests, by outcome (complete, incomplete, failed).", "outcome"),
 		Duplicates:         cv("duplicate_batches_total", "Batches dropped because their seq was already applied."),
 		Clears:             cv("replica_clears_total", "CLEARED events sent, by reason.", "reason"),

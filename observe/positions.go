@@ -9,7 +9,7 @@ import (
 )
 
 // PositionStore is the cluster's record of engine stream positions
-// (contract §6.10). A Sink that implements it lets streams resume after a
+// (contract §6.11). A Sink that implements it lets streams resume after a
 // subscriber restart (resume.go); one that does not starts every stream
 // from empty.
 type PositionStore interface {
@@ -66,9 +66,13 @@ func (f *Forwarder) EnqueuePosition(ctx context.Context, replica string, p Posit
 }
 
 // notePositions keeps the latest position per replica of an acknowledged
-// batch for the next record.
+// batch for the next record. A CLEARED queued after a position voids it
+// (the cluster forgets a cleared replica's position, contract §6.11).
 func (f *Forwarder) notePositions(batch []queued) {
 	for _, q := range batch {
+		if q.ev.GetKind() == pb.BlockEvent_CLEARED {
+			delete(f.pendingPos, q.ev.GetReplicaId())
+		}
 		if q.pos != nil {
 			if f.pendingPos == nil {
 				f.pendingPos = map[string]*pb.StreamPosition{}

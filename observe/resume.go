@@ -8,7 +8,7 @@ import (
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
 
-// Resuming a stream (contract §6.10). The cluster keeps, per replica, the
+// Resuming a stream (contract §6.11). The cluster keeps, per replica, the
 // seq of the last engine batch whose events it applied and a hash of that
 // batch's bytes (Position). A subscriber that starts, or a stream that
 // reconnects, resumes from there instead of clearing the replica:
@@ -37,7 +37,7 @@ import (
 // network blip and clears.
 
 // Position is where an engine stream stands: the seq of the last batch
-// whose events were applied and batchHash of its payload (contract §6.10).
+// whose events were applied and batchHash of its payload (contract §6.11).
 type Position struct {
 	Seq  int64
 	Hash uint64

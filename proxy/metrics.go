@@ -14,6 +14,9 @@ import (
 //     AFFINITY_HINT, TENANT_HOT, LOAD, ROUND_ROBIN, LEAST_LOADED);
 //   - fail_open_picks_total: decisions made without a hint because no
 //     cluster node answered within the lookup budget;
+//   - lookup_refused_total{code}: of those, lookups the cluster refused
+//     for their token (Unauthenticated, PermissionDenied), logged at
+//     ERROR once a minute (gateway.RefusedLog): no retry fixes them;
 //   - no_key_picks_total: decisions without a key (multimodal content, a
 //     prompt the template refused, a model without a tokenizer);
 //   - added_latency_seconds: the proxy's own time before forwarding
@@ -37,6 +40,7 @@ import (
 type Metrics struct {
 	Requests       *prometheus.CounterVec
 	Picks          *prometheus.CounterVec
+	LookupRefused  *prometheus.CounterVec
 	FailOpen       prometheus.Counter
 	NoKey          prometheus.Counter
 	AddedLatency   prometheus.Histogram
@@ -62,6 +66,8 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool) *Metrics {
 			Help: "Routing decisions by reason."}, []string{"reason"}),
 		FailOpen: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "fail_open_picks_total",
 			Help: "Decisions made without a hint because no cluster node answered within the lookup budget."}),
+		LookupRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lookup_refused_total",
+			Help: "Lookups the cluster refused for their token, by gRPC code (Unauthenticated: none or an unknown one; PermissionDenied: a lesser class); each is a fail-open decision too, but no retry fixes it."}, []string{"code"}),
 		NoKey: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "no_key_picks_total",
 			Help: "Decisions for requests without a key (multimodal, refused by the template, no tokenizer)."}),
 		AddedLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "added_latency_seconds",
@@ -85,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool) *Metrics {
 			Help: "Requests being served."}),
 	}
 	m.Disagg = newDisaggMetrics(reg)
-	reg.MustRegister(m.Requests, m.Picks, m.FailOpen, m.NoKey, m.AddedLatency, m.Lookup, m.TTFT, m.UpstreamErrors,
+	reg.MustRegister(m.Requests, m.Picks, m.FailOpen, m.LookupRefused, m.NoKey, m.AddedLatency, m.Lookup, m.TTFT, m.UpstreamErrors,
 		m.Retries, m.PromptTokens, m.MatchedTokens, m.InFlight)
 	if pool != nil {
 		reg.MustRegister(upCollector{pool: pool, desc: prometheus.NewDesc(ns+"_"+sub+"_backend_up",

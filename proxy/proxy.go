@@ -83,6 +83,7 @@ type Proxy struct {
 	timeout   time.Duration
 	transport http.RoundTripper
 	log       *slog.Logger
+	refused   gateway.RefusedLog
 	mux       *http.ServeMux
 	decodeGW  *gateway.Gateway // decode picks of disaggregated requests (disagg.go)
 }
@@ -228,6 +229,10 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	p.m.Picks.WithLabelValues(d.Reason).Inc()
 	if d.FailOpen {
 		p.m.FailOpen.Inc()
+	}
+	if d.LookupRefused != "" {
+		p.m.LookupRefused.WithLabelValues(d.LookupRefused).Inc()
+		p.refused.Note(p.log, d, time.Now())
 	}
 	if d.NoKey != nil {
 		p.m.NoKey.Inc()

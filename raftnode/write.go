@@ -99,7 +99,7 @@ func policyFromBytes(b []byte) *policy.Policy {
 	return &p
 }
 
-// RecordStreamPositions commits engine stream positions (contract §6.10)
+// RecordStreamPositions commits engine stream positions (contract §6.11)
 // like Ingest; the FSM keeps the latest per replica id. Errors as Ingest.
 func (n *Node) RecordStreamPositions(ctx context.Context, requestID string, ps []*fsmpb.StreamPosition) (WriteResult, error) {
 	if requestID == "" {
@@ -110,7 +110,7 @@ func (n *Node) RecordStreamPositions(ctx context.Context, requestID string, ps [
 }
 
 // StreamPositions returns the stream positions this node's FSM holds for
-// ids, in the order asked, leaving out ids without one (contract §6.10). A
+// ids, in the order asked, leaving out ids without one (contract §6.11). A
 // local read: a follower may be behind the leader.
 func (n *Node) StreamPositions(ids []string) []*fsmpb.StreamPosition {
 	return n.fsm.StreamPositions(ids)

@@ -79,7 +79,7 @@ func failure(msg string) string {
 // that words each address's failure itself, as health does).
 func worded(msg string) bool {
 	return strings.Contains(msg, refusedText) || strings.Contains(msg, httpPortText) || strings.Contains(msg, notGRPCText) ||
-		strings.Contains(msg, tlsNeededText)
+		strings.Contains(msg, tlsNeededText) || strings.Contains(msg, tlsClientText)
 }
 
 // explainedErr is a client command's error already put in words.
@@ -128,6 +128,9 @@ func (c *clientFlags) explain(ctx context.Context, err error) error {
 // explainAddr is err, a call to addr that failed, in words a person can
 // act on; an error it does not recognize is returned as is.
 func (c *clientFlags) explainAddr(ctx context.Context, addr string, err error) string {
+	if cause, _ := callCause(err); cause != "" {
+		return cause + " (" + err.Error() + ")"
+	}
 	switch failure(err.Error()) {
 	case "http":
 		return httpPortText
@@ -157,8 +160,8 @@ func (c *clientFlags) explainAddr(ctx context.Context, addr string, err error) s
 // whose Raft port is addr's (or addr's − 1) names what addr is and the
 // address to use.
 func (c *clientFlags) notGRPC(ctx context.Context, addr string) string {
-	if !c.security.dialsTLS() && servesTLS(ctx, addr) {
-		return tlsNeededText
+	if cause := c.security.probeCause(ctx, addr); cause != "" {
+		return cause
 	}
 	host, p, err := net.SplitHostPort(addr)
 	port, perr := strconv.Atoi(p)

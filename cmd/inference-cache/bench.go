@@ -12,6 +12,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/bench"
 	"github.com/inference-cache/inference-cache/bench/localcluster"
+	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/policy"
 )
 
@@ -32,6 +33,7 @@ type benchOptions struct {
 	gateways                          int
 	logLevel                          string
 	live                              liveOptions
+	security                          clientSecurityFlags
 }
 
 // newBenchCmd is `inference-cache bench` (contract §12 "Benchmark gateway").
@@ -97,7 +99,7 @@ compressed.`,
 	f.Float64Var(&o.prefillTPS, "prefill-tps", bench.DefaultPrefillTPS, "engine prefill speed, prompt tokens per second")
 	f.Float64Var(&o.decodeTPS, "decode-tps", bench.DefaultDecodeTPS, "decode speed of one request, output tokens per second")
 	f.StringSliceVar(&o.strategies, "strategies", nil, "strategies to run, comma-separated (default all): "+strings.Join(bench.AllStrategies, ","))
-	f.StringArrayVar(&o.addrs, "addr", nil, "gRPC address of an existing cluster node (repeatable); none = start an embedded 3-node cluster")
+	f.StringArrayVar(&o.addrs, "addr", nil, "gRPC address of an existing cluster node (repeatable); none = start an embedded 3-node cluster; a secured one needs the --tls-* flags and the admin token (it reads status, sets the policy, writes and looks up)")
 	f.BoolVar(&o.jsonOut, "json", false, "print the contract §12.7 JSON object instead of the table")
 	f.StringVar(&o.plot, "plot", "", "write a PNG of hit rate and modelled TTFT per strategy (with --sweep: hit rate against cache size)")
 	f.IntSliceVar(&o.sweep, "sweep", nil, "cache sizes (blocks per engine) to sweep; one full run per size")
@@ -112,6 +114,7 @@ compressed.`,
 	f.StringSliceVar(&o.v2Fallbacks, "v2-fallbacks", []string{"tenant-hot", "affinity"}, "fallbacks lookuproute-v2 runs with (ablation): tenant-hot, affinity, or none")
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress bar on stderr")
 	f.StringVar(&o.logLevel, "log-level", "error", "least log level of the embedded cluster and subscriber: debug, info, warn or error")
+	o.security.register(cmd)
 	markPaths(f, "trace", "plot")
 	registerLiveFlags(f, &o.live)
 	return cmd
@@ -174,8 +177,14 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 	}
 	var reports []*bench.Report
 	for _, c := range sizes {
+		var cc client.Config
+		if len(o.addrs) > 0 {
+			if err := o.security.apply(&cc); err != nil {
+				return err
+			}
+		}
 		cfg := bench.Config{
-			Trace: tr, Strategies: o.strategies, Addrs: addrs, Seed: o.seed,
+			Trace: tr, Strategies: o.strategies, Addrs: addrs, Client: cc, Seed: o.seed,
 			Fleet:    bench.FleetConfig{Engines: o.engines, CacheBlocks: c, PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS},
 			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
 			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, SubscriberScrape: o.subScrape, Logger: log,

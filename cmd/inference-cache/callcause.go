@@ -66,3 +66,34 @@ func servesTLS(ctx context.Context, addr string) bool {
 	_ = c.Close()
 	return true
 }
+
+// wantsClientCert reports whether addr, a TLS node, refuses a handshake
+// without a client certificate. Under TLS 1.3 the refusal arrives after
+// the client finished its side, so a gRPC client may see only a broken
+// pipe; this probe reads the node's alert instead.
+func wantsClientCert(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}} //nolint:gosec // a protocol probe; nothing is sent
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return strings.Contains(err.Error(), "certificate required") || strings.Contains(err.Error(), "bad certificate")
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = c.Read(make([]byte, 1))
+	return err != nil && (strings.Contains(err.Error(), "certificate required") || strings.Contains(err.Error(), "bad certificate"))
+}
+
+// probeCause words a connection a node closed (failure "reset" or
+// "notgrpc") when security explains it: a TLS node dialled plaintext, or
+// one that requires the client certificate this command did not give.
+func (s *clientSecurityFlags) probeCause(ctx context.Context, addr string) string {
+	switch {
+	case !s.dialsTLS() && servesTLS(ctx, addr):
+		return tlsNeededText
+	case s.dialsTLS() && s.tlsCert == "" && wantsClientCert(ctx, addr):
+		return tlsClientText
+	}
+	return ""
+}

@@ -17,7 +17,7 @@ import (
 // fleetEngine is one sim engine of a local fleet: its replica id, the
 // HOST:PORT of its OpenAI API, of its KV-event PUB socket and of its
 // replay ROUTER socket (vLLM's replay endpoint, which lets a restarted
-// subscriber keep the engine's hints, contract §6.10).
+// subscriber keep the engine's hints, contract §6.11).
 type fleetEngine struct {
 	ID, HTTP, Events, Replay string
 }

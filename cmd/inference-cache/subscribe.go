@@ -44,6 +44,17 @@ the --addr nodes (the next one is tried when a node fails). Engines with a
 metrics_url are scraped for KV pressure and prefix-cache hit rate, reported
 with ReportReplicaStats.
 
+A restarted subscriber resumes each engine's stream from the position the
+cluster recorded (contract §6.11): with the engine's replay_endpoint it keeps
+the hints of everything the engine still holds; it clears a replica only on
+a real gap (the engine restarted, or events were missed with no replay).
+
+Against a secured cluster give the TLS flags and the write token
+(--token-file or INFERENCE_CACHE_TOKEN; docs/security.md). The cluster is
+asked once at start: a refused token or TLS handshake, or an --addr that is
+not a node's gRPC port, stops the command with the cause; an unreachable
+cluster is retried.
+
 SIGHUP reloads --config: engines added are started, engines removed are
 stopped and their replicas cleared from the index. An invalid file is logged
 and the running configuration kept.`,
@@ -97,7 +108,7 @@ and the running configuration kept.`,
 				return err
 			}
 			defer sink.Close()
-			if err := preflight(cmd.Context(), sink, cfg, addrs, security.dialsTLS(), log); err != nil {
+			if err := preflight(cmd.Context(), sink, cfg, addrs, &security, log); err != nil {
 				return err
 			}
 			reg := prometheus.NewRegistry()
@@ -143,7 +154,7 @@ const preflightTimeout = 10 * time.Second
 // command with the cause in words (callCause) instead of retrying
 // forever. A cluster that is only unreachable (down, or still starting)
 // is logged, and the subscriber starts and retries.
-func preflight(ctx context.Context, sink *observe.GRPCSink, cfg *observe.Config, addrs []string, dialsTLS bool, log *slog.Logger) error {
+func preflight(ctx context.Context, sink *observe.GRPCSink, cfg *observe.Config, addrs []string, sec *clientSecurityFlags, log *slog.Logger) error {
 	ids := make([]string, 0, len(cfg.Engines))
 	for _, e := range cfg.Engines {
 		ids = append(ids, e.ReplicaForRank(0))
@@ -157,10 +168,10 @@ func preflight(ctx context.Context, sink *observe.GRPCSink, cfg *observe.Config,
 	if cause, fatal := callCause(err); fatal {
 		return fmt.Errorf("the cluster at %s refused the subscriber: %s (%v)", strings.Join(addrs, ", "), cause, err)
 	}
-	if k := failure(err.Error()); (k == "notgrpc" || k == "reset") && !dialsTLS {
+	if k := failure(err.Error()); k == "notgrpc" || k == "reset" {
 		for _, a := range addrs {
-			if servesTLS(ctx, a) {
-				return fmt.Errorf("the cluster refused the subscriber: %s: %s", a, tlsNeededText)
+			if cause := sec.probeCause(ctx, a); cause != "" {
+				return fmt.Errorf("the cluster refused the subscriber: %s: %s", a, cause)
 			}
 		}
 	}

@@ -1187,7 +1187,7 @@ func (x *RestoreMark) GetBackupDigest() uint64 {
 }
 
 // StreamPosition is one replica's engine event stream position (contract
-// §6.10): the seq of the last engine batch applied and its payload's hash.
+// §6.11): the seq of the last engine batch applied and its payload's hash.
 type StreamPosition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ReplicaId     string                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`

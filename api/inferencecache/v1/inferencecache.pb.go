@@ -1591,7 +1591,7 @@ func (x *ReportPickerLoadResponse) GetSuperseded() bool {
 }
 
 // StreamPosition is one replica's engine event stream position (contract
-// §6.10): the seq of the last engine batch (the ZMQ message's sequence
+// §6.11): the seq of the last engine batch (the ZMQ message's sequence
 // number) whose events the cluster applied, and a 64-bit hash of that
 // batch's payload bytes (XXH3-64), which tells the batch of one engine
 // process from the batch of the same seq after the engine restarted.

@@ -82,7 +82,7 @@ type InferenceCacheClient interface {
 	ReportPickerLoad(ctx context.Context, in *ReportPickerLoadRequest, opts ...grpc.CallOption) (*ReportPickerLoadResponse, error)
 	// RecordStreamPositions commits, through the Raft log, where each
 	// replica's engine event stream stands: the last engine batch whose
-	// events the cluster has applied (contract §6.10). A subscriber records
+	// events the cluster has applied (contract §6.11). A subscriber records
 	// a position only after the Ingest of that batch's events was
 	// acknowledged, so a position never runs ahead of the blocks it
 	// vouches for. A CLEARED event of a replica forgets its position.
@@ -91,7 +91,7 @@ type InferenceCacheClient interface {
 	// needs the write token (contract §9.8).
 	RecordStreamPositions(ctx context.Context, in *RecordStreamPositionsRequest, opts ...grpc.CallOption) (*RecordStreamPositionsResponse, error)
 	// GetStreamPositions returns the positions this node holds for the
-	// replicas asked (contract §6.10): a restarted subscriber resumes each
+	// replicas asked (contract §6.11): a restarted subscriber resumes each
 	// engine stream from there. A follower may answer with an older
 	// position than the leader's, which only makes the subscriber replay
 	// more. It needs the write token: the subscriber that records is the
@@ -246,7 +246,7 @@ type InferenceCacheServer interface {
 	ReportPickerLoad(context.Context, *ReportPickerLoadRequest) (*ReportPickerLoadResponse, error)
 	// RecordStreamPositions commits, through the Raft log, where each
 	// replica's engine event stream stands: the last engine batch whose
-	// events the cluster has applied (contract §6.10). A subscriber records
+	// events the cluster has applied (contract §6.11). A subscriber records
 	// a position only after the Ingest of that batch's events was
 	// acknowledged, so a position never runs ahead of the blocks it
 	// vouches for. A CLEARED event of a replica forgets its position.
@@ -255,7 +255,7 @@ type InferenceCacheServer interface {
 	// needs the write token (contract §9.8).
 	RecordStreamPositions(context.Context, *RecordStreamPositionsRequest) (*RecordStreamPositionsResponse, error)
 	// GetStreamPositions returns the positions this node holds for the
-	// replicas asked (contract §6.10): a restarted subscriber resumes each
+	// replicas asked (contract §6.11): a restarted subscriber resumes each
 	// engine stream from there. A follower may answer with an older
 	// position than the leader's, which only makes the subscriber replay
 	// more. It needs the write token: the subscriber that records is the
