@@ -141,6 +141,19 @@ func TestProvisional_PickSeenOnEveryNode(t *testing.T) {
 		f := d.Start(d.Replica)
 		defer f.Done()
 		waitHint(t, 10*time.Second, keyOf(t, 0), d.Replica, true, n1, n2, n3)
+		// n1 got the push from the gateway and passed it to both peers;
+		// they got it from n1 and passed none on.
+		m := func(p *proc, name string, labels ...string) float64 {
+			return metricSum(t, "http://"+p.http+"/metrics", "inferencecache_"+name, labels...)
+		}
+		if got, fwd := m(n1, "provisional_pushes_received_total", `source="picker"`), m(n1, "provisional_pushes_forwarded_total"); got < 1 || fwd < 2 {
+			t.Errorf("n1: %v pushes from pickers, %v passed on; want ≥ 1 and ≥ 2", got, fwd)
+		}
+		for _, p := range []*proc{n2, n3} {
+			if got, fwd, held := m(p, "provisional_pushes_received_total", `source="node"`), m(p, "provisional_pushes_forwarded_total"), m(p, "provisional_picks"); got < 1 || fwd != 0 || held != 1 {
+				t.Errorf("%s: %v pushes from nodes, %v passed on, %v picks held; want ≥ 1, none, 1", p.id, got, fwd, held)
+			}
+		}
 		// Another gateway, through another node, sends the same prompt
 		// where the first went, before any engine event.
 		d2, err := gb.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, 0), Candidates: replicas})
