@@ -79,6 +79,24 @@ func TestMatches_DeepestBlockPerReplica(t *testing.T) {
 	}
 }
 
+// A lookup by prefix hash alone (a chain of one hash) matches the picks
+// whose last block it is; a chain from another root matches nothing.
+func TestMatches_ByPrefixHashAlone(t *testing.T) {
+	s, _ := newStore(0)
+	apply(t, s, provisional.Push{PickerID: "g", Sequence: 1, Picks: []provisional.Pick{pick(1, "r1", 100, 5), pick(2, "r2", 100, 1)}})
+	ms := s.At().Matches(nil, part, []uint64{104})
+	if len(ms) != 1 || ms[0].Replica != "r1" || ms[0].Blocks != 5 || ms[0].Tokens != 80 {
+		t.Fatalf("by the prefix hash of 5 blocks: %+v", ms)
+	}
+	if ms := s.At().Matches(nil, part, []uint64{100}); len(ms) != 2 || ms[0].Blocks != 1 || ms[1].Blocks != 1 {
+		t.Fatalf("by the root: %+v, want r1 and r2 at 1 block", ms)
+	}
+	// A chain that leaves the pick's after 2 blocks matches 2.
+	if got := matches(s, []uint64{100, 101, 9999}); got["r1"] != 2 {
+		t.Fatalf("diverging chain: %v", got)
+	}
+}
+
 func TestCounts_GiveTokens(t *testing.T) {
 	s, _ := newStore(0)
 	k := pick(1, "r1", 1, 3)
@@ -250,7 +268,7 @@ func TestConfirm_DropsWhatTheIndexHolds(t *testing.T) {
 	if n := s.Confirm(part, "r1", chain(1, 2)); n != 0 {
 		t.Fatalf("partial confirm dropped %d picks", n)
 	}
-	if got := matches(s, chain(1, 4)); got["r1"] != 4 || s.Stats().Blocks != 6 {
+	if got := matches(s, chain(1, 4)); got["r1"] != 4 || s.Stats().Blocks != 8 {
 		t.Fatalf("after a partial confirm: %v, stats %+v", got, s.Stats())
 	}
 	if n := s.Confirm(part, "r1", chain(1, 4)); n != 1 {
