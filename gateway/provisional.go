@@ -88,7 +88,7 @@ func (g *Gateway) startProvisional() error {
 		pc := c.Push
 		pc.PickerID = p.id
 		var err error
-		if p.push, err = client.StartPickShare(to, func() []provisional.Pick { return p.table.Live(p.id) }, pc); err != nil {
+		if p.push, err = client.StartPickShare(to, func(within time.Duration) []provisional.Pick { return p.table.Live(p.id, within) }, pc); err != nil {
 			return fmt.Errorf("gateway: share picks: %w", err)
 		}
 	}

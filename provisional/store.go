@@ -211,7 +211,7 @@ func (s *Store) Apply(push Push) (Result, error) {
 // wouldAdd says whether Apply adds k: not held, not removed, not older
 // than the picker's last full state, not expired on its way.
 func (s *Store) wouldAdd(ps *pickerState, push *Push, k *Pick, now int64) bool {
-	if _, ok := ps.picks[k.ID]; ok {
+	if _, ok := ps.picks[k.ID]; ok || len(k.Hashes) == 0 {
 		return false
 	}
 	if t, ok := ps.tombs[k.ID]; ok && (!push.Full || t.seq > push.Sequence) {
@@ -431,8 +431,12 @@ func (v View) Matches(dst []Match, part Partition, chain []uint64) []Match {
 }
 
 // Live returns picker's unexpired picks, id ascending, each with its Age
-// now: the full state a picker sends for repair.
-func (s *Store) Live(picker string) []Pick {
+// now: the full state a picker sends for repair. Only the picks made
+// within hashesWithin of now (0 = all) carry their hashes and counts; the
+// older ones are listed by id alone (they keep the pick where it is held:
+// their hashes went out in earlier pushes), so a full state's size is
+// bounded by the recent picks, not by every pick of the max age.
+func (s *Store) Live(picker string, hashesWithin time.Duration) []Pick {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	ps := s.pickers[picker]
@@ -445,11 +449,16 @@ func (s *Store) Live(picker string) []Pick {
 		if h.expires <= now {
 			continue
 		}
-		k := Pick{ID: h.id, Replica: h.replica, Partition: h.part, Hashes: h.hashes, Counts: make([]uint32, len(h.cum)),
-			Age: time.Duration(now - h.made), MaxAge: time.Duration(h.expires - h.made)}
-		prev := uint32(0)
-		for i, c := range h.cum {
-			k.Counts[i], prev = c-prev, c
+		k := Pick{ID: h.id, Replica: h.replica, Partition: h.part, Age: time.Duration(now - h.made), MaxAge: time.Duration(h.expires - h.made)}
+		if hashesWithin <= 0 || k.Age <= hashesWithin {
+			k.Hashes = h.hashes
+			if h.cum[len(h.cum)-1] != uint32(16*len(h.cum)) {
+				k.Counts = make([]uint32, len(h.cum))
+				prev := uint32(0)
+				for i, c := range h.cum {
+					k.Counts[i], prev = c-prev, c
+				}
+			}
 		}
 		out = append(out, k)
 	}
