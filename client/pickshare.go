@@ -105,7 +105,7 @@ type PickShare struct {
 	// full states besides its own push, and a full state's size follows
 	// the recent picks, not every live one.
 	fullAt [2]time.Time
-	log  *slog.Logger
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	adds    []provisional.Pick
