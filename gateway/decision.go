@@ -134,6 +134,9 @@ func (d *Decision) Start(replica string) *Flight {
 		}
 	}
 	f.pickID = g.recordPick(d, replica)
+	if g.share != nil {
+		g.share.Kick() // the load delta goes out now, not at the next tick
+	}
 	g.mu.Lock()
 	g.inflight[replica]++
 	g.mu.Unlock()
