@@ -105,6 +105,9 @@ type PickShare struct {
 	// full states besides its own push, and a full state's size follows
 	// the recent picks, not every live one.
 	fullAt [2]time.Time
+	// quiet: the last full state was empty and no delta went out since,
+	// so an empty full state would repair nothing and is not sent.
+	quiet bool
 	log    *slog.Logger
 
 	mu      sync.Mutex
@@ -222,6 +225,7 @@ func (s *PickShare) run() {
 			s.adds, s.removed = nil, nil
 			s.mu.Unlock()
 			if len(adds)+len(removed) > 0 {
+				s.quiet = false
 				s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Picks: adds, Removed: removed})
 			}
 		case <-t.C:
@@ -229,8 +233,13 @@ func (s *PickShare) run() {
 			if !s.fullAt[0].IsZero() {
 				within = time.Since(s.fullAt[0])
 			}
+			live := s.live(within)
+			if len(live) == 0 && s.quiet {
+				continue
+			}
+			s.quiet = len(live) == 0
 			s.fullAt[0], s.fullAt[1] = s.fullAt[1], time.Now()
-			s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Full: true, Picks: s.live(within)})
+			s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Full: true, Picks: live})
 		}
 	}
 }

@@ -93,3 +93,43 @@ func TestPickShare_DeltasFullStatesAndTheHashWindow(t *testing.T) {
 		t.Fatal("a 1 ms full state interval accepted")
 	}
 }
+
+// A picker with no picks sends one empty full state, then none until it
+// pushes again (an empty full state after an empty one repairs nothing).
+func TestPickShare_QuietWithoutPicks(t *testing.T) {
+	snd := &recordingSender{}
+	var calls atomicCount
+	s, err := StartPickShare(snd, func(time.Duration) []provisional.Pick { calls.add(); return nil }, PickShareConfig{PickerID: "gw", FullStateInterval: MinFullStateInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		return calls.get() >= 4, "fewer than 4 full-state ticks"
+	})
+	if n := len(snd.got()); n != 1 {
+		t.Fatalf("%d pushes over 4 empty full-state ticks, want 1", n)
+	}
+	s.Remove(5)
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		fulls := 0
+		for _, p := range snd.got() {
+			if p.FullState {
+				fulls++
+			}
+		}
+		return fulls == 2, "no empty full state after the delta"
+	})
+}
+
+type atomicCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (a *atomicCount) add() { a.mu.Lock(); a.n++; a.mu.Unlock() }
+func (a *atomicCount) get() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n
+}
