@@ -108,7 +108,7 @@ type PickShare struct {
 	// quiet: the last full state was empty and no delta went out since,
 	// so an empty full state would repair nothing and is not sent.
 	quiet bool
-	log    *slog.Logger
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	adds    []provisional.Pick
