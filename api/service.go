@@ -91,6 +91,10 @@ type Config struct {
 	// Positions holds the engine stream positions (contract §6.11); nil =
 	// RecordStreamPositions and GetStreamPositions answer UNIMPLEMENTED.
 	Positions Positions
+	// Provisional holds the pickers' provisional residencies (contract
+	// §5.12); nil = SharePicks answers UNIMPLEMENTED and lookups answer
+	// from the confirmed index alone.
+	Provisional Provisional
 	// ClockTrusted reports whether Now may stamp writes (raftnode
 	// Node.ClockTrusted: checked against the cluster's clocks, or not
 	// ahead of the newest observation); while it is false writes are
@@ -119,6 +123,7 @@ type Service struct {
 	admit        *admission
 	pload        PickerLoad
 	pos          Positions
+	prov         Provisional
 
 	pol   atomic.Pointer[policy.Policy]
 	polAt atomic.Int64 // unix ns of the cached policy
@@ -127,7 +132,7 @@ type Service struct {
 // NewService returns the InferenceCache service for cfg.Backend.
 func NewService(cfg Config) *Service {
 	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now, clockTrusted: cfg.ClockTrusted, admit: newAdmission(cfg.Admission),
-		pload: cfg.PickerLoad, pos: cfg.Positions}
+		pload: cfg.PickerLoad, pos: cfg.Positions, prov: cfg.Provisional}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -47,11 +47,17 @@ type Decision struct {
 	// request's candidate order (StrategyPicker only).
 	Costs []client.PickCost
 
+	// Provisional is set when the hint naming Replica is a provisional
+	// residency (contract §5.12): a gateway's earlier pick of this prefix
+	// the engine's events have not confirmed yet.
+	Provisional bool
+
 	g          *Gateway
 	adapter    string // the LoRA adapter of the request, "" = none
 	candidates []string
 	index      int
 	pick       client.Decision
+	key        *pb.LookupRouteRequest // the lookup's key; nil without one
 }
 
 // choose sets the pick to candidate i and orders the fallbacks.
@@ -133,6 +139,10 @@ func (d *Decision) Start(replica string) *Flight {
 			f.in = g.picker.StartOn(replica, uncached)
 		}
 	}
+	f.pickID = g.recordPick(d, replica)
+	if g.share != nil {
+		g.share.Kick() // the load delta goes out now, not at the next tick
+	}
 	g.mu.Lock()
 	g.inflight[replica]++
 	if d.adapter != "" {
@@ -151,6 +161,7 @@ type Flight struct {
 	in               *client.Inflight
 	replica          string
 	adapter          string
+	pickID           uint64 // its provisional residency; 0 = none
 	firstSeen, ended bool
 }
 
@@ -169,8 +180,22 @@ func (f *Flight) FirstToken() {
 	}
 }
 
-// Done records the request's end: its last token, its failure or its
-// cancellation.
+// Fail records the request's end as a failure or a cancellation (no
+// answer from the replica, an error status, the client gone): its
+// provisional residency is dropped here and in the cluster (contract
+// §5.12), then it ends as Done.
+func (f *Flight) Fail() {
+	if f.ended {
+		return
+	}
+	f.g.dropPick(f.pickID)
+	f.pickID = 0
+	f.Done()
+}
+
+// Done records the request's end: its last token (its provisional
+// residency stays until the engine's events confirm it or its max age
+// passes), or, without Fail, its failure or cancellation.
 func (f *Flight) Done() {
 	if f.ended {
 		return

@@ -125,6 +125,10 @@ type Config struct {
 	// candidate that must load a request's LoRA adapter (adapters.go); 0
 	// = DefaultAdapterLoadTokens.
 	AdapterLoadTokens int
+	// Provisional configures the provisional residencies of this
+	// gateway's picks (contract §5.12): its next decisions see them at
+	// once, and they are pushed to the cluster as they are made.
+	Provisional ProvisionalConfig
 }
 
 // Gateway decides where requests go. It is safe for concurrent use.
@@ -134,6 +138,7 @@ type Gateway struct {
 	rr     atomic.Uint64
 
 	share *client.LoadShare // nil = not sharing
+	prov  provState
 
 	mu              sync.Mutex
 	inflight        map[string]int     // requests started and not done, per replica
@@ -172,6 +177,10 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: share load: %w", err)
 		}
 	}
+	if err := g.startProvisional(); err != nil {
+		g.Close()
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -185,10 +194,14 @@ func (g *Gateway) PickerID() string {
 }
 
 // Close stops the load reports (a last, empty one tells the cluster
-// at once). Decide still works after it, unshared. Idempotent.
+// at once) and the picks pushes. Decide still works after it, unshared.
+// Idempotent.
 func (g *Gateway) Close() {
 	if g.share != nil {
 		g.share.Stop()
+	}
+	if g.prov.push != nil {
+		g.prov.push.Stop()
 	}
 }
 
@@ -263,6 +276,7 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
+	resp = g.mergeOwnPicks(d, resp)
 	pick := g.picker.Pick(resp, d.candidates, d.PromptTokens)
 	d.pick, d.Costs = pick, pick.Costs
 	usable := false
@@ -283,6 +297,14 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 	}
 	d.choose(d.pick.Index, reason)
 	d.MatchedTokens = pick.Costs[d.pick.Index].CachedTokens
+	if reason == pb.ReasonCode_PREFIX_MATCH.String() {
+		for _, h := range resp.GetReplicas() {
+			if h.GetReplicaId() == d.Replica {
+				d.Provisional = h.GetProvisional()
+				break
+			}
+		}
+	}
 	return d, nil
 }
 
@@ -315,6 +337,7 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, ad
 		return nil, nil
 	}
 	d.Blocks = len(lr.BlockHashes)
+	d.key = lr
 	if d.Blocks == 0 || g.cfg.Lookup == nil {
 		return nil, nil // no full block, or no hint service: nothing to ask
 	}

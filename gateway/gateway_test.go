@@ -171,7 +171,10 @@ func TestDecide_FailsOpenWithinTheBudget(t *testing.T) {
 // candidates are taken round robin, and a candidate with a request in
 // flight is passed over while another is idle.
 func TestDecide_WithoutHintPicksByLoadThenRoundRobin(t *testing.T) {
-	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}})
+	// Without provisional residencies: with them the same prompt has a
+	// hint after its first pick (TestDecide_SeesItsOwnPickAtOnce).
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}},
+		Provisional: ProvisionalConfig{Off: true}})
 	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
 	var got []string
 	for range 6 {

@@ -34,6 +34,7 @@ const (
 	InferenceCache_ReportPickerLoad_FullMethodName      = "/inferencecache.v1.InferenceCache/ReportPickerLoad"
 	InferenceCache_RecordStreamPositions_FullMethodName = "/inferencecache.v1.InferenceCache/RecordStreamPositions"
 	InferenceCache_GetStreamPositions_FullMethodName    = "/inferencecache.v1.InferenceCache/GetStreamPositions"
+	InferenceCache_SharePicks_FullMethodName            = "/inferencecache.v1.InferenceCache/SharePicks"
 )
 
 // InferenceCacheClient is the client API for InferenceCache service.
@@ -97,6 +98,14 @@ type InferenceCacheClient interface {
 	// more. It needs the write token: the subscriber that records is the
 	// one that reads.
 	GetStreamPositions(ctx context.Context, in *GetStreamPositionsRequest, opts ...grpc.CallOption) (*GetStreamPositionsResponse, error)
+	// SharePicks records the picks one picker (a gateway replica) just made
+	// as provisional residencies (contract §5.12): the request's blocks on the
+	// replica it was sent to, before the engine's events reach the index. Like
+	// ReportPickerLoad it is soft state, never through the Raft log, passed on
+	// to every other node at once; lookups answer from the confirmed index
+	// plus these (ReplicaHint.provisional). A picker pushes each pick as it
+	// is made and a full state now and then for repair.
+	SharePicks(ctx context.Context, in *SharePicksRequest, opts ...grpc.CallOption) (*SharePicksResponse, error)
 }
 
 type inferenceCacheClient struct {
@@ -200,6 +209,16 @@ func (c *inferenceCacheClient) GetStreamPositions(ctx context.Context, in *GetSt
 	return out, nil
 }
 
+func (c *inferenceCacheClient) SharePicks(ctx context.Context, in *SharePicksRequest, opts ...grpc.CallOption) (*SharePicksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SharePicksResponse)
+	err := c.cc.Invoke(ctx, InferenceCache_SharePicks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceCacheServer is the server API for InferenceCache service.
 // All implementations must embed UnimplementedInferenceCacheServer
 // for forward compatibility.
@@ -261,6 +280,14 @@ type InferenceCacheServer interface {
 	// more. It needs the write token: the subscriber that records is the
 	// one that reads.
 	GetStreamPositions(context.Context, *GetStreamPositionsRequest) (*GetStreamPositionsResponse, error)
+	// SharePicks records the picks one picker (a gateway replica) just made
+	// as provisional residencies (contract §5.12): the request's blocks on the
+	// replica it was sent to, before the engine's events reach the index. Like
+	// ReportPickerLoad it is soft state, never through the Raft log, passed on
+	// to every other node at once; lookups answer from the confirmed index
+	// plus these (ReplicaHint.provisional). A picker pushes each pick as it
+	// is made and a full state now and then for repair.
+	SharePicks(context.Context, *SharePicksRequest) (*SharePicksResponse, error)
 	mustEmbedUnimplementedInferenceCacheServer()
 }
 
@@ -297,6 +324,9 @@ func (UnimplementedInferenceCacheServer) RecordStreamPositions(context.Context, 
 }
 func (UnimplementedInferenceCacheServer) GetStreamPositions(context.Context, *GetStreamPositionsRequest) (*GetStreamPositionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStreamPositions not implemented")
+}
+func (UnimplementedInferenceCacheServer) SharePicks(context.Context, *SharePicksRequest) (*SharePicksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SharePicks not implemented")
 }
 func (UnimplementedInferenceCacheServer) mustEmbedUnimplementedInferenceCacheServer() {}
 func (UnimplementedInferenceCacheServer) testEmbeddedByValue()                        {}
@@ -470,6 +500,24 @@ func _InferenceCache_GetStreamPositions_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceCache_SharePicks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SharePicksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceCacheServer).SharePicks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceCache_SharePicks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceCacheServer).SharePicks(ctx, req.(*SharePicksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceCache_ServiceDesc is the grpc.ServiceDesc for InferenceCache service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -508,6 +556,10 @@ var InferenceCache_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStreamPositions",
 			Handler:    _InferenceCache_GetStreamPositions_Handler,
+		},
+		{
+			MethodName: "SharePicks",
+			Handler:    _InferenceCache_SharePicks_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -51,6 +51,21 @@ class InferenceCacheStub(object):
                 request_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadRequest.SerializeToString,
                 response_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadResponse.FromString,
                 )
+        self.RecordStreamPositions = channel.unary_unary(
+                '/inferencecache.v1.InferenceCache/RecordStreamPositions',
+                request_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.RecordStreamPositionsRequest.SerializeToString,
+                response_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.RecordStreamPositionsResponse.FromString,
+                )
+        self.GetStreamPositions = channel.unary_unary(
+                '/inferencecache.v1.InferenceCache/GetStreamPositions',
+                request_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.GetStreamPositionsRequest.SerializeToString,
+                response_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.GetStreamPositionsResponse.FromString,
+                )
+        self.SharePicks = channel.unary_unary(
+                '/inferencecache.v1.InferenceCache/SharePicks',
+                request_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksRequest.SerializeToString,
+                response_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksResponse.FromString,
+                )
 
 
 class InferenceCacheServicer(object):
@@ -130,6 +145,46 @@ class InferenceCacheServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordStreamPositions(self, request, context):
+        """RecordStreamPositions commits, through the Raft log, where each
+        replica's engine event stream stands: the last engine batch whose
+        events the cluster has applied (contract §6.11). A subscriber records
+        a position only after the Ingest of that batch's events was
+        acknowledged, so a position never runs ahead of the blocks it
+        vouches for. A CLEARED event of a replica forgets its position.
+        Errors: INVALID_ARGUMENT naming the field (a missing or oversize
+        replica_id, a replica given twice, more than 4,096 positions). It
+        needs the write token (contract §9.8).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetStreamPositions(self, request, context):
+        """GetStreamPositions returns the positions this node holds for the
+        replicas asked (contract §6.11): a restarted subscriber resumes each
+        engine stream from there. A follower may answer with an older
+        position than the leader's, which only makes the subscriber replay
+        more. It needs the write token: the subscriber that records is the
+        one that reads.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SharePicks(self, request, context):
+        """SharePicks records the picks one picker (a gateway replica) just made
+        as provisional residencies (contract §5.12): the request's blocks on the
+        replica it was sent to, before the engine's events reach the index. Like
+        ReportPickerLoad it is soft state, never through the Raft log, passed on
+        to every other node at once; lookups answer from the confirmed index
+        plus these (ReplicaHint.provisional). A picker pushes each pick as it
+        is made and a full state now and then for repair.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceCacheServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -167,6 +222,21 @@ def add_InferenceCacheServicer_to_server(servicer, server):
                     servicer.ReportPickerLoad,
                     request_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadRequest.FromString,
                     response_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadResponse.SerializeToString,
+            ),
+            'RecordStreamPositions': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordStreamPositions,
+                    request_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.RecordStreamPositionsRequest.FromString,
+                    response_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.RecordStreamPositionsResponse.SerializeToString,
+            ),
+            'GetStreamPositions': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStreamPositions,
+                    request_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.GetStreamPositionsRequest.FromString,
+                    response_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.GetStreamPositionsResponse.SerializeToString,
+            ),
+            'SharePicks': grpc.unary_unary_rpc_method_handler(
+                    servicer.SharePicks,
+                    request_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksRequest.FromString,
+                    response_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -296,6 +366,57 @@ class InferenceCache(object):
         return grpc.experimental.unary_unary(request, target, '/inferencecache.v1.InferenceCache/ReportPickerLoad',
             inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadRequest.SerializeToString,
             inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RecordStreamPositions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inferencecache.v1.InferenceCache/RecordStreamPositions',
+            inference__cache_dot_v1_dot_inferencecache__pb2.RecordStreamPositionsRequest.SerializeToString,
+            inference__cache_dot_v1_dot_inferencecache__pb2.RecordStreamPositionsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetStreamPositions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inferencecache.v1.InferenceCache/GetStreamPositions',
+            inference__cache_dot_v1_dot_inferencecache__pb2.GetStreamPositionsRequest.SerializeToString,
+            inference__cache_dot_v1_dot_inferencecache__pb2.GetStreamPositionsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SharePicks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inferencecache.v1.InferenceCache/SharePicks',
+            inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksRequest.SerializeToString,
+            inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
