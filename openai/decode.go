@@ -90,15 +90,18 @@ func (r *Request) commonFields(f fields) error {
 		if !ok {
 			continue
 		}
-		if n < 1 || n > MaxTokensLimit {
-			return Errorf(key, "%d is out of range: want 1 to %d", n, MaxTokensLimit)
+		if n < 1 {
+			return Errorf(key, "must be at least 1, got %d", n)
 		}
 		r.MaxTokens = int(n) // max_completion_tokens, read second, wins
 	}
 	if n, ok, err := f.integer("n"); err != nil {
 		return err
-	} else if ok && n != 1 {
-		return Errorf("n", "%d choices requested: only n = 1 is supported", n)
+	} else if ok {
+		if n < 1 {
+			return Errorf("n", "must be at least 1, got %d", n)
+		}
+		r.N = int(n)
 	}
 	if s, ok := f.present("cache_salt"); ok {
 		salt, isStr := s.(string)

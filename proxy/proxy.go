@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,6 +66,27 @@ type Options struct {
 	// response, streams included (504 when no answer came by then, the
 	// stream cut when it ran past it); 0 = no bound.
 	RequestTimeout time.Duration
+	// MaxBodyBytesInFlight bounds the bytes of the request bodies held at
+	// once, from their first byte until their answer starts (a body is
+	// kept for a retry until then): a body that does not fit gets a 429
+	// with Retry-After; 0 = DefaultMaxBodyBytesInFlight.
+	MaxBodyBytesInFlight int64
+	// BodyTimeout bounds the reading of a request body, first byte to
+	// last, and BodyIdleTimeout the wait for its next bytes: past either
+	// the request gets a 408 and its connection is closed; 0 =
+	// DefaultBodyTimeout, DefaultBodyIdleTimeout.
+	BodyTimeout, BodyIdleTimeout time.Duration
+	// FirstByteTimeout bounds the wait for a stream's response headers
+	// (vLLM sends them before the first token): a backend silent that
+	// long is given up, and the request goes once to the next-best
+	// backend, as nothing has reached the client; the last one's silence
+	// is a 504. A non-streamed answer's headers follow its whole
+	// generation, so RequestTimeout alone bounds them. 0 = no bound.
+	FirstByteTimeout time.Duration
+	// StreamIdleTimeout bounds the wait for the next bytes of an answer
+	// once it started: past it the answer ends as broken (an error event
+	// for a stream, then the response is aborted). 0 = no bound.
+	StreamIdleTimeout time.Duration
 	// Transport forwards to the backends; nil = NewTransport(0).
 	Transport http.RoundTripper
 	// Logger logs upstream failures; nil = slog.Default().
@@ -76,14 +99,20 @@ type Options struct {
 // backends'; GET /health says whether a backend is healthy; GET /metrics
 // is Options.MetricsHandler. Safe for concurrent use.
 type Proxy struct {
-	gw        *gateway.Gateway
-	pool      *Pool
-	m         *Metrics
-	maxBody   int64
-	timeout   time.Duration
-	transport http.RoundTripper
-	log       *slog.Logger
-	mux       *http.ServeMux
+	gw         *gateway.Gateway
+	pool       *Pool
+	m          *Metrics
+	maxBody    int64
+	timeout    time.Duration
+	bodyTotal  time.Duration
+	bodyIdle   time.Duration
+	firstByte  time.Duration
+	streamIdle time.Duration
+	adm        *admission
+	draining   atomic.Bool
+	transport  http.RoundTripper
+	log        *slog.Logger
+	mux        *http.ServeMux
 }
 
 // New returns a Proxy.
@@ -93,6 +122,15 @@ func New(opts Options) (*Proxy, error) {
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxBodyBytesInFlight <= 0 {
+		opts.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	if opts.BodyIdleTimeout <= 0 {
+		opts.BodyIdleTimeout = DefaultBodyIdleTimeout
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry(), nil)
@@ -104,7 +142,8 @@ func New(opts Options) (*Proxy, error) {
 		opts.Logger = slog.Default()
 	}
 	p := &Proxy{gw: opts.Gateway, pool: opts.Pool, m: opts.Metrics, maxBody: opts.MaxBodyBytes, timeout: opts.RequestTimeout,
-		transport: opts.Transport, log: opts.Logger, mux: http.NewServeMux()}
+		bodyTotal: opts.BodyTimeout, bodyIdle: opts.BodyIdleTimeout, firstByte: opts.FirstByteTimeout, streamIdle: opts.StreamIdleTimeout,
+		adm: newAdmission(opts.MaxBodyBytesInFlight), transport: opts.Transport, log: opts.Logger, mux: http.NewServeMux()}
 	p.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { p.completion(w, r, openai.KindCompletion) })
 	p.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { p.completion(w, r, openai.KindChat) })
 	p.mux.HandleFunc("GET /v1/models", p.models)
@@ -159,60 +198,133 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mux.ServeHTTP(w, r)
 }
 
-// bodies recycles request body buffers (a body is held until its
-// response ends, for a retry).
+// bodies recycles request body buffers up to maxPooledBody (a larger
+// body gets a buffer of its own, garbage once its answer starts).
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // maxPooledBody is the largest buffer put back in the pool.
 const maxPooledBody = 1 << 20
 
-// completion serves one completion or chat request.
+// completion serves one completion or chat request. A request whose
+// answer broke after its headers were sent is aborted here, after it is
+// counted, so that the client sees a broken transfer.
 func (p *Proxy) completion(w http.ResponseWriter, r *http.Request, kind openai.Kind) {
 	start := time.Now()
 	p.m.InFlight.Inc()
-	buf := bodies.Get().(*bytes.Buffer)
-	buf.Reset()
-	code := p.serveCompletion(w, r, kind, buf, start)
-	if buf.Cap() <= maxPooledBody {
-		bodies.Put(buf)
-	}
+	code, abort, large := p.serveCompletion(w, r, kind, start)
 	p.m.InFlight.Dec()
 	p.m.Requests.WithLabelValues(kind.String(), statusLabel(code)).Inc()
+	if large {
+		p.adm.freeAfterLarge()
+	}
+	if abort {
+		panic(http.ErrAbortHandler)
+	}
 }
 
-func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind openai.Kind, buf *bytes.Buffer, start time.Time) int {
+// serveCompletion reads, decides and forwards one request, returning the
+// status counted, whether to abort the response, and whether its body
+// was large.
+func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind openai.Kind, start time.Time) (code int, abort, large bool) {
 	if r.ContentLength > p.maxBody {
-		return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, p.maxBody)})
+		return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, p.maxBody)}), false, false
 	}
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.maxBody)); err != nil {
+	br := &bodyReader{r: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, deadline: start.Add(p.bodyTotal)}
+	held := r.ContentLength
+	if held >= 0 {
+		if !p.adm.inFlight.TryAcquire(held) {
+			p.m.Shed.Inc()
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			return p.refuse(w, p.adm.errBusy(held)), false, false
+		}
+	} else {
+		br.budget = p.adm.inFlight
+	}
+	var release sync.Once
+	free := func() { release.Do(func() { p.adm.inFlight.Release(max(held, 0) + br.taken) }) }
+	defer free()
+
+	var buf *bytes.Buffer
+	if r.ContentLength >= 0 && r.ContentLength <= maxPooledBody {
+		buf = bodies.Get().(*bytes.Buffer)
+		buf.Reset()
+		defer func() {
+			if buf.Cap() <= maxPooledBody {
+				bodies.Put(buf)
+			}
+		}()
+	} else {
+		buf = bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, io.NopCloser(br), p.maxBody))
+	_ = br.rc.SetReadDeadline(time.Time{}) // the server's own reads after the body must not time out
+	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)})
+		switch {
+		case errors.As(err, &tooBig):
+			return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)}), false, false
+		case errors.Is(err, errOverBudget):
+			p.m.Shed.Inc()
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			return p.refuse(w, p.adm.errBusy(int64(buf.Len()))), false, false
+		case errors.Is(err, errBodyTimeout):
+			p.m.BodyTimeouts.Inc()
+			w.Header().Set("Connection", "close")
+			return p.refuse(w, &openai.Error{Status: http.StatusRequestTimeout, Message: fmt.Sprintf(
+				"the request body did not arrive within the body timeouts (%s in all, %s between bytes)", p.bodyTotal, p.bodyIdle)}), false, false
+		case r.Context().Err() != nil:
+			return statusClientClosed, false, false
 		}
-		if r.Context().Err() != nil {
-			return statusClientClosed
-		}
-		return p.refuse(w, openai.Errorf("", "reading the request body: %v", err))
+		return p.refuse(w, openai.Errorf("", "reading the request body: %v", err)), false, false
 	}
 	body := buf.Bytes()
+	large = len(body) >= largeBody
+	if large {
+		// Keying a large body takes several times its size: a few at a time.
+		n := min(int64(len(body)), largeBodyBudget)
+		if err := p.adm.large.Acquire(r.Context(), n); err != nil {
+			return statusClientClosed, false, true
+		}
+		var once sync.Once
+		unlarge := func() { once.Do(func() { p.adm.large.Release(n) }) }
+		defer unlarge()
+		d, stream, code := p.decide(w, r, kind, body)
+		unlarge()
+		if d == nil {
+			return code, false, true
+		}
+		code, abort = p.forward(w, r, body, stream, d, start, free)
+		return code, abort, true
+	}
+	d, stream, code := p.decide(w, r, kind, body)
+	if d == nil {
+		return code, false, false
+	}
+	code, abort = p.forward(w, r, body, stream, d, start, free)
+	return code, abort, false
+}
+
+// decide decodes body and picks its replica; a nil Decision comes with
+// the status of the answer already written (or of a client gone).
+func (p *Proxy) decide(w http.ResponseWriter, r *http.Request, kind openai.Kind, body []byte) (d *gateway.Decision, stream bool, code int) {
 	req, err := openai.Decode(kind, body)
 	if err != nil {
-		return p.refuse(w, err)
+		return nil, false, p.refuse(w, err)
 	}
 	if !p.pool.Serves(req.Model) {
-		return p.refuse(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)})
+		return nil, false, p.refuse(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", openai.Clip(req.Model))})
 	}
 	var arr [16]string
 	cands := p.pool.Candidates(req.Model, arr[:0])
 	if len(cands) == 0 {
-		return p.refuse(w, &openai.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("no healthy backend serves the model `%s`", req.Model)})
+		return nil, false, p.refuse(w, &openai.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("no healthy backend serves the model `%s`", openai.Clip(req.Model))})
 	}
-	d, err := p.gw.Decide(r.Context(), gateway.Request{OpenAI: req, Candidates: cands})
+	d, err = p.gw.Decide(r.Context(), gateway.Request{OpenAI: req, Candidates: cands})
 	if err != nil {
 		if r.Context().Err() != nil {
-			return statusClientClosed
+			return nil, false, statusClientClosed
 		}
-		return p.refuse(w, err)
+		return nil, false, p.refuse(w, err)
 	}
 	p.m.Picks.WithLabelValues(d.Reason).Inc()
 	if d.FailOpen {
@@ -228,7 +340,7 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 		p.m.PromptTokens.Add(float64(d.PromptTokens))
 		p.m.MatchedTokens.Add(float64(d.MatchedTokens))
 	}
-	return p.forward(w, r, body, d, start)
+	return d, req.Stream, 0
 }
 
 // refuse answers a request the proxy does not forward, with an
@@ -251,9 +363,20 @@ type healthBody struct {
 	Backends []BackendStatus `json:"backends"`
 }
 
-// health answers 200 while at least one backend is healthy, else 503.
+// Drain makes GET /health answer 503 {"status": "draining"} from now on,
+// so that a load balancer or Kubernetes' readiness check stops sending
+// new requests, while every request, in flight or arriving, is still
+// served. The caller stops the server after its drain time.
+func (p *Proxy) Drain() { p.draining.Store(true) }
+
+// health answers 200 while at least one backend is healthy, else 503;
+// 503 at once after Drain.
 func (p *Proxy) health(w http.ResponseWriter, _ *http.Request) {
 	st := p.pool.Status()
+	if p.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "draining", Backends: st})
+		return
+	}
 	for _, s := range st {
 		if s.Healthy {
 			writeJSON(w, http.StatusOK, healthBody{Status: "ok", Backends: st})

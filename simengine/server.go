@@ -130,7 +130,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		return
 	}
 	if req.Model != s.e.Model() {
-		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)})
+		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", openai.Clip(req.Model))})
+		return
+	}
+	if req.N != 1 {
+		openai.WriteError(w, openai.Errorf("n", "%d choices requested: this engine serves only n = 1", req.N))
 		return
 	}
 	if kind == openai.KindCompletion && req.Prompt.Len() != 1 {
