@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/inference-cache/inference-cache/connlimit"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
@@ -90,6 +92,7 @@ var errBodyTimeout = errors.New("request body read timed out")
 // bytes it reads from the in-flight budget as they arrive (a body
 // without a Content-Length).
 type bodyReader struct {
+	ctx      context.Context // the request's: its connection waits while a read blocks
 	r        io.Reader
 	rc       *http.ResponseController
 	idle     time.Duration
@@ -115,6 +118,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		}
 		_ = b.rc.SetReadDeadline(d)
 	}
+	connlimit.Waiting(b.ctx, true)
 	n, err := b.r.Read(p)
 	if err != nil && errors.Is(err, errDeadline) {
 		return n, errBodyTimeout

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/inference-cache/inference-cache/connlimit"
 	"github.com/inference-cache/inference-cache/gateway"
 	"github.com/inference-cache/inference-cache/openai"
 )
@@ -229,7 +230,7 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	if r.ContentLength > p.maxBody {
 		return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, p.maxBody)}), false, false
 	}
-	br := &bodyReader{r: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, deadline: start.Add(p.bodyTotal)}
+	br := &bodyReader{ctx: r.Context(), r: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, deadline: start.Add(p.bodyTotal)}
 	held := r.ContentLength
 	if held >= 0 {
 		if !p.adm.inFlight.TryAcquire(held) {
@@ -258,6 +259,7 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, io.NopCloser(br), p.maxBody))
 	_ = br.rc.SetReadDeadline(time.Time{}) // the server's own reads after the body must not time out
+	connlimit.Waiting(r.Context(), false)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
