@@ -49,6 +49,9 @@ const retryAfterSeconds = "1"
 // admission bounds the request bodies in flight and the keying of large
 // ones.
 type admission struct {
+	gcMu       sync.Mutex
+	gcHolders  int
+	gcPrevious int
 	inFlight   *semaphore.Weighted
 	maxBytes   int64
 	large      *semaphore.Weighted
@@ -67,6 +70,33 @@ func (a *admission) errBusy(n int64) *openai.Error {
 	return &openai.Error{Status: http.StatusTooManyRequests, Message: fmt.Sprintf(
 		"the proxy holds its limit of %d bytes of request bodies in flight; this body of %d bytes does not fit: retry after %s s",
 		a.maxBytes, n, retryAfterSeconds)}
+}
+
+// keyingGCPercent is the collector's GOGC while a large body is keyed:
+// rendering it makes several transient copies of its text, which the
+// default GOGC of 100 would let grow to twice the live heap before a
+// collection.
+const keyingGCPercent = 20
+
+// tightenGC sets the collector to keyingGCPercent until the matching
+// relaxGC (nested calls share one setting), restoring the previous
+// GOGC after the last.
+func (a *admission) tightenGC() {
+	a.gcMu.Lock()
+	defer a.gcMu.Unlock()
+	if a.gcHolders == 0 {
+		a.gcPrevious = debug.SetGCPercent(keyingGCPercent)
+	}
+	a.gcHolders++
+}
+
+// relaxGC ends a tightenGC.
+func (a *admission) relaxGC() {
+	a.gcMu.Lock()
+	defer a.gcMu.Unlock()
+	if a.gcHolders--; a.gcHolders == 0 {
+		debug.SetGCPercent(a.gcPrevious)
+	}
 }
 
 // freeAfterLarge returns the heap to the system once the large request

@@ -246,7 +246,8 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	defer free()
 
 	var buf *bytes.Buffer
-	if r.ContentLength >= 0 && r.ContentLength <= maxPooledBody {
+	pooled := r.ContentLength >= 0 && r.ContentLength <= maxPooledBody
+	if pooled {
 		buf = bodies.Get().(*bytes.Buffer)
 		buf.Reset()
 		defer func() {
@@ -258,8 +259,13 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 		buf = bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
 	}
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, io.NopCloser(br), p.maxBody))
-	_ = br.rc.SetReadDeadline(time.Time{}) // the server's own reads after the body must not time out
 	connlimit.Waiting(r.Context(), false)
+	if err == nil {
+		// The server's own reads after a whole body must not time out; after
+		// a timeout the deadline stays, so that the server does not wait for
+		// the rest of the body before closing the connection.
+		_ = br.rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
@@ -290,7 +296,13 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 		var once sync.Once
 		unlarge := func() { once.Do(func() { p.adm.large.Release(n) }) }
 		defer unlarge()
-		d, stream, code := p.decide(w, r, kind, body)
+		var d *gateway.Decision
+		var stream bool
+		func() {
+			p.adm.tightenGC()
+			defer p.adm.relaxGC()
+			d, stream, code = p.decide(w, r, kind, body, !pooled)
+		}()
 		unlarge()
 		if d == nil {
 			return code, false, true
@@ -298,7 +310,7 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 		code, abort = p.forward(w, r, body, stream, d, start, free)
 		return code, abort, true
 	}
-	d, stream, code := p.decide(w, r, kind, body)
+	d, stream, code := p.decide(w, r, kind, body, !pooled)
 	if d == nil {
 		return code, false, false
 	}
@@ -307,9 +319,14 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 }
 
 // decide decodes body and picks its replica; a nil Decision comes with
-// the status of the answer already written (or of a client gone).
-func (p *Proxy) decide(w http.ResponseWriter, r *http.Request, kind openai.Kind, body []byte) (d *gateway.Decision, stream bool, code int) {
-	req, err := openai.Decode(kind, body)
+// the status of the answer already written (or of a client gone). An
+// owned body (not from the pool) is decoded without a copy.
+func (p *Proxy) decide(w http.ResponseWriter, r *http.Request, kind openai.Kind, body []byte, owned bool) (d *gateway.Decision, stream bool, code int) {
+	decode := openai.Decode
+	if owned {
+		decode = openai.DecodeOwned
+	}
+	req, err := decode(kind, body)
 	if err != nil {
 		return nil, false, p.refuse(w, err)
 	}
