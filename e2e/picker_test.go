@@ -41,7 +41,7 @@ func (f *fleet) startPickerWith(name string, lookups bool) *pickerProc {
 	f.t.Helper()
 	ext, health, metrics := freeport.MustAddr(f.t), freeport.MustAddr(f.t), freeport.MustAddr(f.t)
 	p := &pickerProc{metrics: "http://" + metrics + "/metrics", addr: map[string]string{}}
-	args := []string{"picker", "--listen", ext, "--health-listen", health, "--metrics-listen", metrics, "--models-dir", f.modelsDir}
+	args := []string{"picker", "--listen", ext, "--health-listen", health, "--metrics-listen", metrics, "--models-dir", f.modelsDir, "--drain-time", "0s"}
 	for _, n := range f.c.procs {
 		if lookups {
 			args = append(args, "--addr", n.grpc)

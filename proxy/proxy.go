@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/inference-cache/inference-cache/admission"
 	"github.com/inference-cache/inference-cache/connlimit"
 	"github.com/inference-cache/inference-cache/gateway"
 	"github.com/inference-cache/inference-cache/openai"
@@ -70,7 +71,10 @@ type Options struct {
 	// MaxBodyBytesInFlight bounds the bytes of the request bodies held at
 	// once, from their first byte until their answer starts (a body is
 	// kept for a retry until then): a body that does not fit gets a 429
-	// with Retry-After; 0 = DefaultMaxBodyBytesInFlight.
+	// with Retry-After; 0 = DefaultMaxBodyBytesInFlight. Bodies of at
+	// least admission.LargeBody are keyed a few at a time
+	// (admission.Controller.KeyLarge), and the heap is returned to the
+	// system after them.
 	MaxBodyBytesInFlight int64
 	// BodyTimeout bounds the reading of a request body, first byte to
 	// last, and BodyIdleTimeout the wait for its next bytes: past either
@@ -109,7 +113,7 @@ type Proxy struct {
 	bodyIdle   time.Duration
 	firstByte  time.Duration
 	streamIdle time.Duration
-	adm        *admission
+	adm        *admission.Controller
 	draining   atomic.Bool
 	transport  http.RoundTripper
 	log        *slog.Logger
@@ -144,7 +148,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p := &Proxy{gw: opts.Gateway, pool: opts.Pool, m: opts.Metrics, maxBody: opts.MaxBodyBytes, timeout: opts.RequestTimeout,
 		bodyTotal: opts.BodyTimeout, bodyIdle: opts.BodyIdleTimeout, firstByte: opts.FirstByteTimeout, streamIdle: opts.StreamIdleTimeout,
-		adm: newAdmission(opts.MaxBodyBytesInFlight), transport: opts.Transport, log: opts.Logger, mux: http.NewServeMux()}
+		adm: admission.New(opts.MaxBodyBytesInFlight), transport: opts.Transport, log: opts.Logger, mux: http.NewServeMux()}
 	p.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { p.completion(w, r, openai.KindCompletion) })
 	p.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { p.completion(w, r, openai.KindChat) })
 	p.mux.HandleFunc("GET /v1/models", p.models)
@@ -216,7 +220,7 @@ func (p *Proxy) completion(w http.ResponseWriter, r *http.Request, kind openai.K
 	p.m.InFlight.Dec()
 	p.m.Requests.WithLabelValues(kind.String(), statusLabel(code)).Inc()
 	if large {
-		p.adm.freeAfterLarge()
+		p.adm.AfterLarge()
 	}
 	if abort {
 		panic(http.ErrAbortHandler)
@@ -233,16 +237,14 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	br := &bodyReader{ctx: r.Context(), r: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, deadline: start.Add(p.bodyTotal)}
 	held := r.ContentLength
 	if held >= 0 {
-		if !p.adm.inFlight.TryAcquire(held) {
-			p.m.Shed.Inc()
-			w.Header().Set("Retry-After", retryAfterSeconds)
-			return p.refuse(w, p.adm.errBusy(held)), false, false
+		if !p.adm.Hold(held) {
+			return p.shed(w, held), false, false
 		}
 	} else {
-		br.budget = p.adm.inFlight
+		br.adm = p.adm
 	}
 	var release sync.Once
-	free := func() { release.Do(func() { p.adm.inFlight.Release(max(held, 0) + br.taken) }) }
+	free := func() { release.Do(func() { p.adm.Release(max(held, 0) + br.held) }) }
 	defer free()
 
 	var buf *bytes.Buffer
@@ -272,9 +274,7 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 		case errors.As(err, &tooBig):
 			return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)}), false, false
 		case errors.Is(err, errOverBudget):
-			p.m.Shed.Inc()
-			w.Header().Set("Retry-After", retryAfterSeconds)
-			return p.refuse(w, p.adm.errBusy(int64(buf.Len()))), false, false
+			return p.shed(w, int64(buf.Len())), false, false
 		case errors.Is(err, errBodyTimeout):
 			p.m.BodyTimeouts.Inc()
 			w.Header().Set("Connection", "close")
@@ -286,36 +286,30 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 		return p.refuse(w, openai.Errorf("", "reading the request body: %v", err)), false, false
 	}
 	body := buf.Bytes()
-	large = len(body) >= largeBody
-	if large {
-		// Keying a large body takes several times its size: a few at a time.
-		n := min(int64(len(body)), largeBodyBudget)
-		if err := p.adm.large.Acquire(r.Context(), n); err != nil {
-			return statusClientClosed, false, true
-		}
-		var once sync.Once
-		unlarge := func() { once.Do(func() { p.adm.large.Release(n) }) }
-		defer unlarge()
-		var d *gateway.Decision
-		var stream bool
-		func() {
-			p.adm.tightenGC()
-			defer p.adm.relaxGC()
-			d, stream, code = p.decide(w, r, kind, body, !pooled)
-		}()
-		unlarge()
-		if d == nil {
-			return code, false, true
-		}
-		code, abort = p.forward(w, r, body, stream, d, start, free)
-		return code, abort, true
+	large = len(body) >= admission.LargeBody
+	keyed, err := p.adm.KeyLarge(r.Context(), len(body)) // a large body waits its turn
+	if err != nil {
+		return statusClientClosed, false, large
 	}
-	d, stream, code := p.decide(w, r, kind, body, !pooled)
+	var d *gateway.Decision
+	var stream bool
+	func() {
+		defer keyed()
+		d, stream, code = p.decide(w, r, kind, body, !pooled)
+	}()
 	if d == nil {
-		return code, false, false
+		return code, false, large
 	}
 	code, abort = p.forward(w, r, body, stream, d, start, free)
-	return code, abort, false
+	return code, abort, large
+}
+
+// shed refuses a body of n bytes that does not fit in the bytes in
+// flight: 429 with Retry-After.
+func (p *Proxy) shed(w http.ResponseWriter, n int64) int {
+	p.m.Shed.Inc()
+	w.Header().Set("Retry-After", strconv.Itoa(admission.RetryAfterSeconds))
+	return p.refuse(w, &openai.Error{Status: http.StatusTooManyRequests, Message: p.adm.BusyMessage(n)})
 }
 
 // decide decodes body and picks its replica; a nil Decision comes with
