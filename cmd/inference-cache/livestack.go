@@ -24,6 +24,7 @@ type liveFleet struct {
 	prefillTPS, decodeTPS float64
 	kvBlocks              int
 	scrape                time.Duration
+	proxyDrain            time.Duration // the proxy's --drain-time (0: none)
 }
 
 // liveStack is one live run's processes, all of this binary on loopback:
@@ -112,7 +113,9 @@ func startLiveStack(ctx context.Context, exe, dir, modelsDir, strategy string, l
 	if err := waitUp(ctx, s.sub, "http://"+subMetrics+"/metrics", 30*time.Second); err != nil {
 		return fail(err)
 	}
-	s.proxy = s.procs.Add(s.fleet.proxySpec("proxy-"+strategy, strategy))
+	pspec := s.fleet.proxySpec("proxy-"+strategy, strategy)
+	pspec.Args = append(pspec.Args, "--drain-time", lf.proxyDrain.String())
+	s.proxy = s.procs.Add(pspec)
 	if err := s.proxy.Start(); err != nil {
 		return fail(err)
 	}
