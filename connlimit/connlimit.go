@@ -19,7 +19,7 @@ import (
 // MinWait is how long a connection must have waited for its client
 // before it may be closed to make room: a client that just connected,
 // or just paused between two writes, is not cut off.
-const MinWait = time.Second
+const MinWait = 250 * time.Millisecond
 
 // Limiter bounds the connections of one http.Server. Wire it with
 // Listener, and the server's ConnState and ConnContext; handlers mark
