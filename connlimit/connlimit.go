@@ -16,9 +16,11 @@ import (
 	"time"
 )
 
-// MinWait is how long a connection must have waited for its client
-// before it may be closed to make room: a client that just connected,
-// or just paused between two writes, is not cut off.
+// MinWait is how long a connection stalled in a request body must have
+// waited for its client before it may be closed to make room; a new
+// connection (no request yet) or an idle keep-alive one must have waited
+// 4×MinWait. A client that just connected, or just paused between two
+// writes, is not cut off, and a stalled body goes first.
 const MinWait = 250 * time.Millisecond
 
 // Limiter bounds the connections of one http.Server. Wire it with
@@ -39,6 +41,7 @@ type Limiter struct {
 type entry struct {
 	waitSince time.Time
 	state     http.ConnState
+	inBody    bool // waiting in a request body (Waiting)
 }
 
 // New returns a Limiter of at most n connections (at least 1).
@@ -104,16 +107,29 @@ func (l *Limiter) makeRoom() {
 	}
 }
 
+// oldestWaitingLocked is the connection to close: the one stalled
+// longest in a request body past MinWait, else the one waiting longest
+// (new or idle) past 4×MinWait; nil when none qualifies.
 func (l *Limiter) oldestWaitingLocked() net.Conn {
 	var victim net.Conn
 	var oldest time.Time
-	cutoff := l.now().Add(-MinWait)
+	victimInBody := false
+	now := l.now()
 	for c, e := range l.conns {
-		if e.waitSince.IsZero() || e.waitSince.After(cutoff) {
+		if e.waitSince.IsZero() {
 			continue
 		}
-		if victim == nil || e.waitSince.Before(oldest) {
-			victim, oldest = c, e.waitSince
+		wait := MinWait
+		if !e.inBody {
+			wait = 4 * MinWait
+		}
+		if now.Sub(e.waitSince) < wait {
+			continue
+		}
+		better := victim == nil || (e.inBody && !victimInBody) ||
+			(e.inBody == victimInBody && e.waitSince.Before(oldest))
+		if better {
+			victim, oldest, victimInBody = c, e.waitSince, e.inBody
 		}
 	}
 	return victim
@@ -136,6 +152,7 @@ func (l *Limiter) ConnState(c net.Conn, s http.ConnState) {
 		return
 	}
 	e.state = s
+	e.inBody = false
 	switch s {
 	case http.StateIdle:
 		e.waitSince = l.now()
@@ -173,6 +190,7 @@ func Waiting(ctx context.Context, on bool) {
 	if !ok {
 		return
 	}
+	e.inBody = on
 	if on {
 		e.waitSince = l.now()
 	} else {

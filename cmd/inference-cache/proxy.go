@@ -108,7 +108,7 @@ OpenAI error JSON. At start the open-file soft limit is raised to the hard
 limit; client connections are bounded by --max-connections (lowered to what
 the open-file limit allows: two files per proxied request), and at the bound
 the connection that has waited longest for its client (idle, or stalled in
-its body for over 250 ms) is closed to make room.
+its body for over 250 ms first, else idle for over 1 s) is closed to make room.
 
 On SIGTERM (or SIGINT) the proxy drains: GET /health answers 503 at once, so
 that a load balancer or Kubernetes' readiness probe stops sending, while every
