@@ -36,7 +36,7 @@ const (
 	// keyed: rendering it makes several transient copies of its text,
 	// which the default GOGC of 100 would let grow to twice the live heap
 	// before a collection.
-	KeyingGCPercent = 20
+	KeyingGCPercent = 10
 	// RetryAfterSeconds is the Retry-After of a refused body, in seconds.
 	RetryAfterSeconds = 1
 )

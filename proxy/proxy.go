@@ -200,6 +200,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			openai.WriteError(w, errors.New("internal error"))
 		}
 	}()
+	if p.draining.Load() {
+		// Each connection ends after its answer, so that its client opens
+		// the next one through its load balancer; idle connections are
+		// not closed under the client, which may be sending on one.
+		w.Header().Set("Connection", "close")
+	}
 	p.mux.ServeHTTP(w, r)
 }
 
@@ -379,7 +385,8 @@ type healthBody struct {
 // Drain makes GET /health answer 503 {"status": "draining"} from now on,
 // so that a load balancer or Kubernetes' readiness check stops sending
 // new requests, while every request, in flight or arriving, is still
-// served. The caller stops the server after its drain time.
+// served, each answer closing its connection. The caller stops the
+// server after its drain time.
 func (p *Proxy) Drain() { p.draining.Store(true) }
 
 // health answers 200 while at least one backend is healthy, else 503;

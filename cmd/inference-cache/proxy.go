@@ -277,12 +277,11 @@ const (
 )
 
 // drainAndStop drains the proxy for drain (GET /health fails while every
-// request is still served, keep-alive ends so clients reconnect through
-// their load balancer), then closes the listener and waits up to
-// shutdown for the requests in flight.
+// request is still served, each answer closing its connection so that
+// clients reconnect through their load balancer), then closes the
+// listener and waits up to shutdown for the requests in flight.
 func drainAndStop(srv *http.Server, p *proxy.Proxy, served <-chan error, drain, shutdown time.Duration, log *slog.Logger) error {
 	p.Drain()
-	srv.SetKeepAlivesEnabled(false)
 	log.Info("proxy draining", "drain_time", drain)
 	select {
 	case err := <-served:
