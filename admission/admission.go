@@ -110,6 +110,15 @@ func (c *Controller) KeyLarge(ctx context.Context, n int) (done func(), err erro
 	}, nil
 }
 
+// Tighten sets the collector to KeyingGCPercent until release is called
+// (once; nested holds share the setting): for the time a large body is
+// gathered, its chunks (garbage once copied) are collected promptly.
+func (c *Controller) Tighten() (release func()) {
+	c.tightenGC()
+	var once sync.Once
+	return func() { once.Do(c.relaxGC) }
+}
+
 func (c *Controller) tightenGC() {
 	c.gcMu.Lock()
 	defer c.gcMu.Unlock()

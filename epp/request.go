@@ -33,9 +33,12 @@ type exchange struct {
 	headers  bool        // the request headers came
 	sub      subset
 	body     *bytes.Buffer
-	held     int64 // body bytes held in the server's admission bound
-	large    bool  // the body was large: the heap is returned after it
-	answered bool  // the pick (or a refusal) was sent
+	held     int64  // body bytes held in the server's admission bound
+	large    bool   // the body was large: the heap is returned after it
+	expect   int64  // the request's content-length (0: unknown)
+	owned    bool   // body is not from the pool: decoded without a copy
+	relaxGC  func() // ends the collector's tightening while a large body is held
+	answered bool   // the pick (or a refusal) was sent
 
 	d       *gateway.Decision
 	addrs   map[string]string // replica id → address, of the candidates
@@ -100,6 +103,9 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		x.kind = openai.KindCompletion
 	}
 	x.sub = readSubset(req.GetMetadataContext())
+	if n, err := strconv.ParseInt(header(h.GetHeaders(), "content-length"), 10, 64); err == nil && n > 0 {
+		x.expect = n
+	}
 	if h.GetEndOfStream() || (x.reqMode != ModeFullDuplexStreamed && x.reqMode != ModeBuffered) {
 		x.kind = 0 // no body will come: no key
 		return x.pick(false)
@@ -121,8 +127,16 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}})
 	}
 	if x.body == nil {
-		x.body = bodies.Get().(*bytes.Buffer)
-		x.body.Reset()
+		if x.expect > maxPooledBody && x.expect <= int64(x.s.maxBody) {
+			// A large body gets a buffer of its size, not the pool's doublings.
+			x.body, x.owned = bytes.NewBuffer(make([]byte, 0, x.expect)), true
+		} else {
+			x.body = bodies.Get().(*bytes.Buffer)
+			x.body.Reset()
+		}
+	}
+	if x.relaxGC == nil && int64(x.body.Len())+int64(len(b.GetBody())) >= admission.LargeBody {
+		x.relaxGC = x.s.adm.Tighten()
 	}
 	if x.body.Len()+len(b.GetBody()) > x.s.maxBody {
 		x.s.m.Unavailable.WithLabelValues("body_too_large").Inc()
@@ -226,7 +240,11 @@ func (x *exchange) candidates(body []byte) ([]string, string, *openai.Request, s
 	var or *openai.Request
 	model := ""
 	if x.kind != 0 && len(body) > 0 {
-		if r, err := openai.Decode(x.kind, body); err == nil {
+		decode := openai.Decode
+		if x.owned {
+			decode = openai.DecodeOwned
+		}
+		if r, err := decode(x.kind, body); err == nil {
 			or, model = r, r.Model
 		}
 	}
@@ -298,8 +316,12 @@ func (x *exchange) refuse(code typev3.StatusCode, cause string, e *openai.Error)
 func (x *exchange) releaseBody() {
 	x.s.adm.Release(x.held)
 	x.held = 0
+	if x.relaxGC != nil {
+		x.relaxGC()
+		x.relaxGC = nil
+	}
 	if x.body != nil {
-		if x.body.Cap() <= maxPooledBody {
+		if !x.owned && x.body.Cap() <= maxPooledBody {
 			bodies.Put(x.body)
 		}
 		x.body = nil

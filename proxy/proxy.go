@@ -249,8 +249,12 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	} else {
 		br.adm = p.adm
 	}
+	relax := func() {}
+	if r.ContentLength >= admission.LargeBody {
+		relax = p.adm.Tighten() // a large body's copies are collected promptly until its answer starts
+	}
 	var release sync.Once
-	free := func() { release.Do(func() { p.adm.Release(max(held, 0) + br.held) }) }
+	free := func() { release.Do(func() { p.adm.Release(max(held, 0) + br.held); relax() }) }
 	defer free()
 
 	var buf *bytes.Buffer
@@ -266,6 +270,7 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	} else {
 		buf = bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
 	}
+
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, io.NopCloser(br), p.maxBody))
 	connlimit.Waiting(r.Context(), false)
 	if err == nil {
