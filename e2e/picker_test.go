@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ func (f *fleet) startPickerWith(name string, lookups bool) *pickerProc {
 	f.t.Helper()
 	ext, health, metrics := freeport.MustAddr(f.t), freeport.MustAddr(f.t), freeport.MustAddr(f.t)
 	p := &pickerProc{metrics: "http://" + metrics + "/metrics", addr: map[string]string{}}
-	args := []string{"picker", "--listen", ext, "--health-listen", health, "--metrics-listen", metrics, "--models-dir", f.modelsDir}
+	args := []string{"picker", "--listen", ext, "--health-listen", health, "--metrics-listen", metrics, "--models-dir", f.modelsDir, "--drain-time", "0s"}
 	for _, n := range f.c.procs {
 		if lookups {
 			args = append(args, "--addr", n.grpc)
@@ -209,6 +210,7 @@ func TestPicker(t *testing.T) {
 			t.Fatalf("destination %q with %s busy: want it last", pk.Destination, busy)
 		}
 	})
+	t.Run("OneCharacterBodiesKeepMemoryBounded", func(t *testing.T) { checkPickerMemory(t, f) })
 	t.Run("FailOpenWithTheClusterDown", func(t *testing.T) {
 		for _, n := range f.c.procs {
 			n.Kill()
@@ -228,4 +230,45 @@ func TestPicker(t *testing.T) {
 			t.Fatalf("fail_open_picks_total grew by %v, want 4", n-before)
 		}
 	})
+}
+
+// Three concurrent 20 MB chat bodies of one repeated character, sent as
+// Envoy sends a body (64 KiB messages), keep a fresh picker's peak RSS
+// (VmHWM) within 400 MB, and its RSS is back near its start within 60 s.
+func checkPickerMemory(t *testing.T, f *fleet) {
+	p := f.startPicker("picker-memory")
+	pid := p.Pid()
+	base := rssKB(t, pid, "VmRSS")
+	body := oneCharacterChat(20 << 20)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			x, err := extproctest.Start(ctx, p.conn, extproctest.Request{Mode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+				Path: "/v1/chat/completions", Body: body, ChunkSize: 64 << 10})
+			if err != nil {
+				t.Errorf("body %d: %v", i, err)
+				return
+			}
+			_ = x.CloseSend()
+		}()
+	}
+	wg.Wait()
+	peak := rssKB(t, pid, "VmHWM")
+	if peak > 400<<10 {
+		t.Errorf("peak RSS %d MB with three 20 MB one-character bodies, want at most 400 MB", peak>>10)
+	}
+	var now int64
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if now = rssKB(t, pid, "VmRSS"); now < base+64<<10 {
+			break
+		}
+	}
+	if now >= base+64<<10 {
+		t.Errorf("RSS %d MB 60 s after the bodies, started at %d MB: the memory was not returned", now>>10, base>>10)
+	}
+	t.Logf("picker RSS at start %d MB, peak %d MB, after %d MB", base>>10, peak>>10, now>>10)
 }

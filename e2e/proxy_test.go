@@ -311,11 +311,13 @@ func checkReload(t *testing.T, f *fleet) {
 		var h struct {
 			Backends []struct {
 				ReplicaID string `json:"replica_id"`
+				Healthy   bool   `json:"healthy"`
 			} `json:"backends"`
 		}
 		_ = json.NewDecoder(resp.Body).Decode(&h)
 		resp.Body.Close()
-		if len(h.Backends) == 1 && h.Backends[0].ReplicaID == "new" {
+		// A new backend takes traffic once its first health check passed.
+		if len(h.Backends) == 1 && h.Backends[0].ReplicaID == "new" && h.Backends[0].Healthy {
 			break
 		}
 		if time.Now().After(deadline) {

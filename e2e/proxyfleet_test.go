@@ -124,11 +124,12 @@ func startFleet(t *testing.T, o fleetOptions) *fleet {
 }
 
 // startProxy starts a proxy process with flags (and env added to its
-// environment) and waits until it is healthy.
+// environment) and waits until it is healthy. It drains for no time on
+// SIGTERM unless flags give a --drain-time.
 func (f *fleet) startProxy(name string, env []string, flags ...string) *httpProc {
 	f.t.Helper()
 	p := &httpProc{url: "http://" + freeport.MustAddr(f.t)}
-	args := append([]string{"proxy", "--listen", strings.TrimPrefix(p.url, "http://")}, flags...)
+	args := append([]string{"proxy", "--listen", strings.TrimPrefix(p.url, "http://"), "--drain-time", "0s"}, flags...)
 	p.Proc = f.pc.Add(proccluster.Spec{Name: name, Args: args, Env: env, LogPath: filepath.Join(f.dir, name+".log")})
 	if err := p.Start(); err != nil {
 		f.t.Fatal(err)

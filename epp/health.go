@@ -2,6 +2,7 @@ package epp
 
 import (
 	"context"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -29,8 +30,14 @@ const (
 // not served (Unimplemented): the data planes and kubelet poll Check.
 type Health struct {
 	healthpb.UnimplementedHealthServer
-	t *Table
+	t        *Table
+	draining atomic.Bool
 }
+
+// Drain makes readiness (and the ext_proc service's status) NOT_SERVING
+// from now on, while liveness stays SERVING and streams are still
+// served: Kubernetes and Envoy stop sending before the picker stops.
+func (h *Health) Drain() { h.draining.Store(true) }
 
 // NewHealth returns the health service of the endpoints t.
 func NewHealth(t *Table) *Health { return &Health{t: t} }
@@ -45,7 +52,7 @@ func (h *Health) Check(_ context.Context, in *healthpb.HealthCheckRequest) (*hea
 	case HealthLiveness:
 		st = healthpb.HealthCheckResponse_SERVING
 	case HealthReadiness, HealthExtProc, "":
-		if h.t.Synced() {
+		if h.t.Synced() && !h.draining.Load() {
 			st = healthpb.HealthCheckResponse_SERVING
 		}
 	default:

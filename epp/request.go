@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/inference-cache/inference-cache/admission"
 	"github.com/inference-cache/inference-cache/gateway"
 	"github.com/inference-cache/inference-cache/openai"
 )
@@ -30,7 +33,12 @@ type exchange struct {
 	headers  bool        // the request headers came
 	sub      subset
 	body     *bytes.Buffer
-	answered bool // the pick (or a refusal) was sent
+	held     int64  // body bytes held in the server's admission bound
+	large    bool   // the body was large: the heap is returned after it
+	expect   int64  // the request's content-length (0: unknown)
+	owned    bool   // body is not from the pool: decoded without a copy
+	relaxGC  func() // ends the collector's tightening while a large body is held
+	answered bool   // the pick (or a refusal) was sent
 
 	d       *gateway.Decision
 	addrs   map[string]string // replica id → address, of the candidates
@@ -99,6 +107,9 @@ func (x *exchange) requestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3
 		x.kind = openai.KindCompletion
 	}
 	x.sub = readSubset(req.GetMetadataContext())
+	if n, err := strconv.ParseInt(header(h.GetHeaders(), "content-length"), 10, 64); err == nil && n > 0 {
+		x.expect = n
+	}
 	if h.GetEndOfStream() || (x.reqMode != ModeFullDuplexStreamed && x.reqMode != ModeBuffered) {
 		x.kind = 0 // no body will come: no key
 		return x.pick(false)
@@ -120,13 +131,28 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 		return false, x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}})
 	}
 	if x.body == nil {
-		x.body = bodies.Get().(*bytes.Buffer)
-		x.body.Reset()
+		if x.expect > maxPooledBody && x.expect <= int64(x.s.maxBody) {
+			// A large body gets a buffer of its size, not the pool's doublings.
+			x.body, x.owned = bytes.NewBuffer(make([]byte, 0, x.expect)), true
+		} else {
+			x.body = bodies.Get().(*bytes.Buffer)
+			x.body.Reset()
+		}
+	}
+	if x.relaxGC == nil && int64(x.body.Len())+int64(len(b.GetBody())) >= admission.LargeBody {
+		x.relaxGC = x.s.adm.Tighten()
 	}
 	if x.body.Len()+len(b.GetBody()) > x.s.maxBody {
 		x.s.m.Unavailable.WithLabelValues("body_too_large").Inc()
 		return true, x.refuse(typev3.StatusCode_PayloadTooLarge, "body_too_large",
-			fmt.Sprintf("request body over the endpoint picker's limit of %d bytes", x.s.maxBody))
+			&openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the endpoint picker's limit of %d bytes", x.s.maxBody)})
+	}
+	if n := int64(len(b.GetBody())); !x.s.adm.Hold(n) {
+		x.s.m.Unavailable.WithLabelValues(causeOverCapacity).Inc()
+		return true, x.refuse(typev3.StatusCode_TooManyRequests, causeOverCapacity,
+			&openai.Error{Status: http.StatusTooManyRequests, Message: x.s.adm.BusyMessage(int64(x.body.Len()) + n)})
+	} else {
+		x.held += n
 	}
 	x.body.Write(b.GetBody())
 	// BUFFERED: the whole body comes in one message, without
@@ -148,17 +174,28 @@ func (x *exchange) pick(eos bool) (bool, error) {
 		body = x.body.Bytes()
 	}
 	start := time.Now()
+	x.large = len(body) >= admission.LargeBody
+	keyed, err := x.s.adm.KeyLarge(x.srv.Context(), len(body)) // a large body waits its turn
+	if err != nil {
+		return true, err
+	}
 	cands, model, or, refusal := x.candidates(body)
 	if refusal != "" {
+		keyed()
 		x.s.m.Unavailable.WithLabelValues(refusal).Inc()
-		x.s.m.Attempts.WithLabelValues(statusFailure, model, "", "", "").Inc()
-		msg := "no endpoint of the pool is eligible for this request"
-		if refusal == causeEmptySubset {
-			msg = "the gateway's endpoint subset (" + SubsetKey + ") names no endpoint of the pool"
+		x.s.m.Attempts.WithLabelValues(statusFailure, openai.Clip(model), "", "", "").Inc()
+		e := &openai.Error{Status: http.StatusServiceUnavailable, Message: "no endpoint of the pool is eligible for this request"}
+		code := typev3.StatusCode_ServiceUnavailable
+		switch refusal {
+		case causeEmptySubset:
+			e.Message = "the gateway's endpoint subset (" + SubsetKey + ") names no endpoint of the pool"
+		case causeUnknownModel:
+			code, e = typev3.StatusCode_NotFound, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", openai.Clip(model))}
 		}
-		return true, x.refuse(typev3.StatusCode_ServiceUnavailable, refusal, msg)
+		return true, x.refuse(code, refusal, e)
 	}
 	d, pre, err := x.decide(or, cands)
+	keyed()
 	if err != nil {
 		return true, err // the stream ended while the prompt was prepared
 	}
@@ -190,24 +227,35 @@ func (x *exchange) pick(eos bool) (bool, error) {
 		err = x.sendAll(out)
 	}
 	x.releaseBody()
+	if x.large {
+		x.s.adm.AfterLarge()
+	}
 	return false, err
 }
 
 // Causes of a request the picker answers itself (unavailable_total).
 const (
-	causeEmptySubset = "empty_subset"
-	causeNoEligible  = "no_eligible_endpoint"
+	causeEmptySubset  = "empty_subset"
+	causeNoEligible   = "no_eligible_endpoint"
+	causeUnknownModel = "unknown_model" // 404, as the proxy and vLLM answer
+	causeOverCapacity = "over_capacity" // 429: the bodies in flight are at their bound
 )
 
 // candidates are the replica ids eligible for the request (in the
 // subset, serving its model), the request's model, its decoded body
 // (nil when it has none or it is not an OpenAI completion: no key), or
-// the cause of a 503.
+// the cause of a refusal: causeUnknownModel when the endpoints declare
+// their models and none serves the request's (the proxy's 404), else a
+// 503 cause.
 func (x *exchange) candidates(body []byte) ([]string, string, *openai.Request, string) {
 	var or *openai.Request
 	model := ""
 	if x.kind != 0 && len(body) > 0 {
-		if r, err := openai.Decode(x.kind, body); err == nil {
+		decode := openai.Decode
+		if x.owned {
+			decode = openai.DecodeOwned
+		}
+		if r, err := decode(x.kind, body); err == nil {
 			or, model = r, r.Model
 		}
 	}
@@ -234,9 +282,23 @@ func (x *exchange) candidates(body []byte) ([]string, string, *openai.Request, s
 		cands = append(cands, e.ReplicaID)
 	}
 	if len(cands) == 0 {
+		if model != "" && !servesModel(eps, model) {
+			return nil, model, nil, causeUnknownModel
+		}
 		return nil, model, nil, causeNoEligible
 	}
 	return cands, model, or, ""
+}
+
+// servesModel reports whether an endpoint of eps may serve model: one
+// declares it, or one declares none (it serves whatever it is sent).
+func servesModel(eps []Endpoint, model string) bool {
+	for i := range eps {
+		if eps[i].Model == "" || eps[i].Model == model {
+			return true
+		}
+	}
+	return false
 }
 
 // destination is the answer's value: the pick's address, then its
@@ -251,25 +313,34 @@ func (x *exchange) destination() string {
 	return b.String()
 }
 
-// refuse answers the request itself with status and an OpenAI-style
-// error body.
-func (x *exchange) refuse(code typev3.StatusCode, cause, msg string) error {
+// refuse answers the request itself with status code and e as the
+// proxy's OpenAI error body (openai.NewErrorResponse); a 429 carries
+// Retry-After.
+func (x *exchange) refuse(code typev3.StatusCode, cause string, e *openai.Error) error {
 	x.answered = true
 	x.releaseBody()
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "ServiceUnavailableError", "code": int(code)}})
-	if code == typev3.StatusCode_PayloadTooLarge {
-		body, _ = json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "BadRequestError", "code": int(code)}})
+	body, _ := json.Marshal(openai.NewErrorResponse(e))
+	hs := []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}
+	if code == typev3.StatusCode_TooManyRequests {
+		hs = append(hs, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte(strconv.Itoa(admission.RetryAfterSeconds))}})
 	}
 	return x.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status: &typev3.HttpStatus{Code: code}, Body: body, Details: "inference_cache_picker_" + cause,
-		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: hs},
 	}}})
 }
 
-// releaseBody returns the body buffer to the pool.
+// releaseBody returns the body buffer to the pool and its bytes to the
+// admission bound.
 func (x *exchange) releaseBody() {
+	x.s.adm.Release(x.held)
+	x.held = 0
+	if x.relaxGC != nil {
+		x.relaxGC()
+		x.relaxGC = nil
+	}
 	if x.body != nil {
-		if x.body.Cap() <= maxPooledBody {
+		if !x.owned && x.body.Cap() <= maxPooledBody {
 			bodies.Put(x.body)
 		}
 		x.body = nil

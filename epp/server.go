@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/inference-cache/inference-cache/admission"
 	"github.com/inference-cache/inference-cache/gateway"
 )
 
@@ -48,7 +50,31 @@ type Options struct {
 	RequestBodyMode, ResponseBodyMode BodyMode
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
+	// MaxBodyBytesInFlight bounds the request body bytes gathered at once
+	// across streams: a body that does not fit is answered 429 with
+	// Retry-After; 0 = admission.DefaultMaxBytesInFlight. Large bodies
+	// are keyed a few at a time (admission.Controller.KeyLarge).
+	MaxBodyBytesInFlight int64
+	// StreamIdleTimeout ends a stream on which the data plane sends
+	// nothing for this long (DEADLINE_EXCEEDED): a stream that is never
+	// closed does not hold its state for good; 0 =
+	// DefaultStreamIdleTimeout.
+	StreamIdleTimeout time.Duration
+	// MaxStreamsPerConnection bounds the concurrent ext_proc streams of
+	// one HTTP/2 connection (GRPCOptions); 0 = DefaultMaxStreamsPerConnection.
+	MaxStreamsPerConnection uint32
 }
+
+// Defaults of Options.
+const (
+	// DefaultStreamIdleTimeout: longer than any wait between the
+	// messages of one request (a response's chunks arrive as the engine
+	// decodes; a queued request's first chunk within minutes).
+	DefaultStreamIdleTimeout = 10 * time.Minute
+	// DefaultMaxStreamsPerConnection: Envoy opens one ext_proc stream per
+	// request, and multiplexes them over few connections.
+	DefaultMaxStreamsPerConnection = 4096
+)
 
 // Server is the Endpoint Picker: an Envoy external processor that picks
 // an endpoint for each request over the gateway core (contract §14).
@@ -66,6 +92,9 @@ type Server struct {
 	rspMode BodyMode
 	log     *slog.Logger
 	refused gateway.RefusedLog
+	adm     *admission.Controller
+	idle    time.Duration
+	streams uint32
 }
 
 // New returns a Server.
@@ -82,6 +111,12 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.StreamIdleTimeout <= 0 {
+		opts.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	if opts.MaxStreamsPerConnection == 0 {
+		opts.MaxStreamsPerConnection = DefaultMaxStreamsPerConnection
+	}
 	if opts.RequestBodyMode == ModeNone {
 		opts.RequestBodyMode = ModeFullDuplexStreamed
 	}
@@ -93,7 +128,8 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	return &Server{gw: opts.Gateway, decode: decode, eps: opts.Endpoints, m: opts.Metrics, maxBody: opts.MaxBodyBytes,
-		reqMode: opts.RequestBodyMode, rspMode: opts.ResponseBodyMode, log: opts.Logger}, nil
+		reqMode: opts.RequestBodyMode, rspMode: opts.ResponseBodyMode, log: opts.Logger,
+		adm: admission.New(opts.MaxBodyBytesInFlight), idle: opts.StreamIdleTimeout, streams: opts.MaxStreamsPerConnection}, nil
 }
 
 // recvHeadroom is what a request message may hold beyond its body: the
@@ -106,10 +142,37 @@ const recvHeadroom = 1 << 20
 // answers a larger one 413, rather than gRPC refusing it at its default
 // 4 MiB (contract §14.2).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.maxBody + recvHeadroom)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.maxBody + recvHeadroom), grpc.MaxConcurrentStreams(s.streams)}
 }
 
 // Register registers the Server as grpc server g's ExternalProcessor.
+// causeIdle counts streams ended by the idle timeout (unavailable_total).
+const causeIdle = "stream_idle"
+
+// received is one Recv's result.
+type received struct {
+	req *extprocv3.ProcessingRequest
+	err error
+}
+
+// receive moves the stream's messages, and Recv's final error, to out
+// until Recv fails or quit closes (Process returned; its stream's context
+// then ends, and Recv with it), so that Process can wait for a message
+// and the idle timeout at once.
+func receive(srv grpc.BidiStreamingServer[extprocv3.ProcessingRequest, extprocv3.ProcessingResponse], out chan<- received, quit <-chan struct{}) {
+	for {
+		req, err := srv.Recv()
+		select {
+		case out <- received{req, err}:
+		case <-quit:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 func (s *Server) Register(g *grpc.Server) { extprocv3.RegisterExternalProcessorServer(g, s) }
 
 // Process serves one ext_proc stream: one HTTP request and its response
@@ -127,8 +190,22 @@ func (s *Server) Process(srv grpc.BidiStreamingServer[extprocv3.ProcessingReques
 		x.end()
 		s.m.Streams.Dec()
 	}()
+	recv, quit := make(chan received, 1), make(chan struct{})
+	defer close(quit)
+	go receive(srv, recv, quit)
+	idle := time.NewTimer(s.idle)
+	defer idle.Stop()
 	for first := true; ; first = false {
-		req, rerr := srv.Recv()
+		var req *extprocv3.ProcessingRequest
+		var rerr error
+		select {
+		case r := <-recv:
+			req, rerr = r.req, r.err
+		case <-idle.C:
+			s.m.Unavailable.WithLabelValues(causeIdle).Inc()
+			return status.Errorf(codes.DeadlineExceeded, "epp: no message on the stream for %s", s.idle)
+		}
+		idle.Reset(s.idle)
 		if rerr == io.EOF || status.Code(rerr) == codes.Canceled {
 			return nil
 		}

@@ -11,16 +11,22 @@ import (
 
 // DecodeCompletion decodes a /v1/completions body. Errors are *Error
 // (400) naming the field as the client wrote it.
-func DecodeCompletion(body []byte) (*Request, error) { return decode(KindCompletion, body) }
+func DecodeCompletion(body []byte) (*Request, error) { return decode(KindCompletion, body, false) }
 
 // DecodeChat decodes a /v1/chat/completions body. Errors are *Error
 // (400) naming the field as the client wrote it.
-func DecodeChat(body []byte) (*Request, error) { return decode(KindChat, body) }
+func DecodeChat(body []byte) (*Request, error) { return decode(KindChat, body, false) }
 
-// Decode decodes a body sent to kind's endpoint.
-func Decode(kind Kind, body []byte) (*Request, error) { return decode(kind, body) }
+// Decode decodes a body sent to kind's endpoint. Request.Raw holds a
+// copy of body's bytes: the caller may reuse body.
+func Decode(kind Kind, body []byte) (*Request, error) { return decode(kind, body, false) }
 
-func decode(kind Kind, body []byte) (*Request, error) {
+// DecodeOwned is Decode for a body the caller hands over: Request.Raw
+// shares its bytes instead of copying them (a large body is not held
+// twice), so the caller must not modify or reuse body afterwards.
+func DecodeOwned(kind Kind, body []byte) (*Request, error) { return decode(kind, body, true) }
+
+func decode(kind Kind, body []byte, owned bool) (*Request, error) {
 	if kind != KindCompletion && kind != KindChat {
 		return nil, fmt.Errorf("openai: unknown request kind %d", kind)
 	}
@@ -31,7 +37,7 @@ func decode(kind Kind, body []byte) (*Request, error) {
 	if trimmed[0] != '{' {
 		return nil, Errorf("", "request body is not a JSON object")
 	}
-	f, err := splitBody(trimmed)
+	f, err := splitBody(trimmed, owned)
 	if err != nil {
 		return nil, err
 	}
@@ -90,15 +96,18 @@ func (r *Request) commonFields(f fields) error {
 		if !ok {
 			continue
 		}
-		if n < 1 || n > MaxTokensLimit {
-			return Errorf(key, "%d is out of range: want 1 to %d", n, MaxTokensLimit)
+		if n < 1 {
+			return Errorf(key, "must be at least 1, got %d", n)
 		}
 		r.MaxTokens = int(n) // max_completion_tokens, read second, wins
 	}
 	if n, ok, err := f.integer("n"); err != nil {
 		return err
-	} else if ok && n != 1 {
-		return Errorf("n", "%d choices requested: only n = 1 is supported", n)
+	} else if ok {
+		if n < 1 {
+			return Errorf("n", "must be at least 1, got %d", n)
+		}
+		r.N = int(n)
 	}
 	if s, ok := f.present("cache_salt"); ok {
 		salt, isStr := s.(string)

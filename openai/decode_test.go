@@ -113,11 +113,11 @@ func TestDecode_ErrorsNameTheFieldAndTheLimit(t *testing.T) {
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]}`, "messages[0].content[0].text", "string text"},
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": [7]}]}`, "messages[0].content[0]", "content part"},
 		{KindChat, `{"model": "m", "messages": ["hi"]}`, "messages[0]", "message object"},
-		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_tokens": 0}`, "max_tokens", "want 1 to 16777216"},
-		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 16777217}`, "max_completion_tokens", "want 1 to 16777216"},
+		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_tokens": 0}`, "max_tokens", "at least 1, got 0"},
+		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_completion_tokens": -3}`, "max_completion_tokens", "at least 1, got -3"},
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_tokens": "8"}`, "max_tokens", "expected an integer"},
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_tokens": 1.5}`, "max_tokens", "expected an integer, got 1.5"},
-		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "n": 2}`, "n", "only n = 1"},
+		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "n": 0}`, "n", "at least 1, got 0"},
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "stream_options": {"include_usage": true}}`, "stream_options", "only allowed with \"stream\": true"},
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": "yes"}`, "stream", "expected true or false"},
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "stream": true, "stream_options": {"include_usage": 1}}`, "stream_options.include_usage", "expected true or false"},
@@ -195,5 +195,32 @@ func TestDecodeCompletion_IgnoresMaxCompletionTokens(t *testing.T) {
 	r, err := DecodeCompletion([]byte(`{"model": "m", "prompt": "x", "max_tokens": 4, "max_completion_tokens": 0}`))
 	if err != nil || r.MaxTokens != 4 {
 		t.Fatalf("%v, max tokens %d; want 4", err, r.MaxTokens)
+	}
+}
+
+// n and max_tokens are accepted as vLLM's SamplingParams accepts them:
+// any n ≥ 1 (several choices), and a max_tokens beyond any context (the
+// engine answers it, knowing the prompt's length).
+func TestDecode_NAndMaxTokensAsVLLMAcceptsThem(t *testing.T) {
+	r, err := DecodeChat([]byte(`{"model": "m", "messages": [{"role": "user", "content": "a"}], "n": 3, "max_tokens": 100000000}`))
+	if err != nil || r.N != 3 || r.MaxTokens != 100000000 {
+		t.Fatalf("n 3, max_tokens 1e8: err %v, N %d, MaxTokens %d", err, r.N, r.MaxTokens)
+	}
+	r, err = DecodeCompletion([]byte(`{"model": "m", "prompt": "a"}`))
+	if err != nil || r.N != 1 {
+		t.Fatalf("no n: err %v, N %d; want 1", err, r.N)
+	}
+}
+
+// A client's value echoed in an error is cut to 256 bytes, with its
+// length named.
+func TestClip_CutsLongValuesAtARuneBoundary(t *testing.T) {
+	if got := Clip("qwen3"); got != "qwen3" {
+		t.Errorf("short: %q", got)
+	}
+	long := strings.Repeat("é", 1<<19) // 1 MiB, 2 bytes a rune
+	got := Clip(long)
+	if want := strings.Repeat("é", 128) + "… (1048576 bytes)"; got != want {
+		t.Errorf("1 MiB name clipped to %d bytes %q…, want %q", len(got), got[:20], want[:20])
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"unicode/utf8"
 )
 
 // Error is a request the server refuses, as vLLM's ErrorResponse carries
@@ -97,4 +99,22 @@ func WriteError(w http.ResponseWriter, err error) int {
 	w.WriteHeader(body.Error.Code)
 	_ = json.NewEncoder(w).Encode(body)
 	return body.Error.Code
+}
+
+// maxEcho bounds a client's value echoed in an error message (a model
+// name, say), in bytes.
+const maxEcho = 256
+
+// Clip is s cut to at most 256 bytes at a rune boundary, with "…" and
+// the full length appended when cut, for echoing a client's value in an
+// error message: a megabyte-long model name is not sent back whole.
+func Clip(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "… (" + strconv.Itoa(len(s)) + " bytes)"
 }

@@ -25,11 +25,12 @@ type fields struct {
 // splitBody decodes the JSON object body (no surrounding space) in one
 // pass with jsontext, the streaming tokenizer of encoding/json/v2: a
 // fraction of the CPU of encoding/json's Unmarshal into raw fields and
-// a second decode of each. Raw values are slices of one copy of body.
-// A body jsontext refuses goes through encoding/json, so that what is
-// accepted and the message of what is not stay encoding/json's.
-func splitBody(body []byte) (fields, error) {
-	f, ok := splitFast(body)
+// a second decode of each. Raw values are slices of one copy of body,
+// or of body itself when owned (the caller never reuses it). A body
+// jsontext refuses goes through encoding/json, so that what is accepted
+// and the message of what is not stay encoding/json's.
+func splitBody(body []byte, owned bool) (fields, error) {
+	f, ok := splitFast(body, owned)
 	if ok {
 		return f, nil
 	}
@@ -51,8 +52,10 @@ func splitBody(body []byte) (fields, error) {
 
 // splitFast is splitBody's jsontext pass; ok is false when jsontext
 // refuses body.
-func splitFast(body []byte) (f fields, ok bool) {
-	body = bytes.Clone(body)
+func splitFast(body []byte, owned bool) (f fields, ok bool) {
+	if !owned {
+		body = bytes.Clone(body)
+	}
 	d := jsontext.NewDecoder(bytes.NewBuffer(body), jsonOptions...)
 	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
 		return fields{}, false

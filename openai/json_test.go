@@ -66,13 +66,13 @@ func FuzzSplitBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		raw, vals, ok := referenceSplit(body)
-		got, gotOK := splitFast(body)
+		got, gotOK := splitFast(body, false)
 		if gotOK != ok {
 			t.Fatalf("%q: jsontext accepts: %v, encoding/json accepts: %v", body, gotOK, ok)
 		}
 		if !ok {
 			var want error = json.Unmarshal(body, new(map[string]json.RawMessage))
-			_, err := splitBody(body)
+			_, err := splitBody(body, false)
 			if e, isE := err.(*Error); !isE || e.Message != "malformed JSON: "+want.Error() {
 				t.Fatalf("%q: error %v, want malformed JSON: %v", body, err, want)
 			}

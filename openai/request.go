@@ -26,9 +26,6 @@ func (k Kind) String() string {
 
 // Limits of decoded requests.
 const (
-	// MaxTokensLimit bounds max_tokens and max_completion_tokens: beyond
-	// any model's context, so only a typo or an attack reaches it.
-	MaxTokensLimit = 1 << 24
 	// MaxTokenID bounds a token id of a token-id prompt (ids are unsigned
 	// 32-bit, as the engines' KV events carry them).
 	MaxTokenID = 1<<32 - 1
@@ -76,9 +73,11 @@ type Request struct {
 	// given (only allowed with stream).
 	IncludeUsage, StreamOptions bool
 	// MaxTokens is max_completion_tokens (chat only), else max_tokens
-	// (1 ≤ n ≤ MaxTokensLimit); 0 when the request gives neither.
+	// (at least 1, as vLLM's SamplingParams requires; the engine bounds it
+	// by the context left); 0 when the request gives neither.
 	MaxTokens int
-	// N is the number of choices; only 1 is accepted.
+	// N is the number of choices (at least 1, as vLLM requires; default
+	// 1).
 	N int
 
 	// AddGenerationPrompt (chat; default true) and ContinueFinalMessage

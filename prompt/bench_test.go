@@ -131,3 +131,27 @@ func BenchmarkDecodeChat4kTokens(b *testing.B) {
 	}
 	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(n), "cpu-ns/op")
 }
+
+// BenchmarkTokens_OneCharacter31MB is decode + render + tokenize of a 31 MB
+// chat whose message is one character repeated (one pre-token of the
+// whole length): its bytes allocated per op are what keying it costs in
+// memory (B/op), for BENCHMARKS.md.
+func BenchmarkTokens_OneCharacter31MB(b *testing.B) {
+	reg := New(fixtures.ModelsDir(b, "qwen3"), Options{})
+	if err := reg.Preload(context.Background(), "qwen3"); err != nil {
+		b.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"model": "qwen3", "messages": []map[string]any{{"role": "user", "content": strings.Repeat("a", 31<<20)}}})
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		req, err := openai.DecodeOwned(openai.KindChat, body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := reg.Tokens(context.Background(), req)
+		if err != nil || !p.Partial {
+			b.Fatalf("err %v, partial %v: want the prompt keyed on the ids before the word", err, p.Partial)
+		}
+	}
+}

@@ -39,6 +39,12 @@ const (
 	// context, so only a runaway body reaches it, and the tokenizer stops
 	// there instead of encoding the rest.
 	DefaultMaxTokens = 1 << 20
+	// DefaultMaxWordBytes bounds one BPE word (a pre-token) of a prompt:
+	// merging a word costs about 32 bytes of memory per byte, so a 31 MB
+	// run of one character would take a gigabyte. No natural text has a
+	// word this long; a prompt that does is keyed on the ids before it
+	// (Prompt.Partial).
+	DefaultMaxWordBytes = 256 << 10
 	// DefaultRetryFailedAfter is how long a model whose files failed to
 	// load is answered from memory before its files are read again.
 	DefaultRetryFailedAfter = 30 * time.Second
@@ -52,6 +58,10 @@ type Options struct {
 	// MaxTokens caps the tokens of a prompt (a longer one is a 400 naming
 	// the prompt field); 0 = DefaultMaxTokens.
 	MaxTokens int
+	// MaxWordBytes bounds one BPE word of a prompt: at a longer word the
+	// tokenizer stops, and the prompt's TokenIDs are the ids before it
+	// (Prompt.Partial); 0 = DefaultMaxWordBytes.
+	MaxWordBytes int
 	// RetryFailedAfter is how long a failed model load (ErrModelFiles) is
 	// remembered; 0 = DefaultRetryFailedAfter. A missing model is never
 	// remembered.
@@ -70,6 +80,10 @@ type Prompt struct {
 	// TokenIDs are the ids the engine prefills (nil when NoKey is set).
 	// For a token-id prompt it is the request's own slice: do not modify.
 	TokenIDs []uint32
+	// Partial says TokenIDs are only the leading ids of the prefill: the
+	// text holds a word longer than Options.MaxWordBytes, and the ids stop
+	// before it (those before it are exact, so they key a prefix).
+	Partial bool
 	// CacheSalt is the request's cache_salt ("" = none): the key of these
 	// ids is computed in its hash domain.
 	CacheSalt string
@@ -107,6 +121,9 @@ func New(dir string, opts Options) *Registry {
 	}
 	if opts.MaxTokens <= 0 {
 		opts.MaxTokens = DefaultMaxTokens
+	}
+	if opts.MaxWordBytes <= 0 {
+		opts.MaxWordBytes = DefaultMaxWordBytes
 	}
 	if opts.RetryFailedAfter <= 0 {
 		opts.RetryFailedAfter = DefaultRetryFailedAfter
@@ -185,10 +202,13 @@ func (r *Registry) Tokens(ctx context.Context, req *openai.Request) (Prompt, err
 	default:
 		return p, fmt.Errorf("prompt: unknown request kind %d", req.Kind)
 	}
-	ids, err := tok.EncodeContext(ctx, p.Text, req.AddSpecialTokens, r.opts.MaxTokens)
+	ids, err := tok.EncodePrefix(ctx, p.Text, req.AddSpecialTokens, r.opts.MaxTokens, r.opts.MaxWordBytes)
 	switch {
 	case err == nil:
 		p.TokenIDs = ids
+		return p, nil
+	case errors.Is(err, tokenizer.ErrWordTooLong):
+		p.TokenIDs, p.Partial = ids, true
 		return p, nil
 	case errors.Is(err, tokenizer.ErrInvalidUTF8):
 		return p, openai.Errorf(field, "is not valid UTF-8")

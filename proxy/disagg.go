@@ -167,21 +167,23 @@ func (b *backend) kvUsage() float64 {
 
 // serveDisaggregated serves a request of a model with prefill backends;
 // cands are its decode candidates (healthy, role decode or both).
-func (p *Proxy) serveDisaggregated(w http.ResponseWriter, r *http.Request, req *openai.Request, body []byte, cands []string, start time.Time) int {
+// sent is called once the answer starts (forward's sent: the body's
+// bytes in flight are released then); the bool is forward's abort.
+func (p *Proxy) serveDisaggregated(w http.ResponseWriter, r *http.Request, req *openai.Request, body []byte, cands []string, start time.Time, sent func()) (int, bool) {
 	h := w.Header()
 	var arr [16]string
 	pcands := p.pool.PrefillCandidates(req.Model, arr[:0])
 	if len(pcands) == 0 {
-		return p.aggregated(w, r, req, body, cands, start, causeNoPrefill)
+		return p.aggregated(w, r, req, body, cands, start, causeNoPrefill, sent)
 	}
 	preq := p.gatewayRequest(req, pcands)
 	preq.Holders = len(pcands) + len(cands) // the decode backends cache the blocks they pull
 	pd, err := p.gw.Decide(r.Context(), preq)
 	if err != nil {
 		if r.Context().Err() != nil {
-			return statusClientClosed
+			return statusClientClosed, false
 		}
-		return p.refuse(w, err)
+		return p.refuse(w, err), false
 	}
 	p.record(pd)
 	if r.Header.Get("X-Request-Id") == "" {
@@ -190,18 +192,18 @@ func (p *Proxy) serveDisaggregated(w http.ResponseWriter, r *http.Request, req *
 	kv, err := p.prefill(r, req, pd)
 	if err != nil {
 		if r.Context().Err() != nil {
-			return statusClientClosed
+			return statusClientClosed, false
 		}
 		p.log.Warn("prefill failed; serving aggregated", "replica", pd.Replica, "err", err)
-		return p.aggregated(w, r, req, body, cands, start, causePrefillFail)
+		return p.aggregated(w, r, req, body, cands, start, causePrefillFail, sent)
 	}
 	dbody, err := withField(req, "kv_transfer_params", kv)
 	if err != nil {
-		return p.refuse(w, err)
+		return p.refuse(w, err), false
 	}
 	dd, err := p.decodeGW.Decide(r.Context(), gateway.Request{Candidates: p.pool.withRoom(cands)})
 	if err != nil {
-		return p.refuse(w, err)
+		return p.refuse(w, err), false
 	}
 	reason, matched := pd.ReasonFor(pd.Replica)
 	h.Set(HeaderPath, PathDisaggregated)
@@ -209,23 +211,23 @@ func (p *Proxy) serveDisaggregated(w http.ResponseWriter, r *http.Request, req *
 	h.Set(HeaderPrefillReason, reason)
 	h.Set(HeaderPrefillMatchedTokens, strconv.Itoa(matched))
 	p.m.Disagg.WithLabelValues(PathDisaggregated, causeOK).Inc()
-	return p.forward(w, r, dbody, dd, start)
+	return p.forward(w, r, dbody, req.Stream, dd, start, sent)
 }
 
 // aggregated serves the whole request on a decode candidate, picked as
 // any request is.
-func (p *Proxy) aggregated(w http.ResponseWriter, r *http.Request, req *openai.Request, body []byte, cands []string, start time.Time, cause string) int {
+func (p *Proxy) aggregated(w http.ResponseWriter, r *http.Request, req *openai.Request, body []byte, cands []string, start time.Time, cause string, sent func()) (int, bool) {
 	d, err := p.gw.Decide(r.Context(), p.gatewayRequest(req, cands))
 	if err != nil {
 		if r.Context().Err() != nil {
-			return statusClientClosed
+			return statusClientClosed, false
 		}
-		return p.refuse(w, err)
+		return p.refuse(w, err), false
 	}
 	p.record(d)
 	w.Header().Set(HeaderPath, PathAggregated)
 	p.m.Disagg.WithLabelValues(PathAggregated, cause).Inc()
-	return p.forward(w, r, body, d, start)
+	return p.forward(w, r, body, req.Stream, d, start, sent)
 }
 
 // record counts a decision in the metrics.
@@ -233,6 +235,10 @@ func (p *Proxy) record(d *gateway.Decision) {
 	p.m.Picks.WithLabelValues(d.Reason).Inc()
 	if d.FailOpen {
 		p.m.FailOpen.Inc()
+	}
+	if d.LookupRefused != "" {
+		p.m.LookupRefused.WithLabelValues(d.LookupRefused).Inc()
+		p.refused.Note(p.log, d, time.Now())
 	}
 	if d.NoKey != nil {
 		p.m.NoKey.Inc()
@@ -269,9 +275,12 @@ func (p *Proxy) prefill(r *http.Request, req *openai.Request, pd *gateway.Decisi
 	}
 	f := pd.Start(pd.Replica)
 	defer f.Done()
-	resp, err := p.send(ctx, r, b, pbody)
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	resp, err := p.send(sctx, cancel, r, b, pbody, false)
 	if err != nil {
-		kind := classify(ctx, err)
+		f.Fail()
+		kind := classify(ctx, context.Cause(sctx), err)
 		p.m.UpstreamErrors.WithLabelValues(pd.Replica, kind).Inc()
 		if kind == kindRefused {
 			p.pool.MarkDown(pd.Replica, err)

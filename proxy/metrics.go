@@ -28,14 +28,24 @@ import (
 //     of a non-streamed request) forwarded to the client, a histogram;
 //   - upstream_errors_total{replica, kind}: failed forwards by kind:
 //     refused (connection refused or another dial failure),
-//     unavailable (503), timeout (the per-request timeout), broken (the
-//     connection failed after the response started), other;
+//     unavailable (503), first_byte (no stream headers within the
+//     first-byte timeout), timeout (the per-request timeout), idle (the
+//     stream idle timeout), broken (the connection failed after the
+//     response started), other;
 //   - retries_total{cause}: requests sent again to the next-best backend
-//     (cause refused or unavailable);
+//     (cause refused, unavailable or first_byte);
 //   - prompt_tokens_total and matched_tokens_total: the keyed prompts'
 //     tokens, and those the picked replica's hint matched: their ratio is
 //     the routed hit rate;
 //   - requests_in_flight: requests being served;
+//   - broken_responses_total{cause}: answers that broke after their
+//     headers were sent (cause broken: the backend's connection failed;
+//     timeout: the request timeout; idle: the stream idle timeout), each
+//     ended with an error event (streams) and aborted;
+//   - shed_requests_total: requests refused with 429 because their body
+//     did not fit in the bytes in flight;
+//   - body_timeouts_total: requests refused with 408 because their body
+//     did not arrive within the body timeouts;
 //   - backend_up{replica}: 1 while a backend is a candidate.
 type Metrics struct {
 	Requests       *prometheus.CounterVec
@@ -52,7 +62,10 @@ type Metrics struct {
 	MatchedTokens  prometheus.Counter
 	InFlight       prometheus.Gauge
 	// Disagg is disagg_requests_total{path, cause} (disagg.go).
-	Disagg *prometheus.CounterVec
+	Disagg       *prometheus.CounterVec
+	Broken       *prometheus.CounterVec
+	Shed         prometheus.Counter
+	BodyTimeouts prometheus.Counter
 }
 
 // NewMetrics registers the metrics (and a collector of backend_up for
@@ -80,19 +93,25 @@ func NewMetrics(reg prometheus.Registerer, pool *Pool) *Metrics {
 			Help:    "From a request's arrival to its first generated token forwarded to the client.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
 		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "upstream_errors_total",
-			Help: "Failed forwards to backends by replica and kind (refused, unavailable, timeout, broken, other)."}, []string{"replica", "kind"}),
+			Help: "Failed forwards to backends by replica and kind (refused, unavailable, first_byte, timeout, idle, broken, other)."}, []string{"replica", "kind"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "retries_total",
-			Help: "Requests sent again to the next-best backend, by cause (refused, unavailable)."}, []string{"cause"}),
+			Help: "Requests sent again to the next-best backend, by cause (refused, unavailable, first_byte)."}, []string{"cause"}),
 		PromptTokens: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "prompt_tokens_total",
 			Help: "Prompt tokens of the keyed requests routed."}),
 		MatchedTokens: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "matched_tokens_total",
 			Help: "Prompt tokens the picked replica's hint said it holds (PREFIX_MATCH)."}),
 		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "requests_in_flight",
 			Help: "Requests being served."}),
+		Broken: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "broken_responses_total",
+			Help: "Answers that broke after their headers were sent, by cause (broken, timeout, idle)."}, []string{"cause"}),
+		Shed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "shed_requests_total",
+			Help: "Requests refused with 429: their body did not fit in the bytes in flight."}),
+		BodyTimeouts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "body_timeouts_total",
+			Help: "Requests refused with 408: their body did not arrive within the body timeouts."}),
 	}
 	m.Disagg = newDisaggMetrics(reg)
 	reg.MustRegister(m.Requests, m.Picks, m.FailOpen, m.LookupRefused, m.NoKey, m.AddedLatency, m.Lookup, m.TTFT, m.UpstreamErrors,
-		m.Retries, m.PromptTokens, m.MatchedTokens, m.InFlight)
+		m.Retries, m.PromptTokens, m.MatchedTokens, m.InFlight, m.Broken, m.Shed, m.BodyTimeouts)
 	if pool != nil {
 		reg.MustRegister(upCollector{pool: pool, desc: prometheus.NewDesc(ns+"_"+sub+"_backend_up",
 			"1 while the backend is a candidate (its health check passes), else 0.", []string{"replica"}, nil)})

@@ -5,15 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/inference-cache/inference-cache/admission"
+	"github.com/inference-cache/inference-cache/connlimit"
 	"github.com/inference-cache/inference-cache/gateway"
 	"github.com/inference-cache/inference-cache/openai"
 )
@@ -64,6 +68,30 @@ type Options struct {
 	// response, streams included (504 when no answer came by then, the
 	// stream cut when it ran past it); 0 = no bound.
 	RequestTimeout time.Duration
+	// MaxBodyBytesInFlight bounds the bytes of the request bodies held at
+	// once, from their first byte until their answer starts (a body is
+	// kept for a retry until then): a body that does not fit gets a 429
+	// with Retry-After; 0 = DefaultMaxBodyBytesInFlight. Bodies of at
+	// least admission.LargeBody are keyed a few at a time
+	// (admission.Controller.KeyLarge), and the heap is returned to the
+	// system after them.
+	MaxBodyBytesInFlight int64
+	// BodyTimeout bounds the reading of a request body, first byte to
+	// last, and BodyIdleTimeout the wait for its next bytes: past either
+	// the request gets a 408 and its connection is closed; 0 =
+	// DefaultBodyTimeout, DefaultBodyIdleTimeout.
+	BodyTimeout, BodyIdleTimeout time.Duration
+	// FirstByteTimeout bounds the wait for a stream's response headers
+	// (vLLM sends them before the first token): a backend silent that
+	// long is given up, and the request goes once to the next-best
+	// backend, as nothing has reached the client; the last one's silence
+	// is a 504. A non-streamed answer's headers follow its whole
+	// generation, so RequestTimeout alone bounds them. 0 = no bound.
+	FirstByteTimeout time.Duration
+	// StreamIdleTimeout bounds the wait for the next bytes of an answer
+	// once it started: past it the answer ends as broken (an error event
+	// for a stream, then the response is aborted). 0 = no bound.
+	StreamIdleTimeout time.Duration
 	// Transport forwards to the backends; nil = NewTransport(0).
 	Transport http.RoundTripper
 	// Logger logs upstream failures; nil = slog.Default().
@@ -76,16 +104,22 @@ type Options struct {
 // backends'; GET /health says whether a backend is healthy; GET /metrics
 // is Options.MetricsHandler. Safe for concurrent use.
 type Proxy struct {
-	gw        *gateway.Gateway
-	pool      *Pool
-	m         *Metrics
-	maxBody   int64
-	timeout   time.Duration
-	transport http.RoundTripper
-	log       *slog.Logger
-	refused   gateway.RefusedLog
-	mux       *http.ServeMux
-	decodeGW  *gateway.Gateway // decode picks of disaggregated requests (disagg.go)
+	gw         *gateway.Gateway
+	pool       *Pool
+	m          *Metrics
+	maxBody    int64
+	timeout    time.Duration
+	bodyTotal  time.Duration
+	bodyIdle   time.Duration
+	firstByte  time.Duration
+	streamIdle time.Duration
+	adm        *admission.Controller
+	draining   atomic.Bool
+	transport  http.RoundTripper
+	log        *slog.Logger
+	refused    gateway.RefusedLog
+	mux        *http.ServeMux
+	decodeGW   *gateway.Gateway // decode picks of disaggregated requests (disagg.go)
 }
 
 // New returns a Proxy.
@@ -95,6 +129,15 @@ func New(opts Options) (*Proxy, error) {
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxBodyBytesInFlight <= 0 {
+		opts.MaxBodyBytesInFlight = DefaultMaxBodyBytesInFlight
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	if opts.BodyIdleTimeout <= 0 {
+		opts.BodyIdleTimeout = DefaultBodyIdleTimeout
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(prometheus.NewRegistry(), nil)
@@ -106,7 +149,8 @@ func New(opts Options) (*Proxy, error) {
 		opts.Logger = slog.Default()
 	}
 	p := &Proxy{gw: opts.Gateway, pool: opts.Pool, m: opts.Metrics, maxBody: opts.MaxBodyBytes, timeout: opts.RequestTimeout,
-		transport: opts.Transport, log: opts.Logger, mux: http.NewServeMux()}
+		bodyTotal: opts.BodyTimeout, bodyIdle: opts.BodyIdleTimeout, firstByte: opts.FirstByteTimeout, streamIdle: opts.StreamIdleTimeout,
+		adm: admission.New(opts.MaxBodyBytesInFlight), transport: opts.Transport, log: opts.Logger, mux: http.NewServeMux()}
 	var err error
 	if p.decodeGW, err = gateway.New(gateway.Config{Strategy: gateway.StrategyLeastLoaded}); err != nil {
 		return nil, err
@@ -162,89 +206,171 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			openai.WriteError(w, errors.New("internal error"))
 		}
 	}()
+	if p.draining.Load() {
+		// Each connection ends after its answer, so that its client opens
+		// the next one through its load balancer; idle connections are
+		// not closed under the client, which may be sending on one.
+		w.Header().Set("Connection", "close")
+	}
 	p.mux.ServeHTTP(w, r)
 }
 
-// bodies recycles request body buffers (a body is held until its
-// response ends, for a retry).
+// bodies recycles request body buffers up to maxPooledBody (a larger
+// body gets a buffer of its own, garbage once its answer starts).
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // maxPooledBody is the largest buffer put back in the pool.
 const maxPooledBody = 1 << 20
 
-// completion serves one completion or chat request.
+// completion serves one completion or chat request. A request whose
+// answer broke after its headers were sent is aborted here, after it is
+// counted, so that the client sees a broken transfer.
 func (p *Proxy) completion(w http.ResponseWriter, r *http.Request, kind openai.Kind) {
 	start := time.Now()
 	p.m.InFlight.Inc()
-	buf := bodies.Get().(*bytes.Buffer)
-	buf.Reset()
-	code := p.serveCompletion(w, r, kind, buf, start)
-	if buf.Cap() <= maxPooledBody {
-		bodies.Put(buf)
-	}
+	code, abort, large := p.serveCompletion(w, r, kind, start)
 	p.m.InFlight.Dec()
 	p.m.Requests.WithLabelValues(kind.String(), statusLabel(code)).Inc()
+	if large {
+		p.adm.AfterLarge()
+	}
+	if abort {
+		panic(http.ErrAbortHandler)
+	}
 }
 
-func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind openai.Kind, buf *bytes.Buffer, start time.Time) int {
+// serveCompletion reads, decides and forwards one request, returning the
+// status counted, whether to abort the response, and whether its body
+// was large.
+func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind openai.Kind, start time.Time) (code int, abort, large bool) {
 	if r.ContentLength > p.maxBody {
-		return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, p.maxBody)})
+		return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, p.maxBody)}), false, false
 	}
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.maxBody)); err != nil {
+	br := &bodyReader{ctx: r.Context(), r: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, deadline: start.Add(p.bodyTotal)}
+	held := r.ContentLength
+	if held >= 0 {
+		if !p.adm.Hold(held) {
+			return p.shed(w, held), false, false
+		}
+	} else {
+		br.adm = p.adm
+	}
+	relax := func() {}
+	if r.ContentLength >= admission.LargeBody {
+		relax = p.adm.Tighten() // a large body's copies are collected promptly until its answer starts
+	}
+	var release sync.Once
+	free := func() { release.Do(func() { p.adm.Release(max(held, 0) + br.held); relax() }) }
+	defer free()
+
+	var buf *bytes.Buffer
+	pooled := r.ContentLength >= 0 && r.ContentLength <= maxPooledBody
+	if pooled {
+		buf = bodies.Get().(*bytes.Buffer)
+		buf.Reset()
+		defer func() {
+			if buf.Cap() <= maxPooledBody {
+				bodies.Put(buf)
+			}
+		}()
+	} else {
+		buf = bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+	}
+
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, io.NopCloser(br), p.maxBody))
+	connlimit.Waiting(r.Context(), false)
+	if err == nil {
+		// The server's own reads after a whole body must not time out; after
+		// a timeout the deadline stays, so that the server does not wait for
+		// the rest of the body before closing the connection.
+		_ = br.rc.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)})
+		switch {
+		case errors.As(err, &tooBig):
+			return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)}), false, false
+		case errors.Is(err, errOverBudget):
+			return p.shed(w, int64(buf.Len())), false, false
+		case errors.Is(err, errBodyTimeout):
+			p.m.BodyTimeouts.Inc()
+			w.Header().Set("Connection", "close")
+			return p.refuse(w, &openai.Error{Status: http.StatusRequestTimeout, Message: fmt.Sprintf(
+				"the request body did not arrive within the body timeouts (%s in all, %s between bytes)", p.bodyTotal, p.bodyIdle)}), false, false
+		case r.Context().Err() != nil:
+			return statusClientClosed, false, false
 		}
-		if r.Context().Err() != nil {
-			return statusClientClosed
-		}
-		return p.refuse(w, openai.Errorf("", "reading the request body: %v", err))
+		return p.refuse(w, openai.Errorf("", "reading the request body: %v", err)), false, false
 	}
 	body := buf.Bytes()
-	req, err := openai.Decode(kind, body)
+	large = len(body) >= admission.LargeBody
+	keyed, err := p.adm.KeyLarge(r.Context(), len(body)) // a large body waits its turn
 	if err != nil {
-		return p.refuse(w, err)
+		return statusClientClosed, false, large
+	}
+	var d *gateway.Decision
+	var req *openai.Request
+	var cands []string
+	func() {
+		defer keyed()
+		d, req, cands, code = p.decide(w, r, kind, body, !pooled)
+	}()
+	if code != 0 {
+		return code, false, large
+	}
+	if d == nil { // a disaggregated model: prefill, then decode (disagg.go)
+		code, abort = p.serveDisaggregated(w, r, req, body, cands, start, free)
+		return code, abort, large
+	}
+	code, abort = p.forward(w, r, body, req.Stream, d, start, free)
+	return code, abort, large
+}
+
+// shed refuses a body of n bytes that does not fit in the bytes in
+// flight: 429 with Retry-After.
+func (p *Proxy) shed(w http.ResponseWriter, n int64) int {
+	p.m.Shed.Inc()
+	w.Header().Set("Retry-After", strconv.Itoa(admission.RetryAfterSeconds))
+	return p.refuse(w, &openai.Error{Status: http.StatusTooManyRequests, Message: p.adm.BusyMessage(n)})
+}
+
+// decide decodes body and picks its replica. A non-zero code is the
+// status of an answer already written (or of a client gone); a nil
+// Decision with code 0 is a model served disaggregated, whose picks
+// serveDisaggregated makes from req and its decode candidates cands. An
+// owned body (not from the pool) is decoded without a copy.
+func (p *Proxy) decide(w http.ResponseWriter, r *http.Request, kind openai.Kind, body []byte, owned bool) (d *gateway.Decision, req *openai.Request, cands []string, code int) {
+	decode := openai.Decode
+	if owned {
+		decode = openai.DecodeOwned
+	}
+	req, err := decode(kind, body)
+	if err != nil {
+		return nil, nil, nil, p.refuse(w, err)
 	}
 	if _, ok := req.Raw["kv_transfer_params"]; ok {
-		return p.refuse(w, errClientTransferParams)
+		return nil, nil, nil, p.refuse(w, errClientTransferParams)
 	}
 	if !p.pool.Serves(req.Model) {
-		return p.refuse(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)})
+		return nil, nil, nil, p.refuse(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", openai.Clip(req.Model))})
 	}
 	var arr [16]string
-	cands := p.pool.Candidates(req.Model, arr[:0])
+	cands = p.pool.Candidates(req.Model, arr[:0])
 	if len(cands) == 0 {
-		return p.refuse(w, &openai.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("no healthy backend serves the model `%s`", req.Model)})
+		return nil, nil, nil, p.refuse(w, &openai.Error{Status: http.StatusServiceUnavailable, Message: fmt.Sprintf("no healthy backend serves the model `%s`", openai.Clip(req.Model))})
 	}
 	if p.pool.Disaggregated(req.Model) {
-		return p.serveDisaggregated(w, r, req, body, cands, start)
+		return nil, req, cands, 0
 	}
-	d, err := p.gw.Decide(r.Context(), p.gatewayRequest(req, cands))
+	d, err = p.gw.Decide(r.Context(), p.gatewayRequest(req, cands))
 	if err != nil {
 		if r.Context().Err() != nil {
-			return statusClientClosed
+			return nil, nil, nil, statusClientClosed
 		}
-		return p.refuse(w, err)
+		return nil, nil, nil, p.refuse(w, err)
 	}
-	p.m.Picks.WithLabelValues(d.Reason).Inc()
-	if d.FailOpen {
-		p.m.FailOpen.Inc()
-	}
-	if d.LookupRefused != "" {
-		p.m.LookupRefused.WithLabelValues(d.LookupRefused).Inc()
-		p.refused.Note(p.log, d, time.Now())
-	}
-	if d.NoKey != nil {
-		p.m.NoKey.Inc()
-	}
-	if d.Lookup > 0 {
-		p.m.Lookup.Observe(d.Lookup.Seconds())
-	}
-	if d.PromptTokens > 0 {
-		p.m.PromptTokens.Add(float64(d.PromptTokens))
-		p.m.MatchedTokens.Add(float64(d.MatchedTokens))
-	}
-	return p.forward(w, r, body, d, start)
+	p.record(d)
+	return d, req, cands, 0
 }
 
 // refuse answers a request the proxy does not forward, with an
@@ -267,9 +393,21 @@ type healthBody struct {
 	Backends []BackendStatus `json:"backends"`
 }
 
-// health answers 200 while at least one backend is healthy, else 503.
+// Drain makes GET /health answer 503 {"status": "draining"} from now on,
+// so that a load balancer or Kubernetes' readiness check stops sending
+// new requests, while every request, in flight or arriving, is still
+// served, each answer closing its connection. The caller stops the
+// server after its drain time.
+func (p *Proxy) Drain() { p.draining.Store(true) }
+
+// health answers 200 while at least one backend is healthy, else 503;
+// 503 at once after Drain.
 func (p *Proxy) health(w http.ResponseWriter, _ *http.Request) {
 	st := p.pool.Status()
+	if p.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "draining", Backends: st})
+		return
+	}
 	for _, s := range st {
 		if s.Healthy {
 			writeJSON(w, http.StatusOK, healthBody{Status: "ok", Backends: st})

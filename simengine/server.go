@@ -133,10 +133,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind openai.Ki
 	adapter := ""
 	if req.Model != s.e.Model() {
 		if _, ok := s.e.adapterID(req.Model); !ok || s.e.lora == nil {
-			openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)})
+			openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", openai.Clip(req.Model))})
 			return
 		}
 		adapter = req.Model
+	}
+	if req.N != 1 {
+		openai.WriteError(w, openai.Errorf("n", "%d choices requested: this engine serves only n = 1", req.N))
+		return
 	}
 	prefillOnly, remote, err := s.transferParams(req)
 	if err != nil {

@@ -249,6 +249,9 @@ func (m *bpe) tokenizePart(dst []uint32, w string, sc *scratch) []uint32 {
 	if out, ok := m.cache.appendCached(dst, w); ok {
 		return out
 	}
+	if sc.lim.wordTooLong(len(w)) {
+		return dst
+	}
 	start := len(dst)
 	dst = m.mergeWord(dst, w, sc)
 	if !sc.lim.stopped() {
@@ -261,6 +264,9 @@ func (m *bpe) tokenizePart(dst []uint32, w string, sc *scratch) []uint32 {
 func (m *bpe) tokenizeRaw(dst []uint32, w string, sc *scratch) []uint32 {
 	if out, ok := m.cache.appendCached(dst, w); ok {
 		return out
+	}
+	if sc.lim.wordTooLong(len(w)) {
+		return dst
 	}
 	start := len(dst)
 	syms := growSyms(sc.syms, len(w))
@@ -281,6 +287,20 @@ func growSyms(syms []symbol, n int) []symbol {
 		return make([]symbol, 0, n)
 	}
 	return syms[:0]
+}
+
+// maxPooledSymbols bounds the scratch buffers kept for the next call
+// (in symbols or queue entries): a megabyte-long word's buffers are
+// garbage once it is merged, not a pooled cost of every later call.
+const maxPooledSymbols = 1 << 16
+
+// keepable is s emptied for reuse, or nil when it is larger than the pool
+// keeps.
+func keepable[T any](s []T) []T {
+	if cap(s) > maxPooledSymbols {
+		return nil
+	}
+	return s[:0]
 }
 
 // symbol is one node of the doubly linked list a word is merged on.
@@ -378,7 +398,7 @@ func (m *bpe) mergeWord(dst []uint32, w string, sc *scratch) []uint32 {
 // sc.syms for reuse. It spends one unit of sc.lim per merge step and
 // returns early, with dst incomplete, once sc.lim says stop.
 func (m *bpe) merge(dst []uint32, syms []symbol, sc *scratch) []uint32 {
-	defer func() { sc.syms = syms[:0] }()
+	defer func() { sc.syms = keepable(syms) }()
 	if len(syms) == 0 {
 		return dst
 	}
@@ -392,7 +412,12 @@ func (m *bpe) merge(dst []uint32, syms []symbol, sc *scratch) []uint32 {
 		q.rq = &sc.rq
 		q.rq.reset()
 	}
-	defer func() { sc.heap = q.h[:0] }()
+	defer func() {
+		sc.heap = keepable(q.h)
+		if q.rq != nil && len(syms) > maxPooledSymbols {
+			sc.rq = rankQueue{} // its buckets grew with the word: let them go
+		}
+	}()
 	for i := 0; i+1 < len(syms); i++ {
 		if i%checkEvery == checkEvery-1 && sc.lim.spend(checkEvery) {
 			return dst

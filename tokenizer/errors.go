@@ -38,6 +38,13 @@ var (
 	// exceed the cap, without encoding the rest of the text.
 	ErrTooManyTokens = errors.New("tokenizer: text encodes to more tokens than the limit")
 
+	// ErrWordTooLong is returned by EncodePrefix when the text holds a
+	// pre-token longer than its maxWordBytes: merging one word costs
+	// memory and time in proportion to its length, so EncodePrefix stops
+	// there and returns the ids of the text before it, which are exactly
+	// the leading ids Encode returns.
+	ErrWordTooLong = errors.New("tokenizer: a pre-token is longer than the word limit")
+
 	// ErrStopped is returned by EncodeContext when its context ends (or
 	// its deadline passes) before the text is encoded. The error also
 	// wraps the context's error (context.Canceled or

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -21,6 +22,7 @@ type limits struct {
 	deadline  time.Time       // ctx's deadline, compared with the clock directly
 	hasDL     bool
 	maxTokens int // 0: no cap
+	maxWord   int // bytes of one BPE word; 0: no bound
 	work      int // units spent since the last check
 	err       error
 }
@@ -67,6 +69,28 @@ func (l *limits) check() bool {
 		return true
 	}
 	return false
+}
+
+// wordTooLong reports whether a BPE word of n bytes exceeds the word
+// bound, setting l.err to ErrWordTooLong.
+func (l *limits) wordTooLong(n int) bool {
+	if l != nil && l.maxWord > 0 && n > l.maxWord {
+		if l.err == nil {
+			l.err = fmt.Errorf("%w: a word of %d bytes, the limit is %d", ErrWordTooLong, n, l.maxWord)
+		}
+		return true
+	}
+	return false
+}
+
+// fail is encode's result once l.err is set: no ids, except after
+// ErrWordTooLong, where ids (the text before the long word) are a
+// prefix of Encode's.
+func (l *limits) fail(ids []uint32) ([]uint32, error) {
+	if errors.Is(l.err, ErrWordTooLong) {
+		return ids, l.err
+	}
+	return nil, l.err
 }
 
 // stopped reports whether the call must stop; a nil l never does.

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -342,5 +343,43 @@ func TestRegistry_LoadPanicIsAnError(t *testing.T) {
 	_, err := reg.EncodeContext(ctx, "m", "hello", 0)
 	if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "parser bug") {
 		t.Fatalf("err %v, want ErrMalformed naming the panic", err)
+	}
+}
+
+// EncodePrefix stops at a word longer than its bound and returns the ids
+// of the text before it, which are Encode's leading ids; a word at the
+// bound is merged as Encode merges it.
+func TestEncodePrefix_StopsBeforeAWordOverTheBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads the reference tokenizers")
+	}
+	const bound = 4096
+	for _, c := range []struct{ model, before, word string }{
+		// Qwen's pattern: " aaa…" is one pre-token, "hello" the one before.
+		{"qwen3", "hello", " " + strings.Repeat("a", bound)},
+		// SentencePiece: "▁hello" is one part, "▁aaa…" the next.
+		{"mistral-like", "hello", " " + strings.Repeat("a", bound)},
+	} {
+		tok := sharedTokenizer(t, c.model)
+		want, err := tok.Encode(c.before, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := tok.EncodePrefix(context.Background(), c.before+c.word, true, 0, bound)
+		if !errors.Is(err, ErrWordTooLong) {
+			t.Fatalf("%s: err %v, want ErrWordTooLong", c.model, err)
+		}
+		_, suffix := tok.AddedSpecialTokens()
+		if !slices.Equal(ids, want[:len(want)-len(suffix)]) {
+			t.Errorf("%s: prefix ids %v, want Encode(%q)'s %v", c.model, ids, c.before, want)
+		}
+		atBound := c.before + c.word[:bound-2] // "▁" is 3 bytes
+		full, err := tok.Encode(atBound, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := tok.EncodePrefix(context.Background(), atBound, true, 0, bound); err != nil || !slices.Equal(got, full) {
+			t.Errorf("%s: a word at the bound: %d ids, err %v; want Encode's %d ids", c.model, len(got), err, len(full))
+		}
 	}
 }

@@ -255,6 +255,24 @@ func (t *Tokenizer) EncodeContext(ctx context.Context, text string, addSpecialTo
 	return t.encode(text, addSpecialTokens, lim)
 }
 
+// EncodePrefix is EncodeContext that also bounds one word's cost: when
+// the text holds a BPE word (a pre-token, or a SentencePiece word's part)
+// longer than maxWordBytes (0: no bound), it stops there and returns the
+// ids of the text before that word, without the closing special tokens,
+// together with an error wrapping ErrWordTooLong. Those ids are exactly
+// the leading ids of Encode's, so a caller may key a prefix on them. The
+// merge loop's memory is about 32 bytes per byte of its word, which is
+// what the bound limits; every other error is EncodeContext's, with no
+// ids.
+func (t *Tokenizer) EncodePrefix(ctx context.Context, text string, addSpecialTokens bool, maxTokens, maxWordBytes int) ([]uint32, error) {
+	lim := newLimits(ctx, maxTokens)
+	lim.maxWord = maxWordBytes
+	if lim.check() {
+		return nil, lim.err
+	}
+	return t.encode(text, addSpecialTokens, lim)
+}
+
 // encode is Encode within the limits l (kept in the pooled scratch, so
 // that a call does not allocate them).
 func (t *Tokenizer) encode(text string, addSpecialTokens bool, l limits) ([]uint32, error) {
@@ -279,7 +297,7 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, l limits) ([]uint
 	defer func() { sc.pieces = pieces[:0] }()
 	segs := t.raw.split(segBuf[:0], text, 0, lim)
 	if lim.stopped() {
-		return nil, lim.err
+		return lim.fail(ids)
 	}
 	for _, seg := range segs {
 		if seg.tok != nil {
@@ -289,12 +307,12 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, l limits) ([]uint
 		s := seg.text
 		if t.norm != nil {
 			if s = t.norm.normalize(s, lim); lim.stopped() {
-				return nil, lim.err
+				return lim.fail(ids)
 			}
 		}
 		subs := t.normalized.split(subBuf[:0], s, 0, lim)
 		if lim.stopped() {
-			return nil, lim.err
+			return lim.fail(ids)
 		}
 		for _, sub := range subs {
 			if sub.tok != nil {
@@ -304,11 +322,11 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, l limits) ([]uint
 			p := piece{text: sub.text, atStart: seg.start == 0 && sub.start == 0}
 			if t.pre == nil {
 				if lim.spend(len(p.text)) {
-					return nil, lim.err
+					return lim.fail(ids)
 				}
 				ids = t.model.tokenize(ids, p.text, t.rawBytes, sc)
 				if lim.err != nil || lim.over(len(ids)) {
-					return nil, lim.err
+					return lim.fail(ids)
 				}
 				continue
 			}
@@ -316,31 +334,31 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, l limits) ([]uint
 				for i := 0; i < len(p.text); {
 					e := t.stream(p.text, i)
 					if lim.spend(e - i) {
-						return nil, lim.err
+						return lim.fail(ids)
 					}
 					ids = t.model.tokenize(ids, p.text[i:e], t.rawBytes, sc)
 					if lim.err != nil || lim.over(len(ids)) {
-						return nil, lim.err
+						return lim.fail(ids)
 					}
 					i = e
 				}
 				continue
 			}
 			if pieces = t.pre.preTokenize(pieces[:0], p, lim); lim.stopped() {
-				return nil, lim.err
+				return lim.fail(ids)
 			}
 			for _, q := range pieces {
 				if lim.spend(len(q.text)) {
-					return nil, lim.err
+					return lim.fail(ids)
 				}
 				ids = t.model.tokenize(ids, q.text, t.rawBytes, sc)
 				if lim.err != nil || lim.over(len(ids)) {
-					return nil, lim.err
+					return lim.fail(ids)
 				}
 			}
 		}
 		if lim.check() {
-			return nil, lim.err
+			return lim.fail(ids)
 		}
 	}
 	if addSpecialTokens {
@@ -349,7 +367,7 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, l limits) ([]uint
 	// A context that ended during the last stretch of work still ends the
 	// call: its caller has stopped waiting for the ids.
 	if lim.over(len(ids)) || lim.check() {
-		return nil, lim.err
+		return lim.fail(ids)
 	}
 	return ids, nil
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/inference-cache/inference-cache/bench"
@@ -26,6 +28,12 @@ const (
 	faultWindow      = 15 * time.Second // requests after a fault counted against it
 	faultHitsBackMax = 10 * time.Second
 	faultAvoidMax    = time.Second
+	// The proxy is SIGTERMed faultProxyLead before the last arrival and
+	// drains for faultProxyDrain: every request sent meanwhile must be
+	// answered, and /health must fail within faultHealthMax.
+	faultProxyLead  = 15 * time.Second
+	faultProxyDrain = 20 * time.Second
+	faultHealthMax  = time.Second
 )
 
 // faultRun injects the faults into a live stack on the replay's time axis
@@ -46,12 +54,15 @@ type faultRun struct {
 	backLeader time.Duration // after allBack (-1: none seen)
 	engineKill time.Duration
 	engineName string
+	proxyTerm  time.Duration
+	healthFail time.Duration // after proxyTerm (-1: /health never failed)
 	err        string
 }
 
 func newFaultRun(st *liveStack, epoch time.Time, recs []bench.Request, speedup float64, errw io.Writer) *faultRun {
 	span := time.Duration(float64(recs[len(recs)-1].Timestamp-recs[0].Timestamp) / speedup * float64(time.Millisecond))
-	return &faultRun{st: st, epoch: epoch, span: span, errw: errw, newLeader: -1, backLeader: -1, leaderKill: -1, allDown: -1, engineKill: -1}
+	return &faultRun{st: st, epoch: epoch, span: span, errw: errw, newLeader: -1, backLeader: -1, leaderKill: -1, allDown: -1, engineKill: -1,
+		proxyTerm: -1, healthFail: -1}
 }
 
 func (f *faultRun) at(share float64) time.Time {
@@ -151,6 +162,29 @@ func (f *faultRun) run(ctx context.Context) {
 	f.engineKill = f.now()
 	st.engineP[victim].Kill()
 	f.say("SIGKILL engine %s (the busiest)", f.engineName)
+	// 4. The proxy SIGTERMed under load: it drains until past the replay.
+	if !sleepUntil(ctx, f.epoch.Add(f.span-faultProxyLead)) {
+		return
+	}
+	f.proxyTerm = f.now()
+	if err := st.proxy.Signal(syscall.SIGTERM); err != nil {
+		f.say("SIGTERM proxy: %v", err)
+		return
+	}
+	f.say("SIGTERM proxy (drain %v)", faultProxyDrain)
+	hc := &http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		resp, err := hc.Get(st.proxyURL() + "/health")
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			f.healthFail = f.now() - f.proxyTerm
+			f.say("proxy /health 503 (draining)")
+			break
+		}
+	}
 }
 
 // busiestEngine is the engine with the most requests running or waiting
@@ -277,6 +311,18 @@ func (f *faultRun) report(rs []loadgen.Result) *faultReport {
 			Measured: fmt.Sprintf("%d requests in flight on it, %d of them failed; %d other requests failed; %s", inFlight, inFlightFailed, otherFailed, avoid),
 			Target:   "only its requests in flight fail; new requests avoid it within 1 s",
 			Met:      otherFailed == 0 && (last < 0 || last <= durMs(faultAvoidMax))})
+	}
+	if f.proxyTerm >= 0 {
+		at := durMs(f.proxyTerm)
+		n, failed, _ := window(at, at+durMs(faultProxyDrain))
+		health := "/health never answered 503"
+		if f.healthFail >= 0 {
+			health = fmt.Sprintf("/health answered 503 %.0f ms after", durMs(f.healthFail))
+		}
+		rep.Faults = append(rep.Faults, faultEntry{Fault: fmt.Sprintf("proxy SIGTERMed under load (drain %v)", faultProxyDrain), AtS: at / 1000,
+			Measured: fmt.Sprintf("%s; %d of %d requests sent during the drain failed", health, failed, n),
+			Target:   "/health 503 within 1 s; 0 failed during the drain",
+			Met:      f.healthFail >= 0 && f.healthFail <= faultHealthMax && failed == 0 && n > 0})
 	}
 	return rep
 }

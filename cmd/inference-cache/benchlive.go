@@ -60,7 +60,7 @@ func registerLiveFlags(f *pflag.FlagSet, o *liveOptions) {
 	f.IntVar(&o.warmup, "warmup", liveWarmup, "--live: leave the first N requests out of the figures (they fill the caches)")
 	f.IntVar(&o.kvBlocks, "kv-blocks", liveKVBlocks, "--live: each sim engine's KV capacity in blocks of 16 tokens")
 	f.IntVar(&o.maxTokens, "max-tokens", liveMaxTokens, "--live: cap on each request's max_tokens (its output_length)")
-	f.BoolVar(&o.faults, "faults", false, "--live: one picker run with faults: the leader SIGKILLed, all nodes SIGKILLed and restarted, an engine SIGKILLed")
+	f.BoolVar(&o.faults, "faults", false, "--live: one picker run with faults: the leader SIGKILLed, all nodes SIGKILLed and restarted, an engine SIGKILLed, the proxy SIGTERMed (drained)")
 	f.StringVar(&o.dir, "dir", "", "--live: directory for the processes' data and logs (default a new one under the system temporary directory)")
 	f.DurationVar(&o.scrape, "subscriber-scrape-live", time.Second, "--live: how often the subscriber scrapes each engine's /metrics")
 	o.modes.register(f)
@@ -214,6 +214,7 @@ func runBenchLive(ctx context.Context, cmd *cobra.Command, o *benchOptions, out,
 	strategies := o.strategies
 	if l.faults {
 		strategies = []string{"picker"}
+		lf.proxyDrain = faultProxyDrain
 	}
 	for _, s := range strategies {
 		if ctx.Err() != nil {

@@ -69,7 +69,7 @@ func TestLiveTargets(t *testing.T) {
 func TestFaultReport(t *testing.T) {
 	f := &faultRun{leaderName: "node2", leaderKill: 10 * time.Second, newLeader: 400 * time.Millisecond,
 		allDown: 40 * time.Second, allBack: 50 * time.Second, backLeader: time.Second,
-		engineKill: 80 * time.Second, engineName: "sim-2"}
+		engineKill: 80 * time.Second, engineName: "sim-2", proxyTerm: -1, healthFail: -1}
 	ok := func(start float64, replica, reason string) loadgen.Result {
 		return loadgen.Result{StartMs: start, E2EMs: 500, Replica: replica, Reason: reason}
 	}
@@ -107,6 +107,20 @@ func TestFaultReport(t *testing.T) {
 	var b bytes.Buffer
 	if err := rep.writeText(&b); err != nil || !strings.Contains(b.String(), "engine sim-2 SIGKILLed (left down): missed") {
 		t.Errorf("text:\n%s", b.String())
+	}
+
+	// The proxy's SIGTERM: /health failed 50 ms after, and the requests
+	// sent during the drain are all answered; one failure is a miss.
+	f.proxyTerm, f.healthFail = 90*time.Second, 50*time.Millisecond
+	drain := []loadgen.Result{ok(91000, "sim-1", "LOAD"), ok(95000, "sim-3", "LOAD")}
+	rep = f.report(drain)
+	last := rep.Faults[len(rep.Faults)-1]
+	if !strings.Contains(last.Measured, "/health answered 503 50 ms after; 0 of 2 requests sent during the drain failed") || !last.Met {
+		t.Errorf("drain: %+v, want met", last)
+	}
+	drain = append(drain, loadgen.Result{StartMs: 96000, E2EMs: 10, ErrKind: loadgen.ErrStatus})
+	if last := f.report(drain).Faults; last[len(last)-1].Met {
+		t.Errorf("a request failed during the drain, still met: %+v", last[len(last)-1])
 	}
 }
 

@@ -93,7 +93,8 @@ func (c *fleetConfig) subscriberSpec() (proccluster.Spec, error) {
 // proxySpec is the proxy's process with strategy (picker, round-robin or
 // least-loaded), logging to name.log.
 func (c *fleetConfig) proxySpec(name, strategy string) proccluster.Spec {
-	args := []string{"proxy", "--listen", c.Proxy, "--models-dir", c.ModelsDir, "--strategy", strategy}
+	// No drain: a local fleet has no load balancer to drain from, and stops at once.
+	args := []string{"proxy", "--listen", c.Proxy, "--models-dir", c.ModelsDir, "--strategy", strategy, "--drain-time", "0s"}
 	for _, a := range c.Cluster {
 		args = append(args, "--addr", a)
 	}

@@ -25,6 +25,7 @@ type liveFleet struct {
 	kvBlocks              int
 	scrape                time.Duration
 	modes                 *liveModeOptions // nil = aggregated
+	proxyDrain            time.Duration // the proxy's --drain-time (0: none)
 }
 
 // liveStack is one live run's processes, all of this binary on loopback:
@@ -116,7 +117,9 @@ func startLiveStack(ctx context.Context, exe, dir, modelsDir, strategy string, l
 	if err := waitUp(ctx, s.sub, "http://"+subMetrics+"/metrics", 30*time.Second); err != nil {
 		return fail(err)
 	}
-	s.proxy = s.procs.Add(s.fleet.proxySpec("proxy-"+strategy, strategy))
+	pspec := s.fleet.proxySpec("proxy-"+strategy, strategy)
+	pspec.Args = append(pspec.Args, "--drain-time", lf.proxyDrain.String())
+	s.proxy = s.procs.Add(pspec)
 	if err := s.proxy.Start(); err != nil {
 		return fail(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/inference-cache/inference-cache/admission"
 	"github.com/inference-cache/inference-cache/epp"
 )
 
@@ -33,6 +34,10 @@ type pickerOptions struct {
 	poolName, poolNamespace, kubeconfig string
 	replicaLabel                        string
 	maxBodyBytes                        int
+	maxInFlight                         int64
+	streamIdle                          time.Duration
+	maxStreams                          uint32
+	drainTime, shutdownTimeout          time.Duration
 	requestMode, responseMode           string
 	logFormat, logLevel                 string
 }
@@ -61,7 +66,10 @@ the header x-gateway-destination-endpoint and the dynamic metadata envoy.lb /
 x-gateway-destination-endpoint: ip:port of the pick, then its fallbacks, comma
 separated. The gateway's subset hint (envoy.lb.subset_hint /
 x-gateway-destination-endpoint-subset) restricts the candidates; an empty
-subset or no eligible endpoint gets an ImmediateResponse 503. The cluster
+subset or no eligible endpoint gets an ImmediateResponse 503, a model no
+endpoint serves a 404 (as the proxy and vLLM answer), a body that does not fit
+in --max-body-bytes-in-flight a 429 with Retry-After, all with an OpenAI error
+body. The cluster
 unreachable or slower than the budget never fails or delays a request beyond
 it: the pick is then by load.
 
@@ -84,7 +92,13 @@ Metrics: inference_extension_scheduler_attempts_total,
 inference_extension_scheduler_e2e_duration_seconds, inference_pool_ready_pods
 (as the reference EPP names them); inference_cache_picker_picks_total{reason},
 _fail_open_picks_total, _no_key_picks_total, _unavailable_total{cause},
-_served_elsewhere_total, _lookup_seconds, _streams_in_flight.`,
+_served_elsewhere_total, _lookup_seconds, _streams_in_flight.
+
+A connection carries at most --max-streams-per-connection streams at once, and
+a stream with no message for --stream-idle-timeout is ended. On SIGTERM (or
+SIGINT) readiness turns NOT_SERVING at once while streams are still served,
+for --drain-time; then the servers stop, waiting up to --shutdown-timeout for
+the streams in flight.`,
 		Example: `  # beside make run (its cluster on 7401/7411/7421, sim-1..3 on 7431/7441/7451):
   inference-cache picker --models-dir .dev-cluster/models \
       --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 \
@@ -108,6 +122,11 @@ _served_elsewhere_total, _lookup_seconds, _streams_in_flight.`,
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty = in-cluster config")
 	f.StringVar(&o.replicaLabel, "replica-label", epp.DefaultReplicaLabel, "pod label that overrides the replica id (default: the pod name)")
 	f.IntVar(&o.maxBodyBytes, "max-body-bytes", epp.DefaultMaxBodyBytes, "bound on a request body; a larger one gets a 413")
+	f.Int64Var(&o.maxInFlight, "max-body-bytes-in-flight", admission.DefaultMaxBytesInFlight, "bound on the request body bytes gathered at once; a body that does not fit gets a 429 with Retry-After")
+	f.DurationVar(&o.streamIdle, "stream-idle-timeout", epp.DefaultStreamIdleTimeout, "bound on the wait for a stream's next message; past it the stream is ended")
+	f.Uint32Var(&o.maxStreams, "max-streams-per-connection", epp.DefaultMaxStreamsPerConnection, "bound on the concurrent ext_proc streams of one connection")
+	f.DurationVar(&o.drainTime, "drain-time", defaultDrainTime, "after SIGTERM: time readiness fails while streams are still served, before the servers stop")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "after the drain: bound on the wait for streams in flight to finish")
 	f.StringVar(&o.requestMode, "request-body-mode", "FULL_DUPLEX_STREAMED", "request body mode assumed when the gateway sends no protocol_config: FULL_DUPLEX_STREAMED or BUFFERED")
 	f.StringVar(&o.responseMode, "response-body-mode", "FULL_DUPLEX_STREAMED", "response body mode assumed when the gateway sends no protocol_config: FULL_DUPLEX_STREAMED or BUFFERED")
 	o.registerGateway(cmd, f, "endpoint picker")
@@ -141,6 +160,14 @@ func (o *pickerOptions) check() error {
 		return errors.New("--pool-name: not with --endpoint/--endpoints (one source of endpoints)")
 	case o.maxBodyBytes < 1:
 		return fmt.Errorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
+	case o.maxInFlight < int64(o.maxBodyBytes):
+		return fmt.Errorf("--max-body-bytes-in-flight %d: must be at least --max-body-bytes (%d)", o.maxInFlight, o.maxBodyBytes)
+	case o.streamIdle <= 0:
+		return fmt.Errorf("--stream-idle-timeout %v: must be positive", o.streamIdle)
+	case o.maxStreams < 1:
+		return fmt.Errorf("--max-streams-per-connection %d: must be positive", o.maxStreams)
+	case o.drainTime < 0 || o.shutdownTimeout < 0:
+		return fmt.Errorf("--drain-time %v, --shutdown-timeout %v: must not be negative", o.drainTime, o.shutdownTimeout)
 	}
 	if err := o.checkGateway(); err != nil {
 		return err
@@ -194,7 +221,8 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := epp.New(epp.Options{Gateway: gw, Endpoints: table, Metrics: epp.NewMetrics(reg, poolName, table),
-		MaxBodyBytes: o.maxBodyBytes, RequestBodyMode: reqMode, ResponseBodyMode: rspMode, Logger: log})
+		MaxBodyBytes: o.maxBodyBytes, RequestBodyMode: reqMode, ResponseBodyMode: rspMode, Logger: log,
+		MaxBodyBytesInFlight: o.maxInFlight, StreamIdleTimeout: o.streamIdle, MaxStreamsPerConnection: o.maxStreams})
 	if err != nil {
 		return err
 	}
@@ -245,12 +273,19 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("picker stopping")
+	health.Drain()
+	log.Info("picker draining", "drain_time", o.drainTime)
+	select {
+	case err := <-served:
+		return fmt.Errorf("serving while draining: %w", err)
+	case <-time.After(o.drainTime):
+	}
+	log.Info("picker stopping", "shutdown_timeout", o.shutdownTimeout)
 	stopped := make(chan struct{})
 	go func() { g.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
-	case <-time.After(5 * time.Second):
+	case <-time.After(o.shutdownTimeout):
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/inference-cache/inference-cache/connlimit"
 	"github.com/inference-cache/inference-cache/proxy"
 )
 
@@ -29,7 +30,11 @@ type proxyOptions struct {
 	requestTimeout                 time.Duration
 	connectTimeout, healthInterval time.Duration
 	healthTimeout                  time.Duration
-	maxBodyBytes                   int64
+	maxBodyBytes, maxInFlight      int64
+	bodyTimeout, bodyIdleTimeout   time.Duration
+	firstByteTimeout, streamIdle   time.Duration
+	drainTime, shutdownTimeout     time.Duration
+	maxConnections                 int
 	logFormat, logLevel            string
 }
 
@@ -105,13 +110,36 @@ Client cancellation reaches the backend (its connection is closed). Bad input
 a body over --max-body-bytes 413, all as OpenAI error JSON, and nothing reaches
 a backend. No healthy backend for the model: 503.
 
+Every phase has a bound. A body must arrive within --body-timeout, with no gap
+over --body-idle-timeout (else 408). Bodies held at once (read, being keyed, or
+kept for a retry until the answer starts) are bounded by
+--max-body-bytes-in-flight: past it 429 with Retry-After. A stream whose
+backend sends no response headers within --first-byte-timeout goes once to the
+next-best backend (504 if that one is silent too); an answer with no bytes for
+--stream-idle-timeout is cut. An answer cut after its headers (the backend
+died, a timeout) ends as vLLM ends a failed stream, an error event
+data: {"error": {...}} then data: [DONE], and the response is then aborted, so
+that HTTP libraries report it; a failure before any byte is a 502 or 504 as
+OpenAI error JSON. At start the open-file soft limit is raised to the hard
+limit; client connections are bounded by --max-connections (lowered to what
+the open-file limit allows: two files per proxied request), and at the bound
+the connection that has waited longest for its client (idle, or stalled in
+its body for over 250 ms first, else idle for over 1 s) is closed to make room.
+
+On SIGTERM (or SIGINT) the proxy drains: GET /health answers 503 at once, so
+that a load balancer or Kubernetes' readiness probe stops sending, while every
+request in flight or arriving is still served, for --drain-time; then the
+listener closes and the requests in flight get up to --shutdown-timeout to
+finish.
+
 Metrics (prefix inference_cache_proxy_): requests_total{endpoint,code},
 picks_total{reason}, fail_open_picks_total, no_key_picks_total,
 added_latency_seconds (the proxy's own time before forwarding), lookup_seconds,
 time_to_first_token_seconds, upstream_errors_total{replica,kind},
 retries_total{cause}, prompt_tokens_total, matched_tokens_total (their ratio is
 the routed hit rate), requests_in_flight, backend_up{replica},
-disagg_requests_total{path,cause}.`,
+disagg_requests_total{path,cause}, broken_responses_total{cause},
+shed_requests_total, body_timeouts_total.`,
 		Example: `  # beside make run (its cluster on 7401/7411/7421, sim-1..3 on 7431/7441/7451):
   inference-cache proxy --listen 127.0.0.1:8080 --models-dir .dev-cluster/models \
       --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 \
@@ -132,6 +160,14 @@ disagg_requests_total{path,cause}.`,
 	o.registerGateway(cmd, f, "proxy")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", proxy.DefaultMaxBodyBytes, "bound on a request body; a larger one gets a 413")
 	f.DurationVar(&o.requestTimeout, "request-timeout", 10*time.Minute, "bound on a whole request, streams included (504 without an answer by then); 0 = none")
+	f.Int64Var(&o.maxInFlight, "max-body-bytes-in-flight", proxy.DefaultMaxBodyBytesInFlight, "bound on the request body bytes held at once; a body that does not fit gets a 429 with Retry-After")
+	f.DurationVar(&o.bodyTimeout, "body-timeout", proxy.DefaultBodyTimeout, "bound on reading a request body, first byte to last (408 past it)")
+	f.DurationVar(&o.bodyIdleTimeout, "body-idle-timeout", proxy.DefaultBodyIdleTimeout, "bound on a gap between two reads of a request body (408 past it)")
+	f.DurationVar(&o.firstByteTimeout, "first-byte-timeout", defaultFirstByteTimeout, "bound on a stream's wait for its response headers; past it the request goes once to the next-best backend; 0 = none")
+	f.DurationVar(&o.streamIdle, "stream-idle-timeout", defaultStreamIdleTimeout, "bound on a gap in an answer's bytes; past it the answer is cut with an error event; 0 = none")
+	f.IntVar(&o.maxConnections, "max-connections", defaultMaxConnections, "bound on client connections (lowered to what the open-file limit allows)")
+	f.DurationVar(&o.drainTime, "drain-time", defaultDrainTime, "after SIGTERM: time /health fails while requests are still served, before the listener closes")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "after the drain: bound on the wait for requests in flight to finish")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", proxy.DefaultConnectTimeout, "bound on connecting to a backend; past it the request goes to the next-best")
 	f.DurationVar(&o.healthInterval, "health-interval", proxy.DefaultHealthInterval, "time between two health checks (GET /health) of a backend")
 	f.DurationVar(&o.healthTimeout, "health-timeout", proxy.DefaultHealthTimeout, "bound on one health check")
@@ -153,6 +189,16 @@ func (o *proxyOptions) check() error {
 		return fmt.Errorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
 	case o.requestTimeout < 0:
 		return fmt.Errorf("--request-timeout %v: must not be negative", o.requestTimeout)
+	case o.maxInFlight < o.maxBodyBytes:
+		return fmt.Errorf("--max-body-bytes-in-flight %d: must be at least --max-body-bytes (%d)", o.maxInFlight, o.maxBodyBytes)
+	case o.bodyTimeout <= 0 || o.bodyIdleTimeout <= 0:
+		return fmt.Errorf("--body-timeout %v, --body-idle-timeout %v: must be positive", o.bodyTimeout, o.bodyIdleTimeout)
+	case o.firstByteTimeout < 0 || o.streamIdle < 0:
+		return fmt.Errorf("--first-byte-timeout %v, --stream-idle-timeout %v: must not be negative", o.firstByteTimeout, o.streamIdle)
+	case o.maxConnections < 1:
+		return fmt.Errorf("--max-connections %d: must be positive", o.maxConnections)
+	case o.drainTime < 0 || o.shutdownTimeout < 0:
+		return fmt.Errorf("--drain-time %v, --shutdown-timeout %v: must not be negative", o.drainTime, o.shutdownTimeout)
 	case o.connectTimeout <= 0:
 		return fmt.Errorf("--connect-timeout %v: must be positive", o.connectTimeout)
 	case o.healthInterval <= 0:
@@ -197,6 +243,8 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p, err := proxy.New(proxy.Options{Gateway: gw, Pool: pool, Metrics: proxy.NewMetrics(reg, pool),
 		MetricsHandler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), MaxBodyBytes: o.maxBodyBytes,
+		MaxBodyBytesInFlight: o.maxInFlight, BodyTimeout: o.bodyTimeout, BodyIdleTimeout: o.bodyIdleTimeout,
+		FirstByteTimeout: o.firstByteTimeout, StreamIdleTimeout: o.streamIdle,
 		RequestTimeout: o.requestTimeout, Transport: proxy.NewTransport(o.connectTimeout), Logger: log})
 	if err != nil {
 		return err
@@ -205,24 +253,66 @@ func runProxy(ctx context.Context, o *proxyOptions, errw io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	nofile := raiseNoFile()
+	limiter := connlimit.New(connectionBound(o.maxConnections, nofile))
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ConnState: limiter.ConnState, ConnContext: limiter.ConnContext}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP) // before the start line: a SIGHUP after it never ends the process
 	defer signal.Stop(hup)
 	go reloadBackendsOnHUP(ctx, hup, o, pool, log)
 	log.Info("proxy serving", "http", "http://"+lis.Addr().String(), "backends", len(bs), "cluster", strings.Join(o.addrs, ","),
-		"strategy", gw.Strategy(), "lookup_budget", o.lookupBudget, "models_dir", o.modelsDir, "picker_id", gw.PickerID())
+		"strategy", gw.Strategy(), "lookup_budget", o.lookupBudget, "models_dir", o.modelsDir, "picker_id", gw.PickerID(),
+		"max_connections", limiter.Max(), "open_files", nofile)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
+	go func() { served <- srv.Serve(limiter.Listener(lis)) }()
 	select {
 	case err := <-served:
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	case <-ctx.Done():
 	}
-	log.Info("proxy stopping")
-	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return drainAndStop(srv, p, served, o.drainTime, o.shutdownTimeout, log)
+}
+
+// Defaults of the proxy's bounds that the proxy package leaves to its
+// caller.
+const (
+	// defaultFirstByteTimeout: vLLM sends a stream's headers before its
+	// first token, right after tokenizing the prompt, so a backend silent
+	// this long is hung, not busy.
+	defaultFirstByteTimeout = 30 * time.Second
+	// defaultStreamIdleTimeout: longer than a queued request's wait for
+	// its first token on a saturated engine.
+	defaultStreamIdleTimeout = 5 * time.Minute
+	// defaultMaxConnections bounds client connections before the
+	// open-file limit does.
+	defaultMaxConnections = 16384
+	// defaultDrainTime: Kubernetes' readiness probes run every 10 s by
+	// default, so 15 s covers one failed probe and its propagation.
+	defaultDrainTime = 15 * time.Second
+	// defaultShutdownTimeout leaves streams time to end within
+	// Kubernetes' default grace period of 30 s after a 15 s drain.
+	defaultShutdownTimeout = 10 * time.Second
+)
+
+// drainAndStop drains the proxy for drain (GET /health fails while every
+// request is still served, each answer closing its connection so that
+// clients reconnect through their load balancer), then closes the
+// listener and waits up to shutdown for the requests in flight.
+func drainAndStop(srv *http.Server, p *proxy.Proxy, served <-chan error, drain, shutdown time.Duration, log *slog.Logger) error {
+	p.Drain()
+	log.Info("proxy draining", "drain_time", drain)
+	select {
+	case err := <-served:
+		return fmt.Errorf("serving while draining: %w", err)
+	case <-time.After(drain):
+	}
+	log.Info("proxy stopping", "shutdown_timeout", shutdown)
+	shut, cancel := context.WithTimeout(context.Background(), shutdown)
 	defer cancel()
-	_ = srv.Shutdown(shut)
+	if err := srv.Shutdown(shut); err != nil {
+		log.Warn("requests still in flight at the shutdown timeout", "err", err)
+	}
 	return nil
 }
 

@@ -235,5 +235,12 @@ func (p enginePrompter) PromptTokens(ctx context.Context, _ string, req *openai.
 	if pr.NoKey != nil {
 		return nil, openai.Errorf("messages", "image, audio and video content is not supported by this engine")
 	}
+	if pr.Partial { // the ids stop before a word no real prompt has
+		field := "prompt"
+		if req.Kind == openai.KindChat {
+			field = "messages"
+		}
+		return nil, openai.Errorf(field, "holds a word longer than %d bytes, which this engine does not tokenize", prompt.DefaultMaxWordBytes)
+	}
 	return pr.TokenIDs, nil
 }

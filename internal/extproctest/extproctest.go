@@ -149,6 +149,9 @@ func (x *Exchange) request() error {
 		method = "POST"
 	}
 	h := map[string]string{":method": method, ":path": r.Path, ":scheme": "http", ":authority": "gateway"}
+	if len(r.Body) > 0 {
+		h["content-length"] = strconv.Itoa(len(r.Body)) // Envoy passes the client's
+	}
 	for k, v := range r.Headers {
 		h[k] = v
 	}
