@@ -46,6 +46,8 @@ type Decision struct {
 	candidates []string
 	index      int
 	pick       client.Decision
+	hashes     []uint64  // the key's block hashes (nil without a key)
+	peer       *peerPick // Dynamo's pending request; nil for the other strategies
 }
 
 // choose sets the pick to candidate i and orders the fallbacks.
@@ -127,6 +129,7 @@ func (d *Decision) Start(replica string) *Flight {
 			f.in = g.picker.StartOn(replica, uncached)
 		}
 	}
+	f.peer = d.startPeer(replica)
 	g.mu.Lock()
 	g.inflight[replica]++
 	g.mu.Unlock()
@@ -139,6 +142,7 @@ func (d *Decision) Start(replica string) *Flight {
 type Flight struct {
 	g                *Gateway
 	in               *client.Inflight
+	peer             *peerFlight
 	replica          string
 	firstSeen, ended bool
 }
@@ -156,6 +160,9 @@ func (f *Flight) FirstToken() {
 	if f.in != nil {
 		f.in.FirstToken()
 	}
+	if f.peer != nil {
+		f.peer.firstToken(&f.g.peer.mu)
+	}
 }
 
 // Done records the request's end: its last token, its failure or its
@@ -168,6 +175,9 @@ func (f *Flight) Done() {
 	f.ended = true
 	if f.in != nil {
 		f.in.Done()
+	}
+	if f.peer != nil {
+		f.peer.done(&f.g.peer.mu)
 	}
 	f.g.mu.Lock()
 	if f.g.inflight[f.replica]--; f.g.inflight[f.replica] <= 0 {

@@ -32,12 +32,22 @@
 //     round robin;
 //     - "round-robin" and "least-loaded" (the fewest requests this gateway
 //     has in flight, ties round robin): the baselines of the live
-//     benchmark, which skip steps 1 to 3.
+//     benchmark, which skip steps 1 to 3;
+//     - "dynamo", "llm-d" and "sglang": the peers' routers with their
+//     defaults (package peers holds the formulas, shared with the
+//     benchmark), each over the state one instance of that router keeps:
+//     Dynamo's cost of potential prefill and decode blocks over the
+//     hint's matched blocks and the requests this gateway has active;
+//     llm-d's Endpoint Picker score of the prefix this gateway routed
+//     there, the engine's waiting queue and KV usage (the lookup's
+//     loads); SGLang's cache_aware policy over this gateway's requests
+//     in flight and routed prompts (no lookup).
 //  5. The decision: the replica, the other candidates as ordered
 //     fallbacks (best first, for a retry), the reason (the reason code of
 //     the hint naming the pick: PREFIX_MATCH, AFFINITY_HINT, TENANT_HOT;
-//     LOAD when the pick had no usable hint; ROUND_ROBIN or LEAST_LOADED
-//     for those strategies), the matched tokens and the picker's cost
+//     LOAD when the pick had no usable hint; ROUND_ROBIN, LEAST_LOADED,
+//     DYNAMO, LLM_D or SGLANG for those strategies; their matched tokens
+//     are what that router believed cached), the matched tokens and the picker's cost
 //     terms.
 //
 // The caller then reports the request's life on the replica it really
