@@ -326,7 +326,7 @@ func newRouter(name string, env *routerEnv, gw int) (Router, error) {
 	case StrategyDynamo, StrategyDynamoSync:
 		return newDynamo(n, env.view, seed), nil
 	case StrategyLLMD:
-		return newLLMD(f, env.view, seed), nil
+		return newLLMD(f, seed), nil
 	case StrategySGLang:
 		return newSGLang(n), nil
 	case StrategyLookupRouteV1, StrategyLookupRouteV2:

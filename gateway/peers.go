@@ -113,7 +113,7 @@ func (g *Gateway) decidePeer(d *Decision, model string, resp *pb.LookupRouteResp
 		d.choose(i, ReasonDynamo)
 		d.MatchedTokens = min(pp.overlaps[i]*bs, d.PromptTokens)
 	case StrategyLLMD:
-		cfg := peers.DefaultLLMDConfig()
+		cfg := peers.DefaultLLMDConfig().ForBlockSize(bs)
 		routed := p.routedFor(model, cfg.LRUCapacity)
 		key := hashes[:min(len(hashes), cfg.MaxPrefixBlocks)]
 		loads := map[string]*pb.ReplicaLoad{}
@@ -132,7 +132,7 @@ func (g *Gateway) decidePeer(d *Decision, model string, resp *pb.LookupRouteResp
 		d.choose(i, ReasonLLMD)
 		d.MatchedTokens = min(p.llmd[i].MatchedBlocks*bs, d.PromptTokens)
 	case StrategySGLang:
-		cfg := peers.DefaultSGLangConfig()
+		cfg := peers.DefaultSGLangConfig().ForBlockSize(bs)
 		routed := p.routedFor(model, cfg.TreeBlocks)
 		p.sgl = p.sgl[:0]
 		for k, c := range d.candidates {

@@ -86,3 +86,25 @@ func PickMax(scores []float64, rng *rand.Rand) int {
 	}
 	return best
 }
+
+// llmdBlockTokens is the block size the defaults are counted in
+// (DefaultBlockSizeTokens, vLLM's 16).
+const llmdBlockTokens = 16
+
+// ForBlockSize is c with its block bounds (MaxPrefixBlocks, LRUCapacity,
+// counted in 16-token blocks) restated in blocks of blockSize tokens, so
+// that they bound the same number of tokens (at least 1 block each).
+func (c LLMDConfig) ForBlockSize(blockSize int) LLMDConfig {
+	c.MaxPrefixBlocks = scaleBlocks(c.MaxPrefixBlocks, blockSize)
+	c.LRUCapacity = scaleBlocks(c.LRUCapacity, blockSize)
+	return c
+}
+
+// scaleBlocks restates n blocks of 16 tokens in blocks of blockSize
+// tokens (0 stays 0: no bound).
+func scaleBlocks(n, blockSize int) int {
+	if n <= 0 || blockSize <= 0 {
+		return n
+	}
+	return max(n*llmdBlockTokens/blockSize, 1)
+}

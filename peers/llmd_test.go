@@ -52,3 +52,18 @@ func TestPickMax_TiesAtRandom(t *testing.T) {
 		t.Fatalf("picks %v, want indexes 1, 2 and 4 about equally", seen)
 	}
 }
+
+// The bounds hold the same tokens at another block size: 256 blocks of
+// 16 tokens are 8 blocks of 512; 31250 of 16 are 976 of 512.
+func TestLLMDConfig_ForBlockSize(t *testing.T) {
+	c := DefaultLLMDConfig().ForBlockSize(512)
+	if c.MaxPrefixBlocks != 8 || c.LRUCapacity != 976 {
+		t.Fatalf("at 512 tokens per block: %d, %d; want 8, 976", c.MaxPrefixBlocks, c.LRUCapacity)
+	}
+	if c := DefaultLLMDConfig().ForBlockSize(16); c != DefaultLLMDConfig() {
+		t.Fatalf("at 16: %+v, want the defaults", c)
+	}
+	if s := DefaultSGLangConfig().ForBlockSize(512); s.TreeBlocks != 1<<15 {
+		t.Fatalf("SGLang's tree at 512: %d blocks, want 32768", s.TreeBlocks)
+	}
+}

@@ -76,3 +76,10 @@ func SGLangPick(c SGLangConfig, promptTokens int, ws []SGLangWorker) (int, strin
 	}
 	return smallest, SGLangCacheMiss
 }
+
+// ForBlockSize is c with TreeBlocks (counted in 16-token blocks) restated
+// in blocks of blockSize tokens.
+func (c SGLangConfig) ForBlockSize(blockSize int) SGLangConfig {
+	c.TreeBlocks = scaleBlocks(c.TreeBlocks, blockSize)
+	return c
+}
