@@ -66,8 +66,9 @@
 // the cluster acknowledged them and every node applied them. The index's
 // answer for a chain depends only on its blocks' entries and the serving
 // set (contract §5.4), so skipping the wait otherwise changes no answer. The
-// peers that read KV events (dynamo, llm-d) read a perfect indexer with
-// the same rule. VisibilityTimestamp and VisibilityRequest are the older
+// peer that reads KV events (dynamo) reads a perfect indexer with the
+// same rule; llm-d's default prefix scorer and sglang read none, only
+// what they routed. VisibilityTimestamp and VisibilityRequest are the older
 // models: events published at arrival, visible to later timestamps or to
 // every later request.
 //
