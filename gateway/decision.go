@@ -45,6 +45,7 @@ type Decision struct {
 	g          *Gateway
 	candidates []string
 	index      int
+	key        uint64 // the prompt's rendezvous key (client.RendezvousKey); 0 = none
 	pick       client.Decision
 }
 

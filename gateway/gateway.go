@@ -232,9 +232,9 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	pick := g.picker.Pick(resp, d.candidates, d.PromptTokens)
+	pick := g.picker.PickKeyed(resp, d.candidates, d.PromptTokens, d.key)
 	d.pick, d.Costs = pick, pick.Costs
-	usable := false
+	usable := d.key != 0 // a keyed pick is the rendezvous: the same on every gateway
 	for i := range pick.Costs {
 		if pick.Costs[i].Reason != pb.ReasonCode_NO_HINT {
 			usable = true
@@ -287,6 +287,7 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*
 		return nil, nil
 	}
 	d.Blocks = len(lr.BlockHashes)
+	d.key = client.RendezvousKey(lr.BlockHashes, bs)
 	if d.Blocks == 0 || g.cfg.Lookup == nil {
 		return nil, nil // no full block, or no hint service: nothing to ask
 	}
