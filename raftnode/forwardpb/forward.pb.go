@@ -340,7 +340,11 @@ type ShareLoadRequest struct {
 	// reports[i] (its time in the sender's queue), so that the receiver
 	// dates the report's expiry from its first arrival (contract §5.11).
 	// Absent (an older sender): 0.
-	AgesMs        []uint32 `protobuf:"varint,3,rep,packed,name=ages_ms,json=agesMs,proto3" json:"ages_ms,omitempty"`
+	AgesMs []uint32 `protobuf:"varint,3,rep,packed,name=ages_ms,json=agesMs,proto3" json:"ages_ms,omitempty"`
+	// Provisional picks pushes (contract §5.12) as the pickers sent them,
+	// oldest first, and each one's time in the sender's queue.
+	Picks         []*v1.SharePicksRequest `protobuf:"bytes,4,rep,name=picks,proto3" json:"picks,omitempty"`
+	PicksAgesMs   []uint32                `protobuf:"varint,5,rep,packed,name=picks_ages_ms,json=picksAgesMs,proto3" json:"picks_ages_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -396,13 +400,30 @@ func (x *ShareLoadRequest) GetAgesMs() []uint32 {
 	return nil
 }
 
+func (x *ShareLoadRequest) GetPicks() []*v1.SharePicksRequest {
+	if x != nil {
+		return x.Picks
+	}
+	return nil
+}
+
+func (x *ShareLoadRequest) GetPicksAgesMs() []uint32 {
+	if x != nil {
+		return x.PicksAgesMs
+	}
+	return nil
+}
+
 type ShareLoadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many reports the receiver stored, ignored (it held a newer one of
 	// the picker) and refused (invalid, or its store full).
-	Stored        uint32 `protobuf:"varint,1,opt,name=stored,proto3" json:"stored,omitempty"`
-	Ignored       uint32 `protobuf:"varint,2,opt,name=ignored,proto3" json:"ignored,omitempty"`
-	Refused       uint32 `protobuf:"varint,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	Stored  uint32 `protobuf:"varint,1,opt,name=stored,proto3" json:"stored,omitempty"`
+	Ignored uint32 `protobuf:"varint,2,opt,name=ignored,proto3" json:"ignored,omitempty"`
+	Refused uint32 `protobuf:"varint,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	// How many picks pushes the receiver applied and refused.
+	PicksApplied  uint32 `protobuf:"varint,4,opt,name=picks_applied,json=picksApplied,proto3" json:"picks_applied,omitempty"`
+	PicksRefused  uint32 `protobuf:"varint,5,opt,name=picks_refused,json=picksRefused,proto3" json:"picks_refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -458,6 +479,20 @@ func (x *ShareLoadResponse) GetRefused() uint32 {
 	return 0
 }
 
+func (x *ShareLoadResponse) GetPicksApplied() uint32 {
+	if x != nil {
+		return x.PicksApplied
+	}
+	return 0
+}
+
+func (x *ShareLoadResponse) GetPicksRefused() uint32 {
+	if x != nil {
+		return x.PicksRefused
+	}
+	return 0
+}
+
 var File_raftnode_forwardpb_forward_proto protoreflect.FileDescriptor
 
 const file_raftnode_forwardpb_forward_proto_rawDesc = "" +
@@ -477,15 +512,19 @@ const file_raftnode_forwardpb_forward_proto_rawDesc = "" +
 	"\x0fRestoreResponse\x124\n" +
 	"\x04code\x18\x01 \x01(\x0e2 .inferencecache.raftnode.v1.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"\x8e\x01\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\xee\x01\n" +
 	"\x10ShareLoadRequest\x12\x1b\n" +
 	"\tfrom_node\x18\x01 \x01(\tR\bfromNode\x12D\n" +
 	"\areports\x18\x02 \x03(\v2*.inferencecache.v1.ReportPickerLoadRequestR\areports\x12\x17\n" +
-	"\aages_ms\x18\x03 \x03(\rR\x06agesMs\"_\n" +
+	"\aages_ms\x18\x03 \x03(\rR\x06agesMs\x12:\n" +
+	"\x05picks\x18\x04 \x03(\v2$.inferencecache.v1.SharePicksRequestR\x05picks\x12\"\n" +
+	"\rpicks_ages_ms\x18\x05 \x03(\rR\vpicksAgesMs\"\xa9\x01\n" +
 	"\x11ShareLoadResponse\x12\x16\n" +
 	"\x06stored\x18\x01 \x01(\rR\x06stored\x12\x18\n" +
 	"\aignored\x18\x02 \x01(\rR\aignored\x12\x18\n" +
-	"\arefused\x18\x03 \x01(\rR\arefused*\xa0\x01\n" +
+	"\arefused\x18\x03 \x01(\rR\arefused\x12#\n" +
+	"\rpicks_applied\x18\x04 \x01(\rR\fpicksApplied\x12#\n" +
+	"\rpicks_refused\x18\x05 \x01(\rR\fpicksRefused*\xa0\x01\n" +
 	"\x04Code\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -526,22 +565,24 @@ var file_raftnode_forwardpb_forward_proto_goTypes = []any{
 	(*ShareLoadRequest)(nil),           // 5: inferencecache.raftnode.v1.ShareLoadRequest
 	(*ShareLoadResponse)(nil),          // 6: inferencecache.raftnode.v1.ShareLoadResponse
 	(*v1.ReportPickerLoadRequest)(nil), // 7: inferencecache.v1.ReportPickerLoadRequest
+	(*v1.SharePicksRequest)(nil),       // 8: inferencecache.v1.SharePicksRequest
 }
 var file_raftnode_forwardpb_forward_proto_depIdxs = []int32{
 	0, // 0: inferencecache.raftnode.v1.ApplyResponse.code:type_name -> inferencecache.raftnode.v1.Code
 	0, // 1: inferencecache.raftnode.v1.RestoreResponse.code:type_name -> inferencecache.raftnode.v1.Code
 	7, // 2: inferencecache.raftnode.v1.ShareLoadRequest.reports:type_name -> inferencecache.v1.ReportPickerLoadRequest
-	1, // 3: inferencecache.raftnode.v1.Forward.Apply:input_type -> inferencecache.raftnode.v1.ApplyRequest
-	3, // 4: inferencecache.raftnode.v1.Forward.Restore:input_type -> inferencecache.raftnode.v1.RestoreChunk
-	5, // 5: inferencecache.raftnode.v1.Forward.ShareLoad:input_type -> inferencecache.raftnode.v1.ShareLoadRequest
-	2, // 6: inferencecache.raftnode.v1.Forward.Apply:output_type -> inferencecache.raftnode.v1.ApplyResponse
-	4, // 7: inferencecache.raftnode.v1.Forward.Restore:output_type -> inferencecache.raftnode.v1.RestoreResponse
-	6, // 8: inferencecache.raftnode.v1.Forward.ShareLoad:output_type -> inferencecache.raftnode.v1.ShareLoadResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	8, // 3: inferencecache.raftnode.v1.ShareLoadRequest.picks:type_name -> inferencecache.v1.SharePicksRequest
+	1, // 4: inferencecache.raftnode.v1.Forward.Apply:input_type -> inferencecache.raftnode.v1.ApplyRequest
+	3, // 5: inferencecache.raftnode.v1.Forward.Restore:input_type -> inferencecache.raftnode.v1.RestoreChunk
+	5, // 6: inferencecache.raftnode.v1.Forward.ShareLoad:input_type -> inferencecache.raftnode.v1.ShareLoadRequest
+	2, // 7: inferencecache.raftnode.v1.Forward.Apply:output_type -> inferencecache.raftnode.v1.ApplyResponse
+	4, // 8: inferencecache.raftnode.v1.Forward.Restore:output_type -> inferencecache.raftnode.v1.RestoreResponse
+	6, // 9: inferencecache.raftnode.v1.Forward.ShareLoad:output_type -> inferencecache.raftnode.v1.ShareLoadResponse
+	7, // [7:10] is the sub-list for method output_type
+	4, // [4:7] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_raftnode_forwardpb_forward_proto_init() }

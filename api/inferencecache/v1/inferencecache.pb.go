@@ -619,8 +619,13 @@ type ReplicaHint struct {
 	WaitingRequests uint32       `protobuf:"varint,8,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
 	RunningRequests uint32       `protobuf:"varint,9,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
 	Factors         *HintFactors `protobuf:"bytes,10,opt,name=factors,proto3" json:"factors,omitempty"` // only when LookupRouteRequest.explain
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// provisional: matched_tokens and matched_blocks come from a provisional
+	// residency (SharePicks, contract §5.12): a gateway sent a request with
+	// this prefix to the replica age_ms ago and the engine's events have not
+	// confirmed the blocks yet. False: from the confirmed index.
+	Provisional   bool `protobuf:"varint,11,opt,name=provisional,proto3" json:"provisional,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaHint) Reset() {
@@ -721,6 +726,13 @@ func (x *ReplicaHint) GetFactors() *HintFactors {
 		return x.Factors
 	}
 	return nil
+}
+
+func (x *ReplicaHint) GetProvisional() bool {
+	if x != nil {
+		return x.Provisional
+	}
+	return false
 }
 
 type LookupRouteResponse struct {
@@ -1590,6 +1602,265 @@ func (x *ReportPickerLoadResponse) GetSuperseded() bool {
 	return false
 }
 
+// ProvisionalPick is one request a picker sent to a replica, as a
+// provisional residency (contract §5.12): its prefix blocks, in the
+// partition and fingerprint a lookup uses.
+type ProvisionalPick struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	PickId           uint64                 `protobuf:"varint,1,opt,name=pick_id,json=pickId,proto3" json:"pick_id,omitempty"`            // unique among the picker's picks
+	ReplicaId        string                 `protobuf:"bytes,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`    // required
+	HashScheme       string                 `protobuf:"bytes,3,opt,name=hash_scheme,json=hashScheme,proto3" json:"hash_scheme,omitempty"` // required, as LookupRouteRequest
+	ModelId          string                 `protobuf:"bytes,4,opt,name=model_id,json=modelId,proto3" json:"model_id,omitempty"`
+	TenantId         string                 `protobuf:"bytes,5,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	AdapterId        string                 `protobuf:"bytes,6,opt,name=adapter_id,json=adapterId,proto3" json:"adapter_id,omitempty"`
+	BlockHashes      []uint64               `protobuf:"varint,7,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`                  // the prefix blocks, root first (1 to 8192)
+	BlockTokenCounts []uint32               `protobuf:"varint,8,rep,packed,name=block_token_counts,json=blockTokenCounts,proto3" json:"block_token_counts,omitempty"` // parallel, or empty = 16 each
+	AgeMs            uint32                 `protobuf:"varint,9,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`                                           // since the pick was made (a full state re-sends older picks)
+	MaxAgeMs         uint32                 `protobuf:"varint,10,opt,name=max_age_ms,json=maxAgeMs,proto3" json:"max_age_ms,omitempty"`                               // held this long; 0 = 10,000, else 100 to 600,000
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ProvisionalPick) Reset() {
+	*x = ProvisionalPick{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProvisionalPick) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProvisionalPick) ProtoMessage() {}
+
+func (x *ProvisionalPick) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProvisionalPick.ProtoReflect.Descriptor instead.
+func (*ProvisionalPick) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ProvisionalPick) GetPickId() uint64 {
+	if x != nil {
+		return x.PickId
+	}
+	return 0
+}
+
+func (x *ProvisionalPick) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
+func (x *ProvisionalPick) GetHashScheme() string {
+	if x != nil {
+		return x.HashScheme
+	}
+	return ""
+}
+
+func (x *ProvisionalPick) GetModelId() string {
+	if x != nil {
+		return x.ModelId
+	}
+	return ""
+}
+
+func (x *ProvisionalPick) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ProvisionalPick) GetAdapterId() string {
+	if x != nil {
+		return x.AdapterId
+	}
+	return ""
+}
+
+func (x *ProvisionalPick) GetBlockHashes() []uint64 {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
+func (x *ProvisionalPick) GetBlockTokenCounts() []uint32 {
+	if x != nil {
+		return x.BlockTokenCounts
+	}
+	return nil
+}
+
+func (x *ProvisionalPick) GetAgeMs() uint32 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
+func (x *ProvisionalPick) GetMaxAgeMs() uint32 {
+	if x != nil {
+		return x.MaxAgeMs
+	}
+	return 0
+}
+
+// SharePicksRequest is one push of a picker: a delta (picks added, picks
+// removed) or, with full_state, every live pick of the picker.
+type SharePicksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PickerId      string                 `protobuf:"bytes,1,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`     // required, at most 128 bytes; the id of its load reports
+	Sequence      uint64                 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`                    // increases per push of the picker
+	FullState     bool                   `protobuf:"varint,3,opt,name=full_state,json=fullState,proto3" json:"full_state,omitempty"` // picks are all the picker's live picks: older ones not listed are dropped
+	Picks         []*ProvisionalPick     `protobuf:"bytes,4,rep,name=picks,proto3" json:"picks,omitempty"`                           // added
+	Removed       []uint64               `protobuf:"varint,5,rep,packed,name=removed,proto3" json:"removed,omitempty"`               // pick ids removed (the request failed or was cancelled)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SharePicksRequest) Reset() {
+	*x = SharePicksRequest{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SharePicksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SharePicksRequest) ProtoMessage() {}
+
+func (x *SharePicksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SharePicksRequest.ProtoReflect.Descriptor instead.
+func (*SharePicksRequest) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SharePicksRequest) GetPickerId() string {
+	if x != nil {
+		return x.PickerId
+	}
+	return ""
+}
+
+func (x *SharePicksRequest) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *SharePicksRequest) GetFullState() bool {
+	if x != nil {
+		return x.FullState
+	}
+	return false
+}
+
+func (x *SharePicksRequest) GetPicks() []*ProvisionalPick {
+	if x != nil {
+		return x.Picks
+	}
+	return nil
+}
+
+func (x *SharePicksRequest) GetRemoved() []uint64 {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+type SharePicksResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Added   uint32                 `protobuf:"varint,1,opt,name=added,proto3" json:"added,omitempty"`     // picks recorded
+	Removed uint32                 `protobuf:"varint,2,opt,name=removed,proto3" json:"removed,omitempty"` // picks dropped
+	// superseded: a full state not newer than the last one the node holds of
+	// the picker; nothing changed and nothing is passed on.
+	Superseded    bool `protobuf:"varint,3,opt,name=superseded,proto3" json:"superseded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SharePicksResponse) Reset() {
+	*x = SharePicksResponse{}
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SharePicksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SharePicksResponse) ProtoMessage() {}
+
+func (x *SharePicksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SharePicksResponse.ProtoReflect.Descriptor instead.
+func (*SharePicksResponse) Descriptor() ([]byte, []int) {
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SharePicksResponse) GetAdded() uint32 {
+	if x != nil {
+		return x.Added
+	}
+	return 0
+}
+
+func (x *SharePicksResponse) GetRemoved() uint32 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
+func (x *SharePicksResponse) GetSuperseded() bool {
+	if x != nil {
+		return x.Superseded
+	}
+	return false
+}
+
 type Strategy struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	EnableTenantHot bool                   `protobuf:"varint,1,opt,name=enable_tenant_hot,json=enableTenantHot,proto3" json:"enable_tenant_hot,omitempty"`
@@ -1599,7 +1870,7 @@ type Strategy struct {
 
 func (x *Strategy) Reset() {
 	*x = Strategy{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1882,7 @@ func (x *Strategy) String() string {
 func (*Strategy) ProtoMessage() {}
 
 func (x *Strategy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[16]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1895,7 @@ func (x *Strategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Strategy.ProtoReflect.Descriptor instead.
 func (*Strategy) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{16}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Strategy) GetEnableTenantHot() bool {
@@ -1666,7 +1937,7 @@ type CachePolicy struct {
 
 func (x *CachePolicy) Reset() {
 	*x = CachePolicy{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1949,7 @@ func (x *CachePolicy) String() string {
 func (*CachePolicy) ProtoMessage() {}
 
 func (x *CachePolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[17]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1962,7 @@ func (x *CachePolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CachePolicy.ProtoReflect.Descriptor instead.
 func (*CachePolicy) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{17}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CachePolicy) GetChainMatching() bool {
@@ -1842,7 +2113,7 @@ type GetCachePolicyRequest struct {
 
 func (x *GetCachePolicyRequest) Reset() {
 	*x = GetCachePolicyRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2125,7 @@ func (x *GetCachePolicyRequest) String() string {
 func (*GetCachePolicyRequest) ProtoMessage() {}
 
 func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[18]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2138,7 @@ func (x *GetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{18}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
 }
 
 type SetCachePolicyRequest struct {
@@ -1879,7 +2150,7 @@ type SetCachePolicyRequest struct {
 
 func (x *SetCachePolicyRequest) Reset() {
 	*x = SetCachePolicyRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2162,7 @@ func (x *SetCachePolicyRequest) String() string {
 func (*SetCachePolicyRequest) ProtoMessage() {}
 
 func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[19]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2175,7 @@ func (x *SetCachePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCachePolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetCachePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{19}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetCachePolicyRequest) GetPolicy() *CachePolicy {
@@ -1922,7 +2193,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2205,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[20]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2218,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{20}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
 }
 
 type Member struct {
@@ -1968,7 +2239,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2251,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[21]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2264,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{21}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Member) GetId() string {
@@ -2072,7 +2343,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2355,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[22]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2368,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{22}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2228,7 +2499,7 @@ type PickerLoadStatus struct {
 
 func (x *PickerLoadStatus) Reset() {
 	*x = PickerLoadStatus{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2511,7 @@ func (x *PickerLoadStatus) String() string {
 func (*PickerLoadStatus) ProtoMessage() {}
 
 func (x *PickerLoadStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[23]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2524,7 @@ func (x *PickerLoadStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PickerLoadStatus.ProtoReflect.Descriptor instead.
 func (*PickerLoadStatus) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{23}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PickerLoadStatus) GetPickerId() string {
@@ -2316,7 +2587,7 @@ type AddServerRequest struct {
 
 func (x *AddServerRequest) Reset() {
 	*x = AddServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2599,7 @@ func (x *AddServerRequest) String() string {
 func (*AddServerRequest) ProtoMessage() {}
 
 func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[24]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2612,7 @@ func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerRequest.ProtoReflect.Descriptor instead.
 func (*AddServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{24}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AddServerRequest) GetId() string {
@@ -2374,7 +2645,7 @@ type AddServerResponse struct {
 
 func (x *AddServerResponse) Reset() {
 	*x = AddServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2657,7 @@ func (x *AddServerResponse) String() string {
 func (*AddServerResponse) ProtoMessage() {}
 
 func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[25]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2670,7 @@ func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerResponse.ProtoReflect.Descriptor instead.
 func (*AddServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{25}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AddServerResponse) GetIndex() uint64 {
@@ -2418,7 +2689,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2701,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[26]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2714,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{26}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -2462,7 +2733,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2745,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[27]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2758,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{27}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RemoveServerResponse) GetIndex() uint64 {
@@ -2508,7 +2779,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2791,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[28]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2804,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{28}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -2559,7 +2830,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2842,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[29]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2855,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{29}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -2602,7 +2873,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2885,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[30]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2898,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{30}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{33}
 }
 
 type SnapshotResponse struct {
@@ -2640,7 +2911,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2923,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[31]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2936,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{31}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SnapshotResponse) GetIndex() uint64 {
@@ -2690,7 +2961,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2973,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[32]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2986,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{32}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{35}
 }
 
 type BackupChunk struct {
@@ -2727,7 +2998,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +3010,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[33]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +3023,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{33}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2771,7 +3042,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +3054,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[34]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +3067,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{34}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -2816,7 +3087,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3099,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[35]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3112,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{35}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RestoreResponse) GetAppliedIndex() uint64 {
@@ -2866,7 +3137,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3149,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[36]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3162,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{36}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{39}
 }
 
 type DigestResponse struct {
@@ -2904,7 +3175,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[37]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3187,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[37]
+	mi := &file_api_inferencecache_v1_inferencecache_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3200,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{37}
+	return file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DigestResponse) GetAppliedIndex() uint64 {
@@ -3000,7 +3271,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\raffinity_pick\x18\t \x01(\bR\faffinityPick\x12\x1f\n" +
 	"\vstats_fresh\x18\n" +
 	" \x01(\bR\n" +
-	"statsFresh\"\xf1\x02\n" +
+	"statsFresh\"\x93\x03\n" +
 	"\vReplicaHint\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x14\n" +
@@ -3013,7 +3284,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x10waiting_requests\x18\b \x01(\rR\x0fwaitingRequests\x12)\n" +
 	"\x10running_requests\x18\t \x01(\rR\x0frunningRequests\x128\n" +
 	"\afactors\x18\n" +
-	" \x01(\v2\x1e.inferencecache.v1.HintFactorsR\afactors\"\xec\x02\n" +
+	" \x01(\v2\x1e.inferencecache.v1.HintFactorsR\afactors\x12 \n" +
+	"\vprovisional\x18\v \x01(\bR\vprovisional\"\xec\x02\n" +
 	"\x13LookupRouteResponse\x12:\n" +
 	"\breplicas\x18\x01 \x03(\v2\x1e.inferencecache.v1.ReplicaHintR\breplicas\x12>\n" +
 	"\vreason_code\x18\x02 \x01(\x0e2\x1d.inferencecache.v1.ReasonCodeR\n" +
@@ -3103,6 +3375,35 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x1e\n" +
 	"\n" +
 	"superseded\x18\x02 \x01(\bR\n" +
+	"superseded\"\xc7\x02\n" +
+	"\x0fProvisionalPick\x12\x17\n" +
+	"\apick_id\x18\x01 \x01(\x04R\x06pickId\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x02 \x01(\tR\treplicaId\x12\x1f\n" +
+	"\vhash_scheme\x18\x03 \x01(\tR\n" +
+	"hashScheme\x12\x19\n" +
+	"\bmodel_id\x18\x04 \x01(\tR\amodelId\x12\x1b\n" +
+	"\ttenant_id\x18\x05 \x01(\tR\btenantId\x12\x1d\n" +
+	"\n" +
+	"adapter_id\x18\x06 \x01(\tR\tadapterId\x12!\n" +
+	"\fblock_hashes\x18\a \x03(\x04R\vblockHashes\x12,\n" +
+	"\x12block_token_counts\x18\b \x03(\rR\x10blockTokenCounts\x12\x15\n" +
+	"\x06age_ms\x18\t \x01(\rR\x05ageMs\x12\x1c\n" +
+	"\n" +
+	"max_age_ms\x18\n" +
+	" \x01(\rR\bmaxAgeMs\"\xbf\x01\n" +
+	"\x11SharePicksRequest\x12\x1b\n" +
+	"\tpicker_id\x18\x01 \x01(\tR\bpickerId\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1d\n" +
+	"\n" +
+	"full_state\x18\x03 \x01(\bR\tfullState\x128\n" +
+	"\x05picks\x18\x04 \x03(\v2\".inferencecache.v1.ProvisionalPickR\x05picks\x12\x18\n" +
+	"\aremoved\x18\x05 \x03(\x04R\aremoved\"d\n" +
+	"\x12SharePicksResponse\x12\x14\n" +
+	"\x05added\x18\x01 \x01(\rR\x05added\x12\x18\n" +
+	"\aremoved\x18\x02 \x01(\rR\aremoved\x12\x1e\n" +
+	"\n" +
+	"superseded\x18\x03 \x01(\bR\n" +
 	"superseded\"6\n" +
 	"\bStrategy\x12*\n" +
 	"\x11enable_tenant_hot\x18\x01 \x01(\bR\x0fenableTenantHot\"\xe3\a\n" +
@@ -3214,7 +3515,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x0eUNKNOWN_SCHEME\x10\x04\x12\x11\n" +
 	"\rUNKNOWN_MODEL\x10\x05\x12\x12\n" +
 	"\x0eUNKNOWN_TENANT\x10\x06\x12\x13\n" +
-	"\x0fUNKNOWN_ADAPTER\x10\a2\xae\x05\n" +
+	"\x0fUNKNOWN_ADAPTER\x10\a2\x89\x06\n" +
 	"\x0eInferenceCache\x12\\\n" +
 	"\vLookupRoute\x12%.inferencecache.v1.LookupRouteRequest\x1a&.inferencecache.v1.LookupRouteResponse\x12M\n" +
 	"\x06Ingest\x12 .inferencecache.v1.IngestRequest\x1a!.inferencecache.v1.IngestResponse\x12W\n" +
@@ -3222,7 +3523,9 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x12ReportReplicaStats\x12,.inferencecache.v1.ReportReplicaStatsRequest\x1a-.inferencecache.v1.ReportReplicaStatsResponse\x12Z\n" +
 	"\x0eGetCachePolicy\x12(.inferencecache.v1.GetCachePolicyRequest\x1a\x1e.inferencecache.v1.CachePolicy\x12Z\n" +
 	"\x0eSetCachePolicy\x12(.inferencecache.v1.SetCachePolicyRequest\x1a\x1e.inferencecache.v1.CachePolicy\x12k\n" +
-	"\x10ReportPickerLoad\x12*.inferencecache.v1.ReportPickerLoadRequest\x1a+.inferencecache.v1.ReportPickerLoadResponse2\xc8\x05\n" +
+	"\x10ReportPickerLoad\x12*.inferencecache.v1.ReportPickerLoadRequest\x1a+.inferencecache.v1.ReportPickerLoadResponse\x12Y\n" +
+	"\n" +
+	"SharePicks\x12$.inferencecache.v1.SharePicksRequest\x1a%.inferencecache.v1.SharePicksResponse2\xc8\x05\n" +
 	"\aCluster\x12M\n" +
 	"\x06Status\x12 .inferencecache.v1.StatusRequest\x1a!.inferencecache.v1.StatusResponse\x12V\n" +
 	"\tAddServer\x12#.inferencecache.v1.AddServerRequest\x1a$.inferencecache.v1.AddServerResponse\x12_\n" +
@@ -3246,7 +3549,7 @@ func file_api_inferencecache_v1_inferencecache_proto_rawDescGZIP() []byte {
 }
 
 var file_api_inferencecache_v1_inferencecache_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_api_inferencecache_v1_inferencecache_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(ReasonCode)(0),                    // 0: inferencecache.v1.ReasonCode
 	(BlockEvent_Kind)(0),               // 1: inferencecache.v1.BlockEvent.Kind
@@ -3266,31 +3569,34 @@ var file_api_inferencecache_v1_inferencecache_proto_goTypes = []any{
 	(*PickerReplicaLoad)(nil),          // 15: inferencecache.v1.PickerReplicaLoad
 	(*ReportPickerLoadRequest)(nil),    // 16: inferencecache.v1.ReportPickerLoadRequest
 	(*ReportPickerLoadResponse)(nil),   // 17: inferencecache.v1.ReportPickerLoadResponse
-	(*Strategy)(nil),                   // 18: inferencecache.v1.Strategy
-	(*CachePolicy)(nil),                // 19: inferencecache.v1.CachePolicy
-	(*GetCachePolicyRequest)(nil),      // 20: inferencecache.v1.GetCachePolicyRequest
-	(*SetCachePolicyRequest)(nil),      // 21: inferencecache.v1.SetCachePolicyRequest
-	(*StatusRequest)(nil),              // 22: inferencecache.v1.StatusRequest
-	(*Member)(nil),                     // 23: inferencecache.v1.Member
-	(*StatusResponse)(nil),             // 24: inferencecache.v1.StatusResponse
-	(*PickerLoadStatus)(nil),           // 25: inferencecache.v1.PickerLoadStatus
-	(*AddServerRequest)(nil),           // 26: inferencecache.v1.AddServerRequest
-	(*AddServerResponse)(nil),          // 27: inferencecache.v1.AddServerResponse
-	(*RemoveServerRequest)(nil),        // 28: inferencecache.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),       // 29: inferencecache.v1.RemoveServerResponse
-	(*TransferLeadershipRequest)(nil),  // 30: inferencecache.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 31: inferencecache.v1.TransferLeadershipResponse
-	(*SnapshotRequest)(nil),            // 32: inferencecache.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 33: inferencecache.v1.SnapshotResponse
-	(*BackupRequest)(nil),              // 34: inferencecache.v1.BackupRequest
-	(*BackupChunk)(nil),                // 35: inferencecache.v1.BackupChunk
-	(*RestoreChunk)(nil),               // 36: inferencecache.v1.RestoreChunk
-	(*RestoreResponse)(nil),            // 37: inferencecache.v1.RestoreResponse
-	(*DigestRequest)(nil),              // 38: inferencecache.v1.DigestRequest
-	(*DigestResponse)(nil),             // 39: inferencecache.v1.DigestResponse
-	nil,                                // 40: inferencecache.v1.ReplicaStats.TenantHitRateEntry
-	nil,                                // 41: inferencecache.v1.CachePolicy.BlockSizeEntry
-	nil,                                // 42: inferencecache.v1.StatusResponse.LookupRouteCallsEntry
+	(*ProvisionalPick)(nil),            // 18: inferencecache.v1.ProvisionalPick
+	(*SharePicksRequest)(nil),          // 19: inferencecache.v1.SharePicksRequest
+	(*SharePicksResponse)(nil),         // 20: inferencecache.v1.SharePicksResponse
+	(*Strategy)(nil),                   // 21: inferencecache.v1.Strategy
+	(*CachePolicy)(nil),                // 22: inferencecache.v1.CachePolicy
+	(*GetCachePolicyRequest)(nil),      // 23: inferencecache.v1.GetCachePolicyRequest
+	(*SetCachePolicyRequest)(nil),      // 24: inferencecache.v1.SetCachePolicyRequest
+	(*StatusRequest)(nil),              // 25: inferencecache.v1.StatusRequest
+	(*Member)(nil),                     // 26: inferencecache.v1.Member
+	(*StatusResponse)(nil),             // 27: inferencecache.v1.StatusResponse
+	(*PickerLoadStatus)(nil),           // 28: inferencecache.v1.PickerLoadStatus
+	(*AddServerRequest)(nil),           // 29: inferencecache.v1.AddServerRequest
+	(*AddServerResponse)(nil),          // 30: inferencecache.v1.AddServerResponse
+	(*RemoveServerRequest)(nil),        // 31: inferencecache.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),       // 32: inferencecache.v1.RemoveServerResponse
+	(*TransferLeadershipRequest)(nil),  // 33: inferencecache.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 34: inferencecache.v1.TransferLeadershipResponse
+	(*SnapshotRequest)(nil),            // 35: inferencecache.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 36: inferencecache.v1.SnapshotResponse
+	(*BackupRequest)(nil),              // 37: inferencecache.v1.BackupRequest
+	(*BackupChunk)(nil),                // 38: inferencecache.v1.BackupChunk
+	(*RestoreChunk)(nil),               // 39: inferencecache.v1.RestoreChunk
+	(*RestoreResponse)(nil),            // 40: inferencecache.v1.RestoreResponse
+	(*DigestRequest)(nil),              // 41: inferencecache.v1.DigestRequest
+	(*DigestResponse)(nil),             // 42: inferencecache.v1.DigestResponse
+	nil,                                // 43: inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	nil,                                // 44: inferencecache.v1.CachePolicy.BlockSizeEntry
+	nil,                                // 45: inferencecache.v1.StatusResponse.LookupRouteCallsEntry
 }
 var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	2,  // 0: inferencecache.v1.LookupRouteRequest.slo:type_name -> inferencecache.v1.Slo
@@ -3301,51 +3607,54 @@ var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	1,  // 5: inferencecache.v1.BlockEvent.kind:type_name -> inferencecache.v1.BlockEvent.Kind
 	8,  // 6: inferencecache.v1.IngestRequest.events:type_name -> inferencecache.v1.BlockEvent
 	10, // 7: inferencecache.v1.IngestResponse.rejected:type_name -> inferencecache.v1.Rejection
-	40, // 8: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
+	43, // 8: inferencecache.v1.ReplicaStats.tenant_hit_rate:type_name -> inferencecache.v1.ReplicaStats.TenantHitRateEntry
 	12, // 9: inferencecache.v1.ReportReplicaStatsRequest.stats:type_name -> inferencecache.v1.ReplicaStats
 	10, // 10: inferencecache.v1.ReportReplicaStatsResponse.rejected:type_name -> inferencecache.v1.Rejection
 	15, // 11: inferencecache.v1.ReportPickerLoadRequest.loads:type_name -> inferencecache.v1.PickerReplicaLoad
-	18, // 12: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
-	41, // 13: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
-	19, // 14: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
-	23, // 15: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
-	42, // 16: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
-	25, // 17: inferencecache.v1.StatusResponse.pickers:type_name -> inferencecache.v1.PickerLoadStatus
-	3,  // 18: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
-	9,  // 19: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
-	9,  // 20: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
-	13, // 21: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
-	20, // 22: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
-	21, // 23: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
-	16, // 24: inferencecache.v1.InferenceCache.ReportPickerLoad:input_type -> inferencecache.v1.ReportPickerLoadRequest
-	22, // 25: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
-	26, // 26: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
-	28, // 27: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
-	30, // 28: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
-	32, // 29: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
-	38, // 30: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
-	34, // 31: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
-	36, // 32: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
-	7,  // 33: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
-	11, // 34: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
-	11, // 35: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
-	14, // 36: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
-	19, // 37: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	19, // 38: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	17, // 39: inferencecache.v1.InferenceCache.ReportPickerLoad:output_type -> inferencecache.v1.ReportPickerLoadResponse
-	24, // 40: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
-	27, // 41: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
-	29, // 42: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
-	31, // 43: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
-	33, // 44: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
-	39, // 45: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
-	35, // 46: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
-	37, // 47: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
-	33, // [33:48] is the sub-list for method output_type
-	18, // [18:33] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	18, // 12: inferencecache.v1.SharePicksRequest.picks:type_name -> inferencecache.v1.ProvisionalPick
+	21, // 13: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
+	44, // 14: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
+	22, // 15: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
+	26, // 16: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
+	45, // 17: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
+	28, // 18: inferencecache.v1.StatusResponse.pickers:type_name -> inferencecache.v1.PickerLoadStatus
+	3,  // 19: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
+	9,  // 20: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
+	9,  // 21: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
+	13, // 22: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
+	23, // 23: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
+	24, // 24: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
+	16, // 25: inferencecache.v1.InferenceCache.ReportPickerLoad:input_type -> inferencecache.v1.ReportPickerLoadRequest
+	19, // 26: inferencecache.v1.InferenceCache.SharePicks:input_type -> inferencecache.v1.SharePicksRequest
+	25, // 27: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
+	29, // 28: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
+	31, // 29: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
+	33, // 30: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
+	35, // 31: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
+	41, // 32: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
+	37, // 33: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
+	39, // 34: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
+	7,  // 35: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
+	11, // 36: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
+	11, // 37: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
+	14, // 38: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
+	22, // 39: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	22, // 40: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	17, // 41: inferencecache.v1.InferenceCache.ReportPickerLoad:output_type -> inferencecache.v1.ReportPickerLoadResponse
+	20, // 42: inferencecache.v1.InferenceCache.SharePicks:output_type -> inferencecache.v1.SharePicksResponse
+	27, // 43: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
+	30, // 44: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
+	32, // 45: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
+	34, // 46: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
+	36, // 47: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
+	42, // 48: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
+	38, // 49: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
+	40, // 50: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
+	35, // [35:51] is the sub-list for method output_type
+	19, // [19:35] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_api_inferencecache_v1_inferencecache_proto_init() }
@@ -3359,7 +3668,7 @@ func file_api_inferencecache_v1_inferencecache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_inferencecache_v1_inferencecache_proto_rawDesc), len(file_api_inferencecache_v1_inferencecache_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -32,6 +32,7 @@ const (
 	InferenceCache_GetCachePolicy_FullMethodName     = "/inferencecache.v1.InferenceCache/GetCachePolicy"
 	InferenceCache_SetCachePolicy_FullMethodName     = "/inferencecache.v1.InferenceCache/SetCachePolicy"
 	InferenceCache_ReportPickerLoad_FullMethodName   = "/inferencecache.v1.InferenceCache/ReportPickerLoad"
+	InferenceCache_SharePicks_FullMethodName         = "/inferencecache.v1.InferenceCache/SharePicks"
 )
 
 // InferenceCacheClient is the client API for InferenceCache service.
@@ -78,6 +79,14 @@ type InferenceCacheClient interface {
 	// token (contract §9.8): the pickers that look up are the ones that
 	// report.
 	ReportPickerLoad(ctx context.Context, in *ReportPickerLoadRequest, opts ...grpc.CallOption) (*ReportPickerLoadResponse, error)
+	// SharePicks records the picks one picker (a gateway replica) just made
+	// as provisional residencies (contract §5.12): the request's blocks on the
+	// replica it was sent to, before the engine's events reach the index. Like
+	// ReportPickerLoad it is soft state, never through the Raft log, passed on
+	// to every other node at once; lookups answer from the confirmed index
+	// plus these (ReplicaHint.provisional). A picker pushes each pick as it
+	// is made and a full state now and then for repair.
+	SharePicks(ctx context.Context, in *SharePicksRequest, opts ...grpc.CallOption) (*SharePicksResponse, error)
 }
 
 type inferenceCacheClient struct {
@@ -161,6 +170,16 @@ func (c *inferenceCacheClient) ReportPickerLoad(ctx context.Context, in *ReportP
 	return out, nil
 }
 
+func (c *inferenceCacheClient) SharePicks(ctx context.Context, in *SharePicksRequest, opts ...grpc.CallOption) (*SharePicksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SharePicksResponse)
+	err := c.cc.Invoke(ctx, InferenceCache_SharePicks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceCacheServer is the server API for InferenceCache service.
 // All implementations must embed UnimplementedInferenceCacheServer
 // for forward compatibility.
@@ -205,6 +224,14 @@ type InferenceCacheServer interface {
 	// token (contract §9.8): the pickers that look up are the ones that
 	// report.
 	ReportPickerLoad(context.Context, *ReportPickerLoadRequest) (*ReportPickerLoadResponse, error)
+	// SharePicks records the picks one picker (a gateway replica) just made
+	// as provisional residencies (contract §5.12): the request's blocks on the
+	// replica it was sent to, before the engine's events reach the index. Like
+	// ReportPickerLoad it is soft state, never through the Raft log, passed on
+	// to every other node at once; lookups answer from the confirmed index
+	// plus these (ReplicaHint.provisional). A picker pushes each pick as it
+	// is made and a full state now and then for repair.
+	SharePicks(context.Context, *SharePicksRequest) (*SharePicksResponse, error)
 	mustEmbedUnimplementedInferenceCacheServer()
 }
 
@@ -235,6 +262,9 @@ func (UnimplementedInferenceCacheServer) SetCachePolicy(context.Context, *SetCac
 }
 func (UnimplementedInferenceCacheServer) ReportPickerLoad(context.Context, *ReportPickerLoadRequest) (*ReportPickerLoadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportPickerLoad not implemented")
+}
+func (UnimplementedInferenceCacheServer) SharePicks(context.Context, *SharePicksRequest) (*SharePicksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SharePicks not implemented")
 }
 func (UnimplementedInferenceCacheServer) mustEmbedUnimplementedInferenceCacheServer() {}
 func (UnimplementedInferenceCacheServer) testEmbeddedByValue()                        {}
@@ -372,6 +402,24 @@ func _InferenceCache_ReportPickerLoad_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceCache_SharePicks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SharePicksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceCacheServer).SharePicks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceCache_SharePicks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceCacheServer).SharePicks(ctx, req.(*SharePicksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceCache_ServiceDesc is the grpc.ServiceDesc for InferenceCache service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -402,6 +450,10 @@ var InferenceCache_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportPickerLoad",
 			Handler:    _InferenceCache_ReportPickerLoad_Handler,
+		},
+		{
+			MethodName: "SharePicks",
+			Handler:    _InferenceCache_SharePicks_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -51,6 +51,11 @@ class InferenceCacheStub(object):
                 request_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadRequest.SerializeToString,
                 response_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadResponse.FromString,
                 )
+        self.SharePicks = channel.unary_unary(
+                '/inferencecache.v1.InferenceCache/SharePicks',
+                request_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksRequest.SerializeToString,
+                response_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksResponse.FromString,
+                )
 
 
 class InferenceCacheServicer(object):
@@ -130,6 +135,19 @@ class InferenceCacheServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SharePicks(self, request, context):
+        """SharePicks records the picks one picker (a gateway replica) just made
+        as provisional residencies (contract §5.12): the request's blocks on the
+        replica it was sent to, before the engine's events reach the index. Like
+        ReportPickerLoad it is soft state, never through the Raft log, passed on
+        to every other node at once; lookups answer from the confirmed index
+        plus these (ReplicaHint.provisional). A picker pushes each pick as it
+        is made and a full state now and then for repair.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceCacheServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -167,6 +185,11 @@ def add_InferenceCacheServicer_to_server(servicer, server):
                     servicer.ReportPickerLoad,
                     request_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadRequest.FromString,
                     response_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadResponse.SerializeToString,
+            ),
+            'SharePicks': grpc.unary_unary_rpc_method_handler(
+                    servicer.SharePicks,
+                    request_deserializer=inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksRequest.FromString,
+                    response_serializer=inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -296,6 +319,23 @@ class InferenceCache(object):
         return grpc.experimental.unary_unary(request, target, '/inferencecache.v1.InferenceCache/ReportPickerLoad',
             inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadRequest.SerializeToString,
             inference__cache_dot_v1_dot_inferencecache__pb2.ReportPickerLoadResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SharePicks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/inferencecache.v1.InferenceCache/SharePicks',
+            inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksRequest.SerializeToString,
+            inference__cache_dot_v1_dot_inferencecache__pb2.SharePicksResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -1,0 +1,454 @@
+package provisional
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a Store.
+type Config struct {
+	// MaxBlocks bounds the (pick, block) entries held, over all pickers;
+	// 0 = DefaultMaxBlocks.
+	MaxBlocks int
+	// Now is the clock that stamps a pick's arrival and decides its
+	// expiry; only differences of its readings are used (a virtual clock
+	// drives the store in a simulation). nil = time.Now.
+	Now func() time.Time
+}
+
+// Result is what Apply did with a valid push.
+type Result struct {
+	// Added counts the picks the push added, Removed the picks it dropped
+	// (removals, and for a full state the picks it no longer lists).
+	Added, Removed int
+	// Superseded: a full state not newer than the last one held of the
+	// picker; nothing changed.
+	Superseded bool
+}
+
+// Stats are a Store's counters since it was made, and what it holds now.
+type Stats struct {
+	// Added, Removed, Confirmed and Expired count picks by how they came
+	// and went; Ignored counts picks not added (held already, removed
+	// already, older than the picker's last full state, or expired on the
+	// way); Refused counts pushes refused (invalid, or ErrFull).
+	Added, Removed, Confirmed, Expired, Ignored, Refused uint64
+	// Blocks is the (pick, block) entries held now, Picks the picks,
+	// Pickers the pickers with picks.
+	Blocks, Picks, Pickers int
+}
+
+// held is one pick as the store holds it.
+type held struct {
+	picker  string
+	id      uint64
+	part    Partition
+	replica string
+	hashes  []uint64
+	cum     []uint32 // tokens through block i
+	live    int      // blocks still indexed (not confirmed)
+	seq     uint64   // the push that added it
+	made    int64    // store clock ns
+	expires int64
+}
+
+// holder is one pick's claim on one block: its position in the pick's
+// chain.
+type holder struct {
+	p   *held
+	pos int32
+}
+
+type pickerState struct {
+	lastFull uint64
+	picks    map[uint64]*held
+	tombs    map[uint64]tomb // removals seen, by pick id
+	seen     int64
+}
+
+type tomb struct {
+	seq     uint64
+	expires int64
+}
+
+// Store holds the provisional residencies of every picker. Safe for
+// concurrent use: reads take a read lock.
+type Store struct {
+	limit int
+	clock func() time.Time
+	base  time.Time
+
+	mu      sync.RWMutex
+	parts   map[Partition]map[uint64][]holder
+	pickers map[string]*pickerState
+	blocks  int
+	picks   int
+	tombs   int
+
+	added, removed, confirmed, expired, ignored, refused atomic.Uint64
+}
+
+// New returns an empty Store.
+func New(cfg Config) *Store {
+	if cfg.MaxBlocks <= 0 {
+		cfg.MaxBlocks = DefaultMaxBlocks
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Store{limit: cfg.MaxBlocks, clock: cfg.Now, base: cfg.Now(),
+		parts: map[Partition]map[uint64][]holder{}, pickers: map[string]*pickerState{}}
+}
+
+// MaxBlocks is the bound on (pick, block) entries.
+func (s *Store) MaxBlocks() int { return s.limit }
+
+// now is the store clock in ns since the store was made.
+func (s *Store) now() int64 { return int64(s.clock().Sub(s.base)) }
+
+// Apply validates push and applies it (contract §5.12; the rules of
+// order, duplication and loss are the package's). Errors: a *FieldError
+// wrapping ErrInvalid; an error wrapping ErrFull, naming the field
+// "picks" and the limit, when the picks it adds would take the store
+// past MaxBlocks (nothing held changes). The push's slices are copied.
+func (s *Store) Apply(push Push) (Result, error) {
+	if err := push.Validate(); err != nil {
+		s.refused.Add(1)
+		return Result{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	ps := s.pickers[push.PickerID]
+	if ps == nil {
+		ps = &pickerState{picks: map[uint64]*held{}, tombs: map[uint64]tomb{}}
+		s.pickers[push.PickerID] = ps
+	}
+	ps.seen = now
+	if push.Full && push.Sequence <= ps.lastFull {
+		s.ignored.Add(uint64(len(push.Picks)))
+		return Result{Superseded: true}, nil
+	}
+	var listed map[uint64]struct{}
+	if push.Full {
+		listed = make(map[uint64]struct{}, len(push.Picks))
+		for i := range push.Picks {
+			listed[push.Picks[i].ID] = struct{}{}
+		}
+	}
+	// What the push would drop and add, before changing anything, so a
+	// push past the bound is refused whole.
+	freed := 0
+	if push.Full {
+		for id, h := range ps.picks {
+			if _, ok := listed[id]; !ok && h.seq < push.Sequence {
+				freed += h.live
+			}
+		}
+	}
+	for _, id := range push.Removed {
+		if h := ps.picks[id]; h != nil {
+			freed += h.live
+		}
+	}
+	adding := 0
+	for i := range push.Picks {
+		if s.wouldAdd(ps, &push, &push.Picks[i], now) {
+			adding += len(push.Picks[i].Hashes)
+		}
+	}
+	if after := s.blocks - freed + adding; adding > 0 && after > s.limit {
+		s.refused.Add(1)
+		return Result{}, fmt.Errorf("%w: picks: %d blocks from picker %q would make %d provisional (pick, block) entries, over the node's limit of %d; too many requests in flight with long prompts for this node's bound",
+			ErrFull, adding, push.PickerID, after, s.limit)
+	}
+	var res Result
+	if push.Full {
+		for id, h := range ps.picks {
+			if _, ok := listed[id]; !ok && h.seq < push.Sequence {
+				s.drop(ps, h)
+				res.Removed++
+			}
+		}
+		for id, t := range ps.tombs {
+			if t.seq < push.Sequence {
+				delete(ps.tombs, id)
+				s.tombs--
+			}
+		}
+	}
+	for _, id := range push.Removed {
+		if h := ps.picks[id]; h != nil {
+			s.drop(ps, h)
+			res.Removed++
+		}
+		if _, ok := ps.tombs[id]; !ok && s.tombs < maxTombstones {
+			ps.tombs[id] = tomb{seq: push.Sequence, expires: now + int64(MaxMaxAge)}
+			s.tombs++
+		}
+	}
+	s.removed.Add(uint64(res.Removed))
+	for i := range push.Picks {
+		k := &push.Picks[i]
+		if !s.wouldAdd(ps, &push, k, now) {
+			s.ignored.Add(1)
+			continue
+		}
+		s.add(ps, push.PickerID, push.Sequence, k, now-int64(k.Age+push.Age))
+		res.Added++
+	}
+	s.added.Add(uint64(res.Added))
+	if push.Full {
+		ps.lastFull = push.Sequence
+	}
+	return res, nil
+}
+
+// wouldAdd says whether Apply adds k: not held, not removed, not older
+// than the picker's last full state, not expired on its way.
+func (s *Store) wouldAdd(ps *pickerState, push *Push, k *Pick, now int64) bool {
+	if _, ok := ps.picks[k.ID]; ok {
+		return false
+	}
+	if t, ok := ps.tombs[k.ID]; ok && (!push.Full || t.seq > push.Sequence) {
+		return false
+	}
+	if slices.Contains(push.Removed, k.ID) {
+		return false
+	}
+	if !push.Full && push.Sequence < ps.lastFull {
+		return false // the newer full state says whether it lives
+	}
+	return now-int64(k.Age+push.Age)+int64(k.maxAge()) > now
+}
+
+// add indexes k, made at store time made. Called with mu held.
+func (s *Store) add(ps *pickerState, picker string, seq uint64, k *Pick, made int64) {
+	h := &held{picker: picker, id: k.ID, part: k.Partition, replica: k.Replica, hashes: slices.Clone(k.Hashes),
+		cum: make([]uint32, len(k.Hashes)), live: len(k.Hashes), seq: seq, made: made, expires: made + int64(k.maxAge())}
+	var t uint32
+	for i := range h.cum {
+		c := uint32(16)
+		if len(k.Counts) == len(k.Hashes) {
+			c = k.Counts[i]
+		}
+		t = min(t+c, math.MaxUint32-4096)
+		h.cum[i] = t
+	}
+	blocks := s.parts[h.part]
+	if blocks == nil {
+		blocks = map[uint64][]holder{}
+		s.parts[h.part] = blocks
+	}
+	for i, x := range h.hashes {
+		blocks[x] = append(blocks[x], holder{p: h, pos: int32(i)})
+	}
+	ps.picks[k.ID] = h
+	s.blocks += h.live
+	s.picks++
+}
+
+// drop unindexes h. Called with mu held.
+func (s *Store) drop(ps *pickerState, h *held) {
+	if blocks := s.parts[h.part]; blocks != nil {
+		for _, x := range h.hashes {
+			s.unhold(blocks, x, h)
+		}
+		if len(blocks) == 0 {
+			delete(s.parts, h.part)
+		}
+	}
+	s.blocks -= h.live
+	h.live = 0
+	delete(ps.picks, h.id)
+	s.picks--
+}
+
+// unhold removes h's claim on block x, reporting whether it had one.
+func (s *Store) unhold(blocks map[uint64][]holder, x uint64, h *held) bool {
+	hs := blocks[x]
+	i := slices.IndexFunc(hs, func(c holder) bool { return c.p == h })
+	if i < 0 {
+		return false
+	}
+	if len(hs) == 1 {
+		delete(blocks, x)
+		return true
+	}
+	// Copy: readers may be ranging over the old slice.
+	blocks[x] = slices.Delete(slices.Clone(hs), i, i+1)
+	return true
+}
+
+// Confirm drops the provisional claims of replica on the blocks of
+// chain in part: the engine's events put them in the confirmed index
+// (contract §5.12). A pick none of whose blocks is left is dropped and
+// counted Confirmed. It returns the picks dropped.
+func (s *Store) Confirm(part Partition, replica string, chain []uint64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	blocks := s.parts[part]
+	if blocks == nil {
+		return 0
+	}
+	dropped := 0
+	for _, x := range chain {
+		for _, c := range blocks[x] {
+			h := c.p
+			if h.replica != replica || !s.unhold(blocks, x, h) {
+				continue
+			}
+			h.live--
+			s.blocks--
+			if h.live == 0 {
+				if ps := s.pickers[h.picker]; ps != nil {
+					s.drop(ps, h)
+					dropped++
+				}
+			}
+		}
+	}
+	if len(blocks) == 0 {
+		delete(s.parts, part)
+	}
+	s.confirmed.Add(uint64(dropped))
+	return dropped
+}
+
+// Sweep drops the picks past their max age, and old tombstones and idle
+// pickers, and returns the picks dropped. Reads ignore expired picks
+// already; Sweep frees their memory (the owner calls it about once a
+// second).
+func (s *Store) Sweep() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	n := 0
+	for id, ps := range s.pickers {
+		for _, h := range ps.picks {
+			if h.expires <= now {
+				s.drop(ps, h)
+				n++
+			}
+		}
+		for pid, t := range ps.tombs {
+			if t.expires <= now {
+				delete(ps.tombs, pid)
+				s.tombs--
+			}
+		}
+		if len(ps.picks) == 0 && len(ps.tombs) == 0 && now-ps.seen > int64(MaxMaxAge) {
+			delete(s.pickers, id)
+		}
+	}
+	s.expired.Add(uint64(n))
+	return n
+}
+
+// Match is one replica's provisional match for a lookup's chain: the
+// deepest block of the chain some unexpired pick holds there.
+type Match struct {
+	Replica string
+	// Blocks and Tokens are the match's depth: blocks from the chain's
+	// root, and their tokens as the pick counted them.
+	Blocks, Tokens uint32
+	// Age is how long ago the youngest pick reaching that depth was made.
+	Age time.Duration
+}
+
+// View is a read of the store at one instant (Store.At).
+type View struct {
+	s   *Store
+	now int64
+}
+
+// At returns a view at the store clock's current reading.
+func (s *Store) At() View { return View{s: s, now: s.now()} }
+
+// Matches appends to dst, per replica, the deepest block of chain (a
+// lookup's block hashes, root first, in part's fingerprint) that an
+// unexpired pick holds on it; replica id ascending. A chained hash names
+// its whole prefix, so a pick holding block i holds the blocks before it.
+func (v View) Matches(dst []Match, part Partition, chain []uint64) []Match {
+	s := v.s
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	blocks := s.parts[part]
+	if blocks == nil {
+		return dst
+	}
+	start := len(dst)
+	for _, x := range chain {
+		for _, c := range blocks[x] {
+			h := c.p
+			if h.expires <= v.now {
+				continue
+			}
+			m := Match{Replica: h.replica, Blocks: uint32(c.pos) + 1, Tokens: h.cum[c.pos], Age: time.Duration(v.now - h.made)}
+			j := slices.IndexFunc(dst[start:], func(o Match) bool { return o.Replica == h.replica })
+			switch {
+			case j < 0:
+				dst = append(dst, m)
+			case m.Blocks > dst[start+j].Blocks || m.Blocks == dst[start+j].Blocks && m.Age < dst[start+j].Age:
+				dst[start+j] = m
+			}
+		}
+	}
+	slices.SortFunc(dst[start:], func(a, b Match) int { return strings.Compare(a.Replica, b.Replica) })
+	return dst
+}
+
+// Live returns picker's unexpired picks, id ascending, each with its Age
+// now: the full state a picker sends for repair.
+func (s *Store) Live(picker string) []Pick {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ps := s.pickers[picker]
+	if ps == nil {
+		return nil
+	}
+	now := s.now()
+	out := make([]Pick, 0, len(ps.picks))
+	for _, h := range ps.picks {
+		if h.expires <= now {
+			continue
+		}
+		k := Pick{ID: h.id, Replica: h.replica, Partition: h.part, Hashes: h.hashes, Counts: make([]uint32, len(h.cum)),
+			Age: time.Duration(now - h.made), MaxAge: time.Duration(h.expires - h.made)}
+		prev := uint32(0)
+		for i, c := range h.cum {
+			k.Counts[i], prev = c-prev, c
+		}
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b Pick) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Stats returns the counters and sizes.
+func (s *Store) Stats() Stats {
+	s.mu.RLock()
+	blocks, picks := s.blocks, s.picks
+	pickers := 0
+	for _, ps := range s.pickers {
+		if len(ps.picks) > 0 {
+			pickers++
+		}
+	}
+	s.mu.RUnlock()
+	return Stats{Added: s.added.Load(), Removed: s.removed.Load(), Confirmed: s.confirmed.Load(), Expired: s.expired.Load(),
+		Ignored: s.ignored.Load(), Refused: s.refused.Load(), Blocks: blocks, Picks: picks, Pickers: pickers}
+}
