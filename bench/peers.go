@@ -71,15 +71,16 @@ type release struct {
 // not yet finished.
 //
 // dynamo-sync is the same router with --router-replica-sync (off by
-// default): one state for all its gateway instances. Dynamo's router
-// replicas publish every routing event of their slot manager (AddRequest
-// with the worker, the request's blocks and its overlap; then
-// MarkPrefillCompleted at the first token; Free at the end) to the other
-// replicas over NATS, which apply them to their own active-sequence
-// tracking, so each replica's active_prefill_tokens and
-// active_decode_blocks count every replica's requests. The bench applies
-// them at once (no NATS delay), the strongest form of the option; the
-// cached blocks come from the same indexer as before. Sources:
+// default). Dynamo's router replicas publish every routing event of their
+// slot manager (AddRequest with the worker, the request's blocks and its
+// overlap; then MarkPrefillCompleted at the first token; Free at the end)
+// to the other replicas over NATS, which apply them to their own
+// active-sequence tracking, so each replica's active_prefill_tokens and
+// active_decode_blocks count every replica's requests. The bench passes
+// them on through dynamoSync: at zero delay for dynamo-sync (from the next
+// virtual instant, the strongest form of the option) and at NATS's delay
+// for dynamo-sync-nats; the cached blocks come from the same indexer as
+// before. Sources:
 // ai-dynamo/dynamo docs/design_docs/router_design.md ("Inter-Router
 // Communication", "Local Active Block Management with Replica Sync") at
 // commit 4976d26229810a2220b829bb3e43a22244683586, and
@@ -95,6 +96,8 @@ type dynamo struct {
 	cost    []float64 // of the last Route, per engine
 	new     []float64 // uncached tokens of the last Route, per engine
 	ties    []int
+	sync    *dynamoSync // replica sync (nil = off)
+	at      float64     // virtual time of the last Route
 }
 
 const (
@@ -109,6 +112,7 @@ func newDynamo(n int, view *IndexerView, seed uint64) *dynamo {
 }
 
 func (r *dynamo) Route(_ context.Context, _ int, q *Request, t float64) int {
+	r.at = t
 	r.due.until(t, func(x release) {
 		if x.kind == releasePrefill {
 			r.prefill[x.engine] -= x.amount
@@ -131,6 +135,9 @@ func (r *dynamo) Routed(q *Request, e int, s *Served) {
 	r.decode[e] += d
 	r.due.push(s.FirstTokenAt, release{engine: e, amount: r.new[e], kind: releasePrefill})
 	r.due.push(s.DoneAt, release{engine: e, amount: d, kind: releaseDecode})
+	if r.sync != nil {
+		r.sync.routed(r, e, r.new[e], d, r.at, s)
+	}
 }
 
 // pickMin returns the index of the lowest value, ties uniformly at random.

@@ -347,38 +347,47 @@ func TestGateways_EachDynamoInstanceTracksItsOwnLoad(t *testing.T) {
 	}
 }
 
-// dynamo-sync's gateway instances share one view of the routed load
-// (Dynamo's replica sync applied at once); dynamo's each see their own.
+// dynamo-sync's gateway instances pass their routing on to each other
+// (Dynamo's replica sync: at zero delay, from the next virtual instant;
+// dynamo-sync-nats after a NATS hop); dynamo's each see their own.
 // Two engines of 1,024 tokens/s, two gateways (even requests on the
 // first, odd on the second), every request one output token:
 //
-//	t=0   r0 (gw0) blocks 1..4, ISL 2048; r1 (gw1) blocks 10..13, ISL 2048
-//	t=10s r2 (gw0) blocks 1..4,20, ISL 2560; r3 (gw1) blocks 1..4,21, ISL 2560
+//	t=0       r0 (gw0) blocks 1..4, ISL 2048
+//	t=1ms     r1 (gw1) blocks 10..13, ISL 2048
+//	t=10s     r2 (gw0) blocks 1..4,20, ISL 2560
+//	t=10.001s r3 (gw1) blocks 1..4,21, ISL 2560
 //
-// dynamo-sync: r0 ties (cost 4 each) and goes to some engine a; r1 sees
-// r0's load there ((2048 + 2048)/512 + 4 = 12 against 4) and goes to the
-// other, b. At 10 s both are done and their blocks visible: r2 costs
-// (2560 − 2048)/512 = 1 on a, 5 on b → a; r3 sees r2 on a ((512 + 512)/512
-// + 5 decode blocks = 7 against 5) → b, cold. Cached tokens 2048 (r2's),
-// two requests per engine; TTFTs 2, 2, 0.5 and 2.5 s.
-// dynamo: gw1 knows nothing of gw0's requests, so wherever r0 and r1 went,
-// r2 and r3 both go to the engine holding blocks 1..4 (cost 1 against 5
-// in each gateway's own view): cached tokens 2 × 2048 = 4096.
+// dynamo-sync: r0 ties (cost 4 each) and goes to some engine a; r1, a
+// millisecond later, sees r0's load there ((2048 + 2048)/512 + 4 = 12
+// against 4) and goes to the other, b. At 10 s both are done and their
+// blocks visible: r2 costs (2560 − 2048)/512 = 1 on a, 5 on b → a; r3
+// sees r2 on a ((512 + 512)/512 + 5 decode blocks = 7 against 5) → b,
+// cold. Cached tokens 2048 (r2's), two requests per engine; TTFTs 2, 2,
+// 0.5 and 2.5 s.
+// dynamo, and dynamo-sync-nats whose 1 ms delay delivers r2's routing to
+// gw1 only after r3: r3 does not see r2 and both go to the engine holding
+// blocks 1..4 (cost 1 against 5 in gw1's view): cached tokens 2 × 2048 =
+// 4096.
 func TestDynamoSync_SharesRoutedLoadAcrossGateways(t *testing.T) {
 	tr := &Trace{Name: "sync", Requests: []Request{
 		{Timestamp: 0, InputLength: 2048, OutputLength: 1, HashIDs: ids(1, 4)},
-		{Timestamp: 0, InputLength: 2048, OutputLength: 1, HashIDs: ids(10, 4)},
+		{Timestamp: 1, InputLength: 2048, OutputLength: 1, HashIDs: ids(10, 4)},
 		{Timestamp: 10000, InputLength: 2560, OutputLength: 1, HashIDs: append(ids(1, 4), 20)},
-		{Timestamp: 10000, InputLength: 2560, OutputLength: 1, HashIDs: append(ids(1, 4), 21)},
+		{Timestamp: 10001, InputLength: 2560, OutputLength: 1, HashIDs: append(ids(1, 4), 21)},
 	}}
 	for seed := uint64(1); seed <= 4; seed++ {
 		rep, err := Run(context.Background(), Config{Trace: tr, Gateways: 2, Seed: seed,
-			Strategies: []string{StrategyDynamoSync, StrategyDynamo},
+			Strategies: []string{StrategyDynamoSync, StrategyDynamo, StrategyDynamoSyncNATS},
 			Fleet:      FleetConfig{Engines: 2, CacheBlocks: 64, PrefillTPS: 1024, DecodeTPS: 40}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sync, own := rep.Strategies[0], rep.Strategies[1]
+		sync, own, nats := rep.Strategies[0], rep.Strategies[1], rep.Strategies[2]
+		if nats.CachedTokens != 4096 || !nats.GatewaysShared || rep.DynamoSyncDelay != DefaultDynamoSyncDelay {
+			t.Errorf("seed %d: dynamo-sync-nats cached %d tokens (shared %v, delay %v), want 4096 (true, %v)", seed,
+				nats.CachedTokens, nats.GatewaysShared, rep.DynamoSyncDelay, DefaultDynamoSyncDelay)
+		}
 		if sync.CachedTokens != 2048 || sync.PerEngine[0] != 2 || sync.PerEngine[1] != 2 {
 			t.Errorf("seed %d: dynamo-sync cached %d tokens, per engine %v; want 2048 and [2 2]", seed, sync.CachedTokens, sync.PerEngine)
 		}
