@@ -63,11 +63,16 @@ type release struct {
 	engine int
 	id     uint64
 	kind   int
+	// q and overlap are a replica-synced request's, for releaseAdd.
+	q       *Request
+	overlap int
 }
 
 const (
 	releasePrefill = iota
 	releaseDone
+	// releaseAdd applies another instance's AddRequest (replica sync).
+	releaseAdd
 )
 
 // workerNames are the peers' worker keys of n engines ("0", "1", …).
@@ -92,14 +97,15 @@ func workerNames(n int) []string {
 // active blocks those of the requests not yet finished.
 //
 // dynamo-sync is the same router with --router-replica-sync (off by
-// default): one state for all its gateway instances. Dynamo's router
-// replicas publish every routing event of their slot manager (AddRequest
-// with the worker, the request's blocks and its overlap; then
-// MarkPrefillCompleted at the first token; Free at the end) to the other
-// replicas over NATS, which apply them to their own active-sequence
-// tracking. The bench applies them at once (no NATS delay), the
-// strongest form of the option; the cached blocks come from the same
-// indexer as before. Sources: ai-dynamo/dynamo
+// default). Dynamo's router replicas publish every routing event of their
+// slot manager (AddRequest with the worker, the request's blocks and its
+// overlap; then MarkPrefillCompleted at the first token; Free at the end)
+// to the other replicas over NATS, which apply them to their own
+// active-sequence tracking. The bench passes them on through dynamoSync:
+// at zero delay for dynamo-sync (from the next virtual instant, the
+// strongest form of the option) and at NATS's delay for
+// dynamo-sync-nats; the cached blocks come from the same indexer as
+// before. Sources: ai-dynamo/dynamo
 // docs/design_docs/router_design.md ("Inter-Router Communication",
 // "Local Active Block Management with Replica Sync") at commit
 // 4976d26229810a2220b829bb3e43a22244683586, and
@@ -116,6 +122,8 @@ type dynamo struct {
 	trees   []int
 	overlap []int // of the last Route, per engine
 	nextID  uint64
+	sync    *dynamoSync // replica sync (nil = off)
+	at      float64     // virtual time of the last Route
 }
 
 func newDynamo(n int, view *IndexerView, seed uint64) *dynamo {
@@ -125,10 +133,14 @@ func newDynamo(n int, view *IndexerView, seed uint64) *dynamo {
 }
 
 func (r *dynamo) Route(_ context.Context, _ int, q *Request, t float64) int {
+	r.at = t
 	r.due.until(t, func(x release) {
-		if x.kind == releasePrefill {
+		switch x.kind {
+		case releaseAdd:
+			r.slots.Add(x.id, r.names[x.engine], x.q.Blocks(), x.q.InputLength, x.overlap)
+		case releasePrefill:
 			r.slots.PrefillDone(x.id)
-		} else {
+		default:
 			r.slots.Free(x.id)
 		}
 	})
@@ -143,10 +155,24 @@ func (r *dynamo) Route(_ context.Context, _ int, q *Request, t float64) int {
 }
 
 func (r *dynamo) Routed(q *Request, e int, s *Served) {
+	id := r.newID()
+	r.slots.Add(id, r.names[e], q.Blocks(), q.InputLength, r.overlap[e])
+	r.due.push(s.FirstTokenAt, release{engine: e, id: id, kind: releasePrefill})
+	r.due.push(s.DoneAt, release{engine: e, id: id, kind: releaseDone})
+	if r.sync != nil {
+		r.sync.routed(r, release{engine: e, id: id, kind: releaseAdd, q: q, overlap: r.overlap[e]}, r.at, s)
+	}
+}
+
+// newID is a request id unique among the instances that share ids (a
+// replica-synced group draws from one counter).
+func (r *dynamo) newID() uint64 {
+	if r.sync != nil {
+		r.sync.nextID++
+		return r.sync.nextID
+	}
 	r.nextID++
-	r.slots.Add(r.nextID, r.names[e], q.Blocks(), q.InputLength, r.overlap[e])
-	r.due.push(s.FirstTokenAt, release{engine: e, id: r.nextID, kind: releasePrefill})
-	r.due.push(s.DoneAt, release{engine: e, id: r.nextID, kind: releaseDone})
+	return r.nextID
 }
 
 // llmd is llm-d's Endpoint Picker with its default profile

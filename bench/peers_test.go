@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"testing"
-	"time"
 )
 
 // req is a request of isl prompt tokens whose blocks are ids.
@@ -250,41 +249,49 @@ func TestGateways_EachDynamoInstanceTracksItsOwnLoad(t *testing.T) {
 	}
 }
 
-// dynamo-sync's gateway instances share one view of the routed load
-// (Dynamo's replica sync applied at once); dynamo's each see their own.
-// Two engines, two gateways (even requests on the first, odd on the
-// second), two cold requests of 2048 tokens (4 blocks) at once: with
-// sync the second sees the first's load ((2048 + 2048)/512 + 8 = 16
-// against 8) and takes the other engine, always; without, the second
-// gateway sees equal logits and ties at random (the engines' KV events,
-// 50 ms late, do not yet tell the tree sizes apart), and some seed puts
-// both on one engine.
+// dynamo-sync's gateway instances pass their routing on to each other
+// (Dynamo's replica sync: at zero delay, from the next virtual instant;
+// dynamo-sync-nats after a NATS hop); dynamo's each see their own. Two
+// engines, two gateways (even requests on the first, odd on the second),
+// two cold requests of 2048 tokens (4 blocks), the second 1 ms after the
+// first. dynamo-sync: the second sees the first's load ((2048 + 2048)/512
+// + 8 = 16 against 8) and takes the other engine, always. dynamo, and
+// dynamo-sync-nats whose 1 ms delay delivers the first's routing just
+// after the second: equal logits and equal trees (the KV events come at
+// the end of the prefill), a tie at random, and some seed puts both on
+// one engine.
 func TestDynamoSync_SharesRoutedLoadAcrossGateways(t *testing.T) {
 	tr := &Trace{Name: "sync", Requests: []Request{
 		{Timestamp: 0, InputLength: 2048, OutputLength: 1, HashIDs: ids(1, 4)},
-		{Timestamp: 0, InputLength: 2048, OutputLength: 1, HashIDs: ids(10, 4)},
+		{Timestamp: 1, InputLength: 2048, OutputLength: 1, HashIDs: ids(10, 4)},
 	}}
-	together := 0
+	together := map[string]int{}
 	// Seeds far apart: the first draws of PCGs seeded 1, 2, 3, … agree.
 	for seed := uint64(1); seed <= 8; seed++ {
-		rep, err := Run(context.Background(), Config{Trace: tr, Gateways: 2, Seed: seed * 0x9e3779b97f4a7c15, Visibility: VisibilityDelay, EventDelay: 50 * time.Millisecond,
-			Strategies: []string{StrategyDynamoSync, StrategyDynamo},
+		rep, err := Run(context.Background(), Config{Trace: tr, Gateways: 2, Seed: seed * 0x9e3779b97f4a7c15,
+			Strategies: []string{StrategyDynamoSync, StrategyDynamo, StrategyDynamoSyncNATS},
 			Fleet:      FleetConfig{Engines: 2, CacheBlocks: 64, PrefillTPS: 1024, DecodeTPS: 40}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sync, own := rep.Strategies[0], rep.Strategies[1]
+		if rep.DynamoSyncDelay != DefaultDynamoSyncDelay {
+			t.Fatalf("dynamo-sync delay %v, want %v", rep.DynamoSyncDelay, DefaultDynamoSyncDelay)
+		}
+		sync := rep.Strategies[0]
 		if sync.PerEngine[0] != 1 || sync.PerEngine[1] != 1 || !closeTo(sync.TTFTModelP99Ms, 2000) {
 			t.Errorf("seed %d: dynamo-sync per engine %v, TTFT p99 %v ms; want [1 1], 2000", seed, sync.PerEngine, sync.TTFTModelP99Ms)
 		}
-		if own.PerEngine[0] == 2 || own.PerEngine[1] == 2 {
-			together++
+		for _, s := range rep.Strategies[1:] {
+			if s.PerEngine[0] == 2 || s.PerEngine[1] == 2 {
+				together[s.Name]++
+			}
 		}
-		if !sync.GatewaysShared || own.GatewaysShared {
-			t.Errorf("seed %d: gateways shared: dynamo-sync %v, dynamo %v; want true, false", seed, sync.GatewaysShared, own.GatewaysShared)
+		if !sync.GatewaysShared || rep.Strategies[1].GatewaysShared || !rep.Strategies[2].GatewaysShared {
+			t.Errorf("seed %d: gateways shared: dynamo-sync %v, dynamo %v, dynamo-sync-nats %v; want true, false, true", seed,
+				sync.GatewaysShared, rep.Strategies[1].GatewaysShared, rep.Strategies[2].GatewaysShared)
 		}
 	}
-	if together == 0 {
-		t.Error("dynamo without sync never put both requests on one engine in 8 seeds")
+	if together[StrategyDynamo] == 0 || together[StrategyDynamoSyncNATS] == 0 {
+		t.Errorf("both requests on one engine in 8 seeds: %v; want some for dynamo and dynamo-sync-nats", together)
 	}
 }

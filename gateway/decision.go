@@ -45,6 +45,7 @@ type Decision struct {
 	g          *Gateway
 	candidates []string
 	index      int
+	key        uint64 // the prompt's rendezvous key (client.RendezvousKey); 0 = none
 	pick       client.Decision
 	hashes     []uint64  // the key's block hashes (nil without a key)
 	peer       *peerPick // Dynamo's pending request; nil for the other strategies

@@ -26,9 +26,12 @@
 //  4. The pick, by Config.Strategy:
 //     - "picker" (the default): client.Picker's cost model over the
 //     candidates (queued prefill, other gateways' queues, uncached
-//     prefill, a credit for cached tokens). When no hint names a
-//     candidate, the pick is by load: the lowest cost (the queued work
-//     this gateway sent), then the fewest requests in flight, ties taken
+//     prefill, a credit for cached tokens), its ties and softmax draw
+//     made by the prompt's rendezvous key (client.RendezvousKey), so that
+//     every gateway seeing the same state picks the same replica for the
+//     same prefix. A request without a key (no full block) that no hint
+//     names is picked by load: the lowest cost (the queued work this
+//     gateway sent), then the fewest requests in flight, ties taken
 //     round robin;
 //     - "round-robin" and "least-loaded" (the fewest requests this gateway
 //     has in flight, ties round robin): the baselines of the live

@@ -30,6 +30,7 @@ type benchOptions struct {
 	reportInterval                    time.Duration
 	eventDelay                        time.Duration
 	gateways                          int
+	shareDelay, dynamoSyncDelay       time.Duration
 	logLevel                          string
 	live                              liveOptions
 }
@@ -105,7 +106,9 @@ compressed.`,
 	f.StringVar(&o.visibility, "visibility", string(bench.VisibilityDelay), "time model: delay (events published at each prefill's end, visible --event-delay later), timestamp (at arrival, visible to later trace timestamps) or request (at arrival, visible to every later request)")
 	f.DurationVar(&o.eventDelay, "event-delay", bench.DefaultEventDelay, "virtual delay from a KV event's publication to its visibility (--visibility delay)")
 	f.IntVar(&o.gateways, "gateways", 1, "gateway instances the requests are split over (round robin), each with its own router state")
-	f.DurationVar(&o.reportInterval, "report-interval", bench.DefaultReportInterval, "how often, in virtual time, each gateway's picker reports its in-flight load to the others (lookuproute-sdk with --gateways > 1)")
+	f.DurationVar(&o.reportInterval, "report-interval", bench.DefaultReportInterval, "how often, in virtual time, each lookuproute-sdk gateway sends its full state (load and live picks) for repair, besides its pushes on every change (--gateways > 1)")
+	f.DurationVar(&o.shareDelay, "share-delay", bench.DefaultShareDelay, "virtual delay from a lookuproute-sdk gateway's push (pick, first token, end) to every node's lookups (--gateways > 1; the default is the design bound, a placeholder until measured live)")
+	f.DurationVar(&o.dynamoSyncDelay, "dynamo-sync-delay", bench.DefaultDynamoSyncDelay, "virtual delay of dynamo-sync-nats's replica sync (one NATS hop); dynamo-sync is the same at zero delay")
 	f.DurationVar(&o.lookupTimeout, "lookup-timeout", bench.DefaultLookupTimeout, "the gateway's LookupRoute budget; past it the lookup fails open to NO_HINT")
 	f.DurationVar(&o.scrape, "scrape-interval", bench.DefaultScrapeInterval, "how often, in virtual time, the engines' /metrics change (what llm-d and the subscriber read)")
 	f.DurationVar(&o.subScrape, "subscriber-scrape", bench.DefaultSubscriberScrape, "how often, in wall time, the cluster's subscriber scrapes the engines' /metrics")
@@ -180,6 +183,7 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
 			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, SubscriberScrape: o.subScrape, Logger: log,
 			EventDelay: o.eventDelay, Gateways: o.gateways, ReportInterval: o.reportInterval,
+			ShareDelay: o.shareDelay, DynamoSyncDelay: o.dynamoSyncDelay,
 			V2NoTenantHot: noTenantHot, V2NoAffinity: noAffinity,
 		}
 		if !o.noProgress {
