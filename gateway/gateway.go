@@ -120,6 +120,10 @@ type Config struct {
 	// with Close.
 	ShareLoad   client.LoadShareConfig
 	NoShareLoad bool
+	// Provisional configures the provisional residencies of this
+	// gateway's picks (contract §5.12): its next decisions see them at
+	// once, and they are pushed to the cluster as they are made.
+	Provisional ProvisionalConfig
 }
 
 // Gateway decides where requests go. It is safe for concurrent use.
@@ -130,6 +134,7 @@ type Gateway struct {
 
 	share *client.LoadShare // nil = not sharing
 	peer  *peerState        // the peer strategies' state; nil for the others
+	prov  provState
 
 	mu       sync.Mutex
 	inflight map[string]int // requests started and not done, per replica
@@ -168,6 +173,10 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: share load: %w", err)
 		}
 	}
+	if err := g.startProvisional(); err != nil {
+		g.Close()
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -181,10 +190,14 @@ func (g *Gateway) PickerID() string {
 }
 
 // Close stops the load reports (a last, empty one tells the cluster
-// at once). Decide still works after it, unshared. Idempotent.
+// at once) and the picks pushes. Decide still works after it, unshared.
+// Idempotent.
 func (g *Gateway) Close() {
 	if g.share != nil {
 		g.share.Stop()
+	}
+	if g.prov.push != nil {
+		g.prov.push.Stop()
 	}
 }
 
@@ -246,6 +259,7 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 		g.decidePeer(d, model, resp, d.hashes)
 		return d, nil
 	}
+	resp = g.mergeOwnPicks(d, resp)
 	pick := g.picker.PickKeyed(resp, d.candidates, d.PromptTokens, d.key)
 	d.pick, d.Costs = pick, pick.Costs
 	usable := d.key != 0 // a keyed pick is the rendezvous: the same on every gateway
@@ -265,6 +279,14 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 	}
 	d.choose(d.pick.Index, reason)
 	d.MatchedTokens = pick.Costs[d.pick.Index].CachedTokens
+	if reason == pb.ReasonCode_PREFIX_MATCH.String() {
+		for _, h := range resp.GetReplicas() {
+			if h.GetReplicaId() == d.Replica {
+				d.Provisional = h.GetProvisional()
+				break
+			}
+		}
+	}
 	return d, nil
 }
 
@@ -303,6 +325,7 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*
 	d.Blocks = len(lr.BlockHashes)
 	d.hashes = lr.BlockHashes
 	d.key = client.RendezvousKey(lr.BlockHashes, bs)
+	d.lookupKey = lr
 	if d.Blocks == 0 || g.cfg.Lookup == nil || g.cfg.Strategy == StrategySGLang {
 		return nil, nil // no full block, no hint service, or a strategy that asks none: nothing to ask
 	}

@@ -170,7 +170,8 @@ func TestDecide_FailsOpenWithinTheBudget(t *testing.T) {
 // Without a usable hint a request without a key (no full block) is
 // picked by load, ties in turn: idle candidates are taken round robin.
 func TestDecide_WithoutHintOrKeyPicksByLoadThenRoundRobin(t *testing.T) {
-	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(10)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}})
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(10)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}},
+		Provisional: ProvisionalConfig{Off: true}})
 	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
 	var got []string
 	for range 6 {
@@ -192,7 +193,10 @@ func TestDecide_WithoutHintOrKeyPicksByLoadThenRoundRobin(t *testing.T) {
 // every time, and a candidate with a request queued is passed over while
 // another is idle, then listed last among the fallbacks.
 func TestDecide_WithoutHintKeyedPickIsTheRendezvous(t *testing.T) {
-	cfg := Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}}
+	// Without provisional residencies: with them the first pick is a hint
+	// for the next (TestDecide_SeesItsOwnPickAtOnce).
+	cfg := Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}},
+		Provisional: ProvisionalConfig{Off: true}}
 	g, other := newGW(t, cfg), newGW(t, cfg)
 	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
 	first := ""

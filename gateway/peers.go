@@ -156,14 +156,18 @@ func (p *peerState) routedFor(model string, capacity int) *peers.RoutedBlocks {
 }
 
 // hintBlocks is the matched blocks of every PREFIX_MATCH hint of resp,
-// by replica.
+// by replica: the confirmed index only, as Dynamo's KV-event indexer
+// knows it (a provisional residency is another gateway's pick, which
+// Dynamo's router has no way to learn without replica sync).
 func hintBlocks(resp *pb.LookupRouteResponse) map[string]int {
 	out := map[string]int{}
 	if resp.GetReasonCode() != pb.ReasonCode_PREFIX_MATCH {
 		return out
 	}
 	for _, h := range resp.GetReplicas() {
-		out[h.GetReplicaId()] = int(h.GetMatchedBlocks())
+		if !h.GetProvisional() {
+			out[h.GetReplicaId()] = int(h.GetMatchedBlocks())
+		}
 	}
 	return out
 }

@@ -32,6 +32,15 @@ func TestDecide_DynamoCostsPrefillAndDecodeBlocks(t *testing.T) {
 		t.Fatalf("decision %s (%s, %d matched), want b by DYNAMO with 64 matched", d.Replica, d.Reason, d.MatchedTokens)
 	}
 
+	// A provisional hint (another gateway's pick) is no overlap: Dynamo's
+	// indexer knows only what the engines reported.
+	prov := prefixMatch("b", 64)
+	prov.Replicas[0].Provisional = true
+	g = newGW(t, Config{Strategy: StrategyDynamo, Prompts: prompts, Lookup: &fakeLookup{resp: prov}})
+	if d := decidePeerReq(t, g); d.MatchedTokens != 0 {
+		t.Fatalf("a provisional hint counted %d matched tokens, want 0", d.MatchedTokens)
+	}
+
 	g = newGW(t, Config{Strategy: StrategyDynamo, Prompts: prompts, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}})
 	first := decidePeerReq(t, g)
 	fl := first.Start(first.Replica)
