@@ -161,8 +161,8 @@ vulncheck:
 EVAL_DIR      ?= $(CURDIR)/.eval
 EVAL_TRACES   ?= conversation synthetic generator
 EVAL_GATEWAYS ?= 1 4 8
-EVAL_STRATEGIES ?= round-robin,least-loaded,lookuproute-sdk,lookuproute-sdk-local,dynamo,dynamo-sync,dynamo-sync-nats,llm-d,sglang,oracle
-## evaluate: the EVALUATION.md matrix: the picker, its ablation, the peers and the oracle on each trace at two prefill speeds with 1, 4 and 8 gateways (embedded cluster each run; ~25 min on 2 cores); JSON and tables in $(EVAL_DIR)
+EVAL_STRATEGIES ?= round-robin,least-loaded,lookuproute-sdk,dynamo,dynamo-sync,dynamo-sync-nats,llm-d,sglang,oracle
+## evaluate: the EVALUATION.md matrix: the picker, the peers and the oracle on each trace at two prefill speeds with 1, 4 and 8 gateways (embedded cluster each run; ~25 min on 2 cores); JSON and tables in $(EVAL_DIR)
 evaluate: build
 	@mkdir -p $(EVAL_DIR)
 	@set -e; for tr in $(EVAL_TRACES); do for tps in 10000 7000; do for gw in $(EVAL_GATEWAYS); do \

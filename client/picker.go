@@ -22,8 +22,10 @@ import (
 // for cache locality and small charges for the replica's decode load and
 // KV pressure:
 //
-//	cost(r) = queued(r) + others(r) + uncached(r) − CacheAffinity × cached(r)
-//	          + decode(r) + kv(r)
+//	cost(r) = queued(r) + others(r) + uncached(r) − credit(r) + decode(r) + kv(r)
+//
+//	credit(r)   = CacheAffinity × cached(r) × (1 + cached(r) / CacheAffinityTokens)
+//	              (CacheAffinity × cached(r) when CacheAffinityTokens is 0)
 //
 //	cached(r)   = matched_tokens of r's PREFIX_MATCH hint (0 for a replica
 //	              without one: TENANT_HOT and AFFINITY_HINT say nothing of
@@ -136,6 +138,16 @@ type PickerConfig struct {
 	// replica that is idle for the moment, which is what a pure TTFT
 	// greedy does and what lowers the fleet's hit rate.
 	CacheAffinity float64
+	// CacheAffinityTokens scales the credit with the cached prefix's
+	// length: per cached token it is CacheAffinity × (1 + cached tokens /
+	// CacheAffinityTokens), CacheAffinity for a short prefix and twice
+	// that at CacheAffinityTokens. A long prefix is worth more per token
+	// where it is: a copy takes that much more of another replica's cache
+	// (evicting as much of what it holds), and long prefixes (agents'
+	// contexts, documents, long conversations) are the ones requests come
+	// back to, while a short one (a template, a short system prompt) is
+	// soon held everywhere anyway. 0 = a credit linear in cached tokens.
+	CacheAffinityTokens float64
 	// RunningWeight is the share of a request's prefill counted for each
 	// request the engine reports running that this picker did not send: a
 	// running request may still be prefilling, which the engine's
@@ -178,7 +190,7 @@ type PickerConfig struct {
 // 1 and 4 gateways, two prefill speeds), not on the traces the evaluation
 // reports; docs/eval/pickertune.md has each parameter's sensitivity.
 func DefaultPickerConfig() PickerConfig {
-	return PickerConfig{CacheAffinity: DefaultCacheAffinity, RunningWeight: DefaultRunningWeight,
+	return PickerConfig{CacheAffinity: DefaultCacheAffinity, CacheAffinityTokens: DefaultCacheAffinityTokens, RunningWeight: DefaultRunningWeight,
 		DecodeWeight: DefaultDecodeWeight, KVWeight: DefaultKVWeight, LoadBound: DefaultLoadBound,
 		LoadBoundFloor: DefaultLoadBoundFloor, Temperature: DefaultTemperature}
 }
@@ -186,10 +198,12 @@ func DefaultPickerConfig() PickerConfig {
 // Defaults of PickerConfig.
 const (
 	DefaultCacheAffinity = 1.5
-	DefaultRunningWeight = 0.5
-	DefaultDecodeWeight  = 0.05
-	DefaultKVWeight      = 0.5
-	DefaultLoadBound     = 2
+	// DefaultCacheAffinityTokens is the credit's length scale.
+	DefaultCacheAffinityTokens = 0
+	DefaultRunningWeight       = 0.5
+	DefaultDecodeWeight        = 0.05
+	DefaultKVWeight            = 0.5
+	DefaultLoadBound           = 2
 	// DefaultLoadBoundFloor is a full sibling burst of the contract's
 	// example (8 requests of one new prefix on one replica).
 	DefaultLoadBoundFloor = 8
@@ -249,8 +263,9 @@ type PickCost struct {
 	OthersPrefillTokens uint64
 	OthersRunning       uint32
 	OthersPickers       uint32
-	// Cost = QueuedTokens + OthersTokens + UncachedTokens − CacheAffinity
-	// × CachedTokens + DecodeTokens + KVTokens.
+	// Cost = QueuedTokens + OthersTokens + UncachedTokens − the credit of
+	// CachedTokens (CacheAffinity, CacheAffinityTokens) + DecodeTokens +
+	// KVTokens.
 	Cost float64
 }
 
@@ -349,7 +364,7 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 		decoding := c.InFlight - l.prefilling + max(0, oR-oP)
 		c.DecodeTokens = p.cfg.DecodeWeight * float64(decoding) * perReq
 		c.KVTokens = p.cfg.KVWeight * c.Pressure * float64(c.UncachedTokens)
-		c.Cost = c.QueuedTokens + c.OthersTokens + float64(c.UncachedTokens) - p.cfg.CacheAffinity*float64(c.CachedTokens) +
+		c.Cost = c.QueuedTokens + c.OthersTokens + float64(c.UncachedTokens) - p.credit(c.CachedTokens) +
 			c.DecodeTokens + c.KVTokens
 	}
 	bound := math.Inf(1)
@@ -363,6 +378,15 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 	}
 	d.Replica, d.Index = candidates[best], best
 	return d
+}
+
+// credit is the cache credit of cached tokens (see PickerConfig).
+func (p *Picker) credit(cached int) float64 {
+	c := p.cfg.CacheAffinity * float64(cached)
+	if p.cfg.CacheAffinityTokens > 0 {
+		c *= 1 + float64(cached)/p.cfg.CacheAffinityTokens
+	}
+	return c
 }
 
 func (p *Picker) tokensPerRequest() float64 {

@@ -28,6 +28,7 @@ type pickerCase struct {
 		KVWeight                *float64 `json:"kv_weight"`
 		Temperature             *float64 `json:"temperature"`
 		LoadBoundFloor          *float64 `json:"load_bound_floor"`
+		CacheAffinityTokens     *float64 `json:"cache_affinity_tokens"`
 	} `json:"config"`
 	RendezvousKey uint64 `json:"rendezvous_key,string"`
 	History       []struct {
@@ -92,7 +93,7 @@ func (c *pickerCase) replay(t *testing.T, seed uint64) Decision {
 		for dst, src := range map[*float64]*float64{&cfg.TokensPerWaitingRequest: k.TokensPerWaitingRequest,
 			&cfg.CacheAffinity: k.CacheAffinity, &cfg.RunningWeight: k.RunningWeight, &cfg.LoadBound: k.LoadBound,
 			&cfg.DecodeWeight: k.DecodeWeight, &cfg.KVWeight: k.KVWeight, &cfg.Temperature: k.Temperature,
-			&cfg.LoadBoundFloor: k.LoadBoundFloor} {
+			&cfg.LoadBoundFloor: k.LoadBoundFloor, &cfg.CacheAffinityTokens: k.CacheAffinityTokens} {
 			if src != nil {
 				*dst = *src
 			}

@@ -4,8 +4,10 @@ with the same cost model and defaults.
 
 Cost model (units: prompt tokens)::
 
-    cost(r) = queued(r) + others(r) + uncached(r) − cache_affinity × cached(r)
-              + decode(r) + kv(r)
+    cost(r) = queued(r) + others(r) + uncached(r) − credit(r) + decode(r) + kv(r)
+
+    credit(r)   = cache_affinity × cached(r) × (1 + cached(r) / cache_affinity_tokens)
+                  (cache_affinity × cached(r) when cache_affinity_tokens is 0)
 
     cached(r)   = matched_tokens of r's PREFIX_MATCH hint, at most the prompt
                   (0 without one: TENANT_HOT and AFFINITY_HINT say nothing of
@@ -67,6 +69,7 @@ from .v1 import inferencecache_pb2 as pb
 
 __all__ = [
     "DEFAULT_CACHE_AFFINITY",
+    "DEFAULT_CACHE_AFFINITY_TOKENS",
     "DEFAULT_RUNNING_WEIGHT",
     "DEFAULT_DECODE_WEIGHT",
     "DEFAULT_KV_WEIGHT",
@@ -85,6 +88,8 @@ __all__ = [
 
 #: Credit per cached token beyond the prefill it saves (Go DefaultCacheAffinity).
 DEFAULT_CACHE_AFFINITY = 1.5
+#: Length scale of the cache credit, 0 = linear (Go DefaultCacheAffinityTokens).
+DEFAULT_CACHE_AFFINITY_TOKENS = 0.0
 #: Share of a prefill counted per engine-reported running request (Go DefaultRunningWeight).
 DEFAULT_RUNNING_WEIGHT = 0.5
 #: Share of a prefill per decoding request (Go DefaultDecodeWeight).
@@ -113,6 +118,9 @@ class PickerConfig:
         reports that this picker did not send; 0 = the mean uncached tokens of
         the requests this picker sent (2048 before the first).
     cache_affinity: cost −= cache_affinity × cached tokens (default 1.5).
+    cache_affinity_tokens: > 0 scales the credit with the cached prefix:
+        cache_affinity × cached × (1 + cached / cache_affinity_tokens)
+        (Go CacheAffinityTokens); 0 = linear.
     running_weight: share of a prefill per engine-reported running request
         not sent by this picker (default 0.3).
     decode_weight: share of a prefill per decoding request (this picker's and
@@ -132,6 +140,7 @@ class PickerConfig:
 
     tokens_per_waiting_request: float = 0.0
     cache_affinity: float = DEFAULT_CACHE_AFFINITY
+    cache_affinity_tokens: float = DEFAULT_CACHE_AFFINITY_TOKENS
     running_weight: float = DEFAULT_RUNNING_WEIGHT
     decode_weight: float = DEFAULT_DECODE_WEIGHT
     kv_weight: float = DEFAULT_KV_WEIGHT
@@ -364,8 +373,11 @@ class Picker:
                 decoding = c.in_flight - load.prefilling + max(0, c.others_running - c.others_prefilling)
                 c.decode_tokens = cfg.decode_weight * decoding * per_req
                 c.kv_tokens = cfg.kv_weight * c.pressure * c.uncached_tokens
+                credit = cfg.cache_affinity * c.cached_tokens
+                if cfg.cache_affinity_tokens > 0:
+                    credit *= 1 + c.cached_tokens / cfg.cache_affinity_tokens
                 c.cost = (c.queued_tokens + c.others_tokens + c.uncached_tokens
-                          - cfg.cache_affinity * c.cached_tokens + c.decode_tokens + c.kv_tokens)
+                          - credit + c.decode_tokens + c.kv_tokens)
             bound = math.inf
             if cfg.load_bound > 0:
                 bound = max(math.ceil(cfg.load_bound * (total + 1) / len(candidates)), cfg.load_bound_floor)
