@@ -17,11 +17,13 @@ type Decision struct {
 	Fallbacks []string
 	// Reason is the reason code of the hint naming Replica
 	// ("PREFIX_MATCH", "AFFINITY_HINT", "TENANT_HOT"), ReasonLoad when
-	// Replica was picked without a usable hint, or ReasonRoundRobin /
-	// ReasonLeastLoaded for those strategies.
+	// Replica was picked without a usable hint, or ReasonRoundRobin,
+	// ReasonLeastLoaded, ReasonDynamo, ReasonLLMD, ReasonSGLang for those
+	// strategies.
 	Reason string
 	// MatchedTokens is the prefix of the prompt the hint says Replica
-	// holds (tokens; 0 without a PREFIX_MATCH hint for it).
+	// holds (tokens; 0 without a PREFIX_MATCH hint for it); for the peer
+	// strategies the prefix that router believed Replica held.
 	MatchedTokens int
 	// PromptTokens is the prefill's length in tokens (0 without a key);
 	// BlockSize the model's tokens per block and Blocks the key's full
