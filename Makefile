@@ -55,7 +55,7 @@ tools:
 run: build
 	$(BIN)/inference-cache dev
 
-## bench-live: the live benchmark (real processes, real requests; ~9 min on 2 cores): the Mooncake conversation trace through the proxy with each strategy, then a picker run with faults (leader, all nodes, an engine SIGKILLed); tables in $(LIVE_DIR)/live.txt and faults.txt, plot $(LIVE_DIR)/live.png
+## bench-live: the live benchmark (real processes, real requests; ~20 min on 2 cores): the Mooncake conversation trace through the proxy with each strategy (the picker, round-robin, least-loaded and the peers' dynamo, llm-d, sglang), then a picker run with faults (leader, all nodes, an engine SIGKILLed); tables in $(LIVE_DIR)/live.txt and faults.txt, plot $(LIVE_DIR)/live.png
 LIVE_DIR      ?= $(CURDIR)/.eval/live
 bench-live: build
 	@mkdir -p $(LIVE_DIR)
