@@ -3,7 +3,6 @@ package gateway
 import (
 	"math/rand/v2"
 	"sync"
-	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/peers"
@@ -54,9 +53,11 @@ type peerState struct {
 	sgl    []peers.SGLangWorker
 }
 
+// newPeerState seeds the ties' randomness from the runtime's random
+// source: every gateway draws its own, as independent router instances
+// do.
 func newPeerState() *peerState {
-	now := uint64(time.Now().UnixNano())
-	return &peerState{rng: rand.New(rand.NewPCG(now, now>>17^0x70656572)), dynamo: map[string]*peers.DynamoSlots{},
+	return &peerState{rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), dynamo: map[string]*peers.DynamoSlots{},
 		routed: map[string]*peers.RoutedBlocks{}}
 }
 
