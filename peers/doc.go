@@ -23,10 +23,15 @@
 //     config/charts/inferencepool/templates/epp-config.yaml at commit
 //     139eec852f4ab19fb9f246ee9abbdcca3d655d79 (default-plugins.yaml:
 //     queue-scorer weight 2, kv-cache-utilization-scorer weight 2,
-//     prefix-cache-scorer weight 3), the prefix plugin's defaults
-//     (DefaultBlockSizeTokens 16, DefaultMaxPrefixBlocks 256,
-//     DefaultLRUCapacityPerServer 31250; score = matched blocks / the
-//     request's blocks), the queue scorer ((max − q) / (max − min), 1
+//     prefix-cache-scorer weight 3), the prefix plugin
+//     (pkg/epp/scheduling/framework/plugins/multi/prefix/plugin.go:
+//     Score = matched blocks / the request's blocks, 0 without blocks;
+//     PreRequest records the request's blocks for the picked endpoint;
+//     the same score at commit 4bc4889d121683cc5facdb43d619d5627df2d3d6,
+//     whose later versions set DefaultBlockSizeTokens 16,
+//     DefaultMaxPrefixBlocks 256 and DefaultLRUCapacityPerServer 31250,
+//     the capacity taken from the engine's reported GPU blocks when
+//     AutoTune finds them), the queue scorer ((max − q) / (max − min), 1
 //     when all are equal) and the KV-cache utilization scorer (1 −
 //     usage); the max-score picker breaks ties at random.
 //   - SGLang: the SGLang model gateway's cache_aware policy
