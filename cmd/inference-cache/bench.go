@@ -60,8 +60,10 @@ Every strategy replays the same trace on a fresh fleet with the same
 settings (--engines, --cache-blocks per engine, --prefill-tps, --decode-tps).
 Time model (--visibility delay, the default): an engine publishes a request's
 KV events when its prefill ends and a lookup at virtual time t sees those
-published before t - --event-delay, applied on every node; dynamo and llm-d
-read a perfect KV-event indexer with the same delay; KV capacity is shared
+published before t - --event-delay, applied on every node; dynamo reads a
+perfect KV-event indexer with the same delay, llm-d's default prefix scorer
+and sglang only what they routed (package peers, shared with the proxy's
+--strategy dynamo, llm-d, sglang); KV capacity is shared
 with running requests. --gateways N splits the requests over N gateway
 instances, each with its own router state. The hint strategies ask a real
 cluster, which learns what each engine caches only from the engines'
