@@ -74,7 +74,7 @@ func everyRPC() []rpc {
 
 func TestMethodClass_EveryRegisteredRPCHasTheDocumentedClass(t *testing.T) {
 	want := map[string]Class{
-		"LookupRoute": ClassLookup, "GetCachePolicy": ClassLookup, "ReportPickerLoad": ClassLookup,
+		"LookupRoute": ClassLookup, "GetCachePolicy": ClassLookup, "ReportPickerLoad": ClassLookup, "SharePicks": ClassLookup,
 		"Ingest": ClassWrite, "IngestStream": ClassWrite, "ReportReplicaStats": ClassWrite, "SetCachePolicy": ClassWrite,
 		"Status": ClassAdmin, "AddServer": ClassAdmin, "RemoveServer": ClassAdmin, "TransferLeadership": ClassAdmin,
 		"Snapshot": ClassAdmin, "Digest": ClassAdmin, "Backup": ClassAdmin, "Restore": ClassAdmin,

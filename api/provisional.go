@@ -56,21 +56,10 @@ func (s *Service) mergeProvisional(req *pb.LookupRouteRequest, res *index.Result
 	if s.prov == nil || len(res.Chain) == 0 {
 		return
 	}
-	st := s.prov.Provisional()
 	part := provisional.Partition{Scheme: req.GetHashScheme(), Model: req.GetModelId(), Tenant: req.GetTenantId(), Adapter: req.GetAdapterId()}
-	var buf [8]provisional.Match
-	ms := st.At().Matches(buf[:0], part, res.Chain)
-	if len(ms) == 0 {
-		return
-	}
 	limit := req.GetMaxReplicas()
 	if limit == 0 {
 		limit = policyMax
 	}
-	_, covered := provisional.Merge(resp, ms, int(max(limit, uint32(len(resp.Replicas)))))
-	for _, m := range covered {
-		if int(m.Blocks) <= len(res.Chain) {
-			st.Confirm(part, m.Replica, res.Chain[:m.Blocks])
-		}
-	}
+	s.prov.Provisional().MergeInto(resp, part, res.Chain, int(max(limit, uint32(len(resp.Replicas)))))
 }

@@ -198,7 +198,7 @@ func (r *coreRouter) sendLoad(at float64) {
 func (r *coreRouter) pushFull(at float64) {
 	r.sendLoad(at)
 	r.clock = at
-	r.sendPicks(at, provisional.Push{Full: true, Picks: r.local.Live(r.id)})
+	r.sendPicks(at, provisional.Push{Full: true, Picks: r.local.Live(r.id, 0)})
 }
 
 // benchLookup is the hint service as the gateway core calls it: the real

@@ -139,6 +139,7 @@ type LoadShare struct {
 	seq  uint64
 	stop chan struct{}
 	done chan struct{}
+	kick chan struct{} // Kick: report now
 	once sync.Once
 
 	sent, failed, superseded atomic.Uint64
@@ -167,7 +168,7 @@ func StartLoadShare(p *Picker, to LoadReportSender, cfg LoadShareConfig) (*LoadS
 	case cfg.Interval < MinLoadShareInterval || cfg.Interval > MaxLoadShareInterval:
 		return nil, fmt.Errorf("client: load share interval %v: want %v to %v", cfg.Interval, MinLoadShareInterval, MaxLoadShareInterval)
 	}
-	s := &LoadShare{p: p, to: to, cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}),
+	s := &LoadShare{p: p, to: to, cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan struct{}, 1),
 		// Counting from the clock keeps a picker restarted under the
 		// same id ahead of its old reports.
 		seq: uint64(time.Now().UnixNano())}
@@ -184,6 +185,17 @@ func (s *LoadShare) PickerID() string { return s.cfg.PickerID }
 
 // Interval is the time between reports.
 func (s *LoadShare) Interval() time.Duration { return s.cfg.Interval }
+
+// Kick asks for a report now, besides the periodic ones: a gateway kicks
+// at each pick, so the other pickers see its load delta as it happens
+// (contract §5.11), not at the next tick. It never blocks; kicks made
+// while a report is in flight make one report after it.
+func (s *LoadShare) Kick() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
 
 // Stats returns the counters.
 func (s *LoadShare) Stats() LoadShareStats {
@@ -224,6 +236,11 @@ func (s *LoadShare) run() {
 		case <-t.C:
 			if stopped.Err() != nil {
 				continue // Stop was called: the case above ends the loop
+			}
+			s.report(stopped, s.cfg.Interval, s.p.InFlight())
+		case <-s.kick:
+			if stopped.Err() != nil {
+				continue
 			}
 			s.report(stopped, s.cfg.Interval, s.p.InFlight())
 		}

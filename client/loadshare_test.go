@@ -109,6 +109,30 @@ func TestLoadShare_ReportsAndStopsWithAnEmptyReport(t *testing.T) {
 	}
 }
 
+// Kick reports at once, between the ticks of a long interval.
+func TestLoadShare_KickReportsNow(t *testing.T) {
+	p := NewPicker(DefaultPickerConfig())
+	f := &fakeSender{}
+	s, err := StartLoadShare(p, f, LoadShareConfig{PickerID: "gw-1", Interval: MaxLoadShareInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	poll.Eventually(t, 5*time.Second, 5*time.Millisecond, func() (bool, string) {
+		return len(f.all()) == 1, "no first report"
+	})
+	p.StartOn("r1", 300)
+	s.Kick()
+	poll.Eventually(t, 5*time.Second, 5*time.Millisecond, func() (bool, string) {
+		rs := f.all()
+		if len(rs) < 2 {
+			return false, "no report after Kick"
+		}
+		l := rs[len(rs)-1].Loads
+		return len(l) == 1 && l[0].PrefillTokens == 300, fmt.Sprintf("last report %v", rs[len(rs)-1])
+	})
+}
+
 // A cluster that fails or hangs costs the reporter its reports only: each
 // is bounded by the interval, counted failed, and Stop still returns.
 func TestLoadShare_FailingClusterDropsReports(t *testing.T) {

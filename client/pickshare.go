@@ -97,9 +97,15 @@ type PickShareStats struct {
 // fails a request.
 type PickShare struct {
 	to   PicksSender
-	live func() []provisional.Pick
+	live func(hashesWithin time.Duration) []provisional.Pick
 	cfg  PickShareConfig
-	log  *slog.Logger
+	// fullAt are the times of the last two full states sent (the run
+	// goroutine's own): a full state carries the hashes of the picks made
+	// since the one before the last, so each pick's hashes go out in two
+	// full states besides its own push, and a full state's size follows
+	// the recent picks, not every live one.
+	fullAt [2]time.Time
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	adds    []provisional.Pick
@@ -116,9 +122,10 @@ type PickShare struct {
 }
 
 // StartPickShare starts pushing through to; live returns the picker's
-// live picks for a full state (provisional.Store.Live of its own table).
-// Errors name the field of cfg at fault and its bound.
-func StartPickShare(to PicksSender, live func() []provisional.Pick, cfg PickShareConfig) (*PickShare, error) {
+// live picks for a full state, with hashes for those made within
+// hashesWithin (0 = all): provisional.Store.Live of its own table. Errors
+// name the field of cfg at fault and its bound.
+func StartPickShare(to PicksSender, live func(hashesWithin time.Duration) []provisional.Pick, cfg PickShareConfig) (*PickShare, error) {
 	switch {
 	case to == nil || live == nil:
 		return nil, errors.New("client: StartPickShare needs a sender and a live-picks function")
@@ -218,7 +225,12 @@ func (s *PickShare) run() {
 				s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Picks: adds, Removed: removed})
 			}
 		case <-t.C:
-			s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Full: true, Picks: s.live()})
+			within := time.Duration(0)
+			if !s.fullAt[0].IsZero() {
+				within = time.Since(s.fullAt[0])
+			}
+			s.fullAt[0], s.fullAt[1] = s.fullAt[1], time.Now()
+			s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Full: true, Picks: s.live(within)})
 		}
 	}
 }

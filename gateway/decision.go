@@ -140,6 +140,9 @@ func (d *Decision) Start(replica string) *Flight {
 	}
 	f.peer = d.startPeer(replica)
 	f.pickID = g.recordPick(d, replica)
+	if g.share != nil {
+		g.share.Kick() // the load delta goes out now, not at the next tick
+	}
 	g.mu.Lock()
 	g.inflight[replica]++
 	g.mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/provisional"
@@ -36,6 +38,11 @@ type ProvisionalConfig struct {
 	// (Gateway.PickerID, or a fresh client.DefaultPickerID when the
 	// gateway shares no load).
 	Push client.PickShareConfig
+	// Sink, when set, receives each pick and removal as a delta push,
+	// synchronously from Decision.Start and Flight.Fail, in place of the
+	// SDK's pusher: a simulation applies it to its cluster's store after
+	// its modelled delay, on its virtual clock. It must not block.
+	Sink func(provisional.Push)
 }
 
 // provSweepEvery is how often the local table drops expired picks
@@ -77,11 +84,11 @@ func (g *Gateway) startProvisional() error {
 	// Pick ids from the clock: a restarted gateway under the same picker
 	// id does not reuse one.
 	p.next.Store(uint64(time.Now().UnixNano()))
-	if to, ok := g.cfg.Lookup.(client.PicksSender); ok && !c.NoPush {
+	if to, ok := g.cfg.Lookup.(client.PicksSender); ok && !c.NoPush && c.Sink == nil {
 		pc := c.Push
 		pc.PickerID = p.id
 		var err error
-		if p.push, err = client.StartPickShare(to, func() []provisional.Pick { return p.table.Live(p.id) }, pc); err != nil {
+		if p.push, err = client.StartPickShare(to, func(within time.Duration) []provisional.Pick { return p.table.Live(p.id, within) }, pc); err != nil {
 			return fmt.Errorf("gateway: share picks: %w", err)
 		}
 	}
@@ -114,17 +121,18 @@ func (g *Gateway) mergeOwnPicks(d *Decision, resp *pb.LookupRouteResponse) *pb.L
 	}
 	part := partitionOf(d.lookupKey)
 	var buf [4]provisional.Match
-	ms := p.table.At().Matches(buf[:0], part, d.lookupKey.BlockHashes)
-	if len(ms) == 0 {
+	if len(p.table.At().Matches(buf[:0], part, d.lookupKey.BlockHashes)) == 0 {
 		return resp
 	}
+	// Merged into a copy: the answer may be shared (a cache, a test's
+	// fake). Without an answer (no lookup service, fail-open) the
+	// gateway's own picks still place the request.
 	if resp == nil {
 		resp = &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT}
+	} else {
+		resp = proto.Clone(resp).(*pb.LookupRouteResponse)
 	}
-	_, covered := provisional.Merge(resp, ms, 0)
-	for _, m := range covered {
-		p.table.Confirm(part, m.Replica, d.lookupKey.BlockHashes[:m.Blocks])
-	}
+	p.table.MergeInto(resp, part, d.lookupKey.BlockHashes, 0)
 	return resp
 }
 
@@ -139,10 +147,14 @@ func (g *Gateway) recordPick(d *Decision, replica string) uint64 {
 	if d.BlockSize != 16 {
 		k.Counts = d.lookupKey.BlockTokenCounts
 	}
-	if _, err := p.table.Apply(provisional.Push{PickerID: p.id, Sequence: p.seq.Add(1), Picks: []provisional.Pick{k}}); err != nil {
+	push := provisional.Push{PickerID: p.id, Sequence: p.seq.Add(1), Picks: []provisional.Pick{k}}
+	if _, err := p.table.Apply(push); err != nil {
 		return 0 // the table is full: counted in its Stats().Refused
 	}
-	if p.push != nil {
+	switch {
+	case g.cfg.Provisional.Sink != nil:
+		g.cfg.Provisional.Sink(push)
+	case p.push != nil:
 		p.push.Add(k)
 	}
 	return k.ID
@@ -154,8 +166,12 @@ func (g *Gateway) dropPick(id uint64) {
 	if p.table == nil || id == 0 {
 		return
 	}
-	_, _ = p.table.Apply(provisional.Push{PickerID: p.id, Sequence: p.seq.Add(1), Removed: []uint64{id}})
-	if p.push != nil {
+	push := provisional.Push{PickerID: p.id, Sequence: p.seq.Add(1), Removed: []uint64{id}}
+	_, _ = p.table.Apply(push)
+	switch {
+	case g.cfg.Provisional.Sink != nil:
+		g.cfg.Provisional.Sink(push)
+	case p.push != nil:
 		p.push.Remove(id)
 	}
 }

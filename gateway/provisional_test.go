@@ -11,6 +11,7 @@ import (
 	"github.com/inference-cache/inference-cache/fingerprint"
 	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/prompt"
+	"github.com/inference-cache/inference-cache/provisional"
 )
 
 // pushingLookup is a fakeLookup that also takes picks pushes, as
@@ -158,5 +159,37 @@ func TestProvisional_OffRecordsNothing(t *testing.T) {
 	}
 	if _, err := New(Config{Provisional: ProvisionalConfig{MaxAge: time.Millisecond}}); err == nil {
 		t.Fatal("max age 1 ms accepted")
+	}
+}
+
+// A Sink gets each pick and removal synchronously, on the gateway's own
+// sequence, with the table's clock injected (a simulation's virtual
+// clock): the pick expires at its max age on that clock.
+func TestProvisional_SinkAndVirtualClock(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	var got []provisional.Push
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &pushingLookup{fakeLookup: fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}},
+		Provisional: ProvisionalConfig{MaxAge: time.Second, Now: func() time.Time { return now }, Sink: func(p provisional.Push) { got = append(got, p) }}})
+	defer g.Close()
+	if g.PickShare() != nil {
+		t.Fatal("an SDK pusher with a Sink")
+	}
+	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
+	d, _ := g.Decide(context.Background(), req)
+	f := d.Start(d.Replica)
+	if len(got) != 1 || len(got[0].Picks) != 1 || got[0].Picks[0].Replica != d.Replica || len(got[0].Picks[0].Hashes) != 4 || got[0].Picks[0].MaxAge != time.Second {
+		t.Fatalf("sink got %+v", got)
+	}
+	now = now.Add(999 * time.Millisecond)
+	if d2, _ := g.Decide(context.Background(), req); !d2.Provisional {
+		t.Fatal("pick gone before its max age on the virtual clock")
+	}
+	now = now.Add(time.Millisecond)
+	if d2, _ := g.Decide(context.Background(), req); d2.Provisional {
+		t.Fatal("pick held past its max age on the virtual clock")
+	}
+	f.Fail()
+	if len(got) != 2 || len(got[1].Removed) != 1 || got[1].Removed[0] != got[0].Picks[0].ID || got[1].Sequence <= got[0].Sequence {
+		t.Fatalf("sink got %+v", got)
 	}
 }

@@ -74,6 +74,18 @@ type NodeInfo struct {
 	// by the node's limit, 65,536 by default), PickerLoadPickers the
 	// pickers.
 	PickerLoadEntries, PickerLoadPickers int
+	// The provisional residencies (contract §5.12), since start:
+	// PicksPushes were sent to this node by pickers, PicksFromPeers passed
+	// on to it by other nodes; PicksForwarded it passed on (one per peer
+	// reached), PicksDropped it could not pass on. PicksRefused pushes
+	// were invalid or found the store full. ProvisionalPicks counts picks
+	// by how they came and went (added, removed, confirmed, expired,
+	// ignored).
+	PicksPushes, PicksFromPeers, PicksForwarded, PicksDropped, PicksRefused uint64
+	ProvisionalPicks                                                        map[string]uint64
+	// ProvisionalBlocks is the (pick, block) entries held now (bounded by
+	// the node's limit, 1,048,576 by default), ProvisionalHeld the picks.
+	ProvisionalBlocks, ProvisionalHeld int
 }
 
 // States lists the values of NodeInfo.State, each exported as one series of
@@ -129,6 +141,13 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"pickerExp":     desc("picker_load_reports_expired_total", "Pickers whose load report expired (2 of their intervals without a new one) and was dropped."),
 		"pickerEntries": desc("picker_load_entries", "(picker, replica) entries of picker load held in memory; reports past the node's limit are refused."),
 		"pickers":       desc("picker_load_pickers", "Pickers whose load report this node holds."),
+		"picksRecv":     desc("provisional_pushes_received_total", "Provisional picks pushes this node received (contract §5.12), by source: picker (sent to this node) or node (passed on by another node).", "source"),
+		"picksRefused":  desc("provisional_pushes_refused_total", "Provisional picks pushes refused: invalid, or the store full."),
+		"picksFwd":      desc("provisional_pushes_forwarded_total", "Provisional picks pushes this node passed on to another node (one per peer reached)."),
+		"picksDrop":     desc("provisional_pushes_forward_dropped_total", "Provisional picks pushes this node did not pass on to a peer: its queue full or the call failed (the picker's next full state repairs it)."),
+		"picksOut":      desc("provisional_picks_total", "Provisional residencies by outcome: added, removed (by their picker), confirmed (the engines' events reached the index), expired (max age), ignored (held, removed or superseded already).", "outcome"),
+		"provBlocks":    desc("provisional_blocks", "(pick, block) entries of provisional residencies held in memory; pushes past the node's limit are refused."),
+		"provPicks":     desc("provisional_picks", "Provisional residencies (picks) this node holds."),
 	}}
 	m.Registry.MustRegister(c)
 }
@@ -199,4 +218,14 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	cnt("pickerExp", in.PickerReportsExpired)
 	g("pickerEntries", float64(in.PickerLoadEntries))
 	g("pickers", float64(in.PickerLoadPickers))
+	ch <- prometheus.MustNewConstMetric(c.d["picksRecv"], prometheus.CounterValue, float64(in.PicksPushes), "picker")
+	ch <- prometheus.MustNewConstMetric(c.d["picksRecv"], prometheus.CounterValue, float64(in.PicksFromPeers), "node")
+	cnt("picksRefused", in.PicksRefused)
+	cnt("picksFwd", in.PicksForwarded)
+	cnt("picksDrop", in.PicksDropped)
+	for _, o := range []string{"added", "removed", "confirmed", "expired", "ignored"} {
+		ch <- prometheus.MustNewConstMetric(c.d["picksOut"], prometheus.CounterValue, float64(in.ProvisionalPicks[o]), o)
+	}
+	g("provBlocks", float64(in.ProvisionalBlocks))
+	g("provPicks", float64(in.ProvisionalHeld))
 }

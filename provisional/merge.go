@@ -93,3 +93,26 @@ func Merge(resp *pb.LookupRouteResponse, ms []Match, maxReplicas int) (provision
 	}
 	return provisional, covered
 }
+
+// MergeInto folds the store's picks on chain (a lookup's block hashes in
+// part) into resp by Merge's rule, cut to maxReplicas (0 = no cut), and
+// Confirms the picks the answer's confirmed hints cover. It returns the
+// hints made provisional. The one sequence the server's lookups and a
+// gateway's own table (and a simulation of either) run.
+func (s *Store) MergeInto(resp *pb.LookupRouteResponse, part Partition, chain []uint64, maxReplicas int) int {
+	if resp == nil || len(chain) == 0 {
+		return 0
+	}
+	var buf [8]Match
+	ms := s.At().Matches(buf[:0], part, chain)
+	if len(ms) == 0 {
+		return 0
+	}
+	n, covered := Merge(resp, ms, maxReplicas)
+	for _, m := range covered {
+		if int(m.Blocks) <= len(chain) {
+			s.Confirm(part, m.Replica, chain[:m.Blocks])
+		}
+	}
+	return n
+}

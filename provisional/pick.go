@@ -75,7 +75,10 @@ type Pick struct {
 	Partition Partition
 	// Hashes are the request's prefix block hashes in the partition's
 	// fingerprint (contract §3, the cache_salt mixed in), Counts their
-	// tokens (parallel; empty = 16 each, vLLM's default block size).
+	// tokens (parallel; empty = 16 each, vLLM's default block size). In a
+	// full state a pick without hashes is listed by its id alone: it
+	// keeps the pick where it is held and adds nothing where it is not
+	// (the picker re-sends hashes only for its recent picks).
 	Hashes []uint64
 	Counts []uint32
 	// Age is how long before the push the pick was made (0 for a delta;
@@ -128,6 +131,9 @@ func (p *Push) Validate() error {
 		return &FieldError{"picker_id", msg}
 	}
 	for i := range p.Picks {
+		if p.Full && len(p.Picks[i].Hashes) == 0 {
+			continue // listed by id alone: keeps the pick if held
+		}
 		if err := p.Picks[i].validate(i); err != nil {
 			return err
 		}

@@ -51,7 +51,6 @@ type held struct {
 	replica string
 	hashes  []uint64
 	cum     []uint32 // tokens through block i
-	live    int      // blocks still indexed (not confirmed)
 	seq     uint64   // the push that added it
 	made    int64    // store clock ns
 	expires int64
@@ -147,13 +146,13 @@ func (s *Store) Apply(push Push) (Result, error) {
 	if push.Full {
 		for id, h := range ps.picks {
 			if _, ok := listed[id]; !ok && h.seq < push.Sequence {
-				freed += h.live
+				freed += len(h.hashes)
 			}
 		}
 	}
 	for _, id := range push.Removed {
 		if h := ps.picks[id]; h != nil {
-			freed += h.live
+			freed += len(h.hashes)
 		}
 	}
 	adding := 0
@@ -212,7 +211,7 @@ func (s *Store) Apply(push Push) (Result, error) {
 // wouldAdd says whether Apply adds k: not held, not removed, not older
 // than the picker's last full state, not expired on its way.
 func (s *Store) wouldAdd(ps *pickerState, push *Push, k *Pick, now int64) bool {
-	if _, ok := ps.picks[k.ID]; ok {
+	if _, ok := ps.picks[k.ID]; ok || len(k.Hashes) == 0 {
 		return false
 	}
 	if t, ok := ps.tombs[k.ID]; ok && (!push.Full || t.seq > push.Sequence) {
@@ -230,7 +229,7 @@ func (s *Store) wouldAdd(ps *pickerState, push *Push, k *Pick, now int64) bool {
 // add indexes k, made at store time made. Called with mu held.
 func (s *Store) add(ps *pickerState, picker string, seq uint64, k *Pick, made int64) {
 	h := &held{picker: picker, id: k.ID, part: k.Partition, replica: k.Replica, hashes: slices.Clone(k.Hashes),
-		cum: make([]uint32, len(k.Hashes)), live: len(k.Hashes), seq: seq, made: made, expires: made + int64(k.maxAge())}
+		cum: make([]uint32, len(k.Hashes)), seq: seq, made: made, expires: made + int64(k.maxAge())}
 	var t uint32
 	for i := range h.cum {
 		c := uint32(16)
@@ -245,26 +244,38 @@ func (s *Store) add(ps *pickerState, picker string, seq uint64, k *Pick, made in
 		blocks = map[uint64][]holder{}
 		s.parts[h.part] = blocks
 	}
-	for i, x := range h.hashes {
+	for _, i := range h.indexed() {
+		x := h.hashes[i]
 		blocks[x] = append(blocks[x], holder{p: h, pos: int32(i)})
 	}
 	ps.picks[k.ID] = h
-	s.blocks += h.live
+	s.blocks += len(h.hashes)
 	s.picks++
+}
+
+// indexed are the positions of h's blocks the store indexes: its root,
+// which every lookup of a prompt sharing its first block names first,
+// and its last block, which a lookup by the prompt's prefix hash alone
+// names. Two map entries a pick, whatever its length: a lookup compares
+// the rest of its chain with the pick's hashes.
+func (h *held) indexed() []int {
+	if len(h.hashes) == 1 {
+		return []int{0}
+	}
+	return []int{0, len(h.hashes) - 1}
 }
 
 // drop unindexes h. Called with mu held.
 func (s *Store) drop(ps *pickerState, h *held) {
 	if blocks := s.parts[h.part]; blocks != nil {
-		for _, x := range h.hashes {
-			s.unhold(blocks, x, h)
+		for _, i := range h.indexed() {
+			s.unhold(blocks, h.hashes[i], h)
 		}
 		if len(blocks) == 0 {
 			delete(s.parts, h.part)
 		}
 	}
-	s.blocks -= h.live
-	h.live = 0
+	s.blocks -= len(h.hashes)
 	delete(ps.picks, h.id)
 	s.picks--
 }
@@ -285,39 +296,45 @@ func (s *Store) unhold(blocks map[uint64][]holder, x uint64, h *held) bool {
 	return true
 }
 
-// Confirm drops the provisional claims of replica on the blocks of
-// chain in part: the engine's events put them in the confirmed index
-// (contract §5.12). A pick none of whose blocks is left is dropped and
-// counted Confirmed. It returns the picks dropped.
+// Confirm drops the picks on replica whose every block is among the
+// first blocks of chain in part (a lookup's chain, root first, cut to the
+// depth the confirmed index holds on replica): the engine's events put
+// them in the index (contract §5.12). A pick reaching deeper than chain
+// still claims its deeper blocks and stays. It returns the picks dropped.
 func (s *Store) Confirm(part Partition, replica string, chain []uint64) int {
+	if len(chain) == 0 {
+		return 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	blocks := s.parts[part]
 	if blocks == nil {
 		return 0
 	}
-	dropped := 0
-	for _, x := range chain {
-		for _, c := range blocks[x] {
-			h := c.p
-			if h.replica != replica || !s.unhold(blocks, x, h) {
-				continue
-			}
-			h.live--
-			s.blocks--
-			if h.live == 0 {
-				if ps := s.pickers[h.picker]; ps != nil {
-					s.drop(ps, h)
-					dropped++
-				}
-			}
+	var gone []*held
+	for _, c := range blocks[chain[0]] {
+		if h := c.p; c.pos == 0 && h.replica == replica && len(h.hashes) <= len(chain) && commonPrefix(h.hashes, chain) == len(h.hashes) {
+			gone = append(gone, h)
 		}
 	}
-	if len(blocks) == 0 {
-		delete(s.parts, part)
+	for _, h := range gone {
+		if ps := s.pickers[h.picker]; ps != nil {
+			s.drop(ps, h)
+		}
 	}
-	s.confirmed.Add(uint64(dropped))
-	return dropped
+	s.confirmed.Add(uint64(len(gone)))
+	return len(gone)
+}
+
+// commonPrefix is how many leading elements a and b share.
+func commonPrefix(a, b []uint64) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
 }
 
 // Sweep drops the picks past their max age, and old tombstones and idle
@@ -373,8 +390,14 @@ func (s *Store) At() View { return View{s: s, now: s.now()} }
 // Matches appends to dst, per replica, the deepest block of chain (a
 // lookup's block hashes, root first, in part's fingerprint) that an
 // unexpired pick holds on it; replica id ascending. A chained hash names
-// its whole prefix, so a pick holding block i holds the blocks before it.
+// its whole prefix: a pick sharing chain's first block holds chain as far
+// as their hashes agree, and a chain of one hash (a lookup by prefix hash
+// alone) matches the picks whose last block it is. It takes a read lock
+// and does not allocate when dst has room.
 func (v View) Matches(dst []Match, part Partition, chain []uint64) []Match {
+	if len(chain) == 0 {
+		return dst
+	}
 	s := v.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -383,20 +406,24 @@ func (v View) Matches(dst []Match, part Partition, chain []uint64) []Match {
 		return dst
 	}
 	start := len(dst)
-	for _, x := range chain {
-		for _, c := range blocks[x] {
-			h := c.p
-			if h.expires <= v.now {
-				continue
-			}
-			m := Match{Replica: h.replica, Blocks: uint32(c.pos) + 1, Tokens: h.cum[c.pos], Age: time.Duration(v.now - h.made)}
-			j := slices.IndexFunc(dst[start:], func(o Match) bool { return o.Replica == h.replica })
-			switch {
-			case j < 0:
-				dst = append(dst, m)
-			case m.Blocks > dst[start+j].Blocks || m.Blocks == dst[start+j].Blocks && m.Age < dst[start+j].Age:
-				dst[start+j] = m
-			}
+	for _, c := range blocks[chain[0]] {
+		h := c.p
+		if h.expires <= v.now {
+			continue
+		}
+		depth := int(c.pos) + 1 // a pick's last block: its whole prefix
+		if c.pos == 0 {
+			depth = commonPrefix(h.hashes, chain)
+		}
+		m := Match{Replica: h.replica, Blocks: uint32(depth), Tokens: h.cum[depth-1], Age: time.Duration(v.now - h.made)}
+		j := start
+		for ; j < len(dst) && dst[j].Replica != h.replica; j++ {
+		}
+		switch {
+		case j == len(dst):
+			dst = append(dst, m)
+		case m.Blocks > dst[j].Blocks || m.Blocks == dst[j].Blocks && m.Age < dst[j].Age:
+			dst[j] = m
 		}
 	}
 	slices.SortFunc(dst[start:], func(a, b Match) int { return strings.Compare(a.Replica, b.Replica) })
@@ -404,8 +431,12 @@ func (v View) Matches(dst []Match, part Partition, chain []uint64) []Match {
 }
 
 // Live returns picker's unexpired picks, id ascending, each with its Age
-// now: the full state a picker sends for repair.
-func (s *Store) Live(picker string) []Pick {
+// now: the full state a picker sends for repair. Only the picks made
+// within hashesWithin of now (0 = all) carry their hashes and counts; the
+// older ones are listed by id alone (they keep the pick where it is held:
+// their hashes went out in earlier pushes), so a full state's size is
+// bounded by the recent picks, not by every pick of the max age.
+func (s *Store) Live(picker string, hashesWithin time.Duration) []Pick {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	ps := s.pickers[picker]
@@ -418,11 +449,16 @@ func (s *Store) Live(picker string) []Pick {
 		if h.expires <= now {
 			continue
 		}
-		k := Pick{ID: h.id, Replica: h.replica, Partition: h.part, Hashes: h.hashes, Counts: make([]uint32, len(h.cum)),
-			Age: time.Duration(now - h.made), MaxAge: time.Duration(h.expires - h.made)}
-		prev := uint32(0)
-		for i, c := range h.cum {
-			k.Counts[i], prev = c-prev, c
+		k := Pick{ID: h.id, Replica: h.replica, Partition: h.part, Age: time.Duration(now - h.made), MaxAge: time.Duration(h.expires - h.made)}
+		if hashesWithin <= 0 || k.Age <= hashesWithin {
+			k.Hashes = h.hashes
+			if h.cum[len(h.cum)-1] != uint32(16*len(h.cum)) {
+				k.Counts = make([]uint32, len(h.cum))
+				prev := uint32(0)
+				for i, c := range h.cum {
+					k.Counts[i], prev = c-prev, c
+				}
+			}
 		}
 		out = append(out, k)
 	}

@@ -79,6 +79,24 @@ func TestMatches_DeepestBlockPerReplica(t *testing.T) {
 	}
 }
 
+// A lookup by prefix hash alone (a chain of one hash) matches the picks
+// whose last block it is; a chain from another root matches nothing.
+func TestMatches_ByPrefixHashAlone(t *testing.T) {
+	s, _ := newStore(0)
+	apply(t, s, provisional.Push{PickerID: "g", Sequence: 1, Picks: []provisional.Pick{pick(1, "r1", 100, 5), pick(2, "r2", 100, 1)}})
+	ms := s.At().Matches(nil, part, []uint64{104})
+	if len(ms) != 1 || ms[0].Replica != "r1" || ms[0].Blocks != 5 || ms[0].Tokens != 80 {
+		t.Fatalf("by the prefix hash of 5 blocks: %+v", ms)
+	}
+	if ms := s.At().Matches(nil, part, []uint64{100}); len(ms) != 2 || ms[0].Blocks != 1 || ms[1].Blocks != 1 {
+		t.Fatalf("by the root: %+v, want r1 and r2 at 1 block", ms)
+	}
+	// A chain that leaves the pick's after 2 blocks matches 2.
+	if got := matches(s, []uint64{100, 101, 9999}); got["r1"] != 2 {
+		t.Fatalf("diverging chain: %v", got)
+	}
+}
+
 func TestCounts_GiveTokens(t *testing.T) {
 	s, _ := newStore(0)
 	k := pick(1, "r1", 1, 3)
@@ -228,6 +246,14 @@ func TestFullState_Repairs(t *testing.T) {
 	if r := apply(t, s, provisional.Push{PickerID: "g", Sequence: 2, Picks: []provisional.Pick{pick(9, "r9", 1, 2)}}); r.Added != 0 {
 		t.Fatalf("delta older than the full state: %+v", r)
 	}
+	// A full state listing pick 2 by id alone keeps it and adds nothing
+	// for an id not held.
+	if r := apply(t, s, provisional.Push{PickerID: "g", Sequence: 6, Full: true, Picks: []provisional.Pick{{ID: 2}, {ID: 3}, {ID: 77}}}); r.Added != 0 || r.Removed != 0 {
+		t.Fatalf("full state by ids: %+v", r)
+	}
+	if got := matches(s, chain(1, 2)); got["r2"] != 2 || got["r3"] != 2 {
+		t.Fatalf("after a full state by ids: %v", got)
+	}
 	if r := apply(t, s, provisional.Push{PickerID: "g", Sequence: 3, Full: true}); !r.Superseded {
 		t.Fatalf("repeated full state: %+v, want superseded", r)
 	}
@@ -236,7 +262,7 @@ func TestFullState_Repairs(t *testing.T) {
 	}
 	// Another picker's picks are untouched by g's full state.
 	apply(t, s, provisional.Push{PickerID: "h", Sequence: 1, Picks: []provisional.Pick{pick(1, "r5", 1, 1)}})
-	apply(t, s, provisional.Push{PickerID: "g", Sequence: 5, Full: true})
+	apply(t, s, provisional.Push{PickerID: "g", Sequence: 7, Full: true})
 	if got := matches(s, chain(1, 2)); len(got) != 1 || got["r5"] != 1 {
 		t.Fatalf("after g's empty full state: %v, want only h's r5", got)
 	}
@@ -250,7 +276,7 @@ func TestConfirm_DropsWhatTheIndexHolds(t *testing.T) {
 	if n := s.Confirm(part, "r1", chain(1, 2)); n != 0 {
 		t.Fatalf("partial confirm dropped %d picks", n)
 	}
-	if got := matches(s, chain(1, 4)); got["r1"] != 4 || s.Stats().Blocks != 6 {
+	if got := matches(s, chain(1, 4)); got["r1"] != 4 || s.Stats().Blocks != 8 {
 		t.Fatalf("after a partial confirm: %v, stats %+v", got, s.Stats())
 	}
 	if n := s.Confirm(part, "r1", chain(1, 4)); n != 1 {
@@ -270,9 +296,13 @@ func TestLive_IsTheFullState(t *testing.T) {
 	k.Counts = []uint32{16, 3}
 	apply(t, s, provisional.Push{PickerID: "g", Sequence: 1, Picks: []provisional.Pick{k, pick(1, "r2", 9, 1)}})
 	c.Add(40 * time.Millisecond)
-	live := s.Live("g")
-	if len(live) != 2 || live[0].ID != 1 || live[1].ID != 2 || live[1].Counts[1] != 3 || live[1].Age != 40*time.Millisecond || live[1].MaxAge != provisional.DefaultMaxAge {
+	live := s.Live("g", 0)
+	if len(live) != 2 || live[0].ID != 1 || live[1].ID != 2 || live[1].Counts[1] != 3 || live[0].Counts != nil || live[1].Age != 40*time.Millisecond || live[1].MaxAge != provisional.DefaultMaxAge {
 		t.Fatalf("live = %+v", live)
+	}
+	// Within 30 ms: both made 40 ms ago, listed by id alone.
+	if ids := s.Live("g", 30*time.Millisecond); len(ids) != 2 || ids[0].Hashes != nil || ids[1].Hashes != nil {
+		t.Fatalf("live within 30 ms = %+v", ids)
 	}
 	// Re-applied elsewhere as a full state, it gives the same matches.
 	o, _ := newStore(0)

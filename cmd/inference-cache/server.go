@@ -329,6 +329,10 @@ func nodeInfo(n *raftnode.Node) metrics.NodeInfo {
 	info.PickerReportsForwarded, info.PickerReportsDropped = m.PickerReportsForwarded, m.PickerReportsDropped
 	info.PickerReportsStored, info.PickerReportsIgnored, info.PickerReportsRefused = ps.Stored, ps.Ignored, ps.Refused
 	info.PickerReportsExpired, info.PickerLoadEntries, info.PickerLoadPickers = ps.Expired, ps.Entries, ps.Pickers
+	pv := n.Provisional().Stats()
+	info.PicksPushes, info.PicksFromPeers, info.PicksForwarded, info.PicksDropped = m.PicksPushes, m.PicksFromPeers, m.PicksForwarded, m.PicksDropped
+	info.PicksRefused, info.ProvisionalBlocks, info.ProvisionalHeld = pv.Refused, pv.Blocks, pv.Picks
+	info.ProvisionalPicks = map[string]uint64{"added": pv.Added, "removed": pv.Removed, "confirmed": pv.Confirmed, "expired": pv.Expired, "ignored": pv.Ignored}
 	if d, ok := n.ClockOffsetToLeader(); ok {
 		info.ClockOffsetToLeader, info.ClockOffsetToLeaderKnown = d.Seconds(), true
 	}

@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/gateway"
+)
+
+var provisionalBench = flag.Bool("provisional-bench", false, "run TestProvisionalVisibility: how soon a gateway's pick is seen in lookups on another node, over real processes")
+
+// percentilesText is "p50 / p90 / p99 / max of n" of ds in ms.
+func percentilesText(ds []time.Duration) string {
+	slices.Sort(ds)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	return fmt.Sprintf("p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms of %d", ms(at(0.5)), ms(at(0.9)), ms(at(0.99)), ms(ds[len(ds)-1]), len(ds))
+}
+
+// The delay of provisional residencies (contract §5.12) on a real 3-node
+// cluster: a gateway (the real gateway core and SDK, its hint service
+// node 1) picks a replica for a prompt no one holds; the time from the
+// pick (Decision.Start) until a lookup on node 2 (another gateway's
+// view, polled back to back) answers the prompt with the provisional
+// hint: the SDK's push to node 1 plus node 1's fan-out hop to node 2,
+// plus at most one lookup round trip of polling. Then one SharePicks
+// sent to node 1 by hand, timed from before the call until node 2 has it
+// (the fan-out hop alone).
+func TestProvisionalVisibility(t *testing.T) {
+	if !*provisionalBench {
+		t.Skip("a benchmark: run with -provisional-bench")
+	}
+	c := startCluster(t, 3)
+	n1, n2 := c.procs[0], c.procs[1]
+	g := newGateway(t, n1.grpc)
+	// seen waits for n2 to answer lr with a provisional hint on replica
+	// and returns the time since start.
+	seen := func(start time.Time, lr *pb.LookupRouteRequest, replica string) time.Duration {
+		for time.Since(start) < 5*time.Second {
+			if h, _, _ := hintOn(n2, lr, replica); h != nil && h.Provisional {
+				return time.Since(start)
+			}
+		}
+		t.Fatalf("pick on %s not seen on n2 within 5 s", replica)
+		return 0
+	}
+	const picks = 300
+	var e2e []time.Duration
+	for i := range picks {
+		from := 1_000_000 + 1000*i
+		lr := keyOf(t, from)
+		d, err := g.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, from), Candidates: replicas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		f := d.Start(d.Replica)
+		e2e = append(e2e, seen(start, lr, d.Replica))
+		f.Done()
+	}
+	t.Logf("pick (Decision.Start, gateway on n1) → seen in a lookup on n2: %s", percentilesText(e2e))
+
+	var hop []time.Duration
+	for i := range picks {
+		from := 5_000_000 + 1000*i
+		lr := keyOf(t, from)
+		ctx, cancel := ctxT(2 * time.Second)
+		start := time.Now()
+		if _, err := n1.ic.SharePicks(ctx, &pb.SharePicksRequest{PickerId: "gw-hand", Sequence: uint64(i + 1),
+			Picks: []*pb.ProvisionalPick{{PickId: uint64(i + 1), ReplicaId: "r2", HashScheme: scheme, ModelId: model, BlockHashes: lr.BlockHashes}}}); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		hop = append(hop, seen(start, lr, "r2"))
+	}
+	t.Logf("one SharePicks sent to n1 → seen on n2: %s", percentilesText(hop))
+}

@@ -1,0 +1,58 @@
+package raftnode
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/provisional"
+	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
+)
+
+func picksPush(picker string, seq uint64, blocks int) *pb.SharePicksRequest {
+	k := &pb.ProvisionalPick{PickId: seq, ReplicaId: "r1", HashScheme: "vllm", ModelId: "m"}
+	for i := range blocks {
+		k.BlockHashes = append(k.BlockHashes, uint64(1000*seq)+uint64(i))
+	}
+	return &pb.SharePicksRequest{PickerId: picker, Sequence: seq, Picks: []*pb.ProvisionalPick{k}}
+}
+
+// picksCalls keeps every push (each is a delta) in order and packs them
+// into calls within the byte budget; a push over it goes alone.
+func TestPicksCalls_EveryPushInOrderWithinTheBudget(t *testing.T) {
+	a1, a2, big, b1 := picksPush("a", 1, 4), picksPush("a", 2, 4), picksPush("b", 7, 400), picksPush("b", 8, 4)
+	budget := proto.Size(a1) + proto.Size(a2)
+	calls := picksCalls([]*pb.SharePicksRequest{a1, a2, big, b1}, budget)
+	if len(calls) != 3 || len(calls[0]) != 2 || calls[0][0] != a1 || calls[0][1] != a2 || len(calls[1]) != 1 || calls[1][0] != big || len(calls[2]) != 1 || calls[2][0] != b1 {
+		t.Fatalf("calls %v", calls)
+	}
+}
+
+// A peer applies passed-on pushes, dating each pick's expiry from its
+// queue age on the sender: a pick with max age 1 s aged 600 ms is held
+// 400 ms more; an invalid push is counted refused, the others applied.
+func TestShareLoad_AppliesPicksWithTheirAge(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	n := &Node{picks: provisional.New(provisional.Config{Now: func() time.Time { return now }})}
+	f := &forwardServer{n: n}
+	p := picksPush("gw", 1, 3)
+	p.Picks[0].MaxAgeMs = 1000
+	bad := picksPush("", 2, 1)
+	resp, err := f.ShareLoad(context.Background(), &forwardpb.ShareLoadRequest{Picks: []*pb.SharePicksRequest{p, bad}, PicksAgesMs: []uint32{600, 0}})
+	if err != nil || resp.PicksApplied != 1 || resp.PicksRefused != 1 {
+		t.Fatalf("ShareLoad = %v, %v", resp, err)
+	}
+	part := provisional.Partition{Scheme: "vllm", Model: "m"}
+	chain := p.Picks[0].BlockHashes
+	now = now.Add(399 * time.Millisecond)
+	if ms := n.picks.At().Matches(nil, part, chain); len(ms) != 1 || ms[0].Blocks != 3 {
+		t.Fatalf("at 399 ms: %v", ms)
+	}
+	now = now.Add(time.Millisecond)
+	if ms := n.picks.At().Matches(nil, part, chain); len(ms) != 0 {
+		t.Fatalf("at 400 ms (1 s after the pick): %v, want expired", ms)
+	}
+}
