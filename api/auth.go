@@ -21,10 +21,10 @@ type Class int
 const (
 	// ClassOpen: no token, ever (health, reflection).
 	ClassOpen Class = iota
-	// ClassLookup: LookupRoute, GetCachePolicy and ReportPickerLoad (the
-	// pickers that look up report their load; it is soft state that
-	// expires in two report intervals); open unless a lookup token is
-	// configured.
+	// ClassLookup: LookupRoute, GetCachePolicy, ReportPickerLoad and
+	// SharePicks (the pickers that look up report their load and picks;
+	// both are soft state that expires on its own); open unless a lookup
+	// token is configured.
 	ClassLookup
 	// ClassWrite: Ingest, IngestStream, ReportReplicaStats,
 	// SetCachePolicy.
@@ -63,6 +63,7 @@ var methodClasses = map[string]Class{
 	pb.InferenceCache_LookupRoute_FullMethodName:        ClassLookup,
 	pb.InferenceCache_GetCachePolicy_FullMethodName:     ClassLookup,
 	pb.InferenceCache_ReportPickerLoad_FullMethodName:   ClassLookup,
+	pb.InferenceCache_SharePicks_FullMethodName:         ClassLookup,
 	pb.InferenceCache_Ingest_FullMethodName:             ClassWrite,
 	pb.InferenceCache_IngestStream_FullMethodName:       ClassWrite,
 	pb.InferenceCache_ReportReplicaStats_FullMethodName: ClassWrite,

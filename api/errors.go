@@ -9,6 +9,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/provisional"
 	"github.com/inference-cache/inference-cache/raftnode"
 )
 
@@ -27,9 +28,12 @@ import (
 //	context.Canceled                 → CANCELED
 //	*RequestError, *policy.FieldError,
 //	raftnode.ErrInvalid, ErrRejected,
-//	pickerload.ErrInvalid            → INVALID_ARGUMENT
-//	pickerload.ErrFull               → RESOURCE_EXHAUSTED (the node
-//	                                   holds its limit of picker load)
+//	pickerload.ErrInvalid,
+//	provisional.ErrInvalid           → INVALID_ARGUMENT
+//	pickerload.ErrFull,
+//	provisional.ErrFull              → RESOURCE_EXHAUSTED (the node
+//	                                   holds its limit of picker load or
+//	                                   of provisional residencies)
 //	anything else                    → INTERNAL
 //
 // The message is err's text. nil stays nil.
@@ -57,7 +61,7 @@ func codeOf(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
-	case errors.Is(err, pickerload.ErrFull):
+	case errors.Is(err, pickerload.ErrFull), errors.Is(err, provisional.ErrFull):
 		return codes.ResourceExhausted
 	case refusedWhole(err):
 		return codes.InvalidArgument
@@ -73,7 +77,7 @@ func refusedWhole(err error) bool {
 	var fe *policy.FieldError
 	return errors.As(err, &re) || errors.As(err, &fe) ||
 		errors.Is(err, raftnode.ErrInvalid) || errors.Is(err, raftnode.ErrRejected) ||
-		errors.Is(err, pickerload.ErrInvalid)
+		errors.Is(err, pickerload.ErrInvalid) || errors.Is(err, provisional.ErrInvalid)
 }
 
 // refusal is how IngestStream tells a request refused whole from a

@@ -288,6 +288,7 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 	if r.IncludeLoad {
 		s.fillOthers(req, resp)
 	}
+	s.mergeProvisional(req, res, resp, pol.MaxReplicas)
 	if len(res.CreditHashes) > 0 {
 		// The index decided (contract §5: a delivered PREFIX_MATCH under LFU)
 		// with the policy it ranked with; the cached copy here may be

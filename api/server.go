@@ -158,7 +158,7 @@ func baseOptions() []grpc.ServerOption {
 func NewServer(cfg ServerConfig) *Server {
 	gs := grpc.NewServer(serverOptions(cfg)...)
 	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now, ClockTrusted: cfg.ClockTrusted,
-		PickerLoad: cfg.Node})
+		PickerLoad: cfg.Node, Provisional: cfg.Node})
 	pb.RegisterInferenceCacheServer(gs, svc)
 	pb.RegisterClusterServer(gs, NewClusterService(cfg.Node, cfg.GRPCAddr, cfg.TmpDir, cfg.Metrics))
 	cfg.Node.RegisterGRPC(gs)

@@ -88,6 +88,10 @@ type Config struct {
 	// ReportPickerLoad answers UNIMPLEMENTED and lookups carry no
 	// others_* load.
 	PickerLoad PickerLoad
+	// Provisional holds the pickers' provisional residencies (contract
+	// §5.12); nil = SharePicks answers UNIMPLEMENTED and lookups answer
+	// from the confirmed index alone.
+	Provisional Provisional
 	// ClockTrusted reports whether Now may stamp writes (raftnode
 	// Node.ClockTrusted: checked against the cluster's clocks, or not
 	// ahead of the newest observation); while it is false writes are
@@ -115,6 +119,7 @@ type Service struct {
 	clockTrusted func() bool
 	admit        *admission
 	pload        PickerLoad
+	prov         Provisional
 
 	pol   atomic.Pointer[policy.Policy]
 	polAt atomic.Int64 // unix ns of the cached policy
@@ -123,7 +128,7 @@ type Service struct {
 // NewService returns the InferenceCache service for cfg.Backend.
 func NewService(cfg Config) *Service {
 	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now, clockTrusted: cfg.ClockTrusted, admit: newAdmission(cfg.Admission),
-		pload: cfg.PickerLoad}
+		pload: cfg.PickerLoad, prov: cfg.Provisional}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -18,7 +18,7 @@ func (x *exchange) responseHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	if x.d != nil && x.flight != nil {
 		if served := servedEndpoint(req.GetMetadataContext()); served != "" {
 			if e := x.s.eps.byAddress(served); e != nil && e.ReplicaID != x.flight.Replica() {
-				x.flight.Done()
+				x.flight.Fail() // the pick never got it: its provisional residency goes
 				x.flight = x.d.Start(e.ReplicaID)
 				x.s.m.ServedElsewhere.Inc()
 			}
@@ -67,8 +67,11 @@ func (x *exchange) finish() {
 
 // end releases the stream's state: a request whose stream ended before
 // its response did (the client went away, the data plane closed the
-// stream) is done.
+// stream) failed, and its provisional residency is dropped (contract
+// §5.12); a finished one is left as it was.
 func (x *exchange) end() {
-	x.finish()
+	if x.flight != nil {
+		x.flight.Fail()
+	}
 	x.releaseBody()
 }

@@ -42,11 +42,17 @@ type Decision struct {
 	// request's candidate order (StrategyPicker only).
 	Costs []client.PickCost
 
+	// Provisional is set when the hint naming Replica is a provisional
+	// residency (contract §5.12): a gateway's earlier pick of this prefix
+	// the engine's events have not confirmed yet.
+	Provisional bool
+
 	g          *Gateway
 	candidates []string
 	index      int
-	key        uint64 // the prompt's rendezvous key (client.RendezvousKey); 0 = none
+	rkey       uint64 // the prompt's rendezvous key (client.RendezvousKey); 0 = none
 	pick       client.Decision
+	key        *pb.LookupRouteRequest // the lookup's key; nil without one
 }
 
 // choose sets the pick to candidate i and orders the fallbacks.
@@ -128,6 +134,7 @@ func (d *Decision) Start(replica string) *Flight {
 			f.in = g.picker.StartOn(replica, uncached)
 		}
 	}
+	f.pickID = g.recordPick(d, replica)
 	g.mu.Lock()
 	g.inflight[replica]++
 	g.mu.Unlock()
@@ -141,6 +148,7 @@ type Flight struct {
 	g                *Gateway
 	in               *client.Inflight
 	replica          string
+	pickID           uint64 // its provisional residency; 0 = none
 	firstSeen, ended bool
 }
 
@@ -159,8 +167,22 @@ func (f *Flight) FirstToken() {
 	}
 }
 
-// Done records the request's end: its last token, its failure or its
-// cancellation.
+// Fail records the request's end as a failure or a cancellation (no
+// answer from the replica, an error status, the client gone): its
+// provisional residency is dropped here and in the cluster (contract
+// §5.12), then it ends as Done.
+func (f *Flight) Fail() {
+	if f.ended {
+		return
+	}
+	f.g.dropPick(f.pickID)
+	f.pickID = 0
+	f.Done()
+}
+
+// Done records the request's end: its last token (its provisional
+// residency stays until the engine's events confirm it or its max age
+// passes), or, without Fail, its failure or cancellation.
 func (f *Flight) Done() {
 	if f.ended {
 		return

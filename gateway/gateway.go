@@ -120,6 +120,10 @@ type Config struct {
 	// with Close.
 	ShareLoad   client.LoadShareConfig
 	NoShareLoad bool
+	// Provisional configures the provisional residencies of this
+	// gateway's picks (contract §5.12): its next decisions see them at
+	// once, and they are pushed to the cluster as they are made.
+	Provisional ProvisionalConfig
 }
 
 // Gateway decides where requests go. It is safe for concurrent use.
@@ -129,6 +133,7 @@ type Gateway struct {
 	rr     atomic.Uint64
 
 	share *client.LoadShare // nil = not sharing
+	prov  provState
 
 	mu       sync.Mutex
 	inflight map[string]int // requests started and not done, per replica
@@ -163,6 +168,10 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: share load: %w", err)
 		}
 	}
+	if err := g.startProvisional(); err != nil {
+		g.Close()
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -176,10 +185,14 @@ func (g *Gateway) PickerID() string {
 }
 
 // Close stops the load reports (a last, empty one tells the cluster
-// at once). Decide still works after it, unshared. Idempotent.
+// at once) and the picks pushes. Decide still works after it, unshared.
+// Idempotent.
 func (g *Gateway) Close() {
 	if g.share != nil {
 		g.share.Stop()
+	}
+	if g.prov.push != nil {
+		g.prov.push.Stop()
 	}
 }
 
@@ -232,9 +245,10 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	pick := g.picker.PickKeyed(resp, d.candidates, d.PromptTokens, d.key)
+	resp = g.mergeOwnPicks(d, resp)
+	pick := g.picker.PickKeyed(resp, d.candidates, d.PromptTokens, d.rkey)
 	d.pick, d.Costs = pick, pick.Costs
-	usable := d.key != 0 // a keyed pick is the rendezvous: the same on every gateway
+	usable := d.rkey != 0 // a keyed pick is the rendezvous: the same on every gateway
 	for i := range pick.Costs {
 		if pick.Costs[i].Reason != pb.ReasonCode_NO_HINT {
 			usable = true
@@ -251,6 +265,14 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 	}
 	d.choose(d.pick.Index, reason)
 	d.MatchedTokens = pick.Costs[d.pick.Index].CachedTokens
+	if reason == pb.ReasonCode_PREFIX_MATCH.String() {
+		for _, h := range resp.GetReplicas() {
+			if h.GetReplicaId() == d.Replica {
+				d.Provisional = h.GetProvisional()
+				break
+			}
+		}
+	}
 	return d, nil
 }
 
@@ -287,7 +309,8 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*
 		return nil, nil
 	}
 	d.Blocks = len(lr.BlockHashes)
-	d.key = client.RendezvousKey(lr.BlockHashes, bs)
+	d.key = lr
+	d.rkey = client.RendezvousKey(lr.BlockHashes, bs)
 	if d.Blocks == 0 || g.cfg.Lookup == nil {
 		return nil, nil // no full block, or no hint service: nothing to ask
 	}

@@ -192,7 +192,10 @@ func TestDecide_WithoutHintOrKeyPicksByLoadThenRoundRobin(t *testing.T) {
 // every time, and a candidate with a request queued is passed over while
 // another is idle, then listed last among the fallbacks.
 func TestDecide_WithoutHintKeyedPickIsTheRendezvous(t *testing.T) {
-	cfg := Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}}
+	// Without provisional residencies: with them the same prompt has a
+	// hint after its first pick (TestDecide_SeesItsOwnPickAtOnce).
+	cfg := Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}},
+		Provisional: ProvisionalConfig{Off: true}}
 	g, other := newGW(t, cfg), newGW(t, cfg)
 	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
 	first := ""

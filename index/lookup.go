@@ -80,6 +80,7 @@ func (ix *Index) Lookup(req *LookupRequest, res *Result) {
 		res.Detail = d
 		return
 	}
+	res.Chain = chain
 	prefix, hasPrefix := req.PrefixHash, req.HasPrefixHash
 	if !hasPrefix && len(chain) > 0 {
 		prefix, hasPrefix = chain[len(chain)-1], true

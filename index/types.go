@@ -185,6 +185,13 @@ type Result struct {
 	// with; a caller credits what it names and checks nothing else.
 	CreditPartition Partition
 	CreditHashes    []uint64
+	// Chain is the block hashes the lookup resolved its key to, root
+	// first: the caller's block_hashes, or its token ids fingerprinted
+	// with the model's block size (empty for a key of a prefix hash
+	// alone). It aliases the request or the result's scratch: valid
+	// until either is reused. Provisional residencies (contract §5.12)
+	// are matched against it.
+	Chain []uint64
 
 	// Scratch reused across lookups so a reused Result keeps the hot path
 	// allocation-free.
@@ -202,6 +209,7 @@ func (r *Result) Reset() {
 	r.Detail = ""
 	r.CreditPartition = Partition{}
 	r.CreditHashes = r.CreditHashes[:0]
+	r.Chain = nil
 }
 
 // Sizes counts what the index holds.

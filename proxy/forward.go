@@ -60,7 +60,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d *
 		}
 		retry := attempt == 0 && len(d.Fallbacks) > 0
 		if err != nil {
-			f.Done()
+			f.Fail()
 			if r.Context().Err() != nil {
 				return statusClientClosed
 			}
@@ -83,7 +83,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, body []byte, d *
 		if resp.StatusCode == http.StatusServiceUnavailable && retry {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
-			f.Done()
+			f.Fail()
 			p.m.UpstreamErrors.WithLabelValues(replica, kindUnavailable).Inc()
 			p.m.Retries.WithLabelValues(kindUnavailable).Inc()
 			retriedFrom, replica = replica, d.Fallbacks[0]
@@ -144,7 +144,17 @@ func classify(ctx context.Context, err error) string {
 func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Request, resp *http.Response, f *gateway.Flight, d *gateway.Decision,
 	replica, retriedFrom string, start time.Time) int {
 	defer resp.Body.Close()
-	defer f.Done()
+	// A request refused by the backend, or cut before its first token,
+	// prefilled nothing there: its provisional residency is dropped
+	// (contract §5.12). Once a token came, the prefix is cached.
+	ok, first := resp.StatusCode == http.StatusOK, false
+	defer func() {
+		if ok && first {
+			f.Done()
+		} else {
+			f.Fail()
+		}
+	}()
 	h := w.Header()
 	for k, vs := range resp.Header {
 		if !hopHeaders[k] {
@@ -161,8 +171,8 @@ func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	w.WriteHeader(resp.StatusCode)
 
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	ok := resp.StatusCode == http.StatusOK
 	if !stream {
+		first = true
 		f.FirstToken()
 		if ok {
 			p.m.TTFT.Observe(time.Since(start).Seconds())
@@ -180,6 +190,7 @@ func (p *Proxy) relay(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			if stream && spot.Feed(buf[:n]) {
+				first = true
 				f.FirstToken()
 				if ok {
 					p.m.TTFT.Observe(time.Since(start).Seconds())

@@ -227,6 +227,11 @@ type Config struct {
 	// a report past it is refused. 0 = pickerload.DefaultMaxEntries
 	// (65,536).
 	PickerLoadMaxEntries int
+	// ProvisionalMaxBlocks bounds the (pick, block) entries of the
+	// pickers' provisional residencies this node holds in memory
+	// (contract §5.12); a push past it is refused. 0 =
+	// provisional.DefaultMaxBlocks (1,048,576).
+	ProvisionalMaxBlocks int
 	// RaftTLS, when set, carries Raft RPCs over mutual TLS (tls.go); nil =
 	// plain TCP. Every server of a cluster must agree.
 	RaftTLS *RaftTLS

@@ -50,6 +50,12 @@ type Metrics struct {
 	// peer's queue full or its call failed). The store's own outcomes
 	// (stored, ignored, refused, expired) are PickerLoad().Stats().
 	PickerReports, PickerReportsFromPeers, PickerReportsForwarded, PickerReportsDropped uint64
+	// PicksPushes: provisional picks pushes pickers sent to this node;
+	// PicksFromPeers: pushes other nodes passed on to it; PicksForwarded
+	// and PicksDropped: pushes it passed on to a peer, or did not (the
+	// peer's queue full or its call failed). The store's own counters are
+	// Provisional().Stats().
+	PicksPushes, PicksFromPeers, PicksForwarded, PicksDropped uint64
 }
 
 type metrics struct {
@@ -66,6 +72,8 @@ type metrics struct {
 	expireClamped                              atomic.Uint64
 	pickerReports, pickerFromPeers             atomic.Uint64
 	pickerForwarded, pickerDropped             atomic.Uint64
+	picksPushes, picksFromPeers                atomic.Uint64
+	picksForwarded, picksDropped               atomic.Uint64
 }
 
 // Metrics returns the counters.
@@ -84,5 +92,7 @@ func (n *Node) Metrics() Metrics {
 		ExpireClamped: m.expireClamped.Load(),
 		PickerReports: m.pickerReports.Load(), PickerReportsFromPeers: m.pickerFromPeers.Load(),
 		PickerReportsForwarded: m.pickerForwarded.Load(), PickerReportsDropped: m.pickerDropped.Load(),
+		PicksPushes: m.picksPushes.Load(), PicksFromPeers: m.picksFromPeers.Load(),
+		PicksForwarded: m.picksForwarded.Load(), PicksDropped: m.picksDropped.Load(),
 	}
 }

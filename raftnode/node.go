@@ -19,6 +19,7 @@ import (
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/provisional"
 )
 
 // Node is one inference-cache server's replication layer: a Raft member
@@ -88,8 +89,9 @@ type Node struct {
 	connsMu sync.Mutex
 	conns   map[string]*grpc.ClientConn // by gRPC address
 
-	pickers *pickerload.Store // the pickers' load reports (pickershare.go)
-	share   shareState        // their fan-out to the peers
+	pickers *pickerload.Store  // the pickers' load reports (pickershare.go)
+	picks   *provisional.Store // the pickers' provisional residencies (picksshare.go)
+	share   shareState         // their fan-out to the peers
 
 	metrics metrics
 	health  health // local log and apply health (health.go)

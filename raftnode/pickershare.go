@@ -47,9 +47,11 @@ type peerShare struct {
 	ch   chan queuedShare
 }
 
-// queuedShare is a report waiting for a peer, and when this node got it.
+// queuedShare is a load report (r) or a provisional picks push (p)
+// waiting for a peer, and when this node got it.
 type queuedShare struct {
 	r  *pb.ReportPickerLoadRequest
+	p  *pb.SharePicksRequest
 	at time.Time
 }
 
@@ -82,13 +84,12 @@ func (n *Node) SharePickerLoad(req *pb.ReportPickerLoadRequest) (pickerload.Outc
 	if err != nil || o != pickerload.Stored {
 		return o, err
 	}
-	n.fanOut(req, time.Now())
+	n.fanOut(queuedShare{r: req, at: time.Now()})
 	return o, nil
 }
 
-// fanOut queues req, received at, for every alive peer with a gRPC
-// address.
-func (n *Node) fanOut(req *pb.ReportPickerLoadRequest, at time.Time) {
+// fanOut queues item for every alive peer with a gRPC address.
+func (n *Node) fanOut(item queuedShare) {
 	if n.shuttingDown() {
 		return
 	}
@@ -101,9 +102,13 @@ func (n *Node) fanOut(req *pb.ReportPickerLoadRequest, at time.Time) {
 			return
 		}
 		select {
-		case q.ch <- queuedShare{r: req, at: at}:
+		case q.ch <- item:
 		default:
-			n.metrics.pickerDropped.Add(1)
+			if item.p != nil {
+				n.metrics.picksDropped.Add(1)
+			} else {
+				n.metrics.pickerDropped.Add(1)
+			}
 		}
 	}
 }
@@ -130,36 +135,48 @@ func (n *Node) peerShare(addr string) *peerShare {
 	return q
 }
 
-// sendShares sends q's reports to its peer until shutdown, taking up to
-// shareBatch from the queue at once and sending them in calls of at most
-// shareCallBytes (shareCalls). A failed call drops its reports: the picker's next
-// report supersedes them.
+// sendShares sends q's reports and picks pushes to its peer until
+// shutdown, taking up to shareBatch from the queue at once: the picks
+// pushes first (a pick is worth most in its first milliseconds: contract
+// §5.12), then the reports in calls of at most shareCallBytes
+// (shareCalls). A failed call drops its reports: the picker's next
+// report supersedes them, and its next full state repairs lost picks.
 func (n *Node) sendShares(q *peerShare) {
 	defer n.share.wg.Done()
 	batch := make([]*pb.ReportPickerLoadRequest, 0, shareBatch)
-	arrived := make(map[*pb.ReportPickerLoadRequest]time.Time, shareBatch)
+	picks := make([]*pb.SharePicksRequest, 0, shareBatch)
+	arrived := make(map[any]time.Time, shareBatch)
+	take := func(s queuedShare) {
+		if s.p != nil {
+			picks = append(picks, s.p)
+			arrived[s.p] = s.at
+			return
+		}
+		batch = append(batch, s.r)
+		arrived[s.r] = s.at
+	}
 	for {
 		select {
 		case <-n.shutdownCh:
 			return
 		case s := <-q.ch:
 			clear(arrived)
-			batch = append(batch[:0], s.r)
-			arrived[s.r] = s.at
+			batch, picks = batch[:0], picks[:0]
+			take(s)
 		}
 	drain:
-		for len(batch) < shareBatch {
+		for len(batch)+len(picks) < shareBatch {
 			select {
 			case s := <-q.ch:
-				batch = append(batch, s.r)
-				arrived[s.r] = s.at
+				take(s)
 			default:
 				break drain
 			}
 		}
+		n.sharePicksTo(q.addr, picks, arrived)
 		calls := shareCalls(batch, shareCallBytes)
 		for i, call := range calls {
-			if err := n.shareTo(q.addr, call, arrived); err != nil {
+			if err := n.shareTo(q.addr, call, nil, arrived); err != nil {
 				// The peer is down or slow: the batch's other calls would
 				// wait on it too (and hold shutdown), so they are dropped
 				// with this one; the pickers' next reports follow.
@@ -210,21 +227,31 @@ func shareCalls(batch []*pb.ReportPickerLoadRequest, maxBytes int) [][]*pb.Repor
 	return calls
 }
 
-// shareTo makes one ShareLoad call to addr, each report with its age
-// since this node received it (arrived).
-func (n *Node) shareTo(addr string, batch []*pb.ReportPickerLoadRequest, arrived map[*pb.ReportPickerLoadRequest]time.Time) error {
+// shareTo makes one ShareLoad call to addr with reports and picks
+// pushes, each with its age since this node received it (arrived).
+func (n *Node) shareTo(addr string, batch []*pb.ReportPickerLoadRequest, picks []*pb.SharePicksRequest, arrived map[any]time.Time) error {
 	cc, err := n.dial(addr)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
-	ages := make([]uint32, len(batch))
-	for i, r := range batch {
-		ages[i] = uint32(min(max(0, now.Sub(arrived[r]).Milliseconds()), math.MaxUint32))
+	age := func(k any) uint32 { return uint32(min(max(0, now.Sub(arrived[k]).Milliseconds()), math.MaxUint32)) }
+	req := &forwardpb.ShareLoadRequest{FromNode: n.cfg.NodeID, Reports: batch, Picks: picks}
+	if len(batch) > 0 {
+		req.AgesMs = make([]uint32, len(batch))
+		for i, r := range batch {
+			req.AgesMs[i] = age(r)
+		}
+	}
+	if len(picks) > 0 {
+		req.PicksAgesMs = make([]uint32, len(picks))
+		for i, p := range picks {
+			req.PicksAgesMs[i] = age(p)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), shareTimeout)
 	defer cancel()
-	_, err = forwardpb.NewForwardClient(cc).ShareLoad(ctx, &forwardpb.ShareLoadRequest{FromNode: n.cfg.NodeID, Reports: batch, AgesMs: ages})
+	_, err = forwardpb.NewForwardClient(cc).ShareLoad(ctx, req)
 	return err
 }
 
@@ -276,6 +303,7 @@ func (f *forwardServer) ShareLoad(_ context.Context, req *forwardpb.ShareLoadReq
 			resp.Stored++
 		}
 	}
+	f.applyPeerPicks(req, resp)
 	return resp, nil
 }
 
@@ -293,12 +321,16 @@ func (n *Node) sweepPickerLoad() {
 	defer n.wg.Done()
 	t := time.NewTicker(shareSweep)
 	defer t.Stop()
+	sweeps := 0
 	for {
 		select {
 		case <-n.shutdownCh:
 			return
 		case <-t.C:
 			n.pickers.Sweep()
+			if sweeps++; sweeps%picksSweepEvery == 0 {
+				n.picks.Sweep()
+			}
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/fsm"
 	"github.com/inference-cache/inference-cache/pickerload"
+	"github.com/inference-cache/inference-cache/provisional"
 )
 
 // newNode is the Node of cfg with nothing opened or started yet.
@@ -39,6 +40,7 @@ func newNode(cfg Config) *Node {
 		fatalCh:    make(chan struct{}),
 		reqPrefix:  cfg.NodeID + "-" + fmt.Sprintf("%x", time.Now().UnixNano()) + "-",
 		pickers:    pickerload.New(pickerload.Config{MaxEntries: cfg.PickerLoadMaxEntries}),
+		picks:      provisional.New(provisional.Config{MaxBlocks: cfg.ProvisionalMaxBlocks}),
 	}
 	n.leaderOffset.Store(math.MinInt64) // unknown until a probe of the leader answers
 	return n

@@ -42,7 +42,13 @@ the factors behind each score (contract §5.4): for PREFIX_MATCH the score is ma
 tokens × freshness × pressure factor × SLO bias × distinguishing power
 (ranking v1: matched tokens × freshness, the rest shown as 1); a TENANT_HOT
 hint scores its tenant hit rate, an AFFINITY_HINT is the rendezvous-hashing
-pick. With --json the explanation is each hint's "factors" object.`,
+pick. With --json the explanation is each hint's "factors" object.
+
+SOURCE says where a hint's match comes from (contract §5.12): "confirmed"
+from the index the engines' KV events feed, "provisional" from a gateway's
+pick that the engine's events have not confirmed yet (a sibling request of
+the same instant goes where the first one went); its score is the matched
+tokens and it has no factors.`,
 		Example: `  inference-cache lookup --model qwen3-8b --tenant team-a --tokens "$(seq -s, 0 127)"
   inference-cache lookup --model qwen3-8b --tenant team-a --tokens "$(seq -s, 0 127)" --explain
   inference-cache lookup --model qwen3-8b --prompt "You are a helpful assistant." --json
@@ -130,10 +136,10 @@ pick. With --json the explanation is each hint's "factors" object.`,
 				printExplained(w, resp)
 				return w.Flush()
 			}
-			fmt.Fprintln(w, "REPLICA\tSCORE\tMATCHED TOKENS\tBLOCKS\tFRESHNESS\tAGE MS\tPRESSURE\tWAITING\tRUNNING")
+			fmt.Fprintln(w, "REPLICA\tSCORE\tMATCHED TOKENS\tBLOCKS\tFRESHNESS\tAGE MS\tPRESSURE\tWAITING\tRUNNING\tSOURCE")
 			for _, h := range resp.Replicas {
-				fmt.Fprintf(w, "%s\t%.2f\t%d\t%d\t%.3f\t%d\t%.2f\t%d\t%d\n", printable(h.ReplicaId), h.Score, h.MatchedTokens, h.MatchedBlocks,
-					h.Freshness, h.AgeMs, h.Pressure, h.WaitingRequests, h.RunningRequests)
+				fmt.Fprintf(w, "%s\t%.2f\t%d\t%d\t%.3f\t%d\t%.2f\t%d\t%d\t%s\n", printable(h.ReplicaId), h.Score, h.MatchedTokens, h.MatchedBlocks,
+					h.Freshness, h.AgeMs, h.Pressure, h.WaitingRequests, h.RunningRequests, hintSource(h))
 			}
 			return w.Flush()
 		},
@@ -222,7 +228,11 @@ func printExplained(w io.Writer, resp *pb.LookupRouteResponse) {
 		fmt.Fprintf(w, "%s\t%.4f\t%d\t", printable(h.ReplicaId), h.Score, h.MatchedTokens)
 		e := h.Factors
 		if e == nil {
-			fmt.Fprintf(w, "-\t-\t-\t-\t-\t%d\t%d\t-\n", h.WaitingRequests, h.RunningRequests)
+			fmt.Fprintf(w, "-\t-\t-\t-\t-\t%d\t%d\t-", h.WaitingRequests, h.RunningRequests)
+			if h.Provisional {
+				fmt.Fprintf(w, "\tprovisional (picked %d ms ago; score = matched tokens)", h.AgeMs)
+			}
+			fmt.Fprintln(w)
 			continue
 		}
 		stats := "no"
@@ -239,6 +249,16 @@ func printExplained(w io.Writer, resp *pb.LookupRouteResponse) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// hintSource says where a hint's match comes from (contract §5.12):
+// "confirmed" (the index, fed by the engines' events) or "provisional"
+// (a gateway's pick the events have not confirmed yet).
+func hintSource(h *pb.ReplicaHint) string {
+	if h.GetProvisional() {
+		return "provisional"
+	}
+	return "confirmed"
 }
 
 // readPromptFile reads the prompt of `lookup --prompt-file` (stdin for

@@ -206,7 +206,7 @@ func TestLookupCmd_ExplainPrintsFactors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if row := fieldsOf(out, "vllm-a"); strings.Join(row, " ") != "vllm-a 18.82 64 4 0.900 60000 0.40 7 3" || strings.Contains(out, "PRESSURE FACTOR") {
+	if row := fieldsOf(out, "vllm-a"); strings.Join(row, " ") != "vllm-a 18.82 64 4 0.900 60000 0.40 7 3 confirmed" || strings.Contains(out, "PRESSURE FACTOR") {
 		t.Errorf("plain table row %q:\n%s", row, out)
 	}
 	reqs := s.requests()

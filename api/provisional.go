@@ -1,0 +1,76 @@
+package api
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/provisional"
+)
+
+// Provisional is the pickers' provisional residencies as the service
+// needs them (contract §5.12); *raftnode.Node is one. Soft state, kept
+// apart from Backend: nothing of it goes through the Raft log.
+type Provisional interface {
+	// SharePicks applies a picker's push and passes it on to the other
+	// nodes without waiting on them; errors wrap provisional.ErrInvalid
+	// (a *provisional.FieldError) or provisional.ErrFull.
+	SharePicks(req *pb.SharePicksRequest) (provisional.Result, error)
+	// Provisional is the store: lookups read it (At) and drop what the
+	// confirmed index covers (Confirm).
+	Provisional() *provisional.Store
+}
+
+// ErrNoProvisional is SharePicks' answer on a service built without a
+// Provisional (Config.Provisional nil).
+var ErrNoProvisional = status.Error(codes.Unimplemented, "this server holds no provisional residencies (built without Config.Provisional)")
+
+// SharePicks records a picker's picks as provisional residencies
+// (contract §5.12) on this node and passes the push on to every other
+// node, asynchronously, never through the Raft log. The answer counts
+// the picks added and removed; superseded when it is a full state not
+// newer than the last one held of the picker. Errors (StatusFromError):
+// INVALID_ARGUMENT naming the field at fault and its limit,
+// RESOURCE_EXHAUSTED naming the node's limit of (pick, block) entries
+// (nothing held is lost).
+func (s *Service) SharePicks(_ context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
+	if s.prov == nil {
+		return nil, ErrNoProvisional
+	}
+	res, err := s.prov.SharePicks(req)
+	if err != nil {
+		return nil, StatusFromError(err)
+	}
+	return &pb.SharePicksResponse{Added: uint32(res.Added), Removed: uint32(res.Removed), Superseded: res.Superseded}, nil
+}
+
+// mergeProvisional folds the provisional residencies on the lookup's
+// chain into resp (provisional.Merge: a deeper provisional match makes a
+// hint provisional; an answer without a prefix match becomes one), cut
+// to the request's max_replicas (policyMax when 0), and drops the picks
+// the confirmed hints cover: the engines' events confirmed them.
+func (s *Service) mergeProvisional(req *pb.LookupRouteRequest, res *index.Result, resp *pb.LookupRouteResponse, policyMax uint32) {
+	if s.prov == nil || len(res.Chain) == 0 {
+		return
+	}
+	st := s.prov.Provisional()
+	part := provisional.Partition{Scheme: req.GetHashScheme(), Model: req.GetModelId(), Tenant: req.GetTenantId(), Adapter: req.GetAdapterId()}
+	var buf [8]provisional.Match
+	ms := st.At().Matches(buf[:0], part, res.Chain)
+	if len(ms) == 0 {
+		return
+	}
+	limit := req.GetMaxReplicas()
+	if limit == 0 {
+		limit = policyMax
+	}
+	_, covered := provisional.Merge(resp, ms, int(max(limit, uint32(len(resp.Replicas)))))
+	for _, m := range covered {
+		if int(m.Blocks) <= len(res.Chain) {
+			st.Confirm(part, m.Replica, res.Chain[:m.Blocks])
+		}
+	}
+}

@@ -1,0 +1,234 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/gateway"
+	"github.com/inference-cache/inference-cache/internal/poll"
+	"github.com/inference-cache/inference-cache/openai"
+	"github.com/inference-cache/inference-cache/prompt"
+)
+
+// contentPrompts gives a chat request the token ids its first message's
+// content names ("p<from>": toks(from, 128)): the gateway's prompt step
+// without a tokenizer.
+type contentPrompts struct{}
+
+func (contentPrompts) Tokens(_ context.Context, req *openai.Request) (prompt.Prompt, error) {
+	var from int
+	text, _ := req.Messages[0]["content"].(string)
+	if _, err := fmt.Sscanf(text, "p%d", &from); err != nil {
+		return prompt.Prompt{}, err
+	}
+	return prompt.Prompt{Model: req.Model, TokenIDs: toks(from, 128)}, nil
+}
+
+func chatFor(t *testing.T, from int) *openai.Request {
+	t.Helper()
+	r, err := openai.DecodeChat(fmt.Appendf(nil, `{"model": %q, "messages": [{"role": "user", "content": "p%d"}]}`, model, from))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// newGateway is a picker gateway whose hint service is the nodes at addrs.
+func newGateway(t *testing.T, addrs ...string) *gateway.Gateway {
+	t.Helper()
+	cl, err := client.New(client.Config{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	g, err := gateway.New(gateway.Config{Prompts: contentPrompts{}, Lookup: cl,
+		// A minute's max age: a loaded machine may take longer than the
+		// default 10 s between a pick and the test's last look at it.
+		Provisional: gateway.ProvisionalConfig{MaxAge: time.Minute, Push: client.PickShareConfig{FullStateInterval: 100 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	return g
+}
+
+var replicas = []string{"r1", "r2", "r3"}
+
+// keyOf is the lookup of toks(from, 128) by block hashes, as a gateway
+// keys it.
+func keyOf(t *testing.T, from int) *pb.LookupRouteRequest {
+	t.Helper()
+	lr := &pb.LookupRouteRequest{HashScheme: scheme, ModelId: model}
+	if err := client.Fingerprint(lr, toks(from, 128), 16); err != nil {
+		t.Fatal(err)
+	}
+	return lr
+}
+
+// hintOn is the hint for replica in p's answer to lr, and the answer.
+func hintOn(p *proc, lr *pb.LookupRouteRequest, replica string) (*pb.ReplicaHint, *pb.LookupRouteResponse, error) {
+	ctx, cancel := ctxT(2 * time.Second)
+	defer cancel()
+	r, err := p.ic.LookupRoute(ctx, lr)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, h := range r.Replicas {
+		if h.ReplicaId == replica {
+			return h, r, nil
+		}
+	}
+	return nil, r, nil
+}
+
+// waitHint waits until every listed node answers lr with a hint for
+// replica whose provisional flag is want (PREFIX_MATCH, 128 tokens).
+func waitHint(t *testing.T, limit time.Duration, lr *pb.LookupRouteRequest, replica string, want bool, ps ...*proc) {
+	t.Helper()
+	poll.Eventually(t, limit, 5*time.Millisecond, func() (bool, string) {
+		for _, p := range ps {
+			h, r, err := hintOn(p, lr, replica)
+			switch {
+			case err != nil:
+				return false, fmt.Sprintf("%s: lookup error (must fail open): %v", p.id, err)
+			case h == nil || r.ReasonCode != pb.ReasonCode_PREFIX_MATCH:
+				return false, fmt.Sprintf("%s: no PREFIX_MATCH hint for %s: %v", p.id, replica, r)
+			case h.Provisional != want || h.MatchedTokens != 128:
+				return false, fmt.Sprintf("%s: hint %v, want provisional %t, 128 tokens", p.id, h, want)
+			}
+		}
+		return true, ""
+	})
+}
+
+// Provisional residencies through a real 3-node cluster (contract §5.12):
+// a pick a gateway makes through one node is seen by lookups on every
+// node and by another gateway's decision on another node; the engine's
+// events confirming the blocks replace it; a failed request's pick goes;
+// a node killed and restarted gets the live picks again from the next
+// full state, while the others answer every lookup.
+func TestProvisional_PickSeenOnEveryNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three server processes")
+	}
+	c := startCluster(t, 3)
+	n1, n2, n3 := c.procs[0], c.procs[1], c.procs[2]
+	// Fresh stats for the three replicas: a confirmed match on one of
+	// three distinguishes it (contract §5.4), so the index answers
+	// PREFIX_MATCH once the events arrive.
+	ctx, cancel := ctxT(10 * time.Second)
+	defer cancel()
+	var st []*pb.ReplicaStats
+	for _, r := range replicas {
+		st = append(st, &pb.ReplicaStats{ReplicaId: r, ModelId: model, HashSchemes: []string{scheme}, ObservedAtMs: time.Now().UnixMilli()})
+	}
+	if _, err := n1.ic.ReportReplicaStats(ctx, &pb.ReportReplicaStatsRequest{Stats: st}); err != nil {
+		t.Fatal(err)
+	}
+	ga := newGateway(t, n1.grpc)
+	gb := newGateway(t, n3.grpc)
+
+	t.Run("PickThroughOneNodeSeenOnEvery", func(t *testing.T) {
+		d, err := ga.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, 0), Candidates: replicas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := d.Start(d.Replica)
+		defer f.Done()
+		waitHint(t, 10*time.Second, keyOf(t, 0), d.Replica, true, n1, n2, n3)
+		// Another gateway, through another node, sends the same prompt
+		// where the first went, before any engine event.
+		d2, err := gb.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, 0), Candidates: replicas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d2.Replica != d.Replica || !d2.Provisional || d2.MatchedTokens != 128 {
+			t.Fatalf("the other gateway picked %s (provisional %t, %d tokens), want %s from the provisional residency", d2.Replica, d2.Provisional, d2.MatchedTokens, d.Replica)
+		}
+
+		// The engine's events arrive: the hint is the confirmed index's.
+		ctx, cancel := ctxT(10 * time.Second)
+		defer cancel()
+		if _, err := n2.ic.Ingest(ctx, &pb.IngestRequest{Events: []*pb.BlockEvent{stored(d.Replica, "", toks(0, 128))}}); err != nil {
+			t.Fatal(err)
+		}
+		waitHint(t, 10*time.Second, keyOf(t, 0), d.Replica, false, n1, n2, n3)
+	})
+
+	t.Run("FailedRequestPickGone", func(t *testing.T) {
+		d, err := ga.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, 10000), Candidates: replicas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := d.Start(d.Replica)
+		waitHint(t, 10*time.Second, keyOf(t, 10000), d.Replica, true, n1, n2, n3)
+		f.Fail()
+		poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+			for _, p := range []*proc{n1, n2, n3} {
+				h, r, err := hintOn(p, keyOf(t, 10000), d.Replica)
+				if err != nil || h != nil && h.Provisional {
+					return false, fmt.Sprintf("%s: %v, %v", p.id, r, err)
+				}
+			}
+			return true, ""
+		})
+	})
+
+	t.Run("NodeKilledNoLookupErrorNoLostPick", func(t *testing.T) {
+		// A gateway on every node: its pushes to the dead one fail and
+		// its full states repair them through the others.
+		g := newGateway(t, n1.grpc, n2.grpc, n3.grpc)
+		var lookupErrs atomic.Int64
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() { // lookups on the live nodes all along
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, p := range []*proc{n1, n3} {
+					if _, _, err := hintOn(p, keyOf(t, 0), "r1"); err != nil {
+						lookupErrs.Add(1)
+					}
+				}
+			}
+		}()
+		c.kill(n2)
+		var flights []*gateway.Flight
+		var picks []int
+		for i := range 10 {
+			from := 20000 + 1000*i
+			d, err := g.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, from), Candidates: replicas})
+			if err != nil {
+				t.Fatal(err)
+			}
+			flights = append(flights, d.Start(d.Replica))
+			picks = append(picks, from)
+			waitHint(t, 10*time.Second, keyOf(t, from), d.Replica, true, n1, n3)
+		}
+		c.start(n2)
+		if err := c.waitServing(30*time.Second, n2); err != nil {
+			t.Fatal(err)
+		}
+		// n2 restarted empty: the full states bring every live pick back.
+		for i, from := range picks {
+			waitHint(t, 15*time.Second, keyOf(t, from), flights[i].Replica(), true, n1, n2, n3)
+		}
+		close(stop)
+		<-done
+		if n := lookupErrs.Load(); n != 0 {
+			t.Fatalf("%d lookups on the live nodes returned an error while a node was down (must fail open)", n)
+		}
+		for _, f := range flights {
+			f.Done()
+		}
+	})
+}

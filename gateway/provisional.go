@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/provisional"
+)
+
+// ProvisionalConfig configures a Gateway's provisional residencies
+// (contract §5.12): each request it sends records the request's blocks on
+// that replica in a local table, which the gateway's next decisions merge
+// into their lookup's answer at once, and pushes the pick to the cluster,
+// whose lookups merge it for every other gateway. Only StrategyPicker
+// records picks.
+type ProvisionalConfig struct {
+	// Off records nothing: no local table, no pushes.
+	Off bool
+	// NoPush keeps the local table but pushes nothing. Pushes go out only
+	// when Config.Lookup can send them (a *client.Client can).
+	NoPush bool
+	// MaxAge is each pick's max age; 0 = provisional.DefaultMaxAge
+	// (10 s), else provisional.MinMaxAge to provisional.MaxMaxAge.
+	MaxAge time.Duration
+	// MaxBlocks bounds the local table's (pick, block) entries; 0 =
+	// provisional.DefaultMaxBlocks. A pick past it is not recorded
+	// (Gateway.ProvisionalStats().Refused).
+	MaxBlocks int
+	// Now is the local table's clock (expiry); nil = time.Now. A
+	// simulation passes its virtual clock.
+	Now func() time.Time
+	// Push configures the pushes; its PickerID is the gateway's
+	// (Gateway.PickerID, or a fresh client.DefaultPickerID when the
+	// gateway shares no load).
+	Push client.PickShareConfig
+}
+
+// provSweepEvery is how often the local table drops expired picks
+// (reads ignore them anyway).
+const provSweepEvery = time.Second
+
+// provState is a Gateway's provisional residencies.
+type provState struct {
+	table  *provisional.Store // nil = off
+	push   *client.PickShare  // nil = not pushing
+	id     string
+	maxAge time.Duration
+	now    func() time.Time
+	seq    atomic.Uint64 // the local table's push sequence
+	next   atomic.Uint64 // pick ids
+	swept  atomic.Int64  // unix ns of the last sweep, on the table's clock
+}
+
+// startProvisional makes the local table and starts the pushes.
+func (g *Gateway) startProvisional() error {
+	c := g.cfg.Provisional
+	if c.Off || g.cfg.Strategy != StrategyPicker {
+		return nil
+	}
+	if c.MaxAge != 0 && (c.MaxAge < provisional.MinMaxAge || c.MaxAge > provisional.MaxMaxAge) {
+		return fmt.Errorf("gateway: provisional max age %v: want %v to %v", c.MaxAge, provisional.MinMaxAge, provisional.MaxMaxAge)
+	}
+	p := &g.prov
+	p.now = c.Now
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.table = provisional.New(provisional.Config{MaxBlocks: c.MaxBlocks, Now: p.now})
+	p.maxAge = c.MaxAge
+	p.id = g.PickerID()
+	if p.id == "" {
+		p.id = client.DefaultPickerID()
+	}
+	// Pick ids from the clock: a restarted gateway under the same picker
+	// id does not reuse one.
+	p.next.Store(uint64(time.Now().UnixNano()))
+	if to, ok := g.cfg.Lookup.(client.PicksSender); ok && !c.NoPush {
+		pc := c.Push
+		pc.PickerID = p.id
+		var err error
+		if p.push, err = client.StartPickShare(to, func() []provisional.Pick { return p.table.Live(p.id) }, pc); err != nil {
+			return fmt.Errorf("gateway: share picks: %w", err)
+		}
+	}
+	return nil
+}
+
+// ProvisionalTable is the gateway's local table of its own picks (nil
+// when off): a simulation reads it, and its Stats.
+func (g *Gateway) ProvisionalTable() *provisional.Store { return g.prov.table }
+
+// PickShare is the gateway's pusher of picks (nil when not pushing).
+func (g *Gateway) PickShare() *client.PickShare { return g.prov.push }
+
+func partitionOf(lr *pb.LookupRouteRequest) provisional.Partition {
+	return provisional.Partition{Scheme: lr.GetHashScheme(), Model: lr.GetModelId(), Tenant: lr.GetTenantId(), Adapter: lr.GetAdapterId()}
+}
+
+// mergeOwnPicks folds the gateway's own picks on d's key into resp (nil
+// = no answer: one is made when a pick matches), as the server does
+// (provisional.Merge), and drops the picks the answer's confirmed hints
+// cover.
+func (g *Gateway) mergeOwnPicks(d *Decision, resp *pb.LookupRouteResponse) *pb.LookupRouteResponse {
+	p := &g.prov
+	if p.table == nil || d.key == nil || len(d.key.BlockHashes) == 0 {
+		return resp
+	}
+	if now := p.now().UnixNano(); now-p.swept.Load() >= int64(provSweepEvery) {
+		p.swept.Store(now)
+		p.table.Sweep()
+	}
+	part := partitionOf(d.key)
+	var buf [4]provisional.Match
+	ms := p.table.At().Matches(buf[:0], part, d.key.BlockHashes)
+	if len(ms) == 0 {
+		return resp
+	}
+	if resp == nil {
+		resp = &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT}
+	}
+	_, covered := provisional.Merge(resp, ms, 0)
+	for _, m := range covered {
+		p.table.Confirm(part, m.Replica, d.key.BlockHashes[:m.Blocks])
+	}
+	return resp
+}
+
+// recordPick records d's blocks on replica in the local table and pushes
+// the pick; it returns the pick's id (0 when nothing was recorded).
+func (g *Gateway) recordPick(d *Decision, replica string) uint64 {
+	p := &g.prov
+	if p.table == nil || d.key == nil || len(d.key.BlockHashes) == 0 {
+		return 0
+	}
+	k := provisional.Pick{ID: p.next.Add(1), Replica: replica, Partition: partitionOf(d.key), Hashes: d.key.BlockHashes, MaxAge: p.maxAge}
+	if d.BlockSize != 16 {
+		k.Counts = d.key.BlockTokenCounts
+	}
+	if _, err := p.table.Apply(provisional.Push{PickerID: p.id, Sequence: p.seq.Add(1), Picks: []provisional.Pick{k}}); err != nil {
+		return 0 // the table is full: counted in its Stats().Refused
+	}
+	if p.push != nil {
+		p.push.Add(k)
+	}
+	return k.ID
+}
+
+// dropPick removes a pick whose request failed or was cancelled.
+func (g *Gateway) dropPick(id uint64) {
+	p := &g.prov
+	if p.table == nil || id == 0 {
+		return
+	}
+	_, _ = p.table.Apply(provisional.Push{PickerID: p.id, Sequence: p.seq.Add(1), Removed: []uint64{id}})
+	if p.push != nil {
+		p.push.Remove(id)
+	}
+}

@@ -1,0 +1,162 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/fingerprint"
+	"github.com/inference-cache/inference-cache/internal/poll"
+	"github.com/inference-cache/inference-cache/prompt"
+)
+
+// pushingLookup is a fakeLookup that also takes picks pushes, as
+// *client.Client does.
+type pushingLookup struct {
+	fakeLookup
+	pmu    sync.Mutex
+	pushes []*pb.SharePicksRequest
+}
+
+func (s *pushingLookup) SharePicks(_ context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
+	s.pmu.Lock()
+	s.pushes = append(s.pushes, req)
+	s.pmu.Unlock()
+	return &pb.SharePicksResponse{Added: uint32(len(req.Picks))}, nil
+}
+
+func (s *pushingLookup) got() []*pb.SharePicksRequest {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	return append([]*pb.SharePicksRequest(nil), s.pushes...)
+}
+
+// The cluster knows nothing of the prompt (no hint, every time): the
+// first request goes by load, and the next request of the same prompt
+// goes where the first went, at once, from the gateway's own pick; the
+// decision says its hint is provisional.
+func TestDecide_SeesItsOwnPickAtOnce(t *testing.T) {
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}})
+	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
+	d1, err := g.Decide(context.Background(), req)
+	if err != nil || d1.Reason != ReasonLoad || d1.Provisional {
+		t.Fatalf("first decision %+v, %v: want by load", d1, err)
+	}
+	f1 := d1.Start(d1.Replica)
+	defer f1.Done()
+	d2, err := g.Decide(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 64 tokens = 4 full blocks of 16, all on the first pick's replica.
+	if d2.Replica != d1.Replica || d2.Reason != "PREFIX_MATCH" || !d2.Provisional || d2.MatchedTokens != 64 {
+		t.Fatalf("second decision: %s %s provisional %t matched %d; want %s PREFIX_MATCH provisional, 64 tokens",
+			d2.Replica, d2.Reason, d2.Provisional, d2.MatchedTokens, d1.Replica)
+	}
+}
+
+// A failed request's pick is dropped: the next request is placed by load
+// again (away from the replica, which has nothing in flight either way).
+func TestFlightFail_DropsThePick(t *testing.T) {
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}})
+	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
+	d1, _ := g.Decide(context.Background(), req)
+	d1.Start(d1.Replica).Fail()
+	if st := g.ProvisionalTable().Stats(); st.Picks != 0 || st.Removed != 1 {
+		t.Fatalf("table after Fail: %+v", st)
+	}
+	d2, _ := g.Decide(context.Background(), req)
+	if d2.Provisional || d2.Reason != ReasonLoad {
+		t.Fatalf("after a failed pick: %s provisional %t", d2.Reason, d2.Provisional)
+	}
+}
+
+// The confirmed index reaching the pick's depth on its replica drops the
+// pick: the hint is then the index's (not provisional).
+func TestDecide_ConfirmedDropsThePick(t *testing.T) {
+	lk := &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: lk})
+	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
+	d1, _ := g.Decide(context.Background(), req)
+	defer d1.Start(d1.Replica).Done()
+	lk.mu.Lock()
+	lk.resp = prefixMatch(d1.Replica, 64)
+	lk.resp.Replicas[0].MatchedBlocks = 4
+	lk.mu.Unlock()
+	d2, _ := g.Decide(context.Background(), req)
+	if d2.Replica != d1.Replica || d2.Provisional {
+		t.Fatalf("confirmed: %s provisional %t", d2.Replica, d2.Provisional)
+	}
+	if st := g.ProvisionalTable().Stats(); st.Picks != 0 || st.Confirmed != 1 {
+		t.Fatalf("table after confirmation: %+v", st)
+	}
+}
+
+// A pick is pushed as it is made, with the lookup's key (the content
+// fingerprint, contract §3) and partition; a failed request pushes its
+// removal; the full state lists the live picks.
+func TestGateway_PushesEachPick(t *testing.T) {
+	lk := &pushingLookup{fakeLookup: fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}}
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(40)}}, Lookup: lk, TenantID: "team",
+		Provisional: ProvisionalConfig{Push: client.PickShareConfig{FullStateInterval: 50 * time.Millisecond}}})
+	defer g.Close()
+	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
+	d, _ := g.Decide(context.Background(), req)
+	f := d.Start(d.Replica)
+	want, err := fingerprint.AppendSaltedBlockHashes(nil, seq(40), 16, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first *pb.ProvisionalPick
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		for _, p := range lk.got() {
+			if !p.FullState && len(p.Picks) == 1 {
+				first = p.Picks[0]
+				return true, ""
+			}
+		}
+		return false, "the pick not pushed"
+	})
+	if first.ReplicaId != d.Replica || first.ModelId != "m" || first.TenantId != "team" || first.HashScheme != "vllm" ||
+		len(first.BlockHashes) != 2 || first.BlockHashes[0] != want[0] || first.BlockHashes[1] != want[1] {
+		t.Fatalf("pushed %v, want replica %s, m/team/vllm, hashes %v", first, d.Replica, want)
+	}
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		ps := lk.got()
+		for _, p := range ps {
+			if p.FullState && len(p.Picks) == 1 && p.Picks[0].PickId == first.PickId {
+				return true, ""
+			}
+		}
+		return false, "no full state listing the live pick"
+	})
+	f.Fail()
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		for _, p := range lk.got() {
+			if len(p.Removed) == 1 && p.Removed[0] == first.PickId {
+				return true, ""
+			}
+		}
+		return false, "the removal not pushed"
+	})
+	for _, p := range lk.got() {
+		if p.GetPickerId() != g.PickerID() && g.PickerID() != "" {
+			t.Fatalf("push under picker id %q, gateway's is %q", p.GetPickerId(), g.PickerID())
+		}
+	}
+}
+
+func TestProvisional_OffRecordsNothing(t *testing.T) {
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Provisional: ProvisionalConfig{Off: true}})
+	d, _ := g.Decide(context.Background(), Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc})
+	d.Start(d.Replica).Done()
+	if g.ProvisionalTable() != nil {
+		t.Fatal("a table with Off")
+	}
+	if _, err := New(Config{Provisional: ProvisionalConfig{MaxAge: time.Millisecond}}); err == nil {
+		t.Fatal("max age 1 ms accepted")
+	}
+}

@@ -1,0 +1,95 @@
+package raftnode
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/provisional"
+	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
+)
+
+// picksSweepEvery is how many load sweeps (shareSweep, 50 ms) pass
+// between sweeps of the provisional residencies: a pick lives seconds
+// (provisional.DefaultMaxAge), and reads ignore expired picks anyway.
+const picksSweepEvery = 20
+
+// Provisional returns the node's store of provisional residencies (soft
+// state: the picks pickers pushed to this node or to its peers, contract
+// §5.12).
+func (n *Node) Provisional() *provisional.Store { return n.picks }
+
+// ProvisionalView is the store read at this instant (lookups:
+// provisional.View.Matches).
+func (n *Node) ProvisionalView() provisional.View { return n.picks.At() }
+
+// SharePicks applies a picks push a picker sent to this node (contract
+// §5.12) and, unless it was refused or superseded, queues it for every
+// other node that gossip shows alive, on the queues of the picker load
+// (pickershare.go): it never waits on a peer, and a peer whose queue is
+// full misses the push (Metrics.PicksDropped; the picker's next full
+// state repairs it). Errors are the store's (a *provisional.FieldError
+// wrapping provisional.ErrInvalid, or provisional.ErrFull); nothing is
+// passed on then.
+func (n *Node) SharePicks(req *pb.SharePicksRequest) (provisional.Result, error) {
+	n.metrics.picksPushes.Add(1)
+	res, err := n.picks.Apply(provisional.FromPB(req))
+	if err != nil || res.Superseded {
+		return res, err
+	}
+	n.fanOut(queuedShare{p: req, at: time.Now()})
+	return res, nil
+}
+
+// sharePicksTo passes picks pushes on to addr in calls of at most
+// shareCallBytes. A failed call drops the rest (counted): the pickers'
+// next full states repair them.
+func (n *Node) sharePicksTo(addr string, picks []*pb.SharePicksRequest, arrived map[any]time.Time) {
+	if len(picks) == 0 {
+		return
+	}
+	for _, call := range picksCalls(picks, shareCallBytes) {
+		if err := n.shareTo(addr, nil, call, arrived); err != nil {
+			n.metrics.picksDropped.Add(uint64(len(call)))
+			n.log.Debug("raftnode: provisional picks not passed on to a peer; the picker's next full state repairs them", "peer", addr, "pushes", len(call), "err", err)
+			return
+		}
+		n.metrics.picksForwarded.Add(uint64(len(call)))
+	}
+}
+
+// picksCalls splits pushes into calls of at most maxBytes encoded, or a
+// single push larger than that, keeping their order (every push counts:
+// each is a delta).
+func picksCalls(picks []*pb.SharePicksRequest, maxBytes int) [][]*pb.SharePicksRequest {
+	var calls [][]*pb.SharePicksRequest
+	start, size := 0, 0
+	for i, p := range picks {
+		sz := proto.Size(p)
+		if i > start && size+sz > maxBytes {
+			calls = append(calls, picks[start:i])
+			start, size = i, 0
+		}
+		size += sz
+	}
+	return append(calls, picks[start:])
+}
+
+// applyPeerPicks applies the picks pushes a peer passed on, never
+// passing them further (a push reaches every node in one hop).
+func (f *forwardServer) applyPeerPicks(req *forwardpb.ShareLoadRequest, resp *forwardpb.ShareLoadResponse) {
+	ages := req.GetPicksAgesMs()
+	for i, p := range req.GetPicks() {
+		f.n.metrics.picksFromPeers.Add(1)
+		push := provisional.FromPB(p)
+		if i < len(ages) {
+			push.Age = time.Duration(ages[i]) * time.Millisecond
+		}
+		if _, err := f.n.picks.Apply(push); err != nil {
+			resp.PicksRefused++
+			continue
+		}
+		resp.PicksApplied++
+	}
+}
