@@ -84,6 +84,9 @@ var params = []param{
 	{"LoadBound", []float64{0, 1.5, 2, 3},
 		func(c *client.PickerConfig, v float64) { c.LoadBound = v },
 		func(c *client.PickerConfig) float64 { return c.LoadBound }},
+	{"LoadBoundFloor", []float64{0, 4, 8, 16},
+		func(c *client.PickerConfig, v float64) { c.LoadBoundFloor = v },
+		func(c *client.PickerConfig) float64 { return c.LoadBoundFloor }},
 	{"Temperature", []float64{0, 0.05, 0.1, 0.2, 0.5},
 		func(c *client.PickerConfig, v float64) { c.Temperature = v },
 		func(c *client.PickerConfig) float64 { return c.Temperature }},
@@ -141,7 +144,7 @@ func main() {
 		names := strings.Split(*only, ",")
 		params = slices.DeleteFunc(params, func(p param) bool { return !slices.Contains(names, p.name) })
 		if len(params) != len(names) {
-			fmt.Fprintf(os.Stderr, "pickertune: -params %q: want names among CacheAffinity, CacheAffinityTokens, RunningWeight, DecodeWeight, KVWeight, LoadBound, Temperature\n", *only)
+			fmt.Fprintf(os.Stderr, "pickertune: -params %q: want names among CacheAffinity, CacheAffinityTokens, RunningWeight, DecodeWeight, KVWeight, LoadBound, LoadBoundFloor, Temperature\n", *only)
 			os.Exit(2)
 		}
 		searched = *only
