@@ -183,9 +183,10 @@ type PickerConfig struct {
 	Seed uint64
 }
 
-// DefaultPickerConfig is the default configuration: CacheAffinity 1.5,
-// RunningWeight 0.5, DecodeWeight 0.05, KVWeight 0.5, LoadBound 2,
-// LoadBoundFloor 8, Temperature 0.05, a random seed. The weights were chosen on the bench's
+// DefaultPickerConfig is the default configuration: CacheAffinity 1,
+// CacheAffinityTokens 32,768, RunningWeight 0.5, DecodeWeight 0.05,
+// KVWeight 0.5, LoadBound 2, LoadBoundFloor 8, Temperature 0.05, a random
+// seed. The weights were chosen on the bench's
 // built-in generator only (internal/pickertune: several seeds and shapes,
 // 1 and 4 gateways, two prefill speeds), not on the traces the evaluation
 // reports; docs/eval/pickertune.md has each parameter's sensitivity.
@@ -197,9 +198,11 @@ func DefaultPickerConfig() PickerConfig {
 
 // Defaults of PickerConfig.
 const (
-	DefaultCacheAffinity = 1.5
-	// DefaultCacheAffinityTokens is the credit's length scale.
-	DefaultCacheAffinityTokens = 0
+	DefaultCacheAffinity = 1
+	// DefaultCacheAffinityTokens is the credit's length scale: a cached
+	// prefix of 32,768 tokens earns twice the credit per token of a short
+	// one.
+	DefaultCacheAffinityTokens = 32768
 	DefaultRunningWeight       = 0.5
 	DefaultDecodeWeight        = 0.05
 	DefaultKVWeight            = 0.5
