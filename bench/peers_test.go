@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"testing"
+	"time"
 )
 
 // req is a request of isl prompt tokens whose blocks are ids.
@@ -400,6 +401,33 @@ func TestDynamoSync_SharesRoutedLoadAcrossGateways(t *testing.T) {
 		}
 		if !sync.GatewaysShared || own.GatewaysShared {
 			t.Errorf("seed %d: gateways shared: dynamo-sync %v, dynamo %v; want true, false", seed, sync.GatewaysShared, own.GatewaysShared)
+		}
+	}
+}
+
+// Replica sync reaches later instants only: an instance routing at the
+// same virtual instant as another does not see its request (zero delay),
+// one a millisecond later does; with the NATS delay, only after it.
+func TestDynamoSync_SameInstantIsConcurrent(t *testing.T) {
+	for _, c := range []struct {
+		delay        time.Duration
+		hidden, seen float64
+	}{{0, 1.0, 1.001}, {time.Millisecond, 1.001, 1.0011}} {
+		view := NewIndexerView(2)
+		s := newDynamoSync(c.delay)
+		a, b := newDynamo(2, view, 1), newDynamo(2, view, 2)
+		s.join(a)
+		s.join(b)
+		q := req(1024, 1, 2)
+		e := a.Route(context.Background(), 0, q, 1.0)
+		a.Routed(q, e, &Served{FirstTokenAt: 5, DoneAt: 9})
+		b.Route(context.Background(), 1, req(512, 7), c.hidden)
+		if b.prefill[e] != 0 {
+			t.Errorf("delay %v: at %v s the other instance sees %v prefill tokens on engine %d, want 0", c.delay, c.hidden, b.prefill[e], e)
+		}
+		b.Route(context.Background(), 2, req(512, 8), c.seen)
+		if b.prefill[e] != 1024 || b.decode[e] != 2 {
+			t.Errorf("delay %v: at %v s the other instance sees prefill %v, decode %v on engine %d, want 1024 and 2", c.delay, c.seen, b.prefill[e], b.decode[e], e)
 		}
 	}
 }
