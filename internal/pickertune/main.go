@@ -55,6 +55,8 @@ var shapes = []shape{
 		bench.GeneratorConfig{SingleTurnShare: 0.5, MeanTurns: 8, SystemPromptMaxBlocks: 8}},
 	{"long shared prefixes", "8 system prompts of 1–32 blocks (up to 16,384 tokens), Zipf 1.2, 8 turns",
 		bench.GeneratorConfig{SystemPrompts: 8, SystemPromptMaxBlocks: 32, MeanTurns: 8}},
+	{"bursty arrivals", "6 arrivals/s, timestamps at a 1 s resolution (bursts of one instant, decided concurrently by the gateways)",
+		bench.GeneratorConfig{RatePerSec: 6, ArrivalResolutionMs: 1000}},
 }
 
 // param is one PickerConfig field and its grid.
