@@ -85,7 +85,7 @@ func newCoreRouter(env *routerEnv, gw int, seed uint64, hints *indexerHints) (*c
 	g, err := gateway.New(gateway.Config{Prompts: r.prompts, Lookup: r.lk, Strategy: gateway.StrategyPicker,
 		LookupBudget: env.lookupBudget, BlockSizes: map[string]int{BenchModel: TraceBlockTokens},
 		HashScheme: BenchScheme, TenantID: BenchTenant, Picker: &pc, NoShareLoad: true,
-		Provisional: gateway.ProvisionalConfig{NoPush: true, Now: func() time.Time { return virtualTime(r.base, r.clock) }}})
+		Provisional: gateway.ProvisionalConfig{Off: env.noProvisional, NoPush: true, Now: func() time.Time { return virtualTime(r.base, r.clock) }}})
 	if err != nil {
 		return nil, err
 	}
@@ -127,8 +127,8 @@ func (r *coreRouter) Routed(_ *Request, e int, s *Served) {
 	}
 	r.clock = r.now
 	fl := r.last.Start(r.f.ReplicaID(e))
-	if r.shared != nil && len(r.lastHashes) > 0 {
-		if live := r.gw.ProvisionalTable().Live(r.gw.ProvisionalPickerID()); len(live) > 0 {
+	if t := r.gw.ProvisionalTable(); t != nil && r.shared != nil && len(r.lastHashes) > 0 {
+		if live := t.Live(r.gw.ProvisionalPickerID()); len(live) > 0 {
 			// Pick ids increase: the newest is the one just recorded.
 			r.sendPicks(r.now, provisional.Push{Picks: live[len(live)-1:]})
 		}
