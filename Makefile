@@ -161,7 +161,7 @@ vulncheck:
 EVAL_DIR      ?= $(CURDIR)/.eval
 EVAL_TRACES   ?= conversation synthetic generator
 EVAL_GATEWAYS ?= 1 4 8
-EVAL_STRATEGIES ?= round-robin,least-loaded,lookuproute-sdk,dynamo,dynamo-sync,dynamo-sync-nats,llm-d,sglang,oracle
+EVAL_STRATEGIES ?= round-robin,least-loaded,lookuproute-sdk,picker-indexer,dynamo,dynamo-sync,dynamo-sync-nats,llm-d,sglang,oracle
 ## evaluate: the EVALUATION.md matrix: the picker, the peers and the oracle on each trace at two prefill speeds with 1, 4 and 8 gateways (embedded cluster each run; ~25 min on 2 cores); JSON and tables in $(EVAL_DIR)
 evaluate: build
 	@mkdir -p $(EVAL_DIR)

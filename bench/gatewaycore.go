@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"time"
 
@@ -24,8 +23,10 @@ import (
 // token ids (benchPrompts), and the lookup (benchLookup) asks the real
 // cluster through the client SDK, then adds what the cluster's shared
 // soft state holds at that virtual instant (sharedState: the other
-// gateways' load and picks) and this gateway's own picks (its local
-// provisional table, seen by its next decision at once).
+// gateways' load and picks), as the nodes add it. The gateway core's own
+// local provisional table (its picks, seen by its next decision at once)
+// runs on the virtual clock; the bench carries its pushes (a delta per
+// pick, the full state every ReportInterval) to the shared state.
 type coreRouter struct {
 	*lookupStats
 	f       *Fleet
@@ -40,13 +41,11 @@ type coreRouter struct {
 	last    *gateway.Decision
 	now     float64 // virtual time of the last Route
 
-	// The local provisional table and this gateway's pushes.
-	base                        time.Time
-	clock                       float64
-	local                       *provisional.Store
-	loadSeq, picksSeq, localSeq uint64
-	nextPick                    uint64
-	lastHashes                  []uint64
+	// This gateway's pushes, and the virtual clock of its local table.
+	base              time.Time
+	clock             float64
+	loadSeq, picksSeq uint64
+	lastHashes        []uint64
 }
 
 // coreDue is a request in flight: its first token is due (first), or
@@ -56,7 +55,6 @@ type coreDue struct {
 	first  bool
 	doneAt float64
 	flight *gateway.Flight
-	pick   uint64 // its provisional pick (0 = none)
 }
 
 // benchPartition is the index partition of the bench's requests.
@@ -78,7 +76,6 @@ func newCoreRouter(env *routerEnv, gw int, seed uint64, hints *indexerHints) (*c
 	pc.Seed = seed | 1
 	r := &coreRouter{lookupStats: env.stats, f: env.f, engine: map[string]int{}, prompts: &benchPrompts{},
 		id: "bench-gw-" + strconv.Itoa(gw), shared: env.shared, base: time.Unix(0, 0)}
-	r.local = provisional.New(provisional.Config{Now: func() time.Time { return virtualTime(r.base, r.clock) }})
 	r.lk = &benchLookup{r: r, cl: env.cl, hints: hints}
 	for i := range env.f.Engines {
 		id := env.f.ReplicaID(i)
@@ -87,7 +84,8 @@ func newCoreRouter(env *routerEnv, gw int, seed uint64, hints *indexerHints) (*c
 	}
 	g, err := gateway.New(gateway.Config{Prompts: r.prompts, Lookup: r.lk, Strategy: gateway.StrategyPicker,
 		LookupBudget: env.lookupBudget, BlockSizes: map[string]int{BenchModel: TraceBlockTokens},
-		HashScheme: BenchScheme, TenantID: BenchTenant, Picker: &pc, NoShareLoad: true})
+		HashScheme: BenchScheme, TenantID: BenchTenant, Picker: &pc, NoShareLoad: true,
+		Provisional: gateway.ProvisionalConfig{Off: env.noProvisional, NoPush: true, Now: func() time.Time { return virtualTime(r.base, r.clock) }}})
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +102,7 @@ func (r *coreRouter) Route(ctx context.Context, i int, q *Request, t float64) in
 	} else {
 		r.advance(t)
 	}
-	r.now = t
+	r.now, r.clock = t, t
 	r.lk.q = q
 	r.lastHashes = r.lastHashes[:0]
 	r.prompts.toks = AppendPromptTokens(r.prompts.toks[:0], q)
@@ -119,67 +117,48 @@ func (r *coreRouter) Route(ctx context.Context, i int, q *Request, t float64) in
 }
 
 // Routed starts the request on the engine it went to (the gateway's
-// pick, or another when the replay overrode it), records the pick as a
-// provisional residency (at once in the local table, after the share
-// delay in the cluster's) and schedules its first token and its end.
+// pick, or another when the replay overrode it): the gateway core records
+// its load and its pick in its local table at once; the bench pushes the
+// pick and the load to the cluster's shared state, and schedules the
+// request's first token and its end.
 func (r *coreRouter) Routed(_ *Request, e int, s *Served) {
 	if r.last == nil {
 		return
 	}
-	id := r.f.ReplicaID(e)
-	fl := r.last.Start(id)
-	x := coreDue{at: s.FirstTokenAt, first: true, doneAt: s.DoneAt, flight: fl}
-	if len(r.lastHashes) > 0 {
-		r.nextPick++
-		x.pick = r.nextPick
-		counts := make([]uint32, len(r.lastHashes))
-		for k := range counts {
-			counts[k] = TraceBlockTokens
+	r.clock = r.now
+	fl := r.last.Start(r.f.ReplicaID(e))
+	if t := r.gw.ProvisionalTable(); t != nil && r.shared != nil && len(r.lastHashes) > 0 {
+		if live := t.Live(r.gw.ProvisionalPickerID(), 0); len(live) > 0 {
+			// Pick ids increase: the newest is the one just recorded.
+			r.sendPicks(r.now, provisional.Push{Picks: live[len(live)-1:]})
 		}
-		pk := provisional.Pick{ID: x.pick, Replica: id, Partition: benchPartition,
-			Hashes: slices.Clone(r.lastHashes), Counts: counts}
-		r.applyLocal(r.now, provisional.Push{Picks: []provisional.Pick{pk}})
-		r.sendPicks(r.now, provisional.Push{Picks: []provisional.Pick{pk}})
 	}
 	r.sendLoad(r.now)
-	r.due.push(x.at, x)
+	r.due.push(s.FirstTokenAt, coreDue{at: s.FirstTokenAt, first: true, doneAt: s.DoneAt, flight: fl})
 }
 
 // advance applies the first tokens and ends due by t, each at its time.
 func (r *coreRouter) advance(t float64) {
 	r.due.until(t, func(x coreDue) {
+		r.clock = x.at
 		if x.first {
 			x.flight.FirstToken()
-			r.sendLoad(x.at)
-			r.due.push(x.doneAt, coreDue{at: x.doneAt, flight: x.flight, pick: x.pick})
-			return
-		}
-		x.flight.Done()
-		if x.pick != 0 {
-			rm := provisional.Push{Removed: []uint64{x.pick}}
-			r.applyLocal(x.at, rm)
-			r.sendPicks(x.at, rm)
+			r.due.push(x.doneAt, coreDue{at: x.doneAt, flight: x.flight})
+		} else {
+			x.flight.Done()
 		}
 		r.sendLoad(x.at)
 	})
 }
 
-// applyLocal applies a picks push to this gateway's own table at virtual
-// time at.
-func (r *coreRouter) applyLocal(at float64, p provisional.Push) {
-	r.clock = at
-	r.localSeq++
-	p.PickerID, p.Sequence = r.id, r.localSeq
-	_, _ = r.local.Apply(p)
-}
-
-// sendPicks pushes a picks delta to the cluster (shared state only).
+// sendPicks pushes a picks delta or full state to the cluster (shared
+// state only), under the gateway's picker id.
 func (r *coreRouter) sendPicks(at float64, p provisional.Push) {
 	if r.shared == nil {
 		return
 	}
 	r.picksSeq++
-	p.PickerID, p.Sequence = r.id, r.picksSeq
+	p.PickerID, p.Sequence = r.gw.ProvisionalPickerID(), r.picksSeq
 	r.shared.send(at, sharePush{picks: &p})
 }
 
@@ -198,15 +177,18 @@ func (r *coreRouter) sendLoad(at float64) {
 func (r *coreRouter) pushFull(at float64) {
 	r.sendLoad(at)
 	r.clock = at
-	r.sendPicks(at, provisional.Push{Full: true, Picks: r.local.Live(r.id, 0)})
+	if t := r.gw.ProvisionalTable(); t != nil {
+		r.sendPicks(at, provisional.Push{Full: true, Picks: t.Live(r.gw.ProvisionalPickerID(), 0)})
+	}
 }
 
 // benchLookup is the hint service as the gateway core calls it: the real
 // cluster through the SDK (or, for picker-indexer, the perfect indexer),
 // plus the shared soft state the nodes would add at this virtual instant
 // (others_* from the load store, provisional residencies from the picks
-// store, merged by provisional.Merge as the nodes merge them) and this
-// gateway's own table.
+// store, merged by provisional.Merge as the nodes merge them, and the
+// picks the confirmed index covers dropped). The gateway core then merges
+// its own table.
 type benchLookup struct {
 	r     *coreRouter
 	cl    *client.Client
@@ -250,15 +232,10 @@ func (l *benchLookup) LookupRoute(ctx context.Context, req *pb.LookupRouteReques
 		}
 		l.ms = s.picks.At().Matches(l.ms, benchPartition, req.BlockHashes)
 	}
-	r.clock = r.now
-	l.ms = deepest(r.local.At().Matches(l.ms, benchPartition, req.BlockHashes))
-	if _, covered := provisional.Merge(resp, l.ms, int(req.GetMaxReplicas())); len(covered) > 0 {
+	if len(l.ms) > 0 {
+		_, covered := provisional.Merge(resp, l.ms, int(req.GetMaxReplicas()))
 		for _, m := range covered {
-			chain := req.BlockHashes[:min(int(m.Blocks), len(req.BlockHashes))]
-			r.local.Confirm(benchPartition, m.Replica, chain)
-			if r.shared != nil {
-				r.shared.picks.Confirm(benchPartition, m.Replica, chain)
-			}
+			r.shared.picks.Confirm(benchPartition, m.Replica, req.BlockHashes[:min(int(m.Blocks), len(req.BlockHashes))])
 		}
 	}
 	return resp
@@ -272,20 +249,4 @@ func loadOf(resp *pb.LookupRouteResponse, replica string) *pb.ReplicaLoad {
 		}
 	}
 	return nil
-}
-
-// deepest keeps, per replica, the deepest of ms's matches (the shared
-// store's and the local table's), the youngest among equals.
-func deepest(ms []provisional.Match) []provisional.Match {
-	out := ms[:0]
-	for _, m := range ms {
-		j := slices.IndexFunc(out, func(o provisional.Match) bool { return o.Replica == m.Replica })
-		switch {
-		case j < 0:
-			out = append(out, m)
-		case m.Blocks > out[j].Blocks || m.Blocks == out[j].Blocks && m.Age < out[j].Age:
-			out[j] = m
-		}
-	}
-	return out
 }

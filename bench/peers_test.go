@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"testing"
+	"time"
 )
 
 // req is a request of isl prompt tokens whose blocks are ids.
@@ -293,5 +294,32 @@ func TestDynamoSync_SharesRoutedLoadAcrossGateways(t *testing.T) {
 	}
 	if together[StrategyDynamo] == 0 || together[StrategyDynamoSyncNATS] == 0 {
 		t.Errorf("both requests on one engine in 8 seeds: %v; want some for dynamo and dynamo-sync-nats", together)
+	}
+}
+
+// Replica sync reaches later instants only: an instance routing at the
+// same virtual instant as another does not see its request (zero delay),
+// one a millisecond later does; with the NATS delay, only after it.
+func TestDynamoSync_SameInstantIsConcurrent(t *testing.T) {
+	for _, c := range []struct {
+		delay        time.Duration
+		hidden, seen float64
+	}{{0, 1.0, 1.001}, {time.Millisecond, 1.001, 1.0011}} {
+		view := NewIndexerView(2)
+		s := newDynamoSync(c.delay)
+		a, b := newDynamo(2, view, 1), newDynamo(2, view, 2)
+		s.join(a)
+		s.join(b)
+		q := req(1024, 1, 2)
+		e := a.Route(context.Background(), 0, q, 1.0)
+		a.Routed(q, e, &Served{FirstTokenAt: 5, DoneAt: 9})
+		b.Route(context.Background(), 1, req(512, 7), c.hidden)
+		if n := b.slots.Active(); n != 0 {
+			t.Errorf("delay %v: at %v s the other instance tracks %d requests, want 0", c.delay, c.hidden, n)
+		}
+		b.Route(context.Background(), 2, req(512, 8), c.seen)
+		if blocks, tokens := b.slots.Potential(b.names[e], nil, 0, 0); blocks != 2 || tokens != 1024 {
+			t.Errorf("delay %v: at %v s the other instance sees %d blocks, %d prefill tokens on engine %d, want 2 and 1024", c.delay, c.seen, blocks, tokens, e)
+		}
 	}
 }

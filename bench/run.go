@@ -68,6 +68,10 @@ type Config struct {
 	// node's lookups (default DefaultShareDelay; negative is refused, 0
 	// is visible from the next virtual instant).
 	ShareDelay time.Duration
+	// NoProvisional turns the gateway core's provisional residencies off
+	// for lookuproute-sdk and picker-indexer (its local table and the
+	// shared picks; an ablation).
+	NoProvisional bool
 	// DynamoSyncDelay is dynamo-sync-nats's delay from a router replica's
 	// routing event to the others (default DefaultDynamoSyncDelay).
 	DynamoSyncDelay time.Duration
@@ -380,7 +384,7 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 	f := NewFleet(cfg.Fleet, BenchModel, "bench-")
 	res := &Result{Name: name, ReasonCodes: map[string]int64{}}
 	env := &routerEnv{f: f, view: NewIndexerView(len(f.Engines)), cl: cl, stats: newLookupStats(), seed: cfg.Seed,
-		picker: client.DefaultPickerConfig(), lookupBudget: cfg.LookupTimeout}
+		picker: client.DefaultPickerConfig(), lookupBudget: cfg.LookupTimeout, noProvisional: cfg.NoProvisional}
 	if cfg.Picker != nil {
 		env.picker = *cfg.Picker
 	}

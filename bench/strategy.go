@@ -305,15 +305,16 @@ func (r *lookupRouter) Route(ctx context.Context, i int, q *Request, t float64) 
 // shared state (lookuproute-sdk, picker-indexer) or the replica sync
 // (dynamo-sync, dynamo-sync-nats).
 type routerEnv struct {
-	f            *Fleet
-	view         *IndexerView
-	cl           *client.Client
-	stats        *lookupStats
-	seed         uint64
-	picker       client.PickerConfig
-	lookupBudget time.Duration
-	shared       *sharedState
-	dsync        *dynamoSync
+	f             *Fleet
+	view          *IndexerView
+	cl            *client.Client
+	stats         *lookupStats
+	seed          uint64
+	picker        client.PickerConfig
+	lookupBudget  time.Duration
+	noProvisional bool
+	shared        *sharedState
+	dsync         *dynamoSync
 }
 
 // newRouter builds one gateway instance (gw) of strategy name.

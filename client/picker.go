@@ -178,17 +178,21 @@ type PickerConfig struct {
 	// doc); 0 picks the lowest cost.
 	Temperature float64
 	// Seed seeds the choice among equally good candidates and the
-	// softmax draws (0 = a random seed). Gateways that share a seed make
-	// the same choices for the same view, so give each its own.
+	// softmax draws of requests without a rendezvous key (0 = a random
+	// seed); a keyed request's choice is its key's (PickKeyed). Gateways
+	// that share a seed make the same unkeyed choices for the same view,
+	// so give each its own.
 	Seed uint64
 }
 
-// DefaultPickerConfig is the default configuration: CacheAffinity 1.5,
-// RunningWeight 0.5, DecodeWeight 0.05, KVWeight 0.5, LoadBound 2,
-// LoadBoundFloor 8, Temperature 0.05, a random seed. The weights were chosen on the bench's
-// built-in generator only (internal/pickertune: several seeds and shapes,
-// 1 and 4 gateways, two prefill speeds), not on the traces the evaluation
-// reports; docs/eval/pickertune.md has each parameter's sensitivity.
+// DefaultPickerConfig is the default configuration: CacheAffinity 1,
+// CacheAffinityTokens 32,768, RunningWeight 0.5, DecodeWeight 0.05,
+// KVWeight 0.5, LoadBound 2, LoadBoundFloor 8, Temperature 0.05, a random
+// seed. The weights were chosen on the bench's built-in generator only
+// (internal/pickertune: shapes with short and long shared prefixes and
+// bursty arrivals, 1 and 4 gateways, two prefill speeds), not on the
+// traces the evaluation reports; docs/eval/pickertune.md has the
+// sensitivity of each parameter searched.
 func DefaultPickerConfig() PickerConfig {
 	return PickerConfig{CacheAffinity: DefaultCacheAffinity, CacheAffinityTokens: DefaultCacheAffinityTokens, RunningWeight: DefaultRunningWeight,
 		DecodeWeight: DefaultDecodeWeight, KVWeight: DefaultKVWeight, LoadBound: DefaultLoadBound,
@@ -197,9 +201,11 @@ func DefaultPickerConfig() PickerConfig {
 
 // Defaults of PickerConfig.
 const (
-	DefaultCacheAffinity = 1.5
-	// DefaultCacheAffinityTokens is the credit's length scale.
-	DefaultCacheAffinityTokens = 0
+	DefaultCacheAffinity = 1
+	// DefaultCacheAffinityTokens is the credit's length scale: a cached
+	// prefix of 32,768 tokens earns twice the credit per token of a short
+	// one.
+	DefaultCacheAffinityTokens = 32768
 	DefaultRunningWeight       = 0.5
 	DefaultDecodeWeight        = 0.05
 	DefaultKVWeight            = 0.5

@@ -52,11 +52,11 @@ type Decision struct {
 	g          *Gateway
 	candidates []string
 	index      int
-	key        uint64 // the prompt's rendezvous key (client.RendezvousKey); 0 = none
+	rkey       uint64 // the prompt's rendezvous key (client.RendezvousKey); 0 = none
 	pick       client.Decision
 	hashes     []uint64               // the key's block hashes (nil without a key)
 	peer       *peerPick              // Dynamo's pending request; nil for the other strategies
-	lookupKey  *pb.LookupRouteRequest // the lookup's key; nil without one
+	key        *pb.LookupRouteRequest // the lookup's key; nil without one
 }
 
 // choose sets the pick to candidate i and orders the fallbacks.

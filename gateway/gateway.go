@@ -260,9 +260,9 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 		return d, nil
 	}
 	resp = g.mergeOwnPicks(d, resp)
-	pick := g.picker.PickKeyed(resp, d.candidates, d.PromptTokens, d.key)
+	pick := g.picker.PickKeyed(resp, d.candidates, d.PromptTokens, d.rkey)
 	d.pick, d.Costs = pick, pick.Costs
-	usable := d.key != 0 // a keyed pick is the rendezvous: the same on every gateway
+	usable := d.rkey != 0 // a keyed pick is the rendezvous: the same on every gateway
 	for i := range pick.Costs {
 		if pick.Costs[i].Reason != pb.ReasonCode_NO_HINT {
 			usable = true
@@ -324,8 +324,8 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision) (*
 	}
 	d.Blocks = len(lr.BlockHashes)
 	d.hashes = lr.BlockHashes
-	d.key = client.RendezvousKey(lr.BlockHashes, bs)
-	d.lookupKey = lr
+	d.key = lr
+	d.rkey = client.RendezvousKey(lr.BlockHashes, bs)
 	if d.Blocks == 0 || g.cfg.Lookup == nil || g.cfg.Strategy == StrategySGLang {
 		return nil, nil // no full block, no hint service, or a strategy that asks none: nothing to ask
 	}

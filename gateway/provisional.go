@@ -112,16 +112,16 @@ func partitionOf(lr *pb.LookupRouteRequest) provisional.Partition {
 // cover.
 func (g *Gateway) mergeOwnPicks(d *Decision, resp *pb.LookupRouteResponse) *pb.LookupRouteResponse {
 	p := &g.prov
-	if p.table == nil || d.lookupKey == nil || len(d.lookupKey.BlockHashes) == 0 {
+	if p.table == nil || d.key == nil || len(d.key.BlockHashes) == 0 {
 		return resp
 	}
 	if now := p.now().UnixNano(); now-p.swept.Load() >= int64(provSweepEvery) {
 		p.swept.Store(now)
 		p.table.Sweep()
 	}
-	part := partitionOf(d.lookupKey)
+	part := partitionOf(d.key)
 	var buf [4]provisional.Match
-	if len(p.table.At().Matches(buf[:0], part, d.lookupKey.BlockHashes)) == 0 {
+	if len(p.table.At().Matches(buf[:0], part, d.key.BlockHashes)) == 0 {
 		return resp
 	}
 	// Merged into a copy: the answer may be shared (a cache, a test's
@@ -132,7 +132,7 @@ func (g *Gateway) mergeOwnPicks(d *Decision, resp *pb.LookupRouteResponse) *pb.L
 	} else {
 		resp = proto.Clone(resp).(*pb.LookupRouteResponse)
 	}
-	p.table.MergeInto(resp, part, d.lookupKey.BlockHashes, 0)
+	p.table.MergeInto(resp, part, d.key.BlockHashes, 0)
 	return resp
 }
 
@@ -140,12 +140,12 @@ func (g *Gateway) mergeOwnPicks(d *Decision, resp *pb.LookupRouteResponse) *pb.L
 // the pick; it returns the pick's id (0 when nothing was recorded).
 func (g *Gateway) recordPick(d *Decision, replica string) uint64 {
 	p := &g.prov
-	if p.table == nil || d.lookupKey == nil || len(d.lookupKey.BlockHashes) == 0 {
+	if p.table == nil || d.key == nil || len(d.key.BlockHashes) == 0 {
 		return 0
 	}
-	k := provisional.Pick{ID: p.next.Add(1), Replica: replica, Partition: partitionOf(d.lookupKey), Hashes: d.lookupKey.BlockHashes, MaxAge: p.maxAge}
+	k := provisional.Pick{ID: p.next.Add(1), Replica: replica, Partition: partitionOf(d.key), Hashes: d.key.BlockHashes, MaxAge: p.maxAge}
 	if d.BlockSize != 16 {
-		k.Counts = d.lookupKey.BlockTokenCounts
+		k.Counts = d.key.BlockTokenCounts
 	}
 	push := provisional.Push{PickerID: p.id, Sequence: p.seq.Add(1), Picks: []provisional.Pick{k}}
 	if _, err := p.table.Apply(push); err != nil {

@@ -31,6 +31,7 @@ type benchOptions struct {
 	eventDelay                        time.Duration
 	gateways                          int
 	shareDelay, dynamoSyncDelay       time.Duration
+	noProvisional                     bool
 	logLevel                          string
 	live                              liveOptions
 }
@@ -110,6 +111,7 @@ compressed.`,
 	f.IntVar(&o.gateways, "gateways", 1, "gateway instances the requests are split over (round robin), each with its own router state; with --live, that many proxy processes (1 to 8) on one cluster, and the picker also run behind one proxy as the baseline")
 	f.DurationVar(&o.reportInterval, "report-interval", bench.DefaultReportInterval, "how often, in virtual time, each lookuproute-sdk gateway sends its full state (load and live picks) for repair, besides its pushes on every change (--gateways > 1)")
 	f.DurationVar(&o.shareDelay, "share-delay", bench.DefaultShareDelay, "virtual delay from a lookuproute-sdk gateway's push (pick, first token, end) to every node's lookups (--gateways > 1; the default is the design bound, a placeholder until measured live)")
+	f.BoolVar(&o.noProvisional, "no-provisional", false, "ablation: lookuproute-sdk and picker-indexer without provisional residencies (no local table, no shared picks)")
 	f.DurationVar(&o.dynamoSyncDelay, "dynamo-sync-delay", bench.DefaultDynamoSyncDelay, "virtual delay of dynamo-sync-nats's replica sync (one NATS hop); dynamo-sync is the same at zero delay")
 	f.DurationVar(&o.lookupTimeout, "lookup-timeout", bench.DefaultLookupTimeout, "the gateway's LookupRoute budget; past it the lookup fails open to NO_HINT")
 	f.DurationVar(&o.scrape, "scrape-interval", bench.DefaultScrapeInterval, "how often, in virtual time, the engines' /metrics change (what llm-d and the subscriber read)")
@@ -185,7 +187,7 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
 			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, SubscriberScrape: o.subScrape, Logger: log,
 			EventDelay: o.eventDelay, Gateways: o.gateways, ReportInterval: o.reportInterval,
-			ShareDelay: o.shareDelay, DynamoSyncDelay: o.dynamoSyncDelay,
+			ShareDelay: o.shareDelay, DynamoSyncDelay: o.dynamoSyncDelay, NoProvisional: o.noProvisional,
 			V2NoTenantHot: noTenantHot, V2NoAffinity: noAffinity,
 		}
 		if !o.noProgress {

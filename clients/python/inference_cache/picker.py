@@ -87,9 +87,9 @@ __all__ = [
 ]
 
 #: Credit per cached token beyond the prefill it saves (Go DefaultCacheAffinity).
-DEFAULT_CACHE_AFFINITY = 1.5
+DEFAULT_CACHE_AFFINITY = 1.0
 #: Length scale of the cache credit, 0 = linear (Go DefaultCacheAffinityTokens).
-DEFAULT_CACHE_AFFINITY_TOKENS = 0.0
+DEFAULT_CACHE_AFFINITY_TOKENS = 32768.0
 #: Share of a prefill counted per engine-reported running request (Go DefaultRunningWeight).
 DEFAULT_RUNNING_WEIGHT = 0.5
 #: Share of a prefill per decoding request (Go DefaultDecodeWeight).
@@ -117,10 +117,11 @@ class PickerConfig:
     tokens_per_waiting_request: prefill tokens assumed per request an engine
         reports that this picker did not send; 0 = the mean uncached tokens of
         the requests this picker sent (2048 before the first).
-    cache_affinity: cost −= cache_affinity × cached tokens (default 1.5).
+    cache_affinity: cost −= cache_affinity × cached tokens × the length
+        factor below (default 1).
     cache_affinity_tokens: > 0 scales the credit with the cached prefix:
         cache_affinity × cached × (1 + cached / cache_affinity_tokens)
-        (Go CacheAffinityTokens); 0 = linear.
+        (Go CacheAffinityTokens, default 32,768); 0 = linear.
     running_weight: share of a prefill per engine-reported running request
         not sent by this picker (default 0.3).
     decode_weight: share of a prefill per decoding request (this picker's and
