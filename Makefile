@@ -72,7 +72,7 @@ tools:
 run: build
 	$(BIN)/inference-cache dev
 
-## bench-live: the live benchmark (real processes, real requests; ~9 min on 2 cores): the Mooncake conversation trace through the proxy with each strategy, then a picker run with faults (leader, all nodes, an engine SIGKILLed); tables in $(LIVE_DIR)/live.txt and faults.txt, plot $(LIVE_DIR)/live.png
+## bench-live: the live benchmark (real processes, real requests; ~20 min on 2 cores): the Mooncake conversation trace through the proxy with each strategy (the picker, round-robin, least-loaded and the peers' dynamo, llm-d, sglang), then a picker run with faults (leader, all nodes, an engine SIGKILLed); tables in $(LIVE_DIR)/live.txt and faults.txt, plot $(LIVE_DIR)/live.png
 LIVE_DIR      ?= $(CURDIR)/.eval/live
 bench-live: build
 	@mkdir -p $(LIVE_DIR)
@@ -198,8 +198,8 @@ vulncheck:
 EVAL_DIR      ?= $(CURDIR)/.eval
 EVAL_TRACES   ?= conversation synthetic generator
 EVAL_GATEWAYS ?= 1 4 8
-EVAL_STRATEGIES ?= round-robin,least-loaded,lookuproute-sdk,lookuproute-sdk-local,dynamo,dynamo-sync,llm-d,sglang,oracle
-## evaluate: the EVALUATION.md matrix: the picker, its ablation, the peers and the oracle on each trace at two prefill speeds with 1, 4 and 8 gateways (embedded cluster each run; ~25 min on 2 cores); JSON and tables in $(EVAL_DIR)
+EVAL_STRATEGIES ?= round-robin,least-loaded,lookuproute-sdk,picker-indexer,dynamo,dynamo-sync,dynamo-sync-nats,llm-d,sglang,oracle
+## evaluate: the EVALUATION.md matrix: the picker, the peers and the oracle on each trace at two prefill speeds with 1, 4 and 8 gateways (embedded cluster each run; ~25 min on 2 cores); JSON and tables in $(EVAL_DIR)
 evaluate: build
 	@mkdir -p $(EVAL_DIR)
 	@set -e; for tr in $(EVAL_TRACES); do for tps in 10000 7000; do for gw in $(EVAL_GATEWAYS); do \

@@ -29,8 +29,12 @@
 //	peers.go      the peers' routers from their public defaults: dynamo
 //	              (and dynamo-sync), llm-d, sglang; the perfect KV-event
 //	              indexer they read
-//	sdk.go        lookuproute-sdk(-local): v2 hints and the SDK's
-//	              client.Picker; the pickers' shared in-flight load
+//	gatewaycore.go lookuproute-sdk(-local), picker-indexer: the real
+//	              gateway core per gateway on the virtual clock
+//	sharedstate.go the cluster's shared soft state (load, provisional
+//	              picks) on the virtual clock, pushes after ShareDelay
+//	dynamosync.go dynamo-sync(-nats): Dynamo's replica sync with its delay
+//	indexerhints.go picker-indexer's hints from the perfect indexer
 //	run.go        one run: every strategy on the same trace and fleet
 //	              settings, each on a fresh fleet and a reset index
 //	report.go     the table and the --json shape of contract §12.7
@@ -66,8 +70,9 @@
 // the cluster acknowledged them and every node applied them. The index's
 // answer for a chain depends only on its blocks' entries and the serving
 // set (contract §5.4), so skipping the wait otherwise changes no answer. The
-// peers that read KV events (dynamo, llm-d) read a perfect indexer with
-// the same rule. VisibilityTimestamp and VisibilityRequest are the older
+// peer that reads KV events (dynamo) reads a perfect indexer with the
+// same rule; llm-d's default prefix scorer and sglang read none, only
+// what they routed. VisibilityTimestamp and VisibilityRequest are the older
 // models: events published at arrival, visible to later timestamps or to
 // every later request.
 //
@@ -80,16 +85,23 @@
 //
 // --gateways N splits the requests round robin over N gateway instances of
 // the strategy, each with its own state: round-robin counters, the hint
-// routers' fallbacks, the SDK picker's load, dynamo's and sglang's tracked
-// load. lookuproute-sdk's pickers also report their in-flight load per
-// engine every ReportInterval of virtual time, and each lookup carries the
-// other gateways' latest reports in ReplicaLoad.others_*, as the cluster's
-// shared picker load does (lookuproute-sdk-local does without them); a
-// request arriving at the same virtual instant as another gateway's
-// therefore does not see it. dynamo-sync's instances share one state at
-// once (Dynamo's replica sync without its NATS delay). least-loaded,
-// longest-match and the oracle read the fleet itself and are the same
-// from every gateway. One cluster serves them all.
+// routers' fallbacks, dynamo's and sglang's tracked load, and for
+// lookuproute-sdk a whole gateway core (package gateway) with its picker
+// and its own provisional table. lookuproute-sdk's gateways share the
+// cluster's soft state (sharedstate.go): the real pickerload and
+// provisional stores on the virtual clock, fed by each gateway's pushes
+// on every change (a pick, a first token, an end) and its full state every
+// ReportInterval, each push visible ShareDelay later; each lookup then
+// carries the others' load in ReplicaLoad.others_* and the picks as
+// provisional PREFIX_MATCH hints (provisional.Merge, the nodes' rule).
+// lookuproute-sdk-local does without the shared state. dynamo-sync's
+// instances pass their routing events to each other (dynamosync.go) at
+// zero delay, dynamo-sync-nats's after DynamoSyncDelay (a NATS hop).
+// Every sync reaches later virtual instants only, so requests of one
+// instant are concurrent for every strategy: none sees another gateway's
+// request of the same instant. least-loaded, longest-match and the oracle
+// read the fleet itself and are one instance for every gateway. One
+// cluster serves them all.
 //
 // # Strategies and the cluster
 //

@@ -84,8 +84,9 @@ func sameEvent(a, b KVEvent) bool {
 
 // The engine's own cache holds a request's blocks from its admission (a
 // later prefill on that engine starts after it, FIFO), but the perfect
-// indexer that dynamo and llm-d read holds them only once the event is
-// released: until then neither credits them.
+// indexer that dynamo reads holds them only once the event is released:
+// until then it credits none (and llm-d, which reads no events, credits
+// only what it routed itself: nothing yet).
 func TestIndexerView_CreditsOnlyReleasedEvents(t *testing.T) {
 	cfg := FleetConfig{Engines: 2, CacheBlocks: 100, PrefillTPS: 1000, DecodeTPS: 100}
 	if err := cfg.fill(); err != nil {
@@ -105,7 +106,7 @@ func TestIndexerView_CreditsOnlyReleasedEvents(t *testing.T) {
 	q := req(1536, 1, 2, 3)
 	ctx := context.Background()
 	dyn := newDynamo(2, view, 1)
-	llm := newLLMD(f, view, 1)
+	llm := newLLMD(f, 1)
 
 	step(0.5)
 	for _, e := range f.Engines {
@@ -114,14 +115,15 @@ func TestIndexerView_CreditsOnlyReleasedEvents(t *testing.T) {
 	if run, own := view.CachedRun(0, q.Blocks()), f.Engines[0].Cache.CachedRun(q.Blocks()); run != 0 || own != 3 {
 		t.Fatalf("at 0.5 s the indexer holds %d blocks, the engine %d; want 0 and 3", run, own)
 	}
-	// Dynamo: 1536/512 = 3 on both, no credit.
-	if dyn.Route(ctx, 0, q, 0.5); dyn.cost[0] != 3 || dyn.cost[1] != 3 {
-		t.Fatalf("dynamo costs %v at 0.5 s, want [3 3]", dyn.cost)
+	// Dynamo: 1536/512 = 3 prefill blocks + 3 new blocks on both, no
+	// credit.
+	if dyn.Route(ctx, 0, q, 0.5); dyn.logits[0] != 6 || dyn.logits[1] != 6 {
+		t.Fatalf("dynamo logits %v at 0.5 s, want [6 6]", dyn.logits)
 	}
 	// llm-d: prefix 0 on both; queues equal (1); engine 0 runs A (3
 	// blocks of 100): 2 + 2·0.97 against 2 + 2·1.
 	llm.Route(ctx, 0, q, 0.5)
-	if s0, s1 := -llm.score[0], -llm.score[1]; !closeTo(s0, 2+2*(1-0.03)) || !closeTo(s1, 4) {
+	if s0, s1 := llm.score[0], llm.score[1]; !closeTo(s0, 2+2*(1-0.03)) || !closeTo(s1, 4) {
 		t.Fatalf("llm-d scores %v, %v at 0.5 s, want %v, 4 (no prefix credit)", s0, s1, 2+2*(1-0.03))
 	}
 	// The engine itself credits them: q waits for A's prefill (to 1.536)
@@ -134,8 +136,9 @@ func TestIndexerView_CreditsOnlyReleasedEvents(t *testing.T) {
 	if run := view.CachedRun(0, q.Blocks()); run != 3 {
 		t.Fatalf("at 1.6 s the indexer holds %d blocks of engine 0, want 3", run)
 	}
-	if dyn.Route(ctx, 1, q, 1.6); dyn.cost[0] != 0 || dyn.cost[1] != 3 {
-		t.Fatalf("dynamo costs %v at 1.6 s, want [0 3]", dyn.cost)
+	// Dynamo: 0 prefill blocks + 3 on engine 0, 3 + 3 on engine 1.
+	if dyn.Route(ctx, 1, q, 1.6); dyn.logits[0] != 3 || dyn.logits[1] != 6 {
+		t.Fatalf("dynamo logits %v at 1.6 s, want [3 6]", dyn.logits)
 	}
 }
 

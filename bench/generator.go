@@ -33,6 +33,11 @@ type GeneratorConfig struct {
 	// MeanThinkSec is the mean time between a session's answer and its
 	// next turn (20 s, exponential).
 	MeanThinkSec float64
+	// ArrivalResolutionMs, when positive, rounds every timestamp down to
+	// a multiple of it, as traces logged at a coarse resolution are:
+	// requests then arrive in bursts of one instant, which different
+	// gateways decide concurrently (0 = millisecond timestamps).
+	ArrivalResolutionMs int64
 }
 
 func (c *GeneratorConfig) fill() {
@@ -149,6 +154,11 @@ func Generate(cfg GeneratorConfig) *Trace {
 		// Geometric number of turns with the configured mean.
 		s.turnsLeft = 1 + int(math.Floor(math.Log(1-rng.Float64())/math.Log(1-1/cfg.MeanTurns)))
 		heap.Push(&live, s)
+	}
+	if res := cfg.ArrivalResolutionMs; res > 0 {
+		for i := range t.Requests {
+			t.Requests[i].Timestamp -= t.Requests[i].Timestamp % res
+		}
 	}
 	return t
 }

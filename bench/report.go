@@ -23,9 +23,14 @@ type JSONReport struct {
 	Visibility   string  `json:"visibility"`
 	EventDelayMs float64 `json:"event_delay_ms"`
 	Gateways     int     `json:"gateways"`
-	PrefillTPS   float64 `json:"prefill_tps"`
-	Engines      int     `json:"engines"`
-	CacheBlocks  int     `json:"cache_blocks"`
+	// ShareDelayMs and DynamoSyncDelayMs are the modelled delays of the
+	// shared state's pushes (lookuproute-sdk) and of dynamo-sync-nats's
+	// replica sync.
+	ShareDelayMs      float64 `json:"share_delay_ms"`
+	DynamoSyncDelayMs float64 `json:"dynamo_sync_delay_ms"`
+	PrefillTPS        float64 `json:"prefill_tps"`
+	Engines           int     `json:"engines"`
+	CacheBlocks       int     `json:"cache_blocks"`
 }
 
 // JSONStrategy is one strategy of JSONReport (rates in 0..1; the TTFT is
@@ -51,6 +56,7 @@ type JSONStrategy struct {
 func (r *Report) JSON() JSONReport {
 	out := JSONReport{Trace: r.Trace, Requests: r.Requests, IdealTokenHitRate: r.IdealTokenHitRate, Strategies: []JSONStrategy{},
 		Visibility: string(r.Visibility), EventDelayMs: float64(r.EventDelay) / float64(time.Millisecond), Gateways: r.Gateways,
+		ShareDelayMs: float64(r.ShareDelay) / float64(time.Millisecond), DynamoSyncDelayMs: float64(r.DynamoSyncDelay) / float64(time.Millisecond),
 		PrefillTPS: r.Fleet.PrefillTPS, Engines: r.Fleet.Engines, CacheBlocks: r.Fleet.CacheBlocks}
 	for _, s := range r.Strategies {
 		rc := s.ReasonCodes

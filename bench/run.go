@@ -63,10 +63,24 @@ type Config struct {
 	// Gateways is the number of gateway instances the requests are split
 	// over, round robin (default 1); each keeps its own router state.
 	Gateways int
-	// ReportInterval is how often, in virtual time, each gateway's picker
-	// reports its in-flight load for the others (lookuproute-sdk with
-	// several gateways; default DefaultReportInterval).
+	// ReportInterval is how often, in virtual time, each gateway of
+	// lookuproute-sdk sends its full state (in-flight load and live picks)
+	// for repair, besides its pushes on every change; the load store
+	// expires a picker's load 2 intervals after its last report (default
+	// DefaultReportInterval).
 	ReportInterval time.Duration
+	// ShareDelay is the virtual delay from a lookuproute-sdk gateway's
+	// push (a pick, a first token, an end) to its visibility in every
+	// node's lookups (default DefaultShareDelay; negative is refused, 0
+	// is visible from the next virtual instant).
+	ShareDelay time.Duration
+	// NoProvisional turns the gateway core's provisional residencies off
+	// for lookuproute-sdk and picker-indexer (its local table and the
+	// shared picks; an ablation).
+	NoProvisional bool
+	// DynamoSyncDelay is dynamo-sync-nats's delay from a router replica's
+	// routing event to the others (default DefaultDynamoSyncDelay).
+	DynamoSyncDelay time.Duration
 	// Picker configures lookuproute-sdk's picker (and picker-indexer's);
 	// nil = client.DefaultPickerConfig(). Its Seed is set per gateway.
 	Picker *client.PickerConfig
@@ -100,8 +114,13 @@ const (
 	// publication to its visibility to lookups.
 	DefaultEventDelay = 50 * time.Millisecond
 	// DefaultReportInterval is the default virtual interval of the
-	// pickers' in-flight load reports, the SDK reporter's default.
+	// pickers' full-state reports, the SDK reporter's default.
 	DefaultReportInterval = 50 * time.Millisecond
+	// DefaultShareDelay is the default delay of lookuproute-sdk's pushes:
+	// a placeholder, the bound the project's design sets on it (a pick
+	// visible to another gateway's lookup within 5 ms at p99 on loopback),
+	// until the live figure of the provisional push is measured.
+	DefaultShareDelay = 5 * time.Millisecond
 	// DefaultSubscriberScrape is the default wall-time scrape interval of
 	// the cluster's subscriber in a bench run: short, because the bench
 	// compresses virtual time many times over.
@@ -176,6 +195,8 @@ type Report struct {
 	Visibility Visibility
 	EventDelay time.Duration
 	Gateways   int
+	// ShareDelay and DynamoSyncDelay: the sync delays modelled.
+	ShareDelay, DynamoSyncDelay time.Duration
 	// Cluster describes the cluster the hint strategies used.
 	Cluster string
 	// Strategies are the results in run order.
@@ -230,6 +251,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.ReportInterval == 0 {
 		cfg.ReportInterval = DefaultReportInterval
 	}
+	if cfg.ShareDelay < 0 {
+		return nil, fmt.Errorf("bench: share delay %v: must not be negative", cfg.ShareDelay)
+	}
+	if cfg.ShareDelay == 0 {
+		cfg.ShareDelay = DefaultShareDelay
+	}
+	if cfg.DynamoSyncDelay < 0 {
+		return nil, fmt.Errorf("bench: dynamo sync delay %v: must not be negative", cfg.DynamoSyncDelay)
+	}
+	if cfg.DynamoSyncDelay == 0 {
+		cfg.DynamoSyncDelay = DefaultDynamoSyncDelay
+	}
 	if cfg.ScrapeInterval <= 0 {
 		cfg.ScrapeInterval = DefaultScrapeInterval
 	}
@@ -251,7 +284,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := &Report{Trace: cfg.Trace.Name, Requests: len(cfg.Trace.Requests), IdealTokenHitRate: cfg.Trace.IdealHitRate(),
 		DistinctBlocks: cfg.Trace.DistinctBlocks(), SpanMs: cfg.Trace.SpanMs(), Fleet: cfg.Fleet,
-		Encoding: cfg.Encoding, Visibility: cfg.Visibility, EventDelay: cfg.EventDelay, Gateways: cfg.Gateways}
+		Encoding: cfg.Encoding, Visibility: cfg.Visibility, EventDelay: cfg.EventDelay, Gateways: cfg.Gateways,
+		ShareDelay: cfg.ShareDelay, DynamoSyncDelay: cfg.DynamoSyncDelay}
 	var cl *client.Client
 	if needCluster {
 		if len(cfg.Addrs) == 0 {
@@ -356,7 +390,7 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 	f := NewFleet(cfg.Fleet, BenchModel, "bench-")
 	res := &Result{Name: name, ReasonCodes: map[string]int64{}}
 	env := &routerEnv{f: f, view: NewIndexerView(len(f.Engines)), cl: cl, stats: newLookupStats(), seed: cfg.Seed,
-		picker: client.DefaultPickerConfig()}
+		picker: client.DefaultPickerConfig(), lookupBudget: cfg.LookupTimeout, noProvisional: cfg.NoProvisional}
 	if cfg.Picker != nil {
 		env.picker = *cfg.Picker
 	}
@@ -377,8 +411,14 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 		n = cfg.Gateways
 	}
 	res.GatewaysShared = SharesLoad(name) && cfg.Gateways > 1
-	if res.GatewaysShared && PerGateway(name) {
-		env.shared = newSharedLoad(cfg.ReportInterval)
+	switch {
+	case !res.GatewaysShared:
+	case name == StrategyDynamoSync:
+		env.dsync = newDynamoSync(0)
+	case name == StrategyDynamoSyncNATS:
+		env.dsync = newDynamoSync(cfg.DynamoSyncDelay)
+	default:
+		env.shared = newSharedState(cfg.ShareDelay, cfg.ReportInterval)
 	}
 	g := &gateways{}
 	for k := 0; k < n; k++ {

@@ -26,19 +26,24 @@ const (
 	// ablation of the shared load).
 	StrategyLookupRouteSDKLocal = "lookuproute-sdk-local"
 	StrategyDynamo              = "dynamo"
-	// StrategyDynamoSync is Dynamo's KV router with --router-replica-sync:
-	// every router instance applies every instance's routed load at once.
-	StrategyDynamoSync   = "dynamo-sync"
-	StrategyLLMD         = "llm-d"
-	StrategySGLang       = "sglang"
-	StrategyLongestMatch = "longest-match"
-	StrategyOracle       = "oracle"
+	// StrategyDynamoSync is Dynamo's KV router with --router-replica-sync
+	// at zero delay, its strongest form: every router instance applies
+	// every other instance's routing events from the next virtual instant
+	// on.
+	StrategyDynamoSync = "dynamo-sync"
+	// StrategyDynamoSyncNATS is the same with the events delayed as
+	// NATS delivers them (Config.DynamoSyncDelay).
+	StrategyDynamoSyncNATS = "dynamo-sync-nats"
+	StrategyLLMD           = "llm-d"
+	StrategySGLang         = "sglang"
+	StrategyLongestMatch   = "longest-match"
+	StrategyOracle         = "oracle"
 )
 
 // AllStrategies lists every strategy in report order.
 var AllStrategies = []string{StrategyRoundRobin, StrategyRandom, StrategyLeastLoaded, StrategyConsistentHash,
 	StrategyLookupRouteV1, StrategyLookupRouteV2, StrategyLookupRouteSDK, StrategyLookupRouteSDKLocal, StrategyDynamo,
-	StrategyDynamoSync, StrategyLLMD, StrategySGLang, StrategyLongestMatch, StrategyOracle}
+	StrategyDynamoSync, StrategyDynamoSyncNATS, StrategyLLMD, StrategySGLang, StrategyLongestMatch, StrategyOracle}
 
 // UsesCluster reports whether the strategy asks the cluster for hints.
 func UsesCluster(name string) bool {
@@ -48,21 +53,25 @@ func UsesCluster(name string) bool {
 
 // SharesLoad reports whether the gateway instances of the strategy share
 // their in-flight load: lookuproute-sdk (and picker-indexer) through the
-// pickers' load reports at the report interval, dynamo-sync through
-// Dynamo's replica sync at once. It matters only with several gateways.
+// cluster's shared soft state (load and provisional picks, pushed as they
+// change, Config.ShareDelay), dynamo-sync and dynamo-sync-nats through
+// Dynamo's replica sync (Config.DynamoSyncDelay for the latter). It
+// matters only with several gateways.
 func SharesLoad(name string) bool {
-	return name == StrategyLookupRouteSDK || name == StrategyPickerIndexer || name == StrategyDynamoSync
+	return name == StrategyLookupRouteSDK || name == StrategyPickerIndexer || name == StrategyDynamoSync ||
+		name == StrategyDynamoSyncNATS
 }
 
 // PerGateway reports whether each gateway instance of the strategy keeps
-// its own state (what it routed), as the real routers do without replica
-// sync; the others see the same thing from every gateway (dynamo-sync's
-// instances one shared state: replica sync applies every instance's
-// routing events on every instance).
+// its own state (what it routed, and for the sharing ones what the others'
+// pushes told it), as the real routers do; the others (least-loaded,
+// consistent-hash, longest-match, the oracle) see the same thing from
+// every gateway.
 func PerGateway(name string) bool {
 	switch name {
 	case StrategyRoundRobin, StrategyRandom, StrategyLookupRouteV1, StrategyLookupRouteV2, StrategyLookupRouteSDK,
-		StrategyLookupRouteSDKLocal, StrategyPickerIndexer, StrategyDynamo, StrategyLLMD, StrategySGLang:
+		StrategyLookupRouteSDKLocal, StrategyPickerIndexer, StrategyDynamo, StrategyDynamoSync, StrategyDynamoSyncNATS,
+		StrategyLLMD, StrategySGLang:
 		return true
 	}
 	return false
@@ -291,16 +300,21 @@ func (r *lookupRouter) Route(ctx context.Context, i int, q *Request, t float64) 
 // routerEnv is what a strategy's routers may read: the fleet (its true
 // state is only for least-loaded, longest-match and the oracle), the
 // perfect KV-event indexer's view (delayed like every event), the cluster
-// client, the seed, the picker's configuration and, for a strategy whose
-// gateways share load, the shared load.
+// client, the seed, the picker's configuration and the gateway core's
+// lookup budget and, for a strategy whose gateways share state, the
+// shared state (lookuproute-sdk, picker-indexer) or the replica sync
+// (dynamo-sync, dynamo-sync-nats).
 type routerEnv struct {
-	f      *Fleet
-	view   *IndexerView
-	cl     *client.Client
-	stats  *lookupStats
-	seed   uint64
-	picker client.PickerConfig
-	shared *sharedLoad
+	f             *Fleet
+	view          *IndexerView
+	cl            *client.Client
+	stats         *lookupStats
+	seed          uint64
+	picker        client.PickerConfig
+	lookupBudget  time.Duration
+	noProvisional bool
+	shared        *sharedState
+	dsync         *dynamoSync
 }
 
 // newRouter builds one gateway instance (gw) of strategy name.
@@ -323,27 +337,22 @@ func newRouter(name string, env *routerEnv, gw int) (Router, error) {
 		return &longestMatch{f: f}, nil
 	case StrategyOracle:
 		return &oracle{f: f}, nil
-	case StrategyDynamo, StrategyDynamoSync:
-		return newDynamo(n, env.view, seed), nil
+	case StrategyDynamo, StrategyDynamoSync, StrategyDynamoSyncNATS:
+		r := newDynamo(n, env.view, seed)
+		if env.dsync != nil {
+			env.dsync.join(r)
+		}
+		return r, nil
 	case StrategyLLMD:
-		return newLLMD(f, env.view, seed), nil
+		return newLLMD(f, seed), nil
 	case StrategySGLang:
 		return newSGLang(n), nil
 	case StrategyLookupRouteV1, StrategyLookupRouteV2:
 		return newLookupRouter(f, env.cl, env.stats), nil
 	case StrategyLookupRouteSDK, StrategyLookupRouteSDKLocal:
-		r := newSDKRouter(f, env.cl, env.stats, seed, env.picker)
-		if env.shared != nil {
-			r.share(env.shared, gw)
-		}
-		return r, nil
+		return newCoreRouter(env, gw, seed, nil)
 	case StrategyPickerIndexer:
-		r := newSDKRouter(f, nil, env.stats, seed, env.picker)
-		r.hints = &indexerHints{f: f, view: env.view}
-		if env.shared != nil {
-			r.share(env.shared, gw)
-		}
-		return r, nil
+		return newCoreRouter(env, gw, seed, &indexerHints{f: f, view: env.view})
 	}
 	return nil, fmt.Errorf("bench: unknown strategy %q (want one of %v)", name, AllStrategies)
 }

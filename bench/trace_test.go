@@ -201,3 +201,25 @@ func TestAppendPromptTokens_DeterministicPerBlock(t *testing.T) {
 		}
 	}
 }
+
+// A coarse arrival resolution rounds every timestamp down to a multiple
+// of it, keeping the order and everything else, so requests arrive in
+// bursts of one instant.
+func TestGenerate_ArrivalResolutionMakesBursts(t *testing.T) {
+	fine := Generate(GeneratorConfig{Seed: 5, Requests: 300, RatePerSec: 6})
+	coarse := Generate(GeneratorConfig{Seed: 5, Requests: 300, RatePerSec: 6, ArrivalResolutionMs: 1000})
+	instants := map[int64]int{}
+	for i, r := range coarse.Requests {
+		f := fine.Requests[i]
+		if r.Timestamp != f.Timestamp-f.Timestamp%1000 || r.InputLength != f.InputLength || len(r.HashIDs) != len(f.HashIDs) {
+			t.Fatalf("request %d: %+v, want %+v at %d ms", i, r, f, f.Timestamp-f.Timestamp%1000)
+		}
+		if i > 0 && r.Timestamp < coarse.Requests[i-1].Timestamp {
+			t.Fatalf("request %d at %d ms before its predecessor's %d", i, r.Timestamp, coarse.Requests[i-1].Timestamp)
+		}
+		instants[r.Timestamp]++
+	}
+	if len(instants) >= len(coarse.Requests)/2 {
+		t.Fatalf("%d requests at %d instants: want bursts", len(coarse.Requests), len(instants))
+	}
+}

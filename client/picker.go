@@ -3,7 +3,6 @@ package client
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -23,8 +22,10 @@ import (
 // for cache locality and small charges for the replica's decode load and
 // KV pressure:
 //
-//	cost(r) = queued(r) + others(r) + uncached(r) − CacheAffinity × cached(r)
-//	          + decode(r) + kv(r)
+//	cost(r) = queued(r) + others(r) + uncached(r) − credit(r) + decode(r) + kv(r)
+//
+//	credit(r)   = CacheAffinity × cached(r) × (1 + cached(r) / CacheAffinityTokens)
+//	              (CacheAffinity × cached(r) when CacheAffinityTokens is 0)
 //
 //	cached(r)   = matched_tokens of r's PREFIX_MATCH hint (0 for a replica
 //	              without one: TENANT_HOT and AFFINITY_HINT say nothing of
@@ -68,19 +69,41 @@ import (
 // With LoadBound > 0 a candidate whose requests in flight (this picker's
 // and the others' reported ones) + 1 would exceed ⌈LoadBound × (the
 // candidates' total + 1) / candidates⌉ is passed over while another is
-// within it. With Temperature 0 the lowest cost wins. Ties, common
+// within it; the bound is never below LoadBoundFloor. With Temperature 0 the lowest cost wins. Ties, common
 // between idle replicas, go to the replica with fewer requests in flight
 // (this picker's and the others', or the engine's running count when
 // larger), then to the one the cluster ranked higher (a PREFIX_MATCH
 // hint before an AFFINITY_HINT pick before TENANT_HOT before the rest),
-// then at random, so gateways that see the same picture do not all
-// choose the same replica. With Temperature T > 0 the choice is a
-// softmax over cost: the best candidate (after those ties) and every
-// costlier one within bound are drawn with weight exp(−(cost − best) /
-// (T × prompt tokens)), a weight below exp(−20) counting as 0, so
-// candidates within a fraction of the request's own prefill share the
-// traffic and a decisive difference still decides. Draws come from the Seed's
-// stream: the same Seed, calls and views give the same picks.
+// then at random. With Temperature T > 0 the choice is a softmax over
+// cost: the best candidate (after those ties) and every costlier one
+// within bound are drawn with weight exp(−(cost − best) / (T × prompt
+// tokens)), a weight below exp(−20) counting as 0, so candidates within
+// a fraction of the request's own prefill share the traffic and a
+// decisive difference still decides.
+//
+// # Rendezvous
+//
+// "At random" above is, for a request with a rendezvous key (PickKeyed:
+// RendezvousKey, the hash of the prompt's leading blocks), the key's
+// rendezvous rather than a random stream: candidate r gets the Gumbel
+// variate G(key, r) = −ln(−ln u), u from the highest-random-weight hash
+// of (key, r) (rendezvousWeight), and the eligible candidate with the
+// highest −(cost − best) / (T × prompt tokens) + G wins (with T = 0, the
+// tied candidate with the highest G). Over many keys this is the same
+// softmax (the Gumbel-max identity); for one key it is a function of the
+// state alone, so every gateway that sees the same costs makes the same
+// pick without talking. For a prompt whose prefix no candidate holds,
+// on an idle or evenly loaded fleet, that is the rendezvous-hash winner
+// among the candidates within the load bound: consistent hashing with
+// bounded loads, and siblings of one new prefix (an agent's fan-out,
+// users of one new system prompt) meet on one replica. It cannot herd:
+// different prefixes hash to independent winners, a replica's queue
+// enters its cost as soon as a sibling is known (the same gateway's at
+// once, the others' through the shared load), the softmax cut drops a
+// candidate costlier by 20 scales, and the load bound caps a replica's
+// share. Without a key (Pick, or a prompt without a full block) the
+// draws come from the Seed's stream: the same Seed, calls and views give
+// the same picks.
 //
 // Cached tokens count as the prefill they save plus the locality credit;
 // a replica that holds the prefix but has a queue longer than that loses
@@ -115,6 +138,16 @@ type PickerConfig struct {
 	// replica that is idle for the moment, which is what a pure TTFT
 	// greedy does and what lowers the fleet's hit rate.
 	CacheAffinity float64
+	// CacheAffinityTokens scales the credit with the cached prefix's
+	// length: per cached token it is CacheAffinity × (1 + cached tokens /
+	// CacheAffinityTokens), CacheAffinity for a short prefix and twice
+	// that at CacheAffinityTokens. A long prefix is worth more per token
+	// where it is: a copy takes that much more of another replica's cache
+	// (evicting as much of what it holds), and long prefixes (agents'
+	// contexts, documents, long conversations) are the ones requests come
+	// back to, while a short one (a template, a short system prompt) is
+	// soon held everywhere anyway. 0 = a credit linear in cached tokens.
+	CacheAffinityTokens float64
 	// RunningWeight is the share of a request's prefill counted for each
 	// request the engine reports running that this picker did not send: a
 	// running request may still be prefilling, which the engine's
@@ -134,36 +167,53 @@ type PickerConfig struct {
 	// ones) + 1 would exceed ⌈LoadBound × (the candidates' total + 1) /
 	// candidates⌉ is passed over while another is within it.
 	LoadBound float64
+	// LoadBoundFloor is the least the load bound allows (requests in
+	// flight on one replica) however small the candidates' total: below
+	// it a replica's share is not an overload the cost model does not
+	// already see (its queue is in its cost), and siblings of one new
+	// prefix can meet on an idle fleet. 0 = no floor.
+	LoadBoundFloor float64
 	// Temperature, when positive, makes the choice a softmax over cost
 	// with scale Temperature × the request's prompt tokens (see Picker's
 	// doc); 0 picks the lowest cost.
 	Temperature float64
 	// Seed seeds the choice among equally good candidates and the
-	// softmax draws (0 = a random seed). Gateways that share a seed make
-	// the same choices for the same view, so give each its own.
+	// softmax draws of requests without a rendezvous key (0 = a random
+	// seed); a keyed request's choice is its key's (PickKeyed). Gateways
+	// that share a seed make the same unkeyed choices for the same view,
+	// so give each its own.
 	Seed uint64
 }
 
-// DefaultPickerConfig is the default configuration: CacheAffinity 1.5,
-// RunningWeight 0.5, DecodeWeight 0.05, KVWeight 0.5, LoadBound 2,
-// Temperature 0.05, a random seed. The weights were chosen on the bench's
-// built-in generator only (internal/pickertune: several seeds and shapes,
-// 1 and 4 gateways, two prefill speeds), not on the traces the evaluation
-// reports; docs/eval/pickertune.md has each parameter's sensitivity.
+// DefaultPickerConfig is the default configuration: CacheAffinity 1,
+// CacheAffinityTokens 32,768, RunningWeight 0.5, DecodeWeight 0.05,
+// KVWeight 0.5, LoadBound 2, LoadBoundFloor 8, Temperature 0.05, a random
+// seed. The weights were chosen on the bench's built-in generator only
+// (internal/pickertune: shapes with short and long shared prefixes and
+// bursty arrivals, 1 and 4 gateways, two prefill speeds), not on the
+// traces the evaluation reports; docs/eval/pickertune.md has the
+// sensitivity of each parameter searched.
 func DefaultPickerConfig() PickerConfig {
-	return PickerConfig{CacheAffinity: DefaultCacheAffinity, RunningWeight: DefaultRunningWeight,
+	return PickerConfig{CacheAffinity: DefaultCacheAffinity, CacheAffinityTokens: DefaultCacheAffinityTokens, RunningWeight: DefaultRunningWeight,
 		DecodeWeight: DefaultDecodeWeight, KVWeight: DefaultKVWeight, LoadBound: DefaultLoadBound,
-		Temperature: DefaultTemperature}
+		LoadBoundFloor: DefaultLoadBoundFloor, Temperature: DefaultTemperature}
 }
 
 // Defaults of PickerConfig.
 const (
-	DefaultCacheAffinity = 1.5
-	DefaultRunningWeight = 0.5
-	DefaultDecodeWeight  = 0.05
-	DefaultKVWeight      = 0.5
-	DefaultLoadBound     = 2
-	DefaultTemperature   = 0.05
+	DefaultCacheAffinity = 1
+	// DefaultCacheAffinityTokens is the credit's length scale: a cached
+	// prefix of 32,768 tokens earns twice the credit per token of a short
+	// one.
+	DefaultCacheAffinityTokens = 32768
+	DefaultRunningWeight       = 0.5
+	DefaultDecodeWeight        = 0.05
+	DefaultKVWeight            = 0.5
+	DefaultLoadBound           = 2
+	// DefaultLoadBoundFloor is a full sibling burst of the contract's
+	// example (8 requests of one new prefix on one replica).
+	DefaultLoadBoundFloor = 8
+	DefaultTemperature    = 0.05
 )
 
 // DefaultTokensPerWaitingRequest is the prefill tokens assumed per
@@ -219,8 +269,9 @@ type PickCost struct {
 	OthersPrefillTokens uint64
 	OthersRunning       uint32
 	OthersPickers       uint32
-	// Cost = QueuedTokens + OthersTokens + UncachedTokens − CacheAffinity
-	// × CachedTokens + DecodeTokens + KVTokens.
+	// Cost = QueuedTokens + OthersTokens + UncachedTokens − the credit of
+	// CachedTokens (CacheAffinity, CacheAffinityTokens) + DecodeTokens +
+	// KVTokens.
 	Cost float64
 }
 
@@ -254,6 +305,15 @@ func hintRank(rc pb.ReasonCode) int {
 // LookupRoute response (nil is NO_HINT). Hints naming replicas that are not
 // candidates are ignored. With no candidates it returns an empty Decision.
 func (p *Picker) Pick(resp *pb.LookupRouteResponse, candidates []string, promptTokens int) Decision {
+	return p.PickKeyed(resp, candidates, promptTokens, 0)
+}
+
+// PickKeyed is Pick with the request's rendezvous key (RendezvousKey of
+// its block hashes; 0 = none): its ties and its softmax draw are then the
+// key's rendezvous instead of the Seed's stream, so every picker given
+// the same response, candidates and load makes the same choice (see
+// Picker's doc, contract §5.10).
+func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, promptTokens int, key uint64) Decision {
 	d := Decision{Index: -1, PromptTokens: promptTokens, Costs: make([]PickCost, len(candidates))}
 	if len(candidates) == 0 {
 		return d
@@ -310,115 +370,29 @@ func (p *Picker) Pick(resp *pb.LookupRouteResponse, candidates []string, promptT
 		decoding := c.InFlight - l.prefilling + max(0, oR-oP)
 		c.DecodeTokens = p.cfg.DecodeWeight * float64(decoding) * perReq
 		c.KVTokens = p.cfg.KVWeight * c.Pressure * float64(c.UncachedTokens)
-		c.Cost = c.QueuedTokens + c.OthersTokens + float64(c.UncachedTokens) - p.cfg.CacheAffinity*float64(c.CachedTokens) +
+		c.Cost = c.QueuedTokens + c.OthersTokens + float64(c.UncachedTokens) - p.credit(c.CachedTokens) +
 			c.DecodeTokens + c.KVTokens
 	}
 	bound := math.Inf(1)
 	if p.cfg.LoadBound > 0 {
-		bound = math.Ceil(p.cfg.LoadBound * float64(total+1) / float64(len(candidates)))
+		bound = max(math.Ceil(p.cfg.LoadBound*float64(total+1)/float64(len(candidates))), p.cfg.LoadBoundFloor)
 	}
 	scale := p.cfg.Temperature * float64(promptTokens)
-	best := p.best(d.Costs, bestRank, bound, scale)
+	best := p.best(d.Costs, bestRank, bound, scale, key)
 	if best < 0 {
-		best = p.best(d.Costs, bestRank, math.Inf(1), scale)
+		best = p.best(d.Costs, bestRank, math.Inf(1), scale, key)
 	}
 	d.Replica, d.Index = candidates[best], best
 	return d
 }
 
-// busy is a candidate's requests in flight for ties: this picker's and
-// the other pickers' reported ones, or the engine's running count when
-// larger.
-func (c *PickCost) busy() int { return max(c.InFlight+int(c.OthersRunning), int(c.ReportedRunning)) }
-
-// loaded is a candidate's known requests in flight, for the load bound.
-func (c *PickCost) loaded() int { return c.InFlight + int(c.OthersRunning) }
-
-// softmaxCut is the exponent below which a softmax weight counts as 0.
-const softmaxCut = 20
-
-// best returns the candidate to pick within bound requests in flight
-// (-1 when none is): the best, ties at random, or with a Temperature a
-// softmax draw over the best and the costlier candidates.
-func (p *Picker) best(costs []PickCost, rank []int, bound, scale float64) int {
-	p.ties = p.ties[:0]
-	for i := range costs {
-		if float64(costs[i].loaded()+1) > bound {
-			continue
-		}
-		if len(p.ties) == 0 {
-			p.ties = append(p.ties, i)
-			continue
-		}
-		switch cmpPick(&costs[i], rank[i], &costs[p.ties[0]], rank[p.ties[0]]) {
-		case -1:
-			p.ties = append(p.ties[:0], i)
-		case 0:
-			p.ties = append(p.ties, i)
-		}
+// credit is the cache credit of cached tokens (see PickerConfig).
+func (p *Picker) credit(cached int) float64 {
+	c := p.cfg.CacheAffinity * float64(cached)
+	if p.cfg.CacheAffinityTokens > 0 {
+		c *= 1 + float64(cached)/p.cfg.CacheAffinityTokens
 	}
-	if len(p.ties) == 0 {
-		return -1
-	}
-	if scale > 0 {
-		minCost := costs[p.ties[0]].Cost
-		p.weights = p.weights[:0]
-		sum := 0.0
-		for i := range costs {
-			x := 0.0
-			switch {
-			case float64(costs[i].loaded()+1) > bound:
-			case costs[i].Cost > minCost && (costs[i].Cost-minCost)/scale < softmaxCut:
-				x = math.Exp(-(costs[i].Cost - minCost) / scale)
-			case costs[i].Cost == minCost && slices.Contains(p.ties, i):
-				x = 1
-			}
-			p.weights = append(p.weights, x)
-			sum += x
-		}
-		u := p.rng.Float64() * sum
-		last := -1
-		for i, x := range p.weights {
-			if x == 0 {
-				continue
-			}
-			last = i
-			if u < x {
-				return i
-			}
-			u -= x
-		}
-		return last
-	}
-	if len(p.ties) == 1 {
-		return p.ties[0]
-	}
-	return p.ties[p.rng.IntN(len(p.ties))]
-}
-
-// cmpPick orders two candidates: −1 when a is better, 1 when b is, 0 for
-// a tie.
-func cmpPick(a *PickCost, ra int, b *PickCost, rb int) int {
-	if a.Cost != b.Cost {
-		return cmpF(a.Cost, b.Cost)
-	}
-	if a.busy() != b.busy() {
-		return cmpF(float64(a.busy()), float64(b.busy()))
-	}
-	if hintRank(a.Reason) != hintRank(b.Reason) {
-		return cmpF(float64(hintRank(a.Reason)), float64(hintRank(b.Reason)))
-	}
-	if a.Reason == pb.ReasonCode_PREFIX_MATCH && ra != rb {
-		return cmpF(float64(ra), float64(rb))
-	}
-	return 0
-}
-
-func cmpF(a, b float64) int {
-	if a < b {
-		return -1
-	}
-	return 1
+	return c
 }
 
 func (p *Picker) tokensPerRequest() float64 {

@@ -27,8 +27,11 @@ type pickerCase struct {
 		DecodeWeight            *float64 `json:"decode_weight"`
 		KVWeight                *float64 `json:"kv_weight"`
 		Temperature             *float64 `json:"temperature"`
+		LoadBoundFloor          *float64 `json:"load_bound_floor"`
+		CacheAffinityTokens     *float64 `json:"cache_affinity_tokens"`
 	} `json:"config"`
-	History []struct {
+	RendezvousKey uint64 `json:"rendezvous_key,string"`
+	History       []struct {
 		Op             string `json:"op"`
 		ID             string `json:"id"`
 		Replica        string `json:"replica"`
@@ -89,7 +92,8 @@ func (c *pickerCase) replay(t *testing.T, seed uint64) Decision {
 	if k := c.Config; k != nil {
 		for dst, src := range map[*float64]*float64{&cfg.TokensPerWaitingRequest: k.TokensPerWaitingRequest,
 			&cfg.CacheAffinity: k.CacheAffinity, &cfg.RunningWeight: k.RunningWeight, &cfg.LoadBound: k.LoadBound,
-			&cfg.DecodeWeight: k.DecodeWeight, &cfg.KVWeight: k.KVWeight, &cfg.Temperature: k.Temperature} {
+			&cfg.DecodeWeight: k.DecodeWeight, &cfg.KVWeight: k.KVWeight, &cfg.Temperature: k.Temperature,
+			&cfg.LoadBoundFloor: k.LoadBoundFloor, &cfg.CacheAffinityTokens: k.CacheAffinityTokens} {
 			if src != nil {
 				*dst = *src
 			}
@@ -116,7 +120,7 @@ func (c *pickerCase) replay(t *testing.T, seed uint64) Decision {
 			t.Fatalf("response: %v", err)
 		}
 	}
-	return p.Pick(resp, c.Candidates, c.PromptTokens)
+	return p.PickKeyed(resp, c.Candidates, c.PromptTokens, c.RendezvousKey)
 }
 
 func TestPicker_SharedTable(t *testing.T) {

@@ -63,3 +63,61 @@ func TestBenchLive_Smoke(t *testing.T) {
 		t.Errorf("picker's reasons %v", p.Reasons)
 	}
 }
+
+// bench --live with the peers' strategies behind 2 proxies: every run's
+// requests are answered through both proxies (round robin by arrival),
+// the peers' picks carry their own reasons, the picker also runs behind
+// one proxy, and the report has the targets against the best peer and
+// against the 1-proxy run.
+func TestBenchLive_PeersBehindTwoProxies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four live stacks of real processes")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(binPath, "bench", "--live", "--json", "--no-progress", "--requests", "24", "--warmup", "4", "--speedup", "20",
+		"--engines", "2", "--kv-blocks", "20000", "--strategies", "picker,round-robin,sglang", "--gateways", "2",
+		"--dir", filepath.Join(dir, "runs"), "--trace", "../testdata/mooncake/conversation_trace.jsonl.gz")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("bench --live: %v\n%s\n%s", err, out, stderr)
+	}
+	var rep struct {
+		Gateways   int `json:"gateways"`
+		Strategies []struct {
+			Strategy string         `json:"strategy"`
+			Gateways int            `json:"gateways"`
+			Requests int            `json:"requests"`
+			Failed   int            `json:"failed"`
+			Reasons  map[string]int `json:"reasons"`
+		} `json:"strategies"`
+		Targets []struct {
+			Name string `json:"name"`
+		} `json:"targets"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.Gateways != 2 || len(rep.Strategies) != 4 {
+		t.Fatalf("report: %s", out)
+	}
+	wantGW := []int{2, 2, 2, 1}
+	for i, s := range rep.Strategies {
+		if s.Gateways != wantGW[i] || s.Requests != 20 || s.Failed != 0 {
+			t.Errorf("%s: %d proxies, %d measured, %d failed; want %d, 20, 0", s.Strategy, s.Gateways, s.Requests, s.Failed, wantGW[i])
+		}
+	}
+	if sg := rep.Strategies[2]; sg.Strategy != "sglang" || sg.Reasons["SGLANG"] != 20 {
+		t.Errorf("sglang's reasons %v", sg.Reasons)
+	}
+	names := map[string]bool{}
+	for _, tg := range rep.Targets {
+		names[tg.Name] = true
+	}
+	if !names["TTFT p50 ≤ 0.8× the best peer's"] || !names["TTFT p50 with 2 proxies ≤ 1.1× with 1"] {
+		t.Errorf("targets %v, want the best peer's and the 1-proxy one", rep.Targets)
+	}
+}

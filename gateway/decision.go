@@ -17,11 +17,13 @@ type Decision struct {
 	Fallbacks []string
 	// Reason is the reason code of the hint naming Replica
 	// ("PREFIX_MATCH", "AFFINITY_HINT", "TENANT_HOT"), ReasonLoad when
-	// Replica was picked without a usable hint, or ReasonRoundRobin /
-	// ReasonLeastLoaded for those strategies.
+	// Replica was picked without a usable hint, or ReasonRoundRobin,
+	// ReasonLeastLoaded, ReasonDynamo, ReasonLLMD, ReasonSGLang for those
+	// strategies.
 	Reason string
 	// MatchedTokens is the prefix of the prompt the hint says Replica
-	// holds (tokens; 0 without a PREFIX_MATCH hint for it).
+	// holds (tokens; 0 without a PREFIX_MATCH hint for it); for the peer
+	// strategies the prefix that router believed Replica held.
 	MatchedTokens int
 	// PromptTokens is the prefill's length in tokens (0 without a key);
 	// BlockSize the model's tokens per block and Blocks the key's full
@@ -56,7 +58,10 @@ type Decision struct {
 	adapter    string // the LoRA adapter of the request, "" = none
 	candidates []string
 	index      int
+	rkey       uint64 // the prompt's rendezvous key (client.RendezvousKey); 0 = none
 	pick       client.Decision
+	hashes     []uint64               // the key's block hashes (nil without a key)
+	peer       *peerPick              // Dynamo's pending request; nil for the other strategies
 	key        *pb.LookupRouteRequest // the lookup's key; nil without one
 }
 
@@ -139,6 +144,7 @@ func (d *Decision) Start(replica string) *Flight {
 			f.in = g.picker.StartOn(replica, uncached)
 		}
 	}
+	f.peer = d.startPeer(replica)
 	f.pickID = g.recordPick(d, replica)
 	if g.share != nil {
 		g.share.Kick() // the load delta goes out now, not at the next tick
@@ -159,6 +165,7 @@ func (d *Decision) Start(replica string) *Flight {
 type Flight struct {
 	g                *Gateway
 	in               *client.Inflight
+	peer             *peerFlight
 	replica          string
 	adapter          string
 	pickID           uint64 // its provisional residency; 0 = none
@@ -177,6 +184,9 @@ func (f *Flight) FirstToken() {
 	f.firstSeen = true
 	if f.in != nil {
 		f.in.FirstToken()
+	}
+	if f.peer != nil {
+		f.peer.firstToken(&f.g.peer.mu)
 	}
 }
 
@@ -204,6 +214,9 @@ func (f *Flight) Done() {
 	f.ended = true
 	if f.in != nil {
 		f.in.Done()
+	}
+	if f.peer != nil {
+		f.peer.done(&f.g.peer.mu)
 	}
 	f.g.mu.Lock()
 	if f.g.inflight[f.replica]--; f.g.inflight[f.replica] <= 0 {

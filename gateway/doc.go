@@ -28,18 +28,31 @@
 //  4. The pick, by Config.Strategy:
 //     - "picker" (the default): client.Picker's cost model over the
 //     candidates (queued prefill, other gateways' queues, uncached
-//     prefill, a credit for cached tokens). When no hint names a
-//     candidate, the pick is by load: the lowest cost (the queued work
-//     this gateway sent), then the fewest requests in flight, ties taken
+//     prefill, a credit for cached tokens), its ties and softmax draw
+//     made by the prompt's rendezvous key (client.RendezvousKey), so that
+//     every gateway seeing the same state picks the same replica for the
+//     same prefix. A request without a key (no full block) that no hint
+//     names is picked by load: the lowest cost (the queued work this
+//     gateway sent), then the fewest requests in flight, ties taken
 //     round robin;
 //     - "round-robin" and "least-loaded" (the fewest requests this gateway
 //     has in flight, ties round robin): the baselines of the live
-//     benchmark, which skip steps 1 to 3.
+//     benchmark, which skip steps 1 to 3;
+//     - "dynamo", "llm-d" and "sglang": the peers' routers with their
+//     defaults (package peers holds the formulas, shared with the
+//     benchmark), each over the state one instance of that router keeps:
+//     Dynamo's cost of potential prefill and decode blocks over the
+//     hint's matched blocks and the requests this gateway has active;
+//     llm-d's Endpoint Picker score of the prefix this gateway routed
+//     there, the engine's waiting queue and KV usage (the lookup's
+//     loads); SGLang's cache_aware policy over this gateway's requests
+//     in flight and routed prompts (no lookup).
 //  5. The decision: the replica, the other candidates as ordered
 //     fallbacks (best first, for a retry), the reason (the reason code of
 //     the hint naming the pick: PREFIX_MATCH, AFFINITY_HINT, TENANT_HOT;
-//     LOAD when the pick had no usable hint; ROUND_ROBIN or LEAST_LOADED
-//     for those strategies), the matched tokens and the picker's cost
+//     LOAD when the pick had no usable hint; ROUND_ROBIN, LEAST_LOADED,
+//     DYNAMO, LLM_D or SGLANG for those strategies; their matched tokens
+//     are what that router believed cached), the matched tokens and the picker's cost
 //     terms.
 //
 // An adapter's request (Request.Base and Request.Adapter) is keyed on the

@@ -49,10 +49,10 @@ func ParseStrategy(s string) (Strategy, error) {
 	switch Strategy(s) {
 	case "", StrategyPicker:
 		return StrategyPicker, nil
-	case StrategyRoundRobin, StrategyLeastLoaded:
+	case StrategyRoundRobin, StrategyLeastLoaded, StrategyDynamo, StrategyLLMD, StrategySGLang:
 		return Strategy(s), nil
 	}
-	return "", fmt.Errorf("strategy %q: want picker, round-robin or least-loaded", s)
+	return "", fmt.Errorf("strategy %q: want picker, round-robin, least-loaded, dynamo, llm-d or sglang", s)
 }
 
 // Reasons of a Decision besides the hint reason codes (PREFIX_MATCH,
@@ -138,6 +138,7 @@ type Gateway struct {
 	rr     atomic.Uint64
 
 	share *client.LoadShare // nil = not sharing
+	peer  *peerState        // the peer strategies' state; nil for the others
 	prov  provState
 
 	mu              sync.Mutex
@@ -172,6 +173,10 @@ func New(cfg Config) (*Gateway, error) {
 		pc = *cfg.Picker
 	}
 	g := &Gateway{cfg: cfg, picker: client.NewPicker(pc), inflight: map[string]int{}, adapterInflight: map[adapterKey]int{}}
+	switch s {
+	case StrategyDynamo, StrategyLLMD, StrategySGLang:
+		g.peer = newPeerState()
+	}
 	if to, ok := cfg.Lookup.(client.LoadReportSender); ok && !cfg.NoShareLoad && s == StrategyPicker {
 		if g.share, err = client.StartLoadShare(g.picker, to, cfg.ShareLoad); err != nil {
 			return nil, fmt.Errorf("gateway: share load: %w", err)
@@ -276,10 +281,19 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
+	if g.peer != nil {
+		model := ""
+		if req.OpenAI != nil {
+			model = req.OpenAI.Model
+		}
+		d.BlockSize = g.BlockSize(model)
+		g.decidePeer(d, model, resp, d.hashes)
+		return d, nil
+	}
 	resp = g.mergeOwnPicks(d, resp)
-	pick := g.picker.Pick(resp, d.candidates, d.PromptTokens)
+	pick := g.picker.PickKeyed(resp, d.candidates, d.PromptTokens, d.rkey)
 	d.pick, d.Costs = pick, pick.Costs
-	usable := false
+	usable := d.rkey != 0 // a keyed pick is the rendezvous: the same on every gateway
 	for i := range pick.Costs {
 		if pick.Costs[i].Reason != pb.ReasonCode_NO_HINT {
 			usable = true
@@ -337,9 +351,11 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, ad
 		return nil, nil
 	}
 	d.Blocks = len(lr.BlockHashes)
+	d.hashes = lr.BlockHashes
 	d.key = lr
-	if d.Blocks == 0 || g.cfg.Lookup == nil {
-		return nil, nil // no full block, or no hint service: nothing to ask
+	d.rkey = client.RendezvousKey(lr.BlockHashes, bs)
+	if d.Blocks == 0 || g.cfg.Lookup == nil || g.cfg.Strategy == StrategySGLang {
+		return nil, nil // no full block, no hint service, or a strategy that asks none: nothing to ask
 	}
 	lctx, cancel := context.WithTimeout(ctx, g.cfg.LookupBudget)
 	start := time.Now()

@@ -167,13 +167,10 @@ func TestDecide_FailsOpenWithinTheBudget(t *testing.T) {
 	}
 }
 
-// Without a usable hint the pick is by load, ties in turn: idle
-// candidates are taken round robin, and a candidate with a request in
-// flight is passed over while another is idle.
-func TestDecide_WithoutHintPicksByLoadThenRoundRobin(t *testing.T) {
-	// Without provisional residencies: with them the same prompt has a
-	// hint after its first pick (TestDecide_SeesItsOwnPickAtOnce).
-	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}},
+// Without a usable hint a request without a key (no full block) is
+// picked by load, ties in turn: idle candidates are taken round robin.
+func TestDecide_WithoutHintOrKeyPicksByLoadThenRoundRobin(t *testing.T) {
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(10)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}},
 		Provisional: ProvisionalConfig{Off: true}})
 	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
 	var got []string
@@ -187,6 +184,34 @@ func TestDecide_WithoutHintPicksByLoadThenRoundRobin(t *testing.T) {
 	for i := range 3 {
 		if got[i] != got[i+3] || slices.Index(got[:3], got[i]) != i {
 			t.Fatalf("idle picks %v: want the three candidates in turn", got)
+		}
+	}
+}
+
+// A keyed request that no hint names is the prefix's rendezvous: two
+// gateways (their own picker seeds) pick the same idle replica for it
+// every time, and a candidate with a request queued is passed over while
+// another is idle, then listed last among the fallbacks.
+func TestDecide_WithoutHintKeyedPickIsTheRendezvous(t *testing.T) {
+	// Without provisional residencies: with them the first pick is a hint
+	// for the next (TestDecide_SeesItsOwnPickAtOnce).
+	cfg := Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}},
+		Provisional: ProvisionalConfig{Off: true}}
+	g, other := newGW(t, cfg), newGW(t, cfg)
+	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
+	first := ""
+	for range 6 {
+		for _, gw := range []*Gateway{g, other} {
+			d, err := gw.Decide(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first == "" {
+				first = d.Replica
+			}
+			if d.Replica != first || d.Reason != ReasonLoad {
+				t.Fatalf("picked %s (%s), want %s every time on both gateways (LOAD)", d.Replica, d.Reason, first)
+			}
 		}
 	}
 	d, _ := g.Decide(context.Background(), req)

@@ -73,10 +73,10 @@ type chunk struct {
 // send makes one streamed chat request and measures it into res. start
 // is when the request was handed to the transport; TTFT is the first
 // event that carries content text.
-func (r *runner) send(ctx context.Context, body []byte, res *Result) {
+func (r *runner) send(ctx context.Context, url string, body []byte, res *Result) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		res.fail(ErrOther, err.Error())
 		return

@@ -35,6 +35,13 @@ type Config struct {
 	// to <Target>/v1/chat/completions. A host that is not a loopback
 	// address is refused: the load generator never leaves the machine.
 	Target string
+	// MoreTargets are further gateways in front of the same fleet (each
+	// checked as Target): record i goes to the (i mod n)-th of Target
+	// and MoreTargets, round robin by arrival as a Service in front of n
+	// gateway replicas spreads new requests (kube-proxy's IPVS default
+	// scheduler), with no session affinity: a conversation's turns reach
+	// different gateways.
+	MoreTargets []string
 	// Model is the request's model (required).
 	Model string
 	// ModelFor, when set, is each record's model instead (a LoRA
@@ -150,11 +157,17 @@ func CheckTarget(target string) (*url.URL, error) {
 	return u, nil
 }
 
-// check validates cfg and fills its defaults; errors name the flag.
-func (c *Config) check() (*url.URL, error) {
-	u, err := CheckTarget(c.Target)
-	if err != nil {
-		return nil, err
+// check validates cfg and fills its defaults; errors name the flag. It
+// returns the chat URL of every target, Target first.
+func (c *Config) check() ([]string, error) {
+	var urls []string
+	for _, t := range append([]string{c.Target}, c.MoreTargets...) {
+		u, err := CheckTarget(t)
+		if err != nil {
+			return nil, err
+		}
+		u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/chat/completions"
+		urls = append(urls, u.String())
 	}
 	switch {
 	case c.Model == "":
@@ -184,8 +197,7 @@ func (c *Config) check() (*url.URL, error) {
 	if c.Client == nil {
 		c.Client = NewHTTPClient(c.MaxInFlight)
 	}
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/chat/completions"
-	return u, nil
+	return urls, nil
 }
 
 // NewHTTPClient is a client for a replay with up to inFlight requests
@@ -198,19 +210,19 @@ func NewHTTPClient(inFlight int) *http.Client {
 }
 
 type runner struct {
-	cfg Config
-	url string
-	t0  time.Time
+	cfg  Config
+	urls []string // the targets' chat URLs; record i goes to urls[i mod len]
+	t0   time.Time
 }
 
 // Replay sends the records of reqs (in order, each at its timestamp
 // over cfg.Speedup from the first one's) as streamed chat requests to
-// cfg.Target and waits for every one to end. It stops sending at
+// cfg.Target (and cfg.MoreTargets in turn) and waits for every one to end. It stops sending at
 // cfg.Limit records, after cfg.Duration, or when ctx ends (the requests
 // in flight are then canceled and reported so). Only a bad Config is an
 // error; failed requests are Results.
 func Replay(ctx context.Context, reqs []bench.Request, cfg Config) (*Run, error) {
-	u, err := cfg.check()
+	urls, err := cfg.check()
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +236,7 @@ func Replay(ctx context.Context, reqs []bench.Request, cfg Config) (*Run, error)
 	if t0.IsZero() {
 		t0 = time.Now()
 	}
-	r := &runner{cfg: cfg, url: u.String(), t0: t0}
+	r := &runner{cfg: cfg, urls: urls, t0: t0}
 	var stop <-chan time.Time
 	if cfg.Duration > 0 {
 		t := time.NewTimer(cfg.Duration)
@@ -284,7 +296,7 @@ loop:
 			if err != nil {
 				res.fail(ErrOther, err.Error())
 			} else {
-				r.send(ctx, body, res)
+				r.send(ctx, r.urls[i%len(r.urls)], body, res)
 			}
 			if cfg.OnResult != nil {
 				cfg.OnResult(*res)

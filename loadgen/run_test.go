@@ -270,3 +270,36 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("text:\n%s", b.String())
 	}
 }
+
+// With several targets the records go round robin by arrival: record i
+// to the (i mod n)-th, Target first.
+func TestReplay_SplitsRecordsOverTargetsRoundRobin(t *testing.T) {
+	var hs [3]*streamHandler
+	var urls [3]string
+	for k := range hs {
+		hs[k] = &streamHandler{}
+		srv := httptest.NewServer(hs[k])
+		defer srv.Close()
+		urls[k] = srv.URL
+	}
+	run, err := Replay(context.Background(), records(0, 1, 2, 3, 4, 5, 6), Config{Target: urls[0], MoreTargets: urls[1:], Model: "m", Speedup: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range run.Results {
+		if r.Failed() {
+			t.Fatalf("record %d failed: %s", r.Index, r.Err)
+		}
+	}
+	// Records 0, 3, 6 on the first; 1, 4 on the second; 2, 5 on the
+	// third.
+	for k, want := range [][]int{{0, 3, 6}, {1, 4}, {2, 5}} {
+		if len(hs[k].bodies) != len(want) {
+			t.Fatalf("target %d got %d requests, want %d", k, len(hs[k].bodies), len(want))
+		}
+	}
+	if _, err := Replay(context.Background(), records(0), Config{Target: urls[0], MoreTargets: []string{"http://10.0.0.1:80"}, Model: "m"}); err == nil ||
+		!strings.Contains(err.Error(), "10.0.0.1") {
+		t.Fatalf("a non-loopback further target: %v, want it refused by name", err)
+	}
+}

@@ -31,6 +31,8 @@ type benchOptions struct {
 	reportInterval                    time.Duration
 	eventDelay                        time.Duration
 	gateways                          int
+	shareDelay, dynamoSyncDelay       time.Duration
+	noProvisional                     bool
 	logLevel                          string
 	live                              liveOptions
 	security                          clientSecurityFlags
@@ -61,8 +63,10 @@ Every strategy replays the same trace on a fresh fleet with the same
 settings (--engines, --cache-blocks per engine, --prefill-tps, --decode-tps).
 Time model (--visibility delay, the default): an engine publishes a request's
 KV events when its prefill ends and a lookup at virtual time t sees those
-published before t - --event-delay, applied on every node; dynamo and llm-d
-read a perfect KV-event indexer with the same delay; KV capacity is shared
+published before t - --event-delay, applied on every node; dynamo reads a
+perfect KV-event indexer with the same delay, llm-d's default prefix scorer
+and sglang only what they routed (package peers, shared with the proxy's
+--strategy dynamo, llm-d, sglang); KV capacity is shared
 with running requests. --gateways N splits the requests over N gateway
 instances, each with its own router state. The hint strategies ask a real
 cluster, which learns what each engine caches only from the engines'
@@ -106,8 +110,11 @@ compressed.`,
 	f.StringVar(&o.encoding, "event-encoding", string(bench.EncodingPositional), "msgpack form of the engines' KV-event batches: positional or map")
 	f.StringVar(&o.visibility, "visibility", string(bench.VisibilityDelay), "time model: delay (events published at each prefill's end, visible --event-delay later), timestamp (at arrival, visible to later trace timestamps) or request (at arrival, visible to every later request)")
 	f.DurationVar(&o.eventDelay, "event-delay", bench.DefaultEventDelay, "virtual delay from a KV event's publication to its visibility (--visibility delay)")
-	f.IntVar(&o.gateways, "gateways", 1, "gateway instances the requests are split over (round robin), each with its own router state")
-	f.DurationVar(&o.reportInterval, "report-interval", bench.DefaultReportInterval, "how often, in virtual time, each gateway's picker reports its in-flight load to the others (lookuproute-sdk with --gateways > 1)")
+	f.IntVar(&o.gateways, "gateways", 1, "gateway instances the requests are split over (round robin), each with its own router state; with --live, that many proxy processes (1 to 8) on one cluster, and the picker also run behind one proxy as the baseline")
+	f.DurationVar(&o.reportInterval, "report-interval", bench.DefaultReportInterval, "how often, in virtual time, each lookuproute-sdk gateway sends its full state (load and live picks) for repair, besides its pushes on every change (--gateways > 1)")
+	f.DurationVar(&o.shareDelay, "share-delay", bench.DefaultShareDelay, "virtual delay from a lookuproute-sdk gateway's push (pick, first token, end) to every node's lookups (--gateways > 1; the default is the design bound, a placeholder until measured live)")
+	f.BoolVar(&o.noProvisional, "no-provisional", false, "ablation: lookuproute-sdk and picker-indexer without provisional residencies (no local table, no shared picks)")
+	f.DurationVar(&o.dynamoSyncDelay, "dynamo-sync-delay", bench.DefaultDynamoSyncDelay, "virtual delay of dynamo-sync-nats's replica sync (one NATS hop); dynamo-sync is the same at zero delay")
 	f.DurationVar(&o.lookupTimeout, "lookup-timeout", bench.DefaultLookupTimeout, "the gateway's LookupRoute budget; past it the lookup fails open to NO_HINT")
 	f.DurationVar(&o.scrape, "scrape-interval", bench.DefaultScrapeInterval, "how often, in virtual time, the engines' /metrics change (what llm-d and the subscriber read)")
 	f.DurationVar(&o.subScrape, "subscriber-scrape", bench.DefaultSubscriberScrape, "how often, in wall time, the cluster's subscriber scrapes the engines' /metrics")
@@ -189,6 +196,7 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
 			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, SubscriberScrape: o.subScrape, Logger: log,
 			EventDelay: o.eventDelay, Gateways: o.gateways, ReportInterval: o.reportInterval,
+			ShareDelay: o.shareDelay, DynamoSyncDelay: o.dynamoSyncDelay, NoProvisional: o.noProvisional,
 			V2NoTenantHot: noTenantHot, V2NoAffinity: noAffinity,
 		}
 		if !o.noProgress {

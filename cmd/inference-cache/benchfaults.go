@@ -167,7 +167,7 @@ func (f *faultRun) run(ctx context.Context) {
 		return
 	}
 	f.proxyTerm = f.now()
-	if err := st.proxy.Signal(syscall.SIGTERM); err != nil {
+	if err := st.proxies[0].Signal(syscall.SIGTERM); err != nil {
 		f.say("SIGTERM proxy: %v", err)
 		return
 	}

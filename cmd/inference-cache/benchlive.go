@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -46,12 +47,20 @@ const (
 	liveMaxTokens  = 32
 )
 
-// liveStrategies are the proxy's strategies, compared in this order.
-var liveStrategies = []string{"picker", "round-robin", "least-loaded"}
+// liveStrategies are the proxy's strategies, compared in this order: the
+// picker, the baselines and the peers' routers (package peers).
+var liveStrategies = []string{"picker", "round-robin", "least-loaded", "dynamo", "llm-d", "sglang"}
+
+// livePeers are the peers' strategies among liveStrategies.
+var livePeers = []string{"dynamo", "llm-d", "sglang"}
+
+// liveMaxGateways bounds --gateways with --live: each proxy is a process
+// on this machine.
+const liveMaxGateways = 8
 
 // liveSharedFlags are bench's flags that --live reads too; any other of
 // bench's flags set with --live is refused.
-var liveSharedFlags = []string{"live", "trace", "requests", "engines", "prefill-tps", "decode-tps", "strategies", "json", "plot", "no-progress"}
+var liveSharedFlags = []string{"live", "trace", "requests", "engines", "prefill-tps", "decode-tps", "strategies", "gateways", "json", "plot", "no-progress"}
 
 func registerLiveFlags(f *pflag.FlagSet, o *liveOptions) {
 	f.BoolVar(&o.enabled, "live", false, "run the live benchmark instead: real processes (cluster, sim engines, subscriber, proxy per strategy) and real requests (see below)")
@@ -70,6 +79,8 @@ func registerLiveFlags(f *pflag.FlagSet, o *liveOptions) {
 // liveResult is one strategy's run.
 type liveResult struct {
 	Strategy string `json:"strategy"`
+	// Gateways is the number of proxies the requests were split over.
+	Gateways int `json:"gateways"`
 	loadgen.Summary
 	// FailOpen, Retries and UpstreamErrors are the proxy's counters at
 	// the end of the run.
@@ -101,6 +112,7 @@ type liveReport struct {
 	DecodeTPS  float64      `json:"decode_tps"`
 	KVBlocks   int          `json:"kv_blocks"`
 	MaxTokens  int          `json:"max_tokens"`
+	Gateways   int          `json:"gateways"`
 	CPUs       int          `json:"cpus"`
 	Mode       string       `json:"mode"`
 	Strategies []liveResult `json:"strategies"`
@@ -165,6 +177,8 @@ func checkLiveFlags(cmd *cobra.Command, o *benchOptions) error {
 		return fmt.Errorf("--max-tokens %d: must be at least 1", l.maxTokens)
 	case l.scrape < 100*time.Millisecond:
 		return fmt.Errorf("--subscriber-scrape-live %v: at least 100ms", l.scrape)
+	case o.gateways < 1 || o.gateways > liveMaxGateways:
+		return fmt.Errorf("--gateways %d: --live runs 1 to %d proxies", o.gateways, liveMaxGateways)
 	}
 	if err := l.modes.check(o.engines); err != nil {
 		return err
@@ -206,23 +220,45 @@ func runBenchLive(ctx context.Context, cmd *cobra.Command, o *benchOptions, out,
 		return err
 	}
 	rep := &liveReport{Trace: tr.Name, Skip: l.skip, Records: len(recs), Warmup: l.warmup, Speedup: l.speedup, Engines: o.engines,
-		PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS, KVBlocks: l.kvBlocks, MaxTokens: l.maxTokens, CPUs: runtime.NumCPU(), Mode: l.modes.mode}
-	lf := liveFleet{engines: o.engines, prefillTPS: o.prefillTPS, decodeTPS: o.decodeTPS, kvBlocks: l.kvBlocks, scrape: l.scrape, modes: &l.modes}
+		PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS, KVBlocks: l.kvBlocks, MaxTokens: l.maxTokens, Gateways: o.gateways, CPUs: runtime.NumCPU(),
+		Mode: l.modes.mode}
+	lf := liveFleet{engines: o.engines, prefillTPS: o.prefillTPS, decodeTPS: o.decodeTPS, kvBlocks: l.kvBlocks, scrape: l.scrape, proxies: o.gateways,
+		modes: &l.modes}
 	span := time.Duration(float64(recs[len(recs)-1].Timestamp-recs[0].Timestamp) / l.speedup * float64(time.Millisecond))
 	fmt.Fprintf(errw, "bench --live: %d records of %s (from %d), %v of arrivals each run at speed-up %g; processes' logs under %s\n",
 		len(recs), tr.Name, l.skip, span.Round(time.Second), l.speedup, dir)
-	strategies := o.strategies
 	if l.faults {
-		strategies = []string{"picker"}
 		lf.proxyDrain = faultProxyDrain
 	}
-	for _, s := range strategies {
+	type liveRun struct {
+		strategy string
+		fleet    liveFleet
+	}
+	var runs []liveRun
+	if l.faults {
+		runs = []liveRun{{"picker", lf}}
+	} else {
+		for _, s := range o.strategies {
+			runs = append(runs, liveRun{s, lf})
+		}
+		// With several proxies the picker also runs behind one: the
+		// baseline of "p50 with N proxies ≤ 1.1× with 1", in the same run.
+		if one := lf; lf.proxies > 1 && slices.Contains(o.strategies, "picker") {
+			one.proxies = 1
+			runs = append(runs, liveRun{"picker", one})
+		}
+	}
+	for _, r := range runs {
 		if ctx.Err() != nil {
 			break
 		}
-		res, faults, err := liveRunOne(ctx, exe, filepath.Join(dir, s), models, s, recs, lf, l, !o.noProgress, errw)
+		sub := r.strategy
+		if r.fleet.proxies > 1 {
+			sub += "-" + strconv.Itoa(r.fleet.proxies) + "gw"
+		}
+		res, faults, err := liveRunOne(ctx, exe, filepath.Join(dir, sub), models, r.strategy, recs, r.fleet, l, !o.noProgress, errw)
 		if err != nil {
-			return fmt.Errorf("%s: %w", s, err)
+			return fmt.Errorf("%s: %w", sub, err)
 		}
 		rep.Strategies = append(rep.Strategies, *res)
 		rep.Faults = faults
@@ -248,7 +284,11 @@ func runBenchLive(ctx context.Context, cmd *cobra.Command, o *benchOptions, out,
 	if o.plot != "" {
 		series := make([]loadgen.PlotSeries, len(rep.Strategies))
 		for i, s := range rep.Strategies {
-			series[i] = loadgen.PlotSeries{Name: s.Strategy, Summary: s.Summary, TTFTMs: s.ttfts}
+			name := s.Strategy
+			if s.Gateways != rep.Gateways {
+				name += fmt.Sprintf(" (%d proxy)", s.Gateways)
+			}
+			series[i] = loadgen.PlotSeries{Name: name, Summary: s.Summary, TTFTMs: s.ttfts}
 		}
 		if err := loadgen.Plot(o.plot, rep.title(), series); err != nil {
 			return err
@@ -272,8 +312,10 @@ func liveRunOne(ctx context.Context, exe, dir, models, s string, recs []bench.Re
 		return nil, nil, err
 	}
 	defer st.stop()
-	fmt.Fprintf(errw, "bench --live: %s: cluster, %d engines, subscriber and proxy up (%s); replaying\n", s, lf.engines, st.proxyURL())
-	cfg := loadgen.Config{Target: st.proxyURL(), Model: fleetModel, Speedup: l.speedup, MaxTokens: l.maxTokens, Epoch: time.Now(),
+	urls := st.proxyURLs()
+	fmt.Fprintf(errw, "bench --live: %s: cluster, %d engines, subscriber and %d proxies up (%s); replaying\n", s, lf.engines, len(urls),
+		strings.Join(urls, ", "))
+	cfg := loadgen.Config{Target: urls[0], MoreTargets: urls[1:], Model: fleetModel, Speedup: l.speedup, MaxTokens: l.maxTokens, Epoch: time.Now(),
 		ModelFor: l.modes.modelFor()}
 	var fr *faultRun
 	if l.faults {
@@ -300,16 +342,18 @@ func liveRunOne(ctx context.Context, exe, dir, models, s string, recs []bench.Re
 		faults = fr.report(run.Results)
 	}
 	measured := run.Results[min(l.warmup, len(run.Results)):]
-	res := &liveResult{Strategy: s, Summary: loadgen.Summarize(measured), WallS: run.Wall.Seconds()}
+	res := &liveResult{Strategy: s, Gateways: len(urls), Summary: loadgen.Summarize(measured), WallS: run.Wall.Seconds()}
 	for _, r := range measured {
 		if !r.Failed() {
 			res.ttfts = append(res.ttfts, r.TTFTMs)
 		}
 	}
-	if fams, err := scrapeMetrics(ctx, st.proxyURL()+"/metrics"); err == nil {
-		res.FailOpen = metricSum(fams, "inference_cache_proxy_fail_open_picks_total")
-		res.Retries = metricSum(fams, "inference_cache_proxy_retries_total")
-		res.UpstreamErrors = metricSum(fams, "inference_cache_proxy_upstream_errors_total")
+	for _, u := range urls {
+		if fams, err := scrapeMetrics(ctx, u+"/metrics"); err == nil {
+			res.FailOpen += metricSum(fams, "inference_cache_proxy_fail_open_picks_total")
+			res.Retries += metricSum(fams, "inference_cache_proxy_retries_total")
+			res.UpstreamErrors += metricSum(fams, "inference_cache_proxy_upstream_errors_total")
+		}
 	}
 	l.modes.measure(ctx, st, res)
 	return res, faults, nil
@@ -346,29 +390,29 @@ func liveProgress(ctx context.Context, s string, total int, cfg *loadgen.Config,
 }
 
 func (r *liveReport) title() string {
-	return fmt.Sprintf("%s %d–%d, speed-up %g, %d engines, measured",
-		strings.TrimSuffix(r.Trace, ".jsonl"), r.Skip, r.Skip+r.Records-1, r.Speedup, r.Engines)
+	return fmt.Sprintf("%s %d–%d, speed-up %g, %d engines, %d proxies, measured",
+		strings.TrimSuffix(r.Trace, ".jsonl"), r.Skip, r.Skip+r.Records-1, r.Speedup, r.Engines, max(r.Gateways, 1))
 }
 
-// writeText prints the settings, one row per strategy and the targets.
+// writeText prints the settings, one row per run and the targets.
 func (r *liveReport) writeText(w io.Writer) error {
 	fmt.Fprintf(w, "live benchmark: %s records %d–%d (%d; the first %d left out as warm-up), speed-up %g\n",
 		r.Trace, r.Skip, r.Skip+r.Records-1, r.Records, r.Warmup, r.Speedup)
-	fmt.Fprintf(w, "%d sim engines (prefill %g tok/s, decode %g tok/s, %d KV blocks of 16 tokens), max_tokens ≤ %d; a 3-node cluster, the subscriber and the proxy as real processes on loopback, %d CPUs shared by all of them\n\n",
-		r.Engines, r.PrefillTPS, r.DecodeTPS, r.KVBlocks, r.MaxTokens, r.CPUs)
+	fmt.Fprintf(w, "%d sim engines (prefill %g tok/s, decode %g tok/s, %d KV blocks of 16 tokens), max_tokens ≤ %d; a 3-node cluster, the subscriber and %d proxies (requests split round robin by arrival) as real processes on loopback, %d CPUs shared by all of them\n\n",
+		r.Engines, r.PrefillTPS, r.DecodeTPS, r.KVBlocks, r.MaxTokens, max(r.Gateways, 1), r.CPUs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\trequests\tfailed\tTTFT p50\tTTFT p99\tE2E p50\tcache hit rate\trouted hit rate\treq max/mean\t")
+	fmt.Fprintln(tw, "strategy\tproxies\trequests\tfailed\tTTFT p50\tTTFT p99\tE2E p50\tcache hit rate\trouted hit rate\treq max/mean\t")
 	for _, s := range r.Strategies {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%.1f %%\t%.1f %%\t%.2f\t\n", s.Strategy, s.Requests, s.Failed, msCell(s.TTFT.P50), msCell(s.TTFT.P99),
-			msCell(s.E2E.P50), 100*s.CacheHitRate, 100*s.HitRate, s.MaxOverMean)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%.1f %%\t%.1f %%\t%.2f\t\n", s.Strategy, max(s.Gateways, 1), s.Requests, s.Failed,
+			msCell(s.TTFT.P50), msCell(s.TTFT.P99), msCell(s.E2E.P50), 100*s.CacheHitRate, 100*s.HitRate, s.MaxOverMean)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	writeModeText(w, r)
-	fmt.Fprintln(w, "\ncache hit rate: the engines' cached prompt tokens (usage.prompt_tokens_details.cached_tokens) over prompt tokens; routed hit rate: the proxy's x-inference-cache-matched-tokens over prompt tokens (0 for the strategies that ask no hint)")
+	fmt.Fprintln(w, "\ncache hit rate: the engines' cached prompt tokens (usage.prompt_tokens_details.cached_tokens) over prompt tokens; routed hit rate: the proxy's x-inference-cache-matched-tokens over prompt tokens (what the strategy believed cached; 0 for the strategies that ask no hint)")
 	if len(r.Targets) > 0 {
-		fmt.Fprintln(w, "\ntargets (picker against round-robin):")
+		fmt.Fprintln(w, "\ntargets (the picker against round-robin, the best peer, and itself behind one proxy):")
 		for _, t := range r.Targets {
 			fmt.Fprintf(w, "  %s: %s: %s\n", t.Name, t.Measured, metText(t.Met))
 		}
@@ -380,15 +424,24 @@ func (r *liveReport) writeText(w io.Writer) error {
 	return nil
 }
 
-// liveTargets checks the picker against round-robin when both ran.
+// liveTargets checks the picker against round-robin (and, when they ran,
+// the best peer strategy and the picker behind one proxy), at the
+// report's proxy count.
 func liveTargets(r *liveReport) []liveTarget {
-	var p, rr *liveResult
+	n := max(r.Gateways, 1)
+	var p, rr, one, peer *liveResult
 	for i := range r.Strategies {
-		switch r.Strategies[i].Strategy {
-		case "picker":
-			p = &r.Strategies[i]
-		case "round-robin":
-			rr = &r.Strategies[i]
+		s := &r.Strategies[i]
+		g := max(s.Gateways, 1)
+		switch {
+		case s.Strategy == "picker" && g == n:
+			p = s
+		case s.Strategy == "picker" && g == 1:
+			one = s
+		case s.Strategy == "round-robin" && g == n:
+			rr = s
+		case slices.Contains(livePeers, s.Strategy) && g == n && s.TTFT.P50 > 0 && (peer == nil || s.TTFT.P50 < peer.TTFT.P50):
+			peer = s
 		}
 	}
 	if p == nil || rr == nil {
@@ -410,12 +463,22 @@ func liveTargets(r *liveReport) []liveTarget {
 		return a / b
 	}
 	tr, hr := ratio(p.TTFT.P50, rr.TTFT.P50), ratio(p.CacheHitRate, rr.CacheHitRate)
-	return []liveTarget{
+	out := []liveTarget{
 		{"TTFT p50 ≤ 0.6× round-robin's", fmt.Sprintf("%.2f× (%s against %s)", tr, msCell(p.TTFT.P50), msCell(rr.TTFT.P50)), rr.TTFT.P50 > 0 && tr <= 0.6},
 		{"hit rate ≥ 2× round-robin's", fmt.Sprintf("%.2f× (%.1f %% against %.1f %%, engines' cached tokens)", hr, 100*p.CacheHitRate, 100*rr.CacheHitRate),
 			rr.CacheHitRate > 0 && hr >= 2 || rr.CacheHitRate == 0 && p.CacheHitRate > 0},
-		{"0 failed requests", fmt.Sprintf("%d of %d measured requests failed", failed, total), failed == 0},
 	}
+	if peer != nil {
+		pr := ratio(p.TTFT.P50, peer.TTFT.P50)
+		out = append(out, liveTarget{"TTFT p50 ≤ 0.8× the best peer's", fmt.Sprintf("%.2f× (%s against %s's %s)", pr, msCell(p.TTFT.P50), peer.Strategy,
+			msCell(peer.TTFT.P50)), pr <= 0.8})
+	}
+	if one != nil && n > 1 {
+		gr := ratio(p.TTFT.P50, one.TTFT.P50)
+		out = append(out, liveTarget{fmt.Sprintf("TTFT p50 with %d proxies ≤ 1.1× with 1", n), fmt.Sprintf("%.2f× (%s against %s)", gr, msCell(p.TTFT.P50),
+			msCell(one.TTFT.P50)), one.TTFT.P50 > 0 && gr <= 1.1})
+	}
+	return append(out, liveTarget{"0 failed requests", fmt.Sprintf("%d of %d measured requests failed", failed, total), failed == 0})
 }
 
 func metText(ok bool) string {

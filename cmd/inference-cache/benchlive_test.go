@@ -17,7 +17,8 @@ func TestBenchLive_RefusesFlagsItDoesNotUse(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--gateways", "4"}, "--gateways: not used with --live"},
+		{[]string{"--report-interval", "1s"}, "--report-interval: not used with --live"},
+		{[]string{"--gateways", "9"}, "--gateways 9: --live runs 1 to 8 proxies"},
 		{[]string{"--addr", "127.0.0.1:7401"}, "--addr: not used with --live"},
 		{[]string{"--engines", "1"}, "--engines 1: --live needs at least 2"},
 		{[]string{"--strategies", "picker,oracle"}, `--strategies "oracle"`},
@@ -60,6 +61,40 @@ func TestLiveTargets(t *testing.T) {
 	}
 	if ts := liveTargets(&liveReport{Strategies: []liveResult{run("picker", 1, 1, 0)}}); ts != nil {
 		t.Errorf("without round-robin: %v, want no targets", ts)
+	}
+}
+
+// With the peers and 4 proxies: the picker against the best peer (the
+// lowest p50 of dynamo, llm-d, sglang at 4 proxies: 0.8× at most) and
+// against itself behind one proxy (1.1× at most).
+func TestLiveTargets_PeersAndProxies(t *testing.T) {
+	run := func(name string, gw int, p50 float64) liveResult {
+		return liveResult{Strategy: name, Gateways: gw, Summary: loadgen.Summary{Requests: 100, TTFT: loadgen.Quantiles{P50: p50}, CacheHitRate: 0.5}}
+	}
+	rep := &liveReport{Gateways: 4, Strategies: []liveResult{run("picker", 4, 440), run("round-robin", 4, 1000), run("dynamo", 4, 560),
+		run("llm-d", 4, 550), run("sglang", 4, 900), run("picker", 1, 400)}}
+	ts := liveTargets(rep)
+	want := map[string]bool{"TTFT p50 ≤ 0.8× the best peer's": true, "TTFT p50 with 4 proxies ≤ 1.1× with 1": true}
+	found := 0
+	for _, tg := range ts {
+		if met, ok := want[tg.Name]; ok {
+			found++
+			if tg.Met != met {
+				t.Errorf("%s: %s, met %v", tg.Name, tg.Measured, tg.Met)
+			}
+			if tg.Name == "TTFT p50 ≤ 0.8× the best peer's" && !strings.Contains(tg.Measured, "llm-d") {
+				t.Errorf("best peer: %s, want llm-d (550 ms)", tg.Measured)
+			}
+		}
+	}
+	if found != 2 || len(ts) != 5 {
+		t.Fatalf("targets %+v, want 5 with the peer and proxies ones", ts)
+	}
+	rep.Strategies[0].TTFT.P50 = 441 // 441/550 > 0.8; 441/400 > 1.1
+	for _, tg := range liveTargets(rep) {
+		if _, ok := want[tg.Name]; ok && tg.Met {
+			t.Errorf("%s met at 441 ms: %s", tg.Name, tg.Measured)
+		}
 	}
 }
 

@@ -90,11 +90,17 @@ func (c *fleetConfig) subscriberSpec() (proccluster.Spec, error) {
 	return proccluster.Spec{Name: "subscriber", LogPath: filepath.Join(c.Dir, "subscriber.log"), Args: args}, nil
 }
 
-// proxySpec is the proxy's process with strategy (picker, round-robin or
-// least-loaded), logging to name.log.
+// proxySpec is the proxy's process with strategy (one of the proxy's
+// --strategy values), logging to name.log.
 func (c *fleetConfig) proxySpec(name, strategy string) proccluster.Spec {
+	return c.proxySpecAt(name, strategy, c.Proxy)
+}
+
+// proxySpecAt is proxySpec listening on addr (HOST:PORT): one more
+// gateway in front of the same engines and cluster.
+func (c *fleetConfig) proxySpecAt(name, strategy, addr string) proccluster.Spec {
 	// No drain: a local fleet has no load balancer to drain from, and stops at once.
-	args := []string{"proxy", "--listen", c.Proxy, "--models-dir", c.ModelsDir, "--strategy", strategy, "--drain-time", "0s"}
+	args := []string{"proxy", "--listen", addr, "--models-dir", c.ModelsDir, "--strategy", strategy, "--drain-time", "0s"}
 	for _, a := range c.Cluster {
 		args = append(args, "--addr", a)
 	}

@@ -37,7 +37,7 @@ type gatewayFlags struct {
 func (g *gatewayFlags) registerGateway(cmd *cobra.Command, f *pflag.FlagSet, what string) {
 	f.StringSliceVar(&g.addrs, "addr", nil, "gRPC address of a cluster node HOST:PORT (repeatable); none = no lookups, every pick by load")
 	f.StringVar(&g.modelsDir, "models-dir", "", "directory of <model>/tokenizer.json and chat template; empty = no keys, every pick by load")
-	f.StringVar(&g.strategy, "strategy", string(gateway.StrategyPicker), "picker (prefix hints and the load-aware cost model), round-robin or least-loaded")
+	f.StringVar(&g.strategy, "strategy", string(gateway.StrategyPicker), "picker (prefix hints and the load-aware cost model), round-robin, least-loaded, or a peer's router: dynamo, llm-d, sglang (docs/proxy.md)")
 	f.DurationVar(&g.lookupBudget, "lookup-budget", gateway.DefaultLookupBudget, "bound on one lookup; past it the request is picked by load")
 	f.IntVar(&g.blockSize, "block-size", gateway.DefaultBlockSize, "tokens per KV block of the engines (their --block-size, the subscriber's block_size)")
 	f.StringVar(&g.hashScheme, "hash-scheme", gateway.DefaultHashScheme, "the index partition's hash scheme (the subscriber's hash_scheme)")

@@ -26,17 +26,21 @@ type liveFleet struct {
 	scrape                time.Duration
 	modes                 *liveModeOptions // nil = aggregated
 	proxyDrain            time.Duration // the proxy's --drain-time (0: none)
+	// proxies is how many proxies (gateway replicas) share the cluster
+	// and the engines, at least 1.
+	proxies int
 }
 
 // liveStack is one live run's processes, all of this binary on loopback:
-// a 3-node cluster, the sim engines, the subscriber and the proxy.
+// a 3-node cluster, the sim engines, the subscriber and the proxies.
 type liveStack struct {
 	procs   *proccluster.Cluster
 	nodes   []proccluster.Node
 	nodeP   []*proccluster.Proc
 	engineP []*proccluster.Proc
 	sub     *proccluster.Proc
-	proxy   *proccluster.Proc
+	proxies []*proccluster.Proc
+	addrs   []string // the proxies' HOST:PORT, fleet.Proxy first
 	fleet   fleetConfig
 	members []proccluster.Member
 	closeM  func()
@@ -54,7 +58,9 @@ func startLiveStack(ctx context.Context, exe, dir, modelsDir, strategy string, l
 	}
 	var base int
 	var err error
-	if base, err = freeport.Range(fleetPorts(liveNodes, lf.engines)); err != nil {
+	lf.proxies = max(lf.proxies, 1)
+	// The further proxies sit 10 ports apart after the fleet's layout.
+	if base, err = freeport.Range(fleetPorts(liveNodes, lf.engines) + 10*(lf.proxies-1)); err != nil {
 		return nil, err
 	}
 	s := &liveStack{procs: proccluster.New(proccluster.Options{Binary: exe})}
@@ -117,20 +123,42 @@ func startLiveStack(ctx context.Context, exe, dir, modelsDir, strategy string, l
 	if err := waitUp(ctx, s.sub, "http://"+subMetrics+"/metrics", 30*time.Second); err != nil {
 		return fail(err)
 	}
-	pspec := s.fleet.proxySpec("proxy-"+strategy, strategy)
-	pspec.Args = append(pspec.Args, "--drain-time", lf.proxyDrain.String())
-	s.proxy = s.procs.Add(pspec)
-	if err := s.proxy.Start(); err != nil {
-		return fail(err)
+	s.addrs = []string{proxyAddr}
+	for k := 1; k < lf.proxies; k++ {
+		s.addrs = append(s.addrs, addr(base+10*(liveNodes+lf.engines+k)+1))
 	}
-	if err := waitUp(ctx, s.proxy, "http://"+proxyAddr+"/health", 60*time.Second); err != nil {
-		return fail(err)
+	for k, a := range s.addrs {
+		name := "proxy-" + strategy
+		if k > 0 {
+			name += "-" + strconv.Itoa(k+1)
+		}
+		pspec := s.fleet.proxySpecAt(name, strategy, a)
+		pspec.Args = append(pspec.Args, "--drain-time", lf.proxyDrain.String())
+		p := s.procs.Add(pspec)
+		s.proxies = append(s.proxies, p)
+		if err := p.Start(); err != nil {
+			return fail(err)
+		}
+	}
+	for k, p := range s.proxies {
+		if err := waitUp(ctx, p, "http://"+s.addrs[k]+"/health", 60*time.Second); err != nil {
+			return fail(err)
+		}
 	}
 	return s, nil
 }
 
-// proxyURL is the proxy's base URL.
+// proxyURL is the first proxy's base URL.
 func (s *liveStack) proxyURL() string { return "http://" + s.fleet.Proxy }
+
+// proxyURLs are every proxy's base URL, the first one first.
+func (s *liveStack) proxyURLs() []string {
+	out := make([]string, len(s.addrs))
+	for k, a := range s.addrs {
+		out[k] = "http://" + a
+	}
+	return out
+}
 
 // stop stops every process and releases the cluster connections.
 func (s *liveStack) stop() {

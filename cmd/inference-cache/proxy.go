@@ -63,12 +63,14 @@ chat_template.jinja), fingerprints them at --block-size, asks the cluster
 the healthy backends serving the request's model. The cluster unreachable or
 slower than the budget never fails or delays a request beyond it: the pick is
 then by load (then round robin). Requests without a key (image or audio
-parts, no tokenizer for the model) are picked by load too.
+parts, no tokenizer for the model) are picked by load too. --strategy dynamo,
+llm-d or sglang runs a peer's router with its defaults instead (the same
+formulas as bench; docs/proxy.md, "Peer strategies").
 
 Every response carries x-inference-cache-replica, x-inference-cache-reason
 (PREFIX_MATCH, AFFINITY_HINT, TENANT_HOT; LOAD when picked without a usable
-hint; ROUND_ROBIN, LEAST_LOADED for those strategies; NONE when the proxy
-answered itself) and x-inference-cache-matched-tokens.
+hint; ROUND_ROBIN, LEAST_LOADED, DYNAMO, LLM_D, SGLANG for those strategies;
+NONE when the proxy answered itself) and x-inference-cache-matched-tokens.
 
 With --strategy picker and --addr, the proxy reports what it has in flight per
 backend to the cluster every --share-interval (requests before their first

@@ -28,7 +28,7 @@ func TestProxyCmd_BadFlagsNameTheFlag(t *testing.T) {
 		{with("--backend", "a=http://h:1", "--backend", "a=http://h:2"), `replica_id "a" is also backends[0]'s`},
 		{with("--backends", bad), "--backends: backends file " + bad + ": backends[0]: replica_id: required"},
 		{with("--backends", filepath.Join(dir, "none.yaml")), "--backends: backends file"},
-		{with(append(be, "--strategy", "random")...), `--strategy: strategy "random": want picker, round-robin or least-loaded`},
+		{with(append(be, "--strategy", "random")...), `--strategy: strategy "random": want picker, round-robin, least-loaded, dynamo, llm-d or sglang`},
 		{with(append(be, "--lookup-budget", "0s")...), "--lookup-budget 0s: must be positive"},
 		{with(append(be, "--block-size", "0")...), "--block-size 0: want 1 to 4096"},
 		{with(append(be, "--max-body-bytes", "0")...), "--max-body-bytes 0: must be positive"},

@@ -5,11 +5,11 @@
 // Each scenario is one generated trace (a seed and a shape), a prefill
 // speed and a gateway count, on 8 engines with 25 % of the trace's
 // distinct blocks as cache and the realistic time model. The picker runs
-// as picker-indexer (the SDK picker fed by the perfect KV-event indexer
-// and the engines' scraped counts, no cluster: the cost model alone,
-// fast enough to sweep), its gateways sharing load at the default report
-// interval. The peers (round-robin, least-loaded, dynamo, dynamo-sync,
-// llm-d, sglang) and the oracle run once per scenario. A configuration's
+// as picker-indexer (the gateway core fed by the perfect KV-event indexer
+// and the engines' scraped counts, no cluster: fast enough to sweep), its
+// gateways sharing their load and picks at the default share delay. The
+// peers (round-robin, least-loaded, dynamo, dynamo-sync,
+// dynamo-sync-nats, llm-d, sglang) and the oracle run once per scenario. A configuration's
 // loss is the mean over scenarios of
 //
 //	ln(p50 / best peer p50) + ln(p99 / best peer p99)
@@ -21,7 +21,7 @@
 // round; the sensitivity table then varies one parameter at a time
 // around the choice.
 //
-//	go run ./internal/pickertune [-requests 2000] [-out docs/eval/pickertune.md]
+//	go run ./internal/pickertune [-requests 2000] [-seeds 3] [-params CacheAffinity,CacheAffinityTokens] [-out docs/eval/pickertune.md]
 package main
 
 import (
@@ -53,6 +53,10 @@ var shapes = []shape{
 	{"busy, hot prefixes", "6 arrivals/s, Zipf 1.5", bench.GeneratorConfig{RatePerSec: 6, ZipfS: 1.5}},
 	{"diffuse, long sessions", "50 % single-turn, 8 turns, system prompts of 1–8 blocks",
 		bench.GeneratorConfig{SingleTurnShare: 0.5, MeanTurns: 8, SystemPromptMaxBlocks: 8}},
+	{"long shared prefixes", "8 system prompts of 1–32 blocks (up to 16,384 tokens), Zipf 1.2, 8 turns",
+		bench.GeneratorConfig{SystemPrompts: 8, SystemPromptMaxBlocks: 32, MeanTurns: 8}},
+	{"bursty arrivals", "6 arrivals/s, timestamps at a 1 s resolution (bursts of one instant, decided concurrently by the gateways)",
+		bench.GeneratorConfig{RatePerSec: 6, ArrivalResolutionMs: 1000}},
 }
 
 // param is one PickerConfig field and its grid.
@@ -67,6 +71,9 @@ var params = []param{
 	{"CacheAffinity", []float64{0.5, 1, 1.5, 2, 3, 4, 6, 8},
 		func(c *client.PickerConfig, v float64) { c.CacheAffinity = v },
 		func(c *client.PickerConfig) float64 { return c.CacheAffinity }},
+	{"CacheAffinityTokens", []float64{0, 2048, 4096, 8192, 16384, 32768},
+		func(c *client.PickerConfig, v float64) { c.CacheAffinityTokens = v },
+		func(c *client.PickerConfig) float64 { return c.CacheAffinityTokens }},
 	{"RunningWeight", []float64{0, 0.3, 0.5, 1},
 		func(c *client.PickerConfig, v float64) { c.RunningWeight = v },
 		func(c *client.PickerConfig) float64 { return c.RunningWeight }},
@@ -79,6 +86,9 @@ var params = []param{
 	{"LoadBound", []float64{0, 1.5, 2, 3},
 		func(c *client.PickerConfig, v float64) { c.LoadBound = v },
 		func(c *client.PickerConfig) float64 { return c.LoadBound }},
+	{"LoadBoundFloor", []float64{0, 4, 8, 16},
+		func(c *client.PickerConfig, v float64) { c.LoadBoundFloor = v },
+		func(c *client.PickerConfig) float64 { return c.LoadBoundFloor }},
 	{"Temperature", []float64{0, 0.05, 0.1, 0.2, 0.5},
 		func(c *client.PickerConfig, v float64) { c.Temperature = v },
 		func(c *client.PickerConfig) float64 { return c.Temperature }},
@@ -102,17 +112,21 @@ type outcome struct {
 	p50OfOracle                      float64 // geometric mean of p50 / oracle p50
 }
 
+// searched names the parameters searched ("" = all).
+var searched string
+
 // seedBase offsets the generator seeds of the sweep (101, 102, …): the
 // evaluation's generator run uses seed 1, which the sweep must not see.
 const seedBase uint64 = 100
 
 var peers = []string{bench.StrategyRoundRobin, bench.StrategyLeastLoaded, bench.StrategyDynamo,
-	bench.StrategyDynamoSync, bench.StrategyLLMD, bench.StrategySGLang}
+	bench.StrategyDynamoSync, bench.StrategyDynamoSyncNATS, bench.StrategyLLMD, bench.StrategySGLang}
 
 func main() {
 	requests := flag.Int("requests", 2000, "requests per generated trace")
 	seeds := flag.Int("seeds", 3, "generator seeds per shape (101, 102, …)")
 	out := flag.String("out", "", "write the markdown report here (default stdout)")
+	only := flag.String("params", "", "comma-separated parameters to search (default all); the others stay at their defaults")
 	flag.Parse()
 	if *requests < 100 || *seeds < 1 {
 		fmt.Fprintf(os.Stderr, "pickertune: -requests %d (want at least 100), -seeds %d (want at least 1)\n", *requests, *seeds)
@@ -127,6 +141,15 @@ func main() {
 		}
 		defer f.Close()
 		w = f
+	}
+	if *only != "" {
+		names := strings.Split(*only, ",")
+		params = slices.DeleteFunc(params, func(p param) bool { return !slices.Contains(names, p.name) })
+		if len(params) != len(names) {
+			fmt.Fprintf(os.Stderr, "pickertune: -params %q: want names among CacheAffinity, CacheAffinityTokens, RunningWeight, DecodeWeight, KVWeight, LoadBound, LoadBoundFloor, Temperature\n", *only)
+			os.Exit(2)
+		}
+		searched = *only
 	}
 	if err := run(context.Background(), w, *requests, *seeds); err != nil {
 		fmt.Fprintln(os.Stderr, "pickertune:", err)
@@ -159,7 +182,7 @@ func run(ctx context.Context, w io.Writer, requests, seeds int) error {
 	fmt.Fprintf(os.Stderr, "pickertune: %d scenarios, peers measured in %s\n", len(scs), time.Since(start).Round(time.Second))
 	cache := map[string]outcome{}
 	eval := func(c client.PickerConfig) (outcome, error) {
-		key := fmt.Sprint(c.CacheAffinity, c.RunningWeight, c.DecodeWeight, c.KVWeight, c.LoadBound, c.Temperature)
+		key := describe(c)
 		if o, ok := cache[key]; ok {
 			return o, nil
 		}
@@ -171,7 +194,8 @@ func run(ctx context.Context, w io.Writer, requests, seeds int) error {
 		fmt.Fprintf(os.Stderr, "pickertune: %s loss %.4f\n", describe(c), o.loss)
 		return o, nil
 	}
-	old := client.PickerConfig{CacheAffinity: 6, RunningWeight: 0.3}
+	// The search starts from the shipped defaults.
+	old := client.DefaultPickerConfig()
 	best := old
 	bestO, err := eval(best)
 	if err != nil {
@@ -194,22 +218,26 @@ func run(ctx context.Context, w io.Writer, requests, seeds int) error {
 		}
 	}
 	fmt.Fprintf(w, "# Picker defaults: tuning on the generator\n\n")
-	fmt.Fprintf(w, "Generated by `go run ./internal/pickertune -requests %d -seeds %d -out docs/eval/pickertune.md` in %s (2 shared cores).\n\n",
-		requests, seeds, time.Since(start).Round(time.Second))
+	flags := ""
+	if searched != "" {
+		flags = " -params " + searched
+	}
+	fmt.Fprintf(w, "Generated by `go run ./internal/pickertune -requests %d -seeds %d%s -out docs/eval/pickertune.md` in %s (2 shared cores, heavily loaded by other jobs).\n\n",
+		requests, seeds, flags, time.Since(start).Round(time.Second))
 	fmt.Fprintf(w, "Scenarios: %d = %d generator shapes × %d seeds (%d…%d) × prefill 10,000 and 7,000 tok/s × 1 and 4 gateways; "+
 		"8 engines, 25 %% cache, realistic time model, %d requests each. Neither the Mooncake traces nor the evaluation's generator trace (seed 1) are used: they are the validation.\n\n",
 		len(scs), len(shapes), seeds, seedBase+1, seedBase+uint64(seeds), requests)
 	for _, sh := range shapes {
 		fmt.Fprintf(w, "- %s: %s\n", sh.name, sh.desc)
 	}
-	fmt.Fprintf(w, "\nThe picker runs as `picker-indexer` (the cost model fed by the perfect KV-event indexer and the engines' scraped counts, gateways sharing load every 50 ms); "+
+	fmt.Fprintf(w, "\nThe picker runs as `picker-indexer` (the gateway core fed by the perfect KV-event indexer and the engines' scraped counts, gateways sharing their load and picks through the shared state at the default share delay); "+
 		"loss = mean over scenarios of ln(p50 / best peer p50) + ln(p99 / best peer p99) + 10 × max(0, 0.97 − hit / best peer hit) + 2 × max(0, max/mean − max(1.3, oracle's)); "+
-		"peers: %s. Coordinate descent from the former defaults, two rounds over each grid.\n\n", strings.Join(peers, ", "))
+		"peers: %s. Coordinate descent from the former defaults, two rounds over each grid of the parameters searched (%s).\n\n", strings.Join(peers, ", "), orAll(searched))
 	fmt.Fprintf(w, "| configuration | loss | p50 / best peer | p99 / best peer | hit / best peer | max/mean | p50 / oracle |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	row := func(label string, o outcome) {
 		fmt.Fprintf(w, "| %s | %.4f | %.3f | %.3f | %.3f | %.2f | %.3f |\n", label, o.loss, o.p50Ratio, o.p99Ratio, o.hitRatio, o.mm, o.p50OfOracle)
 	}
-	row("former defaults: "+describe(old), oldO)
+	row("shipped defaults: "+describe(old), oldO)
 	row("**chosen: "+describe(best)+"**", bestO)
 	fmt.Fprintf(w, "\n## Sensitivity\n\nEach parameter varied alone, the others at the chosen values (ratios are geometric means over the scenarios, max/mean an arithmetic mean).\n")
 	for _, p := range params {
@@ -231,9 +259,17 @@ func run(ctx context.Context, w io.Writer, requests, seeds int) error {
 	return nil
 }
 
+// orAll is s, or "all" when empty.
+func orAll(s string) string {
+	if s == "" {
+		return "all"
+	}
+	return s
+}
+
 func describe(c client.PickerConfig) string {
-	return fmt.Sprintf("CacheAffinity %g, RunningWeight %g, DecodeWeight %g, KVWeight %g, LoadBound %g, Temperature %g",
-		c.CacheAffinity, c.RunningWeight, c.DecodeWeight, c.KVWeight, c.LoadBound, c.Temperature)
+	return fmt.Sprintf("CacheAffinity %g, CacheAffinityTokens %g, RunningWeight %g, DecodeWeight %g, KVWeight %g, LoadBound %g, LoadBoundFloor %g, Temperature %g",
+		c.CacheAffinity, c.CacheAffinityTokens, c.RunningWeight, c.DecodeWeight, c.KVWeight, c.LoadBound, c.LoadBoundFloor, c.Temperature)
 }
 
 // measurePeers runs the peers and the oracle on the scenario.

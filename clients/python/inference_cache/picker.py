@@ -4,8 +4,10 @@ with the same cost model and defaults.
 
 Cost model (units: prompt tokens)::
 
-    cost(r) = queued(r) + others(r) + uncached(r) − cache_affinity × cached(r)
-              + decode(r) + kv(r)
+    cost(r) = queued(r) + others(r) + uncached(r) − credit(r) + decode(r) + kv(r)
+
+    credit(r)   = cache_affinity × cached(r) × (1 + cached(r) / cache_affinity_tokens)
+                  (cache_affinity × cached(r) when cache_affinity_tokens is 0)
 
     cached(r)   = matched_tokens of r's PREFIX_MATCH hint, at most the prompt
                   (0 without one: TENANT_HOT and AFFINITY_HINT say nothing of
@@ -39,8 +41,20 @@ are drawn with weight exp(−(cost − best) / (T × prompt tokens)), a weight
 below exp(−20) counting as 0. With load_bound > 0 a candidate whose requests in
 flight (this picker's and the others') + 1 exceed
 ceil(load_bound × (all in flight + 1) / candidates) is passed over while
-another is within the bound. The picker does no I/O and reads no clock; it is
-safe to share between threads.
+another is within the bound; the bound is never below load_bound_floor.
+
+Rendezvous: with a key (pick's key, rendezvous_key of the prompt's block
+hashes: the hash of its last full block within the first 2,048 tokens) the
+ties and the softmax draw are the key's instead of the seed's stream:
+candidate r gets G = −ln(−ln u), u = ((splitmix64(key XOR fnv1a64(r)) >> 11)
++ 0.5) / 2^53, and the eligible candidate with the highest −(cost − best) /
+(temperature × prompt tokens) + G wins (temperature 0: the tied candidate with
+the highest G). Over many keys that is the same softmax (Gumbel-max); for one
+key it depends on the state alone, so every gateway that sees the same state
+picks the same replica: siblings of one new prefix meet on its
+highest-random-weight replica among those within the load bound (contract
+§5.10). The picker does no I/O and reads no clock; it is safe to share
+between threads.
 """
 
 from __future__ import annotations
@@ -55,10 +69,14 @@ from .v1 import inferencecache_pb2 as pb
 
 __all__ = [
     "DEFAULT_CACHE_AFFINITY",
+    "DEFAULT_CACHE_AFFINITY_TOKENS",
     "DEFAULT_RUNNING_WEIGHT",
     "DEFAULT_DECODE_WEIGHT",
     "DEFAULT_KV_WEIGHT",
     "DEFAULT_LOAD_BOUND",
+    "DEFAULT_LOAD_BOUND_FLOOR",
+    "RENDEZVOUS_PREFIX_TOKENS",
+    "rendezvous_key",
     "DEFAULT_TEMPERATURE",
     "DEFAULT_TOKENS_PER_WAITING_REQUEST",
     "PickerConfig",
@@ -69,7 +87,9 @@ __all__ = [
 ]
 
 #: Credit per cached token beyond the prefill it saves (Go DefaultCacheAffinity).
-DEFAULT_CACHE_AFFINITY = 1.5
+DEFAULT_CACHE_AFFINITY = 1.0
+#: Length scale of the cache credit, 0 = linear (Go DefaultCacheAffinityTokens).
+DEFAULT_CACHE_AFFINITY_TOKENS = 32768.0
 #: Share of a prefill counted per engine-reported running request (Go DefaultRunningWeight).
 DEFAULT_RUNNING_WEIGHT = 0.5
 #: Share of a prefill per decoding request (Go DefaultDecodeWeight).
@@ -78,6 +98,10 @@ DEFAULT_DECODE_WEIGHT = 0.05
 DEFAULT_KV_WEIGHT = 0.5
 #: Load bound, 0 = off (Go DefaultLoadBound).
 DEFAULT_LOAD_BOUND = 2.0
+#: The least the load bound allows, 0 = no floor (Go DefaultLoadBoundFloor).
+DEFAULT_LOAD_BOUND_FLOOR = 8.0
+#: Tokens of the prompt that name its prefix for the rendezvous (Go RendezvousPrefixTokens).
+RENDEZVOUS_PREFIX_TOKENS = 2048
 #: Softmax temperature, 0 = lowest cost (Go DefaultTemperature).
 DEFAULT_TEMPERATURE = 0.05
 #: Softmax weights below exp(-_SOFTMAX_CUT) count as 0.
@@ -93,7 +117,11 @@ class PickerConfig:
     tokens_per_waiting_request: prefill tokens assumed per request an engine
         reports that this picker did not send; 0 = the mean uncached tokens of
         the requests this picker sent (2048 before the first).
-    cache_affinity: cost −= cache_affinity × cached tokens (default 1.5).
+    cache_affinity: cost −= cache_affinity × cached tokens × the length
+        factor below (default 1).
+    cache_affinity_tokens: > 0 scales the credit with the cached prefix:
+        cache_affinity × cached × (1 + cached / cache_affinity_tokens)
+        (Go CacheAffinityTokens, default 32,768); 0 = linear.
     running_weight: share of a prefill per engine-reported running request
         not sent by this picker (default 0.3).
     decode_weight: share of a prefill per decoding request (this picker's and
@@ -101,6 +129,9 @@ class PickerConfig:
     kv_weight: cost += kv_weight × the load's pressure × uncached tokens.
     load_bound: > 0 caps a candidate's share of requests in flight (this
         picker's and the others') at load_bound × the mean.
+    load_bound_floor: the least the bound allows (requests in flight on one
+        replica), so siblings of one new prefix can meet on an idle fleet;
+        0 = no floor.
     temperature: > 0 draws by softmax over cost with scale temperature ×
         the request's prompt tokens; 0 picks the lowest cost.
     seed: seeds the choice among equal candidates and the softmax draws;
@@ -110,10 +141,12 @@ class PickerConfig:
 
     tokens_per_waiting_request: float = 0.0
     cache_affinity: float = DEFAULT_CACHE_AFFINITY
+    cache_affinity_tokens: float = DEFAULT_CACHE_AFFINITY_TOKENS
     running_weight: float = DEFAULT_RUNNING_WEIGHT
     decode_weight: float = DEFAULT_DECODE_WEIGHT
     kv_weight: float = DEFAULT_KV_WEIGHT
     load_bound: float = DEFAULT_LOAD_BOUND
+    load_bound_floor: float = DEFAULT_LOAD_BOUND_FLOOR
     temperature: float = DEFAULT_TEMPERATURE
     seed: Optional[int] = None
 
@@ -189,6 +222,39 @@ def _cmp_pick(a: PickCost, ra: int, b: PickCost, rb: int) -> int:
     return 0
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _fnv1a64(s: str) -> int:
+    h = 0xCBF29CE484222325
+    for b in s.encode():
+        h = ((h ^ b) * 0x100000001B3) & _MASK64
+    return h
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _gumbel(key: int, replica: str) -> float:
+    u = (float(_splitmix64(key ^ _fnv1a64(replica)) >> 11) + 0.5) / float(1 << 53)
+    return -math.log(-math.log(u))
+
+
+def rendezvous_key(block_hashes: Sequence[int], block_size: int) -> int:
+    """The prompt's rendezvous key: the hash of its last full block within the
+    first RENDEZVOUS_PREFIX_TOKENS tokens (the first block when a block is
+    longer); 0 (none) without a block or with a block size below 1; a hash of
+    0 is taken as 1 (Go RendezvousKey)."""
+    if not block_hashes or block_size < 1:
+        return 0
+    k = min(len(block_hashes), max(1, RENDEZVOUS_PREFIX_TOKENS // block_size))
+    return block_hashes[k - 1] or 1
+
+
 class _Load:
     __slots__ = ("queued_tokens", "prefilling", "inflight")
 
@@ -257,11 +323,13 @@ class Picker:
             load = self._replicas[replica] = _Load()
         return load
 
-    def pick(self, resp: Optional[pb.LookupRouteResponse], candidates: Sequence[str], prompt_tokens: int) -> Decision:
+    def pick(self, resp: Optional[pb.LookupRouteResponse], candidates: Sequence[str], prompt_tokens: int,
+             key: int = 0) -> Decision:
         """Choose one of candidates (replica ids) for a request of prompt_tokens
         tokens given the cluster's response (None = NO_HINT). Hints naming
         replicas that are not candidates are ignored; no candidates gives an
-        empty Decision (replica "", index -1)."""
+        empty Decision (replica "", index -1). key is the request's
+        rendezvous_key (0 = none: ties and draws from the seed's stream)."""
         d = Decision(prompt_tokens=prompt_tokens, costs=[PickCost(replica=c) for c in candidates])
         if not candidates:
             return d
@@ -306,19 +374,22 @@ class Picker:
                 decoding = c.in_flight - load.prefilling + max(0, c.others_running - c.others_prefilling)
                 c.decode_tokens = cfg.decode_weight * decoding * per_req
                 c.kv_tokens = cfg.kv_weight * c.pressure * c.uncached_tokens
+                credit = cfg.cache_affinity * c.cached_tokens
+                if cfg.cache_affinity_tokens > 0:
+                    credit *= 1 + c.cached_tokens / cfg.cache_affinity_tokens
                 c.cost = (c.queued_tokens + c.others_tokens + c.uncached_tokens
-                          - cfg.cache_affinity * c.cached_tokens + c.decode_tokens + c.kv_tokens)
+                          - credit + c.decode_tokens + c.kv_tokens)
             bound = math.inf
             if cfg.load_bound > 0:
-                bound = math.ceil(cfg.load_bound * (total + 1) / len(candidates))
+                bound = max(math.ceil(cfg.load_bound * (total + 1) / len(candidates)), cfg.load_bound_floor)
             scale = cfg.temperature * prompt_tokens
-            best = self._best(d.costs, ranks, bound, scale)
+            best = self._best(d.costs, ranks, bound, scale, key)
             if best < 0:
-                best = self._best(d.costs, ranks, math.inf, scale)
+                best = self._best(d.costs, ranks, math.inf, scale, key)
         d.replica, d.index = candidates[best], best
         return d
 
-    def _best(self, costs: List[PickCost], ranks: List[int], bound: float, scale: float) -> int:
+    def _best(self, costs: List[PickCost], ranks: List[int], bound: float, scale: float, key: int) -> int:
         ties: List[int] = []
         for i, c in enumerate(costs):
             if c.loaded() + 1 > bound:
@@ -335,16 +406,15 @@ class Picker:
             return -1
         if scale > 0:
             low = costs[ties[0]].cost
-            weights: List[float] = []
+            eligible: List[int] = []
             for i, c in enumerate(costs):
-                x = 0.0
                 if c.loaded() + 1 > bound:
-                    pass
-                elif c.cost > low and (c.cost - low) / scale < _SOFTMAX_CUT:
-                    x = math.exp(-(c.cost - low) / scale)
-                elif c.cost == low and i in ties:
-                    x = 1.0
-                weights.append(x)
+                    continue
+                if (c.cost > low and (c.cost - low) / scale < _SOFTMAX_CUT) or (c.cost == low and i in ties):
+                    eligible.append(i)
+            if key:
+                return max(eligible, key=lambda i: -(costs[i].cost - low) / scale + _gumbel(key, costs[i].replica))
+            weights = [math.exp(-(costs[i].cost - low) / scale) if i in eligible else 0.0 for i in range(len(costs))]
             u = self._rng.random() * sum(weights)
             last = -1
             for i, x in enumerate(weights):
@@ -357,6 +427,8 @@ class Picker:
             return last
         if len(ties) == 1:
             return ties[0]
+        if key:
+            return max(ties, key=lambda i: _gumbel(key, costs[i].replica))
         return ties[self._rng.randrange(len(ties))]
 
     def start(self, d: Decision) -> Inflight:

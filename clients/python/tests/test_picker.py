@@ -10,7 +10,8 @@ from google.protobuf import json_format
 
 from conftest import PICKER_CASES_PATH
 from inference_cache.picker import (DEFAULT_CACHE_AFFINITY, DEFAULT_DECODE_WEIGHT, DEFAULT_KV_WEIGHT, DEFAULT_LOAD_BOUND,
-                                    DEFAULT_RUNNING_WEIGHT, DEFAULT_TEMPERATURE, Picker, PickerConfig)
+                                    DEFAULT_LOAD_BOUND_FLOOR, DEFAULT_RUNNING_WEIGHT, DEFAULT_TEMPERATURE, Picker,
+                                    PickerConfig, _fnv1a64, _splitmix64, rendezvous_key)
 from inference_cache.v1 import inferencecache_pb2 as pb
 
 with open(PICKER_CASES_PATH) as _f:
@@ -37,7 +38,7 @@ def replay(case, seed):
     resp = None
     if case["response"] is not None:
         resp = json_format.ParseDict(case["response"], pb.LookupRouteResponse())
-    return p.pick(resp, case["candidates"], case["prompt_tokens"])
+    return p.pick(resp, case["candidates"], case["prompt_tokens"], int(case.get("rendezvous_key", "0")))
 
 
 def test_table_is_not_empty():
@@ -79,9 +80,10 @@ def test_random_ties_reach_every_tied_candidate(name):
 def test_defaults_are_the_go_pickers():
     cfg = PickerConfig()
     assert (cfg.cache_affinity, cfg.running_weight, cfg.tokens_per_waiting_request, cfg.decode_weight, cfg.kv_weight,
-            cfg.load_bound, cfg.temperature) == (1.5, 0.5, 0, 0.05, 0.5, 2, 0.05)
+            cfg.load_bound, cfg.temperature, cfg.load_bound_floor, cfg.cache_affinity_tokens) == (1, 0.5, 0, 0.05, 0.5, 2, 0.05, 8, 32768)
+    assert DEFAULT_LOAD_BOUND_FLOOR == 8
     assert (DEFAULT_CACHE_AFFINITY, DEFAULT_RUNNING_WEIGHT, DEFAULT_DECODE_WEIGHT, DEFAULT_KV_WEIGHT, DEFAULT_LOAD_BOUND,
-            DEFAULT_TEMPERATURE) == (1.5, 0.5, 0.05, 0.5, 2, 0.05)
+            DEFAULT_TEMPERATURE) == (1, 0.5, 0.05, 0.5, 2, 0.05)
 
 
 def test_start_of_a_decision_queues_its_uncached_tokens_until_the_first_token():
@@ -99,3 +101,29 @@ def test_start_of_a_decision_queues_its_uncached_tokens_until_the_first_token():
     assert idle.costs[0].queued_tokens == 0 and idle.costs[0].in_flight == 0
     empty = p.pick(resp, [], 10)
     p.start(empty).done()  # does nothing, raises nothing
+
+
+def test_rendezvous_hashes_match_their_references():
+    # FNV-1a 64 test vectors ("a", "foobar") and SplitMix64's first output
+    # from state 0, the published reference values.
+    assert _fnv1a64("") == 0xCBF29CE484222325
+    assert _fnv1a64("a") == 0xAF63DC4C8601EC8C
+    assert _fnv1a64("foobar") == 0x85944171F73967E8
+    assert _splitmix64(0) == 0xE220A8397B1DCDAF
+
+
+def test_rendezvous_key_takes_the_leading_blocks():
+    hs = [11, 12, 13, 14, 15, 16]
+    assert rendezvous_key([], 16) == 0
+    assert rendezvous_key(hs, 0) == 0
+    assert rendezvous_key(hs, 512) == 14
+    assert rendezvous_key(hs, 4096) == 11
+    assert rendezvous_key(hs, 16) == 16
+    assert rendezvous_key([0, 0], 1024) == 1
+
+
+def test_keyed_picks_agree_across_seeds():
+    cands = ["a", "b", "c", "d"]
+    for key in range(1, 60):
+        picks = {Picker(PickerConfig(seed=s)).pick(None, cands, 4000, key).replica for s in (1, 2, 3)}
+        assert len(picks) == 1, key

@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"math"
+	"time"
+
+	"github.com/inference-cache/inference-cache/pickerload"
+	"github.com/inference-cache/inference-cache/provisional"
+)
+
+// sharedState is the cluster's shared soft state as lookuproute-sdk's
+// gateways see it, on the replay's virtual clock: the real stores of the
+// nodes, pickerload.Store (each gateway's in-flight load, contract
+// §5.11) and provisional.Store (each gateway's picks, contract §5.12),
+// fed by the gateways' pushes. A gateway pushes its whole in-flight load
+// and a delta of its picks whenever they change (a pick, a first token,
+// an end), and its full state every period for repair; every push
+// reaches the stores after the share delay and is visible to lookups at
+// later virtual instants only, so requests of one instant never see each
+// other through it (at zero delay, from the next instant on).
+type sharedState struct {
+	base     time.Time
+	now      float64 // the stores' virtual clock (s)
+	delay    float64 // a push's time to every node (s)
+	every    float64 // full-state period (s)
+	lastTick float64
+	load     *pickerload.Store
+	picks    *provisional.Store
+	pending  due[sharePush]
+	gws      []*coreRouter
+}
+
+// sharePush is one push on its way: a load report or a picks push.
+type sharePush struct {
+	at    float64 // arrival at the nodes (virtual s)
+	load  *pickerload.Report
+	picks *provisional.Push
+}
+
+func newSharedState(delay, every time.Duration) *sharedState {
+	s := &sharedState{base: time.Unix(0, 0), delay: delay.Seconds(), every: every.Seconds(), lastTick: math.Inf(-1)}
+	s.load = pickerload.New(pickerload.Config{Now: s.clock})
+	s.picks = provisional.New(provisional.Config{Now: s.clock})
+	return s
+}
+
+// clock is the stores' clock: the virtual time as a time.Time.
+func (s *sharedState) clock() time.Time { return virtualTime(s.base, s.now) }
+
+// virtualTime is base plus t virtual seconds.
+func virtualTime(base time.Time, t float64) time.Time {
+	return base.Add(time.Duration(math.Round(t * float64(time.Second))))
+}
+
+// send puts a push on its way at virtual time at.
+func (s *sharedState) send(at float64, p sharePush) {
+	p.at = at + s.delay
+	s.pending.push(p.at, p)
+}
+
+// advance brings the shared state to virtual time t: every gateway's
+// events up to t (each pushing at its own time), the full states of the
+// period's ticks up to t, and the delivery of every push that arrives
+// before t.
+func (s *sharedState) advance(t float64) {
+	if s.every > 0 {
+		next := math.Floor(t/s.every) * s.every
+		first := next
+		if !math.IsInf(s.lastTick, -1) {
+			first = s.lastTick + s.every
+		}
+		for tick := first; tick <= next; tick += s.every {
+			for _, g := range s.gws {
+				g.advance(tick)
+				g.pushFull(tick)
+			}
+			s.lastTick = tick
+		}
+	}
+	for _, g := range s.gws {
+		g.advance(t)
+	}
+	s.pending.until(math.Nextafter(t, math.Inf(-1)), func(p sharePush) {
+		// Each push is applied at its own arrival (which dates its
+		// expiry); the heap hands them out in arrival order.
+		s.now = p.at
+		if p.load != nil {
+			_, _ = s.load.Put(*p.load)
+		}
+		if p.picks != nil {
+			_, _ = s.picks.Apply(*p.picks)
+		}
+	})
+	s.now = t
+}
