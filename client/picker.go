@@ -101,7 +101,11 @@ import (
 // enters its cost as soon as a sibling is known (the same gateway's at
 // once, the others' through the shared load), the softmax cut drops a
 // candidate costlier by 20 scales, and the load bound caps a replica's
-// share. Without a key (Pick, or a prompt without a full block) the
+// share. With a key an AFFINITY_HINT answer is set aside (its replica
+// counts as no hint): the cluster's affinity is the rendezvous of the
+// whole prompt's prefix hash, different for each sibling, where the key
+// is that of the leading blocks they share. Without a key (Pick, or a
+// prompt without a full block) the
 // draws come from the Seed's stream: the same Seed, calls and views give
 // the same picks.
 //
@@ -320,6 +324,12 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 	}
 	rc := resp.GetReasonCode()
 	hints, loads := resp.GetReplicas(), resp.GetLoads()
+	if key != 0 && rc == pb.ReasonCode_AFFINITY_HINT {
+		// The cluster's affinity is the rendezvous of the whole prompt's
+		// prefix hash, which differs between siblings of one new prefix;
+		// the key hashes the leading blocks they share (contract §5.10).
+		hints = nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	perReq := p.tokensPerRequest()

@@ -336,6 +336,11 @@ class Picker:
         rc = resp.reason_code if resp is not None else pb.NO_HINT
         hints = list(resp.replicas) if resp is not None else []
         loads = list(resp.loads) if resp is not None else []
+        if key and rc == pb.AFFINITY_HINT:
+            # The cluster's affinity hashes the whole prompt's prefix, which
+            # differs between siblings of one new prefix; the key hashes the
+            # leading blocks they share (contract §5.10).
+            hints = []
         cfg = self._cfg
         with self._mu:
             per_req = self._tokens_per_request()
