@@ -112,7 +112,7 @@ compressed.`,
 	f.DurationVar(&o.eventDelay, "event-delay", bench.DefaultEventDelay, "virtual delay from a KV event's publication to its visibility (--visibility delay)")
 	f.IntVar(&o.gateways, "gateways", 1, "gateway instances the requests are split over (round robin), each with its own router state; with --live, that many proxy processes (1 to 8) on one cluster, and the picker also run behind one proxy as the baseline")
 	f.DurationVar(&o.reportInterval, "report-interval", bench.DefaultReportInterval, "how often, in virtual time, each lookuproute-sdk gateway sends its full state (load and live picks) for repair, besides its pushes on every change (--gateways > 1)")
-	f.DurationVar(&o.shareDelay, "share-delay", bench.DefaultShareDelay, "virtual delay from a lookuproute-sdk gateway's push (pick, first token, end) to every node's lookups (--gateways > 1; the default is the design bound, a placeholder until measured live)")
+	f.DurationVar(&o.shareDelay, "share-delay", bench.DefaultShareDelay, "virtual delay from a lookuproute-sdk gateway's push (pick, first token, end) to every node's lookups (--gateways > 1; the default is the design bound, between the live p50 of 1.2 ms and p99 of 11.6 ms measured on a loaded 2-core machine)")
 	f.BoolVar(&o.noProvisional, "no-provisional", false, "ablation: lookuproute-sdk and picker-indexer without provisional residencies (no local table, no shared picks)")
 	f.DurationVar(&o.dynamoSyncDelay, "dynamo-sync-delay", bench.DefaultDynamoSyncDelay, "virtual delay of dynamo-sync-nats's replica sync (one NATS hop); dynamo-sync is the same at zero delay")
 	f.DurationVar(&o.lookupTimeout, "lookup-timeout", bench.DefaultLookupTimeout, "the gateway's LookupRoute budget; past it the lookup fails open to NO_HINT")
