@@ -73,6 +73,12 @@ type PickShareConfig struct {
 	FullStateInterval time.Duration
 	// PushTimeout bounds one push; 0 = DefaultPushTimeout.
 	PushTimeout time.Duration
+	// AfterDelta, when set, is called on the pushing goroutine after each
+	// push of new picks or removals has been answered (or has failed): a
+	// gateway sends its load report from there, so that a node holds a
+	// pick before the load that pick adds, and a lookup never sees a
+	// replica's new load without the residency that explains it.
+	AfterDelta func()
 	// Logger receives a warning when pushes fail, at most once a minute;
 	// nil = slog.Default().
 	Logger *slog.Logger
@@ -227,6 +233,9 @@ func (s *PickShare) run() {
 			if len(adds)+len(removed) > 0 {
 				s.quiet = false
 				s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Picks: adds, Removed: removed})
+				if s.cfg.AfterDelta != nil {
+					s.cfg.AfterDelta()
+				}
 			}
 		case <-t.C:
 			within := time.Duration(0)

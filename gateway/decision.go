@@ -146,8 +146,10 @@ func (d *Decision) Start(replica string) *Flight {
 	}
 	f.peer = d.startPeer(replica)
 	f.pickID = g.recordPick(d, replica)
-	if g.share != nil {
-		g.share.Kick() // the load delta goes out now, not at the next tick
+	if g.share != nil && (f.pickID == 0 || g.prov.push == nil) {
+		// The load delta goes out now, not at the next tick; a pushed
+		// pick's goes out after the pick (PickShareConfig.AfterDelta).
+		g.share.Kick()
 	}
 	g.mu.Lock()
 	g.inflight[replica]++

@@ -87,6 +87,9 @@ func (g *Gateway) startProvisional() error {
 	if to, ok := g.cfg.Lookup.(client.PicksSender); ok && !c.NoPush && c.Sink == nil {
 		pc := c.Push
 		pc.PickerID = p.id
+		if share := g.share; share != nil && pc.AfterDelta == nil {
+			pc.AfterDelta = share.Kick // the pick's load delta goes out after the pick
+		}
 		var err error
 		if p.push, err = client.StartPickShare(to, func(within time.Duration) []provisional.Pick { return p.table.Live(p.id, within) }, pc); err != nil {
 			return fmt.Errorf("gateway: share picks: %w", err)
