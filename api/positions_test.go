@@ -16,7 +16,9 @@ import (
 )
 
 // fakePositions holds positions like the FSM.
-type fakePositions struct{ held map[string]*fsmpb.StreamPosition }
+type fakePositions struct {
+	held map[string]*fsmpb.StreamPosition
+}
 
 func (f *fakePositions) RecordStreamPositions(_ context.Context, _ string, ps []*fsmpb.StreamPosition) (raftnode.WriteResult, error) {
 	for _, p := range ps {

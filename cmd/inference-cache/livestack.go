@@ -25,7 +25,7 @@ type liveFleet struct {
 	kvBlocks              int
 	scrape                time.Duration
 	modes                 *liveModeOptions // nil = aggregated
-	proxyDrain            time.Duration // the proxy's --drain-time (0: none)
+	proxyDrain            time.Duration    // the proxy's --drain-time (0: none)
 	// proxies is how many proxies (gateway replicas) share the cluster
 	// and the engines, at least 1.
 	proxies int
