@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -155,4 +157,15 @@ func formatReasons(m map[string]int64) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Percentile returns the nearest-rank p-quantile (0 < p ≤ 1) of v (which
+// it sorts); 0 for an empty slice.
+func Percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	k := int(math.Ceil(p*float64(len(v)))) - 1
+	return v[min(max(k, 0), len(v)-1)]
 }
