@@ -111,7 +111,7 @@ func (c *fleetConfig) proxySpecAt(name, strategy, addr string) proccluster.Spec 
 // engines, asking the cluster nothing (dev's baseline for loadgen
 // --compare).
 func (c *fleetConfig) rrProxySpec(name, listen string) proccluster.Spec {
-	return c.withBackends(name, []string{"proxy", "--listen", listen, "--strategy", "round-robin"})
+	return c.withBackends(name, []string{"proxy", "--listen", listen, "--strategy", "round-robin", "--drain-time", "0s"})
 }
 
 // withBackends is a proxy process of args with every engine as a

@@ -52,11 +52,11 @@ func TestFleetProxies_RoundRobinBaselineAndHealthTimeout(t *testing.T) {
 	}
 	c := fleetConfig{Engines: es, Proxy: proxy, Cluster: []string{"127.0.0.1:7401"}, ModelsDir: "m", HealthTimeout: 5 * time.Second}
 	rr := strings.Join(c.rrProxySpec("proxy-rr", "127.0.0.1:7463").Args, " ")
-	want := "proxy --listen 127.0.0.1:7463 --strategy round-robin --health-timeout 5s --backend sim-1=http://127.0.0.1:7431 --backend sim-2=http://127.0.0.1:7441 --backend sim-3=http://127.0.0.1:7451"
+	want := "proxy --listen 127.0.0.1:7463 --strategy round-robin --drain-time 0s --health-timeout 5s --backend sim-1=http://127.0.0.1:7431 --backend sim-2=http://127.0.0.1:7441 --backend sim-3=http://127.0.0.1:7451"
 	if rr != want {
 		t.Errorf("round-robin proxy args\n got  %s\n want %s", rr, want)
 	}
-	if p := strings.Join(c.proxySpec("proxy", "picker").Args, " "); !strings.Contains(p, "--strategy picker --addr 127.0.0.1:7401 --health-timeout 5s --backend sim-1=") {
+	if p := strings.Join(c.proxySpec("proxy", "picker").Args, " "); !strings.Contains(p, "--strategy picker --drain-time 0s --addr 127.0.0.1:7401 --health-timeout 5s --backend sim-1=") {
 		t.Errorf("picker proxy args %s", p)
 	}
 	c.HealthTimeout = 0
