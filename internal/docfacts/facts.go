@@ -117,43 +117,47 @@ func packageTable(root string) (string, error) {
 // packageJob reads the package comment of the Go package in dir; ok is
 // false when dir holds no non-test Go file.
 func packageJob(dir string) (string, bool, error) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, parser.PackageClauseOnly|parser.ParseComments)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return "", false, err
 	}
-	for name, p := range pkgs {
-		if strings.HasSuffix(name, "_test") {
+	fset := token.NewFileSet()
+	name, text, generated, found := "", "", true, false
+	for _, e := range entries {
+		fn := e.Name()
+		if e.IsDir() || !strings.HasSuffix(fn, ".go") || strings.HasSuffix(fn, "_test.go") {
 			continue
 		}
-		generated := true
-		var text string
-		for fn, f := range p.Files {
-			if !strings.HasSuffix(fn, ".pb.go") {
-				generated = false
-			}
-			if f.Doc != nil && text == "" {
-				text = f.Doc.Text()
-			}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, fn), nil, parser.PackageClauseOnly|parser.ParseComments)
+		if err != nil {
+			return "", false, err
 		}
-		if text == "" {
-			if generated {
-				return "the Go code generated from the .proto files beside it", true, nil
-			}
-			return "", false, fmt.Errorf("%s: package %s has no package comment (say what it is for in a doc.go)", dir, name)
+		found = true
+		name = f.Name.Name
+		if !strings.HasSuffix(fn, ".pb.go") {
+			generated = false
 		}
-		var dp doc.Package
-		s := dp.Synopsis(text)
-		prefix := ""
-		if rest, ok := strings.CutPrefix(s, "Command "); ok && name == "main" {
-			_, rest, _ = strings.Cut(rest, " ")
-			prefix, s = "(command) ", rest
-		} else {
-			s = strings.TrimPrefix(s, "Package "+name+" ")
+		if f.Doc != nil && text == "" {
+			text = f.Doc.Text()
 		}
-		return prefix + strings.TrimPrefix(s, "is "), true, nil
 	}
-	return "", false, nil
+	if !found {
+		return "", false, nil
+	}
+	if text == "" {
+		if generated {
+			return "the Go code generated from the .proto files beside it", true, nil
+		}
+		return "", false, fmt.Errorf("%s: package %s has no package comment (say what it is for in a doc.go)", dir, name)
+	}
+	var dp doc.Package
+	s := dp.Synopsis(text)
+	prefix := ""
+	if rest, ok := strings.CutPrefix(s, "Command "); ok && name == "main" {
+		_, rest, _ = strings.Cut(rest, " ")
+		prefix, s = "(command) ", rest
+	} else {
+		s = strings.TrimPrefix(s, "Package "+name+" ")
+	}
+	return prefix + strings.TrimPrefix(s, "is "), true, nil
 }
