@@ -219,7 +219,10 @@ func TestPicker(t *testing.T) {
 		for i := 0; i < 4; i++ {
 			begin := time.Now()
 			pk, a, c := viaPicker(t, p, extproctest.Request{Mode: fd, ResponseMode: fd, Body: []byte(chatBody(sys, "Down?", 1, false))})
-			if pk.Destination == "" || a.Headers["x-inference-cache-reason"] != "LOAD" || len(c.Choices) != 1 {
+			// By load, or by the picker's own provisional pick of this
+			// prefix from the subtests before (contract §5.12), which needs
+			// no cluster; the fail-open count below shows no node answered.
+			if reason := a.Headers["x-inference-cache-reason"]; pk.Destination == "" || (reason != "LOAD" && reason != "PREFIX_MATCH") || len(c.Choices) != 1 {
 				t.Fatalf("request %d with the cluster down: %+v %v", i, pk, a.Headers)
 			}
 			if took := time.Since(begin); took > 5*time.Second {
