@@ -13,9 +13,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/pickerload"
 )
@@ -48,19 +45,7 @@ const (
 // DEADLINE_EXCEEDED) is skipped for lookups and reports as Config.FailBackoff
 // says. Errors are the call's.
 func (c *Client) ReportPickerLoad(ctx context.Context, req *pb.ReportPickerLoadRequest) (*pb.ReportPickerLoadResponse, error) {
-	n, probe := c.pick(lookupTrack, c.next.Add(1), nil, c.cfg.LookupTimeout)
-	resp, err := n.ic.ReportPickerLoad(ctx, req)
-	switch status.Code(err) {
-	case codes.OK:
-		n.lookup.ok()
-	case codes.Unavailable, codes.DeadlineExceeded:
-		n.lookup.failed(time.Now(), c.cfg.FailBackoff, probe)
-	default:
-		if probe {
-			n.lookup.release(time.Now())
-		}
-	}
-	return resp, err
+	return softStateCall(c, func(n *node) (*pb.ReportPickerLoadResponse, error) { return n.ic.ReportPickerLoad(ctx, req) })
 }
 
 // LoadReportSender sends a load report; *Client is one.

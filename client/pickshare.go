@@ -9,9 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/provisional"
 )
@@ -42,19 +39,7 @@ const (
 // never retried. A node that does not answer is skipped for lookups and
 // pushes as Config.FailBackoff says. Errors are the call's.
 func (c *Client) SharePicks(ctx context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
-	n, probe := c.pick(lookupTrack, c.next.Add(1), nil, c.cfg.LookupTimeout)
-	resp, err := n.ic.SharePicks(ctx, req)
-	switch status.Code(err) {
-	case codes.OK:
-		n.lookup.ok()
-	case codes.Unavailable, codes.DeadlineExceeded:
-		n.lookup.failed(time.Now(), c.cfg.FailBackoff, probe)
-	default:
-		if probe {
-			n.lookup.release(time.Now())
-		}
-	}
-	return resp, err
+	return softStateCall(c, func(n *node) (*pb.SharePicksResponse, error) { return n.ic.SharePicks(ctx, req) })
 }
 
 // PicksSender sends a picks push; *Client is one.
