@@ -106,12 +106,8 @@ func (r *Report) Validate() error {
 		return &FieldError{"picker_id", "required (a name unique to the reporting picker)"}
 	case len(r.PickerID) > MaxPickerIDBytes:
 		return &FieldError{"picker_id", fmt.Sprintf("%d bytes, over the limit of %d", len(r.PickerID), MaxPickerIDBytes)}
-	case !utf8.ValidString(r.PickerID):
-		return &FieldError{"picker_id", "not valid UTF-8"}
-	case hiddenChar(r.PickerID) != "":
-		return &FieldError{"picker_id", hiddenChar(r.PickerID)}
-	case strings.TrimSpace(r.PickerID) == "":
-		return &FieldError{"picker_id", "blank (only whitespace)"}
+	case IDProblem(r.PickerID) != "":
+		return &FieldError{"picker_id", IDProblem(r.PickerID)}
 	case r.Sequence == 0:
 		return &FieldError{"sequence", "required: at least 1, increasing with every report of the picker"}
 	case r.Interval < 0, r.Interval != 0 && (r.Interval < MinInterval || r.Interval > MaxInterval):
@@ -129,12 +125,8 @@ func (r *Report) Validate() error {
 			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), "required"}
 		case len(id) > MaxReplicaIDBytes:
 			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), fmt.Sprintf("%d bytes, over the limit of %d", len(id), MaxReplicaIDBytes)}
-		case !utf8.ValidString(id):
-			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), "not valid UTF-8"}
-		case hiddenChar(id) != "":
-			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), hiddenChar(id)}
-		case strings.TrimSpace(id) == "":
-			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), "blank (only whitespace)"}
+		case IDProblem(id) != "":
+			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), IDProblem(id)}
 		}
 		first := -1
 		if seen != nil {
@@ -158,12 +150,14 @@ func (r *Report) Validate() error {
 	return nil
 }
 
-// hiddenChar names the first control character (C0, DEL, C1) or invisible
-// format character (Unicode Cf: zero-width, bidi, BOM) of v and its byte
-// offset, "" when there is none: the identifier rules of every id
-// (contract §9.2, api's checkID), which keep an id from garbling the
-// terminal of `inference-cache top` or looking like another.
-func hiddenChar(v string) string {
+// IDProblem is the objection to a picker or replica id under the
+// identifier rules of contract §9.2 (valid UTF-8, no control or invisible
+// format characters, not blank), "" when none. Shared by every soft-state
+// store that takes pickers' ids.
+func IDProblem(v string) string {
+	if !utf8.ValidString(v) {
+		return "not valid UTF-8"
+	}
 	for i, r := range v {
 		switch {
 		case unicode.IsControl(r):
@@ -171,6 +165,9 @@ func hiddenChar(v string) string {
 		case unicode.Is(unicode.Cf, r):
 			return fmt.Sprintf("holds invisible format character %U at byte %d", r, i)
 		}
+	}
+	if strings.TrimSpace(v) == "" {
+		return "blank (only whitespace)"
 	}
 	return ""
 }

@@ -3,10 +3,9 @@ package provisional
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/inference-cache/inference-cache/pickerload"
 )
 
 // Limits and defaults (contract §5.12, §9).
@@ -28,7 +27,7 @@ const (
 	// chain (api.MaxChainLength).
 	MaxBlocksPerPick = 8192
 	// MaxPickerIDBytes and MaxIDBytes bound the ids (contract §9.2).
-	MaxPickerIDBytes = 128
+	MaxPickerIDBytes = pickerload.MaxPickerIDBytes
 	MaxIDBytes       = 256
 	// maxTombstones bounds the removals remembered ahead of their pick;
 	// past it the oldest is forgotten (losing it loses nothing held: at
@@ -127,7 +126,7 @@ func (p *Push) Validate() error {
 	case p.Sequence == 0:
 		return &FieldError{"sequence", "required: at least 1, increasing with every push of the picker"}
 	}
-	if msg := idProblem(p.PickerID); msg != "" {
+	if msg := pickerload.IDProblem(p.PickerID); msg != "" {
 		return &FieldError{"picker_id", msg}
 	}
 	for i := range p.Picks {
@@ -152,7 +151,7 @@ func (k *Pick) validate(i int) error {
 			return &FieldError{f(id.name), fmt.Sprintf("%d bytes, over the limit of %d", len(id.v), MaxIDBytes)}
 		}
 		if id.v != "" {
-			if msg := idProblem(id.v); msg != "" {
+			if msg := pickerload.IDProblem(id.v); msg != "" {
 				return &FieldError{f(id.name), msg}
 			}
 		}
@@ -176,24 +175,4 @@ func (k *Pick) validate(i int) error {
 		}
 	}
 	return nil
-}
-
-// idProblem is the objection to an id (contract §9.2: valid UTF-8, no
-// control or invisible format characters, not blank), "" when none.
-func idProblem(v string) string {
-	if !utf8.ValidString(v) {
-		return "not valid UTF-8"
-	}
-	for i, r := range v {
-		switch {
-		case unicode.IsControl(r):
-			return fmt.Sprintf("holds control character %U at byte %d", r, i)
-		case unicode.Is(unicode.Cf, r):
-			return fmt.Sprintf("holds invisible format character %U at byte %d", r, i)
-		}
-	}
-	if strings.TrimSpace(v) == "" {
-		return "blank (only whitespace)"
-	}
-	return ""
 }
