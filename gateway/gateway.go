@@ -354,8 +354,15 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, ad
 	d.hashes = lr.BlockHashes
 	d.key = lr
 	d.rkey = client.RendezvousKey(lr.BlockHashes, bs)
-	if d.Blocks == 0 || g.cfg.Lookup == nil || g.cfg.Strategy == StrategySGLang {
-		return nil, nil // no full block, no hint service, or a strategy that asks none: nothing to ask
+	if g.cfg.Lookup == nil || g.cfg.Strategy == StrategySGLang || (d.Blocks == 0 && (g.cfg.Strategy != StrategyPicker || len(p.TokenIDs) == 0)) {
+		return nil, nil // no hint service, a strategy that asks none, or nothing to ask with
+	}
+	if d.Blocks == 0 {
+		// A prompt without a full block has no key, but the picker still
+		// needs the replicas' queues, the engines' and the other
+		// gateways': its token ids (under one block) are answered NO_HINT
+		// with the loads (contract §5.2, §5.10).
+		lr.TokenIds = p.TokenIDs
 	}
 	lctx, cancel := context.WithTimeout(ctx, g.cfg.LookupBudget)
 	start := time.Now()

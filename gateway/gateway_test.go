@@ -258,11 +258,40 @@ func TestDecide_NoKeyPicksByLoadWithoutLookup(t *testing.T) {
 	if !errors.Is(d.NoKey, raised) {
 		t.Fatalf("NoKey %v, want the template's error", d.NoKey)
 	}
-	// A prompt shorter than one block has no key either: no lookup.
-	lk := &fakeLookup{resp: prefixMatch("b", 64)}
-	g = newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(15)}}, Lookup: lk})
-	if d, _ := g.Decide(context.Background(), Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}); d.Reason != ReasonLoad || lk.calls() != 0 {
-		t.Fatalf("15 tokens: %+v with %d lookups, want LOAD and none", d, lk.calls())
+}
+
+// A prompt shorter than one block has no key, but the picker still needs
+// the replicas' queues: the gateway sends its token ids, and the NO_HINT
+// answer's loads (the engines' queues, the other gateways' requests)
+// place it on the one idle candidate.
+func TestDecide_ShortPromptAsksForTheLoads(t *testing.T) {
+	lk := &fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1", ReasonCode: pb.ReasonCode_NO_HINT, Loads: []*pb.ReplicaLoad{
+		{ReplicaId: "a", WaitingRequests: 3, RunningRequests: 4},
+		{ReplicaId: "b", OthersPrefillingRequests: 2, OthersPrefillTokens: 9000, OthersRunningRequests: 2, OthersPickers: 1},
+		{ReplicaId: "c"},
+	}}}
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(15)}}, Lookup: lk})
+	for range 3 {
+		d, err := g.Decide(context.Background(), Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Replica != "c" || d.Reason != ReasonLoad || d.FailOpen {
+			t.Fatalf("picked %s (%s, fail open %v), want the idle c by load", d.Replica, d.Reason, d.FailOpen)
+		}
+	}
+	if lk.calls() != 3 {
+		t.Fatalf("%d lookups, want one per request", lk.calls())
+	}
+	req := lk.reqs[0]
+	if len(req.BlockHashes) != 0 || !slices.Equal(req.TokenIds, seq(15)) || !req.IncludeLoad {
+		t.Fatalf("lookup %+v: want the 15 token ids, no block hashes and include_load", req)
+	}
+	// The other strategies need a key: no lookup without one.
+	lk = &fakeLookup{resp: prefixMatch("b", 64)}
+	g = newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(15)}}, Lookup: lk, Strategy: StrategyDynamo})
+	if _, err := g.Decide(context.Background(), Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}); err != nil || lk.calls() != 0 {
+		t.Fatalf("dynamo, 15 tokens: err %v, %d lookups, want none", err, lk.calls())
 	}
 }
 
