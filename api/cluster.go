@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/metrics"
 	"github.com/inference-cache/inference-cache/raftnode"
 	"github.com/inference-cache/inference-cache/snapshot"
@@ -99,18 +100,18 @@ func (c *ClusterService) TransferLeadership(ctx context.Context, req *pb.Transfe
 	if err := c.n.TransferLeadership(ctx, req.GetId(), req.GetAddress()); err != nil {
 		return nil, StatusFromError(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if st := c.n.Status(); st.LeaderID != "" && st.LeaderID != st.NodeID {
-			return &pb.TransferLeadershipResponse{LeaderId: st.LeaderID}, nil
+	// The new leader's id once this node sees it, for at most 5 s; an
+	// empty answer means the transfer started but was not seen to end.
+	leader := ""
+	_ = poll.Until(ctx, 5*time.Second, 20*time.Millisecond, func() (bool, string) {
+		st := c.n.Status()
+		if st.LeaderID != "" && st.LeaderID != st.NodeID {
+			leader = st.LeaderID
+			return true, ""
 		}
-		select {
-		case <-ctx.Done():
-			return &pb.TransferLeadershipResponse{}, nil
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return &pb.TransferLeadershipResponse{}, nil
+		return false, "this node still leads or sees no leader"
+	})
+	return &pb.TransferLeadershipResponse{LeaderId: leader}, nil
 }
 
 // Snapshot takes a Raft snapshot on this node now.

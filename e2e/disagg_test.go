@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
-	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
@@ -91,41 +88,4 @@ func postPD(t *testing.T, p *httpProc, body string) (http.Header, openai.ChatCom
 		}
 	}
 	return resp.Header, r
-}
-
-// waitIndexedOn waits until the index names replica among the holders of
-// body's prompt (the decode engine holds it too once it pulled it).
-func (f *fleet) waitIndexedOn(body, replica string, limit time.Duration) {
-	f.t.Helper()
-	req, err := openai.DecodeChat([]byte(body))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	p, err := f.prompts.Tokens(context.Background(), req)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	lr := &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: fleetModel, MaxReplicas: 8}
-	if err := client.Fingerprint(lr, p.TokenIDs, 16); err != nil {
-		f.t.Fatal(err)
-	}
-	deadline := time.Now().Add(limit)
-	var r *pb.LookupRouteResponse
-	for time.Now().Before(deadline) {
-		ctx, cancel := ctxT(2 * time.Second)
-		for _, n := range f.c.procs {
-			if n.Running() {
-				r, _ = n.ic.LookupRoute(ctx, lr)
-				break
-			}
-		}
-		cancel()
-		for _, h := range r.GetReplicas() {
-			if h.GetReplicaId() == replica && r.GetReasonCode() == pb.ReasonCode_PREFIX_MATCH {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	f.t.Fatalf("the index never named %s for the prompt: %v %v", replica, r.GetReasonCode(), r.GetReplicas())
 }

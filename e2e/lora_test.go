@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -9,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
-	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
@@ -93,25 +90,6 @@ func checkUnknownAdapter(t *testing.T, f *fleet) {
 	if resp.StatusCode != 404 || eb.Error.Param == nil || *eb.Error.Param != "model" {
 		t.Fatalf("unknown adapter: %d %+v, want 404 naming model", resp.StatusCode, eb)
 	}
-}
-
-// waitIndexedAdapter waits until the index holds body's prompt (keyed as
-// the base model's) under adapter on replica.
-func (f *fleet) waitIndexedAdapter(body, adapter, replica string, limit time.Duration) {
-	f.t.Helper()
-	req, err := openai.DecodeChat([]byte(body))
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	p, err := f.prompts.Tokens(context.Background(), req)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	lr := &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: fleetModel, AdapterId: adapter}
-	if err := client.Fingerprint(lr, p.TokenIDs, 16); err != nil {
-		f.t.Fatal(err)
-	}
-	f.waitIndexedRequest(lr, replica, limit)
 }
 
 // postRaw posts a JSON body to url.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/internal/extproctest"
 	"github.com/inference-cache/inference-cache/internal/freeport"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/proccluster"
 	"github.com/inference-cache/inference-cache/openai"
 )
@@ -265,13 +267,9 @@ func checkPickerMemory(t *testing.T, f *fleet) {
 		t.Errorf("peak RSS %d MB with three 20 MB one-character bodies, want at most 400 MB", peak>>10)
 	}
 	var now int64
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if now = rssKB(t, pid, "VmRSS"); now < base+64<<10 {
-			break
-		}
-	}
-	if now >= base+64<<10 {
-		t.Errorf("RSS %d MB 60 s after the bodies, started at %d MB: the memory was not returned", now>>10, base>>10)
-	}
+	poll.Eventually(t, 60*time.Second, 500*time.Millisecond, func() (bool, string) {
+		now = rssKB(t, pid, "VmRSS")
+		return now < base+64<<10, fmt.Sprintf("RSS %d MB after the bodies, started at %d MB: the memory was not returned", now>>10, base>>10)
+	})
 	t.Logf("picker RSS at start %d MB, peak %d MB, after %d MB", base>>10, peak>>10, now>>10)
 }

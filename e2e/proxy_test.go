@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -142,15 +143,11 @@ func checkCancellation(t *testing.T, f *fleet) {
 	resp.Body.Close()
 	// The engine counts the cancellation and frees the request: wait for
 	// both (one scrape may fall between the two updates).
-	deadline := time.Now().Add(10 * time.Second)
-	for metricSum(t, s.url+"/metrics", "simengine_requests_cancelled_total") <= before ||
-		metricSum(t, s.url+"/metrics", "vllm:num_requests_running") != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the engine never counted the cancellation and freed the request (running %v)",
-				metricSum(t, s.url+"/metrics", "vllm:num_requests_running"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Eventually(t, 10*time.Second, 50*time.Millisecond, func() (bool, string) {
+		cancelled := metricSum(t, s.url+"/metrics", "simengine_requests_cancelled_total")
+		running := metricSum(t, s.url+"/metrics", "vllm:num_requests_running")
+		return cancelled > before && running == 0, fmt.Sprintf("the engine has not counted the cancellation and freed the request (cancelled %v, was %v; running %v)", cancelled, before, running)
+	})
 }
 
 // Each bad input gets OpenAI error JSON with its status from the proxy,
@@ -312,8 +309,7 @@ func checkReload(t *testing.T, f *fleet) {
 	if err := p.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Eventually(t, 10*time.Second, 20*time.Millisecond, func() (bool, string) {
 		resp, err := http.Get(p.url + "/health")
 		if err != nil {
 			t.Fatal(err)
@@ -327,14 +323,9 @@ func checkReload(t *testing.T, f *fleet) {
 		_ = json.NewDecoder(resp.Body).Decode(&h)
 		resp.Body.Close()
 		// A new backend takes traffic once its first health check passed.
-		if len(h.Backends) == 1 && h.Backends[0].ReplicaID == "new" && h.Backends[0].Healthy {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("backends after SIGHUP: %+v, want only \"new\"", h.Backends)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		ok := len(h.Backends) == 1 && h.Backends[0].ReplicaID == "new" && h.Backends[0].Healthy
+		return ok, fmt.Sprintf("backends after SIGHUP: %+v, want only \"new\", healthy", h.Backends)
+	})
 	if got := post(); got != "new" || bPosts.Load() != 1 || aPosts.Load() != 1 {
 		t.Fatalf("after the reload: served by %q, posts old=%d new=%d", got, aPosts.Load(), bPosts.Load())
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
@@ -282,17 +283,11 @@ func checkOneCharacterBodies(t *testing.T, f *fleet) {
 	if peak > 400<<10 {
 		t.Errorf("peak RSS %d MB with three 31.5 MB one-character bodies, want at most 400 MB", peak>>10)
 	}
-	deadline := time.Now().Add(60 * time.Second)
 	var now int64
-	for time.Now().Before(deadline) {
-		if now = rssKB(t, pid, "VmRSS"); now < base+64<<10 {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if now >= base+64<<10 {
-		t.Errorf("RSS %d MB 60 s after the bodies, started at %d MB: the memory was not returned", now>>10, base>>10)
-	}
+	poll.Eventually(t, 60*time.Second, 500*time.Millisecond, func() (bool, string) {
+		now = rssKB(t, pid, "VmRSS")
+		return now < base+64<<10, fmt.Sprintf("RSS %d MB after the bodies, started at %d MB: the memory was not returned", now>>10, base>>10)
+	})
 	t.Logf("statuses %v; RSS at start %d MB, peak %d MB, after %d MB", codes, base>>10, peak>>10, now>>10)
 }
 

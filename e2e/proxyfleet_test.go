@@ -19,6 +19,7 @@ import (
 	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/internal/fixtures"
 	"github.com/inference-cache/inference-cache/internal/freeport"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/proccluster"
 	"github.com/inference-cache/inference-cache/openai"
 	"github.com/inference-cache/inference-cache/prompt"
@@ -153,20 +154,14 @@ func (f *fleet) sim(id string) *simProc {
 // waitHTTP waits until GET url answers 200.
 func waitHTTP(t *testing.T, url string, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
+	poll.Eventually(t, limit, 50*time.Millisecond, func() (bool, string) {
 		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false, fmt.Sprintf("%s not answering: %v", url, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not answering 200 after %v: %v", url, limit, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("%s answers %d, want 200", url, resp.StatusCode)
+	})
 }
 
 // chatBody is a chat request for the fleet's model.
@@ -199,10 +194,11 @@ func postChat(t *testing.T, p *httpProc, body string) (*http.Response, openai.Ch
 	return resp, r
 }
 
-// waitIndexed waits until the cluster's index says replica holds the
-// prefill of body (the key the proxy computes), as the subscriber writes
-// it from the engine's KV events.
-func (f *fleet) waitIndexed(body, replica string, limit time.Duration) {
+// chatKey is the LookupRoute request the proxy makes for body's prompt
+// (its tokens fingerprinted at the fleet's block size), under adapter
+// ("" = the base model's), asking for up to maxReplicas hints (0 = the
+// server's default).
+func (f *fleet) chatKey(body, adapter string, maxReplicas uint32) *pb.LookupRouteRequest {
 	f.t.Helper()
 	req, err := openai.DecodeChat([]byte(body))
 	if err != nil {
@@ -212,27 +208,58 @@ func (f *fleet) waitIndexed(body, replica string, limit time.Duration) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	lr := &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: fleetModel}
+	lr := &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: fleetModel, AdapterId: adapter, MaxReplicas: maxReplicas}
 	if err := client.Fingerprint(lr, p.TokenIDs, 16); err != nil {
 		f.t.Fatal(err)
 	}
-	deadline := time.Now().Add(limit)
-	var r *pb.LookupRouteResponse
-	for time.Now().Before(deadline) {
+	return lr
+}
+
+// waitIndexed waits until the cluster's index says replica holds the
+// prefill of body (the key the proxy computes), first among the holders,
+// as the subscriber writes it from the engine's KV events.
+func (f *fleet) waitIndexed(body, replica string, limit time.Duration) {
+	f.t.Helper()
+	f.waitMatch(f.chatKey(body, "", 0), replica, false, limit)
+}
+
+// waitIndexedOn waits until the index names replica among the holders of
+// body's prompt (the decode engine holds it too once it pulled it).
+func (f *fleet) waitIndexedOn(body, replica string, limit time.Duration) {
+	f.t.Helper()
+	f.waitMatch(f.chatKey(body, "", 8), replica, true, limit)
+}
+
+// waitIndexedAdapter waits until the index holds body's prompt (keyed as
+// the base model's) under adapter on replica, first among the holders.
+func (f *fleet) waitIndexedAdapter(body, adapter, replica string, limit time.Duration) {
+	f.t.Helper()
+	f.waitMatch(f.chatKey(body, adapter, 0), replica, false, limit)
+}
+
+// waitMatch waits until a running node answers lr with PREFIX_MATCH naming
+// replica first (anyHolder: anywhere among the hints).
+func (f *fleet) waitMatch(lr *pb.LookupRouteRequest, replica string, anyHolder bool, limit time.Duration) {
+	f.t.Helper()
+	poll.Eventually(f.t, limit, 100*time.Millisecond, func() (bool, string) {
+		var r *pb.LookupRouteResponse
 		ctx, cancel := ctxT(2 * time.Second)
+		defer cancel()
 		for _, n := range f.c.procs {
 			if n.Running() {
 				r, _ = n.ic.LookupRoute(ctx, lr)
 				break
 			}
 		}
-		cancel()
-		if r.GetReasonCode() == pb.ReasonCode_PREFIX_MATCH && r.GetReplicas()[0].GetReplicaId() == replica {
-			return
+		if r.GetReasonCode() == pb.ReasonCode_PREFIX_MATCH {
+			for k, h := range r.GetReplicas() {
+				if h.GetReplicaId() == replica && (k == 0 || anyHolder) {
+					return true, ""
+				}
+			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	f.t.Fatalf("the index never matched %s for the prompt: %v %q %v", replica, r.GetReasonCode(), r.GetDetail(), r.GetReplicas())
+		return false, fmt.Sprintf("the index does not match %s for the prompt: %v %q %v", replica, r.GetReasonCode(), r.GetDetail(), r.GetReplicas())
+	})
 }
 
 // metricSum is the sum of the samples of name whose labels contain every

@@ -45,7 +45,7 @@ func TestProxyTokenIDPromptWithoutModels(t *testing.T) {
 	if err := client.Fingerprint(lr, ids, 16); err != nil {
 		t.Fatal(err)
 	}
-	f.waitIndexedRequest(lr, warm, 20*time.Second)
+	f.waitMatch(lr, warm, false, 20*time.Second)
 
 	second := postTokenIDs(t, bare, append(ids[:len(ids):len(ids)], 5, 6, 7), 1)
 	matched, _ := strconv.Atoi(second.Header.Get("X-Inference-Cache-Matched-Tokens"))
@@ -80,27 +80,4 @@ func postTokenIDs(t *testing.T, p *httpProc, ids []uint32, maxTokens int) tokenI
 	}
 	r.Header = resp.Header
 	return r
-}
-
-// waitIndexedRequest waits until the cluster answers lr with replica
-// first by PREFIX_MATCH.
-func (f *fleet) waitIndexedRequest(lr *pb.LookupRouteRequest, replica string, limit time.Duration) {
-	f.t.Helper()
-	deadline := time.Now().Add(limit)
-	var r *pb.LookupRouteResponse
-	for time.Now().Before(deadline) {
-		ctx, cancel := ctxT(2 * time.Second)
-		for _, n := range f.c.procs {
-			if n.Running() {
-				r, _ = n.ic.LookupRoute(ctx, lr)
-				break
-			}
-		}
-		cancel()
-		if r.GetReasonCode() == pb.ReasonCode_PREFIX_MATCH && r.GetReplicas()[0].GetReplicaId() == replica {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	f.t.Fatalf("the index never matched %s: %v %q %v", replica, r.GetReasonCode(), r.GetDetail(), r.GetReplicas())
 }

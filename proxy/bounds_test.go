@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
@@ -57,11 +59,10 @@ func TestProxy_BodyOverTheBytesInFlightGets429(t *testing.T) {
 	_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n{")
 	var resp *http.Response
 	var body []byte
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if resp, body = tp.post(t, "/v1/chat/completions", tp.chat("hi", false)); resp.StatusCode == http.StatusTooManyRequests {
-			break
-		}
-	}
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		resp, body = tp.post(t, "/v1/chat/completions", tp.chat("hi", false))
+		return resp.StatusCode == http.StatusTooManyRequests, fmt.Sprintf("status %d while the stalled body is held, want 429", resp.StatusCode)
+	})
 	var er openai.ErrorResponse
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" || json.Unmarshal(body, &er) != nil || er.Error.Code != 429 {
 		t.Fatalf("%d %v %s: want a 429 with Retry-After in OpenAI's shape", resp.StatusCode, resp.Header, body)

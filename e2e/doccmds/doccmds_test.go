@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/syncbuf"
 )
 
@@ -196,17 +197,14 @@ func TestDocCommands_RunAsPrintedAgainstMakeRun(t *testing.T) {
 			t.Logf("make run's output:\n%s", devOut.String())
 		}
 	})
-	deadline := time.Now().Add(3 * time.Minute)
-	for !strings.Contains(devOut.String(), "demo traffic:") {
+	poll.Eventually(t, 3*time.Minute, 200*time.Millisecond, func() (bool, string) {
 		select {
 		case <-devDone:
 			t.Fatalf("dev exited while starting:\n%s", devOut.String())
-		case <-time.After(200 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dev not up within 3 min:\n%s", devOut.String())
-		}
-	}
+		return strings.Contains(devOut.String(), "demo traffic:"), "dev not up (no \"demo traffic:\" line yet):\n" + devOut.String()
+	})
 	// The banner's curl pair first, as a reader would paste it: the
 	// Python README's lookup then finds chat-1's prefix.
 	for _, line := range strings.Split(devOut.String(), "\n") {
