@@ -1,8 +1,8 @@
 // Command docfacts writes the facts that the documents state about the
-// code (the package table, the bench's strategies, the reason codes) and
-// the headline figures of the committed bench results into their
-// generated blocks, so that each fact has one owner: the code, or the
-// JSON report the bench wrote.
+// code (the package table, the bench's strategies, the reason codes)
+// into their generated blocks, so that each fact has one owner: the code.
+// It writes the evaluation's headline figures the same way, their owner
+// being the bench's committed JSON reports.
 //
 //	go run ./internal/docfacts [-check] [-root DIR] [-eval DIR] FILE...
 //
