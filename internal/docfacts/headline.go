@@ -273,7 +273,7 @@ func (e *env) targetsOf(strategy string, files []string) (*targets, error) {
 		}
 		abs[i] = a
 	}
-	cmd := exec.Command("go", append([]string{"run", "./internal/evaltable", "-strategy", strategy}, abs...)...)
+	cmd := exec.Command(goCommand(), append([]string{"run", "./internal/evaltable", "-strategy", strategy}, abs...)...)
 	cmd.Dir = e.root
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -287,6 +287,16 @@ func (e *env) targetsOf(strategy string, files []string) (*targets, error) {
 	}
 	e.targets[strategy] = t
 	return t, nil
+}
+
+// goCommand is the go command: the one on PATH, else GOROOT's.
+func goCommand() string {
+	if _, err := exec.LookPath("go"); err != nil {
+		if r := os.Getenv("GOROOT"); r != "" {
+			return filepath.Join(r, "bin", "go")
+		}
+	}
+	return "go"
 }
 
 var targetsMetLine = regexp.MustCompile(`(?m)^(\d+) of (\d+) targets met\.$`)
