@@ -38,6 +38,8 @@ var generators = map[string]generator{
 	"bench-strategies": noArgs(func(*env) (string, error) { return benchStrategies() }),
 	"reason-codes":     noArgs(func(*env) (string, error) { return reasonCodes() }),
 	"headline":         headline,
+	"eval-tables":      evalTables,
+	"eval-targets":     evalTargets,
 }
 
 // noArgs is a generator that takes no arguments.

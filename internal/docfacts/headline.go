@@ -22,7 +22,7 @@ var headlineStrategies = []string{bench.StrategyLookupRouteSDK, bench.StrategyPi
 // headline renders the headline figures of the bench's committed --json
 // reports (e.evalDir, written by `make evaluate`): a table with one row per
 // run named in args (a report's file name without .json, e.g.
-// conversation-10000-1) giving the TTFT p50 and token hit rate of the
+// conversation-10000-1, or a pattern of them, as for eval-tables) giving the TTFT p50 and token hit rate of the
 // strategy under test against round-robin's, the targets it meets there
 // (the missed ones with their figure and bound) and the report's file;
 // then the targets met over every report, per trace, for each of
@@ -62,8 +62,12 @@ func headline(e *env, args []string) (string, error) {
 	}
 	b.WriteString(" targets met (missed: target, figure vs bound) | report |\n|---|---|---|")
 	b.WriteString(strings.Repeat("---|", len(extra)) + "---|---|\n")
-	for _, name := range runs {
-		if err := headlineRow(&b, e, tg, docDir, name, under, extra); err != nil {
+	paths, err := selectReports(e.evalDir, files, runs)
+	if err != nil {
+		return "", err
+	}
+	for _, path := range paths {
+		if err := headlineRow(&b, tg, docDir, path, under, extra); err != nil {
 			return "", err
 		}
 	}
@@ -98,12 +102,8 @@ func headline(e *env, args []string) (string, error) {
 	return b.String(), nil
 }
 
-// headlineRow writes the table row of the report name.
-func headlineRow(b *strings.Builder, e *env, tg *targets, docDir, name, under string, extra []string) error {
-	if strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
-		return fmt.Errorf("run %q: name a report of %s by its file name without .json", name, e.evalDir)
-	}
-	path := filepath.Join(e.evalDir, name+".json")
+// headlineRow writes the table row of the report at path.
+func headlineRow(b *strings.Builder, tg *targets, docDir, path, under string, extra []string) error {
 	r, err := readReport(path)
 	if err != nil {
 		return err
@@ -158,7 +158,7 @@ func headlineRow(b *strings.Builder, e *env, tg *targets, docDir, name, under st
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(b, " %s | [%s](%s) |\n", verdict, name+".json", link)
+	fmt.Fprintf(b, " %s | [%s](%s) |\n", verdict, filepath.Base(path), link)
 	return nil
 }
 
@@ -255,6 +255,7 @@ func readReport(path string) (*bench.JSONReport, error) {
 // table ("met: …", "missed: …" or "–") by row title, under the column
 // names of its header.
 type targets struct {
+	out        string // evaltable's whole output
 	met, total int
 	columns    []string
 	rows       map[string][]string
@@ -285,6 +286,7 @@ func (e *env) targetsOf(strategy string, files []string) (*targets, error) {
 	if err != nil {
 		return nil, fmt.Errorf("evaltable -strategy %s: %w", strategy, err)
 	}
+	t.out = string(out)
 	e.targets[strategy] = t
 	return t, nil
 }

@@ -173,3 +173,67 @@ func TestParseTargets(t *testing.T) {
 		}
 	}
 }
+
+// eval-tables and eval-targets render evaltable's tables of the committed
+// reports; a changed report fails the check. The expected row is read by
+// hand from synthetic-7000-4.json (lookuproute-sdk: 44.2 % hit rate, 67.9 %
+// of ideal, max/mean 1.11, p50 1323 ms, p90 5116 ms, p99 8973 ms, mean
+// 1986 ms).
+func TestEvalTables_RenderTheReportsAndFailOnAChange(t *testing.T) {
+	root := fixtures.Root(t)
+	reports := copyReports(t, root)
+	doc := filepath.Join(t.TempDir(), "doc.md")
+	text := "<!-- facts:eval-tables synthetic-7000-4 -->\n<!-- /facts:eval-tables -->\n" +
+		"<!-- facts:eval-targets picker-indexer -->\n<!-- /facts:eval-targets -->\n"
+	if err := os.WriteFile(doc, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-root", root, "-eval", reports, doc}, &stdout, &stderr); code != 0 {
+		t.Fatalf("write: exit %d (%s)", code, stderr.String())
+	}
+	b, _ := os.ReadFile(doc)
+	for _, want := range []string{
+		"<!-- facts:eval-tables synthetic-7000-4 -->\n#### synthetic_trace.jsonl, prefill 7000 tok/s, 4 gateway(s)\n\n3993 requests, 8 engines × 1372 blocks",
+		"| **lookuproute-sdk** | 44.2 % | 67.9 % | 1.11 | 1323 ms | 5116 ms | 8973 ms | 1986 ms |\n",
+		"| synthetic_trace.jsonl, prefill 7000 tok/s, 4 gateway(s) | missed: 1266 ms vs 915 ms (llm-d) |",
+		"\n\n72 of 102 targets met.\n<!-- /facts:eval-targets -->\n",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("missing %q in\n%s", want, b)
+		}
+	}
+	setP50(t, filepath.Join(reports, "synthetic-7000-4.json"), "lookuproute-sdk", 900)
+	stderr.Reset()
+	if code := run([]string{"-check", "-root", root, "-eval", reports, doc}, &stdout, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "eval-tables synthetic-7000-4") || strings.Contains(stderr.String(), "eval-targets") {
+		t.Fatalf("check after lookuproute-sdk's p50 changed: exit %d (%s), want 1 naming eval-tables only", code, stderr.String())
+	}
+}
+
+func TestSelectReports_PatternsInTheirOrder(t *testing.T) {
+	dir := t.TempDir()
+	var files []string
+	for _, n := range []string{"a-10000-1", "a-7000-1", "b-10000-1"} {
+		files = append(files, filepath.Join(dir, n+".json"))
+	}
+	got, err := selectReports(dir, files, []string{"b-*", "a-*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range got {
+		names = append(names, strings.TrimSuffix(filepath.Base(f), ".json"))
+	}
+	if strings.Join(names, ",") != "b-10000-1,a-10000-1,a-7000-1" {
+		t.Fatalf("got %v", names)
+	}
+	if all, _ := selectReports(dir, files, nil); len(all) != 3 {
+		t.Fatalf("no args: %v, want every report", all)
+	}
+	for _, bad := range []string{"c-*", "a-1", "../a-10000-1", "["} {
+		if _, err := selectReports(dir, files, []string{bad}); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -1,8 +1,9 @@
 // Command docfacts writes the facts that the documents state about the
 // code (the package table, the bench's strategies, the reason codes)
 // into their generated blocks, so that each fact has one owner: the code.
-// It writes the evaluation's headline figures the same way, their owner
-// being the bench's committed JSON reports.
+// It writes the evaluation's figures the same way, their owner being the
+// bench's committed JSON reports: the headline figures and evaltable's
+// tables.
 //
 //	go run ./internal/docfacts [-check] [-root DIR] [-eval DIR] FILE...
 //
@@ -10,8 +11,10 @@
 // it changes nothing and exits 1 naming every FILE and block that
 // differs from the code or the results (make lint). A block is the lines
 // between `<!-- facts:NAME ARG... -->` and `<!-- /facts:NAME -->`; NAME
-// is one of packages, bench-strategies, reason-codes (no arguments) or
-// headline (arguments: the runs and strategies to show, see headline).
+// is one of packages, bench-strategies, reason-codes (no arguments),
+// headline and eval-tables (arguments: the reports to show) or
+// eval-targets (argument: the strategy under test); see the functions of
+// the same names.
 package main
 
 import (

@@ -90,7 +90,7 @@ func TestRun_RefusesAnUnknownBlockNamingTheGenerators(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"-check", doc}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `no generator "nope" (want one of bench-strategies, headline, packages, reason-codes)`) {
+	if code := run([]string{"-check", doc}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `no generator "nope" (want one of bench-strategies, eval-tables, eval-targets, headline, packages, reason-codes)`) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 }
