@@ -50,7 +50,7 @@ lint:
 	$(GO) run ./internal/docfacts -check $(FACT_DOCS)
 
 ## docs: rewrite the generated blocks of the docs (package table, strategies, reason codes) from the code
-FACT_DOCS     := README.md docs/contract.md
+FACT_DOCS     := README.md docs/contract.md EVALUATION.md
 docs:
 	$(GO) run ./internal/docfacts $(FACT_DOCS)
 

@@ -7,21 +7,24 @@ import (
 
 // A generated block in a Markdown file is the text between
 //
-//	<!-- facts:NAME -->
+//	<!-- facts:NAME ARG... -->
 //	<!-- /facts:NAME -->
 //
-// each marker alone on its line; NAME names the generator. Everything
-// between the markers is the generator's, replaced on every run.
+// each marker alone on its line; NAME names the generator and the
+// arguments, separated by spaces, say what it renders (most generators
+// take none). Everything between the markers is the generator's,
+// replaced on every run.
 const (
 	openMarker  = "<!-- facts:"
 	closeMarker = "<!-- /facts:"
 	markerEnd   = " -->"
 )
 
-// block is one generated block of a file: its name and the byte range of
-// its body (the lines between the markers).
+// block is one generated block of a file: its opening marker's text
+// (spec: the name and the arguments), its name and the byte range of its
+// body (the lines between the markers).
 type block struct {
-	name       string
+	spec, name string
 	start, end int
 }
 
@@ -37,9 +40,10 @@ func findBlocks(text string) ([]block, error) {
 		switch {
 		case strings.HasPrefix(trimmed, openMarker) && strings.HasSuffix(trimmed, markerEnd):
 			if open != nil {
-				return nil, fmt.Errorf("line %d: block %q opened inside block %q", i+1, markerName(trimmed, openMarker), open.name)
+				return nil, fmt.Errorf("line %d: block %q opened inside block %q", i+1, blockName(markerName(trimmed, openMarker)), open.name)
 			}
-			open = &block{name: markerName(trimmed, openMarker), start: pos + len(line)}
+			spec := markerName(trimmed, openMarker)
+			open = &block{spec: spec, name: blockName(spec), start: pos + len(line)}
 		case strings.HasPrefix(trimmed, closeMarker) && strings.HasSuffix(trimmed, markerEnd):
 			name := markerName(trimmed, closeMarker)
 			if open == nil || open.name != name {
@@ -58,13 +62,21 @@ func findBlocks(text string) ([]block, error) {
 }
 
 func markerName(line, prefix string) string {
-	return strings.TrimSuffix(strings.TrimPrefix(line, prefix), markerEnd)
+	return strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(line, prefix), markerEnd))
 }
 
-// render replaces the body of every block of text with gen(name); a body
-// always ends with a newline. It returns the new text and the names of
+// blockName is the generator's name in a block's spec: its first word.
+func blockName(spec string) string {
+	if f := strings.Fields(spec); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+// render replaces the body of every block of text with gen(spec); a body
+// always ends with a newline. It returns the new text and the specs of
 // the blocks whose body changed.
-func render(text string, gen func(name string) (string, error)) (string, []string, error) {
+func render(text string, gen func(spec string) (string, error)) (string, []string, error) {
 	blocks, err := findBlocks(text)
 	if err != nil {
 		return "", nil, err
@@ -73,15 +85,15 @@ func render(text string, gen func(name string) (string, error)) (string, []strin
 	var changed []string
 	last := 0
 	for _, bl := range blocks {
-		body, err := gen(bl.name)
+		body, err := gen(bl.spec)
 		if err != nil {
-			return "", nil, fmt.Errorf("block %q: %w", bl.name, err)
+			return "", nil, fmt.Errorf("block %q: %w", bl.spec, err)
 		}
 		if body != "" && !strings.HasSuffix(body, "\n") {
 			body += "\n"
 		}
 		if text[bl.start:bl.end] != body {
-			changed = append(changed, bl.name)
+			changed = append(changed, bl.spec)
 		}
 		b.WriteString(text[last:bl.start])
 		b.WriteString(body)

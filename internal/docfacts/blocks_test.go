@@ -38,3 +38,22 @@ func TestFindBlocks_RefusesBadMarkersNamingTheLine(t *testing.T) {
 		}
 	}
 }
+
+// A block's opening marker may carry arguments after the name; the
+// generator gets them all, and the closing marker names the generator
+// alone.
+func TestRender_PassesTheArgumentsAndClosesByName(t *testing.T) {
+	in := "<!-- facts:h  run-1 +x -->\nold\n<!-- /facts:h -->\n"
+	var got []string
+	out, changed, err := render(in, func(spec string) (string, error) { got = append(got, spec); return "new", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "h  run-1 +x" || strings.Join(changed, ",") != "h  run-1 +x" ||
+		out != "<!-- facts:h  run-1 +x -->\nnew\n<!-- /facts:h -->\n" {
+		t.Fatalf("specs %q, changed %q, text %q", got, changed, out)
+	}
+	if _, err := findBlocks("<!-- facts:h run-1 -->\n<!-- /facts:h run-1 -->\n"); err == nil {
+		t.Fatal("a closing marker with arguments closed the block")
+	}
+}

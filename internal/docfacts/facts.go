@@ -15,14 +15,40 @@ import (
 	"github.com/inference-cache/inference-cache/bench"
 )
 
+// env is what the generators read besides the code.
+type env struct {
+	root    string // the module's root directory
+	evalDir string // the bench's committed --json reports (make evaluate's)
+	doc     string // the Markdown file that holds the block: links are relative to it
+	// targets caches evaltable's targets by strategy under test: one run
+	// of evaltable per strategy for all the documents.
+	targets map[string]*targets
+}
+
+// A generator renders one block's body from its arguments (the words
+// after its name in the opening marker).
+type generator func(e *env, args []string) (string, error)
+
 // generators are the facts a document may hold as a generated block,
-// by block name. Each is computed from the code, so a document that holds
-// it cannot drift from the code once `make lint` checks it.
-func generators(root string) map[string]func() (string, error) {
-	return map[string]func() (string, error){
-		"packages":         func() (string, error) { return packageTable(root) },
-		"bench-strategies": benchStrategies,
-		"reason-codes":     reasonCodes,
+// by block name. Each is computed from the code or from the committed
+// bench results, so a document that holds it cannot drift from them once
+// `make lint` checks it.
+var generators = map[string]generator{
+	"packages":         noArgs(func(e *env) (string, error) { return packageTable(e.root) }),
+	"bench-strategies": noArgs(func(*env) (string, error) { return benchStrategies() }),
+	"reason-codes":     noArgs(func(*env) (string, error) { return reasonCodes() }),
+	"headline":         headline,
+	"eval-tables":      evalTables,
+	"eval-targets":     evalTargets,
+}
+
+// noArgs is a generator that takes no arguments.
+func noArgs(g func(e *env) (string, error)) generator {
+	return func(e *env, args []string) (string, error) {
+		if len(args) > 0 {
+			return "", fmt.Errorf("takes no arguments, got %q", strings.Join(args, " "))
+		}
+		return g(e)
 	}
 }
 

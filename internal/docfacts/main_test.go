@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,15 +12,41 @@ import (
 	"github.com/inference-cache/inference-cache/internal/fixtures"
 )
 
-// The documents of the repository hold the facts the code states: this
-// is what `make lint` checks.
+// The documents of the repository hold the facts the code and the
+// committed bench results state: this is what `make lint` checks, on the
+// Makefile's FACT_DOCS.
 func TestRepositoryDocsMatchTheCode(t *testing.T) {
 	root := fixtures.Root(t)
+	docs := factDocs(t, root)
+	for _, want := range []string{"README.md", "docs/contract.md", "EVALUATION.md"} {
+		if !slices.Contains(docs, want) {
+			t.Errorf("the Makefile's FACT_DOCS %v misses %s, which holds generated blocks", docs, want)
+		}
+	}
+	args := []string{"-check", "-root", root}
+	for _, d := range docs {
+		args = append(args, filepath.Join(root, d))
+	}
 	var stdout, stderr bytes.Buffer
-	args := []string{"-check", "-root", root, filepath.Join(root, "README.md"), filepath.Join(root, "docs", "contract.md")}
 	if code := run(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s(run `make docs` and commit the result)", code, stderr.String())
 	}
+}
+
+// factDocs is the Makefile's FACT_DOCS list: the files make lint checks.
+func factDocs(t *testing.T, root string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, val, ok := strings.Cut(line, ":="); ok && strings.TrimSpace(name) == "FACT_DOCS" {
+			return strings.Fields(val)
+		}
+	}
+	t.Fatal("the Makefile sets no FACT_DOCS")
+	return nil
 }
 
 // A planted drift (a strategy list that misses one of bench's) fails the
@@ -63,7 +90,7 @@ func TestRun_RefusesAnUnknownBlockNamingTheGenerators(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"-check", doc}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `no generator "nope" (want one of bench-strategies, packages, reason-codes)`) {
+	if code := run([]string{"-check", doc}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), `no generator "nope" (want one of bench-strategies, eval-tables, eval-targets, headline, packages, reason-codes)`) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 }
