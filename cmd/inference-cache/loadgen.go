@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -159,7 +158,7 @@ func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) err
 		return err
 	}
 	if o.resultsFile != "" {
-		if err := writeResults(o.resultsFile, run.Results); err != nil {
+		if err := loadgen.WriteResults(o.resultsFile, run.Results); err != nil {
 			return fmt.Errorf("--results %s: %w", o.resultsFile, err)
 		}
 	}
@@ -229,20 +228,4 @@ func runCompare(ctx context.Context, o *loadgenOptions, tr *bench.Trace, out, er
 		return fmt.Errorf("%d of %d requests failed", f, sums[0].Requests+sums[1].Requests)
 	}
 	return nil
-}
-
-// writeResults writes rs to path, one JSON object per line.
-func writeResults(path string, rs []loadgen.Result) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(f)
-	for i := range rs {
-		if err := enc.Encode(&rs[i]); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	return f.Close()
 }

@@ -1,4 +1,4 @@
-package main
+package livebench
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/bench"
 	"github.com/inference-cache/inference-cache/internal/proccluster"
+	"github.com/inference-cache/inference-cache/internal/promscrape"
 	"github.com/inference-cache/inference-cache/loadgen"
 )
 
@@ -195,11 +196,11 @@ func (f *faultRun) busiestEngine(ctx context.Context) int {
 	for {
 		best, most := 0, 0.0
 		for i, e := range f.st.fleet.Engines {
-			fams, err := scrapeMetrics(ctx, e.URL()+"/metrics")
+			fams, err := promscrape.Get(ctx, e.URL()+"/metrics")
 			if err != nil {
 				continue
 			}
-			if n := metricSum(fams, "vllm:num_requests_running") + metricSum(fams, "vllm:num_requests_waiting"); n > most {
+			if n := promscrape.Sum(fams, "vllm:num_requests_running") + promscrape.Sum(fams, "vllm:num_requests_waiting"); n > most {
 				best, most = i, n
 			}
 		}
