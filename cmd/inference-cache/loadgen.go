@@ -99,26 +99,8 @@ caches holding nothing of its records.`,
 }
 
 func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) error {
-	if _, err := loadgen.CheckTarget(o.cfg.Target); err != nil {
+	if err := o.check(); err != nil {
 		return err
-	}
-	if o.compare != "" {
-		if _, err := loadgen.CheckTarget(o.compare); err != nil {
-			return errors.New(strings.Replace(err.Error(), "--target", "--compare", 1))
-		}
-		if o.resultsFile != "" {
-			return errors.New("--results: not with --compare (it would hold two runs' requests)")
-		}
-	}
-	switch {
-	case o.cfg.Model == "":
-		return errors.New("--model: required (the model every request names)")
-	case o.skip < 0:
-		return fmt.Errorf("--skip %d: must be 0 or more", o.skip)
-	case o.warmup < 0:
-		return fmt.Errorf("--warmup %d: must be 0 or more", o.warmup)
-	case o.progressEvery <= 0:
-		return fmt.Errorf("--progress-every %v: must be positive", o.progressEvery)
 	}
 	tr, err := bench.LoadMooncake(o.trace)
 	if err != nil {
@@ -127,28 +109,9 @@ func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) err
 	if o.skip >= len(tr.Requests) {
 		return fmt.Errorf("--skip %d: the trace has %d records", o.skip, len(tr.Requests))
 	}
-	var done, failed atomic.Int64
-	o.cfg.OnResult = func(r loadgen.Result) {
-		done.Add(1)
-		if r.Failed() {
-			failed.Add(1)
-		}
-	}
 	if !o.quiet {
-		pctx, pstop := context.WithCancel(ctx)
-		defer pstop()
-		go func() {
-			t := time.NewTicker(o.progressEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-pctx.Done():
-					return
-				case <-t.C:
-					fmt.Fprintf(errw, "loadgen: %d requests done, %d failed\n", done.Load(), failed.Load())
-				}
-			}
-		}()
+		stop := o.progress(ctx, errw)
+		defer stop()
 	}
 	if o.compare != "" {
 		return runCompare(ctx, o, tr, out, errw)
@@ -179,6 +142,58 @@ func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) err
 		return fmt.Errorf("%d of %d requests failed", s.Failed, s.Requests)
 	}
 	return nil
+}
+
+// check refuses flag values no replay can use, naming the flag.
+func (o *loadgenOptions) check() error {
+	if _, err := loadgen.CheckTarget(o.cfg.Target); err != nil {
+		return err
+	}
+	if o.compare != "" {
+		if _, err := loadgen.CheckTarget(o.compare); err != nil {
+			return errors.New(strings.Replace(err.Error(), "--target", "--compare", 1))
+		}
+		if o.resultsFile != "" {
+			return errors.New("--results: not with --compare (it would hold two runs' requests)")
+		}
+	}
+	switch {
+	case o.cfg.Model == "":
+		return errors.New("--model: required (the model every request names)")
+	case o.skip < 0:
+		return fmt.Errorf("--skip %d: must be 0 or more", o.skip)
+	case o.warmup < 0:
+		return fmt.Errorf("--warmup %d: must be 0 or more", o.warmup)
+	case o.progressEvery <= 0:
+		return fmt.Errorf("--progress-every %v: must be positive", o.progressEvery)
+	}
+	return nil
+}
+
+// progress counts the requests done and failed (o.cfg.OnResult) and
+// prints them on errw every --progress-every until stop.
+func (o *loadgenOptions) progress(ctx context.Context, errw io.Writer) (stop func()) {
+	var done, failed atomic.Int64
+	o.cfg.OnResult = func(r loadgen.Result) {
+		done.Add(1)
+		if r.Failed() {
+			failed.Add(1)
+		}
+	}
+	pctx, pstop := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(o.progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+				fmt.Fprintf(errw, "loadgen: %d requests done, %d failed\n", done.Load(), failed.Load())
+			}
+		}
+	}()
+	return pstop
 }
 
 // header is the line naming the replayed records above a summary.
