@@ -18,8 +18,8 @@ func WriteComparison(w io.Writer, names [2]string, s [2]Summary) error {
 	}
 	fmt.Fprintf(tw, "\t%s\t%s\n", names[0], names[1])
 	row("requests ok / failed", func(x *Summary) string { return fmt.Sprintf("%d / %d", x.OK, x.Failed) })
-	row("TTFT p50 / p99", func(x *Summary) string { return msText(x.TTFT.P50) + " / " + msText(x.TTFT.P99) })
-	row("E2E p50 / p99", func(x *Summary) string { return msText(x.E2E.P50) + " / " + msText(x.E2E.P99) })
+	row("TTFT p50 / p99", func(x *Summary) string { return MsText(x.TTFT.P50) + " / " + MsText(x.TTFT.P99) })
+	row("E2E p50 / p99", func(x *Summary) string { return MsText(x.E2E.P50) + " / " + MsText(x.E2E.P99) })
 	row("engines' cached tokens", func(x *Summary) string { return fmt.Sprintf("%.1f %%", 100*x.CacheHitRate) })
 	row("routed hit rate", func(x *Summary) string { return fmt.Sprintf("%.1f %%", 100*x.HitRate) })
 	row("requests max/mean", func(x *Summary) string { return fmt.Sprintf("%.2f", x.MaxOverMean) })

@@ -123,8 +123,8 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, " (%s)", countText(s.Errors))
 	}
 	fmt.Fprintf(&b, "; latest start %.0f ms behind the trace\n", s.MaxLateMs)
-	fmt.Fprintf(&b, "TTFT  p50 %s  p90 %s  p99 %s  mean %s\n", msText(s.TTFT.P50), msText(s.TTFT.P90), msText(s.TTFT.P99), msText(s.TTFT.Mean))
-	fmt.Fprintf(&b, "E2E   p50 %s  p90 %s  p99 %s  mean %s\n", msText(s.E2E.P50), msText(s.E2E.P90), msText(s.E2E.P99), msText(s.E2E.Mean))
+	fmt.Fprintf(&b, "TTFT  p50 %s  p90 %s  p99 %s  mean %s\n", MsText(s.TTFT.P50), MsText(s.TTFT.P90), MsText(s.TTFT.P99), MsText(s.TTFT.Mean))
+	fmt.Fprintf(&b, "E2E   p50 %s  p90 %s  p99 %s  mean %s\n", MsText(s.E2E.P50), MsText(s.E2E.P90), MsText(s.E2E.P99), MsText(s.E2E.Mean))
 	fmt.Fprintf(&b, "hit rate %.1f %% (proxy's matched tokens / prompt tokens); engines' cached tokens %.1f %% of %d prompt tokens\n",
 		100*s.HitRate, 100*s.CacheHitRate, s.PromptTokens)
 	if len(s.Replicas) > 0 {
@@ -155,8 +155,9 @@ func countText(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// msText is a time in ms as "123 ms" or, from 10 s, "12.3 s".
-func msText(v float64) string {
+// MsText formats a time of v milliseconds for tables and lines: "123 ms",
+// or from 10 s on "12.3 s".
+func MsText(v float64) string {
 	if v >= 10000 {
 		return fmt.Sprintf("%.1f s", v/1000)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -38,13 +39,8 @@ type benchOptions struct {
 	security                          clientSecurityFlags
 }
 
-// newBenchCmd is `inference-cache bench` (contract §12 "Benchmark gateway").
-func newBenchCmd() *cobra.Command {
-	o := &benchOptions{}
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Replay a request trace through a simulated fleet and compare routing strategies",
-		Long: `Plays a gateway in front of a simulated fleet of inference engines: replays a
+// benchLong is bench's help: the strategies, the fleet, the time model and the cluster.
+const benchLong = `Plays a gateway in front of a simulated fleet of inference engines: replays a
 Mooncake JSONL trace (--trace; without it the built-in generator), routes each
 request with one strategy after another, and reports per strategy the
 token-weighted prefix-cache hit rate, its fraction of the trace's ideal bound,
@@ -78,7 +74,15 @@ restored at the end.
 
 TTFT is modelled (queue wait + uncached tokens / prefill speed in the
 trace's virtual time), never measured; the output says how time was
-compressed.`,
+compressed.`
+
+// newBenchCmd is `inference-cache bench` (contract §12 "Benchmark gateway").
+func newBenchCmd() *cobra.Command {
+	o := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Replay a request trace through a simulated fleet and compare routing strategies",
+		Long:  benchLong,
 		Example: `  inference-cache bench --trace testdata/mooncake/conversation_trace.jsonl.gz --engines 8 --cache-blocks 5712
   inference-cache bench --requests 2000 --strategies round-robin,dynamo,lookuproute-sdk,oracle --json
   inference-cache bench --trace trace.jsonl --gateways 4 --prefill-tps 7000 --plot out.png
@@ -92,6 +96,12 @@ compressed.`,
 			return runBench(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		}),
 	}
+	o.register(cmd)
+	return cmd
+}
+
+// register adds bench's flags (with --live's), bound to o.
+func (o *benchOptions) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.trace, "trace", "", "Mooncake JSONL trace file (timestamp, input_length, output_length, hash_ids), plain or gzip-compressed; empty = the built-in generator")
 	f.IntVar(&o.requests, "requests", 0, "replay only the first N requests of the trace (0 = all)")
@@ -124,7 +134,6 @@ compressed.`,
 	o.security.register(cmd)
 	markPaths(f, "trace", "plot")
 	registerLiveFlags(f, &o.live)
-	return cmd
 }
 
 func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
@@ -132,55 +141,18 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var tr *bench.Trace
-	if o.trace != "" {
-		if tr, err = bench.LoadMooncake(o.trace); err != nil {
-			return err
-		}
-	} else {
-		tr = bench.Generate(bench.GeneratorConfig{Seed: o.seed, Requests: o.genRequests})
+	tr, sizes, err := o.traceAndSizes()
+	if err != nil {
+		return err
 	}
-	tr = tr.Head(o.requests)
-	sizes := o.sweep
-	if len(sizes) == 0 {
-		c := o.cacheBlocks
-		if c == 0 {
-			if o.engines < 1 {
-				return fmt.Errorf("--engines %d: must be at least 1", o.engines)
-			}
-			c = max(1, int(o.cacheFraction*float64(tr.DistinctBlocks())/float64(o.engines)))
-		}
-		sizes = []int{c}
+	addrs, clusterDesc, stop, err := o.cluster(ctx, errw, log)
+	if err != nil {
+		return err
 	}
-	addrs := o.addrs
-	clusterDesc := "--addr " + strings.Join(addrs, ",")
-	needCluster := len(o.strategies) == 0
-	for _, s := range o.strategies {
-		needCluster = needCluster || bench.UsesCluster(s)
-	}
-	if len(addrs) == 0 && needCluster {
-		pol := policy.Default()
-		pol.BlockSize = map[string]uint32{bench.BenchModel: bench.TraceBlockTokens}
-		fmt.Fprintln(errw, "bench: starting an embedded 3-node cluster (in-process Raft nodes over loopback TCP, one gRPC server each)")
-		lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: 3, Policy: &pol, Logger: log})
-		if err != nil {
-			return err
-		}
-		defer lc.Close()
-		addrs = lc.Addrs()
-		clusterDesc = "embedded 3-node (" + strings.Join(addrs, ",") + ")"
-	}
-	noTenantHot, noAffinity := true, true
-	for _, fb := range o.v2Fallbacks {
-		switch fb {
-		case "tenant-hot":
-			noTenantHot = false
-		case "affinity":
-			noAffinity = false
-		case "none":
-		default:
-			return fmt.Errorf("--v2-fallbacks %q: want tenant-hot, affinity or none", fb)
-		}
+	defer stop()
+	noTenantHot, noAffinity, err := o.fallbacks()
+	if err != nil {
+		return err
 	}
 	var reports []*bench.Report
 	for _, c := range sizes {
@@ -215,6 +187,81 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			fmt.Fprintln(out)
 		}
 	}
+	return o.writeReports(reports, out, errw)
+}
+
+// traceAndSizes reads --trace (or generates the built-in trace), cut to
+// --requests, and the cache sizes to run: --sweep, else --cache-blocks,
+// else --cache-fraction of the trace's distinct blocks per engine.
+func (o *benchOptions) traceAndSizes() (*bench.Trace, []int, error) {
+	var tr *bench.Trace
+	var err error
+	if o.trace != "" {
+		if tr, err = bench.LoadMooncake(o.trace); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		tr = bench.Generate(bench.GeneratorConfig{Seed: o.seed, Requests: o.genRequests})
+	}
+	tr = tr.Head(o.requests)
+	sizes := o.sweep
+	if len(sizes) == 0 {
+		c := o.cacheBlocks
+		if c == 0 {
+			if o.engines < 1 {
+				return nil, nil, fmt.Errorf("--engines %d: must be at least 1", o.engines)
+			}
+			c = max(1, int(o.cacheFraction*float64(tr.DistinctBlocks())/float64(o.engines)))
+		}
+		sizes = []int{c}
+	}
+	return tr, sizes, nil
+}
+
+// cluster is the cluster the hint strategies ask: --addr, or an embedded
+// 3-node one when a strategy needs one and none is given (stop closes
+// it); desc names it for the report.
+func (o *benchOptions) cluster(ctx context.Context, errw io.Writer, log *slog.Logger) (addrs []string, desc string, stop func(), err error) {
+	addrs, desc, stop = o.addrs, "--addr "+strings.Join(o.addrs, ","), func() {}
+	needCluster := len(o.strategies) == 0
+	for _, s := range o.strategies {
+		needCluster = needCluster || bench.UsesCluster(s)
+	}
+	if len(addrs) > 0 || !needCluster {
+		return addrs, desc, stop, nil
+	}
+	pol := policy.Default()
+	pol.BlockSize = map[string]uint32{bench.BenchModel: bench.TraceBlockTokens}
+	fmt.Fprintln(errw, "bench: starting an embedded 3-node cluster (in-process Raft nodes over loopback TCP, one gRPC server each)")
+	lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: 3, Policy: &pol, Logger: log})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	addrs = lc.Addrs()
+	return addrs, "embedded 3-node (" + strings.Join(addrs, ",") + ")", func() { lc.Close() }, nil
+}
+
+// fallbacks reads --v2-fallbacks: which of lookuproute-v2's fallbacks
+// are off.
+func (o *benchOptions) fallbacks() (noTenantHot, noAffinity bool, err error) {
+	noTenantHot, noAffinity = true, true
+	for _, fb := range o.v2Fallbacks {
+		switch fb {
+		case "tenant-hot":
+			noTenantHot = false
+		case "affinity":
+			noAffinity = false
+		case "none":
+		default:
+			return false, false, fmt.Errorf("--v2-fallbacks %q: want tenant-hot, affinity or none", fb)
+		}
+	}
+	return noTenantHot, noAffinity, nil
+}
+
+// writeReports prints the reports as JSON with --json (the tables were
+// printed as each run ended) and writes the plot.
+func (o *benchOptions) writeReports(reports []*bench.Report, out, errw io.Writer) error {
 	if o.jsonOut {
 		for _, rep := range reports {
 			if err := rep.WriteJSON(out); err != nil {
@@ -227,18 +274,19 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			}
 		}
 	}
-	if o.plot != "" {
-		var perr error
-		if len(reports) > 1 {
-			perr = bench.PlotSweep(o.plot, reports)
-		} else {
-			perr = bench.PlotReport(o.plot, reports[0])
-		}
-		if perr != nil {
-			return perr
-		}
-		fmt.Fprintf(errw, "bench: plot written to %s\n", o.plot)
+	if o.plot == "" {
+		return nil
 	}
+	var err error
+	if len(reports) > 1 {
+		err = bench.PlotSweep(o.plot, reports)
+	} else {
+		err = bench.PlotReport(o.plot, reports[0])
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(errw, "bench: plot written to %s\n", o.plot)
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -100,6 +99,53 @@ caches holding nothing of its records.`,
 }
 
 func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	tr, err := bench.LoadMooncake(o.trace)
+	if err != nil {
+		return fmt.Errorf("--trace: %w", err)
+	}
+	if o.skip >= len(tr.Requests) {
+		return fmt.Errorf("--skip %d: the trace has %d records", o.skip, len(tr.Requests))
+	}
+	if !o.quiet {
+		stop := o.progress(ctx, errw)
+		defer stop()
+	}
+	if o.compare != "" {
+		return runCompare(ctx, o, tr, out, errw)
+	}
+	run, err := loadgen.Replay(ctx, tr.Requests[o.skip:], o.cfg)
+	if err != nil {
+		return err
+	}
+	if o.resultsFile != "" {
+		if err := loadgen.WriteResults(o.resultsFile, run.Results); err != nil {
+			return fmt.Errorf("--results %s: %w", o.resultsFile, err)
+		}
+	}
+	measured := run.Results[min(o.warmup, len(run.Results)):]
+	s := loadgen.Summarize(measured)
+	if o.jsonOut {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(s)
+	} else {
+		o.header(out, tr.Name, len(run.Results), o.cfg.Target)
+		err = s.WriteText(out)
+	}
+	if err != nil {
+		return err
+	}
+	if s.Failed > 0 {
+		return fmt.Errorf("%d of %d requests failed", s.Failed, s.Requests)
+	}
+	return nil
+}
+
+// check refuses flag values no replay can use, naming the flag.
+func (o *loadgenOptions) check() error {
 	if _, err := loadgen.CheckTarget(o.cfg.Target); err != nil {
 		return err
 	}
@@ -121,13 +167,12 @@ func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) err
 	case o.progressEvery <= 0:
 		return fmt.Errorf("--progress-every %v: must be positive", o.progressEvery)
 	}
-	tr, err := bench.LoadMooncake(o.trace)
-	if err != nil {
-		return fmt.Errorf("--trace: %w", err)
-	}
-	if o.skip >= len(tr.Requests) {
-		return fmt.Errorf("--skip %d: the trace has %d records", o.skip, len(tr.Requests))
-	}
+	return nil
+}
+
+// progress counts the requests done and failed (o.cfg.OnResult) and
+// prints them on errw every --progress-every until stop.
+func (o *loadgenOptions) progress(ctx context.Context, errw io.Writer) (stop func()) {
 	var done, failed atomic.Int64
 	o.cfg.OnResult = func(r loadgen.Result) {
 		done.Add(1)
@@ -135,51 +180,20 @@ func runLoadgen(ctx context.Context, o *loadgenOptions, out, errw io.Writer) err
 			failed.Add(1)
 		}
 	}
-	if !o.quiet {
-		pctx, pstop := context.WithCancel(ctx)
-		defer pstop()
-		go func() {
-			t := time.NewTicker(o.progressEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-pctx.Done():
-					return
-				case <-t.C:
-					fmt.Fprintf(errw, "loadgen: %d requests done, %d failed\n", done.Load(), failed.Load())
-				}
+	pctx, pstop := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(o.progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-t.C:
+				fmt.Fprintf(errw, "loadgen: %d requests done, %d failed\n", done.Load(), failed.Load())
 			}
-		}()
-	}
-	if o.compare != "" {
-		return runCompare(ctx, o, tr, out, errw)
-	}
-	run, err := loadgen.Replay(ctx, tr.Requests[o.skip:], o.cfg)
-	if err != nil {
-		return err
-	}
-	if o.resultsFile != "" {
-		if err := writeResults(o.resultsFile, run.Results); err != nil {
-			return fmt.Errorf("--results %s: %w", o.resultsFile, err)
 		}
-	}
-	measured := run.Results[min(o.warmup, len(run.Results)):]
-	s := loadgen.Summarize(measured)
-	if o.jsonOut {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(s)
-	} else {
-		o.header(out, tr.Name, len(run.Results), o.cfg.Target)
-		err = s.WriteText(out)
-	}
-	if err != nil {
-		return err
-	}
-	if s.Failed > 0 {
-		return fmt.Errorf("%d of %d requests failed", s.Failed, s.Requests)
-	}
-	return nil
+	}()
+	return pstop
 }
 
 // header is the line naming the replayed records above a summary.
@@ -229,20 +243,4 @@ func runCompare(ctx context.Context, o *loadgenOptions, tr *bench.Trace, out, er
 		return fmt.Errorf("%d of %d requests failed", f, sums[0].Requests+sums[1].Requests)
 	}
 	return nil
-}
-
-// writeResults writes rs to path, one JSON object per line.
-func writeResults(path string, rs []loadgen.Result) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(f)
-	for i := range rs {
-		if err := enc.Encode(&rs[i]); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	return f.Close()
 }

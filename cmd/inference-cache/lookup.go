@@ -17,14 +17,19 @@ import (
 	"github.com/inference-cache/inference-cache/fingerprint"
 )
 
+// lookupOptions are the flags of `inference-cache lookup`.
+type lookupOptions struct {
+	cf                                 clientFlags
+	req                                pb.LookupRouteRequest
+	tokens, hashes, prompt, promptFile string
+	blockSize                          int
+	prefix                             uint64
+	ttft                               uint32
+	explain                            bool
+}
+
 func newLookupCmd() *cobra.Command {
-	var cf clientFlags
-	var req pb.LookupRouteRequest
-	var tokens, hashes, prompt, promptFile string
-	var blockSize int
-	var prefix uint64
-	var ttft uint32
-	var explain bool
+	o := &lookupOptions{}
 	cmd := &cobra.Command{
 		Use:   "lookup",
 		Short: "Ask LookupRoute which replicas hold a prompt's prefix",
@@ -57,111 +62,139 @@ tokens and it has no factors.`,
   inference-cache lookup --model qwen3-8b --cache-salt "$TENANT_SALT" --tokens "$(seq -s, 0 127)"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			warnEmptyPartition(cmd.ErrOrStderr(), req.ModelId, req.TenantId)
-			if blockSize < 0 || blockSize > fingerprint.MaxBlockSize {
-				return fmt.Errorf("--block-size %d: must be 0 (the server fingerprints) or between 1 and %d", blockSize, fingerprint.MaxBlockSize)
-			}
-			if cmd.Flags().Changed("prompt-file") {
-				if cmd.Flags().Changed("prompt") {
-					return errors.New("--prompt and --prompt-file: give the prompt one way, not both")
-				}
-				var err error
-				if prompt, err = readPromptFile(cmd, promptFile); err != nil {
-					return err
-				}
-			} else if len(prompt) > api.MaxPromptBytes {
-				return fmt.Errorf("--prompt: %d bytes, over the limit of %d (api.MaxPromptBytes)", len(prompt), api.MaxPromptBytes)
-			}
-			if tokens != "" {
-				ids, err := parseUints(tokens, 32)
-				if err != nil {
-					return fmt.Errorf("--tokens: %w", err)
-				}
-				for _, v := range ids {
-					req.TokenIds = append(req.TokenIds, uint32(v))
-				}
-			}
-			if hashes != "" {
-				hs, err := parseUints(hashes, 64)
-				if err != nil {
-					return fmt.Errorf("--block-hashes: %w", err)
-				}
-				req.BlockHashes = hs
-			}
-			req.PrefixHash, req.PromptText, req.Explain = prefix, prompt, explain
-			if ttft > 0 {
-				req.Slo = &pb.Slo{TtftMs: ttft}
-			}
-			if blockSize > 0 && len(req.TokenIds) > 0 {
-				if err := client.Fingerprint(&req, req.TokenIds, blockSize); err != nil {
-					return fmt.Errorf("--block-size %d: %w", blockSize, err)
-				}
-			}
-			c, err := cf.dial()
-			if err != nil {
+			warnEmptyPartition(cmd.ErrOrStderr(), o.req.ModelId, o.req.TenantId)
+			if err := o.buildRequest(cmd); err != nil {
 				return err
 			}
-			defer c.Close()
-			resp := c.LookupRoute(cmd.Context(), &req)
-			// The SDK fails open for gateways, with the detail "client:
-			// CODE: message; failing open"; an operator asking a node must
-			// hear that no node answered, and why (the CLI does not fail
-			// open: it exits 1).
-			if c.Stats().FailOpen > 0 {
-				cause := strings.TrimSuffix(strings.TrimPrefix(resp.Detail, "client: "), "; failing open")
-				addrs := strings.Join(cf.addrs, ", ")
-				switch {
-				case strings.HasPrefix(cause, "DeadlineExceeded:"):
-					return fmt.Errorf("no node answered LookupRoute at %s within --timeout %v: %s", addrs, cf.timeout, cause)
-				case strings.HasPrefix(cause, "Unavailable:"):
-					return fmt.Errorf("no node answered LookupRoute at %s: %s", addrs, cause)
-				}
-				return fmt.Errorf("LookupRoute failed at %s: %s", addrs, cause)
-			}
-			if cf.json {
-				return printJSON(cmd.OutOrStdout(), resp)
-			}
-			w := table(cmd.OutOrStdout())
-			fmt.Fprintf(w, "reason\t%s\n", resp.ReasonCode)
-			if resp.Detail != "" {
-				fmt.Fprintf(w, "detail\t%s\n", printable(detailInFlags(resp.Detail, cmd.Flags().Changed, blockSize)))
-			}
-			fmt.Fprintf(w, "served by\t%s (applied index %d, stale %t, last leader contact %d ms)\n", resp.ServedBy, resp.AppliedIndex, resp.Stale, resp.LastLeaderContactMs)
-			w.Flush()
-			if len(resp.Replicas) == 0 {
-				return w.Flush()
-			}
-			fmt.Fprintln(w)
-			if explain {
-				printExplained(w, resp)
-				return w.Flush()
-			}
-			fmt.Fprintln(w, "REPLICA\tSCORE\tMATCHED TOKENS\tBLOCKS\tFRESHNESS\tAGE MS\tPRESSURE\tWAITING\tRUNNING\tSOURCE")
-			for _, h := range resp.Replicas {
-				fmt.Fprintf(w, "%s\t%.2f\t%d\t%d\t%.3f\t%d\t%.2f\t%d\t%d\t%s\n", printable(h.ReplicaId), h.Score, h.MatchedTokens, h.MatchedBlocks,
-					h.Freshness, h.AgeMs, h.Pressure, h.WaitingRequests, h.RunningRequests, hintSource(h))
-			}
-			return w.Flush()
+			return o.run(cmd)
 		},
 	}
-	cf.register(cmd, addrLookup)
+	o.cf.register(cmd, addrLookup)
+	o.register(cmd)
+	return cmd
+}
+
+// register adds lookup's own flags.
+func (o *lookupOptions) register(cmd *cobra.Command) {
+	req := &o.req
 	f := cmd.Flags()
 	f.StringVar(&req.HashScheme, "scheme", "vllm", "hash_scheme (vllm, sglang, …)")
 	f.StringVar(&req.ModelId, "model", "", "model_id")
 	f.StringVar(&req.TenantId, "tenant", "", "tenant_id")
 	f.StringVar(&req.AdapterId, "adapter", "", "adapter_id (LoRA); empty = base model")
 	f.StringVar(&req.CacheSalt, "cache-salt", "", "vLLM cache_salt of the request: --tokens, --prompt and --block-size fingerprints use its hash domain")
-	f.StringVar(&tokens, "tokens", "", "token ids, comma- or space-separated")
-	f.IntVar(&blockSize, "block-size", 0, "fingerprint --tokens locally with this block size (0 = let the server do it)")
-	f.StringVar(&hashes, "block-hashes", "", "block hash chain, comma-separated decimal uint64")
-	f.Uint64Var(&prefix, "prefix-hash", 0, "prefix hash (decimal uint64)")
-	f.StringVar(&prompt, "prompt", "", "prompt text (the server tokenizes it)")
-	f.StringVar(&promptFile, "prompt-file", "", "read the prompt text from this file, verbatim (- = stdin; at most 1 MiB); instead of --prompt")
+	f.StringVar(&o.tokens, "tokens", "", "token ids, comma- or space-separated")
+	f.IntVar(&o.blockSize, "block-size", 0, "fingerprint --tokens locally with this block size (0 = let the server do it)")
+	f.StringVar(&o.hashes, "block-hashes", "", "block hash chain, comma-separated decimal uint64")
+	f.Uint64Var(&o.prefix, "prefix-hash", 0, "prefix hash (decimal uint64)")
+	f.StringVar(&o.prompt, "prompt", "", "prompt text (the server tokenizes it)")
+	f.StringVar(&o.promptFile, "prompt-file", "", "read the prompt text from this file, verbatim (- = stdin; at most 1 MiB); instead of --prompt")
 	markPaths(f, "prompt-file")
-	f.Uint32Var(&ttft, "ttft-ms", 0, "SLO time-to-first-token in ms (0 = none)")
+	f.Uint32Var(&o.ttft, "ttft-ms", 0, "SLO time-to-first-token in ms (0 = none)")
 	f.Uint32Var(&req.MaxReplicas, "max-replicas", 0, "most hints to return (0 = policy maxReplicas)")
-	f.BoolVar(&explain, "explain", false, "show the ranking factors behind each hint's score")
-	return cmd
+	f.BoolVar(&o.explain, "explain", false, "show the ranking factors behind each hint's score")
+}
+
+// buildRequest checks the key flags and fills the request from them:
+// the prompt (from --prompt-file when given), the token ids, the block
+// hashes, the SLO, and the local fingerprint with --block-size.
+func (o *lookupOptions) buildRequest(cmd *cobra.Command) error {
+	req := &o.req
+	if o.blockSize < 0 || o.blockSize > fingerprint.MaxBlockSize {
+		return fmt.Errorf("--block-size %d: must be 0 (the server fingerprints) or between 1 and %d", o.blockSize, fingerprint.MaxBlockSize)
+	}
+	if cmd.Flags().Changed("prompt-file") {
+		if cmd.Flags().Changed("prompt") {
+			return errors.New("--prompt and --prompt-file: give the prompt one way, not both")
+		}
+		var err error
+		if o.prompt, err = readPromptFile(cmd, o.promptFile); err != nil {
+			return err
+		}
+	} else if len(o.prompt) > api.MaxPromptBytes {
+		return fmt.Errorf("--prompt: %d bytes, over the limit of %d (api.MaxPromptBytes)", len(o.prompt), api.MaxPromptBytes)
+	}
+	if o.tokens != "" {
+		ids, err := parseUints(o.tokens, 32)
+		if err != nil {
+			return fmt.Errorf("--tokens: %w", err)
+		}
+		for _, v := range ids {
+			req.TokenIds = append(req.TokenIds, uint32(v))
+		}
+	}
+	if o.hashes != "" {
+		hs, err := parseUints(o.hashes, 64)
+		if err != nil {
+			return fmt.Errorf("--block-hashes: %w", err)
+		}
+		req.BlockHashes = hs
+	}
+	req.PrefixHash, req.PromptText, req.Explain = o.prefix, o.prompt, o.explain
+	if o.ttft > 0 {
+		req.Slo = &pb.Slo{TtftMs: o.ttft}
+	}
+	if o.blockSize > 0 && len(req.TokenIds) > 0 {
+		if err := client.Fingerprint(req, req.TokenIds, o.blockSize); err != nil {
+			return fmt.Errorf("--block-size %d: %w", o.blockSize, err)
+		}
+	}
+	return nil
+}
+
+// run asks LookupRoute and prints the answer.
+func (o *lookupOptions) run(cmd *cobra.Command) error {
+	c, err := o.cf.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	resp := c.LookupRoute(cmd.Context(), &o.req)
+	// The SDK fails open for gateways, with the detail "client:
+	// CODE: message; failing open"; an operator asking a node must
+	// hear that no node answered, and why (the CLI does not fail
+	// open: it exits 1).
+	if c.Stats().FailOpen > 0 {
+		cause := strings.TrimSuffix(strings.TrimPrefix(resp.Detail, "client: "), "; failing open")
+		addrs := strings.Join(o.cf.addrs, ", ")
+		switch {
+		case strings.HasPrefix(cause, "DeadlineExceeded:"):
+			return fmt.Errorf("no node answered LookupRoute at %s within --timeout %v: %s", addrs, o.cf.timeout, cause)
+		case strings.HasPrefix(cause, "Unavailable:"):
+			return fmt.Errorf("no node answered LookupRoute at %s: %s", addrs, cause)
+		}
+		return fmt.Errorf("LookupRoute failed at %s: %s", addrs, cause)
+	}
+	if o.cf.json {
+		return printJSON(cmd.OutOrStdout(), resp)
+	}
+	return o.print(cmd, resp)
+}
+
+// print writes the answer as a table: the reason, detail and server,
+// then one row per hint (with --explain, its factors).
+func (o *lookupOptions) print(cmd *cobra.Command, resp *pb.LookupRouteResponse) error {
+	w := table(cmd.OutOrStdout())
+	fmt.Fprintf(w, "reason\t%s\n", resp.ReasonCode)
+	if resp.Detail != "" {
+		fmt.Fprintf(w, "detail\t%s\n", printable(detailInFlags(resp.Detail, cmd.Flags().Changed, o.blockSize)))
+	}
+	fmt.Fprintf(w, "served by\t%s (applied index %d, stale %t, last leader contact %d ms)\n", resp.ServedBy, resp.AppliedIndex, resp.Stale, resp.LastLeaderContactMs)
+	w.Flush()
+	if len(resp.Replicas) == 0 {
+		return w.Flush()
+	}
+	fmt.Fprintln(w)
+	if o.explain {
+		printExplained(w, resp)
+		return w.Flush()
+	}
+	fmt.Fprintln(w, "REPLICA\tSCORE\tMATCHED TOKENS\tBLOCKS\tFRESHNESS\tAGE MS\tPRESSURE\tWAITING\tRUNNING\tSOURCE")
+	for _, h := range resp.Replicas {
+		fmt.Fprintf(w, "%s\t%.2f\t%d\t%d\t%.3f\t%d\t%.2f\t%d\t%d\t%s\n", printable(h.ReplicaId), h.Score, h.MatchedTokens, h.MatchedBlocks,
+			h.Freshness, h.AgeMs, h.Pressure, h.WaitingRequests, h.RunningRequests, hintSource(h))
+	}
+	return w.Flush()
 }
 
 // requestFlags maps LookupRouteRequest fields, as a server's NO_HINT

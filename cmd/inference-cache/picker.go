@@ -42,14 +42,8 @@ type pickerOptions struct {
 	logFormat, logLevel                 string
 }
 
-// newPickerCmd is `inference-cache picker`: the Endpoint Picker of the
-// Gateway API Inference Extension (package epp over package gateway).
-func newPickerCmd() *cobra.Command {
-	o := &pickerOptions{}
-	cmd := &cobra.Command{
-		Use:   "picker (--endpoint ADDRESS=REPLICA_ID[,MODEL] … | --endpoints FILE | --pool-name NAME) [--addr HOST:PORT …] [--models-dir DIR]",
-		Short: "Run an Endpoint Picker (Envoy ext_proc) that sends each inference request to the endpoint holding its prefix",
-		Long: `Serves the Endpoint Picker Protocol of the Gateway API Inference Extension
+// pickerLong is the picker's help: its servers, the pick, the load sharing, the endpoints, metrics and drain.
+const pickerLong = `Serves the Endpoint Picker Protocol of the Gateway API Inference Extension
 (v1.6.0) to an Envoy-based gateway (Envoy Gateway, kgateway, Istio, GKE):
 
   --listen          :9002  envoy.service.ext_proc.v3.ExternalProcessor, gRPC health
@@ -98,7 +92,16 @@ A connection carries at most --max-streams-per-connection streams at once, and
 a stream with no message for --stream-idle-timeout is ended. On SIGTERM (or
 SIGINT) readiness turns NOT_SERVING at once while streams are still served,
 for --drain-time; then the servers stop, waiting up to --shutdown-timeout for
-the streams in flight.`,
+the streams in flight.`
+
+// newPickerCmd is `inference-cache picker`: the Endpoint Picker of the
+// Gateway API Inference Extension (package epp over package gateway).
+func newPickerCmd() *cobra.Command {
+	o := &pickerOptions{}
+	cmd := &cobra.Command{
+		Use:   "picker (--endpoint ADDRESS=REPLICA_ID[,MODEL] … | --endpoints FILE | --pool-name NAME) [--addr HOST:PORT …] [--models-dir DIR]",
+		Short: "Run an Endpoint Picker (Envoy ext_proc) that sends each inference request to the endpoint holding its prefix",
+		Long:  pickerLong,
 		Example: `  # beside make run (its cluster on 7401/7411/7421, sim-1..3 on 7431/7441/7451):
   inference-cache picker --models-dir .dev-cluster/models \
       --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 \
@@ -111,6 +114,12 @@ the streams in flight.`,
 			return runPicker(ctx, o, cmd.ErrOrStderr())
 		}),
 	}
+	o.register(cmd)
+	return cmd
+}
+
+// register adds the picker's flags, bound to o.
+func (o *pickerOptions) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", fmt.Sprintf(":%d", epp.DefaultExtProcPort), "HOST:PORT of the ext_proc gRPC server (port 0 = any free port, logged at start)")
 	f.StringVar(&o.healthListen, "health-listen", fmt.Sprintf(":%d", epp.DefaultHealthPort), "HOST:PORT of the gRPC health server; empty = none (health is also served on --listen)")
@@ -133,7 +142,6 @@ the streams in flight.`,
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
 	markPaths(f, "models-dir", "endpoints", "kubeconfig")
-	return cmd
 }
 
 // check validates the flags, each error naming its flag and the limit.
@@ -201,22 +209,11 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 		return err
 	}
 	defer closeGateway()
-
-	table := &epp.Table{}
-	poolName := o.poolName
-	if poolName == "" {
-		eps, _ := o.loadEndpoints() // checked
-		if err := table.Set(eps); err != nil {
-			return err
-		}
-		poolName = "static"
-	} else {
-		stopWatch, err := watchPool(ctx, o, table, log)
-		if err != nil {
-			return err
-		}
-		defer stopWatch()
+	table, poolName, stopWatch, err := o.endpointTable(ctx, log)
+	if err != nil {
+		return err
 	}
+	defer stopWatch()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -227,67 +224,121 @@ func runPicker(ctx context.Context, o *pickerOptions, errw io.Writer) error {
 		return err
 	}
 	health := epp.NewHealth(table)
+	ps := &pickerServers{served: make(chan error, 3)}
+	defer ps.close()
+	attrs, err := ps.start(o, srv, health, reg)
+	if err != nil {
+		return err
+	}
+	attrs = append(attrs, "endpoints", table.Len(), "pool", poolName, "cluster", strings.Join(o.addrs, ","), "strategy", gw.Strategy(),
+		"lookup_budget", o.lookupBudget, "models_dir", o.modelsDir)
+	log.Info("picker serving", attrs...)
+	return ps.drain(ctx, o, health, log)
+}
 
+// endpointTable is the endpoints to pick from: the static ones
+// (--endpoint, --endpoints; pool "static"), or the InferencePool's pods,
+// watched until stop.
+func (o *pickerOptions) endpointTable(ctx context.Context, log *slog.Logger) (table *epp.Table, poolName string, stop func(), err error) {
+	table = &epp.Table{}
+	if o.poolName != "" {
+		stop, err := watchPool(ctx, o, table, log)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return table, o.poolName, stop, nil
+	}
+	eps, _ := o.loadEndpoints() // checked
+	if err := table.Set(eps); err != nil {
+		return nil, "", nil, err
+	}
+	return table, "static", func() {}, nil
+}
+
+// pickerServers are the picker's servers: ext_proc (g), health (hg) and
+// metrics (hs), the latter two optional; served receives the error of
+// any that stops serving.
+type pickerServers struct {
+	g, hg  *grpc.Server
+	hs     *http.Server
+	served chan error
+}
+
+// start binds and serves --listen, --health-listen and --metrics-listen
+// (the last two when set); attrs name their addresses for the log.
+func (ps *pickerServers) start(o *pickerOptions, srv *epp.Server, health *epp.Health, reg *prometheus.Registry) (attrs []any, err error) {
 	lis, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", o.listen, err)
+		return nil, fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
-	g := grpc.NewServer(srv.GRPCOptions()...)
-	srv.Register(g)
-	health.Register(g)
-	reflection.Register(g)
-	served := make(chan error, 3)
-	go func() { served <- fmt.Errorf("--listen %s: %w", o.listen, g.Serve(lis)) }()
-	defer g.Stop()
-
-	attrs := []any{"ext_proc", lis.Addr().String()}
+	ps.g = grpc.NewServer(srv.GRPCOptions()...)
+	srv.Register(ps.g)
+	health.Register(ps.g)
+	reflection.Register(ps.g)
+	go func() { ps.served <- fmt.Errorf("--listen %s: %w", o.listen, ps.g.Serve(lis)) }()
+	attrs = []any{"ext_proc", lis.Addr().String()}
 	if o.healthListen != "" {
 		hl, err := net.Listen("tcp", o.healthListen)
 		if err != nil {
-			return fmt.Errorf("--health-listen %s: %w", o.healthListen, err)
+			return nil, fmt.Errorf("--health-listen %s: %w", o.healthListen, err)
 		}
-		hg := grpc.NewServer()
-		health.Register(hg)
-		reflection.Register(hg)
-		go func() { served <- fmt.Errorf("--health-listen %s: %w", o.healthListen, hg.Serve(hl)) }()
-		defer hg.Stop()
+		ps.hg = grpc.NewServer()
+		health.Register(ps.hg)
+		reflection.Register(ps.hg)
+		go func() { ps.served <- fmt.Errorf("--health-listen %s: %w", o.healthListen, ps.hg.Serve(hl)) }()
 		attrs = append(attrs, "health", hl.Addr().String())
 	}
 	if o.metricsListen != "" {
 		ml, err := net.Listen("tcp", o.metricsListen)
 		if err != nil {
-			return fmt.Errorf("--metrics-listen %s: %w", o.metricsListen, err)
+			return nil, fmt.Errorf("--metrics-listen %s: %w", o.metricsListen, err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { served <- fmt.Errorf("--metrics-listen %s: %w", o.metricsListen, hs.Serve(ml)) }()
-		defer hs.Close()
+		ps.hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { ps.served <- fmt.Errorf("--metrics-listen %s: %w", o.metricsListen, ps.hs.Serve(ml)) }()
 		attrs = append(attrs, "metrics", "http://"+ml.Addr().String()+"/metrics")
 	}
-	attrs = append(attrs, "endpoints", table.Len(), "pool", poolName, "cluster", strings.Join(o.addrs, ","), "strategy", gw.Strategy(),
-		"lookup_budget", o.lookupBudget, "models_dir", o.modelsDir)
-	log.Info("picker serving", attrs...)
+	return attrs, nil
+}
+
+// drain serves until ctx ends (or a server fails: its error), then turns
+// readiness NOT_SERVING for --drain-time while streams are still served,
+// then stops ext_proc gracefully within --shutdown-timeout.
+func (ps *pickerServers) drain(ctx context.Context, o *pickerOptions, health *epp.Health, log *slog.Logger) error {
 	select {
-	case err := <-served:
+	case err := <-ps.served:
 		return err
 	case <-ctx.Done():
 	}
 	health.Drain()
 	log.Info("picker draining", "drain_time", o.drainTime)
 	select {
-	case err := <-served:
+	case err := <-ps.served:
 		return fmt.Errorf("serving while draining: %w", err)
 	case <-time.After(o.drainTime):
 	}
 	log.Info("picker stopping", "shutdown_timeout", o.shutdownTimeout)
 	stopped := make(chan struct{})
-	go func() { g.GracefulStop(); close(stopped) }()
+	go func() { ps.g.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(o.shutdownTimeout):
 	}
 	return nil
+}
+
+// close stops every server started, at once.
+func (ps *pickerServers) close() {
+	if ps.hs != nil {
+		ps.hs.Close()
+	}
+	if ps.hg != nil {
+		ps.hg.Stop()
+	}
+	if ps.g != nil {
+		ps.g.Stop()
+	}
 }
 
 // watchPool starts the InferencePool watch (--pool-name) with the

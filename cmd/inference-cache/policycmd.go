@@ -24,6 +24,11 @@ func newPolicyCmd() *cobra.Command {
 		Example: `  inference-cache policy get > policy.yaml
   inference-cache policy set policy.yaml`,
 	}
+	cmd.AddCommand(newPolicyGetCmd(), newPolicySetCmd())
+	return cmd
+}
+
+func newPolicyGetCmd() *cobra.Command {
 	var gf clientFlags
 	get := &cobra.Command{
 		Use:   "get",
@@ -47,6 +52,10 @@ func newPolicyCmd() *cobra.Command {
 		},
 	}
 	gf.register(get, addrTurn)
+	return get
+}
+
+func newPolicySetCmd() *cobra.Command {
 	var sf clientFlags
 	var force bool
 	set := &cobra.Command{
@@ -76,46 +85,53 @@ reported as unchanged and commits nothing (the version stays).`,
 				return err
 			}
 			return sf.run(cmd, func(ctx context.Context, c *client.Client) error {
-				var err error
-				want := api.PolicyToPB(p)
-				var cur, got *pb.CachePolicy
-				err = c.Do(ctx, func(ctx context.Context, _ string, ic pb.InferenceCacheClient, _ pb.ClusterClient) error {
-					cur, err = ic.GetCachePolicy(ctx, &pb.GetCachePolicyRequest{})
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				if base, ok := policy.BaseVersion(data); ok && base < cur.Version && !force {
-					return fmt.Errorf("policy set: %s was written from policy version %d, and the cluster's policy is now version %d: setting it would undo the changes made since; read the current one with `policy get`, or pass --force", args[0], base, cur.Version)
-				}
-				if sameKnobs(cur, want) {
-					if sf.json {
-						return printJSON(cmd.OutOrStdout(), cur)
-					}
-					_, err := fmt.Fprintf(cmd.OutOrStdout(), "policy unchanged: %s equals the policy in force (version %d); nothing committed\n", args[0], cur.Version)
-					return err
-				}
-				err = c.Do(ctx, func(ctx context.Context, _ string, ic pb.InferenceCacheClient, _ pb.ClusterClient) error {
-					got, err = ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: want})
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				// The outcome goes to stderr: stdout stays the YAML of the
-				// policy in force, which policy set reads back.
-				if !sf.json {
-					fmt.Fprintf(cmd.ErrOrStderr(), "committed %s as policy version %d (was version %d); the policy now in force:\n", args[0], got.Version, cur.Version)
-				}
-				return sf.print(cmd, got, func(w io.Writer) error { return writePolicyYAML(w, got) })
+				return setPolicy(ctx, cmd, c, &sf, args[0], data, p, force)
 			})
 		},
 	}
 	set.Flags().BoolVar(&force, "force", false, "set the file even when it was written from an older policy version than the cluster's")
 	sf.register(set, addrTurn)
-	cmd.AddCommand(get, set)
-	return cmd
+	return set
+}
+
+// setPolicy commits p, read from file (whose bytes are data), unless the
+// file was written from an older version than the cluster's (without
+// force) or its knobs equal the policy in force; it prints the policy in
+// force after.
+func setPolicy(ctx context.Context, cmd *cobra.Command, c *client.Client, sf *clientFlags, file string, data []byte, p policy.Policy, force bool) error {
+	var err error
+	want := api.PolicyToPB(p)
+	var cur, got *pb.CachePolicy
+	err = c.Do(ctx, func(ctx context.Context, _ string, ic pb.InferenceCacheClient, _ pb.ClusterClient) error {
+		cur, err = ic.GetCachePolicy(ctx, &pb.GetCachePolicyRequest{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if base, ok := policy.BaseVersion(data); ok && base < cur.Version && !force {
+		return fmt.Errorf("policy set: %s was written from policy version %d, and the cluster's policy is now version %d: setting it would undo the changes made since; read the current one with `policy get`, or pass --force", file, base, cur.Version)
+	}
+	if sameKnobs(cur, want) {
+		if sf.json {
+			return printJSON(cmd.OutOrStdout(), cur)
+		}
+		_, err := fmt.Fprintf(cmd.OutOrStdout(), "policy unchanged: %s equals the policy in force (version %d); nothing committed\n", file, cur.Version)
+		return err
+	}
+	err = c.Do(ctx, func(ctx context.Context, _ string, ic pb.InferenceCacheClient, _ pb.ClusterClient) error {
+		got, err = ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: want})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// The outcome goes to stderr: stdout stays the YAML of the policy in
+	// force, which policy set reads back.
+	if !sf.json {
+		fmt.Fprintf(cmd.ErrOrStderr(), "committed %s as policy version %d (was version %d); the policy now in force:\n", file, got.Version, cur.Version)
+	}
+	return sf.print(cmd, got, func(w io.Writer) error { return writePolicyYAML(w, got) })
 }
 
 // sameKnobs reports whether two policies differ only in their version.

@@ -38,14 +38,8 @@ type proxyOptions struct {
 	logFormat, logLevel            string
 }
 
-// newProxyCmd is `inference-cache proxy`: the OpenAI-compatible routing
-// proxy (package proxy over package gateway).
-func newProxyCmd() *cobra.Command {
-	o := &proxyOptions{}
-	cmd := &cobra.Command{
-		Use:   "proxy --backend REPLICA_ID=URL … [--addr HOST:PORT …] [--models-dir DIR]",
-		Short: "Run an OpenAI-compatible reverse proxy that routes each request to the replica holding its prefix",
-		Long: `Serves the OpenAI API in front of vLLM (or SGLang, or sim-engine) replicas and
+// proxyLong is the proxy's help: its endpoints, routing, backends, bounds, drain and metrics.
+const proxyLong = `Serves the OpenAI API in front of vLLM (or SGLang, or sim-engine) replicas and
 sends each request to the replica that already holds its prompt's prefix in its
 KV cache, per the cluster's prefix index:
 
@@ -141,7 +135,16 @@ time_to_first_token_seconds, upstream_errors_total{replica,kind},
 retries_total{cause}, prompt_tokens_total, matched_tokens_total (their ratio is
 the routed hit rate), requests_in_flight, backend_up{replica},
 disagg_requests_total{path,cause}, broken_responses_total{cause},
-shed_requests_total, body_timeouts_total.`,
+shed_requests_total, body_timeouts_total.`
+
+// newProxyCmd is `inference-cache proxy`: the OpenAI-compatible routing
+// proxy (package proxy over package gateway).
+func newProxyCmd() *cobra.Command {
+	o := &proxyOptions{}
+	cmd := &cobra.Command{
+		Use:   "proxy --backend REPLICA_ID=URL … [--addr HOST:PORT …] [--models-dir DIR]",
+		Short: "Run an OpenAI-compatible reverse proxy that routes each request to the replica holding its prefix",
+		Long:  proxyLong,
 		Example: `  # beside make run (its cluster on 7401/7411/7421, sim-1..3 on 7431/7441/7451):
   inference-cache proxy --listen 127.0.0.1:8080 --models-dir .dev-cluster/models \
       --addr 127.0.0.1:7401 --addr 127.0.0.1:7411 --addr 127.0.0.1:7421 \
@@ -155,6 +158,12 @@ shed_requests_total, body_timeouts_total.`,
 			return runProxy(ctx, o, cmd.ErrOrStderr())
 		}),
 	}
+	o.register(cmd)
+	return cmd
+}
+
+// register adds the proxy's flags, bound to o.
+func (o *proxyOptions) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HOST:PORT of the OpenAI-compatible HTTP API (port 0 = any free port, logged at start)")
 	f.StringArrayVar(&o.backends, "backend", nil, "a backend REPLICA_ID=URL[,ROLE], REPLICA_ID as the subscriber names the engine, ROLE prefill, decode or both (repeatable)")
@@ -176,7 +185,6 @@ shed_requests_total, body_timeouts_total.`,
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
 	markPaths(f, "models-dir", "backends")
-	return cmd
 }
 
 // check validates the flags, each error naming its flag and the limit.

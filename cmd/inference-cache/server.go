@@ -6,15 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
-	"os/signal"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -23,10 +19,8 @@ import (
 
 	"github.com/inference-cache/inference-cache/api"
 	"github.com/inference-cache/inference-cache/metrics"
-	"github.com/inference-cache/inference-cache/observe"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/raftnode"
-	"github.com/inference-cache/inference-cache/tokenizer"
 )
 
 // Default ports of a single server; `dev` offsets them by 10 per node.
@@ -122,195 +116,6 @@ by default (the local quick start); see docs/security.md for production.`,
 	o.security.register(f)
 	markPaths(f, "data-dir", "policy", "models-dir", "subscribe-config")
 	return cmd
-}
-
-func runServer(ctx context.Context, o *serverOptions, cmd *cobra.Command) error {
-	log, err := newLogger(cmd.ErrOrStderr(), o.logFormat, o.logLevel)
-	if err != nil {
-		return err
-	}
-	if err := o.validate(); err != nil {
-		return err
-	}
-	pol := policy.Default()
-	if o.policyFile != "" {
-		if pol, err = policy.LoadFile(o.policyFile); err != nil {
-			return err
-		}
-	}
-	if o.modelsDir != "" {
-		// A mistyped directory would silently turn every prompt_text
-		// lookup into NO_HINT: refuse it at start.
-		if fi, err := os.Stat(o.modelsDir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("--models-dir %s: not a readable directory (want <dir>/<model_id>/tokenizer.json)", o.modelsDir)
-		}
-	}
-	var subCfg *observe.Config
-	if o.subscribeConfig != "" {
-		if subCfg, err = observe.LoadConfig(o.subscribeConfig); err != nil {
-			return fmt.Errorf("--subscribe-config: %w", err)
-		}
-	}
-	sec, err := o.security.build(log)
-	if err != nil {
-		return err
-	}
-	m := metrics.New()
-	if err := m.BridgeRaft(); err != nil {
-		log.Warn("raft metrics bridge unavailable", "err", err)
-	}
-	lis, err := net.Listen("tcp", o.grpcAddr)
-	if err != nil {
-		return fmt.Errorf("--grpc-addr %s: %w", o.grpcAddr, err)
-	}
-	defer lis.Close()
-	var httpLis net.Listener
-	if o.httpAddr != "" {
-		if httpLis, err = net.Listen("tcp", o.httpAddr); err != nil {
-			return fmt.Errorf("--http-addr %s: %w", o.httpAddr, err)
-		}
-		defer httpLis.Close()
-	}
-	adv, err := advertiseAddrs(ctx, o.advertiseAddr, lis.Addr().String(), o.raftAddr, o.gossipAddr, net.DefaultResolver, advertiseResolveWait)
-	if err != nil {
-		return err
-	}
-	if o.raftAdvertise != "" {
-		adv.raft = o.raftAdvertise // checked by validate
-	}
-	var raftLevel slog.Level
-	if err := raftLevel.UnmarshalText([]byte(o.raftLogLevel)); err != nil {
-		return fmt.Errorf("--raft-log-level %q: must be debug, info, warn or error", o.raftLogLevel)
-	}
-	if raftLevel == slog.LevelInfo {
-		// raftnode reads the zero Level as its default (warn); one below
-		// info passes exactly raft's info lines and up.
-		raftLevel = slog.LevelInfo - 1
-	}
-	clock, err := chaosClock(log)
-	if err != nil {
-		return err
-	}
-	cfg := raftnode.Config{
-		NodeID: o.nodeID, DataDir: o.dataDir, RaftAddr: o.raftAddr, GossipAddr: o.gossipAddr,
-		RaftAdvertise: adv.raft, GossipAdvertise: adv.gossip, GRPCAddr: adv.grpc, Join: o.join, BootstrapExpect: o.bootstrapExpect, Policy: pol,
-		DeadServerCleanup: o.deadServerCleanup, ApplyWorkers: o.applyWorkers, Logger: log, Clock: clock, RaftLogLevel: raftLevel,
-		RaftTLS: sec.raftTLS, GossipKeys: sec.gossipKeys, DialOptions: sec.dial,
-		Hooks: raftnode.Hooks{
-			OnCommit:   m.RaftCommit,
-			OnApply:    m.FSMApply,
-			OnSnapshot: m.SnapshotPersisted,
-			OnRestore:  m.SnapshotRestored,
-			OnLeader:   m.LeaderChanged,
-		},
-	}
-	if cfg.Timing, err = o.raftTiming.timing(o.fastTiming); err != nil {
-		return err
-	}
-	node, err := raftnode.New(cfg)
-	if err != nil {
-		return fmt.Errorf("start node %s: %w", o.nodeID, err)
-	}
-	var tok api.Tokenizer
-	if o.modelsDir != "" {
-		tok = tokenizer.NewRegistry(o.modelsDir, tokenizer.RegistryOptions{})
-	}
-	tmp := filepath.Join(o.dataDir, "tmp")
-	tokWait := o.tokenizerLoadTimeout
-	if tokWait == 0 {
-		tokWait = -1 // the flag's 0 is "do not wait"; api's is "default"
-	}
-	srv := api.NewServer(api.ServerConfig{Node: node, GRPCAddr: adv.grpc, Tokenizer: tok, TokenizerLoadTimeout: tokWait,
-		Metrics: m, Logger: log, TmpDir: tmp, Options: sec.grpcOptions, Auth: sec.auth, Now: node.Now, ClockTrusted: node.ClockTrusted})
-	m.RegisterNode(func() metrics.NodeInfo {
-		info := nodeInfo(node)
-		info.Serving = srv.Ready() // node_serving is what /readyz reports
-		return info
-	})
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- srv.GRPC.Serve(lis) }()
-	var hs *http.Server
-	if httpLis != nil {
-		hs = &http.Server{Handler: metrics.NewMux(m, srv.Ready, o.pprof), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := hs.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				serveErr <- fmt.Errorf("http: %w", err)
-			}
-		}()
-	}
-	log.Info("server started", "node", o.nodeID, "grpc", lis.Addr().String(), "raft", o.raftAddr,
-		"gossip", o.gossipAddr, "advertise_grpc", adv.grpc, "advertise_raft", adv.raft, "advertise_gossip", adv.gossip, "http", o.httpAddr, "bootstrap_expect", o.bootstrapExpect, "join", o.join)
-	log.Info("security", sec.summary...)
-	if sec.gossipFile != nil {
-		go watchGossipKeys(ctx, sec.gossipFile, node, log)
-	}
-	if o.policyFile != "" {
-		go applyPolicyFile(ctx, node, pol, o.policyFile, log)
-	}
-	subDone := make(chan struct{})
-	subCtx, stopSub := context.WithCancel(ctx)
-	defer stopSub()
-	if subCfg != nil {
-		sub := observe.New(subCfg, serviceSink{srv.Service}, observe.Options{Metrics: observe.NewMetrics(m.Registry), Logger: log.With("component", "subscriber")})
-		go reloadOnHUP(subCtx, sub, o.subscribeConfig, log)
-		go func() {
-			defer close(subDone)
-			if err := sub.Run(subCtx); err != nil && subCtx.Err() == nil {
-				log.Error("subscriber stopped", "err", err)
-			}
-		}()
-		log.Info("subscriber started", "engines", len(subCfg.Engines), "config", o.subscribeConfig)
-	} else {
-		close(subDone)
-		// SIGHUP's default action ends the process. Operators send it to
-		// reload; without --subscribe-config there is nothing to reload
-		// (TLS files reload on change by themselves), so say so and serve on.
-		go func() {
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-hup:
-					log.Info("SIGHUP: nothing to reload without --subscribe-config")
-				}
-			}
-		}()
-	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "node", o.nodeID)
-	case runErr = <-serveErr:
-		log.Error("serve failed", "err", runErr)
-	case <-node.Fatal():
-		// A damaged log entry: serving on would answer from state that
-		// stopped at the damage while the cluster moves on.
-		runErr = node.FatalErr()
-		log.Error("stopping: this node's state can no longer be trusted (damaged raft data, or a broken apply)", "err", runErr)
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
-	defer cancel()
-	// The embedded subscriber writes through this node: stop it first.
-	stopSub()
-	select {
-	case <-subDone:
-	case <-sctx.Done():
-	}
-	// Hand leadership over first (raftnode does it in Shutdown), then stop
-	// serving.
-	if err := node.Shutdown(); err != nil {
-		log.Warn("node shutdown", "err", err)
-	}
-	srv.Shutdown(sctx)
-	if hs != nil {
-		_ = hs.Shutdown(sctx)
-	}
-	log.Info("stopped", "node", o.nodeID)
-	return runErr
 }
 
 func nodeInfo(n *raftnode.Node) metrics.NodeInfo {

@@ -30,6 +30,11 @@ func newSnapshotCmd() *cobra.Command {
   inference-cache snapshot inspect backup.snap
   inference-cache snapshot restore backup.snap`,
 	}
+	cmd.AddCommand(newSnapshotSaveCmd(), newSnapshotRestoreCmd(), newSnapshotInspectCmd())
+	return cmd
+}
+
+func newSnapshotSaveCmd() *cobra.Command {
 	var saveF clientFlags
 	save := &cobra.Command{
 		Use:     "save FILE",
@@ -46,54 +51,68 @@ func newSnapshotCmd() *cobra.Command {
 				return fmt.Errorf("snapshot save: %s is a directory; give a file name", args[0])
 			}
 			return saveF.run(cmd, func(ctx context.Context, c *client.Client) error {
-				var err error
-				tmp := args[0] + ".partial"
-				err = c.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
-					st, err := cl.Backup(ctx, &pb.BackupRequest{})
-					if err != nil {
-						return err
-					}
-					f, err := os.Create(tmp)
-					if err != nil {
-						return err
-					}
-					defer f.Close()
-					for {
-						ch, err := st.Recv()
-						if err == io.EOF {
-							return f.Sync()
-						}
-						if err != nil {
-							return err
-						}
-						if _, err := f.Write(ch.Data); err != nil {
-							return err
-						}
-					}
-				})
-				if err != nil {
-					os.Remove(tmp)
-					return fmt.Errorf("snapshot save: %w", err)
-				}
-				meta, err := snapshot.InspectFile(tmp)
-				if err != nil {
-					os.Remove(tmp)
-					return fmt.Errorf("snapshot save: the received file does not verify: %w", err)
-				}
-				if err := os.Rename(tmp, args[0]); err != nil {
-					os.Remove(tmp)
-					return fmt.Errorf("snapshot save: %w", err)
-				}
-				if saveF.json {
-					return printMeta(cmd.OutOrStdout(), args[0], meta, true)
-				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d bytes, applied index %d (term %d), %d residencies of %d replicas, policy version %d, digest %016x (verified)\n",
-					filepath.Clean(args[0]), meta.StreamBytes, meta.AppliedIndex, meta.AppliedTerm, meta.Sizes.Residencies, meta.Sizes.Replicas, meta.Policy.Version, meta.Digest)
-				return err
+				return saveSnapshot(ctx, cmd, c, args[0], saveF.json)
 			})
 		},
 	}
 	saveF.register(save, addrTurn)
+	return save
+}
+
+// saveSnapshot receives a node's backup into path (through path.partial,
+// verified before it is renamed into place) and prints its metadata.
+func saveSnapshot(ctx context.Context, cmd *cobra.Command, c *client.Client, path string, jsonOut bool) error {
+	tmp := path + ".partial"
+	err := c.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
+		return receiveBackup(ctx, cl, tmp)
+	})
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	meta, err := snapshot.InspectFile(tmp)
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("snapshot save: the received file does not verify: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	if jsonOut {
+		return printMeta(cmd.OutOrStdout(), path, meta, true)
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d bytes, applied index %d (term %d), %d residencies of %d replicas, policy version %d, digest %016x (verified)\n",
+		filepath.Clean(path), meta.StreamBytes, meta.AppliedIndex, meta.AppliedTerm, meta.Sizes.Residencies, meta.Sizes.Replicas, meta.Policy.Version, meta.Digest)
+	return err
+}
+
+// receiveBackup streams one Backup call into the file tmp, synced.
+func receiveBackup(ctx context.Context, cl pb.ClusterClient, tmp string) error {
+	st, err := cl.Backup(ctx, &pb.BackupRequest{})
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		ch, err := st.Recv()
+		if err == io.EOF {
+			return f.Sync()
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(ch.Data); err != nil {
+			return err
+		}
+	}
+}
+
+func newSnapshotRestoreCmd() *cobra.Command {
 	var restF clientFlags
 	var restYes bool
 	restore := &cobra.Command{
@@ -108,66 +127,90 @@ back. Asks for confirmation on a terminal; elsewhere --yes is required.`,
   inference-cache snapshot restore backup.snap --yes`,
 		Args: namedArgs("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			meta, err := snapshot.InspectFile(args[0])
-			if err != nil {
-				return fmt.Errorf("snapshot restore: %w", pathErr(args[0], err))
-			}
-			what := fmt.Sprintf("replaces the whole cluster's index and policy with %s (applied index %d, policy version %d, taken %s): writes made since and policy changes since are lost",
-				filepath.Clean(args[0]), meta.AppliedIndex, meta.Policy.Version, meta.CreatedAt.UTC().Format(time.RFC3339))
-			if !restYes {
-				if !isTerminalReader(cmd.InOrStdin()) {
-					return fmt.Errorf("snapshot restore %s; pass --yes to confirm (standard input is not a terminal to ask on)", what)
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "snapshot restore %s.\nRestore? [y/N] ", what)
-				line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
-				if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-					return errors.New("snapshot restore: not confirmed; nothing changed")
-				}
+			if err := confirmRestore(cmd, args[0], restYes); err != nil {
+				return err
 			}
 			return restF.run(cmd, func(ctx context.Context, c *client.Client) error {
-				var err error
-				var resp *pb.RestoreResponse
-				err = c.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
-					f, err := os.Open(args[0])
-					if err != nil {
-						return err
-					}
-					defer f.Close()
-					st, err := cl.Restore(ctx)
-					if err != nil {
-						return err
-					}
-					buf := make([]byte, api.BackupChunkBytes)
-					for {
-						n, rerr := f.Read(buf)
-						if n > 0 {
-							if err := st.Send(&pb.RestoreChunk{Data: buf[:n]}); err != nil {
-								break // CloseAndRecv reports why
-							}
-						}
-						if rerr == io.EOF {
-							break
-						}
-						if rerr != nil {
-							return rerr
-						}
-					}
-					resp, err = st.CloseAndRecv()
-					return err
-				})
-				if err != nil {
-					return fmt.Errorf("snapshot restore: %w", err)
-				}
-				if restF.json {
-					return printJSON(cmd.OutOrStdout(), resp)
-				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored the cluster from %s (snapshot of index %d); restore committed at index %d\n", args[0], resp.RestoredFromIndex, resp.AppliedIndex)
-				return err
+				return restoreSnapshot(ctx, cmd, c, args[0], restF.json)
 			})
 		},
 	}
 	restF.register(restore, addrTurn)
 	restore.Flags().BoolVar(&restYes, "yes", false, "confirm replacing the cluster's index and policy without asking")
+	return restore
+}
+
+// confirmRestore verifies the snapshot at path and, without --yes, asks
+// on a terminal whether to replace the cluster's state with it.
+func confirmRestore(cmd *cobra.Command, path string, yes bool) error {
+	meta, err := snapshot.InspectFile(path)
+	if err != nil {
+		return fmt.Errorf("snapshot restore: %w", pathErr(path, err))
+	}
+	what := fmt.Sprintf("replaces the whole cluster's index and policy with %s (applied index %d, policy version %d, taken %s): writes made since and policy changes since are lost",
+		filepath.Clean(path), meta.AppliedIndex, meta.Policy.Version, meta.CreatedAt.UTC().Format(time.RFC3339))
+	if yes {
+		return nil
+	}
+	if !isTerminalReader(cmd.InOrStdin()) {
+		return fmt.Errorf("snapshot restore %s; pass --yes to confirm (standard input is not a terminal to ask on)", what)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "snapshot restore %s.\nRestore? [y/N] ", what)
+	line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+		return errors.New("snapshot restore: not confirmed; nothing changed")
+	}
+	return nil
+}
+
+// restoreSnapshot uploads the snapshot at path and prints the result.
+func restoreSnapshot(ctx context.Context, cmd *cobra.Command, c *client.Client, path string, jsonOut bool) error {
+	var resp *pb.RestoreResponse
+	err := c.Do(ctx, func(ctx context.Context, _ string, _ pb.InferenceCacheClient, cl pb.ClusterClient) error {
+		var err error
+		resp, err = uploadSnapshot(ctx, cl, path)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot restore: %w", err)
+	}
+	if jsonOut {
+		return printJSON(cmd.OutOrStdout(), resp)
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored the cluster from %s (snapshot of index %d); restore committed at index %d\n", path, resp.RestoredFromIndex, resp.AppliedIndex)
+	return err
+}
+
+// uploadSnapshot streams the file at path in one Restore call.
+func uploadSnapshot(ctx context.Context, cl pb.ClusterClient, path string) (*pb.RestoreResponse, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := cl.Restore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, api.BackupChunkBytes)
+	for {
+		n, rerr := f.Read(buf)
+		if n > 0 {
+			if err := st.Send(&pb.RestoreChunk{Data: buf[:n]}); err != nil {
+				break // CloseAndRecv reports why
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return nil, rerr
+		}
+	}
+	return st.CloseAndRecv()
+}
+
+func newSnapshotInspectCmd() *cobra.Command {
 	var inspJSON bool
 	inspect := &cobra.Command{
 		Use:   "inspect FILE",
@@ -184,8 +227,7 @@ back. Asks for confirmation on a terminal; elsewhere --yes is required.`,
 		},
 	}
 	inspect.Flags().BoolVar(&inspJSON, "json", false, "print JSON instead of a table")
-	cmd.AddCommand(save, restore, inspect)
-	return cmd
+	return inspect
 }
 
 // snapshotInfo is the JSON form of snapshot metadata.

@@ -24,18 +24,8 @@ import (
 	"github.com/inference-cache/inference-cache/observe"
 )
 
-// newSubscribeCmd is `inference-cache subscribe` (contract §12.6): the
-// KV-event subscriber, feeding any cluster node.
-func newSubscribeCmd() *cobra.Command {
-	var (
-		configFile, metricsAddr, logFormat, logLevel string
-		addrs                                        []string
-		security                                     clientSecurityFlags
-	)
-	cmd := &cobra.Command{
-		Use:   "subscribe",
-		Short: "Subscribe to vLLM/SGLang KV-cache events and feed the cluster",
-		Long: `Subscribes to the ZMQ KV-cache event streams of the engines listed in --config
+// subscribeLong is subscribe's help: what it feeds, how it resumes, security and reloads.
+const subscribeLong = `Subscribes to the ZMQ KV-cache event streams of the engines listed in --config
 (contract §12 "Subscriber configuration") — dialling each engine's PUB socket, or,
 with a top-level listen, binding one socket the engines connect to — turns
 them into content-fingerprinted block events and writes them to the cluster
@@ -57,8 +47,11 @@ cluster is retried.
 
 SIGHUP reloads --config: engines added are started, engines removed are
 stopped and their replicas cleared from the index. An invalid file is logged
-and the running configuration kept.`,
-		Example: `  inference-cache subscribe --config engines.yaml --addr 10.0.0.1:7401 --addr 10.0.0.2:7401
+and the running configuration kept.`
+
+// subscribeExample is subscribe's examples, with the two shapes of
+// its configuration file.
+const subscribeExample = `  inference-cache subscribe --config engines.yaml --addr 10.0.0.1:7401 --addr 10.0.0.2:7401
   # engines.yaml:
   #   engines:
   #     - endpoint: tcp://10.0.0.5:5557
@@ -85,64 +78,100 @@ and the running configuration kept.`,
   #     - topic: kv@vllm-b-0@Qwen/Qwen3-8B   # an exact topic
   #       replica_id: vllm-b-0
   #       model_id: qwen3-8b
-  #       hash_scheme: vllm`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(cmd.ErrOrStderr(), logFormat, logLevel)
-			if err != nil {
-				return err
-			}
-			if configFile == "" {
-				return errors.New("--config is required")
-			}
-			cfg, err := observe.LoadConfig(configFile)
-			if err != nil {
-				return err
-			}
-			ccfg := client.Config{Addrs: addrs}
-			if err := security.apply(&ccfg); err != nil {
-				return err
-			}
-			sink, err := observe.NewGRPCSinkConfig(ccfg)
-			if err != nil {
-				return err
-			}
-			defer sink.Close()
-			if err := preflight(cmd.Context(), sink, cfg, addrs, &security, log); err != nil {
-				return err
-			}
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			m := observe.NewMetrics(reg)
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if metricsAddr != "" {
-				ln, err := net.Listen("tcp", metricsAddr)
-				if err != nil {
-					return fmt.Errorf("--metrics-addr %s: %w", metricsAddr, err)
-				}
-				mux := http.NewServeMux()
-				mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-				srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-				go func() { _ = srv.Serve(ln) }()
-				defer srv.Close()
-				log.Info("subscriber metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-			}
-			sub := observe.New(cfg, sink, observe.Options{Metrics: m, Logger: log})
-			go reloadOnHUP(ctx, sub, configFile, log)
-			log.Info("subscriber started", "engines", len(cfg.Engines), "cluster", addrs)
-			return sub.Run(ctx)
-		},
+  #       hash_scheme: vllm`
+
+// newSubscribeCmd is `inference-cache subscribe` (contract §12.6): the
+// KV-event subscriber, feeding any cluster node.
+func newSubscribeCmd() *cobra.Command {
+	o := &subscribeOptions{}
+	cmd := &cobra.Command{
+		Use:     "subscribe",
+		Short:   "Subscribe to vLLM/SGLang KV-cache events and feed the cluster",
+		Long:    subscribeLong,
+		Example: subscribeExample,
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runSubscribe(cmd, o) },
 	}
-	f := cmd.Flags()
-	f.StringVar(&configFile, "config", "", "subscriber configuration YAML (contract §12.6)")
-	f.StringArrayVar(&addrs, "addr", nil, "cluster node gRPC address host:port (repeat for several nodes)")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "HTTP address serving the subscriber's /metrics; empty = off")
-	f.StringVar(&logFormat, "log-format", "text", "log format: json or text")
-	f.StringVar(&logLevel, "log-level", "info", "least log level: debug, info, warn or error")
-	security.register(cmd)
-	markPaths(f, "config")
+	o.register(cmd)
 	return cmd
+}
+
+// subscribeOptions are the flags of `inference-cache subscribe`.
+type subscribeOptions struct {
+	configFile, metricsAddr, logFormat, logLevel string
+	addrs                                        []string
+	security                                     clientSecurityFlags
+}
+
+// register adds subscribe's flags, bound to o.
+func (o *subscribeOptions) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&o.configFile, "config", "", "subscriber configuration YAML (contract §12.6)")
+	f.StringArrayVar(&o.addrs, "addr", nil, "cluster node gRPC address host:port (repeat for several nodes)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "HTTP address serving the subscriber's /metrics; empty = off")
+	f.StringVar(&o.logFormat, "log-format", "text", "log format: json or text")
+	f.StringVar(&o.logLevel, "log-level", "info", "least log level: debug, info, warn or error")
+	o.security.register(cmd)
+	markPaths(f, "config")
+}
+
+// runSubscribe is subscribe after its flags: the configuration read, the
+// cluster asked once (preflight), then the subscriber run until SIGINT
+// or SIGTERM, its /metrics served on --metrics-addr.
+func runSubscribe(cmd *cobra.Command, o *subscribeOptions) error {
+	log, err := newLogger(cmd.ErrOrStderr(), o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.configFile == "" {
+		return errors.New("--config is required")
+	}
+	cfg, err := observe.LoadConfig(o.configFile)
+	if err != nil {
+		return err
+	}
+	ccfg := client.Config{Addrs: o.addrs}
+	if err := o.security.apply(&ccfg); err != nil {
+		return err
+	}
+	sink, err := observe.NewGRPCSinkConfig(ccfg)
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+	if err := preflight(cmd.Context(), sink, cfg, o.addrs, &o.security, log); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := observe.NewMetrics(reg)
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.metricsAddr != "" {
+		stopMetrics, err := serveSubscriberMetrics(reg, o.metricsAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+	sub := observe.New(cfg, sink, observe.Options{Metrics: m, Logger: log})
+	go reloadOnHUP(ctx, sub, o.configFile, log)
+	log.Info("subscriber started", "engines", len(cfg.Engines), "cluster", o.addrs)
+	return sub.Run(ctx)
+}
+
+// serveSubscriberMetrics serves reg's /metrics on addr until stop.
+func serveSubscriberMetrics(reg *prometheus.Registry, addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("subscriber metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() { srv.Close() }, nil
 }
 
 // preflightTimeout bounds subscribe's first call to the cluster.

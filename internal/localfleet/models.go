@@ -1,4 +1,4 @@
-package main
+package localfleet
 
 import (
 	"fmt"
@@ -8,14 +8,14 @@ import (
 	"github.com/inference-cache/inference-cache/internal/unpack"
 )
 
-// fleetModel is the model the local fleets (dev, bench --live) serve: the
+// Model is the model the local fleets (dev, bench --live) serve: the
 // Qwen3 tokenizer and chat template committed under
 // testdata/tokenizers/qwen3.
-const fleetModel = "qwen3"
+const Model = "qwen3"
 
-// fleetModelSource is where the committed tokenizer lies, relative to the
+// modelSource is where the committed tokenizer lies, relative to the
 // repository root.
-var fleetModelSource = filepath.Join("testdata", "tokenizers", fleetModel)
+var modelSource = filepath.Join("testdata", "tokenizers", Model)
 
 // repoFile finds rel (a path relative to the repository root) for a
 // binary run from a clone: at or above the working directory, else at or
@@ -45,31 +45,31 @@ func repoFile(rel string) (string, error) {
 	return "", fmt.Errorf("no %s at or above %v: run from a clone of the repository", rel, starts)
 }
 
-// fleetModelsDir returns a models directory (<dir>/<model>/tokenizer.json,
-// tokenizer_config.json) holding fleetModel for the fleet's engines and
-// proxy: given, when the user passed one (it must hold fleetModel), else
+// ModelsDir returns a models directory (<dir>/<model>/tokenizer.json,
+// tokenizer_config.json) holding Model for the fleet's engines and
+// proxy: given, when the user passed one (it must hold Model), else
 // <dir>/models, unpacked there from the repository's testdata (the .gz
 // files decompressed) unless an earlier run already did from the same
 // files. The copy is made beside its final name and renamed into place,
 // so a run stopped half way leaves no partial model.
-func fleetModelsDir(dir, given string) (string, error) {
+func ModelsDir(dir, given string) (string, error) {
 	if given != "" {
-		if _, err := os.Stat(filepath.Join(given, fleetModel, "tokenizer.json")); err != nil {
-			return "", fmt.Errorf("--models-dir %s: the fleet serves model %q and needs %s: %w", given, fleetModel,
-				filepath.Join(given, fleetModel, "tokenizer.json"), err)
+		if _, err := os.Stat(filepath.Join(given, Model, "tokenizer.json")); err != nil {
+			return "", fmt.Errorf("--models-dir %s: the fleet serves model %q and needs %s: %w", given, Model,
+				filepath.Join(given, Model, "tokenizer.json"), err)
 		}
 		return given, nil
 	}
-	src, err := repoFile(fleetModelSource)
+	src, err := repoFile(modelSource)
 	if err != nil {
-		return "", fmt.Errorf("the fleet's tokenizer: %w (or pass --models-dir with %s/tokenizer.json)", err, fleetModel)
+		return "", fmt.Errorf("the fleet's tokenizer: %w (or pass --models-dir with %s/tokenizer.json)", err, Model)
 	}
 	sum, err := unpack.DirSHA256(src)
 	if err != nil {
 		return "", err
 	}
 	models := filepath.Join(dir, "models")
-	dst := filepath.Join(models, fleetModel)
+	dst := filepath.Join(models, Model)
 	stamp := filepath.Join(dst, ".source-sha256")
 	if b, err := os.ReadFile(stamp); err == nil && string(b) == sum {
 		return models, nil
@@ -77,7 +77,7 @@ func fleetModelsDir(dir, given string) (string, error) {
 	if err := os.MkdirAll(models, 0o755); err != nil {
 		return "", err
 	}
-	tmp, err := os.MkdirTemp(models, fleetModel+".tmp-")
+	tmp, err := os.MkdirTemp(models, Model+".tmp-")
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package main
+package devcluster
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func TestSuperviseDev_ReportsTheLineThatSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	procs := proccluster.New(proccluster.Options{Binary: "/bin/true"})
-	n := &devNode{Node: proccluster.Node{ID: "node2"}, proc: procs.Add(proccluster.Spec{Name: "node2", LogPath: log})}
+	n := &node{Node: proccluster.Node{ID: "node2"}, proc: procs.Add(proccluster.Spec{Name: "node2", LogPath: log})}
 	for _, c := range []struct {
 		exit proccluster.Exit
 		want string
@@ -66,14 +66,14 @@ func TestSuperviseDev_ReportsTheLineThatSaysWhy(t *testing.T) {
 		{exitOf(t, "kill -9 $$"), "node2 killed by signal SIGKILL after 2s; log " + log},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())
-		exits := make(chan devExit, 1)
+		exits := make(chan nodeExit, 1)
 		lines := make(chan string, 4)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			superviseDev(ctx, exits, func(f string, a ...any) { lines <- fmt.Sprintf(f, a...) })
+			newSupervisor(func(f string, a ...any) { lines <- fmt.Sprintf(f, a...) }).run(ctx, exits)
 		}()
-		exits <- devExit{n: n, exit: c.exit}
+		exits <- nodeExit{n: n, exit: c.exit}
 		if got := <-lines; got != c.want {
 			t.Errorf("%q\nwant %q", got, c.want)
 		}

@@ -1,4 +1,4 @@
-package main
+package devcluster
 
 import (
 	"context"
@@ -10,24 +10,26 @@ import (
 	"time"
 
 	"github.com/inference-cache/inference-cache/bench"
+	"github.com/inference-cache/inference-cache/internal/localfleet"
+	"github.com/inference-cache/inference-cache/internal/promscrape"
 	"github.com/inference-cache/inference-cache/loadgen"
 )
 
-// devTrafficRate is the demo traffic's arrival rate of new chat sessions
+// trafficRate is the demo traffic's arrival rate of new chat sessions
 // and single requests (the built-in generator's RatePerSec): about 2
 // requests per second with the sessions' later turns, light enough for
 // a laptop or 2 shared cores.
-const devTrafficRate = 1
+const trafficRate = 1
 
-// devTrafficChunk is how many requests one generated trace holds; the
+// trafficChunk is how many requests one generated trace holds; the
 // next chunk follows with hash ids of its own.
-const devTrafficChunk = 2000
+const trafficChunk = 2000
 
-// runDevTraffic replays the built-in generator's multi-turn chat sessions
+// runTraffic replays the built-in generator's multi-turn chat sessions
 // (bench.Generate) through the proxy at proxyURL until ctx ends, as
 // streaming chat requests of at most 16 tokens, and calls line with a
 // status line every every.
-func runDevTraffic(ctx context.Context, proxyURL string, every time.Duration, line func(string)) {
+func runTraffic(ctx context.Context, proxyURL string, every time.Duration, line func(string)) {
 	var mu sync.Mutex
 	var total, failed int
 	var recent []loadgen.Result
@@ -48,20 +50,20 @@ func runDevTraffic(ctx context.Context, proxyURL string, every time.Duration, li
 			mu.Unlock()
 			l := fmt.Sprintf("demo traffic (generated chat sessions through the proxy, ~2/s): %d requests, %d failed", n, f)
 			if s.OK > 0 {
-				l += fmt.Sprintf("; last %v: TTFT p50 %s, engines' cached tokens %.0f %%", every, msCell(s.TTFT.P50), 100*s.CacheHitRate)
+				l += fmt.Sprintf("; last %v: TTFT p50 %s, engines' cached tokens %.0f %%", every, loadgen.MsText(s.TTFT.P50), 100*s.CacheHitRate)
 			}
 			line(l)
 		}
 	}()
 	for chunk := uint64(0); ctx.Err() == nil; chunk++ {
-		tr := bench.Generate(bench.GeneratorConfig{Seed: 1 + chunk, Requests: devTrafficChunk, RatePerSec: devTrafficRate})
+		tr := bench.Generate(bench.GeneratorConfig{Seed: 1 + chunk, Requests: trafficChunk, RatePerSec: trafficRate})
 		for i := range tr.Requests {
 			ids := tr.Requests[i].HashIDs
 			for j := range ids {
 				ids[j] += chunk << 40 // a chunk's sessions share nothing with the last one's
 			}
 		}
-		_, err := loadgen.Replay(ctx, tr.Requests, loadgen.Config{Target: proxyURL, Model: fleetModel, MaxTokens: 16, Client: client,
+		_, err := loadgen.Replay(ctx, tr.Requests, loadgen.Config{Target: proxyURL, Model: localfleet.Model, MaxTokens: 16, Client: client,
 			OnResult: func(r loadgen.Result) {
 				if ctx.Err() != nil {
 					return
@@ -103,18 +105,18 @@ type proxyLine struct {
 
 func (p *proxyLine) scrape(ctx context.Context) (proxySample, error) {
 	s := proxySample{at: time.Now()}
-	fams, err := scrapeMetrics(ctx, p.proxyURL+"/metrics")
+	fams, err := promscrape.Get(ctx, p.proxyURL+"/metrics")
 	if err != nil {
 		return s, err
 	}
-	s.requests = metricSum(fams, "inference_cache_proxy_requests_total")
-	s.picks = metricByLabel(fams, "inference_cache_proxy_picks_total", "reason")
-	s.prompt = metricSum(fams, "inference_cache_proxy_prompt_tokens_total")
-	s.matched = metricSum(fams, "inference_cache_proxy_matched_tokens_total")
+	s.requests = promscrape.Sum(fams, "inference_cache_proxy_requests_total")
+	s.picks = promscrape.ByLabel(fams, "inference_cache_proxy_picks_total", "reason")
+	s.prompt = promscrape.Sum(fams, "inference_cache_proxy_prompt_tokens_total")
+	s.matched = promscrape.Sum(fams, "inference_cache_proxy_matched_tokens_total")
 	for _, e := range p.engines {
-		if ef, err := scrapeMetrics(ctx, e+"/metrics"); err == nil {
-			s.engineHits += metricSum(ef, "vllm:prefix_cache_hits_total")
-			s.engineQry += metricSum(ef, "vllm:prefix_cache_queries_total")
+		if ef, err := promscrape.Get(ctx, e+"/metrics"); err == nil {
+			s.engineHits += promscrape.Sum(ef, "vllm:prefix_cache_hits_total")
+			s.engineQry += promscrape.Sum(ef, "vllm:prefix_cache_queries_total")
 		}
 	}
 	return s, nil

@@ -1,4 +1,4 @@
-package main
+package topview
 
 import (
 	"cmp"
@@ -6,13 +6,14 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 )
 
-// topNode is one node's Status as the live view shows it; Err is set
+// Node is one node's Status as the live view shows it; Err is set
 // (and the rest empty) when the node did not answer.
-type topNode struct {
+type Node struct {
 	Addr        string            `json:"addr"`
 	ID          string            `json:"node_id,omitempty"`
 	State       string            `json:"state,omitempty"`
@@ -22,14 +23,15 @@ type topNode struct {
 	Stale       bool              `json:"stale"`
 	StaleReason string            `json:"stale_reason,omitempty"`
 	Calls       map[string]uint64 `json:"lookup_route_calls,omitempty"`
-	Pickers     []topPicker       `json:"pickers,omitempty"`
+	Pickers     []Picker          `json:"pickers,omitempty"`
 	Err         string            `json:"error,omitempty"`
-	err         error             // the call's error, for the command's own
+	// Cause is the call's error behind Err, for the command's own.
+	Cause error `json:"-"`
 }
 
-// topPicker is one picker's load report as a node holds it (Status
+// Picker is one picker's load report as a node holds it (Status
 // pickers, contract §5.11).
-type topPicker struct {
+type Picker struct {
 	ID         string `json:"picker_id"`
 	Replicas   uint32 `json:"replicas"`
 	Prefilling uint64 `json:"prefilling_requests"`
@@ -42,7 +44,7 @@ type topPicker struct {
 // it among the nodes, and on how many of the answering nodes it is held
 // (every node, once the fan-out reached them).
 type pickerLine struct {
-	topPicker
+	Picker
 	nodes int
 }
 
@@ -71,7 +73,7 @@ func (r pickerRest) text() string {
 // topPickers with the most requests in flight (running_requests, then
 // prefilling_requests, then prefill_tokens, largest first; then picker id),
 // in that order; rest sums the others.
-func pickerLines(s *topSample) (lines []pickerLine, rest pickerRest, answering int) {
+func pickerLines(s *Sample) (lines []pickerLine, rest pickerRest, answering int) {
 	by := map[string]*pickerLine{}
 	for _, n := range s.Nodes {
 		if n.Err != "" {
@@ -81,10 +83,10 @@ func pickerLines(s *topSample) (lines []pickerLine, rest pickerRest, answering i
 		for _, p := range n.Pickers {
 			l := by[p.ID]
 			if l == nil {
-				l = &pickerLine{topPicker: p}
+				l = &pickerLine{Picker: p}
 				by[p.ID] = l
 			} else if p.AgeMs < l.AgeMs {
-				l.topPicker = p
+				l.Picker = p
 			}
 			l.nodes++
 		}
@@ -114,18 +116,22 @@ func pickerLines(s *topSample) (lines []pickerLine, rest pickerRest, answering i
 	return lines, rest, answering
 }
 
-// topSample is one poll of every node, taken at At.
-type topSample struct {
+// Sample is one poll of every node, taken at At.
+type Sample struct {
 	At    time.Time `json:"at"`
-	Nodes []topNode `json:"nodes"`
+	Nodes []Node    `json:"nodes"`
 }
 
-// topView folds polls into what the live view shows: rates and the
+// View folds polls into what the live view shows: rates and the
 // reason-code mix over the last interval, the leader and its last change,
 // and how long the cluster had no leader (writes unavailable) around that
 // change. Pure: the caller polls and passes each sample with its time.
-type topView struct {
-	prev, cur *topSample
+type View struct {
+	// mu guards the view between Run, which folds and prints each poll,
+	// and the lines the dev supervisor, proxy and demo traffic set.
+	mu sync.Mutex
+
+	prev, cur *Sample
 
 	leader      string        // leader id in the latest sample ("" = none)
 	known       string        // the last leader seen in any sample
@@ -150,7 +156,7 @@ type topView struct {
 const topEvents = 5
 
 // observe folds sample s into the view.
-func (v *topView) observe(s topSample) {
+func (v *View) observe(s Sample) {
 	v.prev, v.cur = v.cur, &s
 	leader := ""
 	for _, n := range s.Nodes {
@@ -175,7 +181,7 @@ func (v *topView) observe(s topSample) {
 		}
 		// A leader in the first poll that any node answered led for who
 		// knows how long before it.
-		v.sinceSeen = v.prev != nil && slices.ContainsFunc(v.prev.Nodes, func(n topNode) bool { return n.Err == "" })
+		v.sinceSeen = v.prev != nil && slices.ContainsFunc(v.prev.Nodes, func(n Node) bool { return n.Err == "" })
 		v.known, v.leaderSince, v.noLeaderAt = leader, s.At, time.Time{}
 	default:
 		v.noLeaderAt = time.Time{}
@@ -212,17 +218,46 @@ func (v *topView) observe(s topSample) {
 	v.mix = mix
 }
 
-// event records a supervisor line for the terminal view.
-func (v *topView) event(line string) {
+// Event records a supervisor line for the terminal view (the last 5 are
+// shown, wrapped to the terminal's width).
+func (v *View) Event(line string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	v.events = append(v.events, line)
 	if len(v.events) > topEvents {
 		v.events = v.events[len(v.events)-topEvents:]
 	}
 }
 
+// SetProxy sets the routing proxy's line (dev), shown under the nodes in
+// both the frame and the plain line.
+func (v *View) SetProxy(line string) {
+	v.mu.Lock()
+	v.proxy = line
+	v.mu.Unlock()
+}
+
+// SetDemo sets the demo traffic's status line (dev), shown in the frame.
+func (v *View) SetDemo(line string) {
+	v.mu.Lock()
+	v.demo = line
+	v.mu.Unlock()
+}
+
+// Unanswered is the first node's error when no node answered the latest
+// poll; nil when one did, or before any poll.
+func (v *View) Unanswered() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cur == nil || slices.ContainsFunc(v.cur.Nodes, func(n Node) bool { return n.Err == "" }) || len(v.cur.Nodes) == 0 {
+		return nil
+	}
+	return v.cur.Nodes[0].Cause
+}
+
 // mixText is the reason-code mix as "PREFIX_MATCH 62%, NO_HINT 38%",
 // largest first, or "no lookups".
-func (v *topView) mixText() string {
+func (v *View) mixText() string {
 	var total uint64
 	codes := make([]string, 0, len(v.mix))
 	for c, n := range v.mix {
@@ -252,10 +287,10 @@ func (v *topView) mixText() string {
 // with no node answering it cannot tell whether one leads), and the last
 // change with how long writes were unavailable (measured
 // between polls, so ± one interval).
-func (v *topView) leaderText() string {
+func (v *View) leaderText() string {
 	var b strings.Builder
 	switch {
-	case v.cur != nil && !slices.ContainsFunc(v.cur.Nodes, func(n topNode) bool { return n.Err == "" }):
+	case v.cur != nil && !slices.ContainsFunc(v.cur.Nodes, func(n Node) bool { return n.Err == "" }):
 		b.WriteString("no node answered") // a leader may well be there
 	case v.leader == "":
 		b.WriteString("no leader")
@@ -285,7 +320,7 @@ func yesNo(b bool) string {
 }
 
 // writeLine prints the view as one plain line (logs, CI, pipes).
-func (v *topView) writeLine(w io.Writer) error {
+func (v *View) writeLine(w io.Writer) error {
 	if v.cur == nil {
 		return nil
 	}
@@ -324,7 +359,7 @@ func (v *topView) writeLine(w io.Writer) error {
 // width characters (0 = not cut) so none wraps, except the supervisor's
 // events, which are wrapped to that width; it returns the number of
 // lines written so the next frame can move back over exactly them.
-func (v *topView) writeFrame(w io.Writer, every time.Duration, width int) (int, error) {
+func (v *View) writeFrame(w io.Writer, every time.Duration, width int) (int, error) {
 	var b strings.Builder
 	if v.cur != nil {
 		fmt.Fprintf(&b, "inference-cache top  %s  (every %v; Ctrl-C quits)\n", v.cur.At.Format("15:04:05"), every)

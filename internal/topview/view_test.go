@@ -1,4 +1,4 @@
-package main
+package topview
 
 import (
 	"bytes"
@@ -16,27 +16,27 @@ import (
 func TestTopView_PlainLinesThroughALeaderChange(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	node := func(addr, id, state string, term, applied uint64, calls map[string]uint64) topNode {
-		return topNode{Addr: addr, ID: id, State: state, Term: term, Applied: applied, Calls: calls}
+	node := func(addr, id, state string, term, applied uint64, calls map[string]uint64) Node {
+		return Node{Addr: addr, ID: id, State: state, Term: term, Applied: applied, Calls: calls}
 	}
-	down := func(addr string) topNode { return topNode{Addr: addr, Err: "connection refused"} }
-	samples := []topSample{
-		{At: at(0), Nodes: []topNode{
+	down := func(addr string) Node { return Node{Addr: addr, Err: "connection refused"} }
+	samples := []Sample{
+		{At: at(0), Nodes: []Node{
 			node("a:1", "n1", "Leader", 2, 10, map[string]uint64{"PREFIX_MATCH": 10}),
 			node("a:2", "n2", "Follower", 2, 10, map[string]uint64{"NO_HINT": 4})}},
-		{At: at(1), Nodes: []topNode{ // 20 lookups in 1 s: 15 + 5
+		{At: at(1), Nodes: []Node{ // 20 lookups in 1 s: 15 + 5
 			node("a:1", "n1", "Leader", 2, 30, map[string]uint64{"PREFIX_MATCH": 25}),
 			node("a:2", "n2", "Follower", 2, 30, map[string]uint64{"NO_HINT": 9})}},
-		{At: at(2), Nodes: []topNode{down("a:1"), // n1 killed: no leader yet
+		{At: at(2), Nodes: []Node{down("a:1"), // n1 killed: no leader yet
 			node("a:2", "n2", "Candidate", 3, 30, map[string]uint64{"NO_HINT": 13})}},
-		{At: at(2.5), Nodes: []topNode{down("a:1"), // n2 leads 0.5 s after the first leaderless poll
+		{At: at(2.5), Nodes: []Node{down("a:1"), // n2 leads 0.5 s after the first leaderless poll
 			node("a:2", "n2", "Leader", 3, 31, map[string]uint64{"NO_HINT": 13, "PREFIX_MATCH": 2})}},
-		{At: at(3.5), Nodes: []topNode{ // n1 back with counters from 0
+		{At: at(3.5), Nodes: []Node{ // n1 back with counters from 0
 			node("a:1", "n1", "Follower", 3, 40, map[string]uint64{"PREFIX_MATCH": 3}),
 			node("a:2", "n2", "Leader", 3, 40, map[string]uint64{"NO_HINT": 13, "PREFIX_MATCH": 8})}},
 	}
 	var out bytes.Buffer
-	v := &topView{}
+	v := &View{}
 	for _, s := range samples {
 		v.observe(s)
 		if err := v.writeLine(&out); err != nil {
@@ -60,22 +60,22 @@ func TestTopView_PlainLinesThroughALeaderChange(t *testing.T) {
 // poll. A first poll no node answered says nothing either way.
 func TestTopView_LeaderSinceOnlyWhenSeenTakingOver(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
-	lead := topNode{Addr: "a:1", ID: "n1", State: "Leader"}
-	follow := topNode{Addr: "a:1", ID: "n1", State: "Follower"}
-	down := topNode{Addr: "a:1", Err: "refused"}
+	lead := Node{Addr: "a:1", ID: "n1", State: "Leader"}
+	follow := Node{Addr: "a:1", ID: "n1", State: "Follower"}
+	down := Node{Addr: "a:1", Err: "refused"}
 	for _, c := range []struct {
 		name  string
-		polls [][]topNode
+		polls [][]Node
 		want  string
 	}{
-		{"leading at the first poll", [][]topNode{{lead}, {lead}}, "leader n1"},
-		{"elected between polls", [][]topNode{{follow}, {lead}}, "leader n1 since 13:00:01"},
-		{"first poll unanswered", [][]topNode{{down}, {lead}}, "leader n1"},
-		{"no answer at all", [][]topNode{{down}, {down}}, "no node answered"},
+		{"leading at the first poll", [][]Node{{lead}, {lead}}, "leader n1"},
+		{"elected between polls", [][]Node{{follow}, {lead}}, "leader n1 since 13:00:01"},
+		{"first poll unanswered", [][]Node{{down}, {lead}}, "leader n1"},
+		{"no answer at all", [][]Node{{down}, {down}}, "no node answered"},
 	} {
-		v := &topView{}
+		v := &View{}
 		for i, nodes := range c.polls {
-			v.observe(topSample{At: t0.Add(time.Duration(i) * time.Second), Nodes: nodes})
+			v.observe(Sample{At: t0.Add(time.Duration(i) * time.Second), Nodes: nodes})
 		}
 		if got := v.leaderText(); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
@@ -86,16 +86,16 @@ func TestTopView_LeaderSinceOnlyWhenSeenTakingOver(t *testing.T) {
 // The terminal frame: a table of nodes with the stale reason, the rates,
 // the leader line, the demo's latest line and the supervisor's events.
 func TestTopView_FrameHoldsNodesDemoAndEvents(t *testing.T) {
-	v := &topView{}
+	v := &View{}
 	at := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
-	v.observe(topSample{At: at, Nodes: []topNode{
+	v.observe(Sample{At: at, Nodes: []Node{
 		{Addr: "a:1", ID: "n1", State: "Leader", Term: 2, Applied: 7},
 		{Addr: "a:2", ID: "n2", State: "Follower", Term: 2, Applied: 5, Stale: true, StaleReason: "no leader contact for 3s"},
 		{Addr: "a:3", Err: "refused"},
 	}})
 	v.demo = "demo fleet (4 engines, lookuproute): 10 requests"
 	for i := 0; i < topEvents+2; i++ {
-		v.event("event " + string(rune('a'+i)))
+		v.Event("event " + string(rune('a'+i)))
 	}
 	var out bytes.Buffer
 	n, err := v.writeFrame(&out, time.Second, 0)
@@ -123,7 +123,7 @@ func TestTopView_FrameHoldsNodesDemoAndEvents(t *testing.T) {
 // exactly the lines counted (a wrapped demo line left one old header line
 // behind per redraw).
 func TestTopView_FrameLinesFitTheWidth(t *testing.T) {
-	v := &topView{demo: strings.Repeat("é", 300)}
+	v := &View{demo: strings.Repeat("é", 300)}
 	var out bytes.Buffer
 	n, err := v.writeFrame(&out, time.Second, 80)
 	if err != nil {
@@ -137,8 +137,8 @@ func TestTopView_FrameLinesFitTheWidth(t *testing.T) {
 // A supervisor event longer than the terminal is wrapped whole, and the
 // line count covers its lines.
 func TestTopView_FrameWrapsLongEvents(t *testing.T) {
-	v := &topView{}
-	v.event("node2 exited with code 1 after 0.4s; its log says: error: " + strings.Repeat("é", 30))
+	v := &View{}
+	v.Event("node2 exited with code 1 after 0.4s; its log says: error: " + strings.Repeat("é", 30))
 	var out bytes.Buffer
 	n, err := v.writeFrame(&out, time.Second, 41)
 	if err != nil {
@@ -156,14 +156,14 @@ func TestTopView_FrameWrapsLongEvents(t *testing.T) {
 // freshest report of it and on how many answering nodes it is held (gw-b
 // has reached only n1). Expected lines written by hand.
 func TestTopView_OneLinePerPicker(t *testing.T) {
-	v := &topView{}
+	v := &View{}
 	at := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
-	gwA := func(age uint64) topPicker {
-		return topPicker{ID: "gw-a", Replicas: 3, Prefilling: 2, Tokens: 4096, Running: 7, AgeMs: age}
+	gwA := func(age uint64) Picker {
+		return Picker{ID: "gw-a", Replicas: 3, Prefilling: 2, Tokens: 4096, Running: 7, AgeMs: age}
 	}
-	v.observe(topSample{At: at, Nodes: []topNode{
-		{Addr: "a:1", ID: "n1", State: "Leader", Term: 2, Applied: 7, Pickers: []topPicker{gwA(31), {ID: "gw-b", Replicas: 1, Running: 1, AgeMs: 5}}},
-		{Addr: "a:2", ID: "n2", State: "Follower", Term: 2, Applied: 7, Pickers: []topPicker{gwA(12)}},
+	v.observe(Sample{At: at, Nodes: []Node{
+		{Addr: "a:1", ID: "n1", State: "Leader", Term: 2, Applied: 7, Pickers: []Picker{gwA(31), {ID: "gw-b", Replicas: 1, Running: 1, AgeMs: 5}}},
+		{Addr: "a:2", ID: "n2", State: "Follower", Term: 2, Applied: 7, Pickers: []Picker{gwA(12)}},
 		{Addr: "a:3", Err: "refused"},
 	}})
 	var out bytes.Buffer
@@ -192,13 +192,13 @@ func TestTopView_OneLinePerPicker(t *testing.T) {
 // p-03. Listed: p-22 down to p-03; left out: q-tie, p-02, p-01, which
 // hold 0+1+1 = 2 prefilling and 3+2+1 = 6 running. Worked by hand.
 func TestTopView_PickerLinesAreCapped(t *testing.T) {
-	var ps []topPicker
+	var ps []Picker
 	for i := 1; i <= 22; i++ {
-		ps = append(ps, topPicker{ID: fmt.Sprintf("p-%02d", i), Replicas: 1, Prefilling: 1, Running: uint64(i), AgeMs: 3})
+		ps = append(ps, Picker{ID: fmt.Sprintf("p-%02d", i), Replicas: 1, Prefilling: 1, Running: uint64(i), AgeMs: 3})
 	}
-	ps = append(ps, topPicker{ID: "q-tie", Replicas: 1, Running: 3, AgeMs: 3})
-	v := &topView{}
-	v.observe(topSample{At: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC), Nodes: []topNode{
+	ps = append(ps, Picker{ID: "q-tie", Replicas: 1, Running: 3, AgeMs: 3})
+	v := &View{}
+	v.observe(Sample{At: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC), Nodes: []Node{
 		{Addr: "a:1", ID: "n1", State: "Leader", Term: 2, Applied: 7, Pickers: ps}}})
 	var wantIDs []string
 	for i := 22; i >= 3; i-- {

@@ -1,4 +1,4 @@
-package main
+package devcluster
 
 import (
 	"context"
@@ -10,72 +10,65 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/localfleet"
 	"github.com/inference-cache/inference-cache/internal/proccluster"
 )
 
-// Defaults of dev's fleet: engines fast enough that a pasted request
-// answers at once, with KV caches (1.6 M tokens each) that keep a
-// Mooncake conversation's earlier turns until its next one, as the live
-// benchmark's do: with 16,384 blocks an engine held about 18 prompts of
-// 14,000 tokens and evicted them before the next turn came, so routing
-// by prefix gained nothing over round robin.
+// The proxy's strategy in dev's fleet, and its health checks' bound.
 const (
-	devEngines    = 3
-	devPrefillTPS = 50000
-	devKVBlocks   = 100000
-	devStrategy   = "picker"
-	// devHealthTimeout bounds the proxies' health checks: the engines
+	proxyStrategy = "picker"
+	// healthTimeout bounds the proxies' health checks: the engines
 	// share a laptop (or a loaded CI machine) with everything else, and a
 	// CPU stall of a second is not a dead engine; the proxy's 1 s default
 	// took every engine out at once under a load average of 30 on two
 	// cores, and requests got 503.
-	devHealthTimeout = 5 * time.Second
+	healthTimeout = 5 * time.Second
 )
 
-// devFleet is dev's serving fleet beside its nodes: sim engines, the
+// fleet is dev's serving fleet beside its nodes: sim engines, the
 // subscriber and the proxy, supervised like the nodes.
-type devFleet struct {
-	cfg     fleetConfig
-	engines []*devNode
-	sub     *devNode
-	proxy   *devNode
-	rr      *devNode // the round-robin proxy, loadgen --compare's baseline
+type fleet struct {
+	cfg     localfleet.Config
+	engines []*node
+	sub     *node
+	proxy   *node
+	rr      *node // the round-robin proxy, loadgen --compare's baseline
 	rrAddr  string
 }
 
-// newDevFleet lays the fleet out after the nodes (fleetAddrs) and adds
+// newFleet lays the fleet out after the nodes (localfleet.Addrs) and adds
 // its processes to procs.
-func newDevFleet(procs *proccluster.Cluster, byProc map[*proccluster.Proc]*devNode, dir, host string, base int, ns []*devNode,
-	engines int, modelsDir string, prefillTPS, decodeTPS float64, kvBlocks int) (*devFleet, error) {
-	es, proxy, subMetrics := fleetAddrs(host, base, len(ns), engines)
+func newFleet(procs *proccluster.Cluster, byProc map[*proccluster.Proc]*node, dir, host string, base int, ns []*node,
+	engines int, modelsDir string, prefillTPS, decodeTPS float64, kvBlocks int) (*fleet, error) {
+	es, proxy, subMetrics := localfleet.Addrs(host, base, len(ns), engines)
 	grpcs := make([]string, len(ns))
 	for i, n := range ns {
 		grpcs[i] = n.GRPC
 	}
-	f := &devFleet{cfg: fleetConfig{Dir: dir, ModelsDir: modelsDir, Cluster: grpcs, Engines: es, Proxy: proxy, SubMetrics: subMetrics,
-		PrefillTPS: prefillTPS, DecodeTPS: decodeTPS, KVBlocks: kvBlocks, Scrape: time.Second, HealthTimeout: devHealthTimeout}}
-	add := func(spec proccluster.Spec) *devNode {
-		n := &devNode{Node: proccluster.Node{ID: spec.Name}, proc: procs.Add(spec)}
+	f := &fleet{cfg: localfleet.Config{Dir: dir, ModelsDir: modelsDir, Cluster: grpcs, Engines: es, Proxy: proxy, SubMetrics: subMetrics,
+		PrefillTPS: prefillTPS, DecodeTPS: decodeTPS, KVBlocks: kvBlocks, Scrape: time.Second, HealthTimeout: healthTimeout}}
+	add := func(spec proccluster.Spec) *node {
+		n := &node{Node: proccluster.Node{ID: spec.Name}, proc: procs.Add(spec)}
 		byProc[n.proc] = n
 		return n
 	}
 	for _, e := range es {
-		f.engines = append(f.engines, add(f.cfg.engineSpec(e)))
+		f.engines = append(f.engines, add(f.cfg.EngineSpec(e)))
 	}
-	spec, err := f.cfg.subscriberSpec()
+	spec, err := f.cfg.SubscriberSpec()
 	if err != nil {
 		return nil, err
 	}
 	f.sub = add(spec)
-	f.proxy = add(f.cfg.proxySpec("proxy", devStrategy))
-	f.rrAddr = rrProxyAddr(host, base, len(ns), engines)
-	f.rr = add(f.cfg.rrProxySpec("proxy-rr", f.rrAddr))
+	f.proxy = add(f.cfg.ProxySpec("proxy", proxyStrategy))
+	f.rrAddr = localfleet.RRProxyAddr(host, base, len(ns), engines)
+	f.rr = add(f.cfg.RRProxySpec("proxy-rr", f.rrAddr))
 	return f, nil
 }
 
 // checkPorts refuses a start when a port of the fleet is taken (as
-// checkDevPorts does for the nodes).
-func (f *devFleet) checkPorts() error {
+// checkPorts does for the nodes).
+func (f *fleet) checkPorts() error {
 	check := func(name, what, addr string) error {
 		if err := probeBind("tcp", addr); err != nil {
 			return fmt.Errorf("%s's %s port %s is in use: %v; is another dev cluster running? Stop it, or pass --base-port for another range", name, what, addr, err)
@@ -104,40 +97,40 @@ func (f *devFleet) checkPorts() error {
 
 // start starts the engines, then the subscriber, then the proxy, each
 // once the one before serves.
-func (f *devFleet) start(ctx context.Context) error {
+func (f *fleet) start(ctx context.Context) error {
 	for _, n := range f.engines {
 		if err := startNode(n); err != nil {
 			return err
 		}
 	}
 	for i, n := range f.engines {
-		if err := waitUp(ctx, n.proc, f.cfg.Engines[i].URL()+"/health", 60*time.Second); err != nil {
+		if err := localfleet.WaitUp(ctx, n.proc, f.cfg.Engines[i].URL()+"/health", 60*time.Second); err != nil {
 			return err
 		}
 	}
 	if err := startNode(f.sub); err != nil {
 		return err
 	}
-	if err := waitUp(ctx, f.sub.proc, "http://"+f.cfg.SubMetrics+"/metrics", 30*time.Second); err != nil {
+	if err := localfleet.WaitUp(ctx, f.sub.proc, "http://"+f.cfg.SubMetrics+"/metrics", 30*time.Second); err != nil {
 		return err
 	}
-	for _, p := range []*devNode{f.proxy, f.rr} {
+	for _, p := range []*node{f.proxy, f.rr} {
 		if err := startNode(p); err != nil {
 			return err
 		}
 	}
-	if err := waitUp(ctx, f.proxy.proc, f.proxyURL()+"/health", 60*time.Second); err != nil {
+	if err := localfleet.WaitUp(ctx, f.proxy.proc, f.proxyURL()+"/health", 60*time.Second); err != nil {
 		return err
 	}
-	return waitUp(ctx, f.rr.proc, "http://"+f.rrAddr+"/health", 60*time.Second)
+	return localfleet.WaitUp(ctx, f.rr.proc, "http://"+f.rrAddr+"/health", 60*time.Second)
 }
 
-func (f *devFleet) proxyURL() string { return "http://" + f.cfg.Proxy }
+func (f *fleet) proxyURL() string { return "http://" + f.cfg.Proxy }
 
 // banner prints each process of the fleet, and the curl pair to paste.
-func (f *devFleet) banner(out io.Writer, modelsNote string) {
+func (f *fleet) banner(out io.Writer, modelsNote string) {
 	fmt.Fprintf(out, "fleet: %d sim engines serving model %q (%s; prefill %g tok/s, decode %g tok/s, %d KV blocks of 16)\n",
-		len(f.engines), fleetModel, modelsNote, f.cfg.PrefillTPS, f.cfg.DecodeTPS, f.cfg.KVBlocks)
+		len(f.engines), localfleet.Model, modelsNote, f.cfg.PrefillTPS, f.cfg.DecodeTPS, f.cfg.KVBlocks)
 	for i, n := range f.engines {
 		e := f.cfg.Engines[i]
 		fmt.Fprintf(out, "  %s  pid %d  %s  KV events tcp://%s (replay tcp://%s)  metrics %s/metrics  log %s\n", n.ID, n.proc.Pid(), e.URL(), e.Events, e.Replay, e.URL(), n.proc.LogPath())
@@ -145,7 +138,7 @@ func (f *devFleet) banner(out io.Writer, modelsNote string) {
 	fmt.Fprintf(out, "  subscriber  pid %d  dials the engines' KV events, feeds the cluster  metrics http://%s/metrics  log %s\n",
 		f.sub.proc.Pid(), f.cfg.SubMetrics, f.sub.proc.LogPath())
 	fmt.Fprintf(out, "  proxy  pid %d  %s (OpenAI API, strategy %s)  metrics %s/metrics  log %s\n",
-		f.proxy.proc.Pid(), f.proxyURL(), devStrategy, f.proxyURL(), f.proxy.proc.LogPath())
+		f.proxy.proc.Pid(), f.proxyURL(), proxyStrategy, f.proxyURL(), f.proxy.proc.LogPath())
 	fmt.Fprintf(out, "  proxy-rr  pid %d  http://%s (OpenAI API, strategy round-robin: the baseline of loadgen --compare)  log %s\n",
 		f.rr.proc.Pid(), f.rrAddr, f.rr.proc.LogPath())
 }
@@ -154,11 +147,11 @@ func (f *devFleet) banner(out io.Writer, modelsNote string) {
 // (chat-1.json, chat-2.json: the same long system prompt, opened with the
 // time of this run so that its first request is new to every engine, and
 // two questions) and prints the commands that send them.
-func (f *devFleet) writeCurlPair(out io.Writer, dir string, now time.Time) error {
-	sys := devSystemPrompt(now)
+func (f *fleet) writeCurlPair(out io.Writer, dir string, now time.Time) error {
+	sys := systemPrompt(now)
 	var paths [2]string
 	for i, q := range []string{"Which rule covers refunds?", "Which rule covers passwords?"} {
-		body, err := json.MarshalIndent(map[string]any{"model": fleetModel, "max_tokens": 16, "messages": []map[string]string{
+		body, err := json.MarshalIndent(map[string]any{"model": localfleet.Model, "max_tokens": 16, "messages": []map[string]string{
 			{"role": "system", "content": sys}, {"role": "user", "content": q}}}, "", "  ")
 		if err != nil {
 			return err
@@ -176,9 +169,9 @@ func (f *devFleet) writeCurlPair(out io.Writer, dir string, now time.Time) error
 	return nil
 }
 
-// devSystemPrompt is the curl pair's system prompt: about 2,200 tokens of
+// systemPrompt is the curl pair's system prompt: about 2,200 tokens of
 // numbered rules, led by the run's start time.
-func devSystemPrompt(now time.Time) string {
+func systemPrompt(now time.Time) string {
 	topics := []string{"refunds", "passwords", "invoices", "shipping", "outages", "billing disputes", "account deletion", "data exports"}
 	tones := []string{"two short sentences", "a numbered list", "plain words without jargon", "a friendly tone"}
 	extras := []string{"link the matching help page", "offer to open a ticket", "never promise a date", "ask for the order number first"}

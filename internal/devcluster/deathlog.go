@@ -1,4 +1,4 @@
-package main
+package devcluster
 
 import (
 	"bytes"
@@ -7,15 +7,17 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/inference-cache/inference-cache/internal/proccluster"
 )
 
-// devCauseWindow bounds how much of a dead node's log is read for the
+// causeWindow bounds how much of a dead node's log is read for the
 // line that says why it ended: its last 64 KiB.
-const devCauseWindow = 64 << 10
+const causeWindow = 64 << 10
 
 // logSize is the size of the log at path (0 when there is none yet): the
 // offset from which the next process's lines are appended.
@@ -40,7 +42,7 @@ func deathCause(path string, from int64) string {
 	}
 	defer f.Close()
 	size := logSize(path)
-	start := max(from, size-devCauseWindow, 0)
+	start := max(from, size-causeWindow, 0)
 	b := make([]byte, size-start)
 	if _, err := f.ReadAt(b, start); err != nil && !errors.Is(err, io.EOF) {
 		return ""
@@ -89,7 +91,7 @@ func killedBySignal(e proccluster.Exit) bool {
 // none, always with the log's path. A process killed by a signal has its
 // reason in the signal; its log is named without a line, which would be
 // whatever it was doing.
-func deathReport(n *devNode, e proccluster.Exit) string {
+func deathReport(n *node, e proccluster.Exit) string {
 	log := n.proc.LogPath()
 	if killedBySignal(e) {
 		return "log " + log
@@ -101,7 +103,17 @@ func deathReport(n *devNode, e proccluster.Exit) string {
 }
 
 // startNode starts n's process, marking where its lines begin in the log.
-func startNode(n *devNode) error {
+func startNode(n *node) error {
 	n.logFrom = logSize(n.proc.LogPath())
 	return n.proc.Start()
+}
+
+// printable returns s as is when every rune is printable, else quoted
+// with escapes: a log line may hold a control character (a terminal
+// escape, a NUL) that must not reach the operator's terminal raw.
+func printable(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }

@@ -1,4 +1,4 @@
-package main
+package localfleet
 
 import (
 	"context"
@@ -14,31 +14,31 @@ import (
 	"github.com/inference-cache/inference-cache/internal/proccluster"
 )
 
-// fleetEngine is one sim engine of a local fleet: its replica id, the
+// Engine is one sim engine of a local fleet: its replica id, the
 // HOST:PORT of its OpenAI API, of its KV-event PUB socket and of its
 // replay ROUTER socket (vLLM's replay endpoint, which lets a restarted
 // subscriber keep the engine's hints, contract §6.11).
-type fleetEngine struct {
+type Engine struct {
 	ID, HTTP, Events, Replay string
 }
 
 // URL is the engine's base URL.
-func (e fleetEngine) URL() string { return "http://" + e.HTTP }
+func (e Engine) URL() string { return "http://" + e.HTTP }
 
-// fleetConfig is a local serving fleet beside a cluster: sim engines
+// Config is a local serving fleet beside a cluster: sim engines
 // publishing KV events, the subscriber that feeds them to the cluster,
 // and the routing proxy in front of the engines. dev and bench --live
 // start it from the same specs.
-type fleetConfig struct {
+type Config struct {
 	// Dir holds the logs and the subscriber's configuration file.
 	Dir string
-	// ModelsDir holds fleetModel (fleetModelsDir).
+	// ModelsDir holds Model (ModelsDir).
 	ModelsDir string
 	// Cluster are the nodes' gRPC addresses.
 	Cluster []string
 	// Engines, and the addresses of the proxy's API and the subscriber's
 	// /metrics (HOST:PORT).
-	Engines           []fleetEngine
+	Engines           []Engine
 	Proxy, SubMetrics string
 	// PrefillTPS, DecodeTPS and KVBlocks are every engine's.
 	PrefillTPS, DecodeTPS float64
@@ -55,10 +55,10 @@ type fleetConfig struct {
 	Roles                 map[string]string
 }
 
-// engineSpec is engine e's sim-engine process.
-func (c *fleetConfig) engineSpec(e fleetEngine) proccluster.Spec {
+// EngineSpec is engine e's sim-engine process.
+func (c *Config) EngineSpec(e Engine) proccluster.Spec {
 	return proccluster.Spec{Name: e.ID, LogPath: filepath.Join(c.Dir, e.ID+".log"), Args: append([]string{"sim-engine",
-		"--listen", e.HTTP, "--replica-id", e.ID, "--model", fleetModel, "--models-dir", c.ModelsDir,
+		"--listen", e.HTTP, "--replica-id", e.ID, "--model", Model, "--models-dir", c.ModelsDir,
 		"--prefill-tps", ftoa(c.PrefillTPS), "--decode-tps", ftoa(c.DecodeTPS), "--kv-blocks", strconv.Itoa(c.KVBlocks),
 		"--kv-events-bind", "tcp://" + e.Events, "--kv-events-replay-bind", "tcp://" + e.Replay}, c.EngineArgs...)}
 }
@@ -66,19 +66,19 @@ func (c *fleetConfig) engineSpec(e fleetEngine) proccluster.Spec {
 // subscriberYAML is the subscriber's configuration (contract §12.6): each
 // engine's PUB socket dialled, its replay endpoint named, its /metrics
 // scraped for load.
-func (c *fleetConfig) subscriberYAML() string {
+func (c *Config) subscriberYAML() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "scrape_interval: %s\nengines:\n", c.Scrape)
 	for _, e := range c.Engines {
 		fmt.Fprintf(&b, "  - endpoint: tcp://%s\n    replay_endpoint: tcp://%s\n    replica_id: %s\n    model_id: %s\n    hash_scheme: vllm\n    block_size: 16\n    metrics_url: %s/metrics\n",
-			e.Events, e.Replay, e.ID, fleetModel, e.URL())
+			e.Events, e.Replay, e.ID, Model, e.URL())
 	}
 	return b.String()
 }
 
-// subscriberSpec writes the subscriber's configuration file and returns
+// SubscriberSpec writes the subscriber's configuration file and returns
 // its process.
-func (c *fleetConfig) subscriberSpec() (proccluster.Spec, error) {
+func (c *Config) SubscriberSpec() (proccluster.Spec, error) {
 	path := filepath.Join(c.Dir, "subscriber.yaml")
 	if err := os.WriteFile(path, []byte(c.subscriberYAML()), 0o644); err != nil {
 		return proccluster.Spec{}, err
@@ -90,15 +90,15 @@ func (c *fleetConfig) subscriberSpec() (proccluster.Spec, error) {
 	return proccluster.Spec{Name: "subscriber", LogPath: filepath.Join(c.Dir, "subscriber.log"), Args: args}, nil
 }
 
-// proxySpec is the proxy's process with strategy (one of the proxy's
+// ProxySpec is the proxy's process with strategy (one of the proxy's
 // --strategy values), logging to name.log.
-func (c *fleetConfig) proxySpec(name, strategy string) proccluster.Spec {
-	return c.proxySpecAt(name, strategy, c.Proxy)
+func (c *Config) ProxySpec(name, strategy string) proccluster.Spec {
+	return c.ProxySpecAt(name, strategy, c.Proxy)
 }
 
-// proxySpecAt is proxySpec listening on addr (HOST:PORT): one more
+// ProxySpecAt is ProxySpec listening on addr (HOST:PORT): one more
 // gateway in front of the same engines and cluster.
-func (c *fleetConfig) proxySpecAt(name, strategy, addr string) proccluster.Spec {
+func (c *Config) ProxySpecAt(name, strategy, addr string) proccluster.Spec {
 	// No drain: a local fleet has no load balancer to drain from, and stops at once.
 	args := []string{"proxy", "--listen", addr, "--models-dir", c.ModelsDir, "--strategy", strategy, "--drain-time", "0s"}
 	for _, a := range c.Cluster {
@@ -107,16 +107,16 @@ func (c *fleetConfig) proxySpecAt(name, strategy, addr string) proccluster.Spec 
 	return c.withBackends(name, args)
 }
 
-// rrProxySpec is a round-robin proxy on listen in front of the same
+// RRProxySpec is a round-robin proxy on listen in front of the same
 // engines, asking the cluster nothing (dev's baseline for loadgen
 // --compare).
-func (c *fleetConfig) rrProxySpec(name, listen string) proccluster.Spec {
+func (c *Config) RRProxySpec(name, listen string) proccluster.Spec {
 	return c.withBackends(name, []string{"proxy", "--listen", listen, "--strategy", "round-robin", "--drain-time", "0s"})
 }
 
 // withBackends is a proxy process of args with every engine as a
 // backend, logging to name.log.
-func (c *fleetConfig) withBackends(name string, args []string) proccluster.Spec {
+func (c *Config) withBackends(name string, args []string) proccluster.Spec {
 	if c.HealthTimeout > 0 {
 		args = append(args, "--health-timeout", c.HealthTimeout.String())
 	}
@@ -149,8 +149,11 @@ func waitHTTP(ctx context.Context, p *proccluster.Proc, url string, limit time.D
 	})
 }
 
-// waitUp is waitHTTP that also fails when p exited meanwhile, saying how.
-func waitUp(ctx context.Context, p *proccluster.Proc, url string, limit time.Duration) error {
+// WaitUp polls url (every 100 ms, each GET within 1 s) until it answers
+// 200, p exits or limit passes; it errors naming p and its log when url
+// never answered, or when p exited meanwhile, saying how and the log's
+// last line.
+func WaitUp(ctx context.Context, p *proccluster.Proc, url string, limit time.Duration) error {
 	if err := waitHTTP(ctx, p, url, limit); err != nil {
 		return fmt.Errorf("%s not up: %w", p.Name(), err)
 	}
@@ -165,26 +168,31 @@ func waitUp(ctx context.Context, p *proccluster.Proc, url string, limit time.Dur
 // ftoa formats a flag's float without exponent noise.
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
-// fleetAddrs places a fleet after the nodes of a dev-style layout (node i
+// Addrs places a fleet after the nodes of a dev-style layout (node i
 // on base+10i+1…4): engine j (from 0) at base+10(nodes+j)+1 (HTTP), +2
 // (KV events) and +3 (KV-event replay), then the proxy at base+10(nodes+engines)+1 and the
 // subscriber's /metrics at +2. The engines are sim-1, sim-2, ….
-func fleetAddrs(host string, base, nodes, engines int) (es []fleetEngine, proxy, subMetrics string) {
+func Addrs(host string, base, nodes, engines int) (es []Engine, proxy, subMetrics string) {
 	addr := func(p int) string { return host + ":" + strconv.Itoa(p) }
 	for j := 0; j < engines; j++ {
 		p := base + 10*(nodes+j)
-		es = append(es, fleetEngine{ID: "sim-" + strconv.Itoa(j+1), HTTP: addr(p + 1), Events: addr(p + 2), Replay: addr(p + 3)})
+		es = append(es, Engine{ID: "sim-" + strconv.Itoa(j+1), HTTP: addr(p + 1), Events: addr(p + 2), Replay: addr(p + 3)})
 	}
 	p := base + 10*(nodes+engines)
 	return es, addr(p + 1), addr(p + 2)
 }
 
-// fleetPorts is how many ports above base a layout of nodes and engines
-// spans (for freeport.Range): up to dev's round-robin proxy (rrProxyAddr).
-func fleetPorts(nodes, engines int) int { return 10*(nodes+engines) + 3 }
+// Ports is how many ports above base a layout of nodes and engines
+// spans (for freeport.Range): up to dev's round-robin proxy (RRProxyAddr).
+func Ports(nodes, engines int) int { return 10*(nodes+engines) + 3 }
 
-// rrProxyAddr is where dev's round-robin proxy listens: the port after
+// RRProxyAddr is where dev's round-robin proxy listens: the port after
 // the subscriber's /metrics (base+10(nodes+engines)+3).
-func rrProxyAddr(host string, base, nodes, engines int) string {
+func RRProxyAddr(host string, base, nodes, engines int) string {
 	return host + ":" + strconv.Itoa(base+10*(nodes+engines)+3)
 }
+
+// StopTimeout bounds a clean stop of a local cluster and its fleet: every
+// process gets SIGTERM at once (a leader transfers leadership first) and
+// is killed when still running after this long.
+const StopTimeout = 15 * time.Second
