@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/inference-cache/inference-cache/openai"
 )
 
 // benchBody is a chat request of about 16 KB of text (roughly 4,000
@@ -29,7 +31,7 @@ func benchBody(b *testing.B) []byte {
 
 func BenchmarkRender_Chat4kTokens(b *testing.B) {
 	tmpl := qwen3(b)
-	req, err := ParseRequest(benchBody(b))
+	req, err := openai.DecodeChat(benchBody(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,12 +49,14 @@ func BenchmarkRender_Chat4kTokens(b *testing.B) {
 	}
 }
 
+// BenchmarkParseRequest_Chat4kTokens is the decode a render needs: since
+// chattemplate renders from the openai.Request, openai.DecodeChat.
 func BenchmarkParseRequest_Chat4kTokens(b *testing.B) {
 	body := benchBody(b)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := ParseRequest(body); err != nil {
+		if _, err := openai.DecodeChat(body); err != nil {
 			b.Fatal(err)
 		}
 	}

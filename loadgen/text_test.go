@@ -9,6 +9,7 @@ import (
 	"github.com/inference-cache/inference-cache/bench"
 	"github.com/inference-cache/inference-cache/chattemplate"
 	"github.com/inference-cache/inference-cache/internal/fixtures"
+	"github.com/inference-cache/inference-cache/openai"
 	"github.com/inference-cache/inference-cache/tokenizer"
 )
 
@@ -77,7 +78,7 @@ func render(t *testing.T, tok *tokenizer.Tokenizer, tpl *chattemplate.Template, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := chattemplate.ParseRequest(body)
+	req, err := openai.DecodeChat(body)
 	if err != nil {
 		t.Fatal(err)
 	}
