@@ -48,16 +48,3 @@ func BenchmarkRender_Chat4kTokens(b *testing.B) {
 		}
 	}
 }
-
-// BenchmarkParseRequest_Chat4kTokens is the decode a render needs: since
-// chattemplate renders from the openai.Request, openai.DecodeChat.
-func BenchmarkParseRequest_Chat4kTokens(b *testing.B) {
-	body := benchBody(b)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := openai.DecodeChat(body); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
