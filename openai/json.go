@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
+	"unsafe"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -41,7 +43,7 @@ var jsonOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontex
 // message.
 func ParseJSON(data []byte) (any, error) {
 	d := jsontext.NewDecoder(bytes.NewBuffer(data), jsonOptions...)
-	v, err := readValue(d, 0)
+	v, err := readValue(d, 0, false)
 	if err == nil {
 		if _, err = d.ReadToken(); errors.Is(err, io.EOF) {
 			return v, nil
@@ -66,7 +68,17 @@ func refusal(data []byte, err error) error {
 }
 
 // readValue reads the next value of d, depth levels inside the document.
-func readValue(d *jsontext.Decoder, depth int) (any, error) {
+// With alias, d reads a buffer nobody changes while its values live, and
+// a string without escapes or invalid UTF-8 (nearly every byte of a large
+// prompt) is a view of it instead of a copy.
+func readValue(d *jsontext.Decoder, depth int, alias bool) (any, error) {
+	if alias && d.PeekKind() == '"' {
+		raw, err := d.ReadValue()
+		if err != nil {
+			return nil, err
+		}
+		return viewString(raw), nil
+	}
 	tok, err := d.ReadToken()
 	if err != nil {
 		return nil, err
@@ -83,7 +95,7 @@ func readValue(d *jsontext.Decoder, depth int) (any, error) {
 				return nil, err
 			}
 			k := name.String()
-			v, err := readValue(d, depth+1)
+			v, err := readValue(d, depth+1, alias)
 			if err != nil {
 				return nil, err
 			}
@@ -97,7 +109,7 @@ func readValue(d *jsontext.Decoder, depth int) (any, error) {
 		}
 		items := []any{}
 		for d.PeekKind() != ']' {
-			v, err := readValue(d, depth+1)
+			v, err := readValue(d, depth+1, alias)
 			if err != nil {
 				return nil, err
 			}
@@ -158,7 +170,7 @@ func splitFast(body []byte, owned bool) (f fields, key string, err error) {
 		}
 		key = name.String()
 		start := int(d.InputOffset())
-		v, err := readValue(d, 1)
+		v, err := readValue(d, 1, true)
 		if err != nil {
 			return fields{}, key, err
 		}
@@ -180,6 +192,22 @@ func splitFast(body []byte, owned bool) (f fields, key string, err error) {
 		return fields{}, "", errors.New("trailing data")
 	}
 	return f, "", nil
+}
+
+// viewString is the JSON string literal raw (valid, as the decoder read
+// it) as a Go string: a view of raw's bytes when it holds no escape and
+// only valid UTF-8, else its unquoted copy (invalid UTF-8 read as U+FFFD,
+// as encoding/json reads it).
+func viewString(raw []byte) string {
+	inner := raw[1 : len(raw)-1]
+	if len(inner) == 0 {
+		return ""
+	}
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return unsafe.String(&inner[0], len(inner))
+	}
+	b, _ := jsontext.AppendUnquote(make([]byte, 0, len(inner)), raw) // the error reports invalid UTF-8, already replaced
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

@@ -211,16 +211,27 @@ func FuzzSplitBody(f *testing.F) {
 	})
 }
 
-// Raw values are copies: changing the body afterwards does not reach them.
-func TestDecode_RawDoesNotAliasTheBody(t *testing.T) {
-	body := []byte(`{"model": "m", "prompt": "x", "temperature": 0.5}`)
-	r, err := DecodeCompletion(body)
+// Decode's raw fields and strings are views of its own copy of the body:
+// changing the body afterwards does not reach them. DecodeOwned's are
+// views of the body itself, with escaped strings unquoted.
+func TestDecode_ValuesDoNotAliasTheCallersBody(t *testing.T) {
+	body := []byte(`{"model": "m", "messages": [{"role": "user", "content": "hello"}], "temperature": 0.5}`)
+	r, err := DecodeChat(body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	copy(body, bytes.Repeat([]byte("#"), len(body)))
-	if string(r.Raw["temperature"]) != "0.5" || string(r.Raw["model"]) != `"m"` {
-		t.Fatalf("raw fields %q after the body changed", r.Raw)
+	content, _ := r.Messages[0].Get("content")
+	if string(r.Raw["temperature"]) != "0.5" || string(r.Raw["model"]) != `"m"` || r.Model != "m" || content != "hello" {
+		t.Fatalf("raw fields %q, model %q, content %q after the body changed", r.Raw, r.Model, content)
+	}
+	owned := []byte(`{"model": "m", "messages": [{"role": "user", "content": "a\nb\u00e9\ud800` + "\xff" + `"}]}`)
+	r, err = DecodeOwned(KindChat, owned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if content, _ := r.Messages[0].Get("content"); content != "a\nbé\ufffd\ufffd" {
+		t.Fatalf("escaped content %q", content)
 	}
 }
 
