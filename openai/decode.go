@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -114,7 +115,7 @@ func (r *Request) commonFields(f fields) error {
 		if !isStr || salt == "" {
 			return Errorf("cache_salt", "must be a non-empty string if provided, got %s", describe(s))
 		}
-		r.CacheSalt = salt
+		r.CacheSalt = strings.Clone(salt) // see str
 	}
 	if b, ok, err := f.boolean("add_special_tokens"); err != nil {
 		return err
@@ -202,6 +203,9 @@ func (f fields) present(key string) (any, bool) {
 	return v, v != nil
 }
 
+// str reads a top-level string (model, chat_template, reasoning_effort),
+// copied out of the body: such names outlive the request (metric labels,
+// per-model state), and a view would keep the whole body alive.
 func (f fields) str(key string) (string, error) {
 	v, ok := f.present(key)
 	if !ok {
@@ -211,7 +215,7 @@ func (f fields) str(key string) (string, error) {
 	if !isStr {
 		return "", Errorf(key, "expected a string, got %s", describe(v))
 	}
-	return s, nil
+	return strings.Clone(s), nil
 }
 
 func (f fields) boolean(key string) (v, ok bool, err error) {

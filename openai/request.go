@@ -53,8 +53,11 @@ func (p *Prompt) Len() int { return len(p.Texts) + len(p.TokenIDs) }
 // fields the routing path, the chat template and the sim engine read, each
 // checked once, here, as vLLM checks it (an *Error naming the field
 // otherwise); the rest of the body stays in Raw (every top-level field as
-// sent). The chat fields hold the values decoded from the body, shared and
-// never copied: a chat template renders from them (package chattemplate).
+// sent). The chat fields and the prompt hold the values decoded from the
+// body, its strings views of the body's bytes where they need no
+// unquoting (the body is kept while they live: copy one that must outlive
+// the request): a chat template renders from them (package chattemplate).
+// Model, CacheSalt, ChatTemplate and ReasoningEffort are copies.
 type Request struct {
 	// Kind is the endpoint.
 	Kind Kind
