@@ -74,7 +74,7 @@ func TestBlockText_IsStable(t *testing.T) {
 // special tokens (the template has them).
 func render(t *testing.T, tok *tokenizer.Tokenizer, tpl *chattemplate.Template, r *bench.Request) []uint32 {
 	t.Helper()
-	body, err := json.Marshal(chatBody{Model: "qwen3", Messages: []chatMessage{{Role: "user", Content: PromptText(r)}}})
+	body, err := json.Marshal(chatBody{Model: "qwen3", Messages: []chatMessage{{Role: "user", Content: PromptText(r)}}, MaxTokens: 1, Stream: true})
 	if err != nil {
 		t.Fatal(err)
 	}
