@@ -16,7 +16,8 @@ import (
 // inside each other; the outermost value is level 1). vLLM reads bodies
 // with Python's json.loads, which stops near its recursion limit of 1000;
 // past it a body is refused, naming the top-level field it is in, and
-// the recursive walks that follow a decode never go deeper.
+// the recursive walks that follow a decode never go deeper (contract
+// §12.8).
 const MaxNesting = 1000
 
 // ErrTooDeep is ParseJSON's error for a document nesting deeper than
@@ -37,13 +38,14 @@ var jsonOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontex
 // document encoding/json refuses gets encoding/json's error (the same
 // message); one nesting deeper gets ErrTooDeep.
 //
-// It reads with jsontext (github.com/go-json-experiment/json, the
-// tokenizer of encoding/json/v2: a fraction of encoding/json's CPU and
-// allocations); encoding/json runs only on a refused document, for its
-// message.
+// It is the project's one JSON reader of request values (contract §12.8;
+// Decode runs it over a body). It reads with jsontext
+// (github.com/go-json-experiment/json, the tokenizer of encoding/json/v2:
+// a fraction of encoding/json's CPU and allocations); encoding/json runs
+// only on a refused document, for its message.
 func ParseJSON(data []byte) (any, error) {
 	d := jsontext.NewDecoder(bytes.NewBuffer(data), jsonOptions...)
-	v, err := readValue(d, 0, false)
+	v, err := readValue(d, 0, nil)
 	if err == nil {
 		if _, err = d.ReadToken(); errors.Is(err, io.EOF) {
 			return v, nil
@@ -68,16 +70,16 @@ func refusal(data []byte, err error) error {
 }
 
 // readValue reads the next value of d, depth levels inside the document.
-// With alias, d reads a buffer nobody changes while its values live, and
-// a string without escapes or invalid UTF-8 (nearly every byte of a large
-// prompt) is a view of it instead of a copy.
-func readValue(d *jsontext.Decoder, depth int, alias bool) (any, error) {
-	if alias && d.PeekKind() == '"' {
+// A non-nil view is the buffer d reads, which nobody changes while the
+// values live: a string without escapes or invalid UTF-8 (nearly every
+// byte of a large prompt) is then a view of it instead of a copy.
+func readValue(d *jsontext.Decoder, depth int, view []byte) (any, error) {
+	if view != nil && d.PeekKind() == '"' {
 		raw, err := d.ReadValue()
 		if err != nil {
 			return nil, err
 		}
-		return viewString(raw), nil
+		return viewString(raw, view), nil
 	}
 	tok, err := d.ReadToken()
 	if err != nil {
@@ -95,7 +97,7 @@ func readValue(d *jsontext.Decoder, depth int, alias bool) (any, error) {
 				return nil, err
 			}
 			k := name.String()
-			v, err := readValue(d, depth+1, alias)
+			v, err := readValue(d, depth+1, view)
 			if err != nil {
 				return nil, err
 			}
@@ -109,7 +111,7 @@ func readValue(d *jsontext.Decoder, depth int, alias bool) (any, error) {
 		}
 		items := []any{}
 		for d.PeekKind() != ']' {
-			v, err := readValue(d, depth+1, alias)
+			v, err := readValue(d, depth+1, view)
 			if err != nil {
 				return nil, err
 			}
@@ -170,7 +172,7 @@ func splitFast(body []byte, owned bool) (f fields, key string, err error) {
 		}
 		key = name.String()
 		start := int(d.InputOffset())
-		v, err := readValue(d, 1, true)
+		v, err := readValue(d, 1, body)
 		if err != nil {
 			return fields{}, key, err
 		}
@@ -195,19 +197,27 @@ func splitFast(body []byte, owned bool) (f fields, key string, err error) {
 }
 
 // viewString is the JSON string literal raw (valid, as the decoder read
-// it) as a Go string: a view of raw's bytes when it holds no escape and
-// only valid UTF-8, else its unquoted copy (invalid UTF-8 read as U+FFFD,
-// as encoding/json reads it).
-func viewString(raw []byte) string {
+// it) as a Go string: a view of raw's bytes when they lie in view (the
+// decoder reads a bytes.Buffer in place) and hold no escape and only
+// valid UTF-8, else its unquoted copy (invalid UTF-8 read as U+FFFD, as
+// encoding/json reads it).
+func viewString(raw, view []byte) string {
 	inner := raw[1 : len(raw)-1]
 	if len(inner) == 0 {
 		return ""
 	}
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+	if within(inner, view) && bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return unsafe.String(&inner[0], len(inner))
 	}
 	b, _ := jsontext.AppendUnquote(make([]byte, 0, len(inner)), raw) // the error reports invalid UTF-8, already replaced
 	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// within says whether b's bytes lie in buf's.
+func within(b, buf []byte) bool {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	return p >= start && p+uintptr(len(b)) <= start+uintptr(len(buf))
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // referenceParse is ParseJSON built on encoding/json alone: its syntax
@@ -255,5 +256,24 @@ func TestParseJSON_KeepsNameOrder(t *testing.T) {
 	b, err := o.MarshalJSON()
 	if want := `{"z":[true],"a":{"y":2.5,"b":null},"m":"x"}`; err != nil || string(b) != want {
 		t.Fatalf("MarshalJSON = %s, %v; want %s", b, err, want)
+	}
+}
+
+// A body DecodeOwned reads is not copied: an unescaped string (a large
+// prompt) is a view of the body's bytes, the model name a copy (it may
+// outlive the request).
+func TestDecodeOwned_StringsViewTheBody(t *testing.T) {
+	body := []byte(`{"model": "m", "messages": [{"role": "user", "content": "` + strings.Repeat("a", 1<<16) + `"}]}`)
+	r, err := DecodeOwned(KindChat, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, _ := r.Messages[0].Get("content")
+	s := content.(string)
+	if !within(unsafe.Slice(unsafe.StringData(s), len(s)), body) {
+		t.Fatal("the content was copied out of the owned body")
+	}
+	if within(unsafe.Slice(unsafe.StringData(r.Model), len(r.Model)), body) {
+		t.Fatal("the model name is a view of the body")
 	}
 }

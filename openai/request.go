@@ -52,7 +52,7 @@ func (p *Prompt) Len() int { return len(p.Texts) + len(p.TokenIDs) }
 // Request is a decoded /v1/completions or /v1/chat/completions body: the
 // fields the routing path, the chat template and the sim engine read, each
 // checked once, here, as vLLM checks it (an *Error naming the field
-// otherwise); the rest of the body stays in Raw (every top-level field as
+// otherwise; contract §12.8); the rest of the body stays in Raw (every top-level field as
 // sent). The chat fields and the prompt hold the values decoded from the
 // body, its strings views of the body's bytes where they need no
 // unquoting (the body is kept while they live: copy one that must outlive
