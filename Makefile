@@ -153,7 +153,7 @@ chaos-deps:
 GOVULNCHECK_VERSION := v1.1.4
 FUZZTIME      ?= 10s
 # Every fuzz target as package:Name; CI runs each for $(FUZZTIME).
-FUZZ_TARGETS  := ./api:FuzzValidateRequest ./observe:FuzzDecodeBatch ./fsm:FuzzApplyEntry ./command:FuzzPackedDecode ./snapshot:FuzzRead ./tokenizer:FuzzEncode_NeverPanics
+FUZZ_TARGETS  := ./api:FuzzValidateRequest ./observe:FuzzDecodeBatch ./fsm:FuzzApplyEntry ./command:FuzzPackedDecode ./snapshot:FuzzRead ./tokenizer:FuzzEncode_NeverPanics ./openai:FuzzParseJSON ./openai:FuzzSplitBody
 
 ## certs: a throwaway CA, node/client/expired/other-CA certificates, a gossip key and tokens in .certs/ (tests and local TLS trials only)
 certs:

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/inference-cache/inference-cache/openai"
 )
 
 // benchBody is a chat request of about 16 KB of text (roughly 4,000
@@ -29,7 +31,7 @@ func benchBody(b *testing.B) []byte {
 
 func BenchmarkRender_Chat4kTokens(b *testing.B) {
 	tmpl := qwen3(b)
-	req, err := ParseRequest(benchBody(b))
+	req, err := openai.DecodeChat(benchBody(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,17 +44,6 @@ func BenchmarkRender_Chat4kTokens(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		if _, err := tmpl.Render(req, testNow); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkParseRequest_Chat4kTokens(b *testing.B) {
-	body := benchBody(b)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := ParseRequest(body); err != nil {
 			b.Fatal(err)
 		}
 	}

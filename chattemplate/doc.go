@@ -6,8 +6,13 @@
 // goroutines.
 //
 //	tmpl, err := chattemplate.Load("/models/qwen3")   // once per model
-//	req, err := chattemplate.ParseRequest(body)
+//	req, err := openai.DecodeChat(body)               // checks every field
 //	prompt, err := tmpl.Render(req, time.Now())
+//
+// Render reads the values openai.Decode decoded (objects in the client's
+// key order), without parsing or copying the body again; the request's
+// fields are checked there, once, so Render's only errors are the
+// template's and ErrMultimodal.
 //
 // Chat prompts are then tokenized without added special tokens: the
 // template writes them.
@@ -37,7 +42,9 @@
 // defaulting to true, reasoning_effort driving enable_thinking,
 // chat_template_kwargs merged under the request's own fields. A request
 // with an image, audio or video part gets ErrMultimodal: it has no key,
-// and the caller picks by load.
+// and the caller picks by load. The checks of vLLM's request validation
+// (field types, content part types, tool shapes, refused kwargs) are
+// openai.Decode's.
 //
 // # Engine
 //

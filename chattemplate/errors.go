@@ -1,9 +1,6 @@
 package chattemplate
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 // Sentinel errors. Every error this package returns wraps exactly one of
 // them (a *TemplateError wraps ErrTemplateRaised), so callers can branch
@@ -15,11 +12,6 @@ var (
 	// package does not run, and the observation path does not index
 	// multimodal blocks, so the caller picks a replica by load instead.
 	ErrMultimodal = errors.New("chattemplate: request has multimodal content")
-
-	// ErrBadRequest is returned (as a *RequestError) for a request the
-	// engine would refuse with 400: a field of the wrong type, a missing
-	// role, an unknown content part type, conflicting flags.
-	ErrBadRequest = errors.New("chattemplate: bad request")
 
 	// ErrTemplateRaised is wrapped by *TemplateError, the error of a
 	// template that called raise_exception.
@@ -58,23 +50,3 @@ func (e *TemplateError) Error() string {
 
 // Unwrap returns ErrTemplateRaised.
 func (e *TemplateError) Unwrap() error { return ErrTemplateRaised }
-
-// RequestError is a bad request: Field names the offending field as the
-// OpenAI request spells it ("messages[2].content",
-// "chat_template_kwargs.tokenize"), Reason says what is wrong with it.
-type RequestError struct {
-	Field  string
-	Reason string
-}
-
-// Error returns "<field>: <reason>".
-func (e *RequestError) Error() string {
-	return fmt.Sprintf("chattemplate: %s: %s", e.Field, e.Reason)
-}
-
-// Unwrap returns ErrBadRequest.
-func (e *RequestError) Unwrap() error { return ErrBadRequest }
-
-func badRequest(field, reason string) error {
-	return &RequestError{Field: field, Reason: reason}
-}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/inference-cache/inference-cache/openai"
 )
 
 // goldenFile is testdata/chat_template_renders.json: reference renders by
@@ -46,9 +48,9 @@ func loadGolden(t testing.TB) goldenFile {
 
 // request builds the Request of a golden case through the OpenAI JSON
 // decoding a gateway uses.
-func (c goldenCase) request(t testing.TB) Request {
+func (c goldenCase) request(t testing.TB) *openai.Request {
 	t.Helper()
-	body := map[string]json.RawMessage{"messages": c.Messages}
+	body := map[string]json.RawMessage{"model": json.RawMessage(`"golden"`), "messages": c.Messages}
 	if c.Tools != nil {
 		body["tools"] = c.Tools
 	}
@@ -63,8 +65,8 @@ func (c goldenCase) request(t testing.TB) Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var req Request
-	if err := json.Unmarshal(raw, &req); err != nil {
+	req, err := openai.DecodeChat(raw)
+	if err != nil {
 		t.Fatalf("%s: decoding the request: %v", c.Name, err)
 	}
 	return req

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/inference-cache/inference-cache/openai"
 )
 
 func writeFiles(t *testing.T, files map[string]string) string {
@@ -35,7 +37,7 @@ func TestLoad_SpecialTokensAsStringsAndAddedTokenObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := render(t, tmpl, `{"messages":[]}`); got != "<s>|</s>|False|<a>,<b>" {
+	if got := render(t, tmpl, `{"messages":[{"role":"user","content":"x"}]}`); got != "<s>|</s>|False|<a>,<b>" {
 		t.Fatalf("got %q", got)
 	}
 	// special_tokens_map.json overrides the config's tokens it sets.
@@ -45,11 +47,11 @@ func TestLoad_SpecialTokensAsStringsAndAddedTokenObjects(t *testing.T) {
 	if tmpl, err = Load(dir); err != nil {
 		t.Fatal(err)
 	}
-	if got := render(t, tmpl, `{"messages":[]}`); got != "<s>|<eos>|False|<a>,<b>" {
+	if got := render(t, tmpl, `{"messages":[{"role":"user","content":"x"}]}`); got != "<s>|<eos>|False|<a>,<b>" {
 		t.Fatalf("with special_tokens_map.json: got %q", got)
 	}
 	// chat_template_kwargs override special tokens, as in transformers.
-	if got := render(t, tmpl, `{"messages":[],"chat_template_kwargs":{"bos_token":"B"}}`); !strings.HasPrefix(got, "B|") {
+	if got := render(t, tmpl, `{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"bos_token":"B"}}`); !strings.HasPrefix(got, "B|") {
 		t.Fatalf("kwargs bos_token: got %q", got)
 	}
 }
@@ -63,7 +65,7 @@ func TestLoad_ChatTemplateJinjaFileWins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := render(t, tmpl, `{"messages":[]}`); got != "from file" {
+	if got := render(t, tmpl, `{"messages":[{"role":"user","content":"x"}]}`); got != "from file" {
 		t.Fatalf("got %q", got)
 	}
 }
@@ -80,10 +82,10 @@ func TestLoad_NamedTemplatesPickToolUseForToolRequests(t *testing.T) {
 	if strings.Join(names, ",") != "default,tool_use" {
 		t.Fatalf("names %v", names)
 	}
-	if got := render(t, tmpl, `{"messages":[]}`); got != "plain" {
+	if got := render(t, tmpl, `{"messages":[{"role":"user","content":"x"}]}`); got != "plain" {
 		t.Fatalf("without tools: got %q", got)
 	}
-	if got := render(t, tmpl, `{"messages":[],"tools":[{"type":"function","function":{"name":"f"}}]}`); got != "tools:1" {
+	if got := render(t, tmpl, `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}`); got != "tools:1" {
 		t.Fatalf("with tools: got %q", got)
 	}
 
@@ -97,10 +99,10 @@ func TestLoad_NamedTemplatesPickToolUseForToolRequests(t *testing.T) {
 	if tmpl, err = Load(extra); err != nil {
 		t.Fatal(err)
 	}
-	if got := render(t, tmpl, `{"messages":[]}`); got != "main" {
+	if got := render(t, tmpl, `{"messages":[{"role":"user","content":"x"}]}`); got != "main" {
 		t.Fatalf("additional templates, no tools: got %q", got)
 	}
-	if got := render(t, tmpl, `{"messages":[],"tools":[]}`); got != "extra" {
+	if got := render(t, tmpl, `{"messages":[{"role":"user","content":"x"}],"tools":[]}`); got != "extra" {
 		t.Fatalf("additional templates, tools: got %q", got)
 	}
 
@@ -108,7 +110,7 @@ func TestLoad_NamedTemplatesPickToolUseForToolRequests(t *testing.T) {
 	if tmpl, err = Load(noDefault); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tmpl.Render(Request{}, testNow); !errors.Is(err, ErrNoChatTemplate) {
+	if _, err := tmpl.Render(&openai.Request{Kind: openai.KindChat}, testNow); !errors.Is(err, ErrNoChatTemplate) {
 		t.Fatalf("no default: got %v; want ErrNoChatTemplate", err)
 	}
 }
@@ -140,7 +142,7 @@ func TestRender_ConcurrentRendersOfOneTemplate(t *testing.T) {
 	g := loadGolden(t)
 	tmpl := qwen3(t)
 	cases := g.Templates[0].Cases
-	reqs := make([]Request, len(cases))
+	reqs := make([]*openai.Request, len(cases))
 	for i, c := range cases {
 		reqs[i] = c.request(t)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	jinja "github.com/ardanlabs/jinja"
+
+	"github.com/inference-cache/inference-cache/openai"
 )
 
 // continueTag is the marker transformers appends to the final message for
@@ -91,8 +93,10 @@ func (t *Template) pick(tools bool) (*compiled, error) {
 	return nil, fmt.Errorf("%w: %s has several named chat templates (%s) and none named \"default\"", ErrNoChatTemplate, t.name, strings.Join(t.Names(), ", "))
 }
 
-// Render renders the request with the chat template, as vLLM's chat
-// completions endpoint does before tokenizing (vllm-project/vllm:
+// Render renders a chat request, as openai.Decode returns it (checked,
+// values shared with the body's decode; Render does not modify it, so
+// several goroutines may render one request at once), with the chat
+// template, as vLLM's chat completions endpoint does before tokenizing (vllm-project/vllm:
 // vllm/entrypoints/chat_utils.py at 001eadcf, vllm/renderers/hf.py,
 // vllm/entrypoints/openai/chat_completion/protocol.py) with transformers'
 // apply_chat_template (src/transformers/utils/chat_template_utils.py):
@@ -101,8 +105,8 @@ func (t *Template) pick(tools bool) (*compiled, error) {
 //     parts joined with "\n" for a string-content template, kept as text
 //     parts for one that loops over content (ContentFormat), tool-call
 //     arguments parsed from their JSON strings;
-//   - the tools are validated and normalized as vLLM's pydantic model
-//     dumps them (see normalizeTools);
+//   - the tools are normalized as vLLM's pydantic model dumps them (see
+//     normalizeTools);
 //   - the template sees messages, tools (None without tools), documents
 //     (None without), add_generation_prompt, the special tokens, and
 //     chat_template_kwargs as variables (kwargs win over special tokens;
@@ -114,27 +118,14 @@ func (t *Template) pick(tools bool) (*compiled, error) {
 //     and the render is cut where the tag is (its trailing whitespace
 //     trimmed when the template trimmed the tag's).
 //
-// Errors: ErrMultimodal for a media part; a *RequestError
-// (ErrBadRequest) naming the field for bad input; a *TemplateError for
+// Errors: ErrMultimodal for a media part; a *TemplateError for
 // raise_exception; ErrRender for any other failure of the template
 // (including a panic of the engine, which never escapes); ErrNoChatTemplate
 // when no named template applies.
-func (t *Template) Render(req Request, now time.Time) (out string, err error) {
+func (t *Template) Render(req *openai.Request, now time.Time) (out string, err error) {
 	c, err := t.pick(req.Tools != nil)
 	if err != nil {
 		return "", err
-	}
-	if req.ContinueFinalMessage && req.AddGenerationPrompt != nil && *req.AddGenerationPrompt {
-		return "", badRequest("continue_final_message", "cannot be set together with add_generation_prompt")
-	}
-	addGen := !req.ContinueFinalMessage
-	if req.AddGenerationPrompt != nil {
-		addGen = *req.AddGenerationPrompt
-	}
-	for i, m := range req.Messages {
-		if err := checkValue(fmt.Sprintf("messages[%d]", i), m); err != nil {
-			return "", err
-		}
 	}
 	conv, err := conversation(req.Messages, c.format)
 	if err != nil {
@@ -142,17 +133,9 @@ func (t *Template) Render(req Request, now time.Time) (out string, err error) {
 	}
 	var tools []any
 	if req.Tools != nil {
-		if tools, err = normalizeTools(req.Tools); err != nil {
-			return "", err
-		}
+		tools = normalizeTools(req.Tools)
 	}
-	kwargs, documents, err := templateKwargs(&req)
-	if err != nil {
-		return "", err
-	}
-	if err := checkDocuments(documents); err != nil {
-		return "", err
-	}
+	kwargs, documents := templateKwargs(req)
 	var final string
 	if req.ContinueFinalMessage {
 		if final, err = markFinal(conv, c); err != nil {
@@ -185,7 +168,7 @@ func (t *Template) Render(req Request, now time.Time) (out string, err error) {
 	if documents != nil {
 		data["documents"] = fromGo(documents)
 	}
-	data["add_generation_prompt"] = jinja.NewBool(addGen)
+	data["add_generation_prompt"] = jinja.NewBool(req.AddGenerationPrompt)
 
 	out, err = execute(c.tmpl, data)
 	if err != nil {
@@ -227,12 +210,12 @@ func raiseException(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, 
 // part for list content) and returns that text as it was.
 func markFinal(conv []any, c *compiled) (string, error) {
 	if len(conv) == 0 {
-		return "", badRequest("messages", "continue_final_message needs at least one message")
+		return "", fmt.Errorf("%w: continue_final_message is set but there is no message to continue", ErrRender)
 	}
 	if !c.hasContent {
 		return "", fmt.Errorf("%w: continue_final_message is set to \"content\" but this is not an accepted field in the chat_template", ErrRender)
 	}
-	last := copyObject(conv[len(conv)-1].(*Object))
+	last := conv[len(conv)-1].(*openai.Object).Clone(0)
 	conv[len(conv)-1] = last
 	content, _ := last.Get("content")
 	switch x := content.(type) {
@@ -242,13 +225,13 @@ func markFinal(conv []any, c *compiled) (string, error) {
 	case []any:
 		blocks := append([]any(nil), x...)
 		for i := len(blocks) - 1; i >= 0; i-- {
-			b, ok := blocks[i].(*Object)
+			b, ok := blocks[i].(*openai.Object)
 			if !ok {
 				continue
 			}
 			if text, ok := b.Get("text"); ok {
 				s, _ := text.(string)
-				nb := copyObject(b)
+				nb := b.Clone(0)
 				nb.Set("text", s+continueTag)
 				blocks[i] = nb
 				last.Set("content", blocks)

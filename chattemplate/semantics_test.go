@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/inference-cache/inference-cache/openai"
 )
 
 // TestRender_MatchesReferenceJinja2 renders the small templates of
@@ -22,7 +24,7 @@ func TestRender_MatchesReferenceJinja2(t *testing.T) {
 	}
 	var file struct {
 		Clock    string            `json:"strftime_now_clock"`
-		Messages []*Object         `json:"messages"`
+		Messages []*openai.Object  `json:"messages"`
 		Cases    []json.RawMessage `json:"cases"`
 	}
 	if err := json.Unmarshal(raw, &file); err != nil {
@@ -37,11 +39,11 @@ func TestRender_MatchesReferenceJinja2(t *testing.T) {
 	}
 	for _, rc := range file.Cases {
 		var c struct {
-			Name     string  `json:"name"`
-			Template string  `json:"template"`
-			Vars     *Object `json:"vars"`
-			Rendered *string `json:"rendered"`
-			Error    *string `json:"error"`
+			Name     string         `json:"name"`
+			Template string         `json:"template"`
+			Vars     *openai.Object `json:"vars"`
+			Rendered *string        `json:"rendered"`
+			Error    *string        `json:"error"`
 		}
 		if err := json.Unmarshal(rc, &c); err != nil {
 			t.Fatal(err)
@@ -53,19 +55,21 @@ func TestRender_MatchesReferenceJinja2(t *testing.T) {
 			}
 			// messages and tools go where a request carries them, every
 			// other variable through chat_template_kwargs.
-			req := Request{Messages: file.Messages, Kwargs: map[string]any{}}
+			req := &openai.Request{Kind: openai.KindChat, Messages: file.Messages, ChatTemplateKwargs: &openai.Object{}, AddGenerationPrompt: true}
 			for _, k := range c.Vars.Keys() {
 				v, _ := c.Vars.Get(k)
 				switch k {
 				case "messages":
 					req.Messages = nil
 					for _, m := range v.([]any) {
-						req.Messages = append(req.Messages, m.(*Object))
+						req.Messages = append(req.Messages, m.(*openai.Object))
 					}
 				case "tools":
-					req.Tools = v.([]any)
+					for _, tool := range v.([]any) {
+						req.Tools = append(req.Tools, tool.(*openai.Object))
+					}
 				default:
-					req.Kwargs[k] = v
+					req.ChatTemplateKwargs.Set(k, v)
 				}
 			}
 			got, err := tmpl.Render(req, now)

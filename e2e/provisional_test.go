@@ -22,7 +22,7 @@ type contentPrompts struct{}
 
 func (contentPrompts) Tokens(_ context.Context, req *openai.Request) (prompt.Prompt, error) {
 	var from int
-	text, _ := req.Messages[0]["content"].(string)
+	text, _ := openai.MessageText(req.Messages[0])
 	if _, err := fmt.Sscanf(text, "p%d", &from); err != nil {
 		return prompt.Prompt{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/inference-cache/inference-cache/bench"
 	"github.com/inference-cache/inference-cache/chattemplate"
 	"github.com/inference-cache/inference-cache/internal/fixtures"
+	"github.com/inference-cache/inference-cache/openai"
 	"github.com/inference-cache/inference-cache/tokenizer"
 )
 
@@ -73,11 +74,11 @@ func TestBlockText_IsStable(t *testing.T) {
 // special tokens (the template has them).
 func render(t *testing.T, tok *tokenizer.Tokenizer, tpl *chattemplate.Template, r *bench.Request) []uint32 {
 	t.Helper()
-	body, err := json.Marshal(chatBody{Model: "qwen3", Messages: []chatMessage{{Role: "user", Content: PromptText(r)}}})
+	body, err := json.Marshal(chatBody{Model: "qwen3", Messages: []chatMessage{{Role: "user", Content: PromptText(r)}}, MaxTokens: 1, Stream: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := chattemplate.ParseRequest(body)
+	req, err := openai.DecodeChat(body)
 	if err != nil {
 		t.Fatal(err)
 	}

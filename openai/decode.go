@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -41,7 +42,7 @@ func decode(kind Kind, body []byte, owned bool) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{Kind: kind, Raw: f.raw, N: 1, AddGenerationPrompt: true, AddSpecialTokens: kind == KindCompletion}
+	r := &Request{Kind: kind, Raw: f.raw, N: 1, AddSpecialTokens: kind == KindCompletion}
 	if r.Model, err = f.str("model"); err != nil {
 		return nil, err
 	}
@@ -65,7 +66,7 @@ func (r *Request) commonFields(f fields) error {
 		return err
 	}
 	if so, ok := f.present("stream_options"); ok {
-		opts, isObj := so.(map[string]any)
+		opts, isObj := so.(*Object)
 		if !isObj {
 			return Errorf("stream_options", "expected an object, got %s", describe(so))
 		}
@@ -73,7 +74,7 @@ func (r *Request) commonFields(f fields) error {
 			return Errorf("stream_options", "only allowed with \"stream\": true")
 		}
 		r.StreamOptions = true
-		switch v, ok := opts["include_usage"]; {
+		switch v, ok := opts.Get("include_usage"); {
 		case !ok:
 			r.IncludeUsage = true // vLLM's StreamOptions default
 		case v != nil: // an explicit null is false, as pydantic's None is
@@ -114,7 +115,7 @@ func (r *Request) commonFields(f fields) error {
 		if !isStr || salt == "" {
 			return Errorf("cache_salt", "must be a non-empty string if provided, got %s", describe(s))
 		}
-		r.CacheSalt = salt
+		r.CacheSalt = strings.Clone(salt) // see str
 	}
 	if b, ok, err := f.boolean("add_special_tokens"); err != nil {
 		return err
@@ -122,104 +123,6 @@ func (r *Request) commonFields(f fields) error {
 		r.AddSpecialTokens = b
 	}
 	return nil
-}
-
-func (r *Request) chatFields(f fields) error {
-	v, ok := f.present("messages")
-	if !ok {
-		return Errorf("messages", "required: a list of chat messages")
-	}
-	list, isList := v.([]any)
-	if !isList {
-		return Errorf("messages", "expected a list of message objects, got %s", describe(v))
-	}
-	if len(list) == 0 {
-		return Errorf("messages", "empty: at least one message is required")
-	}
-	r.Messages = make([]map[string]any, len(list))
-	for i, m := range list {
-		msg, err := checkMessage(i, m)
-		if err != nil {
-			return err
-		}
-		r.Messages[i] = msg
-	}
-	agp, agpSet, err := f.boolean("add_generation_prompt")
-	if err != nil {
-		return err
-	}
-	if agpSet {
-		r.AddGenerationPrompt = agp
-	}
-	if r.ContinueFinalMessage, _, err = f.boolean("continue_final_message"); err != nil {
-		return err
-	}
-	if r.ContinueFinalMessage && agpSet && agp {
-		return Errorf("continue_final_message", "cannot be true together with \"add_generation_prompt\": true")
-	}
-	if r.ChatTemplate, err = f.str("chat_template"); err != nil {
-		return err
-	}
-	if v, ok := f.present("chat_template_kwargs"); ok {
-		kw, isObj := v.(map[string]any)
-		if !isObj {
-			return Errorf("chat_template_kwargs", "expected an object, got %s", describe(v))
-		}
-		r.ChatTemplateKwargs = kw
-	}
-	if r.Tools, err = f.objects("tools"); err != nil {
-		return err
-	}
-	r.Documents, err = f.objects("documents")
-	return err
-}
-
-// checkMessage checks messages[i]: an object with a string role and a
-// content that is a string, null, or a list of parts (strings, or objects
-// whose "type" is a string and whose "text", for a text part, is one).
-func checkMessage(i int, m any) (map[string]any, error) {
-	at := "messages[" + strconv.Itoa(i) + "]"
-	msg, ok := m.(map[string]any)
-	if !ok {
-		return nil, Errorf(at, "expected a message object, got %s", describe(m))
-	}
-	role, ok := msg["role"].(string)
-	if !ok {
-		if msg["role"] == nil {
-			return nil, Errorf(at+".role", "required: a string such as \"user\"")
-		}
-		return nil, Errorf(at+".role", "expected a string, got %s", describe(msg["role"]))
-	}
-	if role == "" {
-		return nil, Errorf(at+".role", "empty: a role such as \"user\" is required")
-	}
-	switch c := msg["content"].(type) {
-	case nil, string:
-	case []any:
-		for j, p := range c {
-			pat := at + ".content[" + strconv.Itoa(j) + "]"
-			switch part := p.(type) {
-			case string:
-			case map[string]any:
-				t, hasType := part["type"]
-				if hasType {
-					if _, isStr := t.(string); !isStr {
-						return nil, Errorf(pat+".type", "expected a string, got %s", describe(t))
-					}
-				}
-				if t == "text" {
-					if _, isStr := part["text"].(string); !isStr {
-						return nil, Errorf(pat+".text", "a text part needs a string text, got %s", describe(part["text"]))
-					}
-				}
-			default:
-				return nil, Errorf(pat, "expected a content part object or a string, got %s", describe(p))
-			}
-		}
-	default:
-		return nil, Errorf(at+".content", "expected a string, a list of content parts or null, got %s", describe(c))
-	}
-	return msg, nil
 }
 
 func (r *Request) completionFields(f fields) error {
@@ -296,10 +199,13 @@ func tokenIDs(at string, ids []any) ([]uint32, error) {
 // present is key's decoded value (numbers as json.Number); a null or
 // absent key is not present.
 func (f fields) present(key string) (any, bool) {
-	v := f.vals[key]
+	v, _ := f.vals.Get(key)
 	return v, v != nil
 }
 
+// str reads a top-level string (model, chat_template, reasoning_effort),
+// copied out of the body: such names outlive the request (metric labels,
+// per-model state), and a view would keep the whole body alive.
 func (f fields) str(key string) (string, error) {
 	v, ok := f.present(key)
 	if !ok {
@@ -309,7 +215,7 @@ func (f fields) str(key string) (string, error) {
 	if !isStr {
 		return "", Errorf(key, "expected a string, got %s", describe(v))
 	}
-	return s, nil
+	return strings.Clone(s), nil
 }
 
 func (f fields) boolean(key string) (v, ok bool, err error) {
@@ -337,7 +243,7 @@ func (f fields) integer(key string) (int64, bool, error) {
 }
 
 // objects reads a list of objects (tools, documents); nil when absent.
-func (f fields) objects(key string) ([]map[string]any, error) {
+func (f fields) objects(key string) ([]*Object, error) {
 	x, ok := f.present(key)
 	if !ok {
 		return nil, nil
@@ -346,9 +252,9 @@ func (f fields) objects(key string) ([]map[string]any, error) {
 	if !isList {
 		return nil, Errorf(key, "expected a list of objects, got %s", describe(x))
 	}
-	out := make([]map[string]any, len(list))
+	out := make([]*Object, len(list))
 	for i, e := range list {
-		o, isObj := e.(map[string]any)
+		o, isObj := e.(*Object)
 		if !isObj {
 			return nil, Errorf(key+"["+strconv.Itoa(i)+"]", "expected an object, got %s", describe(e))
 		}
@@ -379,7 +285,7 @@ func describe(v any) string {
 	switch x := v.(type) {
 	case nil:
 		return "null"
-	case map[string]any:
+	case *Object, map[string]any:
 		return "an object"
 	case []any:
 		return "a list"

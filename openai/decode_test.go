@@ -44,13 +44,17 @@ func TestDecodeChat_KeepsTheFieldsATemplateSees(t *testing.T) {
 	if !r.AddGenerationPrompt || r.ContinueFinalMessage || r.AddSpecialTokens || r.CacheSalt != "tenant-a" {
 		t.Fatalf("template flags %v %v %v, salt %q", r.AddGenerationPrompt, r.ContinueFinalMessage, r.AddSpecialTokens, r.CacheSalt)
 	}
-	if len(r.Messages) != 4 || r.Messages[1]["name"] != "ann" || r.Messages[3]["tool_call_id"] != "call_1" {
+	name, _ := r.Messages[1].Get("name")
+	id, _ := r.Messages[3].Get("tool_call_id")
+	if len(r.Messages) != 4 || name != "ann" || id != "call_1" || !slices.Equal(r.Messages[1].Keys(), []string{"role", "content", "name"}) {
 		t.Fatalf("messages %v", r.Messages)
 	}
-	if r.ChatTemplateKwargs["enable_thinking"] != false || r.ChatTemplateKwargs["budget"] != json.Number("1.5") {
+	think, _ := r.ChatTemplateKwargs.Get("enable_thinking")
+	budget, _ := r.ChatTemplateKwargs.Get("budget")
+	if think != false || budget != json.Number("1.5") {
 		t.Fatalf("chat_template_kwargs %v (numbers must stay json.Number)", r.ChatTemplateKwargs)
 	}
-	if len(r.Tools) != 1 || r.Tools[0]["type"] != "function" {
+	if typ, _ := r.Tools[0].Get("type"); len(r.Tools) != 1 || typ != "function" {
 		t.Fatalf("tools %v", r.Tools)
 	}
 	if string(r.Raw["temperature"]) != "0.7" {
@@ -111,6 +115,7 @@ func TestDecode_ErrorsNameTheFieldAndTheLimit(t *testing.T) {
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, {"role": "user", "content": 5}]}`, "messages[2].content", "got 5"},
 		{KindChat, `{"model": "m", "messages": [{"content": "a"}]}`, "messages[0].role", "required"},
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]}`, "messages[0].content[0].text", "string text"},
+		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": null}]}]}`, "messages[0].content[0].text", "string text, got null"},
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": [7]}]}`, "messages[0].content[0]", "content part"},
 		{KindChat, `{"model": "m", "messages": ["hi"]}`, "messages[0]", "message object"},
 		{KindChat, `{"model": "m", "messages": [{"role": "user", "content": "a"}], "max_tokens": 0}`, "max_tokens", "at least 1, got 0"},
@@ -162,9 +167,11 @@ func TestDecode_DefaultsAsVLLMReadsThem(t *testing.T) {
 	if err != nil || r.IncludeUsage {
 		t.Fatalf("include_usage null: %v, %v; want false", err, r.IncludeUsage)
 	}
-	r, err = DecodeChat([]byte(`{"model": "m", ` + msgs + `, "continue_final_message": true, "add_generation_prompt": false}`))
-	if err != nil || !r.ContinueFinalMessage || r.AddGenerationPrompt {
-		t.Fatalf("continue_final_message: %v, %v, %v", err, r.ContinueFinalMessage, r.AddGenerationPrompt)
+	for _, agp := range []string{`, "add_generation_prompt": false`, ""} {
+		r, err = DecodeChat([]byte(`{"model": "m", ` + msgs + `, "continue_final_message": true` + agp + `}`))
+		if err != nil || !r.ContinueFinalMessage || r.AddGenerationPrompt {
+			t.Fatalf("continue_final_message%s: %v, %v, %v; want add_generation_prompt false", agp, err, r.ContinueFinalMessage, r.AddGenerationPrompt)
+		}
 	}
 	r, err = DecodeChat([]byte(`{"model": "m", ` + msgs + `, "max_tokens": 32.0, "n": 1, "stream": null}`))
 	if err != nil || r.MaxTokens != 32 || r.Stream {
@@ -175,16 +182,17 @@ func TestDecode_DefaultsAsVLLMReadsThem(t *testing.T) {
 	}
 }
 
-// MessageText flags parts the text does not carry.
+// MessageText joins the text-like parts and flags the parts the text does
+// not carry (an image, and an untyped part with a media field).
 func TestMessageText_FlagsMultimodalParts(t *testing.T) {
-	r, err := DecodeChat([]byte(`{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}, "plain", {"text": "untyped"}]}]}`))
+	r, err := DecodeChat([]byte(`{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}, "plain", {"type": "refusal", "refusal": "no"}, {"image_url": "x"}]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if text, mm := MessageText(r.Messages[0]); text != "see\nplain\nuntyped" || !mm {
-		t.Fatalf("MessageText = %q, %v; want \"see\\nplain\\nuntyped\", true", text, mm)
+	if text, mm := MessageText(r.Messages[0]); text != "see\nplain\nno" || !mm {
+		t.Fatalf("MessageText = %q, %v; want \"see\\nplain\\nno\", true", text, mm)
 	}
-	if text, mm := MessageText(map[string]any{"role": "assistant", "content": nil}); text != "" || mm {
+	if text, mm := MessageText(NewObject("role", "assistant", "content", nil)); text != "" || mm {
 		t.Fatalf("null content: %q, %v", text, mm)
 	}
 }

@@ -33,13 +33,21 @@
 //     exclude_none, then "data: [DONE]".
 //
 // A completion prompt is a string, a list of strings, a list of token ids
-// or a list of lists of token ids (Prompt keeps which); chat messages are
-// kept as decoded JSON objects (numbers as json.Number) so that a chat
-// template sees every field the client sent. Sampling parameters
-// (temperature, top_p, stop, seed, …) are not interpreted.
+// or a list of lists of token ids (Prompt keeps which). The chat fields a
+// template reads (messages, tools, documents, chat_template_kwargs) are
+// kept as the decoded values, objects as *Object with the client's name
+// order and numbers as written, so that a chat template (package
+// chattemplate) renders from the Request itself and sees every field as
+// sent. Each field is checked once, here, with one message naming it as
+// the client wrote it and the rule or limit; the chat template and the
+// sim engine trust what Decode returns. Sampling parameters (temperature,
+// top_p, stop, seed, …) are not interpreted.
 //
-// A body is read in one pass with jsontext (github.com/go-json-experiment/json,
-// the tokenizer of encoding/json/v2, about a seventh of encoding/json's CPU
-// here); a body jsontext refuses is read again with encoding/json, so that
-// what is accepted and the message of what is not stay encoding/json's.
+// This package holds the project's one JSON reader (ParseJSON, which
+// Decode runs over the body in one pass): jsontext
+// (github.com/go-json-experiment/json, the tokenizer of encoding/json/v2,
+// about a seventh of encoding/json's CPU here), accepting exactly what
+// encoding/json accepts within MaxNesting levels; a document it refuses
+// is handed to encoding/json only for its message, so the message stays
+// encoding/json's.
 package openai

@@ -49,9 +49,15 @@ type Prompt struct {
 // Len is the number of prompts.
 func (p *Prompt) Len() int { return len(p.Texts) + len(p.TokenIDs) }
 
-// Request is a decoded /v1/completions or /v1/chat/completions body. The
-// fields are those the routing path and the sim engine read; the rest of
-// the body stays in Raw (every top-level field as sent).
+// Request is a decoded /v1/completions or /v1/chat/completions body: the
+// fields the routing path, the chat template and the sim engine read, each
+// checked once, here, as vLLM checks it (an *Error naming the field
+// otherwise; contract §12.8); the rest of the body stays in Raw (every top-level field as
+// sent). The chat fields and the prompt hold the values decoded from the
+// body, its strings views of the body's bytes where they need no
+// unquoting (the body is kept while they live: copy one that must outlive
+// the request): a chat template renders from them (package chattemplate).
+// Model, CacheSalt, ChatTemplate and ReasoningEffort are copies.
 type Request struct {
 	// Kind is the endpoint.
 	Kind Kind
@@ -61,10 +67,13 @@ type Request struct {
 	// Prompt is the completion prompt (KindCompletion only; required).
 	Prompt Prompt
 	// Messages are the chat messages (KindChat only; at least one), each
-	// the JSON object as sent, numbers as json.Number. Each has a string
-	// "role"; "content" is a string, a list of content parts (objects with
-	// a string "type"; "text" parts have a string "text") or null.
-	Messages []map[string]any
+	// the JSON object as sent (names in the client's order, values as
+	// ParseJSON gives them), checked as vLLM checks them (see
+	// checkMessage): a non-empty string "role"; a "content" that is a
+	// string, null or a list of content parts (Part reads them); for an
+	// assistant, a list of tool-call objects or null "tool_calls" and a
+	// string or null "reasoning".
+	Messages []*Object
 
 	// Stream asks for Server-Sent Events.
 	Stream bool
@@ -80,9 +89,10 @@ type Request struct {
 	// 1).
 	N int
 
-	// AddGenerationPrompt (chat; default true) and ContinueFinalMessage
-	// (chat; default false) are passed to the chat template; both set
-	// true is refused, as vLLM refuses it.
+	// AddGenerationPrompt (chat; default true, false with
+	// ContinueFinalMessage, as vLLM's build_chat_params defaults it) and
+	// ContinueFinalMessage (chat; default false) are passed to the chat
+	// template; both given true is refused, as vLLM refuses it.
 	AddGenerationPrompt, ContinueFinalMessage bool
 	// AddSpecialTokens is whether the tokenizer adds its special tokens:
 	// default true for completions, false for chat (the template has them).
@@ -91,16 +101,24 @@ type Request struct {
 	// model's).
 	ChatTemplate string
 	// ChatTemplateKwargs are extra template variables (e.g.
-	// enable_thinking), numbers as json.Number; nil when absent.
-	ChatTemplateKwargs map[string]any
-	// Tools are the tool definitions as sent (objects); nil when absent.
-	Tools []map[string]any
-	// Documents are the RAG documents as sent (objects); nil when absent.
-	Documents []map[string]any
+	// enable_thinking) as sent; nil when absent. None is tokenize,
+	// conversation, tools or messages (vLLM refuses them); its documents,
+	// read when Documents is nil, are checked as Documents are.
+	ChatTemplateKwargs *Object
+	// ReasoningEffort is reasoning_effort, one of ReasoningEfforts; ""
+	// when absent.
+	ReasoningEffort string
+	// Tools are the tool definitions as sent, each checked as vLLM's
+	// ChatCompletionToolsParam (see checkTool); nil when absent.
+	Tools []*Object
+	// Documents are the RAG documents as sent, objects of strings; nil
+	// when absent.
+	Documents []*Object
 	// CacheSalt salts the engine's prefix cache (non-empty when present).
 	CacheSalt string
 
-	// Raw is every top-level field of the body as sent.
+	// Raw is every top-level field of the body as sent: slices of the
+	// body (DecodeOwned) or of one copy of it (Decode).
 	Raw map[string]json.RawMessage
 }
 
@@ -110,43 +128,4 @@ func (r *Request) MaxTokensOr(def int) int {
 		return r.MaxTokens
 	}
 	return def
-}
-
-// MessageText is a message's content as text, as vLLM flattens it for a
-// template that takes string content: a string as is, the text of the
-// text parts (and of plain string parts) joined with "\n", "" for null.
-// multimodal reports a part of any other type (image_url, input_audio, …),
-// which the text does not represent.
-func MessageText(msg map[string]any) (text string, multimodal bool) {
-	switch c := msg["content"].(type) {
-	case string:
-		return c, false
-	case []any:
-		var b []byte
-		n := 0
-		for _, p := range c {
-			var s string
-			switch part := p.(type) {
-			case string:
-				s = part
-			case map[string]any:
-				t, typed := part["type"].(string)
-				txt, isText := part["text"].(string)
-				if (typed && t != "text") || !isText {
-					multimodal = true // vLLM also reads {"text": …} without a type
-					continue
-				}
-				s = txt
-			default:
-				continue
-			}
-			if n > 0 {
-				b = append(b, '\n')
-			}
-			b = append(b, s...)
-			n++
-		}
-		return string(b), multimodal
-	}
-	return "", false
 }

@@ -28,10 +28,12 @@
 //   - cache_salt is carried through (Prompt.CacheSalt), so that the key is
 //     computed in the salt's hash domain as the engine's blocks are.
 //
-// A template that raises (raise_exception), a request field the template
-// mapping refuses, text that is not UTF-8 and a prompt over the token cap
-// give an *openai.Error with status 400 naming the field, in vLLM's words
-// where it has them: what the engine would answer. A request chat_template
+// The request's fields were checked when openai.Decode decoded it (the
+// template renders from those values, without parsing the body again). A
+// template that raises (raise_exception), text that is not UTF-8 and a
+// prompt over the token cap give an *openai.Error with status 400 naming
+// the field, in vLLM's words where it has them: what the engine would
+// answer. A request chat_template
 // is refused, as vLLM refuses it without --trust-request-chat-template.
 // The model's files failing to load gives an error wrapping ErrModelFiles;
 // a model without a directory ErrUnknownModel.

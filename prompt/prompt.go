@@ -2,7 +2,6 @@ package prompt
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -169,8 +168,8 @@ func (r *Registry) Preload(ctx context.Context, models ...string) error {
 	return nil
 }
 
-// Tokens returns the prefill of req (decoded by openai.Decode, so that
-// req.Raw holds the body's fields) for req.Model's files; see the package
+// Tokens returns the prefill of req (as openai.Decode returns it: a chat
+// template renders from its checked values) for req.Model's files; see the package
 // documentation for the mapping. Errors: *openai.Error (400) for the
 // request; ErrUnknownModel, ErrNoModelsDir, ErrModelFiles for the model;
 // a wrapped ctx error when ctx ends while tokenizing or waiting for a
@@ -239,12 +238,13 @@ const untrustedTemplate = "Chat template is passed with request, but --trust-req
 // a chat template.
 const noTemplate = "As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat template if the tokenizer does not define one."
 
-// render renders a chat request's messages with the model's template.
+// render renders a chat request's messages with the model's template,
+// from the values openai.Decode read (no second parse of the body).
 func (r *Registry) render(ctx context.Context, req *openai.Request) (string, error) {
 	if req.ChatTemplate != "" {
 		return "", openai.Errorf("chat_template", untrustedTemplate)
 	}
-	if _, ok := req.ChatTemplateKwargs["chat_template"]; ok {
+	if _, ok := req.ChatTemplateKwargs.Get("chat_template"); ok {
 		return "", openai.Errorf("chat_template_kwargs.chat_template", untrustedTemplate)
 	}
 	tmpl, err := r.template(ctx, req.Model)
@@ -253,80 +253,19 @@ func (r *Registry) render(ctx context.Context, req *openai.Request) (string, err
 	} else if err != nil {
 		return "", err
 	}
-	creq, err := chattemplate.ParseRequest(chatBody(req))
-	if err == nil {
-		var out string
-		if out, err = tmpl.Render(creq, r.opts.Now()); err == nil {
-			return out, nil
-		}
-	}
+	out, err := tmpl.Render(req, r.opts.Now())
 	var te *chattemplate.TemplateError
-	var re *chattemplate.RequestError
 	switch {
+	case err == nil:
+		return out, nil
 	case errors.Is(err, chattemplate.ErrMultimodal):
 		return "", err
 	case errors.As(err, &te):
 		return "", &openai.Error{Status: http.StatusBadRequest, Message: te.Message}
-	case errors.As(err, &re):
-		return "", openai.Errorf(re.Field, "%s", re.Reason)
 	case errors.Is(err, chattemplate.ErrNoChatTemplate):
 		return "", &openai.Error{Status: http.StatusBadRequest, Message: noTemplate}
 	}
 	return "", &openai.Error{Status: http.StatusBadRequest, Message: err.Error()}
-}
-
-// chatFields are the body fields chattemplate.ParseRequest reads.
-var chatFields = []string{"messages", "tools", "documents", "add_generation_prompt",
-	"continue_final_message", "reasoning_effort", "chat_template_kwargs"}
-
-// chatBody is the part of the request body a chat template sees, copied
-// byte for byte from req.Raw so that objects keep the client's key order
-// (a tool schema printed with tojson shows it).
-func chatBody(req *openai.Request) []byte {
-	if req.Raw == nil {
-		return fallbackBody(req)
-	}
-	n := 2
-	for _, k := range chatFields {
-		n += len(req.Raw[k]) + len(k) + 4
-	}
-	b := make([]byte, 0, n)
-	b = append(b, '{')
-	for _, k := range chatFields {
-		v, ok := req.Raw[k]
-		if !ok {
-			continue
-		}
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = append(b, k...)
-		b = append(b, '"', ':')
-		b = append(b, v...)
-	}
-	return append(b, '}')
-}
-
-// fallbackBody encodes a Request built in Go (without Raw); object keys
-// come out sorted.
-func fallbackBody(req *openai.Request) []byte {
-	m := map[string]any{"messages": req.Messages, "add_generation_prompt": req.AddGenerationPrompt,
-		"continue_final_message": req.ContinueFinalMessage}
-	if req.Tools != nil {
-		m["tools"] = req.Tools
-	}
-	if req.Documents != nil {
-		m["documents"] = req.Documents
-	}
-	if req.ChatTemplateKwargs != nil {
-		m["chat_template_kwargs"] = req.ChatTemplateKwargs
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return []byte("{}") // ParseRequest then names the missing messages
-	}
-	return b
 }
 
 // tokenizer returns model's tokenizer (loading it on first use: a parse

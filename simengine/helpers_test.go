@@ -138,7 +138,8 @@ func (testPrompter) PromptTokens(_ context.Context, _ string, req *openai.Reques
 	case req.Kind == openai.KindChat:
 		for _, m := range req.Messages {
 			text, _ := openai.MessageText(m)
-			b = append(append(append(append(b, m["role"].(string)...), ':'), text...), '\n')
+			role, _ := m.Get("role")
+			b = append(append(append(append(b, role.(string)...), ':'), text...), '\n')
 		}
 	case len(req.Prompt.TokenIDs) > 0:
 		return req.Prompt.TokenIDs[0], nil
