@@ -45,111 +45,108 @@ func strftime(format string, t time.Time) string {
 // strftimeDirective writes the directive d and reports whether it is one
 // strftime knows.
 func strftimeDirective(b *strings.Builder, d byte, noPad bool, t time.Time) bool {
-	num := func(n, width int, pad byte) {
-		s := strconv.Itoa(n)
+	if f, ok := numDirectives[d]; ok {
+		s := strconv.Itoa(f.value(t))
 		if !noPad {
-			for len(s) < width {
-				s = string(pad) + s
+			for len(s) < f.width {
+				s = string(f.pad) + s
 			}
 		}
 		b.WriteString(s)
+		return true
 	}
-	hour12 := t.Hour() % 12
-	if hour12 == 0 {
-		hour12 = 12
+	if f, ok := textDirectives[d]; ok {
+		b.WriteString(f(t))
+		return true
 	}
-	isoYear, isoWeek := t.ISOWeek()
-	switch d {
-	case 'a':
-		b.WriteString(t.Weekday().String()[:3])
-	case 'A':
-		b.WriteString(t.Weekday().String())
-	case 'b', 'h':
-		b.WriteString(t.Month().String()[:3])
-	case 'B':
-		b.WriteString(t.Month().String())
-	case 'c':
-		fmt.Fprintf(b, "%s %s %2d %02d:%02d:%02d %d", t.Weekday().String()[:3], t.Month().String()[:3],
+	return false
+}
+
+// numDirective is a numeric directive: its value, and the width glibc pads
+// it to with pad (unless '-' drops the padding).
+type numDirective struct {
+	value func(time.Time) int
+	width int
+	pad   byte
+}
+
+// numDirectives are the numeric directives, as glibc formats them.
+var numDirectives = map[byte]numDirective{
+	'C': {func(t time.Time) int { return t.Year() / 100 }, 2, '0'},
+	'd': {func(t time.Time) int { return t.Day() }, 2, '0'},
+	'e': {func(t time.Time) int { return t.Day() }, 2, ' '},
+	'g': {func(t time.Time) int { y, _ := t.ISOWeek(); return y % 100 }, 2, '0'},
+	'G': {func(t time.Time) int { y, _ := t.ISOWeek(); return y }, 1, '0'},
+	'H': {func(t time.Time) int { return t.Hour() }, 2, '0'},
+	'I': {hour12, 2, '0'},
+	'j': {func(t time.Time) int { return t.YearDay() }, 3, '0'},
+	'k': {func(t time.Time) int { return t.Hour() }, 2, ' '},
+	'l': {hour12, 2, ' '},
+	'm': {func(t time.Time) int { return int(t.Month()) }, 2, '0'},
+	'M': {func(t time.Time) int { return t.Minute() }, 2, '0'},
+	'S': {func(t time.Time) int { return t.Second() }, 2, '0'},
+	'u': {func(t time.Time) int { return (int(t.Weekday())+6)%7 + 1 }, 1, '0'},
+	'U': {func(t time.Time) int { return (t.YearDay() + 6 - int(t.Weekday())) / 7 }, 2, '0'},
+	'V': {func(t time.Time) int { _, w := t.ISOWeek(); return w }, 2, '0'},
+	'w': {func(t time.Time) int { return int(t.Weekday()) }, 1, '0'},
+	'W': {func(t time.Time) int { return (t.YearDay() + 6 - (int(t.Weekday())+6)%7) / 7 }, 2, '0'},
+	'y': {func(t time.Time) int { return t.Year() % 100 }, 2, '0'},
+	'Y': {func(t time.Time) int { return t.Year() }, 1, '0'},
+}
+
+// textDirectives are the other directives: names and layouts of the C
+// locale, the zone (empty for a naive datetime) and the literals.
+var textDirectives = map[byte]func(time.Time) string{
+	'a': func(t time.Time) string { return t.Weekday().String()[:3] },
+	'A': func(t time.Time) string { return t.Weekday().String() },
+	'b': func(t time.Time) string { return t.Month().String()[:3] },
+	'h': func(t time.Time) string { return t.Month().String()[:3] },
+	'B': func(t time.Time) string { return t.Month().String() },
+	'c': func(t time.Time) string {
+		return fmt.Sprintf("%s %s %2d %02d:%02d:%02d %d", t.Weekday().String()[:3], t.Month().String()[:3],
 			t.Day(), t.Hour(), t.Minute(), t.Second(), t.Year())
-	case 'C':
-		num(t.Year()/100, 2, '0')
-	case 'd':
-		num(t.Day(), 2, '0')
-	case 'D':
-		fmt.Fprintf(b, "%02d/%02d/%02d", int(t.Month()), t.Day(), t.Year()%100)
-	case 'e':
-		num(t.Day(), 2, ' ')
-	case 'f':
-		fmt.Fprintf(b, "%06d", t.Nanosecond()/1000)
-	case 'F':
-		fmt.Fprintf(b, "%d-%02d-%02d", t.Year(), int(t.Month()), t.Day())
-	case 'g':
-		num(isoYear%100, 2, '0')
-	case 'G':
-		num(isoYear, 1, '0')
-	case 'H':
-		num(t.Hour(), 2, '0')
-	case 'I':
-		num(hour12, 2, '0')
-	case 'j':
-		num(t.YearDay(), 3, '0')
-	case 'k':
-		num(t.Hour(), 2, ' ')
-	case 'l':
-		num(hour12, 2, ' ')
-	case 'm':
-		num(int(t.Month()), 2, '0')
-	case 'M':
-		num(t.Minute(), 2, '0')
-	case 'n':
-		b.WriteByte('\n')
-	case 'p':
-		if t.Hour() < 12 {
-			b.WriteString("AM")
-		} else {
-			b.WriteString("PM")
-		}
-	case 'r':
-		ampm := "AM"
-		if t.Hour() >= 12 {
-			ampm = "PM"
-		}
-		fmt.Fprintf(b, "%02d:%02d:%02d %s", hour12, t.Minute(), t.Second(), ampm)
-	case 'R':
-		fmt.Fprintf(b, "%02d:%02d", t.Hour(), t.Minute())
-	case 's':
-		b.WriteString(strconv.FormatInt(t.Unix(), 10))
-	case 'S':
-		num(t.Second(), 2, '0')
-	case 't':
-		b.WriteByte('\t')
-	case 'T', 'X':
-		fmt.Fprintf(b, "%02d:%02d:%02d", t.Hour(), t.Minute(), t.Second())
-	case 'u':
-		wd := int(t.Weekday())
-		if wd == 0 {
-			wd = 7
-		}
-		num(wd, 1, '0')
-	case 'U':
-		num((t.YearDay()+6-int(t.Weekday()))/7, 2, '0')
-	case 'V':
-		num(isoWeek, 2, '0')
-	case 'w':
-		num(int(t.Weekday()), 1, '0')
-	case 'W':
-		num((t.YearDay()+6-(int(t.Weekday())+6)%7)/7, 2, '0')
-	case 'x':
-		fmt.Fprintf(b, "%02d/%02d/%02d", int(t.Month()), t.Day(), t.Year()%100)
-	case 'y':
-		num(t.Year()%100, 2, '0')
-	case 'Y':
-		num(t.Year(), 1, '0')
-	case 'z', 'Z':
-	case '%':
-		b.WriteByte('%')
-	default:
-		return false
+	},
+	'D': dateC,
+	'x': dateC,
+	'f': func(t time.Time) string { return fmt.Sprintf("%06d", t.Nanosecond()/1000) },
+	'F': func(t time.Time) string { return fmt.Sprintf("%d-%02d-%02d", t.Year(), int(t.Month()), t.Day()) },
+	'p': func(t time.Time) string { return ampm(t) },
+	'r': func(t time.Time) string {
+		return fmt.Sprintf("%02d:%02d:%02d %s", hour12(t), t.Minute(), t.Second(), ampm(t))
+	},
+	'R': func(t time.Time) string { return fmt.Sprintf("%02d:%02d", t.Hour(), t.Minute()) },
+	's': func(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) },
+	'T': timeC,
+	'X': timeC,
+	'n': func(time.Time) string { return "\n" },
+	't': func(time.Time) string { return "\t" },
+	'z': func(time.Time) string { return "" },
+	'Z': func(time.Time) string { return "" },
+	'%': func(time.Time) string { return "%" },
+}
+
+// hour12 is t's hour on the 12-hour clock (12, 1, …, 11).
+func hour12(t time.Time) int {
+	if h := t.Hour() % 12; h != 0 {
+		return h
 	}
-	return true
+	return 12
+}
+
+// ampm is the C locale's AM or PM of t.
+func ampm(t time.Time) string {
+	if t.Hour() < 12 {
+		return "AM"
+	}
+	return "PM"
+}
+
+// dateC is the C locale's date (%D, %x): mm/dd/yy.
+func dateC(t time.Time) string {
+	return fmt.Sprintf("%02d/%02d/%02d", int(t.Month()), t.Day(), t.Year()%100)
+}
+
+// timeC is the C locale's time (%T, %X): HH:MM:SS.
+func timeC(t time.Time) string {
+	return fmt.Sprintf("%02d:%02d:%02d", t.Hour(), t.Minute(), t.Second())
 }
