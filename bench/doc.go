@@ -77,9 +77,12 @@
 // every later request.
 //
 // Engine metrics change at scrape ticks of virtual time (--scrape-interval,
-// default 50 ms, llm-d's default refresh): llm-d reads them there, and the
-// cluster's subscriber scrapes them every --subscriber-scrape of wall time,
-// so what the cluster reports of them lags by the replay's compression.
+// default 50 ms, llm-d's default refresh): llm-d reads them there; for
+// lookuproute-sdk the cluster's subscriber scrapes the engines that changed
+// at each tick before the next lookup (whatever the number of gateways), so
+// the picker reads them as fresh as llm-d does; for the other hint
+// strategies it scrapes every --subscriber-scrape of wall time, so what the
+// cluster reports of them lags by the replay's compression.
 //
 // # Gateways
 //

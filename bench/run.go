@@ -380,11 +380,12 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 		failOpen0 = int64(cl.Stats().FailOpen)
 	}
 	scrapeEvery := cfg.ScrapeInterval.Seconds()
-	// With several gateways the picker relies on the engines' queue that
-	// the hints carry; the subscriber then scrapes at every tick of
-	// virtual time, as llm-d's refresh does, instead of at its wall-time
-	// interval (which the replay's compression would make seconds stale).
-	syncStats := obs != nil && (name == StrategyLookupRouteSDK || name == StrategyLookupRouteSDKLocal) && n > 1
+	// The picker reads the engines' queue that the hints carry (with
+	// several gateways it is most of what it knows of the others'
+	// requests); the subscriber scrapes at every tick of virtual time, as
+	// llm-d's refresh does, instead of at its wall-time interval (which
+	// the replay's compression would make seconds stale).
+	syncStats := obs != nil && (name == StrategyLookupRouteSDK || name == StrategyLookupRouteSDKLocal)
 	var changed []string // engines whose metrics changed at this request's tick
 	lastScrape := math.Inf(-1)
 	start := time.Now()
