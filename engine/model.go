@@ -76,6 +76,27 @@ type Model struct {
 	reserved    int     // blocks the running requests reserve
 	now         float64
 	ev          Event
+	free        []*job // ended jobs, reused
+}
+
+// newJob is a job to fill: an ended one reused (its generation kept, so
+// that its stale steps stay void) or a new one.
+func (m *Model) newJob() *job {
+	n := len(m.free)
+	if n == 0 {
+		return &job{}
+	}
+	j := m.free[n-1]
+	m.free = m.free[:n-1]
+	*j = job{gen: j.gen, stored: j.stored[:0]}
+	return j
+}
+
+// end forgets j (ended or cancelled) and keeps it for reuse.
+func (m *Model) end(j *job) {
+	delete(m.jobs, j.id)
+	j.gen++
+	m.free = append(m.free, j)
 }
 
 // New returns an idle engine of cfg (filled with Config.Fill) that passes
@@ -149,9 +170,12 @@ func (m *Model) Submit(id ID, r Request, at float64) error {
 	if _, dup := m.jobs[id]; dup {
 		return fmt.Errorf("engine: request id %d already submitted and not ended", id)
 	}
-	j := &job{id: id, r: r, blocks: r.Blocks, reserve: ReserveBlocks(r.PromptTokens, len(r.Blocks), r.OutputTokens, bs), arrived: at}
+	j := m.newJob()
+	j.id, j.r, j.blocks, j.arrived = id, r, r.Blocks, at
+	j.reserve = ReserveBlocks(r.PromptTokens, len(r.Blocks), r.OutputTokens, bs)
 	if need := len(j.blocks) + j.reserve; need > m.cfg.KVBlocks {
 		if !m.cfg.ClipOversize {
+			m.free = append(m.free, j)
 			return fmt.Errorf("%w: %d blocks of %d tokens (%d prompt + %d output), over the %d blocks", ErrTooLong,
 				need, bs, r.PromptTokens, r.OutputTokens, m.cfg.KVBlocks)
 		}
@@ -200,8 +224,6 @@ func (m *Model) Cancel(id ID, at float64) (Stage, bool) {
 		return "", false
 	}
 	m.now = max(m.now, at)
-	j.gen++
-	delete(m.jobs, id)
 	stage := StageDecode
 	switch {
 	case j.state == stateWaiting:
@@ -217,6 +239,7 @@ func (m *Model) Cancel(id ID, at float64) (Stage, bool) {
 	default:
 		m.release(j)
 	}
+	m.end(j)
 	m.schedule()
 	return stage, true
 }
@@ -287,10 +310,9 @@ func (m *Model) step(j *job, at float64) {
 func (m *Model) decodeNext(j *job, at float64) {
 	n := j.r.OutputTokens
 	if j.tokens >= n {
-		delete(m.jobs, j.id)
-		j.gen++
 		m.release(j)
 		m.ev = Event{Kind: Done, ID: j.id, At: at, Arrived: j.arrived, Tokens: j.tokens}
+		m.end(j)
 		m.emit(&m.ev)
 		m.schedule()
 		return
