@@ -155,9 +155,9 @@ func (m *Model) Predict(r *Request, t float64) (cachedTokens int, firstAt float6
 	return cachedTokens, max(t, m.prefillFree) + m.cfg.PrefillSeconds(r.PromptTokens, cachedTokens, r.PullPerBlock)
 }
 
-// Submit queues r as request id (the caller's, unique among the
-// requests not ended), arrived at time at (seconds; not before the
-// previous submission's), and starts it when it can. Errors: ErrTooLong
+// Submit steps the model to time at (seconds; not before the previous
+// submission's), queues r as request id (the caller's, unique among the
+// requests not ended), arrived then, and starts it when it can. Errors: ErrTooLong
 // (wrapped) for a request needing more than KVBlocks blocks without
 // Config.ClipOversize; an id in use; a request of no prompt tokens, more
 // full blocks than its prompt holds, or negative output.
@@ -182,9 +182,9 @@ func (m *Model) Submit(id ID, r Request, at float64) error {
 		j.reserve = min(j.reserve, m.cfg.KVBlocks)
 		j.blocks = j.blocks[:m.cfg.KVBlocks-j.reserve]
 	}
+	m.Advance(at)
 	m.jobs[id] = j
 	m.queue = append(m.queue, j)
-	m.now = max(m.now, at)
 	m.schedule()
 	return nil
 }
@@ -216,14 +216,14 @@ func (m *Model) Advance(t float64) {
 	m.now = max(m.now, t)
 }
 
-// Cancel stops request id at time at wherever it is; false when it is
-// unknown or already ended.
+// Cancel steps the model to time at and stops request id wherever it
+// is; false when it is unknown or already ended.
 func (m *Model) Cancel(id ID, at float64) (Stage, bool) {
+	m.Advance(at)
 	j, ok := m.jobs[id]
 	if !ok {
 		return "", false
 	}
-	m.now = max(m.now, at)
 	stage := StageDecode
 	switch {
 	case j.state == stateWaiting:
