@@ -1,6 +1,8 @@
-// Package engine is the model of one vLLM engine that both simulations
-// run: the benchmark's engines in virtual time (bench) and the real-time
-// sim engine behind `inference-cache sim-engine` (simengine). It is pure:
+// Package engine is the model of one vLLM engine (its prefill queue,
+// continuous-batching decode, KV capacity with LRU eviction and vLLM's
+// block rules) that both simulations run: the benchmark's engines in
+// virtual time (bench) and the real-time sim engine behind
+// `inference-cache sim-engine` (simengine). It is pure:
 // no goroutines, no clock, no I/O; the caller steps it with the times it
 // passes in (bench its virtual clock, simengine its wall clock) and hears
 // what happened through the events it emits, so both simulations
@@ -23,7 +25,7 @@
 //     decoding requests slow neither each other nor the prefills), so a
 //     request of n output tokens ends (n − 1)/DecodeTPS after its first.
 //   - KV capacity: KVBlocks blocks of BlockSize tokens, shared
-//     (internal/kvcache). A request pins its prompt's full blocks from its
+//     (cache.go, Cache). A request pins its prompt's full blocks from its
 //     prefill's start to its end and reserves ReserveBlocks for its
 //     partial last block and its output; cached blocks nobody pins are
 //     evicted least recently used first (a prefix from its end). When the

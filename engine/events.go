@@ -1,7 +1,5 @@
 package engine
 
-import "github.com/inference-cache/inference-cache/internal/kvcache"
-
 // EventKind is what happened to a request.
 type EventKind uint8
 
@@ -44,7 +42,7 @@ type Event struct {
 	// Stored are the runs of Blocks newly stored by its admission
 	// (Started, FirstToken); Evicted the blocks the admission evicted,
 	// least recent first (Started).
-	Stored  []kvcache.BlockRun
+	Stored  []BlockRun
 	Evicted []uint64
 }
 

@@ -3,8 +3,6 @@ package engine
 import (
 	"fmt"
 	"slices"
-
-	"github.com/inference-cache/inference-cache/internal/kvcache"
 )
 
 // ID names a submitted request (the caller's choice).
@@ -55,8 +53,8 @@ type job struct {
 	arrived    float64
 	first      float64 // first token (known from the prefill's start)
 	tokens     int     // generated so far
-	pinned     int     // leading blocks pinned (kvcache.AdmitPinned)
-	stored     []kvcache.BlockRun
+	pinned     int     // leading blocks pinned (AdmitPinned)
+	stored     []BlockRun
 	prefilling bool
 }
 
@@ -65,8 +63,8 @@ type job struct {
 type Model struct {
 	cfg         Config
 	emit        func(*Event)
-	cache       *kvcache.Cache
-	adm         kvcache.Admission
+	cache       *Cache
+	adm         Admission
 	steps       steps
 	jobs        map[ID]*job
 	queue       []*job // waiting, in arrival order
@@ -109,7 +107,7 @@ func New(cfg Config, emit func(*Event)) (*Model, error) {
 	if emit == nil {
 		emit = func(*Event) {}
 	}
-	return &Model{cfg: cfg, emit: emit, cache: kvcache.New(cfg.KVBlocks), jobs: map[ID]*job{}}, nil
+	return &Model{cfg: cfg, emit: emit, cache: NewCache(cfg.KVBlocks), jobs: map[ID]*job{}}, nil
 }
 
 // Config is the model's filled configuration.
@@ -117,7 +115,7 @@ func (m *Model) Config() Config { return m.cfg }
 
 // Cache is the engine's KV cache as of the latest prefill's start (read
 // it, do not change it).
-func (m *Model) Cache() *kvcache.Cache { return m.cache }
+func (m *Model) Cache() *Cache { return m.cache }
 
 // Now is the latest time the model was stepped to (seconds).
 func (m *Model) Now() float64 { return m.now }

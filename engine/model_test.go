@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-
-	"github.com/inference-cache/inference-cache/internal/kvcache"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -178,7 +176,7 @@ func TestModel_Cancel(t *testing.T) {
 		t.Fatal("cancelled 1 twice")
 	}
 	ev, ok := rec.find(Started, 3)
-	if !ok || !near(ev.At, 0.02) || ev.CachedTokens != 0 || !slices.Equal(ev.Stored, []kvcache.BlockRun{{Start: 0, End: 4}}) {
+	if !ok || !near(ev.At, 0.02) || ev.CachedTokens != 0 || !slices.Equal(ev.Stored, []BlockRun{{Start: 0, End: 4}}) {
 		t.Fatalf("3 started %+v (%v), want at 0.02 with nothing cached (1's blocks dropped)", ev, ok)
 	}
 	run(m)
