@@ -44,18 +44,17 @@ const (
 
 // job is one request in the model.
 type job struct {
-	id         ID
-	r          Request
-	blocks     []uint64 // r.Blocks, clipped to the capacity with ClipOversize
-	reserve    int
-	state      state
-	gen        uint32 // bumped when the job's scheduled step is void
-	arrived    float64
-	first      float64 // first token (known from the prefill's start)
-	tokens     int     // generated so far
-	pinned     int     // leading blocks pinned (AdmitPinned)
-	stored     []BlockRun
-	prefilling bool
+	id      ID
+	r       Request
+	blocks  []uint64 // r.Blocks, clipped to the capacity with ClipOversize
+	reserve int
+	state   state
+	gen     uint32 // bumped when the job's scheduled step is void
+	arrived float64
+	first   float64 // first token (known from the prefill's start)
+	tokens  int     // generated so far
+	pinned  int     // leading blocks pinned (AdmitPinned)
+	stored  []BlockRun
 }
 
 // Model is one engine; see the package documentation. Not safe for
@@ -227,7 +226,7 @@ func (m *Model) Cancel(id ID, at float64) (Stage, bool) {
 	case j.state == stateWaiting:
 		stage = StageWaiting
 		m.queue = slices.DeleteFunc(m.queue, func(q *job) bool { return q == j })
-	case j.prefilling:
+	case j.state == statePrefill:
 		stage = StagePrefill
 		m.prefilling = nil
 		m.release(j)
@@ -269,7 +268,7 @@ func (m *Model) schedule() {
 	if g := m.cfg.Gate; g != nil {
 		prefill += g.Starting(j.id)
 	}
-	j.state, j.prefilling = statePrefill, true
+	j.state = statePrefill
 	j.first = m.now + prefill
 	m.prefilling, m.prefillFree = j, j.first
 	m.steps.push(j.first, j)
@@ -282,8 +281,7 @@ func (m *Model) schedule() {
 // step carries out j's step due at at: its prefill's end (the first
 // token), a decode step, or its last token.
 func (m *Model) step(j *job, at float64) {
-	if j.prefilling {
-		j.prefilling = false
+	if j.state == statePrefill {
 		m.prefilling = nil
 		j.state, j.tokens = stateDecode, 1
 		m.ev = Event{Kind: FirstToken, ID: j.id, At: at, Arrived: j.arrived, Tokens: 1, Blocks: j.blocks[:j.pinned:j.pinned], Stored: j.stored}
