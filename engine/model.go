@@ -255,7 +255,10 @@ func (m *Model) schedule() {
 		}
 	}
 	j := m.queue[i]
-	if !m.cache.Fits(j.blocks, m.reserved+j.reserve) {
+	// Room for every pinned block besides the request's own fits it
+	// surely; only a fuller cache needs Fits's pass over its blocks.
+	room := m.cfg.KVBlocks - m.reserved - j.reserve
+	if m.cache.PinnedBlocks()+len(j.blocks) > room && !m.cache.Fits(j.blocks, m.reserved+j.reserve) {
 		return
 	}
 	m.queue = slices.Delete(m.queue, i, i+1)
