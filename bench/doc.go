@@ -11,10 +11,11 @@
 //	generator.go  the built-in deterministic trace generator (chat sessions,
 //	              Zipf-shared system prompts, diffuse single-turn traffic)
 //	tokens.go     token ids synthesised from hash ids (512 per block)
-//	cache.go      an engine's KV cache (internal/kvcache, shared with the
-//	              real-time sim engine): C blocks, LRU, shared with the
-//	              running requests (pinned blocks, reserved output blocks)
-//	engine.go     one simulated engine: FIFO prefill, modelled TTFT, its KV
+//	cache.go      an engine's KV cache (engine.Cache, the engine model's):
+//	              C blocks, LRU, shared with the running requests (pinned
+//	              blocks, reserved output blocks)
+//	engine.go     one simulated engine: the engine model (package engine,
+//	              the one sim-engine runs) on the virtual clock, its KV
 //	              events queued until their publication time, its /metrics
 //	              (vLLM names) as of the last scrape tick
 //	publish.go    an engine's admissions as vLLM KV-event batches on its
@@ -51,15 +52,24 @@
 //
 // # Time model
 //
-// The fleet runs in the trace's virtual time. An engine prefills one
-// request at a time, first come first served; a request's TTFT is its
-// queue wait plus its uncached tokens / prefill speed (modelled, never
-// measured). Its cached tokens are the leading run of its blocks in the
-// engine's cache when its prefill starts; since prefills are FIFO, every
-// earlier request's blocks are there by then. Decode runs alongside
-// (continuous batching) and only keeps the request's blocks pinned and its
-// output blocks reserved: a loaded engine has less room for cached
-// prefixes.
+// The fleet runs in the trace's virtual time. Each engine is package
+// engine's model, the one the real-time sim engine runs, with blocks of
+// 512 tokens: one prefill at a time, first come first served; a request's
+// TTFT is its queue wait plus its uncached tokens / prefill speed
+// (modelled, never measured). Its cached tokens are the leading run of
+// its full blocks in the engine's cache when its prefill starts, its last
+// block recomputed when the whole prompt is cached (vLLM always computes
+// the last prompt token); since prefills are FIFO, every earlier
+// request's blocks are there by then. Decode runs alongside (continuous
+// batching), a token every 1/DecodeTPS after the first, and keeps the
+// request's blocks pinned and its partial last block and output blocks
+// reserved: a loaded engine has less room for cached prefixes, and a
+// request that does not fit beside the running ones waits for room. A
+// request longer than the whole cache runs with the leading blocks that
+// fit (the cache size is a scaled-down knob, not an engine's memory).
+// Serve steps the model until the request's prefill starts, so each
+// request's TTFT is known at its arrival, for the strategies that track
+// it.
 //
 // With the default time model (VisibilityDelay) an engine publishes a
 // request's KV events (stored blocks, evictions) when its prefill ends,

@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"sync"
+
+	"github.com/inference-cache/inference-cache/engine"
 )
 
 // FleetConfig describes the simulated fleet; the same settings are used
@@ -15,11 +17,11 @@ type FleetConfig struct {
 	// CacheBlocks is each engine's KV cache size in 512-token blocks (C).
 	CacheBlocks int
 	// PrefillTPS is an engine's prefill speed in prompt tokens per second
-	// (default 10,000).
+	// (0 = engine.DefaultPrefillTPS).
 	PrefillTPS float64
 	// DecodeTPS is the decode speed of one request in output tokens per
-	// second (default 40); decoding runs alongside prefills (continuous
-	// batching) and only keeps the request in flight.
+	// second (0 = engine.DefaultDecodeTPS); decoding runs alongside
+	// prefills (continuous batching) and only keeps the request in flight.
 	DecodeTPS float64
 	// EventsAtArrival publishes a request's KV events at its arrival
 	// instead of its prefill's end (the timestamp and request time
@@ -27,49 +29,39 @@ type FleetConfig struct {
 	EventsAtArrival bool
 }
 
-// Defaults of FleetConfig.
-const (
-	DefaultPrefillTPS = 10000
-	DefaultDecodeTPS  = 40
-)
-
 func (c *FleetConfig) fill() error {
 	if c.Engines < 1 {
 		return fmt.Errorf("bench: %d engines: need at least 1", c.Engines)
 	}
-	if c.CacheBlocks < 1 {
-		return fmt.Errorf("bench: cache of %d blocks: need at least 1", c.CacheBlocks)
+	mc := c.model()
+	if err := mc.Fill(); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
-	if c.PrefillTPS == 0 {
-		c.PrefillTPS = DefaultPrefillTPS
-	}
-	if c.DecodeTPS == 0 {
-		c.DecodeTPS = DefaultDecodeTPS
-	}
-	if !(c.PrefillTPS > 0) || !(c.DecodeTPS > 0) {
-		return fmt.Errorf("bench: prefill %v and decode %v tokens/s must be positive", c.PrefillTPS, c.DecodeTPS)
-	}
+	c.PrefillTPS, c.DecodeTPS = mc.PrefillTPS, mc.DecodeTPS
 	return nil
+}
+
+// model is an engine's model configuration: blocks of TraceBlockTokens,
+// and a request longer than the cache run with the blocks that fit (the
+// cache size is a scaled-down knob, not a real engine's memory, so
+// nothing is refused).
+func (c *FleetConfig) model() engine.Config {
+	return engine.Config{BlockSize: TraceBlockTokens, KVBlocks: c.CacheBlocks, PrefillTPS: c.PrefillTPS, DecodeTPS: c.DecodeTPS,
+		ClipOversize: true}
 }
 
 // inflight is a request admitted to an engine and not finished.
 type inflight struct {
-	start  float64  // prefill start (virtual s); its last token is its due time
-	blocks []uint64 // its pinned prompt run
-	output int      // its reserved output blocks
-}
-
-// pinned is what a running request holds in the engine's KV cache until
-// it finishes: its pinned prompt blocks and its reserved output blocks.
-type pinned struct {
-	blocks []uint64
-	output int
+	start   float64  // prefill start (virtual s); its last token is its due time
+	blocks  []uint64 // its pinned prompt run
+	reserve int      // its reserved blocks (partial last block and output)
 }
 
 // Served is the outcome of one request on one engine.
 type Served struct {
 	// CachedTokens is the prompt prefix found in the engine's cache when
-	// its prefill started (a whole number of 512-token blocks).
+	// its prefill started (a whole number of 512-token blocks, the last
+	// prompt token never among them).
 	CachedTokens int
 	// WaitS is the modelled queue wait (virtual seconds).
 	WaitS float64
@@ -119,26 +111,28 @@ type MetricsSnapshot struct {
 	QueryTokens, HitTokens int64
 }
 
-// Engine is one simulated inference engine: a KV cache of C blocks (LRU,
-// shared with the running requests), a prefill queue (one prefill at a
-// time, FIFO) and in-flight requests. Serve runs on one goroutine; the
-// metrics snapshot read by the /metrics handler is guarded.
+// Engine is one simulated inference engine: the engine model (package
+// engine) on the trace's virtual clock. Serve submits a request and
+// steps the model until its prefill starts, so its TTFT is known at its
+// arrival (exact: the model is first come, first served); what the
+// engine looked like at an earlier virtual time (Load, Scrape) is kept
+// from the requests' schedules. Serve runs on one goroutine; the metrics
+// snapshot read by the /metrics handler is guarded.
 type Engine struct {
 	// ID is the engine's position in the fleet.
 	ID int
 	// Cache is the engine's KV cache once every request admitted so far
-	// has been prefilled (read by longest-match and the oracle).
+	// has started its prefill (read by longest-match and the oracle).
 	Cache *Cache
 
-	cfg           FleetConfig
-	prefillFreeAt float64
-	inflight      due[inflight] // by last token; retired at arrival times
-	pins          due[pinned]   // by last token; released at prefill starts
-	outputBlocks  int           // reserved by the running requests
-	adm           Admission
-	events        []KVEvent // not yet released, in At order
-	usedBlocks    map[uint64]struct{}
+	cfg      FleetConfig
+	m        *engine.Model
+	started  engine.Event  // the latest Started event, slices cloned
+	inflight due[inflight] // by last token; retired at arrival times
+	events   []KVEvent     // not yet released, in At order
+	next     engine.ID
 
+	usedBlocks                       map[uint64]struct{}
 	requests, queryTokens, hitTokens int64
 
 	mu   sync.Mutex
@@ -147,20 +141,31 @@ type Engine struct {
 
 // NewEngine returns engine id of a fleet with cfg (filled).
 func NewEngine(id int, cfg FleetConfig) *Engine {
-	return &Engine{ID: id, Cache: NewCache(cfg.CacheBlocks), cfg: cfg, usedBlocks: map[uint64]struct{}{}}
+	e := &Engine{ID: id, cfg: cfg, usedBlocks: map[uint64]struct{}{}}
+	mc := cfg.model()
+	mc.KVBlocks = max(1, mc.KVBlocks)
+	m, err := engine.New(mc, e.onEvent)
+	if err != nil {
+		panic(err) // the speeds are filled or 0 (the defaults)
+	}
+	e.m, e.Cache = m, m.Cache()
+	return e
+}
+
+// onEvent keeps the latest request's start (the model's slices are
+// reused after the call).
+func (e *Engine) onEvent(ev *engine.Event) {
+	if ev.Kind != engine.Started {
+		return
+	}
+	e.started = *ev
+	e.started.Stored = slices.Clone(ev.Stored)
+	e.started.Evicted = slices.Clone(ev.Evicted)
 }
 
 // advance retires the requests finished by virtual time t.
 func (e *Engine) advance(t float64) {
 	e.inflight.until(t, func(inflight) {})
-}
-
-// release unpins what the requests finished by virtual time s held.
-func (e *Engine) release(s float64) {
-	e.pins.until(s, func(p pinned) {
-		e.Cache.Unpin(p.blocks)
-		e.outputBlocks -= p.output
-	})
 }
 
 // Load is the number of requests admitted to the engine and not finished
@@ -171,54 +176,64 @@ func (e *Engine) Load(t float64) int {
 	return e.inflight.len()
 }
 
-// PrefillBacklog is how long a prefill arriving at t would wait (virtual
-// seconds).
-func (e *Engine) PrefillBacklog(t float64) float64 { return max(0, e.prefillFreeAt-t) }
+// PrefillBacklog is how long a prefill arriving at t would wait for the
+// prefills admitted before it (virtual seconds; a wait for KV room
+// comes on top).
+func (e *Engine) PrefillBacklog(t float64) float64 { return max(0, e.m.PrefillFreeAt()-t) }
 
 // PrefillTPS is the engine's prefill speed (tokens per second).
-func (e *Engine) PrefillTPS() float64 { return e.cfg.PrefillTPS }
+func (e *Engine) PrefillTPS() float64 { return e.m.Config().PrefillTPS }
 
-// PredictTTFT is the exact modelled TTFT of request r arriving at t on
-// this engine (what Serve would return): the oracle's measure.
+// PredictTTFT is the modelled TTFT of request r arriving at t on this
+// engine, what Serve would return unless r waits for KV room: the
+// oracle's measure.
 func (e *Engine) PredictTTFT(r *Request, t float64) float64 {
-	cached := min(e.Cache.CachedRun(r.Blocks())*TraceBlockTokens, r.InputLength)
-	return max(0, e.prefillFreeAt-t) + float64(r.InputLength-cached)/e.cfg.PrefillTPS
+	mr := modelRequest(r)
+	_, first := e.m.Predict(&mr, t)
+	return first - t
 }
 
-// Serve admits request r arriving at virtual time t (seconds). Its
-// prefill starts when the engine's earlier prefills are done; the cached
-// tokens are the leading run of its full blocks present in the cache then
-// (every earlier request's blocks are, since prefills are FIFO). Its blocks
-// are admitted and pinned until it finishes, its output blocks reserved,
-// and its KV event queued for publication at its prefill's end (at t with
-// FleetConfig.EventsAtArrival).
+// modelRequest is r for the engine model; an empty prompt (a trace may
+// hold one) is served as one token, as an engine has at least one to
+// compute.
+func modelRequest(r *Request) engine.Request {
+	return engine.Request{Blocks: r.Blocks(), PromptTokens: max(1, r.InputLength), OutputTokens: r.OutputLength}
+}
+
+// Serve admits request r arriving at virtual time t (seconds; not before
+// the previous call's) and steps the engine model until its prefill
+// starts: when the earlier prefills are done and its blocks fit beside
+// the running requests'. The cached tokens are the leading run of its
+// full blocks present in the cache then, the last token always computed
+// (engine.CachedTokens). Its KV event is queued for publication at its
+// prefill's end (at t with FleetConfig.EventsAtArrival).
 func (e *Engine) Serve(r *Request, t float64) Served {
 	e.advance(t)
-	start := max(t, e.prefillFreeAt)
-	e.release(start)
-	blocks := r.Blocks()
-	cached := min(e.Cache.CachedRun(blocks)*TraceBlockTokens, r.InputLength)
-	prefill := float64(r.InputLength-cached) / e.cfg.PrefillTPS
-	end := start + prefill
-	e.prefillFreeAt = end
-	done := end + float64(r.OutputLength)/e.cfg.DecodeTPS
-	output := (r.OutputLength + TraceBlockTokens - 1) / TraceBlockTokens
-	held := e.Cache.AdmitPinned(blocks, &e.adm, e.outputBlocks+output)
-	e.outputBlocks += output
-	e.pins.push(done, pinned{blocks: blocks[:held:held], output: output})
-	e.inflight.push(done, inflight{start: start, blocks: blocks[:held:held], output: output})
-	at := end
+	e.next++
+	id := e.next
+	if err := e.m.Submit(id, modelRequest(r), t); err != nil {
+		panic(fmt.Sprintf("bench: engine %d: %v", e.ID, err)) // a trace request is valid and nothing is refused
+	}
+	for e.started.ID != id {
+		at, ok := e.m.Next()
+		if !ok {
+			panic(fmt.Sprintf("bench: engine %d: request %d neither started nor waiting on a running one", e.ID, id))
+		}
+		e.m.Advance(at)
+	}
+	s := &e.started
+	e.inflight.push(s.DoneAt, inflight{start: s.At, blocks: s.Blocks, reserve: s.Reserve})
+	at := s.FirstTokenAt
 	if e.cfg.EventsAtArrival {
 		at = t
 	}
-	if len(e.adm.Stored) > 0 || len(e.adm.Evicted) > 0 {
-		e.events = append(e.events, KVEvent{At: at, Blocks: blocks[:held:held],
-			Adm: Admission{Evicted: slices.Clone(e.adm.Evicted), Stored: slices.Clone(e.adm.Stored)}})
+	if len(s.Stored) > 0 || len(s.Evicted) > 0 {
+		e.events = append(e.events, KVEvent{At: at, Blocks: s.Blocks, Adm: Admission{Evicted: s.Evicted, Stored: s.Stored}})
 	}
 	e.requests++
 	e.queryTokens += int64(r.InputLength)
-	e.hitTokens += int64(cached)
-	return Served{CachedTokens: cached, WaitS: start - t, TTFTS: end - t, FirstTokenAt: end, DoneAt: done}
+	e.hitTokens += int64(s.CachedTokens)
+	return Served{CachedTokens: s.CachedTokens, WaitS: s.At - t, TTFTS: s.FirstTokenAt - t, FirstTokenAt: s.FirstTokenAt, DoneAt: s.DoneAt}
 }
 
 // Release passes every queued KV event for which visible(At) holds to fn,
@@ -254,7 +269,7 @@ func (e *Engine) Scrape(at float64) bool {
 			m.Waiting++
 		default:
 			m.Running++
-			kv += f.output
+			kv += f.reserve
 			for _, h := range f.blocks {
 				e.usedBlocks[h] = struct{}{} // a block shared by running requests takes one slot
 			}

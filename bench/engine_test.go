@@ -127,9 +127,10 @@ func TestIndexerView_CreditsOnlyReleasedEvents(t *testing.T) {
 		t.Fatalf("llm-d scores %v, %v at 0.5 s, want %v, 4 (no prefix credit)", s0, s1, 2+2*(1-0.03))
 	}
 	// The engine itself credits them: q waits for A's prefill (to 1.536)
-	// and finds all 1536 tokens cached.
-	if s := f.Engines[0].Serve(q, 0.5); s.CachedTokens != 1536 || !near(s.TTFTS, 1.036) {
-		t.Fatalf("engine 0 served q with %+v, want 1536 cached and TTFT 1.036 (the wait)", s)
+	// and finds all 3 blocks cached, but computes its last one (the last
+	// token always is): 1024 cached, 512 tokens in 0.512 s.
+	if s := f.Engines[0].Serve(q, 0.5); s.CachedTokens != 1024 || !near(s.TTFTS, 1.548) {
+		t.Fatalf("engine 0 served q with %+v, want 1024 cached and TTFT 1.548 (the wait + 0.512)", s)
 	}
 
 	step(1.6)
@@ -152,15 +153,15 @@ func TestEngineServe_QueueingHandWorked(t *testing.T) {
 		at   float64
 		want Served
 	}{
-		// Cold, idle: prefill 2048 tokens in [0, 2.048], 200 output tokens
-		// in 2 s after.
+		// Cold, idle: prefill 2048 tokens in [0, 2.048], the first of 200
+		// output tokens out of it, the other 199 in 1.99 s after.
 		{"A: cold on an idle engine", &Request{InputLength: 2048, OutputLength: 200, HashIDs: ids(1, 4)}, 0,
-			Served{CachedTokens: 0, WaitS: 0, TTFTS: 2.048, FirstTokenAt: 2.048, DoneAt: 4.048}},
+			Served{CachedTokens: 0, WaitS: 0, TTFTS: 2.048, FirstTokenAt: 2.048, DoneAt: 4.038}},
 		// Waits for A's prefill (1.048 s), finds A's 4 blocks, prefills
-		// 512 tokens in [2.048, 2.56], then 50 tokens in 0.5 s: it ends
-		// before A.
+		// 512 tokens in [2.048, 2.56], then 49 more tokens in 0.49 s: it
+		// ends before A.
 		{"B: queued behind A, its prefix cached", &Request{InputLength: 2560, OutputLength: 50, HashIDs: ids(1, 5)}, 1,
-			Served{CachedTokens: 2048, WaitS: 1.048, TTFTS: 1.56, FirstTokenAt: 2.56, DoneAt: 3.06}},
+			Served{CachedTokens: 2048, WaitS: 1.048, TTFTS: 1.56, FirstTokenAt: 2.56, DoneAt: 3.05}},
 		// The engine idles from 2.56: no wait; 1000 tokens, one full block
 		// (block 1) cached: 488 tokens in 0.488 s, no output.
 		{"C: after the queue drained", &Request{InputLength: 1000, OutputLength: 0, HashIDs: []uint64{1, 99}}, 5,
@@ -216,40 +217,41 @@ func TestCache_AdmitPinnedSharesCapacityWithRunningRequests(t *testing.T) {
 }
 
 // The engine pins a running request's blocks and reserves its output
-// blocks until its last token: a request prefilled while another runs
-// caches only what fits, and the running request's blocks become
-// evictable once it is done.
+// blocks until its last token: a request that does not fit beside a
+// running one waits for it to end (vLLM's FCFS scheduler), and the ended
+// request's blocks are then evictable, least recent first.
 func TestEngine_RunningRequestsHoldTheirBlocksUntilDone(t *testing.T) {
 	e := NewEngine(0, FleetConfig{Engines: 1, CacheBlocks: 6, PrefillTPS: 1000, DecodeTPS: 10})
-	// A: 3 blocks, 10 output tokens (1 output block): prefill [0, 1.536],
-	// decode to 2.536.
+	// A: 3 blocks, 10 output tokens (1 reserved block): prefill [0, 1.536],
+	// 9 more tokens at 0.1 s: done 2.436.
 	a := e.Serve(&Request{InputLength: 1536, OutputLength: 10, HashIDs: []uint64{1, 2, 3}}, 0)
-	if !near(a.DoneAt, 2.536) {
-		t.Fatalf("A done at %v, want 2.536", a.DoneAt)
+	if !near(a.DoneAt, 2.436) {
+		t.Fatalf("A done at %v, want 2.436", a.DoneAt)
 	}
-	// B: 4 blocks at 1, prefill from 1.536 while A decodes. Room: 6 − (1 +
-	// 1) output blocks = 4, A's 3 blocks pinned: only block 4 is cached.
+	// B: 4 blocks and 1 reserved at 1. Beside A's 3 pinned and 1 reserved
+	// it needs 3 + 1 + 4 + 1 = 9 of 6 blocks: it waits for A's end (2.436),
+	// evicts A's blocks 3 and 2 (tail first) and prefills 2048 tokens.
 	b := e.Serve(&Request{InputLength: 2048, OutputLength: 10, HashIDs: []uint64{4, 5, 6, 7}}, 1)
-	if b.CachedTokens != 0 || !near(b.FirstTokenAt, 3.584) || !near(b.DoneAt, 4.584) {
-		t.Fatalf("B %+v, want 0 cached, first token 3.584, done 4.584", b)
+	if b.CachedTokens != 0 || !near(b.WaitS, 1.436) || !near(b.FirstTokenAt, 4.484) || !near(b.DoneAt, 5.384) {
+		t.Fatalf("B %+v, want 0 cached, wait 1.436, first token 4.484, done 5.384", b)
 	}
-	if got := e.Cache.Keys(); !slices.Equal(got, []uint64{4, 1, 2, 3}) {
-		t.Fatalf("cache %v after B, want [4 1 2 3]: A's blocks kept, only B's first stored", got)
+	if got := e.Cache.Keys(); !slices.Equal(got, []uint64{4, 5, 6, 7, 1}) {
+		t.Fatalf("cache %v after B, want [4 5 6 7 1]", got)
 	}
 	evs := released(e, all)
-	if len(evs) != 2 || !slices.Equal(evs[1].Blocks, []uint64{4}) || !slices.Equal(evs[1].Adm.Stored, []BlockRun{{Start: 0, End: 1}}) {
-		t.Fatalf("events %+v, want B's to store block 4 only", evs)
+	if len(evs) != 2 || !slices.Equal(evs[1].Adm.Evicted, []uint64{3, 2}) || !slices.Equal(evs[1].Adm.Stored, []BlockRun{{Start: 0, End: 4}}) {
+		t.Fatalf("events %+v, want B's to evict 3 and 2 and store its 4 blocks", evs)
 	}
-	// C at 5, after both ended (2.536, 4.584): block 4 is cached (512
-	// tokens), A's blocks are evictable. No output: room 6; 4 cached + 3
-	// missing = 7, so the least recent (3) goes.
-	c := e.Serve(&Request{InputLength: 2048, OutputLength: 0, HashIDs: []uint64{4, 5, 6, 7}}, 5)
-	if c.CachedTokens != 512 || !near(c.TTFTS, 1.536) {
-		t.Fatalf("C %+v, want 512 cached, TTFT 1.536", c)
+	// C at 6, after both ended: block 1 cached (512 tokens), 1024 to
+	// prefill. 5 cached + 2 missing in 6: one goes, the least recent not
+	// C's own (1 is C's): 7.
+	c := e.Serve(&Request{InputLength: 1536, OutputLength: 0, HashIDs: []uint64{1, 8, 9}}, 6)
+	if c.CachedTokens != 512 || !near(c.TTFTS, 1.024) {
+		t.Fatalf("C %+v, want 512 cached, TTFT 1.024", c)
 	}
 	evs = released(e, all)
-	if len(evs) != 1 || !slices.Equal(evs[0].Adm.Evicted, []uint64{3}) || !slices.Equal(evs[0].Adm.Stored, []BlockRun{{Start: 1, End: 4}}) {
-		t.Fatalf("C's events %+v, want block 3 evicted and [1,4) stored", evs)
+	if len(evs) != 1 || !slices.Equal(evs[0].Adm.Evicted, []uint64{7}) || !slices.Equal(evs[0].Adm.Stored, []BlockRun{{Start: 1, End: 3}}) {
+		t.Fatalf("C's events %+v, want block 7 evicted and [1,3) stored", evs)
 	}
 }
 
@@ -259,9 +261,9 @@ func TestEngine_RunningRequestsHoldTheirBlocksUntilDone(t *testing.T) {
 func TestEngineScrape_HandWorked(t *testing.T) {
 	e := NewEngine(0, FleetConfig{Engines: 1, CacheBlocks: 10, PrefillTPS: 1000, DecodeTPS: 100})
 	// A at 0: 2 blocks, 100 output tokens (1 block): prefill [0, 1.024],
-	// decode to 2.024; holds 3 blocks.
+	// decode to 2.014; holds 3 blocks.
 	e.Serve(&Request{InputLength: 1024, OutputLength: 100, HashIDs: []uint64{1, 2}}, 0)
-	// B at 0.5: 3 other blocks: prefill [1.024, 2.56], decode to 3.56;
+	// B at 0.5: 3 other blocks: prefill [1.024, 2.56], decode to 3.55;
 	// holds 4.
 	e.Serve(&Request{InputLength: 1536, OutputLength: 100, HashIDs: []uint64{3, 4, 5}}, 0.5)
 	// C at 0.6: 1 block, no output: prefill [2.56, 3.072]; holds 1.

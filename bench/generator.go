@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/inference-cache/inference-cache/engine"
 )
 
 // GeneratorConfig shapes the built-in trace. Zero fields take the
@@ -136,7 +138,7 @@ func Generate(cfg GeneratorConfig) *Trace {
 			s.turnsLeft--
 			if s.turnsLeft > 0 {
 				s.tokens += r.OutputLength // the answer joins the history
-				s.at += float64(r.OutputLength)/DefaultDecodeTPS + exp(cfg.MeanThinkSec)
+				s.at += float64(r.OutputLength)/engine.DefaultDecodeTPS + exp(cfg.MeanThinkSec)
 				heap.Push(&live, s)
 			}
 			continue

@@ -98,15 +98,17 @@ func TestOracle_LowestPredictedTTFT(t *testing.T) {
 		want  int
 	}{
 		// The prefix's own prefill ends at 2.048; at 1 s the wait is 1.048
-		// and nothing is left to prefill: 1.048 < 2.048.
-		{"short queue: the cached prefix wins", nil, 1, [2]float64{1.048, 2.048}, 0},
+		// and only the last block is left to prefill (the last token is
+		// always computed), 0.512 s: 1.56 < 2.048.
+		{"short queue: the cached prefix wins", nil, 1, [2]float64{1.56, 2.048}, 0},
 		// A cold 5000-token request behind it: the backlog runs to 7.048,
-		// a 6.048 s wait at 1 s against 2.048 s cold.
+		// a 6.048 s wait at 1 s plus 0.512 against 2.048 s cold.
 		{"long queue: the idle cold engine wins", []*Request{{InputLength: 5000, HashIDs: ids(100, 10)}}, 1,
-			[2]float64{6.048, 2.048}, 1},
-		// At 5 s the same queue has 2.048 s left: a tie broken by fewer
-		// requests in flight (engine 0 has two, engine 1 none).
-		{"equal TTFT: fewer in flight", []*Request{{InputLength: 5000, HashIDs: ids(100, 10)}}, 5,
+			[2]float64{6.56, 2.048}, 1},
+		// At 5.512 s the same queue has 1.536 s left, plus 0.512: a tie
+		// broken by fewer requests in flight (engine 0 has two, engine 1
+		// none).
+		{"equal TTFT: fewer in flight", []*Request{{InputLength: 5000, HashIDs: ids(100, 10)}}, 5.512,
 			[2]float64{2.048, 2.048}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

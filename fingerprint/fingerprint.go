@@ -15,6 +15,12 @@ const Seed = 1337
 // buffer on the stack.
 const MaxBlockSize = 4096
 
+// DefaultBlockSize is the tokens per block of a model with no block size
+// of its own (contract §3.1): vLLM's default KV block size on GPUs. It is
+// the one definition every package (policy, gateway, observe, the engine
+// model) refers to.
+const DefaultBlockSize = 16
+
 // ErrBlockSize is returned for a block size of 0 or above MaxBlockSize.
 var ErrBlockSize = errors.New("fingerprint: block size must be between 1 and 4096 tokens")
 

@@ -72,9 +72,6 @@ const (
 	// routed without a hint. A hint is worth a prefill of many
 	// milliseconds; waiting longer than this for one is not.
 	DefaultLookupBudget = 20 * time.Millisecond
-	// DefaultBlockSize is the tokens per KV block of a model not in
-	// Config.BlockSizes: vLLM's default.
-	DefaultBlockSize = 16
 	// DefaultHashScheme is the index partition's hash scheme: the
 	// subscriber's hash_scheme for vLLM engines.
 	DefaultHashScheme = "vllm"
@@ -104,7 +101,7 @@ type Config struct {
 	LookupBudget time.Duration
 	// BlockSizes are the tokens per block of each model (the engines'
 	// --block-size, the subscriber's block_size); a model absent from it
-	// uses DefaultBlockSize.
+	// uses fingerprint.DefaultBlockSize.
 	BlockSizes map[string]int
 	// HashScheme, TenantID and AdapterID are the index partition looked
 	// up (the subscriber's hash_scheme, tenant_id, adapter for these
@@ -221,7 +218,7 @@ func (g *Gateway) BlockSize(model string) int {
 	if bs, ok := g.cfg.BlockSizes[model]; ok {
 		return bs
 	}
-	return DefaultBlockSize
+	return fingerprint.DefaultBlockSize
 }
 
 // Request is one request to decide.

@@ -137,7 +137,6 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 
 // Defaults of the optional settings.
 const (
-	DefaultBlockSize      = 16
 	DefaultScrapeInterval = 10 * time.Second
 	DefaultReplayTimeout  = 5 * time.Second
 	// maxReplicaIDBytes leaves room for "-dp<r>" within the server's
@@ -243,7 +242,7 @@ func (c *Config) Validate() error {
 			}
 		}
 		if e.BlockSize == 0 {
-			e.BlockSize = DefaultBlockSize
+			e.BlockSize = fingerprint.DefaultBlockSize
 		}
 		if e.BlockSize < 1 || e.BlockSize > fingerprint.MaxBlockSize {
 			return bad(f("block_size"), "%d is not between 1 and %d", e.BlockSize, fingerprint.MaxBlockSize)

@@ -52,7 +52,7 @@ func TestConfig_DefaultsAndRankReplicaIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := cfg.Engines[0]
-	if e.BlockSize != DefaultBlockSize || len(e.Media) != 1 || e.Media[0] != "GPU" || e.DataParallelSize != 1 {
+	if e.BlockSize != 16 || len(e.Media) != 1 || e.Media[0] != "GPU" || e.DataParallelSize != 1 {
 		t.Fatalf("defaults not applied: %+v", e)
 	}
 	if got := e.ReplicaForRank(0); got != "vllm-0" {

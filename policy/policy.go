@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/inference-cache/inference-cache/fingerprint"
 )
 
 // EvictionPolicy names how the capacity bound (MaxResidencies) picks victims
@@ -27,10 +29,6 @@ const (
 	// RankingV2 is the product of all five factors of contract §5.4.
 	RankingV2 RankingVersion = "v2"
 )
-
-// DefaultBlockSize is the tokens per block used for a model that has no
-// entry in Policy.BlockSize (contract §3.1, §7.1).
-const DefaultBlockSize = 16
 
 // Policy is the replicated CachePolicy of contract §7.2. Every node holds the same
 // value (it changes only through the Raft log), so every node ranks alike.
@@ -89,7 +87,7 @@ type Policy struct {
 	// RankingVersion is v1 or v2. Default v2.
 	RankingVersion RankingVersion
 	// BlockSize maps model_id to tokens per block for server-side
-	// fingerprinting; a model absent from the map uses DefaultBlockSize.
+	// fingerprinting; a model absent from the map uses fingerprint.DefaultBlockSize.
 	BlockSize map[string]uint32
 	// MaxStaleness: a node that has not heard from a leader for longer marks
 	// its responses stale. Default 5s.
@@ -122,13 +120,13 @@ func Default() Policy {
 	}
 }
 
-// BlockSizeFor returns the tokens per block for modelID (DefaultBlockSize
+// BlockSizeFor returns the tokens per block for modelID (fingerprint.DefaultBlockSize
 // when the policy has no entry).
 func (p *Policy) BlockSizeFor(modelID string) uint32 {
 	if bs, ok := p.BlockSize[modelID]; ok && bs > 0 {
 		return bs
 	}
-	return DefaultBlockSize
+	return fingerprint.DefaultBlockSize
 }
 
 // FloorScore parses RoutingFloorScore. Validate guarantees it parses.
@@ -212,7 +210,7 @@ func (p *Policy) Validate() error {
 		if model == "" || len(model) > 256 {
 			return &FieldError{"blockSize", model, "model id must be 1..256 bytes"}
 		}
-		if bs == 0 || bs > 4096 {
+		if bs == 0 || bs > fingerprint.MaxBlockSize {
 			return &FieldError{"blockSize." + model, strconv.FormatUint(uint64(bs), 10), "must be between 1 and 4096 tokens"}
 		}
 	}

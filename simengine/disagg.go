@@ -74,18 +74,6 @@ func (c *DisaggConfig) fill() error {
 	return nil
 }
 
-// prefillTime is r's modelled prefill: its uncached tokens at PrefillTPS,
-// or for a remote prefill its uncached blocks (the partial last one
-// included) at TransferPerBlock each.
-func (e *Engine) prefillTime(r *request) time.Duration {
-	uncached := len(r.prompt) - r.cached
-	if r.remote {
-		bs := e.cfg.BlockSize
-		return time.Duration((uncached+bs-1)/bs) * e.cfg.Disagg.TransferPerBlock
-	}
-	return time.Duration(float64(uncached) / e.cfg.PrefillTPS * float64(time.Second))
-}
-
 // kvTransferParams is the part of a request's kv_transfer_params the
 // engine reads.
 type kvTransferParams struct {

@@ -1,46 +1,30 @@
 // Package simengine is a simulated vLLM replica in real time
 // (`inference-cache sim-engine`): it serves vLLM's OpenAI-compatible API
-// (package openai's shapes), keeps a KV cache on the benchmark's engine
-// model (internal/kvcache, the cache bench's engines use), publishes
-// vLLM-format KV events over ZMQ (internal/vllmpub) and exports vLLM's
-// /metrics names, so a gateway, the observe subscriber or the proxy work
-// against it unchanged and against a real vLLM after it.
+// (package openai's shapes), runs the engine model the benchmark's
+// engines run (package engine: prefill queue, continuous-batching decode,
+// KV capacity with LRU eviction, vLLM's block rules) stepped by its
+// clock, publishes vLLM-format KV events over ZMQ (internal/vllmpub) and
+// exports vLLM's /metrics names, so a gateway, the observe subscriber or
+// the proxy work against it unchanged and against a real vLLM after it.
 //
 // # Time model
 //
-// The bench's engine model (bench/doc.go), run on a clock instead of a
-// trace's virtual time:
+// Package engine's, on the clock (Config.Clock) instead of a trace's
+// virtual time: one timer stands at the model's next step (a prefill's
+// end, a decode step), and each request and cancellation steps the
+// model at the clock's time. Beside the model:
 //
-//   - Prefill: one request at a time, first come first served, the whole
-//     prompt in one step (no chunked prefill). It takes uncached prompt
-//     tokens / PrefillTPS. The cached tokens are the leading run of the
-//     prompt's full blocks found in the cache when the prefill starts,
-//     capped as vLLM caps them (the last prompt token is always
-//     computed, so a fully cached prompt recomputes its last block); since
-//     prefills run in order, every earlier request's blocks are there.
-//   - The first output token comes out of the prefill (TTFT = queue wait +
-//     prefill); each later one 1/DecodeTPS after the previous, for every
-//     running request at once (continuous batching: decoding requests do
-//     not slow each other or the prefills down).
-//   - KV capacity: KVBlocks blocks of BlockSize tokens, shared. A request
-//     pins its prompt's full blocks from its prefill's start to its end and
-//     reserves ceil((partial last block + max_tokens) / BlockSize) blocks
-//     for its tail and output; cached blocks nobody pins are evicted least
-//     recently used first (vLLM's recency: a prefix is evicted from its
-//     end). When the head of the queue does not fit beside the running
-//     requests it waits, and the queue behind it (vLLM's FCFS scheduler).
-//     A request needing more than KVBlocks blocks in all is refused with
+//   - A request needing more than KVBlocks blocks in all is refused with
 //     vLLM's context-length error (max_model_len = KVBlocks × BlockSize).
 //   - Generated text is max_tokens filler tokens (" tok"); max_tokens
 //     defaults to 16 (vLLM's completions default; its chat default, the
 //     rest of the context, would make every chat request fill the cache).
 //     finish_reason is "length".
 //   - Cancellation: when the client goes away (the request's context
-//     ends) the request stops where it is: out of the queue, or its
-//     prefill aborted (the blocks it stored but had not computed are
-//     dropped, never announced), or its decode stopped; its pins and
-//     reservation are released and simengine_requests_cancelled_total
-//     counts it by stage.
+//     ends) the model stops the request where it is (engine.Model.Cancel:
+//     the blocks a prefill stored but had not computed are dropped, never
+//     announced) and simengine_requests_cancelled_total counts it by
+//     stage.
 //
 // # KV events
 //

@@ -5,26 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/inference-cache/inference-cache/internal/kvcache"
+	"github.com/inference-cache/inference-cache/engine"
 	"github.com/inference-cache/inference-cache/internal/vllmpub"
-)
-
-// Defaults of Config.
-const (
-	// DefaultBlockSize is vLLM's default KV block size on GPUs (tokens).
-	DefaultBlockSize = 16
-	// DefaultPrefillTPS and DefaultDecodeTPS are the bench's engine speeds
-	// (bench.DefaultPrefillTPS, bench.DefaultDecodeTPS).
-	DefaultPrefillTPS = 10000
-	DefaultDecodeTPS  = 40
-	// MaxBlockSize bounds BlockSize (the subscriber's bound).
-	MaxBlockSize = 4096
 )
 
 // EventPublisher sends one encoded KV-event batch (vllmpub.Publisher).
@@ -37,8 +26,8 @@ type Config struct {
 	// Model is the one model name the engine serves (required): requests
 	// for another get vLLM's 404.
 	Model string
-	// BlockSize is the tokens per KV block (default DefaultBlockSize,
-	// 1..MaxBlockSize); only full blocks are cached, as in vLLM.
+	// BlockSize is the tokens per KV block (0 = fingerprint.DefaultBlockSize,
+	// 1..fingerprint.MaxBlockSize); only full blocks are cached, as in vLLM.
 	BlockSize int
 	// KVBlocks is the KV capacity in blocks (required, ≥ 1), shared by the
 	// cached prefixes and the running requests. A request needs
@@ -46,10 +35,10 @@ type Config struct {
 	// is refused (its max_model_len is KVBlocks × BlockSize).
 	KVBlocks int
 	// PrefillTPS is the prefill speed in uncached prompt tokens per second
-	// (default DefaultPrefillTPS).
+	// (0 = engine.DefaultPrefillTPS).
 	PrefillTPS float64
 	// DecodeTPS is each running request's decode speed in output tokens
-	// per second, however many decode at once (default DefaultDecodeTPS).
+	// per second, however many decode at once (0 = engine.DefaultDecodeTPS).
 	DecodeTPS float64
 	// Events receives the KV-event batches; nil publishes nothing.
 	Events EventPublisher
@@ -73,28 +62,17 @@ type Config struct {
 	Disagg DisaggConfig
 }
 
+// fill sets the defaults and checks the settings; the engine model's
+// part is engine.Config's.
 func (c *Config) fill() error {
 	if c.Model == "" {
 		return errors.New("simengine: model name required")
 	}
-	if c.BlockSize == 0 {
-		c.BlockSize = DefaultBlockSize
+	mc := c.model(nil)
+	if err := mc.Fill(); err != nil {
+		return fmt.Errorf("simengine: %w", err)
 	}
-	if c.BlockSize < 1 || c.BlockSize > MaxBlockSize {
-		return fmt.Errorf("simengine: block size %d: want 1 to %d", c.BlockSize, MaxBlockSize)
-	}
-	if c.KVBlocks < 1 {
-		return fmt.Errorf("simengine: %d KV blocks: need at least 1", c.KVBlocks)
-	}
-	if c.PrefillTPS == 0 {
-		c.PrefillTPS = DefaultPrefillTPS
-	}
-	if c.DecodeTPS == 0 {
-		c.DecodeTPS = DefaultDecodeTPS
-	}
-	if !(c.PrefillTPS > 0) || !(c.DecodeTPS > 0) {
-		return fmt.Errorf("simengine: prefill %v and decode %v tokens/s must be positive", c.PrefillTPS, c.DecodeTPS)
-	}
+	c.BlockSize, c.PrefillTPS, c.DecodeTPS = mc.BlockSize, mc.PrefillTPS, mc.DecodeTPS
 	if err := c.LoRA.fill(c.Model); err != nil {
 		return err
 	}
@@ -110,15 +88,23 @@ func (c *Config) fill() error {
 	return nil
 }
 
+// model is the engine model's configuration: every decode step reported
+// (the streams need them), gate (nil = none) passing requests over.
+func (c *Config) model(gate engine.Gate) engine.Config {
+	return engine.Config{BlockSize: c.BlockSize, KVBlocks: c.KVBlocks, PrefillTPS: c.PrefillTPS, DecodeTPS: c.DecodeTPS,
+		EachToken: true, Gate: gate}
+}
+
 // ErrTooLong is returned (wrapped) by Submit for a request that needs more
-// KV blocks than the engine has.
-var ErrTooLong = errors.New("simengine: request longer than the KV cache")
+// KV blocks than the engine has (the engine model's error).
+var ErrTooLong = engine.ErrTooLong
 
 // ErrClosed is returned by Submit after Close.
 var ErrClosed = errors.New("simengine: engine closed")
 
-// Engine is one simulated vLLM replica in real time (see the package
-// documentation for its model). Safe for concurrent use.
+// Engine is one simulated vLLM replica in real time: the engine model
+// (package engine) stepped by the clock, one timer at its next step.
+// Safe for concurrent use.
 type Engine struct {
 	cfg    Config
 	hasher blockHasher
@@ -126,16 +112,16 @@ type Engine struct {
 	gather prometheus.Gatherer
 	pub    *eventQueue
 	lora   *loraState // nil = no adapters
+	origin time.Time  // the model's time 0
 
-	mu         sync.Mutex
-	cache      *kvcache.Cache
-	adm        kvcache.Admission
-	queue      []*request // waiting, FIFO
-	prefilling *request
-	decoding   map[*request]struct{}
-	running    int // prefilling or decoding
-	reserved   int // blocks the running requests' tails and outputs hold
-	closed     bool
+	mu       sync.Mutex
+	model    *engine.Model
+	reqs     map[engine.ID]*request // submitted, not ended
+	lastID   engine.ID
+	timer    Timer // fires at the model's next step; nil = none due
+	timerAt  float64
+	timerGen uint64
+	closed   bool
 }
 
 // New starts an engine.
@@ -143,7 +129,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, hasher: newBlockHasher(cfg.HashSeed), cache: kvcache.New(cfg.KVBlocks), decoding: map[*request]struct{}{}}
+	e := &Engine{cfg: cfg, hasher: newBlockHasher(cfg.HashSeed), reqs: map[engine.ID]*request{}, origin: cfg.Clock.Now()}
 	reg := cfg.Registerer
 	if reg == nil {
 		r := prometheus.NewRegistry()
@@ -151,8 +137,16 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.m = newMetrics(reg, cfg.Model, cfg.BlockSize, cfg.KVBlocks)
 	e.lora = newLoRAState(cfg.LoRA, reg, cfg.Model)
+	var gate engine.Gate
+	if e.lora != nil {
+		gate = loraGate{e}
+	}
+	model, err := engine.New(cfg.model(gate), e.onEvent)
+	if err != nil {
+		return nil, err
+	}
+	e.model = model
 	if cfg.Events != nil {
-		var err error
 		if e.pub, err = newEventQueue(cfg.Events, cfg.EventEncoding, cfg.BlockSize, e.m, cfg.Logger); err != nil {
 			return nil, err
 		}
@@ -176,14 +170,13 @@ func (e *Engine) MaxModelLen() int { return e.cfg.KVBlocks * e.cfg.BlockSize }
 func (e *Engine) Close() {
 	e.mu.Lock()
 	e.closed = true
-	for _, r := range slices.Clone(e.queue) {
-		e.cancelLocked(r, false)
+	ids := make([]engine.ID, 0, len(e.reqs))
+	for id := range e.reqs {
+		ids = append(ids, id)
 	}
-	if e.prefilling != nil {
-		e.cancelLocked(e.prefilling, false)
-	}
-	for r := range e.decoding {
-		e.cancelLocked(r, false)
+	slices.Sort(ids)
+	for _, id := range ids {
+		e.cancelLocked(e.reqs[id], false)
 	}
 	e.mu.Unlock()
 	if e.pub != nil {
@@ -223,7 +216,7 @@ var ErrUnknownAdapter = errors.New("simengine: no such LoRA adapter")
 // SubmitJob queues j; see Submit. Errors wrap ErrTooLong, ErrClosed or
 // ErrUnknownAdapter.
 func (e *Engine) SubmitJob(ctx context.Context, j Job) (*Handle, error) {
-	prompt, maxTokens, salt := j.Prompt, j.MaxTokens, j.Salt
+	prompt, maxTokens := j.Prompt, j.MaxTokens
 	adapterID, ok := e.adapterID(j.Adapter)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownAdapter, j.Adapter)
@@ -234,36 +227,40 @@ func (e *Engine) SubmitJob(ctx context.Context, j Job) (*Handle, error) {
 	if maxTokens < 1 {
 		return nil, fmt.Errorf("simengine: max tokens %d: want at least 1", maxTokens)
 	}
-	if n := len(prompt) + maxTokens; n > e.MaxModelLen() {
-		return nil, fmt.Errorf("%w: %d prompt + %d output tokens = %d, over the %d tokens of %d blocks of %d", ErrTooLong,
-			len(prompt), maxTokens, n, e.MaxModelLen(), e.cfg.KVBlocks, e.cfg.BlockSize)
-	}
 	bs := e.cfg.BlockSize
-	full := len(prompt) / bs
 	r := &request{
-		prompt: prompt, maxTokens: maxTokens, salt: salt, adapter: j.Adapter, adapterID: adapterID, remote: j.RemotePrefill,
-		hashes:  e.hasher.appendHashes(make([]uint64, 0, full), prompt, bs, salt, j.Adapter),
-		reserve: (len(prompt) - full*bs + maxTokens + bs - 1) / bs,
-		notify:  make(chan struct{}, 1),
+		prompt: prompt, maxTokens: maxTokens, salt: j.Salt, adapter: j.Adapter, adapterID: adapterID,
+		hashes: e.hasher.appendHashes(make([]uint64, 0, len(prompt)/bs), prompt, bs, j.Salt, j.Adapter),
+		notify: make(chan struct{}, 1),
+	}
+	mr := engine.Request{Blocks: r.hashes, PromptTokens: len(prompt), OutputTokens: maxTokens}
+	if j.RemotePrefill {
+		mr.PullPerBlock = e.cfg.Disagg.TransferPerBlock.Seconds()
 	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.closed {
-		e.mu.Unlock()
 		return nil, ErrClosed
 	}
-	r.arrived = e.cfg.Clock.Now()
-	e.queue = append(e.queue, r)
-	r.stopWatch = context.AfterFunc(ctx, func() { e.cancel(r) }) // runs after Unlock
-	e.scheduleLocked()
-	e.gaugesLocked()
-	e.mu.Unlock()
+	e.lastID++
+	r.id, r.arrived = e.lastID, e.cfg.Clock.Now()
+	e.reqs[r.id] = r
+	if err := e.model.Submit(r.id, mr, e.sec(r.arrived)); err != nil {
+		delete(e.reqs, r.id)
+		if errors.Is(err, ErrTooLong) {
+			err = fmt.Errorf("%w: %d prompt + %d output tokens = %d, over the %d tokens of %d blocks of %d", ErrTooLong,
+				len(prompt), maxTokens, len(prompt)+maxTokens, e.MaxModelLen(), e.cfg.KVBlocks, bs)
+		}
+		return nil, err
+	}
+	r.stopWatch = context.AfterFunc(ctx, func() { e.cancel(r) }) // runs once the lock is free
+	e.changedLocked()
 	return &Handle{e: e, r: r}, nil
 }
 
-// cancel stops r wherever it is (a client that went away): a waiting
-// request leaves the queue; a prefilling one stops, and the blocks it
-// stored but had not computed are dropped (they were never announced);
-// a decoding one stops. Its pinned blocks and reservation are released.
+// cancel stops r wherever it is (a client that went away): the model
+// takes it out of the queue, or stops its prefill (dropping the blocks it
+// stored but never computed, which were never announced) or its decode.
 func (e *Engine) cancel(r *request) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -271,161 +268,77 @@ func (e *Engine) cancel(r *request) {
 }
 
 func (e *Engine) cancelLocked(r *request, count bool) {
-	stage := ""
-	switch r.state {
-	case stateWaiting:
-		stage = StageWaiting
-		e.queue = slices.DeleteFunc(e.queue, func(q *request) bool { return q == r })
-	case statePrefill:
-		stage = StagePrefill
-		r.timer.Stop()
-		e.prefilling = nil
-		e.release(r)
-		for _, run := range r.stored {
-			e.cache.Drop(r.hashes[run.Start:run.End])
-		}
-	case stateDecode:
-		stage = StageDecode
-		r.timer.Stop()
-		delete(e.decoding, r)
-		e.release(r)
-	default:
+	if r.state == stateDone {
 		return
 	}
+	stage, ok := e.model.Cancel(r.id, e.sec(e.cfg.Clock.Now()))
+	if !ok {
+		return
+	}
+	delete(e.reqs, r.id)
 	r.state, r.cancelled = stateDone, true
 	if count {
-		e.m.cancelled.WithLabelValues(stage).Inc()
+		e.m.cancelled.WithLabelValues(string(stage)).Inc()
 	}
 	e.cfg.Logger.Debug("request cancelled", "stage", stage, "prompt_tokens", len(r.prompt), "tokens", r.generated)
 	r.wake()
-	e.scheduleLocked()
+	e.changedLocked()
+}
+
+// sec is t as the model's time (seconds since the engine started); at
+// is the inverse.
+func (e *Engine) sec(t time.Time) float64 { return t.Sub(e.origin).Seconds() }
+
+func (e *Engine) at(s float64) time.Time { return e.origin.Add(seconds(s)) }
+
+func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
+
+// changedLocked re-arms the step timer and updates the gauges after the
+// model changed.
+func (e *Engine) changedLocked() {
+	next, ok := e.model.Next()
+	switch {
+	case !ok:
+		e.stopTimerLocked()
+	case e.timer == nil || next != e.timerAt:
+		e.stopTimerLocked()
+		e.timerGen++
+		gen := e.timerGen
+		e.timerAt = next
+		e.timer = e.cfg.Clock.AfterFunc(max(0, seconds(next-e.sec(e.cfg.Clock.Now()))), func() { e.fire(gen, next) })
+	}
 	e.gaugesLocked()
 }
 
-// release gives back what a running request held.
-func (e *Engine) release(r *request) {
-	e.cache.Unpin(r.hashes)
-	e.reserved -= r.reserve
-	e.running--
-	e.lora.stop(r)
+func (e *Engine) stopTimerLocked() {
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
 }
 
-// scheduleLocked starts the next prefill when none runs: the head of the
-// queue, once its blocks fit beside what the running requests hold (a
-// head that does not fit waits, and so does everyone behind it: first
-// come, first served, as vLLM's scheduler).
-func (e *Engine) scheduleLocked() {
-	if e.prefilling != nil || len(e.queue) == 0 || e.closed {
-		return
-	}
-	i := 0
-	if e.lora != nil {
-		// vLLM's scheduler passes over a request whose adapter would
-		// exceed --max-loras in the batch, for the next that fits.
-		if i = slices.IndexFunc(e.queue, e.lora.admissible); i < 0 {
-			return
-		}
-	}
-	r := e.queue[i]
-	if !e.cache.Fits(r.hashes, e.reserved+r.reserve) {
-		return
-	}
-	e.queue = slices.Delete(e.queue, i, i+1)
-	now := e.cfg.Clock.Now()
-	bs := e.cfg.BlockSize
-	// vLLM always computes the prompt's last token, so a fully cached
-	// prompt still recomputes its last block.
-	cachedBlocks := min(e.cache.CachedRun(r.hashes), (len(r.prompt)-1)/bs)
-	e.cache.AdmitPinned(r.hashes, &e.adm, e.reserved+r.reserve)
-	e.reserved += r.reserve
-	e.running++
-	r.stored = slices.Clone(e.adm.Stored)
-	if len(e.adm.Evicted) > 0 && e.pub != nil {
-		e.pub.removed(now, e.adm.Evicted)
-	}
-	r.cached = cachedBlocks * bs
-	r.prefill = e.prefillTime(r) + e.lora.start(r)
-	r.state, r.prefillAt = statePrefill, now
-	e.prefilling = r
-	e.m.queries.Add(float64(len(r.prompt)))
-	e.m.hits.Add(float64(r.cached))
-	e.m.queueTime.Observe(now.Sub(r.arrived).Seconds())
-	r.timer = e.cfg.Clock.AfterFunc(r.prefill, func() { e.prefillDone(r) })
-}
-
-// prefillDone ends r's prefill: its new blocks are announced, its first
-// token is out (the prefill step samples it), and the next prefill starts.
-func (e *Engine) prefillDone(r *request) {
+// fire steps the model to the step the timer was set for (the clock
+// reached it, up to its nanosecond rounding).
+func (e *Engine) fire(gen uint64, target float64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r.state != statePrefill {
-		return // cancelled meanwhile
+	if gen != e.timerGen || e.timer == nil {
+		return // replaced or stopped meanwhile
 	}
-	now := e.cfg.Clock.Now()
-	if e.pub != nil && len(r.stored) > 0 {
-		e.pub.stored(now, r.hashes, r.stored, r.prompt, r.salt, r.adapterID, r.adapter)
-	}
-	e.prefilling = nil
-	e.decoding[r] = struct{}{}
-	r.state, r.firstAt, r.lastAt = stateDecode, now, now
-	r.generated = 1
-	e.m.promptTokens.Add(float64(len(r.prompt)))
-	e.m.generatedTokens.Inc()
-	e.m.prefillTime.Observe(now.Sub(r.prefillAt).Seconds())
-	e.m.ttft.Observe(now.Sub(r.arrived).Seconds())
-	if r.generated == r.maxTokens {
-		e.finishLocked(r, now)
-	} else {
-		r.timer = e.cfg.Clock.AfterFunc(e.tokenInterval(), func() { e.decodeStep(r) })
-	}
-	r.wake()
-	e.scheduleLocked()
-	e.gaugesLocked()
-}
-
-func (e *Engine) tokenInterval() time.Duration {
-	return time.Duration(float64(time.Second) / e.cfg.DecodeTPS)
-}
-
-// decodeStep produces r's next token.
-func (e *Engine) decodeStep(r *request) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if r.state != stateDecode {
-		return
-	}
-	now := e.cfg.Clock.Now()
-	r.generated++
-	e.m.generatedTokens.Inc()
-	e.m.tpot.Observe(now.Sub(r.lastAt).Seconds())
-	r.lastAt = now
-	if r.generated == r.maxTokens {
-		e.finishLocked(r, now)
-		e.scheduleLocked()
-		e.gaugesLocked()
-	} else {
-		r.timer = e.cfg.Clock.AfterFunc(e.tokenInterval(), func() { e.decodeStep(r) })
-	}
-	r.wake()
-}
-
-// finishLocked ends r after its last token (max_tokens reached).
-func (e *Engine) finishLocked(r *request, now time.Time) {
-	r.state = stateDone
-	delete(e.decoding, r)
-	e.release(r)
-	e.m.success.WithLabelValues("length").Inc()
-	e.m.decodeTime.Observe(now.Sub(r.firstAt).Seconds())
-	e.m.e2e.Observe(now.Sub(r.arrived).Seconds())
-	r.stopWatch()
+	e.timer = nil
+	e.model.Advance(max(target, e.sec(e.cfg.Clock.Now())))
+	e.changedLocked()
 }
 
 // gaugesLocked updates the scheduler gauges: waiting and running
-// requests, and the KV usage as vLLM reports it (blocks held by running
-// requests over the capacity; cached blocks nobody uses count as free).
+// requests, and the KV usage as vLLM reports it (the model's).
 func (e *Engine) gaugesLocked() {
-	e.m.waiting.Set(float64(len(e.queue)))
-	e.m.running.Set(float64(e.running))
-	e.m.kvUsage.Set(min(1, float64(e.cache.PinnedBlocks()+e.reserved)/float64(e.cfg.KVBlocks)))
-	e.lora.gauge(e.queue, e.cfg.Clock.Now())
+	e.m.waiting.Set(float64(e.model.Waiting()))
+	e.m.running.Set(float64(e.model.Running()))
+	e.m.kvUsage.Set(e.model.KVUsage())
+	if e.lora != nil {
+		var queue []*request
+		e.model.EachWaiting(func(id engine.ID) { queue = append(queue, e.reqs[id]) })
+		e.lora.gauge(queue, e.cfg.Clock.Now())
+	}
 }

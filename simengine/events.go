@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/inference-cache/inference-cache/internal/kvcache"
+	"github.com/inference-cache/inference-cache/engine"
 	"github.com/inference-cache/inference-cache/internal/vllmpub"
 )
 
@@ -55,7 +55,7 @@ func (q *eventQueue) removed(at time.Time, hashes []uint64) {
 // for a run at the prompt's start, whose first block carries the salt),
 // its token ids, the block size, and the LoRA adapter's lora_id and
 // lora_name (0 and "" for the base model).
-func (q *eventQueue) stored(at time.Time, hashes []uint64, runs []kvcache.BlockRun, prompt []uint32, salt string, loraID int, lora string) {
+func (q *eventQueue) stored(at time.Time, hashes []uint64, runs []engine.BlockRun, prompt []uint32, salt string, loraID int, lora string) {
 	q.enc.Begin(ts(at), len(runs))
 	for _, r := range runs {
 		var parent uint64

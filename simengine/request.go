@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/inference-cache/inference-cache/internal/kvcache"
+	"github.com/inference-cache/inference-cache/engine"
 )
 
 type state int
@@ -25,18 +25,15 @@ type request struct {
 	salt      string
 	adapter   string        // LoRA adapter name, "" = the base model
 	adapterID int           // its lora_id (0 for the base model)
-	remote    bool          // decode of disaggregated serving: the prefill pulled, not computed
-	reserve   int           // blocks of the partial last prompt block and the output
 	notify    chan struct{} // capacity 1: progress since the reader last looked
-	stopWatch func() bool   // stops the client-context watch
 
+	id                                  engine.ID   // its id in the engine model
+	stopWatch                           func() bool // stops the client-context watch
 	state                               state
 	cancelled                           bool
-	stored                              []kvcache.BlockRun // the runs its admission stored (announced at the prefill's end)
-	cached                              int                // prompt tokens found in the cache
-	prefill                             time.Duration      // modelled prefill time
+	cached                              int           // prompt tokens found in the cache
+	prefill                             time.Duration // modelled prefill time
 	generated                           int
-	timer                               Timer
 	arrived, prefillAt, firstAt, lastAt time.Time
 }
 

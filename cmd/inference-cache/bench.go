@@ -14,6 +14,7 @@ import (
 	"github.com/inference-cache/inference-cache/bench"
 	"github.com/inference-cache/inference-cache/bench/localcluster"
 	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/engine"
 	"github.com/inference-cache/inference-cache/policy"
 )
 
@@ -110,8 +111,8 @@ func (o *benchOptions) register(cmd *cobra.Command) {
 	f.IntVar(&o.engines, "engines", 8, "number of simulated engines")
 	f.IntVar(&o.cacheBlocks, "cache-blocks", 0, "KV cache per engine in 512-token blocks (0 = --cache-fraction of the trace's distinct blocks / engines)")
 	f.Float64Var(&o.cacheFraction, "cache-fraction", 0.25, "when --cache-blocks is 0: the fleet's total cache as a fraction of the trace's distinct blocks")
-	f.Float64Var(&o.prefillTPS, "prefill-tps", bench.DefaultPrefillTPS, "engine prefill speed, prompt tokens per second")
-	f.Float64Var(&o.decodeTPS, "decode-tps", bench.DefaultDecodeTPS, "decode speed of one request, output tokens per second")
+	f.Float64Var(&o.prefillTPS, "prefill-tps", engine.DefaultPrefillTPS, "engine prefill speed, prompt tokens per second")
+	f.Float64Var(&o.decodeTPS, "decode-tps", engine.DefaultDecodeTPS, "decode speed of one request, output tokens per second")
 	f.StringSliceVar(&o.strategies, "strategies", nil, "strategies to run, comma-separated (default all): "+strings.Join(bench.AllStrategies, ","))
 	f.StringArrayVar(&o.addrs, "addr", nil, "gRPC address of an existing cluster node (repeatable); none = start an embedded 3-node cluster; a secured one needs the --tls-* flags and the admin token (it reads status, sets the policy, writes and looks up)")
 	f.BoolVar(&o.jsonOut, "json", false, "print the contract §12.7 JSON object instead of the table")

@@ -39,7 +39,7 @@ func (g *gatewayFlags) registerGateway(cmd *cobra.Command, f *pflag.FlagSet, wha
 	f.StringVar(&g.modelsDir, "models-dir", "", "directory of <model>/tokenizer.json and chat template; empty = no keys, every pick by load")
 	f.StringVar(&g.strategy, "strategy", string(gateway.StrategyPicker), "picker (prefix hints and the load-aware cost model), round-robin, least-loaded, or a peer's router: dynamo, llm-d, sglang (docs/proxy.md)")
 	f.DurationVar(&g.lookupBudget, "lookup-budget", gateway.DefaultLookupBudget, "bound on one lookup; past it the request is picked by load")
-	f.IntVar(&g.blockSize, "block-size", gateway.DefaultBlockSize, "tokens per KV block of the engines (their --block-size, the subscriber's block_size)")
+	f.IntVar(&g.blockSize, "block-size", fingerprint.DefaultBlockSize, "tokens per KV block of the engines (their --block-size, the subscriber's block_size)")
 	f.StringVar(&g.hashScheme, "hash-scheme", gateway.DefaultHashScheme, "the index partition's hash scheme (the subscriber's hash_scheme)")
 	f.StringVar(&g.tenant, "tenant", "", "the index partition's tenant (the subscriber's tenant_id for these engines)")
 	g.share.register(f, what)
@@ -87,7 +87,7 @@ func (g *gatewayFlags) newGateway(ctx context.Context, log *slog.Logger) (gw *ga
 		reg := prompt.New(g.modelsDir, prompt.Options{})
 		preloadPrompts(ctx, reg, log)
 		gcfg.Prompts = reg
-		if g.blockSize != gateway.DefaultBlockSize {
+		if g.blockSize != fingerprint.DefaultBlockSize {
 			gcfg.BlockSizes = blockSizesFor(g.modelsDir, g.blockSize)
 		}
 	} else {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inference-cache/inference-cache/engine"
+	"github.com/inference-cache/inference-cache/fingerprint"
 	"github.com/inference-cache/inference-cache/internal/vllmpub"
 	"github.com/inference-cache/inference-cache/openai"
 	"github.com/inference-cache/inference-cache/prompt"
@@ -97,10 +99,10 @@ uncached blocks at --kv-transfer-time-per-block each instead of prefilling.`,
 	f.StringVar(&o.replicaID, "replica-id", "", "the replica's name in logs (required; the subscriber's replica_id for it)")
 	f.StringVar(&o.model, "model", "", "the model name served (required); its tokenizer is <models-dir>/<model>/tokenizer.json")
 	f.StringVar(&o.modelsDir, "models-dir", "", "directory of <model>/tokenizer.json and its chat template (required)")
-	f.Float64Var(&o.prefillTPS, "prefill-tps", simengine.DefaultPrefillTPS, "prefill speed, uncached prompt tokens per second (one prefill at a time)")
-	f.Float64Var(&o.decodeTPS, "decode-tps", simengine.DefaultDecodeTPS, "decode speed of each running request, output tokens per second")
+	f.Float64Var(&o.prefillTPS, "prefill-tps", engine.DefaultPrefillTPS, "prefill speed, uncached prompt tokens per second (one prefill at a time)")
+	f.Float64Var(&o.decodeTPS, "decode-tps", engine.DefaultDecodeTPS, "decode speed of each running request, output tokens per second")
 	f.IntVar(&o.kvBlocks, "kv-blocks", 8192, "KV cache capacity in blocks of --block-size tokens, shared by cached prefixes and running requests")
-	f.IntVar(&o.blockSize, "block-size", simengine.DefaultBlockSize, "tokens per KV block (vLLM's default 16); the subscriber's block_size must match")
+	f.IntVar(&o.blockSize, "block-size", fingerprint.DefaultBlockSize, "tokens per KV block (vLLM's default 16); the subscriber's block_size must match")
 	f.StringVar(&o.eventsBind, "kv-events-bind", "", "publish KV events on a ZMQ PUB socket bound here, tcp://HOST:PORT (\"*\" = every interface); empty = no events")
 	f.StringVar(&o.eventsConnect, "kv-events-connect", "", "publish KV events on a ZMQ PUB socket connecting to a subscriber's listen socket, tcp://HOST:PORT")
 	f.StringVar(&o.replayBind, "kv-events-replay-bind", "", "serve vLLM's replay ROUTER socket here, tcp://HOST:PORT (optional; the subscriber's replay_endpoint)")
@@ -140,8 +142,8 @@ func (o *simEngineOptions) check() error {
 		return fmt.Errorf("--prefill-tps %v: must be a positive number of tokens per second", o.prefillTPS)
 	case !(o.decodeTPS > 0):
 		return fmt.Errorf("--decode-tps %v: must be a positive number of tokens per second", o.decodeTPS)
-	case o.blockSize < 1 || o.blockSize > simengine.MaxBlockSize:
-		return fmt.Errorf("--block-size %d: want 1 to %d", o.blockSize, simengine.MaxBlockSize)
+	case o.blockSize < 1 || o.blockSize > fingerprint.MaxBlockSize:
+		return fmt.Errorf("--block-size %d: want 1 to %d", o.blockSize, fingerprint.MaxBlockSize)
 	case o.kvBlocks < 1:
 		return fmt.Errorf("--kv-blocks %d: need at least 1", o.kvBlocks)
 	case o.eventsBind != "" && o.eventsConnect != "":

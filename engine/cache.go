@@ -1,4 +1,4 @@
-package kvcache
+package engine
 
 // Cache is one engine's KV cache model: at most Capacity blocks (keyed by
 // a block hash: a trace hash id in the bench, the engine's own chained
@@ -32,8 +32,8 @@ type lruNode struct {
 	pins       int32  // running requests using the block; pinned blocks are never evicted
 }
 
-// New returns an empty cache of capacity blocks (at least 1).
-func New(capacity int) *Cache {
+// NewCache returns an empty cache of capacity blocks (at least 1).
+func NewCache(capacity int) *Cache {
 	capacity = max(capacity, 1)
 	return &Cache{capacity: capacity, idx: make(map[uint64]int32, capacity), head: -1, tail: -1}
 }

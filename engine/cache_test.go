@@ -1,4 +1,4 @@
-package kvcache
+package engine
 
 import (
 	"slices"
@@ -14,7 +14,7 @@ func admit(t *testing.T, c *Cache, blocks ...uint64) Admission {
 
 // The cache model against a small trace worked by hand (capacity 4).
 func TestCache_LRUHandWorked(t *testing.T) {
-	c := New(4)
+	c := NewCache(4)
 	a := admit(t, c, 1, 2, 3)
 	if len(a.Evicted) != 0 || !slices.Equal(a.Stored, []BlockRun{{Start: 0, End: 3}}) {
 		t.Fatalf("first admission %+v, want stored [0,3) and nothing evicted", a)
@@ -57,7 +57,7 @@ func TestCache_LRUHandWorked(t *testing.T) {
 }
 
 func TestCache_NeverEvictsTheAdmittedRequestsBlocks(t *testing.T) {
-	c := New(3)
+	c := NewCache(3)
 	admit(t, c, 1, 2)
 	admit(t, c, 9) // recency 9 1 2: 1 and 2 are older than 9
 	// The tail is 2 and then 1, but they belong to the request: they are
@@ -69,7 +69,7 @@ func TestCache_NeverEvictsTheAdmittedRequestsBlocks(t *testing.T) {
 }
 
 func TestCache_StoredRunsSplitAroundPresentBlocks(t *testing.T) {
-	c := New(10)
+	c := NewCache(10)
 	admit(t, c, 5)
 	a := admit(t, c, 1, 5, 6, 7)
 	if !slices.Equal(a.Stored, []BlockRun{{Start: 0, End: 1}, {Start: 2, End: 4}}) {
@@ -78,7 +78,7 @@ func TestCache_StoredRunsSplitAroundPresentBlocks(t *testing.T) {
 }
 
 func TestCache_RequestLongerThanTheCacheKeepsItsHead(t *testing.T) {
-	c := New(2)
+	c := NewCache(2)
 	a := admit(t, c, 1, 2, 3)
 	if !slices.Equal(a.Stored, []BlockRun{{Start: 0, End: 2}}) || c.Len() != 2 || c.CachedRun([]uint64{1, 2, 3}) != 2 {
 		t.Fatalf("admission %+v, len %d: want the first 2 blocks cached", a, c.Len())
@@ -92,7 +92,7 @@ func TestCache_RequestLongerThanTheCacheKeepsItsHead(t *testing.T) {
 // fits either; [1 3] with a reserve of 1 does (1 is
 // already pinned), [1 3 4] does not.
 func TestCache_FitsCountsOtherRequestsPins(t *testing.T) {
-	c := New(4)
+	c := NewCache(4)
 	var a Admission
 	if n := c.AdmitPinned([]uint64{1, 2}, &a, 0); n != 2 {
 		t.Fatalf("pinned %d blocks, want 2", n)
@@ -127,7 +127,7 @@ func TestCache_FitsCountsOtherRequestsPins(t *testing.T) {
 // Drop removes only unpinned blocks: a cancelled prefill's blocks leave
 // the cache once unpinned, a block another request still pins stays.
 func TestCache_DropLeavesPinnedBlocks(t *testing.T) {
-	c := New(8)
+	c := NewCache(8)
 	var a Admission
 	c.AdmitPinned([]uint64{1, 2}, &a, 0)    // a running request
 	c.AdmitPinned([]uint64{1, 2, 3}, &a, 0) // the cancelled one
