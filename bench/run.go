@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"slices"
 	"time"
 
@@ -202,19 +201,14 @@ type Report struct {
 	Strategies []Result
 }
 
-// Run replays cfg.Trace once per strategy, each on a fresh fleet of the
-// same settings. Hint strategies run the observation path (engine
-// publishers, the observe Subscriber, the cluster) with the index reset:
-// a fresh subscriber clears its replicas when it starts, so no strategy
-// sees another's blocks. Their CachePolicy is set with SetCachePolicy
-// before the replay and the cluster's original policy is restored at the
-// end.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
+// check refuses a Config the replay cannot run, naming the value, and
+// fills the defaults of the fields left zero.
+func (cfg *Config) check() error {
 	if cfg.Trace == nil || len(cfg.Trace.Requests) == 0 {
-		return nil, errors.New("bench: empty trace")
+		return errors.New("bench: empty trace")
 	}
 	if err := cfg.Fleet.fill(); err != nil {
-		return nil, err
+		return err
 	}
 	if len(cfg.Strategies) == 0 {
 		cfg.Strategies = AllStrategies
@@ -230,10 +224,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	case VisibilityTimestamp, VisibilityRequest:
 		cfg.Fleet.EventsAtArrival = true
 	default:
-		return nil, fmt.Errorf("bench: visibility %q: want delay, timestamp or request", cfg.Visibility)
+		return fmt.Errorf("bench: visibility %q: want delay, timestamp or request", cfg.Visibility)
 	}
 	if cfg.EventDelay < 0 {
-		return nil, fmt.Errorf("bench: event delay %v: must not be negative", cfg.EventDelay)
+		return fmt.Errorf("bench: event delay %v: must not be negative", cfg.EventDelay)
 	}
 	if cfg.EventDelay == 0 {
 		cfg.EventDelay = DefaultEventDelay
@@ -242,22 +236,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Gateways = 1
 	}
 	if cfg.Gateways < 1 || cfg.Gateways > 1024 {
-		return nil, fmt.Errorf("bench: %d gateways: want 1 to 1024", cfg.Gateways)
+		return fmt.Errorf("bench: %d gateways: want 1 to 1024", cfg.Gateways)
 	}
 	if cfg.ReportInterval < 0 {
-		return nil, fmt.Errorf("bench: report interval %v: must not be negative", cfg.ReportInterval)
+		return fmt.Errorf("bench: report interval %v: must not be negative", cfg.ReportInterval)
 	}
 	if cfg.ReportInterval == 0 {
 		cfg.ReportInterval = DefaultReportInterval
 	}
 	if cfg.ShareDelay < 0 {
-		return nil, fmt.Errorf("bench: share delay %v: must not be negative", cfg.ShareDelay)
+		return fmt.Errorf("bench: share delay %v: must not be negative", cfg.ShareDelay)
 	}
 	if cfg.ShareDelay == 0 {
 		cfg.ShareDelay = DefaultShareDelay
 	}
 	if cfg.DynamoSyncDelay < 0 {
-		return nil, fmt.Errorf("bench: dynamo sync delay %v: must not be negative", cfg.DynamoSyncDelay)
+		return fmt.Errorf("bench: dynamo sync delay %v: must not be negative", cfg.DynamoSyncDelay)
 	}
 	if cfg.DynamoSyncDelay == 0 {
 		cfg.DynamoSyncDelay = DefaultDynamoSyncDelay
@@ -273,6 +267,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+// Run replays cfg.Trace once per strategy, each on a fresh fleet of the
+// same settings. Hint strategies run the observation path (engine
+// publishers, the observe Subscriber, the cluster) with the index reset:
+// a fresh subscriber clears its replicas when it starts, so no strategy
+// sees another's blocks. Their CachePolicy is set with SetCachePolicy
+// before the replay and the cluster's original policy is restored at the
+// end.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	needCluster := false
 	for _, s := range cfg.Strategies {
@@ -328,166 +336,4 @@ func (cfg *Config) visible(t float64) func(at float64) bool {
 	}
 	cut := t - cfg.EventDelay.Seconds()
 	return func(at float64) bool { return at < cut }
-}
-
-func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Client, ideal float64) (*Result, error) {
-	f := NewFleet(cfg.Fleet, BenchModel, "bench-")
-	res := &Result{Name: name, ReasonCodes: map[string]int64{}}
-	env := &routerEnv{f: f, view: NewIndexerView(len(f.Engines)), cl: cl, stats: newLookupStats(), seed: cfg.Seed,
-		picker: client.DefaultPickerConfig(), lookupBudget: cfg.LookupTimeout, noProvisional: cfg.NoProvisional}
-	if cfg.Picker != nil {
-		env.picker = *cfg.Picker
-	}
-	var obs *observation
-	if UsesCluster(name) {
-		desc, err := strategyPolicy(ctx, cl, cfg, name, f.Model)
-		if err != nil {
-			return nil, err
-		}
-		res.Policy = desc
-		if obs, err = startObservation(ctx, f, cfg.Addrs, cfg.Client, cfg.Encoding, cfg.SubscriberScrape, cfg.Seed, cfg.Logger); err != nil {
-			return nil, err
-		}
-		defer obs.stop()
-	}
-	n := 1
-	if PerGateway(name) {
-		n = cfg.Gateways
-	}
-	res.GatewaysShared = SharesLoad(name) && cfg.Gateways > 1
-	switch {
-	case !res.GatewaysShared:
-	case name == StrategyDynamoSync:
-		env.dsync = newDynamoSync(0)
-	case name == StrategyDynamoSyncNATS:
-		env.dsync = newDynamoSync(cfg.DynamoSyncDelay)
-	default:
-		env.shared = newSharedState(cfg.ShareDelay, cfg.ReportInterval)
-	}
-	g := &gateways{}
-	for k := 0; k < n; k++ {
-		r, err := newRouter(name, env, k)
-		if err != nil {
-			return nil, err
-		}
-		g.rs = append(g.rs, r)
-	}
-	reqs := cfg.Trace.Requests
-	t0 := reqs[0].Timestamp
-	ttft := make([]float64, 0, len(reqs))
-	failOpen0 := int64(0)
-	if cl != nil {
-		failOpen0 = int64(cl.Stats().FailOpen)
-	}
-	scrapeEvery := cfg.ScrapeInterval.Seconds()
-	// The picker reads the engines' queue that the hints carry (with
-	// several gateways it is most of what it knows of the others'
-	// requests); the subscriber scrapes at every tick of virtual time, as
-	// llm-d's refresh does, instead of at its wall-time interval (which
-	// the replay's compression would make seconds stale).
-	syncStats := obs != nil && (name == StrategyLookupRouteSDK || name == StrategyLookupRouteSDKLocal)
-	var changed []string // engines whose metrics changed at this request's tick
-	lastScrape := math.Inf(-1)
-	start := time.Now()
-	var sumTTFT float64
-	for i := range reqs {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		q := &reqs[i]
-		t := float64(q.Timestamp-t0) / 1000
-		changed = changed[:0]
-		if tick := math.Floor(t/scrapeEvery) * scrapeEvery; tick > lastScrape {
-			lastScrape = tick
-			for k, e := range f.Engines {
-				if e.Scrape(tick) {
-					changed = append(changed, f.ReplicaID(k))
-				}
-			}
-		}
-		vis := cfg.visible(t)
-		for k, e := range f.Engines {
-			e.Release(vis, func(ev *KVEvent) {
-				env.view.Apply(k, ev)
-				if obs != nil {
-					obs.publish(k, ev)
-				}
-			})
-		}
-		if obs != nil && obs.needsBarrier(q.HashIDs) {
-			bs := time.Now()
-			res.Barriers++
-			if err := obs.barrier(ctx); err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				res.BarrierTimeouts++
-				cfg.Logger.Warn("visibility barrier", "request", i, "err", err)
-			}
-			res.BarrierWall += time.Since(bs)
-		}
-		if len(changed) > 0 && syncStats {
-			bs := time.Now()
-			res.StatsSyncs++
-			if err := obs.syncStats(ctx, changed); err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				res.BarrierTimeouts++
-				cfg.Logger.Warn("stats sync", "request", i, "err", err)
-			}
-			res.StatsSyncWall += time.Since(bs)
-		}
-		e := g.Route(ctx, i, q, t)
-		s := f.Engines[e].Serve(q, t)
-		g.Routed(q, e, &s)
-		res.PromptTokens += int64(q.InputLength)
-		res.CachedTokens += int64(s.CachedTokens)
-		ttft = append(ttft, s.TTFTS*1000)
-		sumTTFT += s.TTFTS * 1000
-		if cfg.Progress != nil && (i%64 == 63 || i == len(reqs)-1) {
-			cfg.Progress(name, i+1, len(reqs))
-		}
-	}
-	if obs != nil {
-		// Drain: the last events reach the cluster before the next
-		// strategy's subscriber clears the replicas.
-		for k, e := range f.Engines {
-			e.Release(func(float64) bool { return true }, func(ev *KVEvent) { obs.publish(k, ev) })
-		}
-		if err := obs.barrier(ctx); err != nil {
-			res.BarrierTimeouts++
-		}
-		for _, n := range obs.published {
-			res.Published += n
-		}
-	}
-	res.Wall = time.Since(start)
-	if res.PromptTokens > 0 {
-		res.TokenHitRate = float64(res.CachedTokens) / float64(res.PromptTokens)
-	}
-	if ideal > 0 {
-		res.FractionOfIdeal = res.TokenHitRate / ideal
-	}
-	var maxReq, sum int64
-	for _, e := range f.Engines {
-		n := e.Requests()
-		res.PerEngine = append(res.PerEngine, n)
-		maxReq = max(maxReq, n)
-		sum += n
-	}
-	if sum > 0 {
-		res.MaxOverMeanRequests = float64(maxReq) / (float64(sum) / float64(len(f.Engines)))
-	}
-	res.TTFTModelP50Ms, res.TTFTModelP90Ms, res.TTFTModelP99Ms = Percentile(ttft, 0.50), Percentile(ttft, 0.90), Percentile(ttft, 0.99)
-	res.TTFTModelMeanMs = sumTTFT / float64(len(ttft))
-	res.TTFTMs = ttft
-	if UsesCluster(name) {
-		st := env.stats
-		res.LookupP50Us, res.LookupP99Us = Percentile(st.lat, 0.50), Percentile(st.lat, 0.99)
-		res.ReasonCodes = st.reasons
-		res.UnknownReplica = st.unknown
-		res.FailOpen = int64(cl.Stats().FailOpen) - failOpen0
-	}
-	return res, nil
 }
