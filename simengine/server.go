@@ -115,31 +115,14 @@ func randomID() string {
 
 // generate serves one completion or chat request.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind openai.Kind) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			openai.WriteError(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)})
-			return
-		}
-		openai.WriteError(w, openai.Errorf("", "reading the request body: %v", err))
-		return
-	}
-	req, err := openai.Decode(kind, body)
+	req, err := s.readRequest(w, r, kind)
 	if err != nil {
 		openai.WriteError(w, err)
 		return
 	}
-	adapter := ""
-	if req.Model != s.e.Model() {
-		if _, ok := s.e.adapterID(req.Model); !ok || s.e.lora == nil {
-			openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", openai.Clip(req.Model))})
-			return
-		}
-		adapter = req.Model
-	}
-	if req.N != 1 {
-		openai.WriteError(w, openai.Errorf("n", "%d choices requested: this engine serves only n = 1", req.N))
+	adapter, err := s.checkRequest(req, kind)
+	if err != nil {
+		openai.WriteError(w, err)
 		return
 	}
 	prefillOnly, remote, err := s.transferParams(req)
@@ -147,34 +130,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind openai.Ki
 		openai.WriteError(w, err)
 		return
 	}
-	if kind == openai.KindCompletion && req.Prompt.Len() != 1 {
-		openai.WriteError(w, openai.Errorf("prompt", "a batch of %d prompts: this engine serves one prompt per request", req.Prompt.Len()))
-		return
-	}
 	ctx := r.Context()
-	base := req
-	if adapter != "" {
-		// An adapter's prompt is the base model's: its tokenizer and
-		// chat template.
-		b := *req
-		b.Model = s.e.Model()
-		base = &b
-	}
-	tokens, err := s.p.PromptTokens(ctx, base.Model, base)
-	if err != nil {
-		var oe *openai.Error
-		if !errors.As(err, &oe) {
-			s.opts.Logger.Error("prompt not tokenized", "model", req.Model, "err", err)
-		}
-		openai.WriteError(w, err)
-		return
-	}
 	promptField := "prompt"
 	if kind == openai.KindChat {
 		promptField = "messages"
 	}
-	if len(tokens) == 0 {
-		openai.WriteError(w, openai.Errorf(promptField, "the prompt is empty (0 tokens)"))
+	tokens, err := s.promptTokens(ctx, req, adapter, promptField)
+	if err != nil {
+		openai.WriteError(w, err)
 		return
 	}
 	maxTokens := req.MaxTokensOr(openai.DefaultCompletionMaxTokens)
@@ -201,6 +164,68 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, kind openai.Ki
 	} else {
 		rs.full(ctx)
 	}
+}
+
+// readRequest reads the body within MaxBodyBytes and decodes it as kind.
+// Errors are OpenAI errors to write as they are: 413 for a body over the
+// limit, 400 naming the field for a body that does not decode.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, kind openai.Kind) (*openai.Request, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)}
+		}
+		return nil, openai.Errorf("", "reading the request body: %v", err)
+	}
+	return openai.Decode(kind, body)
+}
+
+// checkRequest refuses what this engine does not serve, as vLLM answers
+// it: an unknown model (404, or an adapter without LoRA enabled), n > 1,
+// a batch of completion prompts. It returns the adapter the request
+// names ("" for the base model).
+func (s *Server) checkRequest(req *openai.Request, kind openai.Kind) (string, error) {
+	adapter := ""
+	if req.Model != s.e.Model() {
+		if _, ok := s.e.adapterID(req.Model); !ok || s.e.lora == nil {
+			return "", &openai.Error{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", openai.Clip(req.Model))}
+		}
+		adapter = req.Model
+	}
+	if req.N != 1 {
+		return "", openai.Errorf("n", "%d choices requested: this engine serves only n = 1", req.N)
+	}
+	if kind == openai.KindCompletion && req.Prompt.Len() != 1 {
+		return "", openai.Errorf("prompt", "a batch of %d prompts: this engine serves one prompt per request", req.Prompt.Len())
+	}
+	return adapter, nil
+}
+
+// promptTokens is the prompt the engine prefills: req's, rendered and
+// tokenized as the base model's when it names an adapter. An empty prompt
+// is refused naming promptField.
+func (s *Server) promptTokens(ctx context.Context, req *openai.Request, adapter, promptField string) ([]uint32, error) {
+	base := req
+	if adapter != "" {
+		// An adapter's prompt is the base model's: its tokenizer and
+		// chat template.
+		b := *req
+		b.Model = s.e.Model()
+		base = &b
+	}
+	tokens, err := s.p.PromptTokens(ctx, base.Model, base)
+	if err != nil {
+		var oe *openai.Error
+		if !errors.As(err, &oe) {
+			s.opts.Logger.Error("prompt not tokenized", "model", req.Model, "err", err)
+		}
+		return nil, err
+	}
+	if len(tokens) == 0 {
+		return nil, openai.Errorf(promptField, "the prompt is empty (0 tokens)")
+	}
+	return tokens, nil
 }
 
 // submitError answers a request the engine refused, in vLLM's words for
