@@ -350,18 +350,27 @@ func (t *Tokenizer) encodeSegment(ids []uint32, seg segment, subBuf []segment, s
 
 // encodePiece appends the ids of one piece of normalized text: the whole
 // piece through the model without a pre-tokenizer, stretch by stretch
-// with a streaming one, else word by word. It reports false when one of
-// sc's limits stopped the work.
+// with a streaming one, else word by word. Each word first spends its
+// bytes of the budget. It reports false when one of sc's limits (bytes,
+// tokens, the model's own) stopped the work. The model is called inline
+// in each loop: this runs once per word.
 func (t *Tokenizer) encodePiece(ids []uint32, p piece, sc *scratch) ([]uint32, bool) {
 	lim := sc.lim
 	if t.pre == nil {
-		return t.tokenizeWord(ids, p.text, sc)
+		if lim.spend(len(p.text)) {
+			return ids, false
+		}
+		ids = t.model.tokenize(ids, p.text, t.rawBytes, sc)
+		return ids, lim.err == nil && !lim.over(len(ids))
 	}
 	if t.stream != nil {
 		for i := 0; i < len(p.text); {
 			e := t.stream(p.text, i)
-			var ok bool
-			if ids, ok = t.tokenizeWord(ids, p.text[i:e], sc); !ok {
+			if lim.spend(e - i) {
+				return ids, false
+			}
+			ids = t.model.tokenize(ids, p.text[i:e], t.rawBytes, sc)
+			if lim.err != nil || lim.over(len(ids)) {
 				return ids, false
 			}
 			i = e
@@ -372,25 +381,13 @@ func (t *Tokenizer) encodePiece(ids []uint32, p piece, sc *scratch) ([]uint32, b
 		return ids, false
 	}
 	for _, q := range sc.pieces {
-		var ok bool
-		if ids, ok = t.tokenizeWord(ids, q.text, sc); !ok {
+		if lim.spend(len(q.text)) {
 			return ids, false
 		}
-	}
-	return ids, true
-}
-
-// tokenizeWord spends len(w) of the byte budget and appends the model's
-// ids for w. It reports false when a limit (bytes, tokens, the model's
-// own) stopped the work.
-func (t *Tokenizer) tokenizeWord(ids []uint32, w string, sc *scratch) ([]uint32, bool) {
-	lim := sc.lim
-	if lim.spend(len(w)) {
-		return ids, false
-	}
-	ids = t.model.tokenize(ids, w, t.rawBytes, sc)
-	if lim.err != nil || lim.over(len(ids)) {
-		return ids, false
+		ids = t.model.tokenize(ids, q.text, t.rawBytes, sc)
+		if lim.err != nil || lim.over(len(ids)) {
+			return ids, false
+		}
 	}
 	return ids, true
 }
