@@ -281,69 +281,23 @@ func eventFromPB(e *pb.BlockEvent, pol *policy.Policy, nowMs int64) (index.Block
 		}
 		return ev, ""
 	}
-	if r := checkID("hash_scheme", e.GetHashScheme(), true); r != "" {
-		return ev, r
-	}
-	if r := checkID("model_id", e.GetModelId(), true); r != "" {
-		return ev, r
-	}
-	if r := checkID("tenant_id", e.GetTenantId(), false); r != "" {
-		return ev, r
-	}
-	if r := checkID("adapter_id", e.GetAdapterId(), false); r != "" {
+	if r := checkEventPartition(e); r != "" {
 		return ev, r
 	}
 	ev.Partition = index.Partition{Scheme: e.GetHashScheme(), Model: e.GetModelId(), Tenant: e.GetTenantId(), Adapter: e.GetAdapterId()}
-	hashes, counts, toks := e.GetBlockHashes(), e.GetBlockTokenCounts(), e.GetTokenIds()
+	hashes, toks := e.GetBlockHashes(), e.GetTokenIds()
 	switch {
 	case len(hashes) > 0 && len(toks) > 0:
 		return ev, "give block_hashes or token_ids, not both"
 	case len(toks) > 0:
-		if len(toks) > MaxTokens {
-			return ev, "token_ids holds " + strconv.Itoa(len(toks)) + " tokens, over the limit of " + strconv.Itoa(MaxTokens)
-		}
-		bs := e.GetBlockSize()
-		if bs == 0 || bs > MaxBlockSize {
-			return ev, "block_size " + strconv.FormatUint(uint64(bs), 10) + " must be between 1 and " + strconv.Itoa(MaxBlockSize) + " with token_ids"
-		}
-		if len(counts) > 0 {
-			return ev, "block_token_counts must be empty with token_ids (every block counts block_size)"
-		}
-		k, err := fingerprint.Compute(toks, int(bs))
-		if err != nil {
-			return ev, "token_ids: " + err.Error()
-		}
-		if len(k.BlockHashes) == 0 {
-			return ev, "token_ids holds " + strconv.Itoa(len(toks)) + " tokens, less than one block of " + strconv.FormatUint(uint64(bs), 10)
-		}
-		if len(k.BlockHashes) > MaxChainLength {
-			return ev, "token_ids make " + strconv.Itoa(len(k.BlockHashes)) + " blocks, over the chain limit of " + strconv.Itoa(MaxChainLength)
-		}
-		ev.BlockHashes, ev.BlockTokenCounts = k.BlockHashes, k.BlockTokenCounts
+		r = eventBlocksFromTokens(e, &ev)
 	case len(hashes) > 0:
-		if len(hashes) > MaxChainLength {
-			return ev, "block_hashes holds " + strconv.Itoa(len(hashes)) + " blocks, over the chain limit of " + strconv.Itoa(MaxChainLength)
-		}
-		if len(counts) == 0 {
-			bs := pol.BlockSizeFor(ev.Partition.Model)
-			counts = make([]uint32, len(hashes))
-			for i := range counts {
-				counts[i] = bs
-			}
-		} else if len(counts) != len(hashes) {
-			return ev, "block_token_counts has " + strconv.Itoa(len(counts)) + " entries, block_hashes " + strconv.Itoa(len(hashes)) + " (lengths must match)"
-		}
-		for i, c := range counts {
-			if c == 0 {
-				return ev, "block_token_counts[" + strconv.Itoa(i) + "] is 0"
-			}
-			if c > MaxBlockSize {
-				return ev, "block_token_counts[" + strconv.Itoa(i) + "] is " + strconv.FormatUint(uint64(c), 10) + ", over the block limit of " + strconv.Itoa(MaxBlockSize)
-			}
-		}
-		ev.BlockHashes, ev.BlockTokenCounts = hashes, counts
+		r = eventBlocksFromHashes(e, pol, &ev)
 	default:
 		return ev, "no blocks: give block_hashes or token_ids"
+	}
+	if r != "" {
+		return ev, r
 	}
 	// The cumulative prefix tokens of the last block must fit in uint32.
 	cum := uint64(e.GetPrefixTokensBefore())
@@ -355,6 +309,80 @@ func eventFromPB(e *pb.BlockEvent, pol *policy.Policy, nowMs int64) (index.Block
 	}
 	ev.PrefixTokensBefore = e.GetPrefixTokensBefore()
 	return ev, ""
+}
+
+// checkEventPartition checks a STORED or REMOVED event's partition ids
+// (scheme and model required, tenant and adapter optional) and returns
+// the rejection reason, or "".
+func checkEventPartition(e *pb.BlockEvent) string {
+	if r := checkID("hash_scheme", e.GetHashScheme(), true); r != "" {
+		return r
+	}
+	if r := checkID("model_id", e.GetModelId(), true); r != "" {
+		return r
+	}
+	if r := checkID("tenant_id", e.GetTenantId(), false); r != "" {
+		return r
+	}
+	return checkID("adapter_id", e.GetAdapterId(), false)
+}
+
+// eventBlocksFromTokens sets ev's blocks from e's token_ids, cut into
+// blocks of e's block_size (every block counts block_size tokens; a
+// partial last block is dropped). It returns the rejection reason, or "".
+func eventBlocksFromTokens(e *pb.BlockEvent, ev *index.BlockEvent) string {
+	toks := e.GetTokenIds()
+	if len(toks) > MaxTokens {
+		return "token_ids holds " + strconv.Itoa(len(toks)) + " tokens, over the limit of " + strconv.Itoa(MaxTokens)
+	}
+	bs := e.GetBlockSize()
+	if bs == 0 || bs > MaxBlockSize {
+		return "block_size " + strconv.FormatUint(uint64(bs), 10) + " must be between 1 and " + strconv.Itoa(MaxBlockSize) + " with token_ids"
+	}
+	if len(e.GetBlockTokenCounts()) > 0 {
+		return "block_token_counts must be empty with token_ids (every block counts block_size)"
+	}
+	k, err := fingerprint.Compute(toks, int(bs))
+	if err != nil {
+		return "token_ids: " + err.Error()
+	}
+	if len(k.BlockHashes) == 0 {
+		return "token_ids holds " + strconv.Itoa(len(toks)) + " tokens, less than one block of " + strconv.FormatUint(uint64(bs), 10)
+	}
+	if len(k.BlockHashes) > MaxChainLength {
+		return "token_ids make " + strconv.Itoa(len(k.BlockHashes)) + " blocks, over the chain limit of " + strconv.Itoa(MaxChainLength)
+	}
+	ev.BlockHashes, ev.BlockTokenCounts = k.BlockHashes, k.BlockTokenCounts
+	return ""
+}
+
+// eventBlocksFromHashes sets ev's blocks from e's block_hashes and
+// block_token_counts; without counts every block counts the policy's
+// block size for the model. It returns the rejection reason, or "".
+func eventBlocksFromHashes(e *pb.BlockEvent, pol *policy.Policy, ev *index.BlockEvent) string {
+	hashes, counts := e.GetBlockHashes(), e.GetBlockTokenCounts()
+	if len(hashes) > MaxChainLength {
+		return "block_hashes holds " + strconv.Itoa(len(hashes)) + " blocks, over the chain limit of " + strconv.Itoa(MaxChainLength)
+	}
+	if len(counts) == 0 {
+		bs := pol.BlockSizeFor(ev.Partition.Model)
+		counts = make([]uint32, len(hashes))
+		for i := range counts {
+			counts[i] = bs
+		}
+	} else if len(counts) != len(hashes) {
+		return "block_token_counts has " + strconv.Itoa(len(counts)) + " entries, block_hashes " + strconv.Itoa(len(hashes)) + " (lengths must match)"
+	}
+	for i, c := range counts {
+		if c == 0 {
+			return "block_token_counts[" + strconv.Itoa(i) + "] is 0"
+		}
+		if c > MaxBlockSize {
+			return "block_token_counts[" + strconv.Itoa(i) + "] is " + strconv.FormatUint(uint64(c), 10) + ", over the block limit of " + strconv.Itoa(MaxBlockSize)
+		}
+	}
+	ev.BlockHashes, ev.BlockTokenCounts = hashes, counts
+	return ""
 }
 
 // StatsFromPB validates and converts a ReportReplicaStats request (contract §4,

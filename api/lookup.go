@@ -202,42 +202,8 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 	r.Explain = req.GetExplain()
 	r.IncludeLoad = req.GetIncludeLoad()
 	r.CacheSalt = req.GetCacheSalt()
-	switch {
-	case len(req.GetBlockHashes()) > 0 || req.GetPrefixHash() != 0:
-		r.BlockHashes = req.GetBlockHashes()
-		r.BlockTokenCounts = req.GetBlockTokenCounts()
-		r.PrefixHash = req.GetPrefixHash()
-		r.HasPrefixHash = req.GetPrefixHash() != 0
-	case len(req.GetTokenIds()) > 0:
-		r.TokenIDs = req.GetTokenIds()
-	case req.GetPromptText() != "":
-		if s.tok == nil {
-			noHint(resp, DetailNoTokenizer)
-			return
-		}
-		tctx, cancel := context.WithDeadline(ctx, start.Add(budget))
-		ids, err := s.tok.EncodeContext(tctx, req.GetModelId(), req.GetPromptText(), MaxTokens)
-		cancel()
-		if err != nil {
-			s.log.Debug("tokenize failed", slog.String("model_id", req.GetModelId()), slog.Any("err", err))
-			d := tokenizeDetail(err)
-			if d == DetailTokenizeTimeout && time.Since(start) < budget {
-				d = DetailCanceled // the caller's context ended first
-			}
-			noHint(resp, d)
-			return
-		}
-		if len(ids) > MaxTokens {
-			noHint(resp, DetailTokenizeTooLong)
-			return
-		}
-		r.TokenIDs = ids
-		if time.Since(start) > budget {
-			noHint(resp, DetailTimeout)
-			return
-		}
-	default:
-		noHint(resp, DetailNoKey)
+	if d := s.lookupKey(ctx, req, r, start, budget); d != "" {
+		noHint(resp, d)
 		return
 	}
 
@@ -254,37 +220,8 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 	}
 	resp.ReasonCode = pb.ReasonCode(res.Reason)
 	resp.Detail = res.Detail
-	if n := len(res.Hints); n > 0 {
-		slab := make([]pb.ReplicaHint, n)
-		resp.Replicas = make([]*pb.ReplicaHint, n)
-		for i := range res.Hints {
-			h := &res.Hints[i]
-			p := &slab[i]
-			p.ReplicaId = h.ReplicaID
-			p.Score = h.Score
-			p.MatchedTokens = h.MatchedTokens
-			p.MatchedBlocks = h.MatchedBlocks
-			p.Freshness = h.Freshness
-			p.AgeMs = h.AgeMs
-			p.Pressure = h.Pressure
-			p.WaitingRequests = h.WaitingRequests
-			p.RunningRequests = h.RunningRequests
-			resp.Replicas[i] = p
-		}
-		if len(res.Factors) == n {
-			explainHints(resp.Replicas, res.Factors, string(res.RankingVersion))
-		}
-	}
-	if n := len(res.Loads); n > 0 {
-		slab := make([]pb.ReplicaLoad, n)
-		resp.Loads = make([]*pb.ReplicaLoad, n)
-		for i := range res.Loads {
-			l := &res.Loads[i]
-			slab[i] = pb.ReplicaLoad{ReplicaId: l.ReplicaID, WaitingRequests: l.WaitingRequests, RunningRequests: l.RunningRequests,
-				Pressure: l.Pressure, StatsAgeMs: l.AgeMs}
-			resp.Loads[i] = &slab[i]
-		}
-	}
+	fillHints(resp, res)
+	fillLoads(resp, res)
 	if r.IncludeLoad {
 		s.fillOthers(req, resp)
 	}
@@ -294,6 +231,100 @@ func (s *Service) lookup(ctx context.Context, req *pb.LookupRouteRequest, sc *lo
 		// with the policy it ranked with; the cached copy here may be
 		// older.
 		s.node.Credit(res.CreditPartition, res.CreditHashes)
+	}
+}
+
+// lookupKey sets r's key from req: block hashes or a prefix hash, token
+// ids, or the prompt text tokenized within what is left of budget since
+// start. It returns the NO_HINT detail when there is no usable key, or "".
+func (s *Service) lookupKey(ctx context.Context, req *pb.LookupRouteRequest, r *index.LookupRequest, start time.Time, budget time.Duration) string {
+	switch {
+	case len(req.GetBlockHashes()) > 0 || req.GetPrefixHash() != 0:
+		r.BlockHashes = req.GetBlockHashes()
+		r.BlockTokenCounts = req.GetBlockTokenCounts()
+		r.PrefixHash = req.GetPrefixHash()
+		r.HasPrefixHash = req.GetPrefixHash() != 0
+	case len(req.GetTokenIds()) > 0:
+		r.TokenIDs = req.GetTokenIds()
+	case req.GetPromptText() != "":
+		return s.tokenizePrompt(ctx, req, r, start, budget)
+	default:
+		return DetailNoKey
+	}
+	return ""
+}
+
+// tokenizePrompt sets r.TokenIDs to req's prompt text tokenized for its
+// model within budget since start. It returns the NO_HINT detail when
+// there is no tokenizer, tokenizing fails or is too long, or the budget is
+// spent; otherwise "".
+func (s *Service) tokenizePrompt(ctx context.Context, req *pb.LookupRouteRequest, r *index.LookupRequest, start time.Time, budget time.Duration) string {
+	if s.tok == nil {
+		return DetailNoTokenizer
+	}
+	tctx, cancel := context.WithDeadline(ctx, start.Add(budget))
+	ids, err := s.tok.EncodeContext(tctx, req.GetModelId(), req.GetPromptText(), MaxTokens)
+	cancel()
+	if err != nil {
+		s.log.Debug("tokenize failed", slog.String("model_id", req.GetModelId()), slog.Any("err", err))
+		d := tokenizeDetail(err)
+		if d == DetailTokenizeTimeout && time.Since(start) < budget {
+			d = DetailCanceled // the caller's context ended first
+		}
+		return d
+	}
+	if len(ids) > MaxTokens {
+		return DetailTokenizeTooLong
+	}
+	r.TokenIDs = ids
+	if time.Since(start) > budget {
+		return DetailTimeout
+	}
+	return ""
+}
+
+// fillHints copies the index's ranked hints (and their explanations) into
+// resp, from one slab.
+func fillHints(resp *pb.LookupRouteResponse, res *index.Result) {
+	n := len(res.Hints)
+	if n == 0 {
+		return
+	}
+	slab := make([]pb.ReplicaHint, n)
+	resp.Replicas = make([]*pb.ReplicaHint, n)
+	for i := range res.Hints {
+		h := &res.Hints[i]
+		p := &slab[i]
+		p.ReplicaId = h.ReplicaID
+		p.Score = h.Score
+		p.MatchedTokens = h.MatchedTokens
+		p.MatchedBlocks = h.MatchedBlocks
+		p.Freshness = h.Freshness
+		p.AgeMs = h.AgeMs
+		p.Pressure = h.Pressure
+		p.WaitingRequests = h.WaitingRequests
+		p.RunningRequests = h.RunningRequests
+		resp.Replicas[i] = p
+	}
+	if len(res.Factors) == n {
+		explainHints(resp.Replicas, res.Factors, string(res.RankingVersion))
+	}
+}
+
+// fillLoads copies the index's loads of the hinted replicas into resp,
+// from one slab.
+func fillLoads(resp *pb.LookupRouteResponse, res *index.Result) {
+	n := len(res.Loads)
+	if n == 0 {
+		return
+	}
+	slab := make([]pb.ReplicaLoad, n)
+	resp.Loads = make([]*pb.ReplicaLoad, n)
+	for i := range res.Loads {
+		l := &res.Loads[i]
+		slab[i] = pb.ReplicaLoad{ReplicaId: l.ReplicaID, WaitingRequests: l.WaitingRequests, RunningRequests: l.RunningRequests,
+			Pressure: l.Pressure, StatsAgeMs: l.AgeMs}
+		resp.Loads[i] = &slab[i]
 	}
 }
 

@@ -180,11 +180,17 @@ func (r *Runner) present(ctx context.Context, n *Node, w *WriteRec) (bool, strin
 // weaker checks over every read.
 func (r *Runner) checkRegister(rep *Report, ops []RegOp) {
 	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call.Before(ops[j].Call) })
-	written := map[uint32]bool{r.w.initial: true, 0: true}
-	versionOf := map[uint64]uint32{}
+	countRegOps(rep, ops)
+	checkPhantoms(rep, ops, r.w.initial)
+	checkLocalReads(rep, ops)
+	checkLeaderReads(rep, ops)
+	r.checkLinearizable(rep, ops)
+}
+
+// countRegOps counts the register's sets, gets and leader gets.
+func countRegOps(rep *Report, ops []RegOp) {
 	for _, op := range ops {
 		if op.In.Set {
-			written[op.In.Value] = true
 			rep.RegSets++
 		} else {
 			rep.RegGets++
@@ -193,6 +199,19 @@ func (r *Runner) checkRegister(rep *Report, ops []RegOp) {
 			}
 		}
 	}
+}
+
+// checkPhantoms records an anomaly for every get of a value no client
+// wrote (nor the initial one) and every policy version seen with two
+// values.
+func checkPhantoms(rep *Report, ops []RegOp, initial uint32) {
+	written := map[uint32]bool{initial: true, 0: true}
+	for _, op := range ops {
+		if op.In.Set {
+			written[op.In.Value] = true
+		}
+	}
+	versionOf := map[uint64]uint32{}
 	for _, op := range ops {
 		if op.Failed {
 			continue
@@ -206,8 +225,12 @@ func (r *Runner) checkRegister(rep *Report, ops []RegOp) {
 			versionOf[op.Out.Version] = op.Out.Value
 		}
 	}
-	// Local (follower) reads: per node process, a read that starts after
-	// another ended never sees an older version.
+}
+
+// checkLocalReads records an anomaly when, on one node process, a read
+// that started after another ended saw an older version (ops in call
+// order).
+func checkLocalReads(rep *Report, ops []RegOp) {
 	byNode := map[string][]RegOp{}
 	for _, op := range ops {
 		if !op.In.Set && !op.Failed {
@@ -232,9 +255,12 @@ func (r *Runner) checkRegister(rep *Report, ops []RegOp) {
 			}
 		}
 	}
+}
 
-	// Explain an Illegal result: leader reads older than a Set that had
-	// completed before the read started.
+// checkLeaderReads counts (and samples) the reads from the confirmed
+// leader older than a set that had completed before the read started:
+// what explains an Illegal linearizability result.
+func checkLeaderReads(rep *Report, ops []RegOp) {
 	var acked []RegOp
 	for _, op := range ops {
 		if op.In.Set && !op.Failed && op.Out.Value == op.In.Value {
@@ -264,7 +290,12 @@ func (r *Runner) checkRegister(rep *Report, ops []RegOp) {
 			}
 		}
 	}
+}
 
+// checkLinearizable checks the register history (ops in call order) with
+// porcupine and, when it is not linearizable, writes the visualization
+// into the run's directory.
+func (r *Runner) checkLinearizable(rep *Report, ops []RegOp) {
 	t0 := time.Time{}
 	if len(ops) > 0 {
 		t0 = ops[0].Call

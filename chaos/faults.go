@@ -146,189 +146,36 @@ func (r *Runner) inject(ctx context.Context, kind FaultKind) (*FaultRec, error) 
 	if err != nil {
 		return nil, err
 	}
-	tm := r.timing
 	switch kind {
 	case LeaderKill:
-		f.Target = leader.ID
-		f.Start = time.Now()
-		r.c.Kill(leader)
-		if _, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, leader); err != nil {
-			f.Violations = append(f.Violations, "leader kill: "+err.Error())
-		} else {
-			f.FailoverMs = ms(d)
-		}
-		sleepCtx(ctx, tm.restartPause)
-		f.Healed = time.Now()
-		if err := r.c.Start(leader); err != nil {
-			return f, err
-		}
-
+		err = r.leaderKill(ctx, f, leader, term)
 	case FollowerKill:
-		n := r.randomFollower(leader)
-		f.Target = n.ID
-		f.Start = time.Now()
-		r.c.Kill(n)
-		sleepCtx(ctx, tm.restartPause)
-		f.Healed = time.Now()
-		if err := r.c.Start(n); err != nil {
-			return f, err
-		}
-
+		err = r.followerKill(ctx, f, leader)
 	case LeaderPause:
-		f.Target = leader.ID
-		f.Start = time.Now()
-		if err := r.c.Pause(leader); err != nil {
-			return f, err
-		}
-		newL, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, leader)
-		if err != nil {
-			f.Violations = append(f.Violations, "leader pause: "+err.Error())
-		} else {
-			f.FailoverMs = ms(d)
-			f.Notes = append(f.Notes, fmt.Sprintf("new leader %s after %.0f ms", newL.ID, ms(d)))
-		}
-		if rest := tm.pauseFor - time.Since(f.Start); rest > 0 {
-			sleepCtx(ctx, rest)
-		}
-		f.Healed = time.Now()
-		if err := r.c.Resume(leader); err != nil {
-			return f, err
-		}
-		if err := r.c.WaitUp(ctx, leader, 10*time.Second); err != nil {
-			return f, err
-		}
-		// The resumed node must step down: within 5 s it reports a state
-		// other than Leader, or Leader in a newer term (re-elected).
-		stepped := poll.Until(ctx, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
-			st, err := r.c.Status(ctx, leader)
-			switch {
-			case err != nil:
-				return false, err.Error()
-			case st.State == "Leader" && st.Term <= term:
-				return false, fmt.Sprintf("Leader of term %d", st.Term)
-			}
-			f.Notes = append(f.Notes, fmt.Sprintf("resumed %s reports %s in term %d after %.0f ms", leader.ID, st.State, st.Term, ms(time.Since(f.Healed))))
-			return true, ""
-		})
-		if stepped != nil {
-			f.Violations = append(f.Violations, fmt.Sprintf("resumed %s did not step down from term %d: %v", leader.ID, term, stepped))
-		}
-
+		err = r.leaderPause(ctx, f, leader, term)
 	case Replace:
-		n := r.randomFollower(leader)
-		f.Target = n.ID
-		f.Start = time.Now()
-		r.c.Kill(n)
-		if err := r.removeServer(ctx, n); err != nil {
-			return f, err
-		}
-		if err := r.c.Wipe(n); err != nil {
-			return f, err
-		}
-		f.Notes = append(f.Notes, fmt.Sprintf("%s removed from the configuration and its data directory wiped after %.0f ms", n.ID, ms(time.Since(f.Start))))
-		f.Healed = time.Now()
-		if err := r.c.Start(n); err != nil {
-			return f, err
-		}
-
+		err = r.replace(ctx, f, leader)
 	case FullRestart:
-		f.Target = "all"
-		f.Start = time.Now()
-		for _, n := range r.c.Nodes {
-			r.c.Kill(n)
-		}
-		sleepCtx(ctx, tm.restartPause)
-		f.Healed = time.Now()
-		for _, n := range r.c.Nodes {
-			if err := r.c.Start(n); err != nil {
-				return f, err
-			}
-		}
-
+		err = r.fullRestart(ctx, f)
 	case IsolateLeader, IsolateFollower, SplitMinority:
-		var minority []*Node
-		switch kind {
-		case IsolateLeader:
-			minority = []*Node{leader}
-		case IsolateFollower:
-			minority = []*Node{r.randomFollower(leader)}
-		default:
-			perm := rand.Perm(len(r.c.Nodes))
-			for _, i := range perm[:len(r.c.Nodes)/2] {
-				minority = append(minority, r.c.Nodes[i])
-			}
-		}
-		var majority []*Node
-		var a, b []int
-		for _, n := range r.c.Nodes {
-			if contains(minority, n) {
-				a = append(a, n.Index)
-				f.Target += n.ID + " "
-			} else {
-				majority = append(majority, n)
-				b = append(b, n.Index)
-			}
-		}
-		f.Target = "{" + f.Target[:len(f.Target)-1] + "} cut off"
-		f.Start = time.Now()
-		if err := r.c.Network().Isolate(a, b); err != nil {
-			return f, err
-		}
-		leaderCut := contains(minority, leader)
-		if leaderCut {
-			if newL, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, minority...); err != nil {
-				f.Violations = append(f.Violations, "partition: majority elected no leader: "+err.Error())
-			} else {
-				f.FailoverMs = ms(d)
-				f.Notes = append(f.Notes, fmt.Sprintf("majority elected %s after %.0f ms", newL.ID, ms(d)))
-			}
-		}
-		if rest := tm.partitionFor - time.Since(f.Start); rest > 0 {
-			sleepCtx(ctx, rest)
-		}
-		// Every minority node is reachable by the harness and must answer
-		// lookups without error, marked stale (maxStaleness has passed).
-		for _, n := range minority {
-			r.checkStale(ctx, f, n)
-		}
-		if leaderCut {
-			if st, err := r.c.Status(ctx, leader); err == nil && st.State == "Leader" && st.Term == term {
-				f.Violations = append(f.Violations, fmt.Sprintf("cut-off leader %s still Leader of term %d after %v", leader.ID, term, time.Since(f.Start).Round(time.Millisecond)))
-			}
-		}
-		f.Healed = time.Now()
-		if err := r.c.Network().Heal(); err != nil {
-			return f, err
-		}
-		if !leaderCut {
-			if st, err := r.c.Status(ctx, majority[0]); err == nil && st.Term != term {
-				f.Notes = append(f.Notes, fmt.Sprintf("term moved %d → %d while only followers were cut off", term, st.Term))
-			}
-		}
+		err = r.isolate(ctx, f, r.minority(kind, leader), leader, term)
 	case GossipCut:
-		if err := r.gossipPartition(ctx, f, leader); err != nil {
-			return f, err
-		}
+		err = r.gossipPartition(ctx, f, leader)
 	case RaftCut:
-		if err := r.raftPartition(ctx, f, leader, term); err != nil {
-			return f, err
-		}
+		err = r.raftPartition(ctx, f, leader, term)
 	case LeaderDiskFull:
-		if err := r.leaderDiskFull(ctx, f, leader, term); err != nil {
-			return f, err
-		}
+		err = r.leaderDiskFull(ctx, f, leader, term)
 	case ClockSkew:
-		if err := r.clockSkew(ctx, f, leader); err != nil {
-			return f, err
-		}
+		err = r.clockSkew(ctx, f, leader)
 	case IngestFlood:
-		if err := r.ingestFlood(ctx, f, leader); err != nil {
-			return f, err
-		}
+		err = r.ingestFlood(ctx, f, leader)
 	default:
 		return nil, fmt.Errorf("chaos: unknown fault %q", kind)
 	}
-	if err := r.c.WaitHealthy(ctx, tm.healthy); err != nil {
+	if err != nil {
+		return f, err
+	}
+	if err := r.c.WaitHealthy(ctx, r.timing.healthy); err != nil {
 		return f, err
 	}
 	f.End = time.Now()

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -14,6 +15,78 @@ const (
 	raftPort   = 7402
 	gossipPort = 7403
 )
+
+// minority picks the nodes a partition fault of kind cuts off: the
+// leader, a random follower, or a random minority (SplitMinority).
+func (r *Runner) minority(kind FaultKind, leader *Node) []*Node {
+	switch kind {
+	case IsolateLeader:
+		return []*Node{leader}
+	case IsolateFollower:
+		return []*Node{r.randomFollower(leader)}
+	}
+	var minority []*Node
+	perm := rand.Perm(len(r.c.Nodes))
+	for _, i := range perm[:len(r.c.Nodes)/2] {
+		minority = append(minority, r.c.Nodes[i])
+	}
+	return minority
+}
+
+// isolate cuts the minority off from the other nodes for the partition
+// time. When it holds term's leader, the majority must elect a new one
+// within 20 s and the cut-off leader must lose its leadership; every
+// minority node must keep answering lookups, marked stale.
+func (r *Runner) isolate(ctx context.Context, f *FaultRec, minority []*Node, leader *Node, term uint64) error {
+	var majority []*Node
+	var a, b []int
+	for _, n := range r.c.Nodes {
+		if contains(minority, n) {
+			a = append(a, n.Index)
+			f.Target += n.ID + " "
+		} else {
+			majority = append(majority, n)
+			b = append(b, n.Index)
+		}
+	}
+	f.Target = "{" + f.Target[:len(f.Target)-1] + "} cut off"
+	f.Start = time.Now()
+	if err := r.c.Network().Isolate(a, b); err != nil {
+		return err
+	}
+	leaderCut := contains(minority, leader)
+	if leaderCut {
+		if newL, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, minority...); err != nil {
+			f.Violations = append(f.Violations, "partition: majority elected no leader: "+err.Error())
+		} else {
+			f.FailoverMs = ms(d)
+			f.Notes = append(f.Notes, fmt.Sprintf("majority elected %s after %.0f ms", newL.ID, ms(d)))
+		}
+	}
+	if rest := r.timing.partitionFor - time.Since(f.Start); rest > 0 {
+		sleepCtx(ctx, rest)
+	}
+	// Every minority node is reachable by the harness and must answer
+	// lookups without error, marked stale (maxStaleness has passed).
+	for _, n := range minority {
+		r.checkStale(ctx, f, n)
+	}
+	if leaderCut {
+		if st, err := r.c.Status(ctx, leader); err == nil && st.State == "Leader" && st.Term == term {
+			f.Violations = append(f.Violations, fmt.Sprintf("cut-off leader %s still Leader of term %d after %v", leader.ID, term, time.Since(f.Start).Round(time.Millisecond)))
+		}
+	}
+	f.Healed = time.Now()
+	if err := r.c.Network().Heal(); err != nil {
+		return err
+	}
+	if !leaderCut {
+		if st, err := r.c.Status(ctx, majority[0]); err == nil && st.Term != term {
+			f.Notes = append(f.Notes, fmt.Sprintf("term moved %d → %d while only followers were cut off", term, st.Term))
+		}
+	}
+	return nil
+}
 
 // membershipBound is how long after a partition heals every node must
 // list every node as a healthy member.

@@ -93,15 +93,7 @@ func (r *Runner) clockSkew(ctx context.Context, f *FaultRec, leader *Node) error
 	fl := r.randomFollower(leader)
 	skew := time.Duration(r.w.base.EvictionTtlSeconds)*time.Second + time.Hour
 	f.Target = fmt.Sprintf("%s clock +%v", fl.ID, skew)
-	writes, _, _ := r.w.History()
-	var sample []*WriteRec
-	for _, w := range writes {
-		if w.Acked {
-			sample = append(sample, w)
-		}
-	}
-	rand.Shuffle(len(sample), func(i, j int) { sample[i], sample[j] = sample[j], sample[i] })
-	sample = sample[:min(len(sample), 60)]
+	sample := r.sampleAcked(60)
 
 	f.Start = time.Now()
 	r.c.Kill(fl)
@@ -113,33 +105,7 @@ func (r *Runner) clockSkew(ctx context.Context, f *FaultRec, leader *Node) error
 	if err := r.c.WaitHealthy(ctx, 60*time.Second); err != nil {
 		return err
 	}
-	transferred := false
-	for try := 0; try < 5 && !transferred; try++ {
-		l, err := r.c.WaitLeader(ctx, 10*time.Second)
-		if err != nil {
-			continue
-		}
-		if l == fl {
-			transferred = true
-			break
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = l.CL.TransferLeadership(cctx, &pb.TransferLeadershipRequest{Id: fl.ID, Address: fl.Raft})
-		cancel()
-		if err != nil {
-			f.Notes = append(f.Notes, "transfer: "+err.Error())
-			time.Sleep(time.Second) // a pause before the next try
-			continue
-		}
-		transferred = poll.Until(ctx, 5*time.Second, 50*time.Millisecond, func() (bool, string) {
-			st, err := r.c.Status(ctx, fl)
-			if err != nil {
-				return false, err.Error()
-			}
-			return st.State == "Leader", fl.ID + " is " + st.State
-		}) == nil
-	}
-	if !transferred {
+	if !r.makeLeader(ctx, f, fl) {
 		f.Violations = append(f.Violations, fmt.Sprintf("could not make the skewed %s leader", fl.ID))
 	} else {
 		f.Notes = append(f.Notes, fmt.Sprintf("skewed %s leader after %.0f ms", fl.ID, ms(time.Since(f.Start))))
@@ -154,6 +120,62 @@ func (r *Runner) clockSkew(ctx context.Context, f *FaultRec, leader *Node) error
 			break
 		}
 	}
+	r.checkSample(ctx, f, sample)
+	f.Healed = time.Now()
+	r.c.Kill(fl)
+	fl.proc.SetEnv(nil)
+	return r.c.Start(fl)
+}
+
+// sampleAcked returns up to n writes acknowledged so far, chosen at
+// random.
+func (r *Runner) sampleAcked(n int) []*WriteRec {
+	writes, _, _ := r.w.History()
+	var sample []*WriteRec
+	for _, w := range writes {
+		if w.Acked {
+			sample = append(sample, w)
+		}
+	}
+	rand.Shuffle(len(sample), func(i, j int) { sample[i], sample[j] = sample[j], sample[i] })
+	return sample[:min(len(sample), n)]
+}
+
+// makeLeader transfers leadership to fl (up to five tries, each waiting
+// 5 s for fl to report Leader) and reports whether fl became leader.
+func (r *Runner) makeLeader(ctx context.Context, f *FaultRec, fl *Node) bool {
+	for try := 0; try < 5; try++ {
+		l, err := r.c.WaitLeader(ctx, 10*time.Second)
+		if err != nil {
+			continue
+		}
+		if l == fl {
+			return true
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = l.CL.TransferLeadership(cctx, &pb.TransferLeadershipRequest{Id: fl.ID, Address: fl.Raft})
+		cancel()
+		if err != nil {
+			f.Notes = append(f.Notes, "transfer: "+err.Error())
+			time.Sleep(time.Second) // a pause before the next try
+			continue
+		}
+		if poll.Until(ctx, 5*time.Second, 50*time.Millisecond, func() (bool, string) {
+			st, err := r.c.Status(ctx, fl)
+			if err != nil {
+				return false, err.Error()
+			}
+			return st.State == "Leader", fl.ID + " is " + st.State
+		}) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// checkSample records a violation unless every sampled acknowledged write
+// is present on every node.
+func (r *Runner) checkSample(ctx context.Context, f *FaultRec, sample []*WriteRec) {
 	missing := 0
 	var first string
 	for _, n := range r.c.Nodes {
@@ -171,8 +193,4 @@ func (r *Runner) clockSkew(ctx context.Context, f *FaultRec, leader *Node) error
 	} else {
 		f.Notes = append(f.Notes, fmt.Sprintf("all %d sampled acknowledged writes present on every node after %v under the skewed leader", len(sample), r.timing.skewFor))
 	}
-	f.Healed = time.Now()
-	r.c.Kill(fl)
-	fl.proc.SetEnv(nil)
-	return r.c.Start(fl)
 }

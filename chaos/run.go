@@ -105,26 +105,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := newReport()
 	rep.Nodes, rep.FastTiming, rep.LoadBefore = cfg.Nodes, cfg.FastTiming, loadAvg()
-	netns := false
-	if cfg.NoNetns {
-		rep.PartitionsSkipped = "disabled by configuration"
-	} else if ok, why := NetnsAvailable(); ok {
-		netns = true
-	} else {
-		rep.PartitionsSkipped = why
-		log.Warn("chaos: partitions skipped", "reason", why)
-	}
-	rep.Netns = netns
-	opts := Options{Nodes: cfg.Nodes, Binary: cfg.Binary, Dir: cfg.Dir, FastTiming: cfg.FastTiming, Netns: netns, Flags: cfg.ServerFlags, Logger: log}
-	diskOK, diskWhy := false, "needs root"
-	if netns && cfg.Counts[LeaderDiskFull] > 0 {
-		if diskOK, diskWhy = TmpfsAvailable(); diskOK {
+	var caps faultCaps
+	caps.netns = netnsFor(cfg, log, rep)
+	rep.Netns = caps.netns
+	opts := Options{Nodes: cfg.Nodes, Binary: cfg.Binary, Dir: cfg.Dir, FastTiming: cfg.FastTiming, Netns: caps.netns, Flags: cfg.ServerFlags, Logger: log}
+	caps.diskWhy = "needs root"
+	if caps.netns && cfg.Counts[LeaderDiskFull] > 0 {
+		if caps.diskOK, caps.diskWhy = TmpfsAvailable(); caps.diskOK {
 			opts.DiskLimit = diskLimit
 		} else {
-			log.Warn("chaos: full-disk faults skipped", "reason", diskWhy)
+			log.Warn("chaos: full-disk faults skipped", "reason", caps.diskWhy)
 		}
 	}
-	portOK, portWhy := PortCutsAvailable()
+	caps.portOK, caps.portWhy = PortCutsAvailable()
 	c, err := NewCluster(ctx, opts)
 	if err != nil {
 		return rep, err
@@ -133,15 +126,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := c.WaitHealthy(ctx, 60*time.Second); err != nil {
 		return rep, err
 	}
-	r := &Runner{cfg: cfg, c: c, log: log, timing: faultTiming{
-		restartPause: 1500 * time.Millisecond, pauseFor: 4 * time.Second, partitionFor: 5 * time.Second,
-		maxStaleness: 2 * time.Second, healthy: 90 * time.Second, gossipCutFor: 20 * time.Second,
-		diskFullFor: 8 * time.Second, skewFor: 25 * time.Second, floodFor: 10 * time.Second,
-	}}
-	if cfg.FastTiming {
-		r.timing.pauseFor = 2 * time.Second
-	}
-	r.mon = NewMonitor(c)
+	r := newRunner(cfg, c, log)
 	w, err := NewWorkload(ctx, c, r.mon)
 	if err != nil {
 		return rep, err
@@ -151,7 +136,79 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.mon.Start(ctx, w)
 	w.Start(ctx)
 	start := time.Now()
+	r.runFaults(ctx, rep, caps, start)
+	sleepCtx(ctx, cfg.Settle)
+	// Heal everything, stop the load, and check.
+	healAll(c)
+	w.Stop()
+	r.mon.Stop()
+	rep.Duration = time.Since(start)
+	r.check(ctx, rep)
+	rep.LoadAfter = loadAvg()
+	return rep, nil
+}
 
+// faultCaps is what this machine lets the run inject: network namespaces
+// (partitions), port cuts (gossip and Raft cuts), a size-limited data
+// volume (full disk), with the reason when not.
+type faultCaps struct {
+	netns            bool
+	portOK, diskOK   bool
+	portWhy, diskWhy string
+}
+
+// skipReason reports whether kind cannot run under caps, and the reason
+// recorded in the report ("" for the root-only faults, which are only
+// counted).
+func (caps faultCaps) skipReason(kind FaultKind) (bool, string) {
+	switch {
+	case kind.NeedsRoot() && !caps.netns:
+		return true, ""
+	case (kind == GossipCut || kind == RaftCut) && !caps.portOK:
+		return true, caps.portWhy
+	case kind == LeaderDiskFull && !caps.diskOK:
+		return true, caps.diskWhy
+	}
+	return false, ""
+}
+
+// netnsFor reports whether the run uses network namespaces: not when the
+// configuration disables them or the machine has none (the report says
+// why partitions were skipped).
+func netnsFor(cfg Config, log *slog.Logger, rep *Report) bool {
+	if cfg.NoNetns {
+		rep.PartitionsSkipped = "disabled by configuration"
+		return false
+	}
+	ok, why := NetnsAvailable()
+	if !ok {
+		rep.PartitionsSkipped = why
+		log.Warn("chaos: partitions skipped", "reason", why)
+	}
+	return ok
+}
+
+// newRunner makes the runner of cluster c with the faults' timing and a
+// monitor of c.
+func newRunner(cfg Config, c *Cluster, log *slog.Logger) *Runner {
+	r := &Runner{cfg: cfg, c: c, log: log, timing: faultTiming{
+		restartPause: 1500 * time.Millisecond, pauseFor: 4 * time.Second, partitionFor: 5 * time.Second,
+		maxStaleness: 2 * time.Second, healthy: 90 * time.Second, gossipCutFor: 20 * time.Second,
+		diskFullFor: 8 * time.Second, skewFor: 25 * time.Second, floodFor: 10 * time.Second,
+	}}
+	if cfg.FastTiming {
+		r.timing.pauseFor = 2 * time.Second
+	}
+	r.mon = NewMonitor(c)
+	return r
+}
+
+// runFaults injects the scheduled faults one after the other, each after
+// the settle time, then alternates leader kills and pauses until
+// MinDuration has passed since start. It stops at the first harness error
+// (recorded in rep) or when ctx ends.
+func (r *Runner) runFaults(ctx context.Context, rep *Report, caps faultCaps, start time.Time) {
+	cfg := r.cfg
 	sched := Schedule(cfg.Counts)
 	for i := 0; ; i++ {
 		var kind FaultKind
@@ -161,44 +218,48 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		case cfg.MinDuration > 0 && time.Since(start) < cfg.MinDuration:
 			kind = []FaultKind{LeaderKill, LeaderPause}[i%2]
 		default:
+			return
 		}
-		if kind == "" {
-			break
-		}
-		if kind.NeedsRoot() && !netns {
+		if skip, why := caps.skipReason(kind); skip {
 			rep.SkippedFaults++
-			continue
-		}
-		if (kind == GossipCut || kind == RaftCut) && !portOK || kind == LeaderDiskFull && !diskOK {
-			why := portWhy
-			if kind == LeaderDiskFull {
-				why = diskWhy
+			if why != "" {
+				rep.Skipped = append(rep.Skipped, string(kind)+": "+why)
 			}
-			rep.SkippedFaults++
-			rep.Skipped = append(rep.Skipped, string(kind)+": "+why)
 			continue
 		}
 		if !sleepCtx(ctx, cfg.Settle) {
-			break
+			return
 		}
-		log.Info("chaos: fault", "n", i+1, "kind", kind)
-		f, err := r.inject(ctx, kind)
-		if f != nil {
-			if f.End.IsZero() {
-				f.End = time.Now()
-			}
-			r.faults = append(r.faults, f)
-			log.Info("chaos: fault done", "kind", kind, "target", f.Target, "failover_ms", f.FailoverMs,
-				"took", f.End.Sub(f.Start).Round(time.Millisecond), "violations", len(f.Violations))
-		}
-		if err != nil {
-			rep.HarnessError = fmt.Sprintf("fault %d (%s): %v", i+1, kind, err)
-			log.Error("chaos: fault failed", "kind", kind, "err", err)
-			break
+		if !r.runFault(ctx, rep, i, kind) {
+			return
 		}
 	}
-	sleepCtx(ctx, cfg.Settle)
-	// Heal everything, stop the load, and check.
+}
+
+// runFault injects fault i of kind and records it; it reports false after
+// a harness error (recorded in rep).
+func (r *Runner) runFault(ctx context.Context, rep *Report, i int, kind FaultKind) bool {
+	r.log.Info("chaos: fault", "n", i+1, "kind", kind)
+	f, err := r.inject(ctx, kind)
+	if f != nil {
+		if f.End.IsZero() {
+			f.End = time.Now()
+		}
+		r.faults = append(r.faults, f)
+		r.log.Info("chaos: fault done", "kind", kind, "target", f.Target, "failover_ms", f.FailoverMs,
+			"took", f.End.Sub(f.Start).Round(time.Millisecond), "violations", len(f.Violations))
+	}
+	if err != nil {
+		rep.HarnessError = fmt.Sprintf("fault %d (%s): %v", i+1, kind, err)
+		r.log.Error("chaos: fault failed", "kind", kind, "err", err)
+		return false
+	}
+	return true
+}
+
+// healAll heals the network, removes disk ballast and starts or resumes
+// every node that is not running.
+func healAll(c *Cluster) {
 	if c.Netns() {
 		_ = c.Network().Heal()
 		_ = c.Network().HealPorts()
@@ -212,12 +273,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			_ = c.Start(n)
 		}
 	}
-	w.Stop()
-	r.mon.Stop()
-	rep.Duration = time.Since(start)
-	r.check(ctx, rep)
-	rep.LoadAfter = loadAvg()
-	return rep, nil
 }
 
 // loadAvg returns the output of uptime (load averages), for the report.

@@ -83,54 +83,81 @@ func RunWAN(ctx context.Context, cfg WANConfig) (*WANResult, error) {
 	var mu sync.Mutex
 	var lats []float64
 	wg.Add(2)
-	go func() { // the writer
+	go func() {
 		defer wg.Done()
-		for seq := 0; hctx.Err() == nil; seq++ {
-			start := time.Now()
-			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_, err := sdk.Ingest(wctx, &pb.IngestRequest{RequestId: fmt.Sprintf("wan-%d", seq),
-				Events: []*pb.BlockEvent{stored("r-wan", chainAt(uint32(seq)*256+1))}})
-			cancel()
-			mu.Lock()
-			if err == nil {
-				res.Acked++
-				lats = append(lats, ms(time.Since(start)))
-			} else {
-				res.Failed++
-			}
-			mu.Unlock()
-		}
+		lats = wanWrites(ctx, hctx, sdk, res, &mu)
 	}()
-	go func() { // the election counter
+	go func() {
 		defer wg.Done()
-		for hctx.Err() == nil {
-			for _, n := range c.Nodes {
-				st, err := c.Status(ctx, n)
-				if err != nil || st.State != "Leader" {
-					continue
-				}
-				mu.Lock()
-				if !slices.Contains(res.Terms, st.Term) {
-					res.Terms = append(res.Terms, st.Term)
-				}
-				mu.Unlock()
-			}
-			sleepCtx(hctx, 50*time.Millisecond)
-		}
+		wanTerms(ctx, hctx, c, res, &mu)
 	}()
 	wg.Wait()
 	res.Elections = max(len(res.Terms)-1, 0)
 	sort.Float64s(lats)
 	res.WriteP50Ms, res.WriteP99Ms = percentileF(lats, 0.5), percentileF(lats, 0.99)
+	if !wanFailover(ctx, c, res) {
+		return res, nil
+	}
+	log.Info("chaos: wan run", "profile", cfg.Profile, "delay", cfg.Delay, "loss", cfg.Loss, "elections", res.Elections,
+		"acked", res.Acked, "failed", res.Failed, "write_p50_ms", res.WriteP50Ms, "failover_ms", res.FailoverMs)
+	return res, nil
+}
 
-	// Failover under the same impairment.
+// wanWrites ingests one fresh chain after the other through sdk until
+// hctx ends (each write may take 30 s past it), counting acknowledged and
+// failed writes into res under mu. It returns the acknowledged writes'
+// latencies in ms.
+func wanWrites(ctx, hctx context.Context, sdk *client.Client, res *WANResult, mu *sync.Mutex) []float64 {
+	var lats []float64
+	for seq := 0; hctx.Err() == nil; seq++ {
+		start := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := sdk.Ingest(wctx, &pb.IngestRequest{RequestId: fmt.Sprintf("wan-%d", seq),
+			Events: []*pb.BlockEvent{stored("r-wan", chainAt(uint32(seq)*256+1))}})
+		cancel()
+		mu.Lock()
+		if err == nil {
+			res.Acked++
+			lats = append(lats, ms(time.Since(start)))
+		} else {
+			res.Failed++
+		}
+		mu.Unlock()
+	}
+	return lats
+}
+
+// wanTerms polls every node's Status every 50 ms until hctx ends and adds
+// each term a node reports Leader in to res.Terms under mu.
+func wanTerms(ctx, hctx context.Context, c *Cluster, res *WANResult, mu *sync.Mutex) {
+	for hctx.Err() == nil {
+		for _, n := range c.Nodes {
+			st, err := c.Status(ctx, n)
+			if err != nil || st.State != "Leader" {
+				continue
+			}
+			mu.Lock()
+			if !slices.Contains(res.Terms, st.Term) {
+				res.Terms = append(res.Terms, st.Term)
+			}
+			mu.Unlock()
+		}
+		sleepCtx(hctx, 50*time.Millisecond)
+	}
+}
+
+// wanFailover kills the leader under the same impairment and sets
+// res.FailoverMs to how long the others took to elect a new one (left -1
+// when none was elected within 60 s). It reports false, killing nothing,
+// when it found no leader to kill.
+func wanFailover(ctx context.Context, c *Cluster, res *WANResult) bool {
 	leader, err := c.WaitLeader(ctx, 30*time.Second)
 	if err != nil {
-		return res, nil
+		return false
 	}
 	st, err := c.Status(ctx, leader)
 	if err != nil {
-		return res, nil
+		return false
 	}
 	start := time.Now()
 	c.Kill(leader)
@@ -138,9 +165,7 @@ func RunWAN(ctx context.Context, cfg WANConfig) (*WANResult, error) {
 	if _, d, err := r.waitNewLeader(ctx, start, st.Term, 60*time.Second, leader); err == nil {
 		res.FailoverMs = ms(d)
 	}
-	log.Info("chaos: wan run", "profile", cfg.Profile, "delay", cfg.Delay, "loss", cfg.Loss, "elections", res.Elections,
-		"acked", res.Acked, "failed", res.Failed, "write_p50_ms", res.WriteP50Ms, "failover_ms", res.FailoverMs)
-	return res, nil
+	return true
 }
 
 // WANMarkdown renders WAN results as a CHAOS.md section.

@@ -46,83 +46,11 @@ func legacyWire(b []byte, in *interner, a *Decoder) ([]index.BlockEvent, bool) {
 			return nil, false
 		}
 		b = b[n:]
-		var e index.BlockEvent
 		sp := evSpan{h0: len(hashes), t0: len(counts)}
-		seenPart := false
-		for len(v) > 0 {
-			num, typ, n := protowire.ConsumeTag(v)
-			if n < 0 {
-				return nil, false
-			}
-			v = v[n:]
-			switch typ {
-			case protowire.VarintType:
-				x, n := protowire.ConsumeVarint(v)
-				if n < 0 {
-					return nil, false
-				}
-				v = v[n:]
-				switch num {
-				case 1:
-					e.Kind = index.EventKind(uint32(x))
-				case 4:
-					hashes = append(hashes, x)
-				case 5:
-					counts = append(counts, uint32(x))
-				case 6:
-					e.PrefixTokensBefore = uint32(x)
-				case 7:
-					e.ObservedAtMs = int64(x)
-				default:
-					return nil, false
-				}
-			case protowire.BytesType:
-				x, n := protowire.ConsumeBytes(v)
-				if n < 0 {
-					return nil, false
-				}
-				v = v[n:]
-				switch num {
-				case 2:
-					s, ok := in.str(0, x)
-					if !ok {
-						return nil, false
-					}
-					e.ReplicaID = s
-				case 3:
-					if seenPart { // a repeated message field merges
-						return nil, false
-					}
-					seenPart = true
-					p, ok := decodePartitionFast(x, in)
-					if !ok {
-						return nil, false
-					}
-					e.Partition = p
-				case 4: // packed
-					for len(x) > 0 {
-						h, n := protowire.ConsumeVarint(x)
-						if n < 0 {
-							return nil, false
-						}
-						hashes = append(hashes, h)
-						x = x[n:]
-					}
-				case 5:
-					for len(x) > 0 {
-						c, n := protowire.ConsumeVarint(x)
-						if n < 0 {
-							return nil, false
-						}
-						counts = append(counts, uint32(c))
-						x = x[n:]
-					}
-				default:
-					return nil, false
-				}
-			default:
-				return nil, false
-			}
+		var e index.BlockEvent
+		var ok bool
+		if e, hashes, counts, ok = legacyEvent(v, in, hashes, counts); !ok {
+			return nil, false
 		}
 		sp.h1, sp.t1 = len(hashes), len(counts)
 		evs = append(evs, e)
@@ -138,4 +66,111 @@ func legacyWire(b []byte, in *interner, a *Decoder) ([]index.BlockEvent, bool) {
 		}
 	}
 	return out, true
+}
+
+// legacyEvent decodes one fsmpb.BlockEvent message v, appending its block
+// hashes and token counts to hashes and counts. ok is false when v is not
+// in the canonical shape (an unknown field or wire type, a repeated
+// partition).
+func legacyEvent(v []byte, in *interner, hashes []uint64, counts []uint32) (_ index.BlockEvent, _ []uint64, _ []uint32, ok bool) {
+	var e index.BlockEvent
+	seenPart := false
+	for len(v) > 0 {
+		num, typ, n := protowire.ConsumeTag(v)
+		if n < 0 {
+			return e, hashes, counts, false
+		}
+		v = v[n:]
+		switch typ {
+		case protowire.VarintType:
+			x, n := protowire.ConsumeVarint(v)
+			if n < 0 {
+				return e, hashes, counts, false
+			}
+			v = v[n:]
+			hashes, counts, ok = legacyVarint(&e, num, x, hashes, counts)
+		case protowire.BytesType:
+			x, n := protowire.ConsumeBytes(v)
+			if n < 0 {
+				return e, hashes, counts, false
+			}
+			v = v[n:]
+			if num == 3 {
+				if seenPart { // a repeated message field merges
+					return e, hashes, counts, false
+				}
+				seenPart = true
+			}
+			hashes, counts, ok = legacyBytes(&e, num, x, in, hashes, counts)
+		default:
+			ok = false
+		}
+		if !ok {
+			return e, hashes, counts, false
+		}
+	}
+	return e, hashes, counts, true
+}
+
+// legacyVarint sets the varint field num of e to x (a block hash or token
+// count is appended to hashes or counts); ok is false for a field that is
+// not a varint field of BlockEvent.
+func legacyVarint(e *index.BlockEvent, num protowire.Number, x uint64, hashes []uint64, counts []uint32) ([]uint64, []uint32, bool) {
+	switch num {
+	case 1:
+		e.Kind = index.EventKind(uint32(x))
+	case 4:
+		hashes = append(hashes, x)
+	case 5:
+		counts = append(counts, uint32(x))
+	case 6:
+		e.PrefixTokensBefore = uint32(x)
+	case 7:
+		e.ObservedAtMs = int64(x)
+	default:
+		return hashes, counts, false
+	}
+	return hashes, counts, true
+}
+
+// legacyBytes sets the length-delimited field num of e from x: the
+// replica id, the partition, or packed block hashes or token counts
+// (appended to hashes or counts). ok is false for a field that is not one
+// of these or does not decode.
+func legacyBytes(e *index.BlockEvent, num protowire.Number, x []byte, in *interner, hashes []uint64, counts []uint32) ([]uint64, []uint32, bool) {
+	switch num {
+	case 2:
+		s, ok := in.str(0, x)
+		if !ok {
+			return hashes, counts, false
+		}
+		e.ReplicaID = s
+	case 3:
+		p, ok := decodePartitionFast(x, in)
+		if !ok {
+			return hashes, counts, false
+		}
+		e.Partition = p
+	case 4: // packed
+		for len(x) > 0 {
+			h, n := protowire.ConsumeVarint(x)
+			if n < 0 {
+				return hashes, counts, false
+			}
+			hashes = append(hashes, h)
+			x = x[n:]
+		}
+	case 5:
+		for len(x) > 0 {
+			c, n := protowire.ConsumeVarint(x)
+			if n < 0 {
+				return hashes, counts, false
+			}
+			counts = append(counts, uint32(c))
+			x = x[n:]
+		}
+	default:
+		return hashes, counts, false
+	}
+	return hashes, counts, true
 }

@@ -246,26 +246,7 @@ func (f *FSM) applyCommand(idx uint64, dc *command.Decoded) (r Result) {
 	if dc.RequestID != "" {
 		hash, f.hashBuf = command.PayloadHash(dc, f.hashBuf)
 		if d := f.dd.get(dc.RequestID); d != nil {
-			if d.PayloadHash != 0 && hash != 0 && d.PayloadHash != hash {
-				// Not a retry: the client reused the id for another
-				// write. Taking it for one would silently drop this
-				// write; applying it would break "a request id applies
-				// once". Refuse it, on every node alike.
-				r.Err = fmt.Errorf("%w: %w: request_id %q was first used at log index %d",
-					ErrRejected, ErrRequestIDReused, dc.RequestID, d.Index)
-				return r
-			}
-			r = Result{RequestID: dc.RequestID, Index: d.Index, Changed: int(d.Changed), Duplicate: true}
-			if d.Error != "" {
-				r.Err = fmt.Errorf("%w: %s", ErrRejected, d.Error)
-			}
-			if dc.Msg != nil {
-				if _, ok := dc.Msg.Body.(*fsmpb.Command_SetPolicy); ok {
-					p := f.ix.Load().Policy()
-					r.Policy = &p
-				}
-			}
-			return r
+			return f.repeated(idx, dc, d, hash)
 		}
 	}
 	defer func() {
@@ -284,7 +265,7 @@ func (f *FSM) applyCommand(idx uint64, dc *command.Decoded) (r Result) {
 	}()
 	if errors.Is(dc.Err, command.ErrUnknownBody) {
 		// What a binary that predates the body says (its default case
-		// below), so both record the same in the dedup window.
+		// in applyBody), so both record the same in the dedup window.
 		r.Err = fmt.Errorf("%w: unknown command at index %d (written by a newer binary?)", ErrRejected, idx)
 		f.remember(r, hash)
 		return r
@@ -298,9 +279,42 @@ func (f *FSM) applyCommand(idx uint64, dc *command.Decoded) (r Result) {
 	if dc.Msg == nil { // ingest
 		r.Changed = ix.ApplyEvents(dc.Events)
 		f.pos.forgetCleared(dc.Events)
-		f.remember(r, hash)
-		return r
+	} else {
+		f.applyBody(idx, ix, dc, &r)
 	}
+	f.remember(r, hash)
+	return r
+}
+
+// repeated is the result of command dc at log index idx whose request id
+// already applied (dedup entry d): the first application's result, marked
+// Duplicate, or a rejection when the id was reused for another payload
+// (different hash).
+func (f *FSM) repeated(idx uint64, dc *command.Decoded, d *fsmpb.DedupEntry, hash uint64) Result {
+	if d.PayloadHash != 0 && hash != 0 && d.PayloadHash != hash {
+		// Not a retry: the client reused the id for another
+		// write. Taking it for one would silently drop this
+		// write; applying it would break "a request id applies
+		// once". Refuse it, on every node alike.
+		return Result{RequestID: dc.RequestID, Index: idx, Err: fmt.Errorf("%w: %w: request_id %q was first used at log index %d",
+			ErrRejected, ErrRequestIDReused, dc.RequestID, d.Index)}
+	}
+	r := Result{RequestID: dc.RequestID, Index: d.Index, Changed: int(d.Changed), Duplicate: true}
+	if d.Error != "" {
+		r.Err = fmt.Errorf("%w: %s", ErrRejected, d.Error)
+	}
+	if dc.Msg != nil {
+		if _, ok := dc.Msg.Body.(*fsmpb.Command_SetPolicy); ok {
+			p := f.ix.Load().Policy()
+			r.Policy = &p
+		}
+	}
+	return r
+}
+
+// applyBody applies a decoded non-ingest command at log index idx to ix,
+// setting r's Changed, Err and (for SetPolicy) Policy.
+func (f *FSM) applyBody(idx uint64, ix *index.Index, dc *command.Decoded, r *Result) {
 	switch b := dc.Msg.Body.(type) {
 	case *fsmpb.Command_Stats:
 		ix.ApplyStats(dc.Stats)
@@ -333,8 +347,6 @@ func (f *FSM) applyCommand(idx uint64, dc *command.Decoded) (r Result) {
 	default:
 		r.Err = fmt.Errorf("%w: unknown command at index %d (written by a newer binary?)", ErrRejected, idx)
 	}
-	f.remember(r, hash)
-	return r
 }
 
 // ErrApplyPanic: the apply panicked in a parallel batch or a run of

@@ -98,8 +98,26 @@ func (ix *Index) enforceCapacity() {
 	}
 	target := max - max/ps.evictBatch
 	k := int(ix.m.totalRes - target)
+	t, less := ix.evictThreshold(ps.lfu, k)
+	deltas := map[partRep]int64{}
+	ties, dBlk := ix.evictBelow(ps.lfu, t, deltas)
+	need := min(k-less, len(ties))
+	if need > 0 {
+		dBlk += ix.evictTies(ties, need, deltas)
+	}
+	ix.commitDeltas(deltas, dBlk)
+}
 
-	// Pass 1: the k-th smallest key T.
+// evictTie is a residency whose eviction key equals the threshold.
+type evictTie struct {
+	part uint32
+	hash uint64
+	rep  uint32
+}
+
+// evictThreshold is pass 1 of enforceCapacity: the k-th smallest eviction
+// key T over every residency, and how many keys are smaller than T.
+func (ix *Index) evictThreshold(lfu bool, k int) (t uint64, less int) {
 	keys := make([]uint64, 0, ix.m.totalRes)
 	for si := range ix.shards {
 		d := ix.shards[si].d
@@ -109,27 +127,24 @@ func (ix *Index) enforceCapacity() {
 				continue
 			}
 			for _, r := range d.residents(b) {
-				keys = append(keys, evictKey(ps.lfu, b.access, r))
+				keys = append(keys, evictKey(lfu, b.access, r))
 			}
 		}
 	}
-	t := quickselect(keys, k-1)
-	less := 0
+	t = quickselect(keys, k-1)
 	for _, v := range keys {
 		if v < t {
 			less++
 		}
 	}
-	keys = nil
+	return t, less
+}
 
-	// Pass 2: evict every key < T; collect the ties at T.
-	type tie struct {
-		part uint32
-		hash uint64
-		rep  uint32
-	}
-	var ties []tie
-	deltas := map[partRep]int64{}
+// evictBelow is pass 2 of enforceCapacity: it evicts every residency
+// whose key is below t, counting the removals into deltas, and returns the
+// residencies whose key equals t and the change in the block count.
+func (ix *Index) evictBelow(lfu bool, t uint64, deltas map[partRep]int64) ([]evictTie, int64) {
+	var ties []evictTie
 	var dBlk int64
 	for si := range ix.shards {
 		s := &ix.shards[si]
@@ -142,13 +157,13 @@ func (ix *Index) enforceCapacity() {
 			pe := ix.m.partsByID[b.part]
 			for j := 0; j < int(b.resN); {
 				r := d.res[b.resOff+uint32(j)]
-				key := evictKey(ps.lfu, b.access, r)
+				key := evictKey(lfu, b.access, r)
 				if key > t {
 					j++
 					continue
 				}
 				if key == t {
-					ties = append(ties, tie{b.part, b.hash, resRep(r)})
+					ties = append(ties, evictTie{b.part, b.hash, resRep(r)})
 					j++
 					continue
 				}
@@ -161,42 +176,45 @@ func (ix *Index) enforceCapacity() {
 		}
 		s.mu.Unlock()
 	}
-	need := k - less
-	if need > len(ties) {
-		need = len(ties)
-	}
-	if need > 0 {
-		slices.SortFunc(ties, func(a, b tie) int {
-			pa, pb := &ix.m.partsByID[a.part].p, &ix.m.partsByID[b.part].p
-			if c := comparePartition(pa, pb); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(a.hash, b.hash); c != 0 {
-				return c
-			}
-			return cmp.Compare(ix.m.reps.ids[a.rep], ix.m.reps.ids[b.rep])
-		})
-		for _, v := range ties[:need] {
-			pe := ix.m.partsByID[v.part]
-			mx := keyMix(v.part, v.hash)
-			si := shardOf(mx)
-			s := &ix.shards[si]
-			d := ix.lockW(si)
-			if bi, _ := d.find(v.part, v.hash, mx); bi >= 0 {
-				for j, r := range d.residents(&d.blocks[bi]) {
-					if resRep(r) == v.rep {
-						d.digest -= residencyDigest(pe.hash, v.hash, ix.m.reps.hashes[v.rep], resSeen(r))
-						d.removeResidentAt(bi, j)
-						deltas[partRep{v.part, v.rep}]--
-						dBlk -= d.dropIfNoResidents(bi, pe.hash)
-						break
-					}
+	return ties, dBlk
+}
+
+// evictTies evicts the first need ties in (partition strings, block hash,
+// replica id) order, replicated state only, so every node evicts the same
+// ones. It counts the removals into deltas and returns the change in the
+// block count.
+func (ix *Index) evictTies(ties []evictTie, need int, deltas map[partRep]int64) int64 {
+	slices.SortFunc(ties, func(a, b evictTie) int {
+		pa, pb := &ix.m.partsByID[a.part].p, &ix.m.partsByID[b.part].p
+		if c := comparePartition(pa, pb); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.hash, b.hash); c != 0 {
+			return c
+		}
+		return cmp.Compare(ix.m.reps.ids[a.rep], ix.m.reps.ids[b.rep])
+	})
+	var dBlk int64
+	for _, v := range ties[:need] {
+		pe := ix.m.partsByID[v.part]
+		mx := keyMix(v.part, v.hash)
+		si := shardOf(mx)
+		s := &ix.shards[si]
+		d := ix.lockW(si)
+		if bi, _ := d.find(v.part, v.hash, mx); bi >= 0 {
+			for j, r := range d.residents(&d.blocks[bi]) {
+				if resRep(r) == v.rep {
+					d.digest -= residencyDigest(pe.hash, v.hash, ix.m.reps.hashes[v.rep], resSeen(r))
+					d.removeResidentAt(bi, j)
+					deltas[partRep{v.part, v.rep}]--
+					dBlk -= d.dropIfNoResidents(bi, pe.hash)
+					break
 				}
 			}
-			s.mu.Unlock()
 		}
+		s.mu.Unlock()
 	}
-	ix.commitDeltas(deltas, dBlk)
+	return dBlk
 }
 
 func comparePartition(a, b *Partition) int {

@@ -168,95 +168,13 @@ func (ix *Index) matchChain(pe *partEnt, chain []uint64, counts []uint32, unifor
 			lk.add(shardOf(mx))
 		}
 		lk.rlockAll(ix)
-		// Pass 1: home slot words.
-		for k := range pr {
-			p := &pr[k]
-			d := ix.shards[shardOf(p.mx)].d
-			p.d = d
-			p.slot = (p.mx >> shardBits) & uint64(len(d.table)-1)
-			p.e = d.table[p.slot]
-		}
-		// Pass 2: candidate entries; the walk stops at the first block
-		// proven absent, so nothing after it is loaded.
-		n := len(pr)
-		for k := range pr {
-			p := &pr[k]
-			if p.bi = p.d.candidate(p.mx, &p.slot, p.e); p.bi < 0 {
-				n = k
-				break
-			}
-		}
-		pr = pr[:n]
-		// Pass 3: block entries.
-		for k := range pr {
-			p := &pr[k]
-			b := &p.d.blocks[p.bi]
-			p.hash, p.part, p.off, p.n = b.hash, b.part, b.resOff, uint32(b.resN)
-		}
-		// Pass 4: verify, touch the residency runs.
-		for k, h := range batch[:n] {
-			p := &pr[k]
-			if p.hash != h || p.part != part {
-				// Tag collision (1/256 per foreign slot): probe on.
-				bi := p.d.findFrom(part, h, p.mx, p.slot+1)
-				if bi < 0 {
-					n = k
-					break
-				}
-				b := &p.d.blocks[bi]
-				p.bi, p.off, p.n = int32(bi), b.resOff, uint32(b.resN)
-			}
-			p.r0 = p.d.res[p.off]
-		}
-		pr = pr[:n]
+		n := ix.resolveProbes(pr, batch, part)
 		if n < len(batch) {
 			stop = true
 		}
-		// Pass 5: the leading-run walk, in chain order.
-		for k := range pr {
-			p := &pr[k]
-			i := base + k
-			cnt := uniform
-			if len(counts) > 0 {
-				cnt = counts[i]
-			}
-			rs := p.d.res[p.off : p.off+p.n]
-			if i == 0 {
-				for _, r := range rs {
-					cs = append(cs, cand{rep: resRep(r), depth: 1, tokens: uint64(cnt), minSeen: resSeen(r), alive: true})
-				}
-				alive = len(cs)
-			} else {
-				before := uint32(alive)
-				for ci := range cs {
-					c := &cs[ci]
-					if !c.alive {
-						continue
-					}
-					found := false
-					for _, r := range rs {
-						if resRep(r) == c.rep {
-							found = true
-							c.depth++
-							c.tokens += uint64(cnt)
-							if sn := resSeen(r); sn < c.minSeen {
-								c.minSeen = sn
-							}
-							break
-						}
-					}
-					if !found {
-						// Every replica alive before this block reaches
-						// this candidate's depth.
-						c.alive, c.mad = false, before
-						alive--
-					}
-				}
-			}
-			if alive == 0 {
-				stop = true
-				break
-			}
+		cs, alive = walkRun(cs, alive, pr[:n], base, counts, uniform)
+		if alive == 0 {
+			stop = true
 		}
 		lk.runlockAll(ix)
 	}
@@ -267,6 +185,107 @@ func (ix *Index) matchChain(pe *partEnt, chain []uint64, counts []uint32, unifor
 	}
 	res.cands = cs
 	return len(cs)
+}
+
+// resolveProbes runs passes 1–4 of matchChain over one batch of the chain
+// in partition part, whose probes pr carry their key mixes and whose
+// shards are read-locked. It returns how many leading blocks of the batch
+// are present; pr[:n] then hold each one's shard, block and residency run.
+func (ix *Index) resolveProbes(pr []probe, batch []uint64, part uint32) int {
+	// Pass 1: home slot words.
+	for k := range pr {
+		p := &pr[k]
+		d := ix.shards[shardOf(p.mx)].d
+		p.d = d
+		p.slot = (p.mx >> shardBits) & uint64(len(d.table)-1)
+		p.e = d.table[p.slot]
+	}
+	// Pass 2: candidate entries; the walk stops at the first block
+	// proven absent, so nothing after it is loaded.
+	n := len(pr)
+	for k := range pr {
+		p := &pr[k]
+		if p.bi = p.d.candidate(p.mx, &p.slot, p.e); p.bi < 0 {
+			n = k
+			break
+		}
+	}
+	pr = pr[:n]
+	// Pass 3: block entries.
+	for k := range pr {
+		p := &pr[k]
+		b := &p.d.blocks[p.bi]
+		p.hash, p.part, p.off, p.n = b.hash, b.part, b.resOff, uint32(b.resN)
+	}
+	// Pass 4: verify, touch the residency runs.
+	for k, h := range batch[:n] {
+		p := &pr[k]
+		if p.hash != h || p.part != part {
+			// Tag collision (1/256 per foreign slot): probe on.
+			bi := p.d.findFrom(part, h, p.mx, p.slot+1)
+			if bi < 0 {
+				return k
+			}
+			b := &p.d.blocks[bi]
+			p.bi, p.off, p.n = int32(bi), b.resOff, uint32(b.resN)
+		}
+		p.r0 = p.d.res[p.off]
+	}
+	return n
+}
+
+// walkRun is pass 5 of matchChain: the leading-run walk over the resolved
+// probes pr (chain blocks base, base+1, …), in chain order. The first
+// block of the chain starts one candidate per replica holding it; each
+// later block extends the candidates still alive and ends the others,
+// which record how many replicas were alive before that block. It returns
+// the candidates and how many are alive; the walk stops when none is.
+func walkRun(cs []cand, alive int, pr []probe, base int, counts []uint32, uniform uint32) ([]cand, int) {
+	for k := range pr {
+		p := &pr[k]
+		i := base + k
+		cnt := uniform
+		if len(counts) > 0 {
+			cnt = counts[i]
+		}
+		rs := p.d.res[p.off : p.off+p.n]
+		if i == 0 {
+			for _, r := range rs {
+				cs = append(cs, cand{rep: resRep(r), depth: 1, tokens: uint64(cnt), minSeen: resSeen(r), alive: true})
+			}
+			alive = len(cs)
+		} else {
+			before := uint32(alive)
+			for ci := range cs {
+				c := &cs[ci]
+				if !c.alive {
+					continue
+				}
+				found := false
+				for _, r := range rs {
+					if resRep(r) == c.rep {
+						found = true
+						c.depth++
+						c.tokens += uint64(cnt)
+						if sn := resSeen(r); sn < c.minSeen {
+							c.minSeen = sn
+						}
+						break
+					}
+				}
+				if !found {
+					// Every replica alive before this block reaches
+					// this candidate's depth.
+					c.alive, c.mad = false, before
+					alive--
+				}
+			}
+		}
+		if alive == 0 {
+			break
+		}
+	}
+	return cs, alive
 }
 
 // walkBatch is how many chain blocks matchChain resolves together: enough

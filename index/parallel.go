@@ -113,6 +113,25 @@ func (ix *Index) applyParallel(evs []BlockEvent, ends, changedPerSeg []int) bool
 	if ps.workers < 2 || ix.views.log != nil {
 		return false
 	}
+	if !ix.parallelSafe(evs) {
+		return false
+	}
+	ps.batches.Add(1)
+	ix.resetParWorkers(len(evs))
+	ix.distributeBlocks(evs)
+	ix.runParWorkers()
+	ix.publishParCounts(evs, ends, changedPerSeg)
+	clear(ps.evs) // no partition pointers kept past the batch
+	return true
+}
+
+// parallelSafe reports whether evs can be applied in parallel with the
+// same result as the sequential apply: only STORED and REMOVED events, at
+// least parallelMinBlocks blocks, no REMOVED into a partition that does
+// not exist or that the batch could empty, no batch that could reach
+// MaxResidencies or fill a shard.
+func (ix *Index) parallelSafe(evs []BlockEvent) bool {
+	ps := &ix.par
 	nb := 0
 	removes := ps.removes[:0]
 	for i := range evs {
@@ -152,70 +171,98 @@ func (ix *Index) applyParallel(evs []BlockEvent, ends, changedPerSeg []int) bool
 	if mx := int64(ix.pol.Load().p.MaxResidencies); mx > 0 && ix.m.totalRes+int64(nb) > mx {
 		return false
 	}
-	if !ix.roomForBlocks(nb) {
-		return false
-	}
+	return ix.roomForBlocks(nb)
+}
 
-	// Writer, in event order: what the sequential apply does outside the
-	// shards before each event's blocks.
-	ps.batches.Add(1)
-	nw := ps.workers
-	if len(ps.w) != nw {
-		ps.w = make([]parWorker, nw)
+// resetParWorkers sizes the workers' per-event results and the resolved
+// events for a batch of n events.
+func (ix *Index) resetParWorkers(n int) {
+	ps := &ix.par
+	if len(ps.w) != ps.workers {
+		ps.w = make([]parWorker, ps.workers)
 	}
 	for k := range ps.w {
 		w := &ps.w[k]
 		w.items = w.items[:0]
-		w.dRes = resize(w.dRes, len(evs))
-		w.dBlk = resize(w.dBlk, len(evs))
-		w.changed = resize(w.changed, len(evs))
+		w.dRes = resize(w.dRes, n)
+		w.dBlk = resize(w.dBlk, n)
+		w.changed = resize(w.changed, n)
 		w.panicked = nil
 	}
-	ps.evs = resize(ps.evs, len(evs))
+	ps.evs = resize(ps.evs, n)
+}
+
+// distributeBlocks runs, on the writer and in event order, what the
+// sequential apply does outside the shards before each event's blocks
+// (validation, replica and partition lookup or creation), and hands each
+// block to the worker that owns its shard.
+func (ix *Index) distributeBlocks(evs []BlockEvent) {
 	for i := range evs {
-		ev := &evs[i]
-		if ev.Kind == Removed {
-			// What applyRemoved resolves before its blocks.
-			if ev.Partition.Scheme == "" || ev.Partition.Model == "" || ev.ReplicaID == "" {
-				continue
-			}
-			pe := ix.m.parts[ev.Partition]
-			rep, ok := ix.m.reps.byID[ev.ReplicaID]
-			if pe == nil || !ok {
-				continue
-			}
-			ps.evs[i] = parEvent{pe: pe, rep: rep, repH: ix.m.reps.hashes[rep]}
-			pm := partMix(pe.id)
-			for _, h := range ev.BlockHashes {
-				mx := keyMixP(pm, h)
-				w := &ps.w[shardOf(mx)%nw]
-				w.items = append(w.items, parItem{mx: mx, h: h, ev: int32(i), removed: true})
-			}
-			continue
-		}
-		if !validStored(ev) {
-			continue
-		}
-		rep, ok := ix.writerReplica(ev.ReplicaID)
-		if !ok {
-			continue
-		}
-		pe := ix.writerPartition(ev.Partition)
-		ps.evs[i] = parEvent{pe: pe, rep: rep, repH: ix.m.reps.hashes[rep]}
-		seen := clampSeen(ev.ObservedAtMs)
-		cum := ev.PrefixTokensBefore
-		pm := partMix(pe.id)
-		for j, h := range ev.BlockHashes {
-			cnt := ev.BlockTokenCounts[j]
-			cum = satAdd(cum, cnt)
-			mx := keyMixP(pm, h)
-			w := &ps.w[shardOf(mx)%nw]
-			w.items = append(w.items, parItem{mx: mx, h: h, seen: seen, cnt: cnt, cum: cum, ev: int32(i)})
+		if evs[i].Kind == Removed {
+			ix.distributeRemoved(evs, i)
+		} else {
+			ix.distributeStored(evs, i)
 		}
 	}
+}
 
+// distributeRemoved resolves REMOVED event evs[i] as applyRemoved does
+// before its blocks and queues its blocks.
+func (ix *Index) distributeRemoved(evs []BlockEvent, i int) {
+	ps := &ix.par
+	ev := &evs[i]
+	if ev.Partition.Scheme == "" || ev.Partition.Model == "" || ev.ReplicaID == "" {
+		return
+	}
+	pe := ix.m.parts[ev.Partition]
+	rep, ok := ix.m.reps.byID[ev.ReplicaID]
+	if pe == nil || !ok {
+		return
+	}
+	ps.evs[i] = parEvent{pe: pe, rep: rep, repH: ix.m.reps.hashes[rep]}
+	nw := len(ps.w)
+	pm := partMix(pe.id)
+	for _, h := range ev.BlockHashes {
+		mx := keyMixP(pm, h)
+		w := &ps.w[shardOf(mx)%nw]
+		w.items = append(w.items, parItem{mx: mx, h: h, ev: int32(i), removed: true})
+	}
+}
+
+// distributeStored resolves STORED event evs[i] as the sequential apply
+// does before its blocks (interning its replica, creating its partition)
+// and queues its blocks with their cumulative token counts.
+func (ix *Index) distributeStored(evs []BlockEvent, i int) {
+	ps := &ix.par
+	ev := &evs[i]
+	if !validStored(ev) {
+		return
+	}
+	rep, ok := ix.writerReplica(ev.ReplicaID)
+	if !ok {
+		return
+	}
+	pe := ix.writerPartition(ev.Partition)
+	ps.evs[i] = parEvent{pe: pe, rep: rep, repH: ix.m.reps.hashes[rep]}
+	nw := len(ps.w)
+	seen := clampSeen(ev.ObservedAtMs)
+	cum := ev.PrefixTokensBefore
+	pm := partMix(pe.id)
+	for j, h := range ev.BlockHashes {
+		cnt := ev.BlockTokenCounts[j]
+		cum = satAdd(cum, cnt)
+		mx := keyMixP(pm, h)
+		w := &ps.w[shardOf(mx)%nw]
+		w.items = append(w.items, parItem{mx: mx, h: h, seen: seen, cnt: cnt, cum: cum, ev: int32(i)})
+	}
+}
+
+// runParWorkers runs every worker (the first on the writer) and waits for
+// them; a panic in any is re-raised on the writer as ParallelPanic.
+func (ix *Index) runParWorkers() {
+	ps := &ix.par
 	var wg sync.WaitGroup
-	for k := 1; k < nw; k++ {
+	for k := 1; k < len(ps.w); k++ {
 		wg.Add(1)
 		go func(w *parWorker) {
 			defer wg.Done()
@@ -233,11 +280,15 @@ func (ix *Index) applyParallel(evs []BlockEvent, ends, changedPerSeg []int) bool
 			panic(ParallelPanic{Value: p})
 		}
 	}
+}
 
-	// Publish the counts event by event, in order: the same deltas in the
-	// same order as the sequential apply's commitCounts, so the counts
-	// pass through the same values (no partition reaches zero: checked
-	// above).
+// publishParCounts publishes the workers' count deltas event by event, in
+// order: the same deltas in the same order as the sequential apply's
+// commitCounts, so the counts pass through the same values (no partition
+// reaches zero: parallelSafe checked). It counts changed events per
+// segment of ends into changedPerSeg.
+func (ix *Index) publishParCounts(evs []BlockEvent, ends, changedPerSeg []int) {
+	ps := &ix.par
 	ix.metaMu.Lock()
 	seg := 0
 	for i := range evs {
@@ -266,8 +317,6 @@ func (ix *Index) applyParallel(evs []BlockEvent, ends, changedPerSeg []int) bool
 	for k := range ps.w {
 		ix.sink += ps.w[k].sink
 	}
-	clear(ps.evs) // no partition pointers kept past the batch
-	return true
 }
 
 // runParWorker applies w's blocks shard by shard, each shard's in event

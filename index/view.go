@@ -119,115 +119,21 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 	if v.released.Load() {
 		return errors.New("index: view used after Release")
 	}
-	ids := make([]uint32, 0, len(v.parts))
-	maxID := uint32(0)
-	for id := range v.parts {
-		ids = append(ids, id)
-		maxID = max(maxID, id)
+	parts, ranks, err := v.partitionRanks()
+	if err != nil {
+		return err
 	}
-	slices.SortFunc(ids, func(a, b uint32) int {
-		pa, pb := v.parts[a], v.parts[b]
-		return comparePartition(&pa, &pb)
-	})
-	if uint64(len(ids)) > 1<<(64-refRankShift) {
-		return fmt.Errorf("index: %d partitions in a view, more than the export supports", len(ids))
-	}
-	// A slice indexed by partition id replaces a map lookup per block.
-	// Ids are never reused, so after heavy partition churn they can be
-	// sparse: then fall back to the map.
-	var rankSlice []uint64
-	var rankMap map[uint32]uint64
-	if int(maxID) <= 4*len(ids)+4096 {
-		rankSlice = make([]uint64, maxID+1)
-	} else {
-		rankMap = make(map[uint32]uint64, len(ids))
-	}
-	parts := make([]Partition, len(ids))
-	for i, id := range ids {
-		if rankSlice != nil {
-			rankSlice[id] = uint64(i) << refRankShift
-		} else {
-			rankMap[id] = uint64(i) << refRankShift
-		}
-		parts[i] = v.parts[id]
-	}
-	rankOf := func(id uint32) uint64 {
-		if rankSlice != nil {
-			return rankSlice[id]
-		}
-		return rankMap[id]
-	}
-	// Pass 1, shard by shard under its read lock: the blocks of the view
-	// are the live ones without a pre-image plus the pre-images of blocks
-	// (part != 0). xs is this export's private index of the pre-images.
-	ix := v.ix
 	xs := &viewIdx{epoch: v.epoch, lens: &v.lens, shards: make([]*viewShard, numShards), saves: make([]uint64, numShards)}
-	refs := make([]blockRef, 0, v.sizes.Blocks)
-	for si := range ix.shards {
-		s := &ix.shards[si]
-		s.mu.RLock()
-		d := s.d
-		xs.syncShard(&ix.views, si, d)
-		x := xs.shards[si]
-		for bi := range d.blocks[:v.lens[si]] {
-			b := &d.blocks[bi]
-			if b.part == 0 || x.has(uint32(bi)) {
-				continue
-			}
-			refs = append(refs, blockRef{hash: b.hash, loc: rankOf(b.part) | uint64(si)<<slotIdxBits | uint64(bi)})
-		}
-		s.mu.RUnlock()
-		// The shard's pre-images indexed so far; any indexed later belong
-		// to blocks this scan already read live (unchanged until then).
-		if x == nil {
-			continue
-		}
-		for bi, e := range x.pre {
-			if e.b.part != 0 {
-				refs = append(refs, blockRef{hash: e.b.hash, loc: rankOf(e.b.part) | uint64(si)<<slotIdxBits | uint64(bi)})
-			}
-		}
-	}
-	// Rank order first (the high bits of loc), then hash; (rank, hash) is
-	// unique, so the shard and block bits never decide.
-	slices.SortFunc(refs, func(a, b blockRef) int {
-		if c := cmp.Compare(a.loc>>refRankShift, b.loc>>refRankShift); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.hash, b.hash)
-	})
-	// Pass 2, in export order. A block with a pre-image is read from it
-	// (immutable: no lock). Any other block is read live under its shard's
-	// read lock, after indexing the pre-images saved since pass 1: if the
-	// writer has changed the block since, its pre-image is there.
-	// resBuf is reused for every record (see BlockRecord: Residents is
-	// valid only during fn).
+	refs := v.blockRefs(xs, &ranks)
+	// Pass 2, in export order. resBuf is reused for every record (see
+	// BlockRecord: Residents is valid only during fn).
 	var resBuf []Residency
 	for i, r := range refs {
 		if i&4095 == 4095 && v.released.Load() {
 			return errors.New("index: view released during export")
 		}
-		loc := r.loc & refLocMask
-		si, bi := int(loc>>slotIdxBits), uint32(loc&slotIdxMask)
 		var b blockEnt
-		resBuf = resBuf[:0]
-		if x := xs.shards[si]; x.has(bi) {
-			e := x.pre[bi]
-			b, resBuf = e.b, v.appendResidents(resBuf, e.res)
-		} else {
-			s := &ix.shards[si]
-			s.mu.RLock()
-			d := s.d
-			xs.syncShard(&ix.views, si, d)
-			if x = xs.shards[si]; x.has(bi) {
-				e := x.pre[bi]
-				b, resBuf = e.b, v.appendResidents(resBuf, e.res)
-			} else {
-				b = d.blocks[bi]
-				resBuf = v.appendResidents(resBuf, d.residents(&b))
-			}
-			s.mu.RUnlock()
-		}
+		b, resBuf = v.readBlock(xs, r.loc&refLocMask, resBuf[:0])
 		if len(resBuf) > 1 {
 			slices.SortFunc(resBuf, func(a, b Residency) int { return cmp.Compare(a.ReplicaID, b.ReplicaID) })
 		}
@@ -244,6 +150,127 @@ func (v *View) Blocks(fn func(BlockRecord) error) error {
 		}
 	}
 	return nil
+}
+
+// partRanks maps a partition id of a view to its rank in export order,
+// shifted into a blockRef's loc.
+type partRanks struct {
+	slice []uint64
+	m     map[uint32]uint64
+}
+
+func (pr *partRanks) of(id uint32) uint64 {
+	if pr.slice != nil {
+		return pr.slice[id]
+	}
+	return pr.m[id]
+}
+
+// partitionRanks orders the view's partitions by (scheme, model, tenant,
+// adapter): parts[rank] is the partition of that rank. It fails when there
+// are more partitions than a blockRef's loc can rank.
+func (v *View) partitionRanks() ([]Partition, partRanks, error) {
+	ids := make([]uint32, 0, len(v.parts))
+	maxID := uint32(0)
+	for id := range v.parts {
+		ids = append(ids, id)
+		maxID = max(maxID, id)
+	}
+	slices.SortFunc(ids, func(a, b uint32) int {
+		pa, pb := v.parts[a], v.parts[b]
+		return comparePartition(&pa, &pb)
+	})
+	if uint64(len(ids)) > 1<<(64-refRankShift) {
+		return nil, partRanks{}, fmt.Errorf("index: %d partitions in a view, more than the export supports", len(ids))
+	}
+	// A slice indexed by partition id replaces a map lookup per block.
+	// Ids are never reused, so after heavy partition churn they can be
+	// sparse: then fall back to the map.
+	var ranks partRanks
+	if int(maxID) <= 4*len(ids)+4096 {
+		ranks.slice = make([]uint64, maxID+1)
+	} else {
+		ranks.m = make(map[uint32]uint64, len(ids))
+	}
+	parts := make([]Partition, len(ids))
+	for i, id := range ids {
+		if ranks.slice != nil {
+			ranks.slice[id] = uint64(i) << refRankShift
+		} else {
+			ranks.m[id] = uint64(i) << refRankShift
+		}
+		parts[i] = v.parts[id]
+	}
+	return parts, ranks, nil
+}
+
+// blockRefs is pass 1 of Blocks, shard by shard under its read lock: the
+// blocks of the view are the live ones without a pre-image plus the
+// pre-images of blocks (part != 0); xs is this export's private index of
+// the pre-images. The refs come back in export order.
+func (v *View) blockRefs(xs *viewIdx, ranks *partRanks) []blockRef {
+	ix := v.ix
+	refs := make([]blockRef, 0, v.sizes.Blocks)
+	for si := range ix.shards {
+		s := &ix.shards[si]
+		s.mu.RLock()
+		d := s.d
+		xs.syncShard(&ix.views, si, d)
+		x := xs.shards[si]
+		for bi := range d.blocks[:v.lens[si]] {
+			b := &d.blocks[bi]
+			if b.part == 0 || x.has(uint32(bi)) {
+				continue
+			}
+			refs = append(refs, blockRef{hash: b.hash, loc: ranks.of(b.part) | uint64(si)<<slotIdxBits | uint64(bi)})
+		}
+		s.mu.RUnlock()
+		// The shard's pre-images indexed so far; any indexed later belong
+		// to blocks this scan already read live (unchanged until then).
+		if x == nil {
+			continue
+		}
+		for bi, e := range x.pre {
+			if e.b.part != 0 {
+				refs = append(refs, blockRef{hash: e.b.hash, loc: ranks.of(e.b.part) | uint64(si)<<slotIdxBits | uint64(bi)})
+			}
+		}
+	}
+	// Rank order first (the high bits of loc), then hash; (rank, hash) is
+	// unique, so the shard and block bits never decide.
+	slices.SortFunc(refs, func(a, b blockRef) int {
+		if c := cmp.Compare(a.loc>>refRankShift, b.loc>>refRankShift); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.hash, b.hash)
+	})
+	return refs
+}
+
+// readBlock reads the block at loc (shard << slotIdxBits | block index) as
+// it was at View, appending its residents to resBuf. A block with a
+// pre-image is read from it (immutable: no lock). Any other block is read
+// live under its shard's read lock, after indexing the pre-images saved
+// since pass 1: if the writer has changed the block since, its pre-image
+// is there.
+func (v *View) readBlock(xs *viewIdx, loc uint64, resBuf []Residency) (blockEnt, []Residency) {
+	si, bi := int(loc>>slotIdxBits), uint32(loc&slotIdxMask)
+	if x := xs.shards[si]; x.has(bi) {
+		e := x.pre[bi]
+		return e.b, v.appendResidents(resBuf, e.res)
+	}
+	ix := v.ix
+	s := &ix.shards[si]
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	d := s.d
+	xs.syncShard(&ix.views, si, d)
+	if x := xs.shards[si]; x.has(bi) {
+		e := x.pre[bi]
+		return e.b, v.appendResidents(resBuf, e.res)
+	}
+	b := d.blocks[bi]
+	return b, v.appendResidents(resBuf, d.residents(&b))
 }
 
 func (v *View) appendResidents(out []Residency, rs []uint64) []Residency {

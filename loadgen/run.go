@@ -244,67 +244,87 @@ func Replay(ctx context.Context, reqs []bench.Request, cfg Config) (*Run, error)
 		stop = t.C
 	}
 	results := make([]Result, len(reqs))
-	sem := make(chan struct{}, cfg.MaxInFlight)
+	sent := r.dispatch(ctx, reqs, results, stop)
+	return &Run{Results: results[:sent], Wall: time.Since(r.t0)}, nil
+}
+
+// dispatch sends each record when it is due and a slot of MaxInFlight is
+// free, into results[i], until the last record, stop or ctx's end; it
+// waits for the requests sent and returns how many it sent.
+func (r *runner) dispatch(ctx context.Context, reqs []bench.Request, results []Result, stop <-chan time.Time) int {
+	sem := make(chan struct{}, r.cfg.MaxInFlight)
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	first := reqs[0].Timestamp
-	sent := 0
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-loop:
 	for i := range reqs {
-		due := time.Duration(float64(reqs[i].Timestamp-first) * float64(time.Millisecond) / cfg.Speedup)
-		if wait := time.Until(r.t0.Add(due)); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-timer.C:
-			case <-stop:
-				break loop
-			case <-ctx.Done():
-				break loop
-			}
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-stop:
-			break loop
-		case <-ctx.Done():
-			break loop
-		}
-		select {
-		case <-stop:
-			<-sem
-			break loop
-		default:
+		due := time.Duration(float64(reqs[i].Timestamp-first) * float64(time.Millisecond) / r.cfg.Speedup)
+		if !r.waitTurn(ctx, due, timer, sem, stop) {
+			return i
 		}
 		res, rec := &results[i], &reqs[i]
 		*res = Result{Index: i, DueMs: ms(due), TraceInputLength: rec.InputLength}
-		sent++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			// Built here, not in the dispatch loop, so a long prompt does
-			// not delay the records due after it.
-			model := cfg.Model
-			if cfg.ModelFor != nil {
-				if m := cfg.ModelFor(rec); m != "" {
-					model = m
-				}
-			}
-			body, err := json.Marshal(chatBody{Model: model, Messages: []chatMessage{{Role: "user", Content: SaltedPromptText(rec, cfg.TextSalt)}},
-				MaxTokens: maxTokens(rec.OutputLength, cfg.MaxTokens), Stream: true, StreamOptions: streamOptions{IncludeUsage: true}})
-			if err != nil {
-				res.fail(ErrOther, err.Error())
-			} else {
-				r.send(ctx, r.urls[i%len(r.urls)], body, res)
-			}
-			if cfg.OnResult != nil {
-				cfg.OnResult(*res)
-			}
+			r.replayOne(ctx, i, rec, res)
 		}()
 	}
-	wg.Wait()
-	return &Run{Results: results[:sent], Wall: time.Since(r.t0)}, nil
+	return len(reqs)
+}
+
+// waitTurn waits until due after t0 and then for a slot in sem; it
+// reports false, holding no slot, when stop fires or ctx ends first.
+func (r *runner) waitTurn(ctx context.Context, due time.Duration, timer *time.Timer, sem chan struct{}, stop <-chan time.Time) bool {
+	if wait := time.Until(r.t0.Add(due)); wait > 0 {
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-stop:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	select {
+	case sem <- struct{}{}:
+	case <-stop:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case <-stop:
+		<-sem
+		return false
+	default:
+		return true
+	}
+}
+
+// replayOne sends record i as a streamed chat request into res and hands
+// res to OnResult. The body is built here, not in the dispatch loop, so a
+// long prompt does not delay the records due after it.
+func (r *runner) replayOne(ctx context.Context, i int, rec *bench.Request, res *Result) {
+	cfg := &r.cfg
+	model := cfg.Model
+	if cfg.ModelFor != nil {
+		if m := cfg.ModelFor(rec); m != "" {
+			model = m
+		}
+	}
+	body, err := json.Marshal(chatBody{Model: model, Messages: []chatMessage{{Role: "user", Content: SaltedPromptText(rec, cfg.TextSalt)}},
+		MaxTokens: maxTokens(rec.OutputLength, cfg.MaxTokens), Stream: true, StreamOptions: streamOptions{IncludeUsage: true}})
+	if err != nil {
+		res.fail(ErrOther, err.Error())
+	} else {
+		r.send(ctx, r.urls[i%len(r.urls)], body, res)
+	}
+	if cfg.OnResult != nil {
+		cfg.OnResult(*res)
+	}
 }
 
 // maxTokens is a record's max_tokens: its output length, at least 1,

@@ -181,103 +181,127 @@ func ParseConfig(b []byte) (*Config, error) {
 // Validate fills defaults and checks every field; the error wraps ErrConfig
 // and names the field.
 func (c *Config) Validate() error {
-	bad := func(field, format string, a ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, a...))
-	}
 	if c.ScrapeInterval == 0 {
 		c.ScrapeInterval = Duration(DefaultScrapeInterval)
 	}
 	if time.Duration(c.ScrapeInterval) < 100*time.Millisecond {
-		return bad("scrape_interval", "%v is below the minimum of 100ms", time.Duration(c.ScrapeInterval))
+		return badConfig("scrape_interval", "%v is below the minimum of 100ms", time.Duration(c.ScrapeInterval))
 	}
 	if c.ReplayTimeout == 0 {
 		c.ReplayTimeout = Duration(DefaultReplayTimeout)
 	}
 	if c.ReplayTimeout < 0 {
-		return bad("replay_timeout", "negative")
+		return badConfig("replay_timeout", "negative")
 	}
 	ids := map[string]int{}
 	eps := map[string]int{}
 	for i := range c.Engines {
 		e := &c.Engines[i]
 		f := func(name string) string { return "engines[" + strconv.Itoa(i) + "]." + name }
-		if e.ReplicaID == "" {
-			return bad(f("replica_id"), "required")
+		if err := c.validateEngineAddr(e, i, f, ids, eps); err != nil {
+			return err
 		}
-		if len(e.ReplicaID) > maxReplicaIDBytes {
-			return bad(f("replica_id"), "%d bytes, over the limit of %d", len(e.ReplicaID), maxReplicaIDBytes)
-		}
-		if j, dup := ids[e.ReplicaID]; dup {
-			return bad(f("replica_id"), "%q is also engines[%d]", e.ReplicaID, j)
-		}
-		ids[e.ReplicaID] = i
-		switch {
-		case e.Endpoint == "" && c.Listen != "":
-			// Served by the listen socket: validateListen checks it.
-		case e.Endpoint == "":
-			return bad(f("endpoint"), "required (tcp://HOST:PORT); only an engine served by listen (top-level listen: tcp://HOST:PORT) may omit it")
-		default:
-			if err := checkTCPEndpoint(e.Endpoint); err != nil {
-				return bad(f("endpoint"), "%v", err)
-			}
-			if j, dup := eps[e.Endpoint]; dup {
-				return bad(f("endpoint"), "%q is also engines[%d]", e.Endpoint, j)
-			}
-			eps[e.Endpoint] = i
-		}
-		if e.ReplayEndpoint != "" {
-			if err := checkTCPEndpoint(e.ReplayEndpoint); err != nil {
-				return bad(f("replay_endpoint"), "%v", err)
-			}
-		}
-		if e.ModelID == "" {
-			return bad(f("model_id"), "required")
-		}
-		if e.HashScheme == "" {
-			return bad(f("hash_scheme"), "required (vllm or sglang)")
-		}
-		for name, v := range map[string]string{"model_id": e.ModelID, "tenant_id": e.TenantID, "hash_scheme": e.HashScheme} {
-			if len(v) > 256 {
-				return bad(f(name), "%d bytes, over the limit of 256", len(v))
-			}
-		}
-		if e.BlockSize == 0 {
-			e.BlockSize = fingerprint.DefaultBlockSize
-		}
-		if e.BlockSize < 1 || e.BlockSize > fingerprint.MaxBlockSize {
-			return bad(f("block_size"), "%d is not between 1 and %d", e.BlockSize, fingerprint.MaxBlockSize)
-		}
-		if e.MetricsURL != "" {
-			u, err := url.Parse(e.MetricsURL)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return bad(f("metrics_url"), "%q is not an http(s) URL", e.MetricsURL)
-			}
-		}
-		if len(e.Media) == 0 {
-			e.Media = []string{"GPU"}
-		}
-		for k, m := range e.Media {
-			if strings.TrimSpace(m) == "" {
-				return bad(f("media["+strconv.Itoa(k)+"]"), "empty")
-			}
-			e.Media[k] = strings.ToUpper(strings.TrimSpace(m))
-		}
-		if err := e.validatePaging(); err != nil {
-			return bad(f("page_size"), "%v", err)
-		}
-		if e.DataParallelSize == 0 {
-			e.DataParallelSize = 1
-		}
-		if e.DataParallelSize < 1 || e.DataParallelSize > maxDataParallelSize {
-			return bad(f("data_parallel_size"), "%d is not between 1 and %d", e.DataParallelSize, maxDataParallelSize)
-		}
-		if e.DataParallelSize > 1 && e.Endpoint != "" {
-			if _, err := offsetEndpoint(e.Endpoint, e.DataParallelSize-1); err != nil {
-				return bad(f("endpoint"), "%v", err)
-			}
+		if err := e.validate(f); err != nil {
+			return err
 		}
 	}
-	return c.validateListen(bad)
+	return c.validateListen(badConfig)
+}
+
+// badConfig is the error for field of the configuration, wrapping
+// ErrConfig.
+func badConfig(field, format string, a ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, a...))
+}
+
+// validateEngineAddr checks engine i's replica id and endpoints: the id
+// required and unique (ids maps each id to its engine), the endpoint
+// required unless listen serves the engine, and unique (eps), the replay
+// endpoint well-formed. f names a field of the engine.
+func (c *Config) validateEngineAddr(e *EngineConfig, i int, f func(string) string, ids, eps map[string]int) error {
+	if e.ReplicaID == "" {
+		return badConfig(f("replica_id"), "required")
+	}
+	if len(e.ReplicaID) > maxReplicaIDBytes {
+		return badConfig(f("replica_id"), "%d bytes, over the limit of %d", len(e.ReplicaID), maxReplicaIDBytes)
+	}
+	if j, dup := ids[e.ReplicaID]; dup {
+		return badConfig(f("replica_id"), "%q is also engines[%d]", e.ReplicaID, j)
+	}
+	ids[e.ReplicaID] = i
+	switch {
+	case e.Endpoint == "" && c.Listen != "":
+		// Served by the listen socket: validateListen checks it.
+	case e.Endpoint == "":
+		return badConfig(f("endpoint"), "required (tcp://HOST:PORT); only an engine served by listen (top-level listen: tcp://HOST:PORT) may omit it")
+	default:
+		if err := checkTCPEndpoint(e.Endpoint); err != nil {
+			return badConfig(f("endpoint"), "%v", err)
+		}
+		if j, dup := eps[e.Endpoint]; dup {
+			return badConfig(f("endpoint"), "%q is also engines[%d]", e.Endpoint, j)
+		}
+		eps[e.Endpoint] = i
+	}
+	if e.ReplayEndpoint != "" {
+		if err := checkTCPEndpoint(e.ReplayEndpoint); err != nil {
+			return badConfig(f("replay_endpoint"), "%v", err)
+		}
+	}
+	return nil
+}
+
+// validate checks the engine's partition ids, block size, metrics URL,
+// media, paging and data-parallel size, filling in their defaults. f
+// names a field of the engine.
+func (e *EngineConfig) validate(f func(string) string) error {
+	if e.ModelID == "" {
+		return badConfig(f("model_id"), "required")
+	}
+	if e.HashScheme == "" {
+		return badConfig(f("hash_scheme"), "required (vllm or sglang)")
+	}
+	for name, v := range map[string]string{"model_id": e.ModelID, "tenant_id": e.TenantID, "hash_scheme": e.HashScheme} {
+		if len(v) > 256 {
+			return badConfig(f(name), "%d bytes, over the limit of 256", len(v))
+		}
+	}
+	if e.BlockSize == 0 {
+		e.BlockSize = fingerprint.DefaultBlockSize
+	}
+	if e.BlockSize < 1 || e.BlockSize > fingerprint.MaxBlockSize {
+		return badConfig(f("block_size"), "%d is not between 1 and %d", e.BlockSize, fingerprint.MaxBlockSize)
+	}
+	if e.MetricsURL != "" {
+		u, err := url.Parse(e.MetricsURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return badConfig(f("metrics_url"), "%q is not an http(s) URL", e.MetricsURL)
+		}
+	}
+	if len(e.Media) == 0 {
+		e.Media = []string{"GPU"}
+	}
+	for k, m := range e.Media {
+		if strings.TrimSpace(m) == "" {
+			return badConfig(f("media["+strconv.Itoa(k)+"]"), "empty")
+		}
+		e.Media[k] = strings.ToUpper(strings.TrimSpace(m))
+	}
+	if err := e.validatePaging(); err != nil {
+		return badConfig(f("page_size"), "%v", err)
+	}
+	if e.DataParallelSize == 0 {
+		e.DataParallelSize = 1
+	}
+	if e.DataParallelSize < 1 || e.DataParallelSize > maxDataParallelSize {
+		return badConfig(f("data_parallel_size"), "%d is not between 1 and %d", e.DataParallelSize, maxDataParallelSize)
+	}
+	if e.DataParallelSize > 1 && e.Endpoint != "" {
+		if _, err := offsetEndpoint(e.Endpoint, e.DataParallelSize-1); err != nil {
+			return badConfig(f("endpoint"), "%v", err)
+		}
+	}
+	return nil
 }
 
 // checkTCPEndpoint accepts tcp://HOST:PORT with a numeric port.

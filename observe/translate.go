@@ -277,74 +277,19 @@ func (t *translator) stored(dst []*pb.BlockEvent, r *replica, e *Event, atMs int
 	}
 	bs := int(t.cfg.BlockSize)
 	k := len(e.BlockHashes)
-	var parentFP uint64
-	var before uint32
-	chained := e.HasParent // the first block chains from a known parent
-	parentNoIndex := false
-	if e.HasParent {
-		p, ok := r.blocks[e.Parent]
-		switch {
-		case ok:
-			parentFP, before, parentNoIndex = p.fp, p.cum, p.noIndex
-		case e.Parent == 0:
-			// Some publishers (llm-d's vLLM simulator) send 0, not nil, for a
-			// chain's first block; 0 names no block this engine stored, so it
-			// starts a chain.
-			chained = false
-		default:
-			// Never chain from a guess: the fingerprint would name another
-			// prefix. Children of this event will be dropped the same way.
-			t.m.unknownParent.Inc()
-			t.drops.log(t, now, slog.LevelWarn, "unknown_parent", "stored blocks dropped: their parent block is unknown to the subscriber (missed events, or a publisher restart); later blocks chained to them are dropped too (counted in unknown_parent_total; logged at most every 10 s)",
-				"replica", r.id, "parent", e.Parent, "blocks_lost", len(e.BlockHashes))
-			return dst
-		}
+	cs, ok := t.chainStart(r, e, now)
+	if !ok {
+		return dst
 	}
-	if uint64(before)+uint64(k*bs) > math.MaxUint32 {
+	if uint64(cs.before)+uint64(k*bs) > math.MaxUint32 {
 		t.m.tokenMismatch.Inc()
 		t.drops.log(t, now, slog.LevelWarn, "token_length", "stored blocks dropped: the chain would pass 2^32 tokens",
-			"replica", r.id, "tokens_before", before, "blocks_lost", k)
+			"replica", r.id, "tokens_before", cs.before, "blocks_lost", k)
 		return dst
 	}
 	adapter := adapterOf(e)
-	ai := r.adapterIndex(adapter)
-	// Blocks from `cut` on are not indexed: they (or a block before them)
-	// mix content beyond their tokens into their hash.
-	cut, why := k, ""
-	switch {
-	case parentNoIndex:
-		cut, why = 0, "chained after a block that is not indexed"
-	case e.Extra.HasContent && e.Extra.ContentFrom < k:
-		cut, why = e.Extra.ContentFrom, "multimodal or prompt-embeds extra keys"
-	}
-	if !chained && cut > 0 {
-		// A chain's first block carries the request's cache_salt: it is
-		// the root of the hash domain (fingerprint.AppendSaltedBlockHashes).
-		salt, ok := saltOf(e, adapter)
-		switch {
-		case !ok:
-			cut, why = 0, "extra keys of unknown shape on the first block"
-		case salt != "":
-			parentFP, _ = fingerprint.SaltRoot(salt)
-			chained = true
-		}
-	}
-	fps := make([]uint64, 0, cut)
-	counts := make([]uint32, 0, cut)
-	for i := 0; i < k; i++ {
-		if i >= cut {
-			r.blocks[e.BlockHashes[i]] = blockEntry{noIndex: true, adapter: ai}
-			continue
-		}
-		local := fingerprint.LocalHash(e.TokenIDs[i*bs : (i+1)*bs])
-		h := local
-		if i > 0 || chained {
-			h = fingerprint.Chain(parentFP, local)
-		}
-		fps, counts = append(fps, h), append(counts, uint32(bs))
-		parentFP = h
-		r.blocks[e.BlockHashes[i]] = blockEntry{fp: h, cum: before + uint32((i+1)*bs), adapter: ai}
-	}
+	cut, why := indexCut(e, adapter, &cs)
+	fps, counts := fingerprintBlocks(r, e, bs, cut, cs, r.adapterIndex(adapter))
 	if cut < k {
 		t.notIndexed(r, k-cut, why, now)
 	}
@@ -353,9 +298,95 @@ func (t *translator) stored(dst []*pb.BlockEvent, r *replica, e *Event, atMs int
 	}
 	ev := t.base(pb.BlockEvent_STORED, r.id, atMs)
 	ev.AdapterId = adapter
-	ev.BlockHashes, ev.BlockTokenCounts, ev.PrefixTokensBefore = fps, counts, before
+	ev.BlockHashes, ev.BlockTokenCounts, ev.PrefixTokensBefore = fps, counts, cs.before
 	t.m.emitStored.Inc()
 	return append(dst, ev)
+}
+
+// chainPos is where a STORED event's blocks attach.
+type chainPos struct {
+	fp      uint64 // the fingerprint the first block chains from
+	before  uint32 // tokens before the first block
+	chained bool   // the first block chains from fp
+	noIndex bool   // the parent block is not indexed
+}
+
+// chainStart finds where e's blocks attach in r: after their parent block,
+// or at the start of a chain. ok is false (the event is dropped and
+// counted) when the parent is unknown.
+func (t *translator) chainStart(r *replica, e *Event, now time.Time) (cs chainPos, ok bool) {
+	if !e.HasParent {
+		return cs, true
+	}
+	cs.chained = true // the first block chains from a known parent
+	p, ok := r.blocks[e.Parent]
+	switch {
+	case ok:
+		cs.fp, cs.before, cs.noIndex = p.fp, p.cum, p.noIndex
+	case e.Parent == 0:
+		// Some publishers (llm-d's vLLM simulator) send 0, not nil, for a
+		// chain's first block; 0 names no block this engine stored, so it
+		// starts a chain.
+		cs.chained = false
+	default:
+		// Never chain from a guess: the fingerprint would name another
+		// prefix. Children of this event will be dropped the same way.
+		t.m.unknownParent.Inc()
+		t.drops.log(t, now, slog.LevelWarn, "unknown_parent", "stored blocks dropped: their parent block is unknown to the subscriber (missed events, or a publisher restart); later blocks chained to them are dropped too (counted in unknown_parent_total; logged at most every 10 s)",
+			"replica", r.id, "parent", e.Parent, "blocks_lost", len(e.BlockHashes))
+		return cs, false
+	}
+	return cs, true
+}
+
+// indexCut returns from which block on e's blocks are not indexed, and
+// why: they (or a block before them) mix content beyond their tokens into
+// their hash. A chain's first block carries the request's cache_salt: it
+// is the root of the hash domain (fingerprint.AppendSaltedBlockHashes),
+// set into cs.
+func indexCut(e *Event, adapter string, cs *chainPos) (int, string) {
+	cut, why := len(e.BlockHashes), ""
+	switch {
+	case cs.noIndex:
+		cut, why = 0, "chained after a block that is not indexed"
+	case e.Extra.HasContent && e.Extra.ContentFrom < cut:
+		cut, why = e.Extra.ContentFrom, "multimodal or prompt-embeds extra keys"
+	}
+	if !cs.chained && cut > 0 {
+		salt, ok := saltOf(e, adapter)
+		switch {
+		case !ok:
+			cut, why = 0, "extra keys of unknown shape on the first block"
+		case salt != "":
+			cs.fp, _ = fingerprint.SaltRoot(salt)
+			cs.chained = true
+		}
+	}
+	return cut, why
+}
+
+// fingerprintBlocks records every block of e in r (adapter index ai) and
+// returns the fingerprints and token counts of the blocks before cut,
+// chained from cs.
+func fingerprintBlocks(r *replica, e *Event, bs, cut int, cs chainPos, ai uint32) ([]uint64, []uint32) {
+	parentFP := cs.fp
+	fps := make([]uint64, 0, cut)
+	counts := make([]uint32, 0, cut)
+	for i := range e.BlockHashes {
+		if i >= cut {
+			r.blocks[e.BlockHashes[i]] = blockEntry{noIndex: true, adapter: ai}
+			continue
+		}
+		local := fingerprint.LocalHash(e.TokenIDs[i*bs : (i+1)*bs])
+		h := local
+		if i > 0 || cs.chained {
+			h = fingerprint.Chain(parentFP, local)
+		}
+		fps, counts = append(fps, h), append(counts, uint32(bs))
+		parentFP = h
+		r.blocks[e.BlockHashes[i]] = blockEntry{fp: h, cum: cs.before + uint32((i+1)*bs), adapter: ai}
+	}
+	return fps, counts
 }
 
 // unknownRemoval counts and logs removed hashes the subscriber never saw

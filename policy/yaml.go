@@ -162,104 +162,155 @@ func parseSpec(file string, spec *yaml.Node, p *Policy, lines map[string]int) er
 		k, v := spec.Content[i], spec.Content[i+1]
 		field := k.Value
 		lines[field] = k.Line
-		bad := func(reason string) error {
-			return &FileError{File: file, Line: v.Line, Field: "spec." + field, Reason: reason}
-		}
 		if seen[field] {
 			return &FileError{File: file, Line: k.Line, Field: "spec." + field, Reason: "given twice"}
 		}
 		seen[field] = true
-		var err error
-		switch field {
-		case "chainMatching":
-			p.ChainMatching, err = boolVal(v)
-		case "minimumMatchedTokens":
-			p.MinimumMatchedTokens, err = u32Val(v)
-		case "routingFloorScore":
-			if v.Kind != yaml.ScalarNode {
-				return bad("must be a decimal string such as \"0.1\"")
-			}
-			p.RoutingFloorScore = v.Value
-		case "lookupTimeoutMs":
-			var ms uint32
-			ms, err = u32Val(v)
-			p.LookupTimeout = time.Duration(ms) * time.Millisecond
-		case "evictionTTL":
-			p.EvictionTTL, err = durVal(v)
-		case "evictionPolicy":
-			var s string
-			s, err = strVal(v)
-			p.EvictionPolicy = EvictionPolicy(s)
-		case "maxResidencies":
-			p.MaxResidencies, err = u64Val(v)
-		case "evictionBatch":
-			p.EvictionBatch, err = u32Val(v)
-		case "pressureWeight":
-			p.PressureWeight, err = floatVal(v)
-		case "sloTightThresholdMs":
-			var ms uint32
-			ms, err = u32Val(v)
-			p.SLOTightThreshold = time.Duration(ms) * time.Millisecond
-		case "sloTightBias":
-			p.SLOTightBias, err = floatVal(v)
-		case "strategy":
-			if v.Kind != yaml.MappingNode {
-				return bad("must be a mapping such as {enableTenantHot: true}")
-			}
-			for j := 0; j+1 < len(v.Content); j += 2 {
-				sk, sv := v.Content[j], v.Content[j+1]
-				if sk.Value != "enableTenantHot" {
-					return &FileError{File: file, Line: sk.Line, Field: "spec.strategy." + sk.Value, Reason: "unknown field (expected enableTenantHot)"}
-				}
-				b, err := boolVal(sv)
-				if err != nil {
-					return &FileError{File: file, Line: sv.Line, Field: "spec.strategy.enableTenantHot", Reason: err.Error()}
-				}
-				p.EnableTenantHot = b
-			}
-		case "tenantHotMinHitRate":
-			p.TenantHotMinHitRate, err = floatVal(v)
-		case "statsFreshness":
-			p.StatsFreshness, err = durVal(v)
-		case "affinityRouting":
-			var s string
-			s, err = strVal(v)
-			switch {
-			case err != nil:
-			case s == "Enabled":
-				p.AffinityRouting = true
-			case s == "Disabled":
-				p.AffinityRouting = false
-			default:
-				return bad(fmt.Sprintf("%q must be Enabled or Disabled", s))
-			}
-		case "maxReplicas":
-			p.MaxReplicas, err = u32Val(v)
-		case "rankingVersion":
-			var s string
-			s, err = strVal(v)
-			p.RankingVersion = RankingVersion(s)
-		case "blockSize":
-			if v.Kind != yaml.MappingNode {
-				return bad("must be a mapping of model_id to tokens per block, such as {qwen3-8b: 16}")
-			}
-			p.BlockSize = make(map[string]uint32, len(v.Content)/2)
-			for j := 0; j+1 < len(v.Content); j += 2 {
-				mk, mv := v.Content[j], v.Content[j+1]
-				n, err := u32Val(mv)
-				if err != nil {
-					return &FileError{File: file, Line: mv.Line, Field: "spec.blockSize." + mk.Value, Reason: err.Error()}
-				}
-				p.BlockSize[mk.Value] = n
-			}
-		case "maxStaleness":
-			p.MaxStaleness, err = durVal(v)
-		default:
+		set, ok := specSetters[field]
+		if !ok {
 			return &FileError{File: file, Line: k.Line, Field: "spec." + field, Reason: "unknown field (known: " + strings.Join(specFields, ", ") + ")"}
 		}
-		if err != nil {
-			return bad(err.Error())
+		err := set(file, v, p)
+		if fe, ok := err.(*FileError); ok {
+			return fe
 		}
+		if err != nil {
+			return &FileError{File: file, Line: v.Line, Field: "spec." + field, Reason: err.Error()}
+		}
+	}
+	return nil
+}
+
+// specSetters sets each knob of spec from its YAML value in file. An error
+// is either a *FileError (about a node inside the value) or the reason the
+// value itself is refused.
+var specSetters = map[string]func(file string, v *yaml.Node, p *Policy) error{
+	"chainMatching": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.ChainMatching, err = boolVal(v)
+		return err
+	},
+	"minimumMatchedTokens": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.MinimumMatchedTokens, err = u32Val(v)
+		return err
+	},
+	"routingFloorScore": func(_ string, v *yaml.Node, p *Policy) error {
+		if v.Kind != yaml.ScalarNode {
+			return errors.New("must be a decimal string such as \"0.1\"")
+		}
+		p.RoutingFloorScore = v.Value
+		return nil
+	},
+	"lookupTimeoutMs": func(_ string, v *yaml.Node, p *Policy) error {
+		ms, err := u32Val(v)
+		p.LookupTimeout = time.Duration(ms) * time.Millisecond
+		return err
+	},
+	"evictionTTL": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.EvictionTTL, err = durVal(v)
+		return err
+	},
+	"evictionPolicy": func(_ string, v *yaml.Node, p *Policy) error {
+		s, err := strVal(v)
+		p.EvictionPolicy = EvictionPolicy(s)
+		return err
+	},
+	"maxResidencies": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.MaxResidencies, err = u64Val(v)
+		return err
+	},
+	"evictionBatch": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.EvictionBatch, err = u32Val(v)
+		return err
+	},
+	"pressureWeight": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.PressureWeight, err = floatVal(v)
+		return err
+	},
+	"sloTightThresholdMs": func(_ string, v *yaml.Node, p *Policy) error {
+		ms, err := u32Val(v)
+		p.SLOTightThreshold = time.Duration(ms) * time.Millisecond
+		return err
+	},
+	"sloTightBias": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.SLOTightBias, err = floatVal(v)
+		return err
+	},
+	"strategy": parseStrategy,
+	"tenantHotMinHitRate": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.TenantHotMinHitRate, err = floatVal(v)
+		return err
+	},
+	"statsFreshness": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.StatsFreshness, err = durVal(v)
+		return err
+	},
+	"affinityRouting": parseAffinityRouting,
+	"maxReplicas": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.MaxReplicas, err = u32Val(v)
+		return err
+	},
+	"rankingVersion": func(_ string, v *yaml.Node, p *Policy) error {
+		s, err := strVal(v)
+		p.RankingVersion = RankingVersion(s)
+		return err
+	},
+	"blockSize": parseBlockSize,
+	"maxStaleness": func(_ string, v *yaml.Node, p *Policy) (err error) {
+		p.MaxStaleness, err = durVal(v)
+		return err
+	},
+}
+
+// parseStrategy sets spec.strategy: a mapping whose only field is
+// enableTenantHot.
+func parseStrategy(file string, v *yaml.Node, p *Policy) error {
+	if v.Kind != yaml.MappingNode {
+		return errors.New("must be a mapping such as {enableTenantHot: true}")
+	}
+	for j := 0; j+1 < len(v.Content); j += 2 {
+		sk, sv := v.Content[j], v.Content[j+1]
+		if sk.Value != "enableTenantHot" {
+			return &FileError{File: file, Line: sk.Line, Field: "spec.strategy." + sk.Value, Reason: "unknown field (expected enableTenantHot)"}
+		}
+		b, err := boolVal(sv)
+		if err != nil {
+			return &FileError{File: file, Line: sv.Line, Field: "spec.strategy.enableTenantHot", Reason: err.Error()}
+		}
+		p.EnableTenantHot = b
+	}
+	return nil
+}
+
+// parseAffinityRouting sets spec.affinityRouting: Enabled or Disabled.
+func parseAffinityRouting(_ string, v *yaml.Node, p *Policy) error {
+	s, err := strVal(v)
+	switch {
+	case err != nil:
+		return err
+	case s == "Enabled":
+		p.AffinityRouting = true
+	case s == "Disabled":
+		p.AffinityRouting = false
+	default:
+		return fmt.Errorf("%q must be Enabled or Disabled", s)
+	}
+	return nil
+}
+
+// parseBlockSize sets spec.blockSize: a mapping of model id to tokens per
+// block.
+func parseBlockSize(file string, v *yaml.Node, p *Policy) error {
+	if v.Kind != yaml.MappingNode {
+		return errors.New("must be a mapping of model_id to tokens per block, such as {qwen3-8b: 16}")
+	}
+	p.BlockSize = make(map[string]uint32, len(v.Content)/2)
+	for j := 0; j+1 < len(v.Content); j += 2 {
+		mk, mv := v.Content[j], v.Content[j+1]
+		n, err := u32Val(mv)
+		if err != nil {
+			return &FileError{File: file, Line: mv.Line, Field: "spec.blockSize." + mk.Value, Reason: err.Error()}
+		}
+		p.BlockSize[mk.Value] = n
 	}
 	return nil
 }

@@ -174,3 +174,24 @@ func TestBaseVersion_ReadsTheHeadCommentOfPolicyGet(t *testing.T) {
 		}
 	}
 }
+
+// Every knob the unknown-field message lists has a setter and every setter
+// is listed: a knob added to one and not the other would be refused as
+// unknown or missing from the message.
+func TestSpecFieldsMatchSetters(t *testing.T) {
+	listed := map[string]bool{}
+	for _, f := range specFields {
+		if listed[f] {
+			t.Errorf("specFields lists %q twice", f)
+		}
+		listed[f] = true
+		if specSetters[f] == nil {
+			t.Errorf("specFields lists %q, which has no setter", f)
+		}
+	}
+	for f := range specSetters {
+		if !listed[f] {
+			t.Errorf("setter for %q missing from specFields", f)
+		}
+	}
+}

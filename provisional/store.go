@@ -142,10 +142,36 @@ func (s *Store) Apply(push Push) (Result, error) {
 	}
 	// What the push would drop and add, before changing anything, so a
 	// push past the bound is refused whole.
-	freed := 0
+	freed, adding := s.pushBlocks(ps, &push, listed, now)
+	if after := s.blocks - freed + adding; adding > 0 && after > s.limit {
+		s.refused.Add(1)
+		return Result{}, fmt.Errorf("%w: picks: %d blocks from picker %q would make %d provisional (pick, block) entries, over the node's limit of %d; too many requests in flight with long prompts for this node's bound",
+			ErrFull, adding, push.PickerID, after, s.limit)
+	}
+	var res Result
+	res.Removed = s.applyRemovals(ps, &push, listed, now)
+	s.removed.Add(uint64(res.Removed))
+	res.Added = s.applyAdds(ps, &push, now)
+	s.added.Add(uint64(res.Added))
+	if push.Full {
+		ps.lastFull = push.Sequence
+	}
+	return res, nil
+}
+
+// superseded reports whether held pick h of a picker is dropped by full
+// push (listing the ids in listed): not listed, and from an earlier push.
+func superseded(push *Push, listed map[uint64]struct{}, id uint64, h *held) bool {
+	_, ok := listed[id]
+	return !ok && h.seq < push.Sequence
+}
+
+// pushBlocks counts the (pick, block) entries push would free (picks it
+// supersedes or removes) and add, without changing anything.
+func (s *Store) pushBlocks(ps *pickerState, push *Push, listed map[uint64]struct{}, now int64) (freed, adding int) {
 	if push.Full {
 		for id, h := range ps.picks {
-			if _, ok := listed[id]; !ok && h.seq < push.Sequence {
+			if superseded(push, listed, id, h) {
 				freed += len(h.hashes)
 			}
 		}
@@ -155,23 +181,25 @@ func (s *Store) Apply(push Push) (Result, error) {
 			freed += len(h.hashes)
 		}
 	}
-	adding := 0
 	for i := range push.Picks {
-		if s.wouldAdd(ps, &push, &push.Picks[i], now) {
+		if s.wouldAdd(ps, push, &push.Picks[i], now) {
 			adding += len(push.Picks[i].Hashes)
 		}
 	}
-	if after := s.blocks - freed + adding; adding > 0 && after > s.limit {
-		s.refused.Add(1)
-		return Result{}, fmt.Errorf("%w: picks: %d blocks from picker %q would make %d provisional (pick, block) entries, over the node's limit of %d; too many requests in flight with long prompts for this node's bound",
-			ErrFull, adding, push.PickerID, after, s.limit)
-	}
-	var res Result
+	return freed, adding
+}
+
+// applyRemovals drops the picks a full push supersedes (and the older
+// tombstones) and the picks push removes, leaving a tombstone for each
+// removed id while the node's tombstone bound allows. It returns how many
+// picks it dropped.
+func (s *Store) applyRemovals(ps *pickerState, push *Push, listed map[uint64]struct{}, now int64) int {
+	removed := 0
 	if push.Full {
 		for id, h := range ps.picks {
-			if _, ok := listed[id]; !ok && h.seq < push.Sequence {
+			if superseded(push, listed, id, h) {
 				s.drop(ps, h)
-				res.Removed++
+				removed++
 			}
 		}
 		for id, t := range ps.tombs {
@@ -184,28 +212,30 @@ func (s *Store) Apply(push Push) (Result, error) {
 	for _, id := range push.Removed {
 		if h := ps.picks[id]; h != nil {
 			s.drop(ps, h)
-			res.Removed++
+			removed++
 		}
 		if _, ok := ps.tombs[id]; !ok && s.tombs < maxTombstones {
 			ps.tombs[id] = tomb{seq: push.Sequence, expires: now + int64(MaxMaxAge)}
 			s.tombs++
 		}
 	}
-	s.removed.Add(uint64(res.Removed))
+	return removed
+}
+
+// applyAdds holds push's picks that wouldAdd admits, counting the others
+// as ignored, and returns how many it added.
+func (s *Store) applyAdds(ps *pickerState, push *Push, now int64) int {
+	added := 0
 	for i := range push.Picks {
 		k := &push.Picks[i]
-		if !s.wouldAdd(ps, &push, k, now) {
+		if !s.wouldAdd(ps, push, k, now) {
 			s.ignored.Add(1)
 			continue
 		}
 		s.add(ps, push.PickerID, push.Sequence, k, now-int64(k.Age+push.Age))
-		res.Added++
+		added++
 	}
-	s.added.Add(uint64(res.Added))
-	if push.Full {
-		ps.lastFull = push.Sequence
-	}
-	return res, nil
+	return added
 }
 
 // wouldAdd says whether Apply adds k: not held, not removed, not older

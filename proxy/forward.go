@@ -181,24 +181,11 @@ func (p *Proxy) relay(ctx context.Context, cancel context.CancelCauseFunc, w htt
 			f.Fail()
 		}
 	}()
-	h := w.Header()
-	copyHeaders(h, resp.Header)
-	reason, matched := d.ReasonFor(replica)
-	h.Set(HeaderReplica, replica)
-	h.Set(HeaderReason, reason)
-	h.Set(HeaderMatchedTokens, strconv.Itoa(matched))
-	if retriedFrom != "" {
-		h.Set(HeaderRetriedFrom, retriedFrom)
-	}
-	w.WriteHeader(resp.StatusCode)
-
+	writeRelayHeaders(w, resp, d, replica, retriedFrom)
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	if !stream {
 		first = true
-		f.FirstToken()
-		if ok {
-			p.m.TTFT.Observe(time.Since(start).Seconds())
-		}
+		p.firstToken(f, ok, start)
 	}
 	rc := http.NewResponseController(w)
 	if stream {
@@ -221,10 +208,7 @@ func (p *Proxy) relay(ctx context.Context, cancel context.CancelCauseFunc, w htt
 		if n > 0 {
 			if stream && spot.Feed(buf[:n]) {
 				first = true
-				f.FirstToken()
-				if ok {
-					p.m.TTFT.Observe(time.Since(start).Seconds())
-				}
+				p.firstToken(f, ok, start)
 			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return resp.StatusCode, false // the client went away; ctx's end stops the backend
@@ -242,21 +226,53 @@ func (p *Proxy) relay(ctx context.Context, cancel context.CancelCauseFunc, w htt
 			if r.Context().Err() != nil {
 				return resp.StatusCode, false
 			}
-			kind, status, what := kindBroken, http.StatusBadGateway, fmt.Sprintf("the response from backend %s was cut: %v", replica, err)
-			switch cause := context.Cause(ctx); {
-			case errors.Is(cause, context.DeadlineExceeded):
-				kind, status, what = kindTimeout, http.StatusGatewayTimeout, fmt.Sprintf("the response from backend %s ran past the request timeout of %s", replica, p.timeout)
-			case errors.Is(cause, errStreamIdle):
-				kind, status, what = kindIdle, http.StatusGatewayTimeout, fmt.Sprintf("backend %s sent nothing for the stream idle timeout of %s", replica, p.streamIdle)
-			}
-			p.m.UpstreamErrors.WithLabelValues(replica, kind).Inc()
-			p.m.Broken.WithLabelValues(kind).Inc()
-			p.log.Warn("response from backend cut", "replica", replica, "kind", kind, "err", err)
-			if stream {
-				writeStreamError(w, &openai.Error{Status: status, Message: what})
-				_ = rc.Flush()
-			}
+			p.reportCut(ctx, w, rc, replica, err, stream)
 			return resp.StatusCode, true
 		}
+	}
+}
+
+// writeRelayHeaders writes the backend's status and headers to w, with
+// the proxy's own: the replica that answers, why it was picked, its
+// matched tokens, and the replica a retry came from.
+func writeRelayHeaders(w http.ResponseWriter, resp *http.Response, d *gateway.Decision, replica, retriedFrom string) {
+	h := w.Header()
+	copyHeaders(h, resp.Header)
+	reason, matched := d.ReasonFor(replica)
+	h.Set(HeaderReplica, replica)
+	h.Set(HeaderReason, reason)
+	h.Set(HeaderMatchedTokens, strconv.Itoa(matched))
+	if retriedFrom != "" {
+		h.Set(HeaderRetriedFrom, retriedFrom)
+	}
+	w.WriteHeader(resp.StatusCode)
+}
+
+// firstToken marks the flight's first token and, for a 200 response,
+// observes the time to it since start.
+func (p *Proxy) firstToken(f *gateway.Flight, ok bool, start time.Time) {
+	f.FirstToken()
+	if ok {
+		p.m.TTFT.Observe(time.Since(start).Seconds())
+	}
+}
+
+// reportCut counts and logs a response from replica cut by err (the
+// request timeout, the stream idle timeout, or a broken connection, told
+// apart by ctx's cause) and, on a stream, ends it with an error event.
+func (p *Proxy) reportCut(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, replica string, err error, stream bool) {
+	kind, status, what := kindBroken, http.StatusBadGateway, fmt.Sprintf("the response from backend %s was cut: %v", replica, err)
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, context.DeadlineExceeded):
+		kind, status, what = kindTimeout, http.StatusGatewayTimeout, fmt.Sprintf("the response from backend %s ran past the request timeout of %s", replica, p.timeout)
+	case errors.Is(cause, errStreamIdle):
+		kind, status, what = kindIdle, http.StatusGatewayTimeout, fmt.Sprintf("backend %s sent nothing for the stream idle timeout of %s", replica, p.streamIdle)
+	}
+	p.m.UpstreamErrors.WithLabelValues(replica, kind).Inc()
+	p.m.Broken.WithLabelValues(kind).Inc()
+	p.log.Warn("response from backend cut", "replica", replica, "kind", kind, "err", err)
+	if stream {
+		writeStreamError(w, &openai.Error{Status: status, Message: what})
+		_ = rc.Flush()
 	}
 }

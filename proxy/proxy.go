@@ -286,21 +286,7 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 		_ = br.rc.SetReadDeadline(time.Time{})
 	}
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooBig):
-			return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)}), false, false
-		case errors.Is(err, errOverBudget):
-			return p.shed(w, int64(buf.Len())), false, false
-		case errors.Is(err, errBodyTimeout):
-			p.m.BodyTimeouts.Inc()
-			w.Header().Set("Connection", "close")
-			return p.refuse(w, &openai.Error{Status: http.StatusRequestTimeout, Message: fmt.Sprintf(
-				"the request body did not arrive within the body timeouts (%s in all, %s between bytes)", p.bodyTotal, p.bodyIdle)}), false, false
-		case r.Context().Err() != nil:
-			return statusClientClosed, false, false
-		}
-		return p.refuse(w, openai.Errorf("", "reading the request body: %v", err)), false, false
+		return p.bodyFailed(w, r, err, buf.Len()), false, false
 	}
 	body := buf.Bytes()
 	large = len(body) >= admission.LargeBody
@@ -324,6 +310,28 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	}
 	code, abort = p.forward(w, r, body, req.Stream, d, start, free)
 	return code, abort, large
+}
+
+// bodyFailed answers a request whose body could not be read (err, after
+// read bytes): over the size limit, over the admission budget, past the
+// body timeouts, the client gone, or another read error. It returns the
+// status.
+func (p *Proxy) bodyFailed(w http.ResponseWriter, r *http.Request, err error, read int) int {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)})
+	case errors.Is(err, errOverBudget):
+		return p.shed(w, int64(read))
+	case errors.Is(err, errBodyTimeout):
+		p.m.BodyTimeouts.Inc()
+		w.Header().Set("Connection", "close")
+		return p.refuse(w, &openai.Error{Status: http.StatusRequestTimeout, Message: fmt.Sprintf(
+			"the request body did not arrive within the body timeouts (%s in all, %s between bytes)", p.bodyTotal, p.bodyIdle)})
+	case r.Context().Err() != nil:
+		return statusClientClosed
+	}
+	return p.refuse(w, openai.Errorf("", "reading the request body: %v", err))
 }
 
 // shed refuses a body of n bytes that does not fit in the bytes in

@@ -301,65 +301,91 @@ func (c *pageChecker) page(id, from uint64, depth, nest int) error {
 	if err := c.claim(id, from); err != nil {
 		return err
 	}
-	ne := binary.NativeEndian
 	base := int64(id * c.pageSize)
-	h, err := c.read(base, boltPageHeader)
+	flags, count, span, err := c.pageHeader(id, from)
 	if err != nil {
-		return err
-	}
-	hid, flags, count, overflow := ne.Uint64(h[0:]), ne.Uint16(h[8:]), int(ne.Uint16(h[10:])), uint64(ne.Uint32(h[12:]))
-	if hid != id {
-		return errPage(id, "header says it is page %d", hid)
-	}
-	if last := id + overflow; last >= c.pages {
-		if last >= c.hwm {
-			return errPage(id, "%d overflow pages run to page %d, at or beyond the high-water mark %d", overflow, last, c.hwm)
-		}
-		return errPage(id, "%d overflow pages run to page %d, past the end of the file (%d pages)", overflow, last, uint64(c.size)/c.pageSize)
-	}
-	for o := id + 1; o <= id+overflow; o++ {
-		if c.seen(o) {
-			return errPage(id, "overflow page %d is also used elsewhere", o)
-		}
-		c.mark(o)
-	}
-	span := (overflow + 1) * c.pageSize
-	if flags != boltBranchPage && flags != boltLeafPage {
-		return errPage(id, "flags %#x, want branch (%#x) or leaf (%#x) for a page of a bucket tree (from page %d)", flags, boltBranchPage, boltLeafPage, from)
-	}
-	if need := uint64(boltPageHeader + count*boltElem); need > span {
-		return errPage(id, "%d elements need %d bytes, the page has %d", count, need, span)
-	}
-	if err := c.spend(id, count); err != nil {
 		return err
 	}
 	elems, err := c.read(base+boltPageHeader, count*boltElem)
 	if err != nil {
 		return err
 	}
-
 	if flags == boltBranchPage {
-		if count == 0 {
-			return errPage(id, "branch page with no elements")
-		}
-		children := make([]uint64, count)
-		for i := range count {
-			e := elems[i*boltElem:]
-			at := uint64(boltPageHeader + i*boltElem) // element offset in the page
-			pos, ksize := uint64(ne.Uint32(e[0:])), uint64(ne.Uint32(e[4:]))
-			if end := at + pos + ksize; end > span {
-				return errPage(id, "branch element %d: key at %d..%d runs past the page end (%d bytes)", i, at+pos, end, span)
-			}
-			children[i] = ne.Uint64(e[8:])
-		}
-		for _, child := range children {
-			if err := c.page(child, id, depth+1, nest); err != nil {
-				return err
-			}
-		}
-		return nil
+		return c.branch(id, elems, count, span, depth, nest)
 	}
+	return c.leaf(id, elems, count, span, nest)
+}
 
+// pageHeader reads and checks the header of bucket-tree page id (reached
+// from page from): its id, its overflow pages (claimed here), its flags
+// (branch or leaf) and its element count, which it charges to the work
+// budget. It returns the flags, the count and the page's bytes with its
+// overflow.
+func (c *pageChecker) pageHeader(id, from uint64) (flags uint16, count int, span uint64, err error) {
+	ne := binary.NativeEndian
+	h, err := c.read(int64(id*c.pageSize), boltPageHeader)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	hid, flags, count, overflow := ne.Uint64(h[0:]), ne.Uint16(h[8:]), int(ne.Uint16(h[10:])), uint64(ne.Uint32(h[12:]))
+	if hid != id {
+		return 0, 0, 0, errPage(id, "header says it is page %d", hid)
+	}
+	if last := id + overflow; last >= c.pages {
+		if last >= c.hwm {
+			return 0, 0, 0, errPage(id, "%d overflow pages run to page %d, at or beyond the high-water mark %d", overflow, last, c.hwm)
+		}
+		return 0, 0, 0, errPage(id, "%d overflow pages run to page %d, past the end of the file (%d pages)", overflow, last, uint64(c.size)/c.pageSize)
+	}
+	for o := id + 1; o <= id+overflow; o++ {
+		if c.seen(o) {
+			return 0, 0, 0, errPage(id, "overflow page %d is also used elsewhere", o)
+		}
+		c.mark(o)
+	}
+	span = (overflow + 1) * c.pageSize
+	if flags != boltBranchPage && flags != boltLeafPage {
+		return 0, 0, 0, errPage(id, "flags %#x, want branch (%#x) or leaf (%#x) for a page of a bucket tree (from page %d)", flags, boltBranchPage, boltLeafPage, from)
+	}
+	if need := uint64(boltPageHeader + count*boltElem); need > span {
+		return 0, 0, 0, errPage(id, "%d elements need %d bytes, the page has %d", count, need, span)
+	}
+	if err := c.spend(id, count); err != nil {
+		return 0, 0, 0, err
+	}
+	return flags, count, span, nil
+}
+
+// branch checks the count elements of branch page id (span bytes, at
+// level depth) and then the child pages they name, in order.
+func (c *pageChecker) branch(id uint64, elems []byte, count int, span uint64, depth, nest int) error {
+	if count == 0 {
+		return errPage(id, "branch page with no elements")
+	}
+	ne := binary.NativeEndian
+	children := make([]uint64, count)
+	for i := range count {
+		e := elems[i*boltElem:]
+		at := uint64(boltPageHeader + i*boltElem) // element offset in the page
+		pos, ksize := uint64(ne.Uint32(e[0:])), uint64(ne.Uint32(e[4:]))
+		if end := at + pos + ksize; end > span {
+			return errPage(id, "branch element %d: key at %d..%d runs past the page end (%d bytes)", i, at+pos, end, span)
+		}
+		children[i] = ne.Uint64(e[8:])
+	}
+	for _, child := range children {
+		if err := c.page(child, id, depth+1, nest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// leaf checks the count elements of leaf page id (span bytes) and then the
+// nested buckets its elements hold, in order.
+func (c *pageChecker) leaf(id uint64, elems []byte, count int, span uint64, nest int) error {
+	ne := binary.NativeEndian
+	base := int64(id * c.pageSize)
 	var buckets []bucketRef
 	for i := range count {
 		e := elems[i*boltElem:]

@@ -98,77 +98,100 @@ func buildNormalizer(raw json.RawMessage, where string) (normalizer, error) {
 		// is stateful, hence one per call.
 		return normalizerFunc(func(s string) string { return cases.Lower(language.Und).String(s) }), nil
 	case "Strip":
-		var c struct {
-			Left  bool `json:"strip_left"`
-			Right bool `json:"strip_right"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("%w: %s: Strip normalizer: %v", ErrMalformed, where, err)
-		}
-		return normalizerFunc(func(s string) string {
-			if c.Left {
-				s = strings.TrimLeftFunc(s, unicode.IsSpace)
-			}
-			if c.Right {
-				s = strings.TrimRightFunc(s, unicode.IsSpace)
-			}
-			return s
-		}), nil
+		return buildStrip(raw, where)
 	case "Prepend":
-		var c struct {
-			Prepend string `json:"prepend"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("%w: %s: Prepend normalizer: %v", ErrMalformed, where, err)
-		}
-		// The reference prepends only to a non-empty string.
-		return normalizerFunc(func(s string) string {
-			if s == "" {
-				return s
-			}
-			return c.Prepend + s
-		}), nil
+		return buildPrepend(raw, where)
 	case "Replace":
-		var c struct {
-			Pattern pattern `json:"pattern"`
-			Content string  `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("%w: %s: Replace normalizer: %v", ErrMalformed, where, err)
-		}
-		if c.Pattern.Regex != nil {
-			n, err := regexReplacer(*c.Pattern.Regex, c.Content)
-			if err != nil {
-				return nil, unsupportedRegex(where, "Replace normalizer", *c.Pattern.Regex, err)
-			}
-			return n, nil
-		}
-		if c.Pattern.String == nil || *c.Pattern.String == "" {
-			return nil, fmt.Errorf("%w: %s: Replace normalizer without a String pattern", ErrMalformed, where)
-		}
-		from := *c.Pattern.String
-		return normalizerFunc(func(s string) string { return strings.ReplaceAll(s, from, c.Content) }), nil
+		return buildReplace(raw, where)
 	case "Sequence":
-		var c struct {
-			Normalizers []json.RawMessage `json:"normalizers"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("%w: %s: Sequence normalizer: %v", ErrMalformed, where, err)
-		}
-		var seq normalizerSeq
-		for _, m := range c.Normalizers {
-			n, err := buildNormalizer(m, where)
-			if err != nil {
-				return nil, err
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
-		}
-		return seq, nil
+		return buildNormalizerSeq(raw, where)
 	default:
 		return nil, fmt.Errorf("%w: %s: normalizer type %q", ErrUnsupported, where, head.Type)
 	}
+}
+
+// buildStrip builds a Strip normalizer: Unicode white space trimmed on the
+// left, the right or both.
+func buildStrip(raw json.RawMessage, where string) (normalizer, error) {
+	var c struct {
+		Left  bool `json:"strip_left"`
+		Right bool `json:"strip_right"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("%w: %s: Strip normalizer: %v", ErrMalformed, where, err)
+	}
+	return normalizerFunc(func(s string) string {
+		if c.Left {
+			s = strings.TrimLeftFunc(s, unicode.IsSpace)
+		}
+		if c.Right {
+			s = strings.TrimRightFunc(s, unicode.IsSpace)
+		}
+		return s
+	}), nil
+}
+
+// buildPrepend builds a Prepend normalizer.
+func buildPrepend(raw json.RawMessage, where string) (normalizer, error) {
+	var c struct {
+		Prepend string `json:"prepend"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("%w: %s: Prepend normalizer: %v", ErrMalformed, where, err)
+	}
+	// The reference prepends only to a non-empty string.
+	return normalizerFunc(func(s string) string {
+		if s == "" {
+			return s
+		}
+		return c.Prepend + s
+	}), nil
+}
+
+// buildReplace builds a Replace normalizer: every match of a regex, or
+// every occurrence of a string, replaced by the content.
+func buildReplace(raw json.RawMessage, where string) (normalizer, error) {
+	var c struct {
+		Pattern pattern `json:"pattern"`
+		Content string  `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("%w: %s: Replace normalizer: %v", ErrMalformed, where, err)
+	}
+	if c.Pattern.Regex != nil {
+		n, err := regexReplacer(*c.Pattern.Regex, c.Content)
+		if err != nil {
+			return nil, unsupportedRegex(where, "Replace normalizer", *c.Pattern.Regex, err)
+		}
+		return n, nil
+	}
+	if c.Pattern.String == nil || *c.Pattern.String == "" {
+		return nil, fmt.Errorf("%w: %s: Replace normalizer without a String pattern", ErrMalformed, where)
+	}
+	from := *c.Pattern.String
+	return normalizerFunc(func(s string) string { return strings.ReplaceAll(s, from, c.Content) }), nil
+}
+
+// buildNormalizerSeq builds a Sequence normalizer: its members in order,
+// JSON nulls left out.
+func buildNormalizerSeq(raw json.RawMessage, where string) (normalizer, error) {
+	var c struct {
+		Normalizers []json.RawMessage `json:"normalizers"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("%w: %s: Sequence normalizer: %v", ErrMalformed, where, err)
+	}
+	var seq normalizerSeq
+	for _, m := range c.Normalizers {
+		n, err := buildNormalizer(m, where)
+		if err != nil {
+			return nil, err
+		}
+		if n != nil {
+			seq = append(seq, n)
+		}
+	}
+	return seq, nil
 }
 
 // pattern is the {"String": …} or {"Regex": …} object used by Split and

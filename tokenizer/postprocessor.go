@@ -39,49 +39,7 @@ func buildPostProcessor(raw json.RawMessage, where string) (frame, error) {
 		// Only adjusts offsets; ids are unchanged.
 		return frame{}, nil
 	case "TemplateProcessing":
-		var c struct {
-			Single []struct {
-				SpecialToken *struct {
-					ID string `json:"id"`
-				} `json:"SpecialToken"`
-				Sequence *struct {
-					ID string `json:"id"`
-				} `json:"Sequence"`
-			} `json:"single"`
-			SpecialTokens map[string]struct {
-				IDs []uint32 `json:"ids"`
-			} `json:"special_tokens"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return frame{}, bad("%v", err)
-		}
-		var f frame
-		seenA := false
-		for _, piece := range c.Single {
-			switch {
-			case piece.Sequence != nil:
-				if piece.Sequence.ID != "A" || seenA {
-					return frame{}, fmt.Errorf("%w: %s: TemplateProcessing single template uses sequence %q", ErrUnsupported, where, piece.Sequence.ID)
-				}
-				seenA = true
-			case piece.SpecialToken != nil:
-				st, ok := c.SpecialTokens[piece.SpecialToken.ID]
-				if !ok {
-					return frame{}, bad("special token %q has no ids", piece.SpecialToken.ID)
-				}
-				if seenA {
-					f.suffix = append(f.suffix, st.IDs...)
-				} else {
-					f.prefix = append(f.prefix, st.IDs...)
-				}
-			default:
-				return frame{}, bad("template piece is neither SpecialToken nor Sequence")
-			}
-		}
-		if !seenA {
-			return frame{}, bad("single template has no sequence A")
-		}
-		return f, nil
+		return buildTemplate(raw, where, bad)
 	case "BertProcessing", "RobertaProcessing":
 		var c struct {
 			Sep []json.RawMessage `json:"sep"`
@@ -114,4 +72,53 @@ func buildPostProcessor(raw json.RawMessage, where string) (frame, error) {
 	default:
 		return frame{}, fmt.Errorf("%w: %s: post-processor type %q", ErrUnsupported, where, head.Type)
 	}
+}
+
+// buildTemplate reads a TemplateProcessing post-processor's single
+// template: the special tokens before sequence A are the frame's prefix,
+// those after it its suffix. bad makes the error for a malformed object.
+func buildTemplate(raw json.RawMessage, where string, bad func(format string, args ...any) error) (frame, error) {
+	var c struct {
+		Single []struct {
+			SpecialToken *struct {
+				ID string `json:"id"`
+			} `json:"SpecialToken"`
+			Sequence *struct {
+				ID string `json:"id"`
+			} `json:"Sequence"`
+		} `json:"single"`
+		SpecialTokens map[string]struct {
+			IDs []uint32 `json:"ids"`
+		} `json:"special_tokens"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return frame{}, bad("%v", err)
+	}
+	var f frame
+	seenA := false
+	for _, piece := range c.Single {
+		switch {
+		case piece.Sequence != nil:
+			if piece.Sequence.ID != "A" || seenA {
+				return frame{}, fmt.Errorf("%w: %s: TemplateProcessing single template uses sequence %q", ErrUnsupported, where, piece.Sequence.ID)
+			}
+			seenA = true
+		case piece.SpecialToken != nil:
+			st, ok := c.SpecialTokens[piece.SpecialToken.ID]
+			if !ok {
+				return frame{}, bad("special token %q has no ids", piece.SpecialToken.ID)
+			}
+			if seenA {
+				f.suffix = append(f.suffix, st.IDs...)
+			} else {
+				f.prefix = append(f.prefix, st.IDs...)
+			}
+		default:
+			return frame{}, bad("template piece is neither SpecialToken nor Sequence")
+		}
+	}
+	if !seenA {
+		return frame{}, bad("single template has no sequence A")
+	}
+	return f, nil
 }

@@ -293,8 +293,6 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, l limits) ([]uint
 		ids = append(ids, t.special.prefix...)
 	}
 	var segBuf, subBuf [16]segment
-	pieces := sc.pieces[:0]
-	defer func() { sc.pieces = pieces[:0] }()
 	segs := t.raw.split(segBuf[:0], text, 0, lim)
 	if lim.stopped() {
 		return lim.fail(ids)
@@ -304,60 +302,8 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, l limits) ([]uint
 			ids = append(ids, seg.tok.ID)
 			continue
 		}
-		s := seg.text
-		if t.norm != nil {
-			if s = t.norm.normalize(s, lim); lim.stopped() {
-				return lim.fail(ids)
-			}
-		}
-		subs := t.normalized.split(subBuf[:0], s, 0, lim)
-		if lim.stopped() {
-			return lim.fail(ids)
-		}
-		for _, sub := range subs {
-			if sub.tok != nil {
-				ids = append(ids, sub.tok.ID)
-				continue
-			}
-			p := piece{text: sub.text, atStart: seg.start == 0 && sub.start == 0}
-			if t.pre == nil {
-				if lim.spend(len(p.text)) {
-					return lim.fail(ids)
-				}
-				ids = t.model.tokenize(ids, p.text, t.rawBytes, sc)
-				if lim.err != nil || lim.over(len(ids)) {
-					return lim.fail(ids)
-				}
-				continue
-			}
-			if t.stream != nil {
-				for i := 0; i < len(p.text); {
-					e := t.stream(p.text, i)
-					if lim.spend(e - i) {
-						return lim.fail(ids)
-					}
-					ids = t.model.tokenize(ids, p.text[i:e], t.rawBytes, sc)
-					if lim.err != nil || lim.over(len(ids)) {
-						return lim.fail(ids)
-					}
-					i = e
-				}
-				continue
-			}
-			if pieces = t.pre.preTokenize(pieces[:0], p, lim); lim.stopped() {
-				return lim.fail(ids)
-			}
-			for _, q := range pieces {
-				if lim.spend(len(q.text)) {
-					return lim.fail(ids)
-				}
-				ids = t.model.tokenize(ids, q.text, t.rawBytes, sc)
-				if lim.err != nil || lim.over(len(ids)) {
-					return lim.fail(ids)
-				}
-			}
-		}
-		if lim.check() {
+		var ok bool
+		if ids, ok = t.encodeSegment(ids, seg, subBuf[:0], sc); !ok || lim.check() {
 			return lim.fail(ids)
 		}
 	}
@@ -370,6 +316,80 @@ func (t *Tokenizer) encode(text string, addSpecialTokens bool, l limits) ([]uint
 		return lim.fail(ids)
 	}
 	return ids, nil
+}
+
+// encodeSegment appends the ids of seg, a stretch of the text between
+// special tokens: normalized, split again around added tokens that match
+// only normalized text (into subBuf), and each part tokenized. It reports
+// false when one of sc's limits stopped the work.
+func (t *Tokenizer) encodeSegment(ids []uint32, seg segment, subBuf []segment, sc *scratch) ([]uint32, bool) {
+	lim := sc.lim
+	s := seg.text
+	if t.norm != nil {
+		if s = t.norm.normalize(s, lim); lim.stopped() {
+			return ids, false
+		}
+	}
+	subs := t.normalized.split(subBuf, s, 0, lim)
+	if lim.stopped() {
+		return ids, false
+	}
+	for _, sub := range subs {
+		if sub.tok != nil {
+			ids = append(ids, sub.tok.ID)
+			continue
+		}
+		p := piece{text: sub.text, atStart: seg.start == 0 && sub.start == 0}
+		var ok bool
+		if ids, ok = t.encodePiece(ids, p, sc); !ok {
+			return ids, false
+		}
+	}
+	return ids, true
+}
+
+// encodePiece appends the ids of one piece of normalized text: the whole
+// piece through the model without a pre-tokenizer, stretch by stretch
+// with a streaming one, else word by word. Each word first spends its
+// bytes of the budget. It reports false when one of sc's limits (bytes,
+// tokens, the model's own) stopped the work. The model is called inline
+// in each loop: this runs once per word.
+func (t *Tokenizer) encodePiece(ids []uint32, p piece, sc *scratch) ([]uint32, bool) {
+	lim := sc.lim
+	if t.pre == nil {
+		if lim.spend(len(p.text)) {
+			return ids, false
+		}
+		ids = t.model.tokenize(ids, p.text, t.rawBytes, sc)
+		return ids, lim.err == nil && !lim.over(len(ids))
+	}
+	if t.stream != nil {
+		for i := 0; i < len(p.text); {
+			e := t.stream(p.text, i)
+			if lim.spend(e - i) {
+				return ids, false
+			}
+			ids = t.model.tokenize(ids, p.text[i:e], t.rawBytes, sc)
+			if lim.err != nil || lim.over(len(ids)) {
+				return ids, false
+			}
+			i = e
+		}
+		return ids, true
+	}
+	if sc.pieces = t.pre.preTokenize(sc.pieces[:0], p, lim); lim.stopped() {
+		return ids, false
+	}
+	for _, q := range sc.pieces {
+		if lim.spend(len(q.text)) {
+			return ids, false
+		}
+		ids = t.model.tokenize(ids, q.text, t.rawBytes, sc)
+		if lim.err != nil || lim.over(len(ids)) {
+			return ids, false
+		}
+	}
+	return ids, true
 }
 
 // AddedSpecialTokens returns the ids Encode puts before and after the text

@@ -78,20 +78,7 @@ func title(r *bench.JSONReport) string {
 func write(w io.Writer, reps []bench.JSONReport) error {
 	var b strings.Builder
 	for i := range reps {
-		r := &reps[i]
-		fmt.Fprintf(&b, "### %s\n\n", title(r))
-		fmt.Fprintf(&b, "%d requests, %d engines × %d blocks, event delay %.0f ms, ideal token hit rate %.1f %%.\n\n",
-			r.Requests, r.Engines, r.CacheBlocks, r.EventDelayMs, 100*r.IdealTokenHitRate)
-		b.WriteString("| strategy | hit rate | of ideal | req max/mean | TTFT p50 | TTFT p90 | TTFT p99 | TTFT mean |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, s := range r.Strategies {
-			name := s.Name
-			if name == underTest {
-				name = "**" + name + "**"
-			}
-			fmt.Fprintf(&b, "| %s | %.1f %% | %.1f %% | %.2f | %s | %s | %s | %s |\n", name, 100*s.TokenHitRate, 100*s.FractionOfIdeal,
-				s.MaxOverMeanRequests, ms(s.TTFTModelP50Ms), ms(s.TTFTModelP90Ms), ms(s.TTFTModelP99Ms), ms(s.TTFTModelMeanMs))
-		}
-		b.WriteString("\n")
+		writeRun(&b, &reps[i])
 	}
 	fmt.Fprintf(&b, "### Targets of %s\n\n", underTest)
 	b.WriteString("| run | p50 ≤ best peer | p99 ≤ best peer | hit ≥ 0.97 × best peer | p50 ≤ 1.2 × oracle | max/mean ≤ max(1.3, oracle's) | p50 ≤ 1.1 × 1 gateway |\n|---|---|---|---|---|---|---|\n")
@@ -105,45 +92,9 @@ func write(w io.Writer, reps []bench.JSONReport) error {
 	}
 	for i := range reps {
 		r := &reps[i]
-		m := byName(r)
-		u, o := m[underTest], m[bench.StrategyOracle]
-		if u == nil || o == nil {
+		cells := targetCells(r, oneGateway)
+		if cells == nil {
 			continue
-		}
-		var bp50, bp99, bhit float64 = -1, -1, 0
-		var n50, n99, nhit string
-		for _, p := range peers {
-			s := m[p]
-			if s == nil {
-				continue
-			}
-			if bp50 < 0 || s.TTFTModelP50Ms < bp50 {
-				bp50, n50 = s.TTFTModelP50Ms, p
-			}
-			if bp99 < 0 || s.TTFTModelP99Ms < bp99 {
-				bp99, n99 = s.TTFTModelP99Ms, p
-			}
-			if s.TokenHitRate > bhit {
-				bhit, nhit = s.TokenHitRate, p
-			}
-		}
-		cells := []struct {
-			ok   bool
-			text string
-		}{
-			{u.TTFTModelP50Ms <= bp50, fmt.Sprintf("%s vs %s (%s)", ms(u.TTFTModelP50Ms), ms(bp50), n50)},
-			{u.TTFTModelP99Ms <= bp99, fmt.Sprintf("%s vs %s (%s)", ms(u.TTFTModelP99Ms), ms(bp99), n99)},
-			{u.TokenHitRate >= hitRatioTarget*bhit, fmt.Sprintf("%.1f %% vs %.1f %% (%s)", 100*u.TokenHitRate, 100*hitRatioTarget*bhit, nhit)},
-			{u.TTFTModelP50Ms <= oracleP50Target*o.TTFTModelP50Ms, fmt.Sprintf("%s vs %s", ms(u.TTFTModelP50Ms), ms(oracleP50Target*o.TTFTModelP50Ms))},
-			{u.MaxOverMeanRequests <= max(maxOverMeanTarget, o.MaxOverMeanRequests),
-				fmt.Sprintf("%.2f vs %.2f", u.MaxOverMeanRequests, max(maxOverMeanTarget, o.MaxOverMeanRequests))},
-		}
-		one, ok := oneGateway[fmt.Sprintf("%s/%.0f", r.Trace, r.PrefillTPS)]
-		if r.Gateways > 1 && ok {
-			cells = append(cells, struct {
-				ok   bool
-				text string
-			}{u.TTFTModelP50Ms <= gatewaysP50Target*one, fmt.Sprintf("%s vs %s", ms(u.TTFTModelP50Ms), ms(gatewaysP50Target*one))})
 		}
 		fmt.Fprintf(&b, "| %s |", title(r))
 		for _, c := range cells {
@@ -163,6 +114,71 @@ func write(w io.Writer, reps []bench.JSONReport) error {
 	fmt.Fprintf(&b, "\n%d of %d targets met.\n", met, total)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeRun writes one run's section: its setup and a row per strategy.
+func writeRun(b *strings.Builder, r *bench.JSONReport) {
+	fmt.Fprintf(b, "### %s\n\n", title(r))
+	fmt.Fprintf(b, "%d requests, %d engines × %d blocks, event delay %.0f ms, ideal token hit rate %.1f %%.\n\n",
+		r.Requests, r.Engines, r.CacheBlocks, r.EventDelayMs, 100*r.IdealTokenHitRate)
+	b.WriteString("| strategy | hit rate | of ideal | req max/mean | TTFT p50 | TTFT p90 | TTFT p99 | TTFT mean |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Strategies {
+		name := s.Name
+		if name == underTest {
+			name = "**" + name + "**"
+		}
+		fmt.Fprintf(b, "| %s | %.1f %% | %.1f %% | %.2f | %s | %s | %s | %s |\n", name, 100*s.TokenHitRate, 100*s.FractionOfIdeal,
+			s.MaxOverMeanRequests, ms(s.TTFTModelP50Ms), ms(s.TTFTModelP90Ms), ms(s.TTFTModelP99Ms), ms(s.TTFTModelMeanMs))
+	}
+	b.WriteString("\n")
+}
+
+// targetCell is one target of one run: met or not, and the numbers.
+type targetCell struct {
+	ok   bool
+	text string
+}
+
+// targetCells returns run r's targets for the strategy under test against
+// its best peers and the oracle, and, with several gateways, against its
+// one-gateway p50 in oneGateway; nil when r lacks the strategy under test
+// or the oracle.
+func targetCells(r *bench.JSONReport, oneGateway map[string]float64) []targetCell {
+	m := byName(r)
+	u, o := m[underTest], m[bench.StrategyOracle]
+	if u == nil || o == nil {
+		return nil
+	}
+	var bp50, bp99, bhit float64 = -1, -1, 0
+	var n50, n99, nhit string
+	for _, p := range peers {
+		s := m[p]
+		if s == nil {
+			continue
+		}
+		if bp50 < 0 || s.TTFTModelP50Ms < bp50 {
+			bp50, n50 = s.TTFTModelP50Ms, p
+		}
+		if bp99 < 0 || s.TTFTModelP99Ms < bp99 {
+			bp99, n99 = s.TTFTModelP99Ms, p
+		}
+		if s.TokenHitRate > bhit {
+			bhit, nhit = s.TokenHitRate, p
+		}
+	}
+	cells := []targetCell{
+		{u.TTFTModelP50Ms <= bp50, fmt.Sprintf("%s vs %s (%s)", ms(u.TTFTModelP50Ms), ms(bp50), n50)},
+		{u.TTFTModelP99Ms <= bp99, fmt.Sprintf("%s vs %s (%s)", ms(u.TTFTModelP99Ms), ms(bp99), n99)},
+		{u.TokenHitRate >= hitRatioTarget*bhit, fmt.Sprintf("%.1f %% vs %.1f %% (%s)", 100*u.TokenHitRate, 100*hitRatioTarget*bhit, nhit)},
+		{u.TTFTModelP50Ms <= oracleP50Target*o.TTFTModelP50Ms, fmt.Sprintf("%s vs %s", ms(u.TTFTModelP50Ms), ms(oracleP50Target*o.TTFTModelP50Ms))},
+		{u.MaxOverMeanRequests <= max(maxOverMeanTarget, o.MaxOverMeanRequests),
+			fmt.Sprintf("%.2f vs %.2f", u.MaxOverMeanRequests, max(maxOverMeanTarget, o.MaxOverMeanRequests))},
+	}
+	one, ok := oneGateway[fmt.Sprintf("%s/%.0f", r.Trace, r.PrefillTPS)]
+	if r.Gateways > 1 && ok {
+		cells = append(cells, targetCell{u.TTFTModelP50Ms <= gatewaysP50Target*one, fmt.Sprintf("%s vs %s", ms(u.TTFTModelP50Ms), ms(gatewaysP50Target*one))})
+	}
+	return cells
 }
 
 // ms formats a modelled duration in milliseconds, as seconds from 10 s.
