@@ -32,14 +32,14 @@ size-check: release
 	  echo "release binary: $$sz bytes ($$mb MiB; limit $(MAX_BINARY_MB) MiB)"; \
 	  test $$sz -le $$(( $(MAX_BINARY_MB) * 1048576 )) || { echo "size-check: the release binary is over $(MAX_BINARY_MB) MiB"; exit 1; }
 
-## test: every test with the race detector, then the Python and Rust clients' tests when their toolchains are present
+## test: the whole suite, the full tier (≤ 10 min on 2 cores): every Go test with the race detector, the process-level e2e tests among them, then the Python and Rust clients' tests when their toolchains are present. TESTFLAGS adds go test flags (e.g. -json)
 test:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 	@$(MAKE) --no-print-directory test-clients-if-present
 
-## test-short: the fast unit tests only
+## test-short: the short tier (≤ 2 min on 2 cores): every package with -short, no race detector; tests that start processes or wait out real timeouts skip, property tests run fewer rounds
 test-short:
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 $(TESTFLAGS) ./...
 
 ## lint: gofmt, go vet, staticcheck (pinned, through go run) and the docs' generated facts against the code
 lint:

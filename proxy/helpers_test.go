@@ -100,9 +100,23 @@ type testProxy struct {
 	mdl  string
 }
 
+// testPrompts is one prompt registry for every test proxy: loading the
+// model's tokenizer and template is most of a test's time, and the
+// registry only caches what it loaded (the tests all use default options).
+var testPrompts struct {
+	once sync.Once
+	reg  *prompt.Registry
+}
+
+func sharedPrompts(t *testing.T) *prompt.Registry {
+	dir := fixtures.ModelsDir(t, "qwen3")
+	testPrompts.once.Do(func() { testPrompts.reg = prompt.New(dir, prompt.Options{}) })
+	return testPrompts.reg
+}
+
 func newTestProxy(t *testing.T, resp *pb.LookupRouteResponse, opts Options, engines ...*fakeEngine) *testProxy {
 	t.Helper()
-	reg := prompt.New(fixtures.ModelsDir(t, "qwen3"), prompt.Options{})
+	reg := sharedPrompts(t)
 	model := "qwen3"
 	gw, err := gateway.New(gateway.Config{Prompts: reg, Lookup: fixedLookup{resp}})
 	if err != nil {

@@ -31,6 +31,9 @@ func TestFourthNodeJoinsAsVoter(t *testing.T) {
 }
 
 func TestDeadServerCleanup_NeverBelowThreeVoters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits on gossip's failure detection and the cleanup's grace period twice (~10 s); the full tier runs it")
+	}
 	c := clustertest.New(t, 3, func(_ int, cfg *raftnode.Config) {
 		cfg.ExpireInterval = -1
 		cfg.DeadServerCleanup = 500 * time.Millisecond

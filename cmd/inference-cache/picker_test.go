@@ -62,8 +62,10 @@ func TestPickerCmd_ServesExtProcHealthAndMetrics(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
+		// The drain is not under test here (the default would hold the
+		// cleanup for 15 s).
 		_, err := runCLIContext(ctx, "picker", "--listen", ext, "--health-listen", hp, "--metrics-listen", mp,
-			"--endpoint", "10.0.0.1:8000=a", "--endpoint", "10.0.0.2:8000=b")
+			"--endpoint", "10.0.0.1:8000=a", "--endpoint", "10.0.0.2:8000=b", "--drain-time", "50ms")
 		done <- err
 	}()
 	t.Cleanup(func() {

@@ -46,7 +46,10 @@ func TestClientCommands_UnreachableAndHTTPPortErrors(t *testing.T) {
 		{[]string{"health"}, "", down, "health " + down + ": " + refused},
 		{[]string{"health"}, "", httpAddr, "health " + httpAddr + ": " + httpPort},
 	} {
-		args := append(append([]string{}, c.args...), "--addr", c.addr, "--timeout", "3s")
+		// ingest, stats and health wait out --timeout for a node to become
+		// ready before they report; a loopback refusal or an HTTP answer
+		// takes milliseconds, so 1 s leaves them ample time to see it.
+		args := append(append([]string{}, c.args...), "--addr", c.addr, "--timeout", "1s")
 		out, err := runCLI(t, c.stdin, args...)
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%v: err = %v\nwant        %s\n(output %q)", c.args, err, c.want, out)
@@ -68,7 +71,7 @@ func errString(err error) string {
 // exit status is an error unless every node is SERVING.
 func TestHealth_SeveralAddrsAndJSON(t *testing.T) {
 	a, b := closedAddr(t), closedAddr(t)
-	out, err := runCLI(t, "", "health", "--addr", a, "--addr", b, "--json", "--timeout", "2s")
+	out, err := runCLI(t, "", "health", "--addr", a, "--addr", b, "--json", "--timeout", "1s")
 	if err == nil || err.Error() != "2 of 2 nodes not SERVING" {
 		t.Fatalf("err = %v, want 2 of 2 nodes not SERVING", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/inference-cache/inference-cache/internal/evaltargets"
 )
 
 // evalTables renders evaltable's table of each report args name, in that
@@ -30,14 +32,14 @@ func evalTables(e *env, args []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		body, ok := sections[evaltableTitle(r)]
+		body, ok := sections[evaltargets.Title(r)]
 		if !ok {
-			return "", fmt.Errorf("%s: evaltable gave no table %q for it", f, evaltableTitle(r))
+			return "", fmt.Errorf("%s: evaltable gave no table %q for it", f, evaltargets.Title(r))
 		}
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "#### %s\n\n%s\n", evaltableTitle(r), body)
+		fmt.Fprintf(&b, "#### %s\n\n%s\n", evaltargets.Title(r), body)
 	}
 	return b.String(), nil
 }

@@ -20,8 +20,8 @@ type env struct {
 	root    string // the module's root directory
 	evalDir string // the bench's committed --json reports (make evaluate's)
 	doc     string // the Markdown file that holds the block: links are relative to it
-	// targets caches evaltable's targets by strategy under test: one run
-	// of evaltable per strategy for all the documents.
+	// targets caches evaltargets' targets by strategy under test: one
+	// rendering per strategy for all the documents.
 	targets map[string]*targets
 }
 

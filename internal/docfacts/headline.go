@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/inference-cache/inference-cache/bench"
+	"github.com/inference-cache/inference-cache/internal/evaltargets"
 )
 
 // The headline figures are the strategy under test against round-robin
@@ -28,8 +28,8 @@ var headlineStrategies = []string{bench.StrategyLookupRouteSDK, bench.StrategyPi
 // then the targets met over every report, per trace, for each of
 // headlineStrategies; then where the figures come from. An argument
 // +NAME adds a column with strategy NAME's TTFT p50. The targets are
-// evaltable's (internal/evaltable, the one owner of their rules), run
-// over every report of e.evalDir.
+// internal/evaltargets' (the one owner of their rules, which
+// internal/evaltable prints), over every report of e.evalDir.
 func headline(e *env, args []string) (string, error) {
 	var runs, extra []string
 	for _, a := range args {
@@ -135,9 +135,9 @@ func headlineRow(b *strings.Builder, tg *targets, docDir, path, under string, ex
 		}
 		fmt.Fprintf(b, " %s |", ms(s.TTFTModelP50Ms))
 	}
-	cells, ok := tg.rows[evaltableTitle(r)]
+	cells, ok := tg.rows[evaltargets.Title(r)]
 	if !ok {
-		return fmt.Errorf("%s: evaltable gave no targets row %q for it", path, evaltableTitle(r))
+		return fmt.Errorf("%s: evaltable gave no targets row %q for it", path, evaltargets.Title(r))
 	}
 	met, total, missed := 0, 0, []string{}
 	for i, c := range cells {
@@ -181,12 +181,6 @@ func traceLabel(trace string) string {
 		return trace[:i]
 	}
 	return trace
-}
-
-// evaltableTitle is the first cell evaltable gives a report's row of
-// targets.
-func evaltableTitle(r *bench.JSONReport) string {
-	return fmt.Sprintf("%s, prefill %.0f tok/s, %d gateway(s)", r.Trace, r.PrefillTPS, r.Gateways)
 }
 
 // ms formats a modelled duration in milliseconds, as seconds from 10 s,
@@ -261,44 +255,27 @@ type targets struct {
 	rows       map[string][]string
 }
 
-// targetsOf runs evaltable for strategy over files once per process.
+// targetsOf renders evaltargets' tables and targets of strategy over
+// files, in process, once per process.
 func (e *env) targetsOf(strategy string, files []string) (*targets, error) {
 	if t, ok := e.targets[strategy]; ok {
 		return t, nil
 	}
-	abs := make([]string, len(files))
-	for i, f := range files {
-		a, err := filepath.Abs(f)
-		if err != nil {
-			return nil, err
-		}
-		abs[i] = a
-	}
-	cmd := exec.Command(goCommand(), append([]string{"run", "./internal/evaltable", "-strategy", strategy}, abs...)...)
-	cmd.Dir = e.root
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	reps, err := evaltargets.ReadReports(files)
 	if err != nil {
-		return nil, fmt.Errorf("go run ./internal/evaltable -strategy %s: %v: %s", strategy, err, stderr.String())
+		return nil, err
 	}
-	t, err := parseTargets(string(out))
+	var out strings.Builder
+	if err := evaltargets.Write(&out, reps, strategy); err != nil {
+		return nil, err
+	}
+	t, err := parseTargets(out.String())
 	if err != nil {
-		return nil, fmt.Errorf("evaltable -strategy %s: %w", strategy, err)
+		return nil, fmt.Errorf("evaltargets -strategy %s: %w", strategy, err)
 	}
-	t.out = string(out)
+	t.out = out.String()
 	e.targets[strategy] = t
 	return t, nil
-}
-
-// goCommand is the go command: the one on PATH, else GOROOT's.
-func goCommand() string {
-	if _, err := exec.LookPath("go"); err != nil {
-		if r := os.Getenv("GOROOT"); r != "" {
-			return filepath.Join(r, "bin", "go")
-		}
-	}
-	return "go"
 }
 
 var targetsMetLine = regexp.MustCompile(`(?m)^(\d+) of (\d+) targets met\.$`)
@@ -352,7 +329,7 @@ func (t *targets) perTrace(files []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		cells, ok := t.rows[evaltableTitle(r)]
+		cells, ok := t.rows[evaltargets.Title(r)]
 		if !ok {
 			continue // evaltable checks no target where the strategy or the oracle did not run
 		}

@@ -35,7 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("docfacts", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	check := fl.Bool("check", false, "change nothing; exit 1 when a block differs from the code")
-	root := fl.String("root", ".", "the module's root directory (the package table walks it; evaltable runs there)")
+	root := fl.String("root", ".", "the module's root directory (the package table walks it)")
 	evalDir := fl.String("eval", "", "the directory of the bench's --json reports that headline blocks read (default ROOT/docs/eval/json)")
 	if err := fl.Parse(args); err != nil {
 		return 2
