@@ -24,12 +24,12 @@ func runRender(t *testing.T, stdin string, args ...string) (renderOutput, error)
 	return r, err
 }
 
-// Every golden chat render (reference Jinja2 in transformers'
-// environment, fixed clock) comes out of the command byte for byte. Each
-// render loads the model's tokenizer, so -short renders one case of each
+// Golden chat renders (reference Jinja2 in transformers' environment,
+// fixed clock) come out of the command byte for byte: one case of each
 // shape of request body (with or without tools, template kwargs and
-// add_generation_prompt); package chattemplate checks every render
-// through the library in either tier.
+// add_generation_prompt), which is what the command's wiring can get
+// wrong. Each run of the command loads the model's tokenizer; packages
+// chattemplate and prompt check every golden render through the library.
 func TestRenderCmd_GoldenChatRenders(t *testing.T) {
 	var g struct {
 		Clock     string `json:"strftime_now_clock"`
@@ -60,7 +60,7 @@ func TestRenderCmd_GoldenChatRenders(t *testing.T) {
 				continue
 			}
 			shape := [3]bool{c.Tools != nil, c.Kwargs != nil, c.AddGenerationPrompt != nil}
-			if testing.Short() && shapes[shape] {
+			if shapes[shape] {
 				continue
 			}
 			shapes[shape] = true
