@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -136,6 +137,7 @@ type Client struct {
 	nodes   []*node
 	next    atomic.Uint64
 	writeAt atomic.Uint64 // index of the node of the last successful write (StickyWrites)
+	softAt  atomic.Uint64 // index of the node soft state goes to (softStateCall)
 
 	log *slog.Logger
 
@@ -215,6 +217,10 @@ func New(cfg Config) (*Client, error) {
 		}
 		c.nodes = append(c.nodes, &node{idx: len(c.nodes), addr: a, cc: cc, ic: pb.NewInferenceCacheClient(cc),
 			cl: pb.NewClusterClient(cc), hc: healthpb.NewHealthClient(cc)})
+	}
+	// Pickers spread their soft state over the nodes; each keeps to one.
+	if len(c.nodes) > 0 {
+		c.softAt.Store(mrand.Uint64N(uint64(len(c.nodes))))
 	}
 	return c, nil
 }

@@ -3,9 +3,14 @@ package client
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/internal/poll"
@@ -132,4 +137,95 @@ func (a *atomicCount) get() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.n
+}
+
+// softFake counts the soft-state calls a node receives and fails them with
+// UNAVAILABLE while down.
+type softFake struct {
+	pb.UnimplementedInferenceCacheServer
+	mu          sync.Mutex
+	picks, load int
+	down        bool
+}
+
+func (f *softFake) SharePicks(context.Context, *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, status.Error(codes.Unavailable, "down")
+	}
+	f.picks++
+	return &pb.SharePicksResponse{}, nil
+}
+
+func (f *softFake) ReportPickerLoad(context.Context, *pb.ReportPickerLoadRequest) (*pb.ReportPickerLoadResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, status.Error(codes.Unavailable, "down")
+	}
+	f.load++
+	return &pb.ReportPickerLoadResponse{}, nil
+}
+
+func (f *softFake) counts() (picks, load int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.picks, f.load
+}
+
+// A picker's picks and load reports all go to one node, so that node's
+// queues pass each pick on before the report sent after it; when that
+// node stops answering they move to another node, and stay there.
+func TestSoftState_OneNodeUntilItFails(t *testing.T) {
+	fakes := []*softFake{{}, {}, {}}
+	var addrs []string
+	for _, f := range fakes {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := grpc.NewServer()
+		pb.RegisterInferenceCacheServer(s, f)
+		go s.Serve(lis)
+		t.Cleanup(s.Stop)
+		addrs = append(addrs, lis.Addr().String())
+	}
+	c := newClient(t, Config{Addrs: addrs, LookupTimeout: 2 * time.Second})
+	ctx := context.Background()
+	push := func(n int) {
+		for range n {
+			_, _ = c.SharePicks(ctx, &pb.SharePicksRequest{PickerId: "p"})
+			_, _ = c.ReportPickerLoad(ctx, &pb.ReportPickerLoadRequest{PickerId: "p"})
+		}
+	}
+	only := func() int {
+		got := -1
+		for i, f := range fakes {
+			if p, l := f.counts(); p+l > 0 {
+				if got >= 0 {
+					t.Fatalf("soft state reached nodes %d and %d, want one", got, i)
+				}
+				got = i
+			}
+		}
+		return got
+	}
+	push(6)
+	first := only()
+	if p, l := fakes[first].counts(); p != 6 || l != 6 {
+		t.Fatalf("node %d got %d picks pushes and %d load reports, want 6 and 6", first, p, l)
+	}
+
+	fakes[first].mu.Lock()
+	fakes[first].down, fakes[first].picks, fakes[first].load = true, 0, 0
+	fakes[first].mu.Unlock()
+	push(6) // the first call fails on the down node; the rest go to the next
+	second := only()
+	if second == first {
+		t.Fatalf("calls still counted on the down node %d", first)
+	}
+	if p, l := fakes[second].counts(); p+l != 11 {
+		t.Fatalf("node %d got %d picks pushes and %d load reports, want 11 in all after the one failed call", second, p, l)
+	}
 }
