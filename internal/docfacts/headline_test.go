@@ -16,9 +16,11 @@ import (
 func copyReports(t *testing.T, root string) string {
 	t.Helper()
 	dir := t.TempDir()
-	files, err := filepath.Glob(filepath.Join(root, "docs", "eval", "json", "*.json"))
+	// The frozen copies (testdata/reports/README.md), not docs/eval/json:
+	// the expected figures were read by hand from them.
+	files, err := filepath.Glob(filepath.Join(root, "internal", "docfacts", "testdata", "reports", "*.json"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no committed reports: %v", err)
+		t.Fatalf("no frozen reports: %v", err)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -66,7 +68,7 @@ func setP50(t *testing.T, path, strategy string, p50 float64) {
 // The expected figures are read by hand from the committed reports
 // (conversation-10000-1.json: lookuproute-sdk 584.x ms p50 and 32.0 %
 // hit rate, round-robin 1047 ms and 11.6 %, dynamo-sync 874 ms) and
-// evaltable's counts in EVALUATION.md (65 and 72 of 102).
+// evaltable's counts for these reports (65 and 72 of 102).
 func TestHeadline_FailsOnAChangedReportAndWriteRepairsIt(t *testing.T) {
 	root := fixtures.Root(t)
 	reports := copyReports(t, root)
