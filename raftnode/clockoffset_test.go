@@ -15,6 +15,9 @@ import (
 // minutes ahead shows as an offset of about +10 minutes on each follower,
 // and an offset near 0 when the clocks agree.
 func TestClockOffset_FollowersMeasureTheLeadersClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
+	}
 	var skewed atomic.Value // node id whose clock is 10 minutes ahead
 	skewed.Store("")
 	restore := raftnode.SetAckClockForTest(func(id string) time.Time {

@@ -323,6 +323,9 @@ func TestRestart_StaleAndNotServingUntilItsLogIsApplied(t *testing.T) {
 // instead of staying (or being re-elected) while full, and every node's
 // Status reports it unhealthy and why, until its appends succeed again.
 func TestFullDisk_LeaderStepsDownAndIsReportedUnhealthy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
+	}
 	var full [3]atomic.Bool
 	defer wrapStores(func(i int, s raft.LogStore) raft.LogStore { return fullDiskStore{s, &full[i]} })()
 	c := clustertest.New(t, 3, noExpire)

@@ -106,6 +106,9 @@ func TestCleanupBudget(t *testing.T) {
 // under the same id with an empty data dir (a new process: a new gossip
 // nonce), it is added back as a voter and catches up.
 func TestRemoveServer_LiveProcessStaysOutRestartedOneIsReadded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
+	}
 	c := clustertest.New(t, 3, noExpire)
 	c.StartAll()
 	l := c.WaitLeader(15 * time.Second)
@@ -169,6 +172,9 @@ func TestRemoveServer_LiveProcessStaysOutRestartedOneIsReadded(t *testing.T) {
 // leader that made it: after a leadership transfer the new leader does
 // not add the removed process back either.
 func TestRemoveServer_NewLeaderDoesNotReaddTheLiveProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
+	}
 	c := clustertest.New(t, 3, noExpire)
 	c.StartAll()
 	l := c.WaitLeader(15 * time.Second)

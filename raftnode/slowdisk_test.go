@@ -37,6 +37,9 @@ func (s slowStore) StoreLogs(ls []*raft.Log) error {
 // shows the lag: its reads must be marked stale and it must stop Serving
 // while it is behind for longer than maxStaleness, and recover after.
 func TestSlowDisk_FollowerBehindReadsStale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
+	}
 	var delay [3]atomic.Int64
 	defer wrapStores(func(i int, s raft.LogStore) raft.LogStore { return slowStore{s, &delay[i]} })()
 	c := clustertest.New(t, 3, func(_ int, cfg *raftnode.Config) {

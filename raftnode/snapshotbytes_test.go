@@ -19,6 +19,9 @@ import (
 // not have; with it off, the same load takes no snapshot. A restarted node
 // then comes back from that snapshot plus the log after it.
 func TestSnapshotLogBytes_SnapshotsOnLogGrowth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
+	}
 	for _, tc := range []struct {
 		name  string
 		bytes int64

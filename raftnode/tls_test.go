@@ -88,6 +88,9 @@ func TestSecureCluster_RaftTLSGossipKeysAndForwardingOverMutualTLS(t *testing.T)
 }
 
 func TestSecureCluster_ForwardingRefusesBadCertificatesAndTokens(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
+	}
 	for _, c := range []struct {
 		name  string
 		files tlsconfig.Files
