@@ -189,7 +189,7 @@ doc-commands:
 ## kubeapi-e2e: the picker's InferencePool watch against a real kube-apiserver and etcd, built from their Go modules (e2e/kubeapi/servers, pinned apart from go.mod) and cached under IC_KUBEAPI_CACHE or ~/.cache/inference-cache/kubeapi: the first build takes ~25 min on 2 loaded cores, later runs seconds
 KUBEAPI_TIMEOUT ?= 60m
 kubeapi-e2e:
-	$(GO) test -count=1 -timeout $(KUBEAPI_TIMEOUT) -run '^TestPoolWatch_FollowsARealAPIServer$$' -v ./e2e/kubeapi
+	IC_KUBEAPI_E2E=1 $(GO) test -count=1 -timeout $(KUBEAPI_TIMEOUT) -run '^TestPoolWatch_FollowsARealAPIServer$$' -v ./e2e/kubeapi
 
 vulncheck:
 	$(GO) run golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION) ./...
