@@ -165,6 +165,7 @@ func dumpJSON(b *strings.Builder, v jinja.Value, opts dumpOptions, level int) er
 		newline(b, opts, level)
 		b.WriteByte('}')
 	default:
+		//lint:ignore ST1005 Python json.dumps's TypeError text, as templates and their users see it
 		return fmt.Errorf("Object of type %s is not JSON serializable", kindName(v))
 	}
 	return nil

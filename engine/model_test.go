@@ -138,7 +138,7 @@ func TestModel_HeadWaitsForRoom(t *testing.T) {
 // Oversize requests are refused, or clipped to the leading blocks that
 // fit; bad requests and a duplicate id are refused.
 func TestModel_Refusals(t *testing.T) {
-	m, rec := newModel(t, Config{BlockSize: 16, KVBlocks: 4})
+	m, _ := newModel(t, Config{BlockSize: 16, KVBlocks: 4})
 	if err := m.Submit(1, Request{Blocks: seq(1, 4), PromptTokens: 64, OutputTokens: 1}, 0); !errors.Is(err, ErrTooLong) {
 		t.Fatalf("4 blocks + 1 reserved on 4: %v, want ErrTooLong", err)
 	}
