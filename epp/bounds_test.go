@@ -3,6 +3,7 @@ package epp
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/inference-cache/inference-cache/internal/extproctest"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
@@ -62,31 +64,26 @@ func TestProcess_BodiesInFlightOverTheBoundGet429(t *testing.T) {
 		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/chat/completions")}, {Key: ":method", RawValue: []byte("POST")}}}}}})
 	_ = hold.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: make([]byte, 4000)}}})
 	var second *extproctest.Exchange
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// The held body reaches the bound asynchronously: ask until a request
+	// is refused, within a deadline.
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
 		second = start(t, r, extproctest.Request{Mode: fullDuplex, Path: "/v1/chat/completions", Body: chatBody("m", 200)})
 		_ = second.CloseSend()
-		if im := second.Pick.Immediate; im != nil && im.GetStatus().GetCode() == typev3.StatusCode_TooManyRequests || time.Now().After(deadline) {
-			break
-		}
-	}
+		im := second.Pick.Immediate
+		return im != nil && im.GetStatus().GetCode() == typev3.StatusCode_TooManyRequests, fmt.Sprintf("answered %+v while a body is held past the bound, want 429", second.Pick)
+	})
 	im = second.Pick.Immediate
 	if im == nil || im.GetStatus().GetCode() != typev3.StatusCode_TooManyRequests || !strings.Contains(im.String(), "retry-after") {
 		t.Fatalf("a body past the bytes in flight: %+v, want 429 with retry-after", second.Pick)
 	}
 	_ = hold.CloseSend()
 	cancel()
-	deadline = time.Now().Add(5 * time.Second)
-	for {
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
 		third := start(t, r, extproctest.Request{Mode: fullDuplex, Path: "/v1/chat/completions", Body: chatBody("m", 200)})
 		_ = third.CloseSend()
-		if third.Pick.Immediate == nil {
-			return // the held bytes came back
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the holder left: %+v, want a pick", third.Pick)
-		}
-	}
+		// A pick once the held bytes came back.
+		return third.Pick.Immediate == nil, fmt.Sprintf("after the holder left: %+v, want a pick", third.Pick)
+	})
 }
 
 // A stream on which nothing arrives for the idle timeout is ended with

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inference-cache/inference-cache/internal/fixtures"
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/syncbuf"
 	"github.com/inference-cache/inference-cache/openai"
 )
@@ -33,21 +34,20 @@ func startSimEngine(t *testing.T, args ...string) string {
 		}
 	})
 	addr := regexp.MustCompile(`http=(http://127\.0\.0\.1:\d+)`)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if m := addr.FindStringSubmatch(logs.String()); m != nil {
-			return m[1]
-		}
+	var url string
+	poll.Eventually(t, 20*time.Second, 5*time.Millisecond, func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("sim-engine exited: %v\n%s", err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no serving line logged: %s", logs.String())
+		if m := addr.FindStringSubmatch(logs.String()); m != nil {
+			url = m[1]
+			return true, ""
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false, "no serving line logged: " + logs.String()
+	})
+	return url
 }
 
 // The sim engine prefills a chat request as vLLM does: the model's chat
