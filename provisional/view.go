@@ -1,0 +1,129 @@
+package provisional
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Match is one replica's provisional match for a lookup's chain: the
+// deepest block of the chain some unexpired pick holds there.
+type Match struct {
+	Replica string
+	// Blocks and Tokens are the match's depth: blocks from the chain's
+	// root, and their tokens as the pick counted them.
+	Blocks, Tokens uint32
+	// Age is how long ago the youngest pick reaching that depth was made.
+	Age time.Duration
+}
+
+// View is a read of the store at one instant (Store.At).
+type View struct {
+	s   *Store
+	now int64
+}
+
+// At returns a view at the store clock's current reading.
+func (s *Store) At() View { return View{s: s, now: s.now()} }
+
+// Matches appends to dst, per replica, the deepest block of chain (a
+// lookup's block hashes, root first, in part's fingerprint) that an
+// unexpired pick holds on it; replica id ascending. A chained hash names
+// its whole prefix: a pick sharing chain's first block holds chain as far
+// as their hashes agree, and a chain of one hash (a lookup by prefix hash
+// alone) matches the picks whose last block it is. It takes a read lock
+// and does not allocate when dst has room.
+func (v View) Matches(dst []Match, part Partition, chain []uint64) []Match {
+	if len(chain) == 0 {
+		return dst
+	}
+	s := v.s
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	blocks := s.parts[part]
+	if blocks == nil {
+		return dst
+	}
+	start := len(dst)
+	for _, c := range blocks[chain[0]] {
+		h := c.p
+		if h.expires <= v.now {
+			continue
+		}
+		depth := int(c.pos) + 1 // a pick's last block: its whole prefix
+		if c.pos == 0 {
+			depth = commonPrefix(h.hashes, chain)
+		}
+		m := Match{Replica: h.replica, Blocks: uint32(depth), Tokens: h.cum[depth-1], Age: time.Duration(v.now - h.made)}
+		j := start
+		for ; j < len(dst) && dst[j].Replica != h.replica; j++ {
+		}
+		switch {
+		case j == len(dst):
+			dst = append(dst, m)
+		case m.Blocks > dst[j].Blocks || m.Blocks == dst[j].Blocks && m.Age < dst[j].Age:
+			dst[j] = m
+		}
+	}
+	slices.SortFunc(dst[start:], func(a, b Match) int { return strings.Compare(a.Replica, b.Replica) })
+	return dst
+}
+
+// Live returns picker's unexpired picks, id ascending, each with its Age
+// now: the full state a picker sends for repair. Only the picks made
+// within hashesWithin of now (0 = all) carry their hashes and counts; the
+// older ones are listed by id alone (they keep the pick where it is held:
+// their hashes went out in earlier pushes), so a full state's size is
+// bounded by the recent picks, not by every pick of the max age.
+func (s *Store) Live(picker string, hashesWithin time.Duration) []Pick {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ps := s.pickers[picker]
+	if ps == nil {
+		return nil
+	}
+	now := s.now()
+	out := make([]Pick, 0, len(ps.picks))
+	for _, h := range ps.picks {
+		if h.expires <= now {
+			continue
+		}
+		k := Pick{ID: h.id, Replica: h.replica, Partition: h.part, Age: time.Duration(now - h.made), MaxAge: time.Duration(h.expires - h.made)}
+		if hashesWithin <= 0 || k.Age <= hashesWithin {
+			k.Hashes = h.hashes
+			if h.cum[len(h.cum)-1] != uint32(16*len(h.cum)) {
+				k.Counts = make([]uint32, len(h.cum))
+				prev := uint32(0)
+				for i, c := range h.cum {
+					k.Counts[i], prev = c-prev, c
+				}
+			}
+		}
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b Pick) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Stats returns the counters and sizes.
+func (s *Store) Stats() Stats {
+	s.mu.RLock()
+	blocks, picks := s.blocks, s.picks
+	pickers := 0
+	for _, ps := range s.pickers {
+		if len(ps.picks) > 0 {
+			pickers++
+		}
+	}
+	s.mu.RUnlock()
+	return Stats{Added: s.added.Load(), Removed: s.removed.Load(), Confirmed: s.confirmed.Load(), Expired: s.expired.Load(),
+		Ignored: s.ignored.Load(), Refused: s.refused.Load(), Blocks: blocks, Picks: picks, Pickers: pickers}
+}
