@@ -64,6 +64,11 @@ type LoadShareConfig struct {
 	// (50 ms), else MinLoadShareInterval to MaxLoadShareInterval. The
 	// nodes drop the picker's load 2 intervals after its last report.
 	Interval time.Duration
+	// Load, when set, is what each report carries in place of the
+	// Picker's InFlight: a gateway that pushes its picks leaves out the
+	// load of picks not pushed yet, so that no node holds a pick's load
+	// before the pick (contract §5.12). It must not block.
+	Load func() []*pb.PickerReplicaLoad
 	// Logger receives a warning when reports fail, at most once a
 	// minute; nil = slog.Default().
 	Logger *slog.Logger
@@ -212,7 +217,7 @@ func (s *LoadShare) run() {
 	}()
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	s.report(stopped, s.cfg.Interval, s.p.InFlight())
+	s.report(stopped, s.cfg.Interval, s.load())
 	for {
 		select {
 		case <-s.stop:
@@ -222,14 +227,22 @@ func (s *LoadShare) run() {
 			if stopped.Err() != nil {
 				continue // Stop was called: the case above ends the loop
 			}
-			s.report(stopped, s.cfg.Interval, s.p.InFlight())
+			s.report(stopped, s.cfg.Interval, s.load())
 		case <-s.kick:
 			if stopped.Err() != nil {
 				continue
 			}
-			s.report(stopped, s.cfg.Interval, s.p.InFlight())
+			s.report(stopped, s.cfg.Interval, s.load())
 		}
 	}
+}
+
+// load is the load a report carries: Config.Load's, else the Picker's.
+func (s *LoadShare) load() []*pb.PickerReplicaLoad {
+	if s.cfg.Load != nil {
+		return s.cfg.Load()
+	}
+	return s.p.InFlight()
 }
 
 // report sends one report bounded by parent and by limit.

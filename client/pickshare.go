@@ -59,11 +59,13 @@ type PickShareConfig struct {
 	// PushTimeout bounds one push; 0 = DefaultPushTimeout.
 	PushTimeout time.Duration
 	// AfterDelta, when set, is called on the pushing goroutine after each
-	// push of new picks or removals has been answered (or has failed): a
-	// gateway sends its load report from there, so that a node holds a
-	// pick before the load that pick adds, and a lookup never sees a
-	// replica's new load without the residency that explains it.
-	AfterDelta func()
+	// push of new picks or removals has been answered (or has failed),
+	// with the ids of the picks it carried: a gateway counts those picks'
+	// load in its reports from then on (LoadShareConfig.Load) and sends
+	// a report at once, so that a node holds a pick before the load that
+	// pick adds, and a lookup never sees a replica's new load without the
+	// residency that explains it (contract §5.12).
+	AfterDelta func(picked []uint64)
 	// Logger receives a warning when pushes fail, at most once a minute;
 	// nil = slog.Default().
 	Logger *slog.Logger
@@ -219,7 +221,11 @@ func (s *PickShare) run() {
 				s.quiet = false
 				s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Picks: adds, Removed: removed})
 				if s.cfg.AfterDelta != nil {
-					s.cfg.AfterDelta()
+					ids := make([]uint64, len(adds))
+					for i := range adds {
+						ids[i] = adds[i].ID
+					}
+					s.cfg.AfterDelta(ids)
 				}
 			}
 		case <-t.C:

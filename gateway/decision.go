@@ -131,21 +131,27 @@ func (d *Decision) ReasonFor(replica string) (string, int) {
 func (d *Decision) Start(replica string) *Flight {
 	g := d.g
 	f := &Flight{g: g, replica: replica}
+	// The pick and its load as one step (provState.order): this
+	// gateway's decisions see both or neither, and its load reports
+	// leave the load out until the pick is pushed (unshared.go).
+	g.prov.order.Lock()
+	f.pickID = g.recordPick(d, replica)
 	if g.cfg.Strategy == StrategyPicker {
+		uncached := d.PromptTokens
+		for i := range d.Costs {
+			if d.Costs[i].Replica == replica {
+				uncached = d.Costs[i].UncachedTokens
+			}
+		}
 		if replica == d.Replica {
 			f.in = g.picker.Start(&d.pick)
 		} else {
-			uncached := d.PromptTokens
-			for i := range d.Costs {
-				if d.Costs[i].Replica == replica {
-					uncached = d.Costs[i].UncachedTokens
-				}
-			}
 			f.in = g.picker.StartOn(replica, uncached)
 		}
+		g.prov.holdLoad(f.pickID, replica, float64(max(0, uncached)))
 	}
+	g.prov.order.Unlock()
 	f.peer = d.startPeer(replica)
-	f.pickID = g.recordPick(d, replica)
 	if g.share != nil && (f.pickID == 0 || g.prov.push == nil) {
 		// The load delta goes out now, not at the next tick; a pushed
 		// pick's goes out after the pick (PickShareConfig.AfterDelta).

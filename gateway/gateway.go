@@ -175,7 +175,11 @@ func New(cfg Config) (*Gateway, error) {
 		g.peer = newPeerState()
 	}
 	if to, ok := cfg.Lookup.(client.LoadReportSender); ok && !cfg.NoShareLoad && s == StrategyPicker {
-		if g.share, err = client.StartLoadShare(g.picker, to, cfg.ShareLoad); err != nil {
+		sc := cfg.ShareLoad
+		if sc.Load == nil {
+			sc.Load = g.sharedLoad
+		}
+		if g.share, err = client.StartLoadShare(g.picker, to, sc); err != nil {
 			return nil, fmt.Errorf("gateway: share load: %w", err)
 		}
 	}
@@ -287,8 +291,10 @@ func (g *Gateway) Decide(ctx context.Context, req Request) (*Decision, error) {
 		g.decidePeer(d, model, resp, d.hashes)
 		return d, nil
 	}
+	g.prov.order.RLock()
 	resp = g.mergeOwnPicks(d, resp)
 	pick := g.picker.PickKeyed(resp, d.candidates, d.PromptTokens, d.rkey)
+	g.prov.order.RUnlock()
 	d.pick, d.Costs = pick, pick.Costs
 	usable := d.rkey != 0 // a keyed pick is the rendezvous: the same on every gateway
 	for i := range pick.Costs {

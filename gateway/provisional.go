@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,14 +52,22 @@ const provSweepEvery = time.Second
 
 // provState is a Gateway's provisional residencies.
 type provState struct {
-	table  *provisional.Store // nil = off
-	push   *client.PickShare  // nil = not pushing
-	id     string
-	maxAge time.Duration
-	now    func() time.Time
-	seq    atomic.Uint64 // the local table's push sequence
-	next   atomic.Uint64 // pick ids
-	swept  atomic.Int64  // unix ns of the last sweep, on the table's clock
+	table *provisional.Store // nil = off
+	push  *client.PickShare  // nil = not pushing
+	// order makes a pick and its load one step: Decision.Start records
+	// both under the write lock; Decide (mergeOwnPicks, the picker's
+	// costs) and the load reports (sharedLoad) read both under the read
+	// lock, so neither sees a pick's load without the pick.
+	order sync.RWMutex
+	// unshared is the ledger of picks not pushed yet (unshared.go),
+	// under order.
+	unshared map[uint64]unsharedPick
+	id       string
+	maxAge   time.Duration
+	now      func() time.Time
+	seq      atomic.Uint64 // the local table's push sequence
+	next     atomic.Uint64 // pick ids
+	swept    atomic.Int64  // unix ns of the last sweep, on the table's clock
 }
 
 // startProvisional makes the local table and starts the pushes.
@@ -88,7 +97,8 @@ func (g *Gateway) startProvisional() error {
 		pc := c.Push
 		pc.PickerID = p.id
 		if share := g.share; share != nil && pc.AfterDelta == nil {
-			pc.AfterDelta = share.Kick // the pick's load delta goes out after the pick
+			// The pick's load goes out once the pick is pushed.
+			pc.AfterDelta = func(ids []uint64) { p.pushed(ids); share.Kick() }
 		}
 		var err error
 		if p.push, err = client.StartPickShare(to, func(within time.Duration) []provisional.Pick { return p.table.Live(p.id, within) }, pc); err != nil {

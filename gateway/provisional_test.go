@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -191,5 +192,78 @@ func TestProvisional_SinkAndVirtualClock(t *testing.T) {
 	f.Fail()
 	if len(got) != 2 || len(got[1].Removed) != 1 || got[1].Removed[0] != got[0].Picks[0].ID || got[1].Sequence <= got[0].Sequence {
 		t.Fatalf("sink got %+v", got)
+	}
+}
+
+// slowNode takes lookups, load reports and picks pushes as a node does,
+// holding each push for delay before it applies it, and records every
+// report that counts a replica's requests before the pushes that explain
+// them were applied.
+type slowNode struct {
+	fakeLookup
+	delay time.Duration
+
+	smu        sync.Mutex
+	applied    map[string]uint32 // picks held, per replica
+	reports    int
+	ahead      []string
+	lastLoaded uint32 // requests in the last report
+}
+
+func (s *slowNode) SharePicks(_ context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
+	time.Sleep(s.delay)
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	if !req.FullState {
+		for _, k := range req.Picks {
+			s.applied[k.ReplicaId]++
+		}
+	}
+	return &pb.SharePicksResponse{Added: uint32(len(req.Picks))}, nil
+}
+
+func (s *slowNode) ReportPickerLoad(_ context.Context, req *pb.ReportPickerLoadRequest) (*pb.ReportPickerLoadResponse, error) {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	s.reports++
+	s.lastLoaded = 0
+	for _, l := range req.Loads {
+		s.lastLoaded += l.RunningRequests
+		if l.RunningRequests > s.applied[l.ReplicaId] {
+			s.ahead = append(s.ahead, fmt.Sprintf("%s: %d requests reported, %d picks held", l.ReplicaId, l.RunningRequests, s.applied[l.ReplicaId]))
+		}
+	}
+	return &pb.ReportPickerLoadResponse{Accepted: uint32(len(req.Loads))}, nil
+}
+
+// A node never holds a pick's load before the pick (contract §5.12): the
+// gateway's load reports go out every 10 ms while each picks push takes
+// 20 ms to be applied, yet no report counts a request on a replica
+// before that request's pick is held there; once the pushes are in, the
+// reports count every request.
+func TestGateway_NoLoadBeforeItsPick(t *testing.T) {
+	node := &slowNode{fakeLookup: fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}, delay: 20 * time.Millisecond, applied: map[string]uint32{}}
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: node,
+		ShareLoad: client.LoadShareConfig{PickerID: "gw-1", Interval: client.MinLoadShareInterval}})
+	defer g.Close()
+	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
+	const picks = 30
+	for range picks {
+		d, err := g.Decide(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Start(d.Replica) // never ended: every report counts it
+		time.Sleep(3 * time.Millisecond)
+	}
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		node.smu.Lock()
+		defer node.smu.Unlock()
+		return node.lastLoaded == picks, fmt.Sprintf("the last report counts %d requests, want %d", node.lastLoaded, picks)
+	})
+	node.smu.Lock()
+	defer node.smu.Unlock()
+	if len(node.ahead) > 0 {
+		t.Fatalf("%d replica loads (in %d reports) counted requests before their picks were held, first: %s", len(node.ahead), node.reports, node.ahead[0])
 	}
 }

@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"time"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+)
+
+// A pick's load must not reach a node before the pick: a lookup that saw
+// a replica's new load without the provisional residency that explains
+// it would steer the request's siblings away from the replica they
+// should share (contract §5.12). The load share's reports go out on
+// their own ticker, so the gateway keeps the picks not yet pushed in a
+// ledger and leaves their load out of each report until the push that
+// carries them is answered.
+
+// unsharedPick is one pick whose push has not been answered: its
+// replica, the prefill tokens its flight added, and when it was made.
+type unsharedPick struct {
+	replica string
+	tokens  float64
+	at      time.Time
+}
+
+// unsharedMaxAge drops a ledger entry whose push never came (the push
+// queue overflowed, the pusher stopped): past one push's time-out its
+// load is reported like any other.
+const unsharedMaxAge = 2 * time.Second
+
+// holdLoad puts the pick id's load in the ledger; called by
+// Decision.Start under prov.order's write lock.
+func (p *provState) holdLoad(id uint64, replica string, tokens float64) {
+	if p.push == nil || id == 0 {
+		return
+	}
+	if p.unshared == nil {
+		p.unshared = map[uint64]unsharedPick{}
+	}
+	p.unshared[id] = unsharedPick{replica: replica, tokens: tokens, at: time.Now()}
+}
+
+// pushed takes the picks a push carried out of the ledger
+// (client.PickShareConfig.AfterDelta).
+func (p *provState) pushed(ids []uint64) {
+	p.order.Lock()
+	for _, id := range ids {
+		delete(p.unshared, id)
+	}
+	p.order.Unlock()
+}
+
+// sharedLoad is the load the gateway reports (client.LoadShareConfig.Load):
+// the picker's requests in flight less the picks not pushed yet. Read
+// under prov.order with the ledger, so a pick started at the same time
+// is either in both or in neither.
+func (g *Gateway) sharedLoad() []*pb.PickerReplicaLoad {
+	p := &g.prov
+	p.order.RLock()
+	defer p.order.RUnlock()
+	loads := g.picker.InFlight()
+	if len(p.unshared) == 0 {
+		return loads
+	}
+	now := time.Now()
+	for _, u := range p.unshared {
+		if now.Sub(u.at) > unsharedMaxAge {
+			continue // dropped at the next push's answer, or below
+		}
+		for _, l := range loads {
+			if l.ReplicaId != u.replica {
+				continue
+			}
+			l.PrefillingRequests -= min(l.PrefillingRequests, 1)
+			l.RunningRequests -= min(l.RunningRequests, 1)
+			l.PrefillTokens -= min(l.PrefillTokens, uint64(u.tokens+0.5))
+			break
+		}
+	}
+	out := loads[:0]
+	for _, l := range loads {
+		if l.PrefillingRequests+l.RunningRequests > 0 || l.PrefillTokens > 0 {
+			out = append(out, l)
+		}
+	}
+	return out
+}
