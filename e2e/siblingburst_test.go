@@ -26,8 +26,10 @@ func TestSiblingBurst_FourProxies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster, 4 sim engines, the subscriber and 4 proxies")
 	}
-	f := startFleet(t, fleetOptions{sims: 4})
-	args := []string{"--models-dir", f.modelsDir}
+	// At debug level each proxy logs its decisions' cost terms: a failure
+	// prints them in the log tails.
+	f := startFleet(t, fleetOptions{sims: 4, proxyFlags: []string{"--log-level", "debug"}})
+	args := []string{"--models-dir", f.modelsDir, "--log-level", "debug"}
 	for _, p := range f.c.procs {
 		args = append(args, "--addr", p.grpc)
 	}

@@ -250,6 +250,7 @@ func (p *Proxy) record(d *gateway.Decision) {
 		p.m.PromptTokens.Add(float64(d.PromptTokens))
 		p.m.MatchedTokens.Add(float64(d.MatchedTokens))
 	}
+	p.logDecision(d)
 }
 
 // errNoTransferParams is a prefill answer without kv_transfer_params:

@@ -131,7 +131,10 @@ func newTestProxy(t *testing.T, resp *pb.LookupRouteResponse, opts Options, engi
 	if err := pool.Set(bs); err != nil {
 		t.Fatal(err)
 	}
-	opts.Gateway, opts.Pool, opts.Logger = gw, pool, quiet
+	opts.Gateway, opts.Pool = gw, pool
+	if opts.Logger == nil {
+		opts.Logger = quiet
+	}
 	p, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
