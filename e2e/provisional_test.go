@@ -147,14 +147,19 @@ func TestProvisional_PickSeenOnEveryNode(t *testing.T) {
 		m := func(p *proc, name string, labels ...string) float64 {
 			return metricSum(t, "http://"+p.http+"/metrics", "inferencecache_"+name, labels...)
 		}
-		if got, fwd := m(n1, "provisional_pushes_received_total", `source="picker"`), m(n1, "provisional_pushes_forwarded_total"); got < 1 || fwd < 2 {
-			t.Errorf("n1: %v pushes from pickers, %v passed on; want ≥ 1 and ≥ 2", got, fwd)
-		}
-		for _, p := range []*proc{n2, n3} {
-			if got, held := m(p, "provisional_pushes_received_total", `source="node"`), m(p, "provisional_picks"); got < 1 || held != 1 {
-				t.Errorf("%s: %v pushes from nodes, %v picks held; want ≥ 1, 1", p.id, got, held)
+		// Polled: n1 counts a push as passed on once the peer has
+		// answered, which is after the peer's lookups see it.
+		poll.Eventually(t, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
+			if got, fwd := m(n1, "provisional_pushes_received_total", `source="picker"`), m(n1, "provisional_pushes_forwarded_total"); got < 1 || fwd < 2 {
+				return false, fmt.Sprintf("n1: %v pushes from pickers, %v passed on; want ≥ 1 and ≥ 2", got, fwd)
 			}
-		}
+			for _, p := range []*proc{n2, n3} {
+				if got, held := m(p, "provisional_pushes_received_total", `source="node"`), m(p, "provisional_picks"); got < 1 || held != 1 {
+					return false, fmt.Sprintf("%s: %v pushes from nodes, %v picks held; want ≥ 1, 1", p.id, got, held)
+				}
+			}
+			return true, ""
+		})
 		if fwd := m(n2, "provisional_pushes_forwarded_total"); fwd != 0 {
 			t.Errorf("n2: %v pushes passed on, want none (a copy is not passed on again)", fwd)
 		}
