@@ -148,7 +148,9 @@ func (d *Decision) Start(replica string) *Flight {
 		} else {
 			f.in = g.picker.StartOn(replica, uncached)
 		}
-		g.prov.holdLoad(f.pickID, replica, float64(max(0, uncached)))
+		if g.share != nil {
+			g.prov.holdLoad(f.pickID, replica, float64(max(0, uncached)))
+		}
 	}
 	g.prov.order.Unlock()
 	f.peer = d.startPeer(replica)

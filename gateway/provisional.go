@@ -61,13 +61,14 @@ type provState struct {
 	order sync.RWMutex
 	// unshared is the ledger of picks not pushed yet (unshared.go),
 	// under order.
-	unshared map[uint64]unsharedPick
-	id       string
-	maxAge   time.Duration
-	now      func() time.Time
-	seq      atomic.Uint64 // the local table's push sequence
-	next     atomic.Uint64 // pick ids
-	swept    atomic.Int64  // unix ns of the last sweep, on the table's clock
+	unshared     map[uint64]unsharedPick
+	unsharedAdds uint64 // picks recorded in it, for its sweeps
+	id           string
+	maxAge       time.Duration
+	now          func() time.Time
+	seq          atomic.Uint64 // the local table's push sequence
+	next         atomic.Uint64 // pick ids
+	swept        atomic.Int64  // unix ns of the last sweep, on the table's clock
 }
 
 // startProvisional makes the local table and starts the pushes.

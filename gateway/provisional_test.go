@@ -267,3 +267,33 @@ func TestGateway_NoLoadBeforeItsPick(t *testing.T) {
 		t.Fatalf("%d replica loads (in %d reports) counted requests before their picks were held, first: %s", len(node.ahead), node.reports, node.ahead[0])
 	}
 }
+
+// The ledger of unpushed picks stays bounded when pushes never come
+// (the push queue overflowed, the pusher stopped): entries past
+// unsharedMaxAge are counted in the reports and dropped at a sweep.
+func TestUnsharedLedger_DropsPicksWhosePushNeverCame(t *testing.T) {
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}},
+		Lookup: &pushingLookup{fakeLookup: fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}}})
+	defer g.Close()
+	p := &g.prov
+	p.order.Lock()
+	for id := uint64(1); id <= 10; id++ {
+		p.holdLoad(id, "a", 100)
+	}
+	for id, u := range p.unshared {
+		u.at = u.at.Add(-2 * unsharedMaxAge) // never pushed
+		p.unshared[id] = u
+	}
+	for id := uint64(11); id < 11+unsharedSweepEvery; id++ {
+		p.holdLoad(id, "b", 100)
+	}
+	for id := uint64(1); id <= 10; id++ {
+		if _, ok := p.unshared[id]; ok {
+			t.Fatalf("pick %d, older than %v, still in the ledger after a sweep", id, unsharedMaxAge)
+		}
+	}
+	if n := len(p.unshared); n != unsharedSweepEvery {
+		t.Fatalf("ledger holds %d picks, want the %d fresh ones", n, unsharedSweepEvery)
+	}
+	p.order.Unlock()
+}

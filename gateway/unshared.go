@@ -36,8 +36,23 @@ func (p *provState) holdLoad(id uint64, replica string, tokens float64) {
 	if p.unshared == nil {
 		p.unshared = map[uint64]unsharedPick{}
 	}
-	p.unshared[id] = unsharedPick{replica: replica, tokens: tokens, at: time.Now()}
+	now := time.Now()
+	if p.unsharedAdds++; p.unsharedAdds%unsharedSweepEvery == 0 {
+		// Entries whose push never came are dropped here; the reports
+		// have counted their load since unsharedMaxAge.
+		for k, u := range p.unshared {
+			if now.Sub(u.at) > unsharedMaxAge {
+				delete(p.unshared, k)
+			}
+		}
+	}
+	p.unshared[id] = unsharedPick{replica: replica, tokens: tokens, at: now}
 }
+
+// unsharedSweepEvery is how many picks holdLoad records between sweeps
+// of the entries past unsharedMaxAge: amortized, a sweep costs little
+// per pick.
+const unsharedSweepEvery = 1024
 
 // pushed takes the picks a push carried out of the ledger
 // (client.PickShareConfig.AfterDelta).
@@ -64,7 +79,7 @@ func (g *Gateway) sharedLoad() []*pb.PickerReplicaLoad {
 	now := time.Now()
 	for _, u := range p.unshared {
 		if now.Sub(u.at) > unsharedMaxAge {
-			continue // dropped at the next push's answer, or below
+			continue // its push never came: counted (holdLoad drops it)
 		}
 		for _, l := range loads {
 			if l.ReplicaId != u.replica {
