@@ -33,8 +33,13 @@ size-check: release
 	  test $$sz -le $$(( $(MAX_BINARY_MB) * 1048576 )) || { echo "size-check: the release binary is over $(MAX_BINARY_MB) MiB"; exit 1; }
 
 ## test: the whole suite, the full tier (≤ 10 min on 2 cores): every Go test with the race detector, the process-level e2e tests among them, then the Python and Rust clients' tests when their toolchains are present. TESTFLAGS adds go test flags (e.g. -json)
+# TEST_PACKAGES: packages tested at once. One more than the 2 cores:
+# the process-level packages (e2e, e2e/doccmds) spend most of their
+# minutes waiting on real processes and timeouts, and a third slot
+# overlaps that wait with the CPU-bound packages.
+TEST_PACKAGES ?= 3
 test:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
+	$(GO) test -race -count=1 -p $(TEST_PACKAGES) -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 	@$(MAKE) --no-print-directory test-clients-if-present
 
 ## test-short: the short tier (≤ 2 min on 2 cores): every package with -short, no race detector; tests that start processes or wait out real timeouts skip, property tests run fewer rounds
