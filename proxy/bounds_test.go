@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -49,7 +48,9 @@ func TestProxy_HeadersNamedInConnectionAreNotForwarded(t *testing.T) {
 // Retry-After, in OpenAI's shape, and reaches no engine.
 func TestProxy_BodyOverTheBytesInFlightGets429(t *testing.T) {
 	e := newEngine(t, "qwen3")
-	tp := newTestProxy(t, nil, Options{MaxBodyBytes: 1 << 10, MaxBodyBytesInFlight: 1 << 10}, e)
+	// The stalled body must hold the bound for the whole test: no idle
+	// time-out ends it early on a loaded machine.
+	tp := newTestProxy(t, nil, Options{MaxBodyBytes: 1 << 10, MaxBodyBytesInFlight: 1 << 10, BodyIdleTimeout: time.Minute, BodyTimeout: 2 * time.Minute}, e)
 	// Hold the whole bound with a body that never ends.
 	c, err := net.Dial("tcp", strings.TrimPrefix(tp.srv.URL, "http://"))
 	if err != nil {
@@ -57,12 +58,16 @@ func TestProxy_BodyOverTheBytesInFlightGets429(t *testing.T) {
 	}
 	defer c.Close()
 	_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n{")
-	var resp *http.Response
-	var body []byte
-	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
-		resp, body = tp.post(t, "/v1/chat/completions", tp.chat("hi", false))
-		return resp.StatusCode == http.StatusTooManyRequests, fmt.Sprintf("status %d while the stalled body is held, want 429", resp.StatusCode)
+	// Wait until the proxy holds the stalled body's bytes: a request sent
+	// before would take them first and the stalled body get the 429.
+	poll.Eventually(t, 30*time.Second, 5*time.Millisecond, func() (bool, string) {
+		if tp.adm.Hold(1) {
+			tp.adm.Release(1)
+			return false, "the stalled body's bytes are not held"
+		}
+		return true, ""
 	})
+	resp, body := tp.post(t, "/v1/chat/completions", tp.chat("hi", false))
 	var er openai.ErrorResponse
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" || json.Unmarshal(body, &er) != nil || er.Error.Code != 429 {
 		t.Fatalf("%d %v %s: want a 429 with Retry-After in OpenAI's shape", resp.StatusCode, resp.Header, body)
