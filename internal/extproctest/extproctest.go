@@ -204,6 +204,10 @@ func (x *Exchange) request() error {
 		}
 		return x.readPick(false, true)
 	}
+	// A processor that answers early (an immediate response to a body
+	// over its limit) ends the stream: gRPC's Send then returns io.EOF
+	// and the answer is read by Recv, as Envoy stops sending and reads
+	// it.
 	if hasBody {
 		chunk := r.ChunkSize
 		if chunk <= 0 {
@@ -211,14 +215,18 @@ func (x *Exchange) request() error {
 		}
 		for off := 0; off < len(r.Body); off += chunk {
 			end := min(off+chunk, len(r.Body))
-			if err := x.st.Send(bodyMsg(r.Body[off:end], end == len(r.Body) && !r.Trailers)); err != nil {
+			if err := x.st.Send(bodyMsg(r.Body[off:end], end == len(r.Body) && !r.Trailers)); errors.Is(err, io.EOF) {
+				return x.readPick(false, false)
+			} else if err != nil {
 				return err
 			}
 		}
 	}
 	if r.Trailers {
 		if err := x.st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
-			RequestTrailers: &extprocv3.HttpTrailers{Trailers: headerMap(map[string]string{"x-trailer": "1"})}}}); err != nil {
+			RequestTrailers: &extprocv3.HttpTrailers{Trailers: headerMap(map[string]string{"x-trailer": "1"})}}}); errors.Is(err, io.EOF) {
+			return x.readPick(false, false)
+		} else if err != nil {
 			return err
 		}
 	}
