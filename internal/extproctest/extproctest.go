@@ -204,10 +204,27 @@ func (x *Exchange) request() error {
 		}
 		return x.readPick(false, true)
 	}
-	// A processor that answers early (an immediate response to a body
-	// over its limit) ends the stream: gRPC's Send then returns io.EOF
-	// and the answer is read by Recv, as Envoy stops sending and reads
-	// it.
+	if early, err := x.sendStreamed(hasBody); early || err != nil {
+		return err
+	}
+	return x.readPick(hasBody && r.Mode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, r.Trailers)
+}
+
+// sendStreamed sends the body in chunks and the trailers, as Envoy
+// streams them. A processor that answers early (an immediate response to
+// a body over its limit) ends the stream: gRPC's Send then returns
+// io.EOF and the answer is read by Recv, as Envoy stops sending and reads
+// it; early reports that answer read.
+func (x *Exchange) sendStreamed(hasBody bool) (early bool, err error) {
+	r := x.req
+	send := func(m *extprocv3.ProcessingRequest) (bool, error) {
+		if err := x.st.Send(m); errors.Is(err, io.EOF) {
+			return true, x.readPick(false, false)
+		} else if err != nil {
+			return true, err
+		}
+		return false, nil
+	}
 	if hasBody {
 		chunk := r.ChunkSize
 		if chunk <= 0 {
@@ -215,22 +232,16 @@ func (x *Exchange) request() error {
 		}
 		for off := 0; off < len(r.Body); off += chunk {
 			end := min(off+chunk, len(r.Body))
-			if err := x.st.Send(bodyMsg(r.Body[off:end], end == len(r.Body) && !r.Trailers)); errors.Is(err, io.EOF) {
-				return x.readPick(false, false)
-			} else if err != nil {
-				return err
+			if stop, err := send(bodyMsg(r.Body[off:end], end == len(r.Body) && !r.Trailers)); stop {
+				return true, err
 			}
 		}
 	}
 	if r.Trailers {
-		if err := x.st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
-			RequestTrailers: &extprocv3.HttpTrailers{Trailers: headerMap(map[string]string{"x-trailer": "1"})}}}); errors.Is(err, io.EOF) {
-			return x.readPick(false, false)
-		} else if err != nil {
-			return err
-		}
+		return send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
+			RequestTrailers: &extprocv3.HttpTrailers{Trailers: headerMap(map[string]string{"x-trailer": "1"})}}})
 	}
-	return x.readPick(hasBody && r.Mode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, r.Trailers)
+	return false, nil
 }
 
 func bodyMsg(b []byte, eos bool) *extprocv3.ProcessingRequest {
