@@ -1,36 +1,18 @@
 package proxy
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/inference-cache/inference-cache/internal/syncbuf"
 )
-
-// lockedBuffer is a log sink safe for the proxy's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // At debug level each routing decision is logged with its reason and
 // every candidate's cost terms; at info level none is.
 func TestProxy_DebugLogsEachDecisionsCosts(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelDebug, slog.LevelInfo} {
-		var out lockedBuffer
+		var out syncbuf.Buffer
 		log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: level}))
 		a, b := newEngine(t, "qwen3"), newEngine(t, "qwen3")
 		tp := newTestProxy(t, prefixMatch("b", 160), Options{Logger: log}, a, b)
