@@ -103,6 +103,21 @@ func (r *Runner) leaderOf(ctx context.Context) (*Node, uint64, error) {
 
 // waitNewLeader polls the nodes not in skip every 10 ms until one reports
 // state Leader in a term above oldTerm; returns the time it took.
+// recordFailover waits up to 20 s for a leader other than skip's, in a
+// term after term, and records it in f: the failover time and a note
+// "<note> <id> after N ms", or a violation "<violation>: <error>". It
+// returns the new leader, nil when none came.
+func (r *Runner) recordFailover(ctx context.Context, f *FaultRec, term uint64, violation, note string, skip ...*Node) *Node {
+	newL, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, skip...)
+	if err != nil {
+		f.Violations = append(f.Violations, violation+": "+err.Error())
+		return nil
+	}
+	f.FailoverMs = ms(d)
+	f.Notes = append(f.Notes, fmt.Sprintf("%s %s after %.0f ms", note, newL.ID, ms(d)))
+	return newL
+}
+
 func (r *Runner) waitNewLeader(ctx context.Context, since time.Time, oldTerm uint64, limit time.Duration, skip ...*Node) (*Node, time.Duration, error) {
 	var found *Node
 	err := poll.Until(ctx, time.Until(since.Add(limit)), 10*time.Millisecond, func() (bool, string) {

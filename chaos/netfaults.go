@@ -56,12 +56,7 @@ func (r *Runner) isolate(ctx context.Context, f *FaultRec, minority []*Node, lea
 	}
 	leaderCut := contains(minority, leader)
 	if leaderCut {
-		if newL, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, minority...); err != nil {
-			f.Violations = append(f.Violations, "partition: majority elected no leader: "+err.Error())
-		} else {
-			f.FailoverMs = ms(d)
-			f.Notes = append(f.Notes, fmt.Sprintf("majority elected %s after %.0f ms", newL.ID, ms(d)))
-		}
+		r.recordFailover(ctx, f, term, "partition: majority elected no leader", "majority elected", minority...)
 	}
 	if rest := r.timing.partitionFor - time.Since(f.Start); rest > 0 {
 		sleepCtx(ctx, rest)
@@ -165,14 +160,7 @@ func (r *Runner) raftPartition(ctx context.Context, f *FaultRec, leader *Node, t
 	if err := r.c.Network().CutPort(raftPort, []int{leader.Index}, others); err != nil {
 		return err
 	}
-	newL, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, leader)
-	if err != nil {
-		f.Violations = append(f.Violations, "Raft cut: majority elected no leader: "+err.Error())
-	} else {
-		f.FailoverMs = ms(d)
-		f.Notes = append(f.Notes, fmt.Sprintf("majority elected %s after %.0f ms", newL.ID, ms(d)))
-	}
-	if newL != nil {
+	if newL := r.recordFailover(ctx, f, term, "Raft cut: majority elected no leader", "majority elected", leader); newL != nil {
 		reason := ""
 		err := poll.Until(ctx, 15*time.Second, 100*time.Millisecond, func() (bool, string) {
 			st, err := r.c.Status(ctx, newL)

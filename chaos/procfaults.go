@@ -45,13 +45,7 @@ func (r *Runner) leaderPause(ctx context.Context, f *FaultRec, leader *Node, ter
 	if err := r.c.Pause(leader); err != nil {
 		return err
 	}
-	newL, d, err := r.waitNewLeader(ctx, f.Start, term, 20*time.Second, leader)
-	if err != nil {
-		f.Violations = append(f.Violations, "leader pause: "+err.Error())
-	} else {
-		f.FailoverMs = ms(d)
-		f.Notes = append(f.Notes, fmt.Sprintf("new leader %s after %.0f ms", newL.ID, ms(d)))
-	}
+	r.recordFailover(ctx, f, term, "leader pause", "new leader", leader)
 	if rest := r.timing.pauseFor - time.Since(f.Start); rest > 0 {
 		sleepCtx(ctx, rest)
 	}

@@ -1,6 +1,7 @@
 package provisional
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -101,15 +102,7 @@ func (s *Store) Live(picker string, hashesWithin time.Duration) []Pick {
 		}
 		out = append(out, k)
 	}
-	slices.SortFunc(out, func(a, b Pick) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Pick) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -347,15 +348,7 @@ func (p *Pool) Models() []openai.ModelCard {
 				Permission: []openai.ModelPermission{}})
 		}
 	}
-	slices.SortFunc(out, func(a, b openai.ModelCard) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b openai.ModelCard) int { return cmp.Compare(a.ID, b.ID) })
 	if out == nil {
 		out = []openai.ModelCard{}
 	}
