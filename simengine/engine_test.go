@@ -90,7 +90,7 @@ func TestEviction_EmitsBlockRemovedTailFirst(t *testing.T) {
 	run(a)
 	run(b)
 	run(a)
-	bs := te.pub.all()
+	bs := te.published(t, 5)
 	if len(bs) != 5 {
 		t.Fatalf("%d batches, want 5 (A stored; B removed, stored; A removed, stored)", len(bs))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/openai"
 )
 
@@ -170,6 +172,18 @@ func (p *fakePublisher) all() [][]byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.batches)
+}
+
+// published waits until the engine's publisher goroutine has sent at
+// least n batches and returns every batch sent so far.
+func (te *testEngine) published(t *testing.T, n int) [][]byte {
+	t.Helper()
+	var bs [][]byte
+	poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
+		bs = te.pub.all()
+		return len(bs) >= n, fmt.Sprintf("%d batches published, want %d", len(bs), n)
+	})
+	return bs
 }
 
 type testEngine struct {

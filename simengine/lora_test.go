@@ -3,11 +3,13 @@ package simengine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/observe"
 	"github.com/inference-cache/inference-cache/openai"
 )
@@ -35,14 +37,20 @@ func TestLoRA_AdapterBlocksApartFromTheBase(t *testing.T) {
 			t.Fatalf("request %d (%s): %d cached tokens, model %q; want %d and the adapter's name", i, c.model, r.Usage.CachedTokens(), r.Model, c.cached)
 		}
 	}
+	// The engine publishes on a goroutine of its own: wait for the two
+	// adapters' events, then check that no third came with them.
 	var loras []observe.Event
-	for _, p := range te.pub.all() {
-		for _, ev := range batch(t, p).Events {
-			if ev.Kind == observe.EventBlockStored && ev.LoraName != "" {
-				loras = append(loras, ev)
+	poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
+		loras = loras[:0]
+		for _, p := range te.pub.all() {
+			for _, ev := range batch(t, p).Events {
+				if ev.Kind == observe.EventBlockStored && ev.LoraName != "" {
+					loras = append(loras, ev)
+				}
 			}
 		}
-	}
+		return len(loras) >= 2, fmt.Sprintf("%d adapter BlockStored events, want 2 (sql, chat)", len(loras))
+	})
 	if len(loras) != 2 {
 		t.Fatalf("%d adapter BlockStored events, want 2 (sql, chat)", len(loras))
 	}
