@@ -143,6 +143,9 @@ func (r *coreRouter) advance(t float64) {
 		r.clock = x.at
 		if x.first {
 			x.flight.FirstToken()
+			if id := x.flight.PickID(); id != 0 {
+				r.sendPicks(x.at, provisional.Push{Prefilled: []uint64{id}})
+			}
 			r.due.push(x.doneAt, coreDue{at: x.doneAt, flight: x.flight})
 		} else {
 			x.flight.Done()

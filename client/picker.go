@@ -22,7 +22,8 @@ import (
 // for cache locality and small charges for the replica's decode load and
 // KV pressure:
 //
-//	cost(r) = queued(r) + others(r) + uncached(r) − credit(r) + decode(r) + kv(r)
+//	cost(r) = queued(r) + others(r) − repeated(r) + uncached(r) − credit(r)
+//	          + decode(r) + kv(r)
 //
 //	credit(r)   = CacheAffinity × cached(r) × (1 + cached(r) / CacheAffinityTokens)
 //	              (CacheAffinity × cached(r) when CacheAffinityTokens is 0)
@@ -38,6 +39,8 @@ import (
 //	              + (max(0, waiting(r) − known_waiting(r))
 //	              + RunningWeight × max(0, running(r) − known_running(r)))
 //	              × tokens per request
+//	repeated(r) = min(repeated_prefill_tokens of r's PREFIX_MATCH hint,
+//	              queued(r) + others_prefill_tokens(r))
 //	decode(r)   = DecodeWeight × decoding(r) × tokens per request
 //	kv(r)       = KVWeight × pressure(r) × uncached(r)
 //
@@ -63,6 +66,17 @@ import (
 // token, own_in_flight(r) before done; pressure(r) the load's KV usage
 // (0..1). Without shared load (others_* 0) others(r) is the estimate
 // from the engine's counts alone.
+//
+// repeated(r) counts a queued prefix once. Each request's queued tokens
+// are its uncached tokens when it was picked; siblings of one new prefix
+// picked before any gateway saw the others (a burst across gateways,
+// each pick blind to the rest) each count the whole prefix, while an
+// engine with prefix caching computes it once and serves the rest from
+// its cache. The cluster, which holds every gateway's picks, says how
+// many of the queued tokens repeat this request's prefix blocks that an
+// earlier pick on r computes (provisional.Match.Repeated, contract
+// §5.12); without the correction a replica that took a burst's first
+// siblings looks busiest to the later ones, which then scatter.
 //
 // # Choice
 //
@@ -255,6 +269,11 @@ type PickCost struct {
 	// pickers' reported prefill plus the estimate of what the engine's
 	// counts hold beyond every known request.
 	QueuedTokens, OthersTokens float64
+	// RepeatedTokens is repeated(r): the queued tokens that repeat this
+	// request's prefix blocks an earlier queued request computes (from
+	// the PREFIX_MATCH hint's repeated_prefill_tokens, at most
+	// QueuedTokens + OthersPrefillTokens), counted once.
+	RepeatedTokens float64
 	// DecodeTokens is the decode term (DecodeWeight × decoding requests
 	// × tokens per request), KVTokens the KV term (KVWeight × Pressure ×
 	// UncachedTokens).
@@ -273,9 +292,9 @@ type PickCost struct {
 	OthersPrefillTokens uint64
 	OthersRunning       uint32
 	OthersPickers       uint32
-	// Cost = QueuedTokens + OthersTokens + UncachedTokens − the credit of
-	// CachedTokens (CacheAffinity, CacheAffinityTokens) + DecodeTokens +
-	// KVTokens.
+	// Cost = QueuedTokens + OthersTokens − RepeatedTokens +
+	// UncachedTokens − the credit of CachedTokens (CacheAffinity,
+	// CacheAffinityTokens) + DecodeTokens + KVTokens.
 	Cost float64
 }
 
@@ -324,6 +343,15 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 	}
 	rc := resp.GetReasonCode()
 	hints, loads := resp.GetReplicas(), resp.GetLoads()
+	var repeated []uint32 // per candidate, from its PREFIX_MATCH hint
+	if rc == pb.ReasonCode_PREFIX_MATCH {
+		for _, h := range hints {
+			if h.GetRepeatedPrefillTokens() > 0 {
+				repeated = make([]uint32, len(candidates))
+				break
+			}
+		}
+	}
 	if key != 0 && rc == pb.ReasonCode_AFFINITY_HINT {
 		// The cluster's affinity is the rendezvous of the whole prompt's
 		// prefix hash, which differs between siblings of one new prefix;
@@ -348,6 +376,9 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 			c.ReportedWaiting, c.ReportedRunning = h.GetWaitingRequests(), h.GetRunningRequests()
 			if rc == pb.ReasonCode_PREFIX_MATCH {
 				c.CachedTokens = min(int(h.GetMatchedTokens()), promptTokens)
+				if repeated != nil {
+					repeated[i] = h.GetRepeatedPrefillTokens()
+				}
 			}
 			break
 		}
@@ -380,7 +411,10 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 		decoding := c.InFlight - l.prefilling + max(0, oR-oP)
 		c.DecodeTokens = p.cfg.DecodeWeight * float64(decoding) * perReq
 		c.KVTokens = p.cfg.KVWeight * c.Pressure * float64(c.UncachedTokens)
-		c.Cost = c.QueuedTokens + c.OthersTokens + float64(c.UncachedTokens) - p.credit(c.CachedTokens) +
+		if repeated != nil {
+			c.RepeatedTokens = min(float64(repeated[i]), c.QueuedTokens+float64(c.OthersPrefillTokens))
+		}
+		c.Cost = c.QueuedTokens + c.OthersTokens - c.RepeatedTokens + float64(c.UncachedTokens) - p.credit(c.CachedTokens) +
 			c.DecodeTokens + c.KVTokens
 	}
 	bound := math.Inf(1)

@@ -51,6 +51,7 @@ type pickerCase struct {
 			UncachedTokens  int     `json:"uncached_tokens"`
 			QueuedTokens    float64 `json:"queued_tokens"`
 			Others          float64 `json:"others_tokens"`
+			Repeated        float64 `json:"repeated_tokens"`
 			InFlight        int     `json:"in_flight"`
 			ReportedWaiting uint32  `json:"reported_waiting"`
 			ReportedRunning uint32  `json:"reported_running"`
@@ -153,7 +154,7 @@ func TestPicker_SharedTable(t *testing.T) {
 					g := d.Costs[i]
 					if g.Replica != w.Replica || g.Reason.String() != w.Reason || g.CachedTokens != w.CachedTokens ||
 						g.UncachedTokens != w.UncachedTokens || !near(g.QueuedTokens, w.QueuedTokens) ||
-						!near(g.OthersTokens, w.Others) || g.InFlight != w.InFlight ||
+						!near(g.OthersTokens, w.Others) || !near(g.RepeatedTokens, w.Repeated) || g.InFlight != w.InFlight ||
 						g.ReportedWaiting != w.ReportedWaiting || g.ReportedRunning != w.ReportedRunning || !near(g.Cost, w.Cost) ||
 						!near(g.DecodeTokens, w.DecodeTokens) || !near(g.KVTokens, w.KVTokens) || !near(g.Pressure, w.Pressure) ||
 						g.OthersPrefilling != w.OthersPrefill || g.OthersPrefillTokens != w.OthersTokens ||

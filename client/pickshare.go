@@ -82,7 +82,8 @@ type PickShareStats struct {
 }
 
 // PickShare pushes a picker's picks to the cluster as they are made
-// (contract §5.12): each Add or Remove wakes one goroutine that sends
+// (contract §5.12): each Add, Prefilled or Remove wakes one goroutine
+// that sends
 // everything waiting in one push, so a pick reaches a node in about one
 // round trip and every node one hop later; and every FullStateInterval it
 // sends the full state (Live) for repair. It fails open: Add and Remove
@@ -103,10 +104,11 @@ type PickShare struct {
 	quiet bool
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	adds    []provisional.Pick
-	removed []uint64
-	wake    chan struct{}
+	mu        sync.Mutex
+	adds      []provisional.Pick
+	removed   []uint64
+	prefilled []uint64
+	wake      chan struct{}
 
 	seq  atomic.Uint64
 	stop chan struct{}
@@ -175,6 +177,20 @@ func (s *PickShare) Remove(id uint64) {
 	s.signal()
 }
 
+// Prefilled queues the news that a pick's request has its first token
+// (its prefill no longer queues the replica); it never blocks. A lost
+// one is repaired by the next full state, which carries the flag.
+func (s *PickShare) Prefilled(id uint64) {
+	s.mu.Lock()
+	if len(s.prefilled) >= pickShareQueue {
+		s.prefilled = s.prefilled[1:]
+		s.dropped.Add(1)
+	}
+	s.prefilled = append(s.prefilled, id)
+	s.mu.Unlock()
+	s.signal()
+}
+
 func (s *PickShare) signal() {
 	select {
 	case s.wake <- struct{}{}:
@@ -214,13 +230,13 @@ func (s *PickShare) run() {
 			return
 		case <-s.wake:
 			s.mu.Lock()
-			adds, removed := s.adds, s.removed
-			s.adds, s.removed = nil, nil
+			adds, removed, prefilled := s.adds, s.removed, s.prefilled
+			s.adds, s.removed, s.prefilled = nil, nil, nil
 			s.mu.Unlock()
-			if len(adds)+len(removed) > 0 {
+			if len(adds)+len(removed)+len(prefilled) > 0 {
 				s.quiet = false
-				s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Picks: adds, Removed: removed})
-				if s.cfg.AfterDelta != nil {
+				s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Picks: adds, Removed: removed, Prefilled: prefilled})
+				if s.cfg.AfterDelta != nil && len(adds)+len(removed) > 0 {
 					ids := make([]uint64, len(adds))
 					for i := range adds {
 						ids[i] = adds[i].ID

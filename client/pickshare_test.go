@@ -39,7 +39,7 @@ func (r *recordingSender) got() []*pb.SharePicksRequest {
 	return append([]*pb.SharePicksRequest(nil), r.pushes...)
 }
 
-// Picks and removals go out as deltas with increasing sequences; full
+// Picks, first tokens and removals go out as deltas with increasing sequences; full
 // states go out every interval, the first with every pick's hashes
 // (within 0), the later ones asking for the picks made since the full
 // state before the last; a failed push is counted, never retried.
@@ -60,18 +60,20 @@ func TestPickShare_DeltasFullStatesAndTheHashWindow(t *testing.T) {
 	defer s.Stop()
 	k := provisional.Pick{ID: 9, Replica: "r1", Partition: provisional.Partition{Scheme: "vllm", Model: "m"}, Hashes: []uint64{1, 2}}
 	s.Add(k)
+	s.Prefilled(9)
 	s.Remove(9)
 	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
-		adds, removes := 0, 0
+		adds, prefilled, removes := 0, 0, 0
 		for _, p := range snd.got() {
 			if !p.FullState {
 				adds += len(p.Picks)
+				prefilled += len(p.Prefilled)
 				removes += len(p.Removed)
 			}
 		}
 		wmu.Lock()
 		defer wmu.Unlock()
-		return adds == 1 && removes == 1 && len(windows) >= 3, "waiting for the delta and three full states"
+		return adds == 1 && prefilled == 1 && removes == 1 && len(windows) >= 3, "waiting for the delta and three full states"
 	})
 	ps := snd.got()
 	for i := 1; i < len(ps); i++ {

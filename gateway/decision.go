@@ -185,6 +185,11 @@ type Flight struct {
 // Replica is where the request went.
 func (f *Flight) Replica() string { return f.replica }
 
+// PickID is the id of the request's provisional residency in the
+// gateway's table (0 = none): a simulation sends its first token to the
+// cluster under it.
+func (f *Flight) PickID() uint64 { return f.pickID }
+
 // FirstToken records the request's first token: its prefill no longer
 // queues the replica's next requests.
 func (f *Flight) FirstToken() {
@@ -195,6 +200,7 @@ func (f *Flight) FirstToken() {
 	if f.in != nil {
 		f.in.FirstToken()
 	}
+	f.g.prefilledPick(f.pickID)
 	if f.peer != nil {
 		f.peer.firstToken(&f.g.peer.mu)
 	}

@@ -39,8 +39,9 @@ type ProvisionalConfig struct {
 	// (Gateway.PickerID, or a fresh client.DefaultPickerID when the
 	// gateway shares no load).
 	Push client.PickShareConfig
-	// Sink, when set, receives each pick and removal as a delta push,
-	// synchronously from Decision.Start and Flight.Fail, in place of the
+	// Sink, when set, receives each pick, first token and removal as a
+	// delta push, synchronously from Decision.Start, Flight.FirstToken
+	// and Flight.Fail, in place of the
 	// SDK's pusher: a simulation applies it to its cluster's store after
 	// its modelled delay, on its virtual clock. It must not block.
 	Sink func(provisional.Push)
@@ -158,6 +159,11 @@ func (g *Gateway) recordPick(d *Decision, replica string) uint64 {
 		return 0
 	}
 	k := provisional.Pick{ID: p.next.Add(1), Replica: replica, Partition: partitionOf(d.key), Hashes: d.key.BlockHashes, MaxAge: p.maxAge}
+	for i := range d.Costs {
+		if d.Costs[i].Replica == replica {
+			k.CachedTokens = uint32(max(0, d.Costs[i].CachedTokens))
+		}
+	}
 	if d.BlockSize != 16 {
 		k.Counts = d.key.BlockTokenCounts
 	}
@@ -172,6 +178,23 @@ func (g *Gateway) recordPick(d *Decision, replica string) uint64 {
 		p.push.Add(k)
 	}
 	return k.ID
+}
+
+// prefilledPick marks a pick whose request has its first token: its
+// prefill no longer queues the replica (provisional.Match.Repeated).
+func (g *Gateway) prefilledPick(id uint64) {
+	p := &g.prov
+	if p.table == nil || id == 0 {
+		return
+	}
+	push := provisional.Push{PickerID: p.id, Sequence: p.seq.Add(1), Prefilled: []uint64{id}}
+	_, _ = p.table.Apply(push)
+	switch {
+	case g.cfg.Provisional.Sink != nil:
+		g.cfg.Provisional.Sink(push)
+	case p.push != nil:
+		p.push.Prefilled(id)
+	}
 }
 
 // dropPick removes a pick whose request failed or was cancelled.

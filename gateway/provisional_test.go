@@ -297,3 +297,32 @@ func TestUnsharedLedger_DropsPicksWhosePushNeverCame(t *testing.T) {
 	}
 	p.order.Unlock()
 }
+
+// A pick carries the tokens its decision counted as cached on the
+// replica (the second request finds the first's four blocks), and the
+// request's first token goes out as a Prefilled delta naming the pick:
+// what the cluster needs to count a queued prefix once.
+func TestProvisional_PickCarriesCachedTokensAndFirstToken(t *testing.T) {
+	var got []provisional.Push
+	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: &pushingLookup{fakeLookup: fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1"}}},
+		Provisional: ProvisionalConfig{Sink: func(p provisional.Push) { got = append(got, p) }}})
+	defer g.Close()
+	req := Request{OpenAI: chatReq(t, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`), Candidates: abc}
+	d1, _ := g.Decide(context.Background(), req)
+	f1 := d1.Start(d1.Replica)
+	d2, _ := g.Decide(context.Background(), req)
+	f2 := d2.Start(d2.Replica)
+	if len(got) != 2 || got[0].Picks[0].CachedTokens != 0 || d2.Replica != d1.Replica || d2.MatchedTokens != 64 || got[1].Picks[0].CachedTokens != 64 {
+		t.Fatalf("picks %+v; second decision %s with %d matched, want %s with 64", got, d2.Replica, d2.MatchedTokens, d1.Replica)
+	}
+	f2.FirstToken()
+	f2.FirstToken()
+	if len(got) != 3 || len(got[2].Prefilled) != 1 || got[2].Prefilled[0] != f2.PickID() || got[2].Prefilled[0] != got[1].Picks[0].ID {
+		t.Fatalf("after the first token: %+v", got)
+	}
+	if live := g.ProvisionalTable().Live(g.ProvisionalPickerID(), 0); len(live) != 2 || live[0].Prefilled || !live[1].Prefilled {
+		t.Fatalf("own table %+v, want only the second prefilled", live)
+	}
+	f1.Done()
+	f2.Done()
+}

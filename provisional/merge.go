@@ -26,10 +26,14 @@ const (
 // for the server and a gateway's own table:
 //
 //   - a match no deeper than the replica's confirmed PREFIX_MATCH hint is
-//     covered: the confirmed hint stands;
+//     covered: the confirmed hint stands, with the match's repeated
+//     prefill tokens (Match.Repeated) if more than it had;
 //   - otherwise the replica's hint (made when absent, its queue taken from
 //     resp.Loads) gets the match's blocks and tokens, freshness 1, score
-//     the matched tokens, age the pick's, and provisional set;
+//     the matched tokens, age the pick's, provisional set, and repeated
+//     prefill tokens the larger of the match's and those of a
+//     provisional hint it replaces (two tables' counts of the same
+//     picks: each is a lower bound);
 //   - an answer that was not a PREFIX_MATCH becomes one, its other hints
 //     (affinity, tenant-hot: no prefix held) dropped;
 //   - hints are ordered by score, highest first (ties by replica id), and
@@ -51,6 +55,7 @@ func Merge(resp *pb.LookupRouteResponse, ms []Match, maxReplicas int) (provision
 				}
 			}
 			if h != nil && !h.GetProvisional() && h.GetMatchedBlocks() >= m.Blocks {
+				h.RepeatedPrefillTokens = max(h.GetRepeatedPrefillTokens(), m.Repeated)
 				covered = append(covered, m)
 				continue
 			}
@@ -68,6 +73,10 @@ func Merge(resp *pb.LookupRouteResponse, ms []Match, maxReplicas int) (provision
 			}
 			resp.Replicas = append(resp.Replicas, h)
 		}
+		if !h.GetProvisional() {
+			h.RepeatedPrefillTokens = 0
+		}
+		h.RepeatedPrefillTokens = max(h.GetRepeatedPrefillTokens(), m.Repeated)
 		h.MatchedBlocks, h.MatchedTokens = m.Blocks, m.Tokens
 		h.Freshness, h.Score, h.AgeMs, h.Provisional, h.Factors = 1, float64(m.Tokens), uint64(m.Age.Milliseconds()), true, nil
 		provisional++

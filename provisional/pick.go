@@ -86,6 +86,13 @@ type Pick struct {
 	// MaxAge is how long the pick is held; 0 = DefaultMaxAge, else
 	// MinMaxAge to MaxMaxAge.
 	MaxAge time.Duration
+	// CachedTokens is the prompt tokens the picker counted as already on
+	// the replica when it picked (confirmed or provisional): the
+	// request's queued prefill there is the rest (Match.Repeated).
+	CachedTokens uint32
+	// Prefilled says, in a full state, that the request has its first
+	// token: its prefill no longer queues the replica.
+	Prefilled bool
 }
 
 // Push is one message of a picker (inferencecache.v1.SharePicksRequest).
@@ -102,6 +109,9 @@ type Push struct {
 	// failed or was cancelled).
 	Picks   []Pick
 	Removed []uint64
+	// Prefilled are the ids of picks whose request has its first token
+	// (ids not held are ignored: the next full state carries the flag).
+	Prefilled []uint64
 	// Age is how long ago the push first reached a node of the cluster (a
 	// peer's queue delay for one passed on), added to every pick's Age.
 	Age time.Duration

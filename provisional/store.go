@@ -51,8 +51,13 @@ type held struct {
 	hashes  []uint64
 	cum     []uint32 // tokens through block i
 	seq     uint64   // the push that added it
-	made    int64    // store clock ns
-	expires int64
+	cached  uint32   // Pick.CachedTokens
+	// prefilled: the request has its first token (Push.Prefilled, or
+	// Pick.Prefilled in a full state); set under mu, read under the read
+	// lock.
+	prefilled bool
+	made      int64 // store clock ns
+	expires   int64
 }
 
 // holder is one pick's claim on one block: its position in the pick's
@@ -152,6 +157,11 @@ func (s *Store) Apply(push Push) (Result, error) {
 	s.removed.Add(uint64(res.Removed))
 	res.Added = s.applyAdds(ps, &push, now)
 	s.added.Add(uint64(res.Added))
+	for _, id := range push.Prefilled {
+		if h := ps.picks[id]; h != nil {
+			h.prefilled = true
+		}
+	}
 	if push.Full {
 		ps.lastFull = push.Sequence
 	}
@@ -228,6 +238,9 @@ func (s *Store) applyAdds(ps *pickerState, push *Push, now int64) int {
 	for i := range push.Picks {
 		k := &push.Picks[i]
 		if !s.wouldAdd(ps, push, k, now) {
+			if h := ps.picks[k.ID]; h != nil && k.Prefilled {
+				h.prefilled = true // a full state repairs a lost Prefilled
+			}
 			s.ignored.Add(1)
 			continue
 		}
@@ -258,7 +271,7 @@ func (s *Store) wouldAdd(ps *pickerState, push *Push, k *Pick, now int64) bool {
 // add indexes k, made at store time made. Called with mu held.
 func (s *Store) add(ps *pickerState, picker string, seq uint64, k *Pick, made int64) {
 	h := &held{picker: picker, id: k.ID, part: k.Partition, replica: k.Replica, hashes: slices.Clone(k.Hashes),
-		cum: make([]uint32, len(k.Hashes)), seq: seq, made: made, expires: made + int64(k.maxAge())}
+		cum: make([]uint32, len(k.Hashes)), seq: seq, cached: k.CachedTokens, prefilled: k.Prefilled, made: made, expires: made + int64(k.maxAge())}
 	var t uint32
 	for i := range h.cum {
 		c := uint32(16)

@@ -16,6 +16,17 @@ type Match struct {
 	Blocks, Tokens uint32
 	// Age is how long ago the youngest pick reaching that depth was made.
 	Age time.Duration
+	// Repeated is the prefill tokens of the chain that picks on the
+	// replica still before their first token counted as their own
+	// although a pick the node received before them holds the same
+	// blocks: siblings placed before either was seen. Pick i with
+	// CachedTokens c_i reaching m_i tokens of the chain repeats
+	// max(0, min(m_i, M) − c_i), M the deepest m of the picks before it;
+	// an engine with prefix caching computes those blocks once (contract
+	// §5.10).
+	Repeated uint32
+	// covered is M so far while Matches ranges over the picks.
+	covered uint32
 }
 
 // View is a read of the store at one instant (Store.At).
@@ -32,8 +43,9 @@ func (s *Store) At() View { return View{s: s, now: s.now()} }
 // unexpired pick holds on it; replica id ascending. A chained hash names
 // its whole prefix: a pick sharing chain's first block holds chain as far
 // as their hashes agree, and a chain of one hash (a lookup by prefix hash
-// alone) matches the picks whose last block it is. It takes a read lock
-// and does not allocate when dst has room.
+// alone) matches the picks whose last block it is. Picks count for
+// Match.Repeated in the order the store received them. It takes a read
+// lock and does not allocate when dst has room.
 func (v View) Matches(dst []Match, part Partition, chain []uint64) []Match {
 	if len(chain) == 0 {
 		return dst
@@ -59,12 +71,22 @@ func (v View) Matches(dst []Match, part Partition, chain []uint64) []Match {
 		j := start
 		for ; j < len(dst) && dst[j].Replica != h.replica; j++ {
 		}
-		switch {
-		case j == len(dst):
+		if j == len(dst) {
+			m.covered = m.Tokens
 			dst = append(dst, m)
-		case m.Blocks > dst[j].Blocks || m.Blocks == dst[j].Blocks && m.Age < dst[j].Age:
-			dst[j] = m
+			continue
 		}
+		x := &dst[j]
+		if !h.prefilled && h.cached < min(m.Tokens, x.covered) {
+			x.Repeated += min(m.Tokens, x.covered) - h.cached
+		}
+		x.covered = max(x.covered, m.Tokens)
+		if m.Blocks > x.Blocks || m.Blocks == x.Blocks && m.Age < x.Age {
+			x.Replica, x.Blocks, x.Tokens, x.Age = m.Replica, m.Blocks, m.Tokens, m.Age
+		}
+	}
+	for j := start; j < len(dst); j++ {
+		dst[j].covered = 0
 	}
 	slices.SortFunc(dst[start:], func(a, b Match) int { return strings.Compare(a.Replica, b.Replica) })
 	return dst
@@ -89,7 +111,8 @@ func (s *Store) Live(picker string, hashesWithin time.Duration) []Pick {
 		if h.expires <= now {
 			continue
 		}
-		k := Pick{ID: h.id, Replica: h.replica, Partition: h.part, Age: time.Duration(now - h.made), MaxAge: time.Duration(h.expires - h.made)}
+		k := Pick{ID: h.id, Replica: h.replica, Partition: h.part, Age: time.Duration(now - h.made), MaxAge: time.Duration(h.expires - h.made),
+			CachedTokens: h.cached, Prefilled: h.prefilled}
 		if hashesWithin <= 0 || k.Age <= hashesWithin {
 			k.Hashes = h.hashes
 			if h.cum[len(h.cum)-1] != uint32(16*len(h.cum)) {

@@ -27,7 +27,7 @@ func (p *Proxy) logDecision(d *gateway.Decision) {
 		for _, kv := range []struct {
 			k string
 			v float64
-		}{{"cost", c.Cost}, {"cached", float64(c.CachedTokens)}, {"queued", c.QueuedTokens}, {"others", c.OthersTokens},
+		}{{"cost", c.Cost}, {"cached", float64(c.CachedTokens)}, {"queued", c.QueuedTokens}, {"others", c.OthersTokens}, {"repeated", c.RepeatedTokens},
 			{"in_flight", float64(c.InFlight)}, {"others_running", float64(c.OthersRunning)},
 			{"engine_waiting", float64(c.ReportedWaiting)}, {"engine_running", float64(c.ReportedRunning)}} {
 			b.WriteString(" ")

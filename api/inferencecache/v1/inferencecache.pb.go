@@ -623,9 +623,16 @@ type ReplicaHint struct {
 	// residency (SharePicks, contract §5.12): a gateway sent a request with
 	// this prefix to the replica age_ms ago and the engine's events have not
 	// confirmed the blocks yet. False: from the confirmed index.
-	Provisional   bool `protobuf:"varint,11,opt,name=provisional,proto3" json:"provisional,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Provisional bool `protobuf:"varint,11,opt,name=provisional,proto3" json:"provisional,omitempty"`
+	// repeated_prefill_tokens (provisional hints only): prefill tokens that
+	// picks on the replica still before their first token counted in their
+	// queued load although an earlier pick there computes the same blocks
+	// of this request's prefix: siblings placed before either was seen. An
+	// engine with prefix caching computes those blocks once, so a picker
+	// counts them once (contract §5.10).
+	RepeatedPrefillTokens uint32 `protobuf:"varint,12,opt,name=repeated_prefill_tokens,json=repeatedPrefillTokens,proto3" json:"repeated_prefill_tokens,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ReplicaHint) Reset() {
@@ -733,6 +740,13 @@ func (x *ReplicaHint) GetProvisional() bool {
 		return x.Provisional
 	}
 	return false
+}
+
+func (x *ReplicaHint) GetRepeatedPrefillTokens() uint32 {
+	if x != nil {
+		return x.RepeatedPrefillTokens
+	}
+	return 0
 }
 
 type LookupRouteResponse struct {
@@ -1876,8 +1890,13 @@ type ProvisionalPick struct {
 	BlockTokenCounts []uint32               `protobuf:"varint,8,rep,packed,name=block_token_counts,json=blockTokenCounts,proto3" json:"block_token_counts,omitempty"` // parallel, or empty = 16 each
 	AgeMs            uint32                 `protobuf:"varint,9,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`                                           // since the pick was made (a full state re-sends older picks)
 	MaxAgeMs         uint32                 `protobuf:"varint,10,opt,name=max_age_ms,json=maxAgeMs,proto3" json:"max_age_ms,omitempty"`                               // held this long; 0 = 10,000, else 100 to 600,000
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// cached_tokens: the prompt tokens the picker counted as already on the
+	// replica when it picked (confirmed or provisional); its queued prefill
+	// there is the rest.
+	CachedTokens  uint32 `protobuf:"varint,11,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	Prefilled     bool   `protobuf:"varint,12,opt,name=prefilled,proto3" json:"prefilled,omitempty"` // in a full state: the request has its first token
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProvisionalPick) Reset() {
@@ -1980,6 +1999,20 @@ func (x *ProvisionalPick) GetMaxAgeMs() uint32 {
 	return 0
 }
 
+func (x *ProvisionalPick) GetCachedTokens() uint32 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *ProvisionalPick) GetPrefilled() bool {
+	if x != nil {
+		return x.Prefilled
+	}
+	return false
+}
+
 // SharePicksRequest is one push of a picker: a delta (picks added, picks
 // removed) or, with full_state, every live pick of the picker.
 type SharePicksRequest struct {
@@ -1989,6 +2022,7 @@ type SharePicksRequest struct {
 	FullState     bool                   `protobuf:"varint,3,opt,name=full_state,json=fullState,proto3" json:"full_state,omitempty"` // picks are all the picker's live picks: older ones not listed are dropped
 	Picks         []*ProvisionalPick     `protobuf:"bytes,4,rep,name=picks,proto3" json:"picks,omitempty"`                           // added
 	Removed       []uint64               `protobuf:"varint,5,rep,packed,name=removed,proto3" json:"removed,omitempty"`               // pick ids removed (the request failed or was cancelled)
+	Prefilled     []uint64               `protobuf:"varint,6,rep,packed,name=prefilled,proto3" json:"prefilled,omitempty"`           // pick ids whose request has its first token: its prefill no longer queues
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2054,6 +2088,13 @@ func (x *SharePicksRequest) GetPicks() []*ProvisionalPick {
 func (x *SharePicksRequest) GetRemoved() []uint64 {
 	if x != nil {
 		return x.Removed
+	}
+	return nil
+}
+
+func (x *SharePicksRequest) GetPrefilled() []uint64 {
+	if x != nil {
+		return x.Prefilled
 	}
 	return nil
 }
@@ -3530,7 +3571,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\raffinity_pick\x18\t \x01(\bR\faffinityPick\x12\x1f\n" +
 	"\vstats_fresh\x18\n" +
 	" \x01(\bR\n" +
-	"statsFresh\"\x93\x03\n" +
+	"statsFresh\"\xcb\x03\n" +
 	"\vReplicaHint\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x14\n" +
@@ -3544,7 +3585,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x10running_requests\x18\t \x01(\rR\x0frunningRequests\x128\n" +
 	"\afactors\x18\n" +
 	" \x01(\v2\x1e.inferencecache.v1.HintFactorsR\afactors\x12 \n" +
-	"\vprovisional\x18\v \x01(\bR\vprovisional\"\xec\x02\n" +
+	"\vprovisional\x18\v \x01(\bR\vprovisional\x126\n" +
+	"\x17repeated_prefill_tokens\x18\f \x01(\rR\x15repeatedPrefillTokens\"\xec\x02\n" +
 	"\x13LookupRouteResponse\x12:\n" +
 	"\breplicas\x18\x01 \x03(\v2\x1e.inferencecache.v1.ReplicaHintR\breplicas\x12>\n" +
 	"\vreason_code\x18\x02 \x01(\x0e2\x1d.inferencecache.v1.ReasonCodeR\n" +
@@ -3652,7 +3694,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\vreplica_ids\x18\x01 \x03(\tR\n" +
 	"replicaIds\"]\n" +
 	"\x1aGetStreamPositionsResponse\x12?\n" +
-	"\tpositions\x18\x01 \x03(\v2!.inferencecache.v1.StreamPositionR\tpositions\"\xc7\x02\n" +
+	"\tpositions\x18\x01 \x03(\v2!.inferencecache.v1.StreamPositionR\tpositions\"\x8a\x03\n" +
 	"\x0fProvisionalPick\x12\x17\n" +
 	"\apick_id\x18\x01 \x01(\x04R\x06pickId\x12\x1d\n" +
 	"\n" +
@@ -3668,14 +3710,17 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x06age_ms\x18\t \x01(\rR\x05ageMs\x12\x1c\n" +
 	"\n" +
 	"max_age_ms\x18\n" +
-	" \x01(\rR\bmaxAgeMs\"\xbf\x01\n" +
+	" \x01(\rR\bmaxAgeMs\x12#\n" +
+	"\rcached_tokens\x18\v \x01(\rR\fcachedTokens\x12\x1c\n" +
+	"\tprefilled\x18\f \x01(\bR\tprefilled\"\xdd\x01\n" +
 	"\x11SharePicksRequest\x12\x1b\n" +
 	"\tpicker_id\x18\x01 \x01(\tR\bpickerId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1d\n" +
 	"\n" +
 	"full_state\x18\x03 \x01(\bR\tfullState\x128\n" +
 	"\x05picks\x18\x04 \x03(\v2\".inferencecache.v1.ProvisionalPickR\x05picks\x12\x18\n" +
-	"\aremoved\x18\x05 \x03(\x04R\aremoved\"d\n" +
+	"\aremoved\x18\x05 \x03(\x04R\aremoved\x12\x1c\n" +
+	"\tprefilled\x18\x06 \x03(\x04R\tprefilled\"d\n" +
 	"\x12SharePicksResponse\x12\x14\n" +
 	"\x05added\x18\x01 \x01(\rR\x05added\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\rR\aremoved\x12\x1e\n" +

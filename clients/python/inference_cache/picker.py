@@ -4,7 +4,8 @@ with the same cost model and defaults.
 
 Cost model (units: prompt tokens)::
 
-    cost(r) = queued(r) + others(r) + uncached(r) − credit(r) + decode(r) + kv(r)
+    cost(r) = queued(r) + others(r) − repeated(r) + uncached(r) − credit(r)
+              + decode(r) + kv(r)
 
     credit(r)   = cache_affinity × cached(r) × (1 + cached(r) / cache_affinity_tokens)
                   (cache_affinity × cached(r) when cache_affinity_tokens is 0)
@@ -28,6 +29,12 @@ Cost model (units: prompt tokens)::
                   own_in_flight(r) + others_running_requests(r) − known_waiting(r);
                   tokens per request = tokens_per_waiting_request, or when 0
                   the mean uncached tokens this picker sent (2048 before any)
+    repeated(r) = min(repeated_prefill_tokens of r's PREFIX_MATCH hint,
+                  queued(r) + others_prefill_tokens(r)): queued tokens that
+                  repeat this prompt's prefix blocks an earlier queued
+                  request on r computes (siblings picked blind to each
+                  other), counted once as an engine with prefix caching
+                  computes them
     decode(r)   = decode_weight × (own_in_flight(r) − own_prefilling(r)
                   + max(0, others_running − others_prefilling)) × tokens per request
     kv(r)       = kv_weight × pressure(r) × uncached(r)   (the load's KV usage)
@@ -155,8 +162,8 @@ class PickerConfig:
 class PickCost:
     """One candidate's cost terms (prompt tokens, except the request counts).
 
-    cost = queued_tokens + others_tokens + uncached_tokens − cache_affinity × cached_tokens
-    + decode_tokens + kv_tokens.
+    cost = queued_tokens + others_tokens − repeated_tokens + uncached_tokens
+    − cache_affinity × cached_tokens + decode_tokens + kv_tokens.
     reason is the reason code (pb.ReasonCode int) of the hint naming the
     replica, NO_HINT when none does; reported_waiting/running the engine's
     counts from its hint or load; in_flight this picker's requests there;
@@ -170,6 +177,7 @@ class PickCost:
     uncached_tokens: int = 0
     queued_tokens: float = 0.0
     others_tokens: float = 0.0
+    repeated_tokens: float = 0.0
     decode_tokens: float = 0.0
     kv_tokens: float = 0.0
     in_flight: int = 0
@@ -342,6 +350,7 @@ class Picker:
             # leading blocks they share (contract §5.10).
             hints = []
         cfg = self._cfg
+        repeated: dict = {}
         with self._mu:
             per_req = self._tokens_per_request()
             ranks: List[int] = []
@@ -355,6 +364,7 @@ class Picker:
                     c.reported_waiting, c.reported_running = h.waiting_requests, h.running_requests
                     if rc == pb.PREFIX_MATCH:
                         c.cached_tokens = min(h.matched_tokens, prompt_tokens)
+                        repeated[c.replica] = h.repeated_prefill_tokens
                     break
                 for ld in loads:
                     if ld.replica_id != c.replica:
@@ -382,7 +392,8 @@ class Picker:
                 credit = cfg.cache_affinity * c.cached_tokens
                 if cfg.cache_affinity_tokens > 0:
                     credit *= 1 + c.cached_tokens / cfg.cache_affinity_tokens
-                c.cost = (c.queued_tokens + c.others_tokens + c.uncached_tokens
+                c.repeated_tokens = min(float(repeated.get(c.replica, 0)), c.queued_tokens + c.others_prefill_tokens)
+                c.cost = (c.queued_tokens + c.others_tokens - c.repeated_tokens + c.uncached_tokens
                           - credit + c.decode_tokens + c.kv_tokens)
             bound = math.inf
             if cfg.load_bound > 0:

@@ -17,7 +17,7 @@ from inference_cache.v1 import inferencecache_pb2 as pb
 with open(PICKER_CASES_PATH) as _f:
     CASES = json.load(_f)["cases"]
 
-COST_FIELDS = ["cached_tokens", "uncached_tokens", "queued_tokens", "others_tokens", "decode_tokens", "kv_tokens",
+COST_FIELDS = ["cached_tokens", "uncached_tokens", "queued_tokens", "others_tokens", "repeated_tokens", "decode_tokens", "kv_tokens",
                "in_flight", "reported_waiting", "reported_running", "pressure", "others_prefilling",
                "others_prefill_tokens", "others_running", "others_pickers", "cost"]
 
