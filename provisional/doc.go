@@ -29,8 +29,15 @@
 // is refused whole (ErrFull, naming the field and the limit) and nothing
 // already held is lost.
 //
+// A pick also carries the tokens its picker counted as cached on the
+// replica, and a picker marks it prefilled at the request's first token
+// (Push.Prefilled, or the flag in a full state).
+//
 // Reads (View.Matches) give, per replica, the deepest block of a lookup's
-// chain some pick holds there, with its tokens. Merge folds those matches
+// chain some pick holds there, with its tokens, and how many tokens the
+// picks still before their first token queued although an earlier pick
+// there computes the same blocks (Match.Repeated: a picker counts them
+// once, contract §5.10). Merge folds those matches
 // into a LookupRouteResponse: the one rule the server's lookups and a
 // gateway's own table (its picks, seen by its next decision at once)
 // share.
