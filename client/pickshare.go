@@ -83,10 +83,11 @@ type PickShareStats struct {
 
 // PickShare pushes a picker's picks to the cluster as they are made
 // (contract §5.12): each Add, Prefilled or Remove wakes one goroutine
-// that sends
-// everything waiting in one push, so a pick reaches a node in about one
-// round trip and every node one hop later; and every FullStateInterval it
-// sends the full state (Live) for repair. It fails open: Add and Remove
+// that sends everything waiting in one push, to every node at once when
+// the sender is a PicksBroadcaster (a *Client is), so a pick reaches each
+// node in about one round trip (else one node, and the others one hop
+// later); and every FullStateInterval it sends the full state (Live) for
+// repair. It fails open: Add and Remove
 // never block, a push that fails is dropped, nothing of it delays or
 // fails a request.
 type PickShare struct {
@@ -264,7 +265,12 @@ func (s *PickShare) run() {
 func (s *PickShare) push(parent context.Context, p provisional.Push) {
 	p.Sequence = s.seq.Add(1)
 	ctx, cancel := context.WithTimeout(parent, s.cfg.PushTimeout)
-	_, err := s.to.SharePicks(ctx, provisional.ToPB(&p))
+	var err error
+	if all, ok := s.to.(PicksBroadcaster); ok {
+		_, err = all.SharePicksAll(ctx, provisional.ToPB(&p))
+	} else {
+		_, err = s.to.SharePicks(ctx, provisional.ToPB(&p))
+	}
 	cancel()
 	if err == nil {
 		s.pushes.Add(1)

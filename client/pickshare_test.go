@@ -231,3 +231,55 @@ func TestSoftState_OneNodeUntilItFails(t *testing.T) {
 		t.Fatalf("node %d got %d picks pushes and %d load reports, want 11 in all after the one failed call", second, p, l)
 	}
 }
+
+// A picks push goes to every node at once (one round trip to each, not
+// one plus a fan-out hop); a node that does not answer is skipped by the
+// next pushes while its backoff lasts, and the push still succeeds on
+// the others. With every node down it fails.
+func TestSharePicksAll_EveryNodeAtOnce(t *testing.T) {
+	fakes := []*softFake{{}, {}, {}}
+	var addrs []string
+	for _, f := range fakes {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := grpc.NewServer()
+		pb.RegisterInferenceCacheServer(s, f)
+		go s.Serve(lis)
+		t.Cleanup(s.Stop)
+		addrs = append(addrs, lis.Addr().String())
+	}
+	c := newClient(t, Config{Addrs: addrs, LookupTimeout: 2 * time.Second, FailBackoff: time.Hour})
+	ctx := context.Background()
+	if _, err := c.SharePicksAll(ctx, &pb.SharePicksRequest{PickerId: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range fakes {
+		if p, _ := f.counts(); p != 1 {
+			t.Fatalf("node %d got %d pushes, want 1", i, p)
+		}
+	}
+	fakes[1].mu.Lock()
+	fakes[1].down = true
+	fakes[1].mu.Unlock()
+	for range 2 {
+		if _, err := c.SharePicksAll(ctx, &pb.SharePicksRequest{PickerId: "p"}); err != nil {
+			t.Fatalf("one node down failed the push: %v", err)
+		}
+	}
+	if p0, _ := fakes[0].counts(); p0 != 3 {
+		t.Fatalf("node 0 got %d pushes, want 3", p0)
+	}
+	if p1, _ := fakes[1].counts(); p1 != 1 {
+		t.Fatalf("the down node answered %d pushes, want only the first", p1)
+	}
+	for _, f := range fakes {
+		f.mu.Lock()
+		f.down = true
+		f.mu.Unlock()
+	}
+	if _, err := c.SharePicksAll(ctx, &pb.SharePicksRequest{PickerId: "p"}); err == nil {
+		t.Fatal("a push no node answered succeeded")
+	}
+}

@@ -1,24 +1,31 @@
 package client
 
 import (
+	"context"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
 
 // softStateCall makes one call of the pickers' soft state (a load report,
-// a picks push) in a single attempt: what it carries is superseded or
-// repaired by the next report, so it is never retried. Every call goes to
-// one node (softAt: the node of the last call that answered, a random one
-// at first), so that a picker's pushes reach the cluster through one node
-// and its per-peer queues, which pass picks on before reports: every node
-// then learns a pick no later than the load report sent after it, and a
-// lookup never sees a sibling's queue without the pick that explains it
-// (contract §5.12). A node that does not answer (UNAVAILABLE,
-// DEADLINE_EXCEEDED) is skipped for lookups and soft state as
-// Config.FailBackoff says, and the next call goes to the next node; any
-// other answer shows the node up. The error is the call's.
+// or a picks push when not sent to every node: SharePicksAll) in a single
+// attempt: what it carries is superseded or repaired by the next report,
+// so it is never retried. Every call goes to one node (softAt: the node
+// of the last call that answered, a random one at first), so that a
+// picker's pushes reach the cluster through one node and its per-peer
+// queues, which pass picks on before reports: every node then learns a
+// pick no later than the load report sent after it, and a lookup never
+// sees a sibling's queue without the pick that explains it (contract
+// §5.12). A push sent to every node keeps that order too: the gateway
+// releases the pick's load once every node answered it
+// (PickShareConfig.AfterDelta), and a node that missed it gets it from
+// the report's node, passed on ahead of the report. A node that does not
+// answer (UNAVAILABLE, DEADLINE_EXCEEDED) is skipped for lookups and soft
+// state as Config.FailBackoff says, and the next call goes to the next
+// node; any other answer shows the node up. The error is the call's.
 func softStateCall[T any](c *Client, call func(*node) (T, error)) (T, error) {
 	n, probe := c.pick(lookupTrack, c.softAt.Load(), nil, c.cfg.LookupTimeout)
 	resp, err := call(n)
@@ -36,4 +43,59 @@ func softStateCall[T any](c *Client, call func(*node) (T, error)) (T, error) {
 		c.softAt.Store(uint64(n.idx))
 	}
 	return resp, err
+}
+
+// SharePicksAll sends one picks push to every node the client lists that
+// lookups do not skip, all at once, each in a single attempt bounded by
+// ctx, and returns when every call has ended: the first answer, or the
+// error when no node answered. A pick then reaches each node in one
+// round trip instead of one plus the first node's fan-out hop (contract
+// §5.12). The nodes still pass pushes on to their peers (a node this
+// client does not list, or one it skipped, gets the pick that way), and
+// a copy that arrives twice is held once. When lookups skip every node,
+// it is SharePicks (one node, probing).
+func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
+	if len(c.nodes) == 1 {
+		return c.SharePicks(ctx, req)
+	}
+	now := time.Now().UnixNano()
+	type result struct {
+		resp *pb.SharePicksResponse
+		err  error
+	}
+	out := make(chan result, len(c.nodes))
+	sent := 0
+	for _, n := range c.nodes {
+		if n.lookup.downUntil.Load() > now {
+			continue
+		}
+		sent++
+		go func() {
+			resp, err := n.ic.SharePicks(ctx, req)
+			switch status.Code(err) {
+			case codes.OK:
+				n.lookup.ok()
+			case codes.Unavailable, codes.DeadlineExceeded:
+				n.lookup.failed(time.Now(), c.cfg.FailBackoff, false)
+			}
+			out <- result{resp, err}
+		}()
+	}
+	if sent == 0 {
+		return c.SharePicks(ctx, req)
+	}
+	var first result
+	for range sent {
+		r := <-out
+		if first.resp == nil && (r.err == nil || first.err == nil) {
+			first = r
+		}
+	}
+	return first.resp, first.err
+}
+
+// PicksBroadcaster sends a picks push to every node at once; *Client is
+// one (SharePicksAll). A PickShare whose sender is one uses it.
+type PicksBroadcaster interface {
+	SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error)
 }

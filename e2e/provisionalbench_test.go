@@ -23,21 +23,22 @@ func percentilesText(ds []time.Duration) string {
 }
 
 // The delay of provisional residencies (contract §5.12) on a real 3-node
-// cluster: a gateway (the real gateway core and SDK, its hint service
-// node 1) picks a replica for a prompt no one holds; the time from the
-// pick (Decision.Start) until a lookup on node 2 (another gateway's
-// view, polled back to back) answers the prompt with the provisional
-// hint: the SDK's push to node 1 plus node 1's fan-out hop to node 2,
-// plus at most one lookup round trip of polling. Then one SharePicks
-// sent to node 1 by hand, timed from before the call until node 2 has it
-// (the fan-out hop alone).
+// cluster: a gateway (the real gateway core and SDK) picks a replica for
+// a prompt no one holds; the time from the pick (Decision.Start) until a
+// lookup on node 2 (another gateway's view, polled back to back) answers
+// the prompt with the provisional hint, plus at most one lookup round
+// trip of polling. First with the gateway's SDK listing every node, as
+// the proxy and the endpoint picker are run (one --addr per node): the
+// push goes to each node at once. Then with node 1 alone as its hint
+// service: the push to node 1 plus node 1's fan-out hop to node 2. Last,
+// one SharePicks sent to node 1 by hand, timed from before the call
+// until node 2 has it (the fan-out hop alone).
 func TestProvisionalVisibility(t *testing.T) {
 	if !*provisionalBench {
 		t.Skip("a benchmark: run with -provisional-bench")
 	}
 	c := startCluster(t, 3)
-	n1, n2 := c.procs[0], c.procs[1]
-	g := newGateway(t, n1.grpc)
+	n1, n2, n3 := c.procs[0], c.procs[1], c.procs[2]
 	// seen waits for n2 to answer lr with a provisional hint on replica
 	// and returns the time since start.
 	seen := func(start time.Time, lr *pb.LookupRouteRequest, replica string) time.Duration {
@@ -50,20 +51,26 @@ func TestProvisionalVisibility(t *testing.T) {
 		return 0
 	}
 	const picks = 300
-	var e2e []time.Duration
-	for i := range picks {
-		from := 1_000_000 + 1000*i
-		lr := keyOf(t, from)
-		d, err := g.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, from), Candidates: replicas})
-		if err != nil {
-			t.Fatal(err)
+	measure := func(g *gateway.Gateway, base int) []time.Duration {
+		var ds []time.Duration
+		for i := range picks {
+			from := base + 1000*i
+			lr := keyOf(t, from)
+			d, err := g.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, from), Candidates: replicas})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			f := d.Start(d.Replica)
+			ds = append(ds, seen(start, lr, d.Replica))
+			f.Done()
 		}
-		start := time.Now()
-		f := d.Start(d.Replica)
-		e2e = append(e2e, seen(start, lr, d.Replica))
-		f.Done()
+		return ds
 	}
-	t.Logf("pick (Decision.Start, gateway on n1) → seen in a lookup on n2: %s", percentilesText(e2e))
+	all := measure(newGateway(t, n1.grpc, n2.grpc, n3.grpc), 1_000_000)
+	t.Logf("pick (Decision.Start, gateway listing every node) → seen in a lookup on n2: %s", percentilesText(all))
+	one := measure(newGateway(t, n1.grpc), 3_000_000)
+	t.Logf("pick (Decision.Start, gateway on n1) → seen in a lookup on n2: %s", percentilesText(one))
 
 	var hop []time.Duration
 	for i := range picks {
