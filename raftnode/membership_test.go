@@ -206,12 +206,13 @@ func TestRemoveServer_NewLeaderDoesNotReaddTheLiveProcess(t *testing.T) {
 		r := nl.ReconcileRoundsForTest()
 		return r >= r0+5, fmt.Sprintf("%d reconcile rounds on the new leader, want 5", r-r0)
 	})
-	if nl.Status().State != "Leader" {
-		t.Fatalf("%s lost leadership during the check", nl.ID)
-	}
-	for _, m := range nl.Status().Members {
-		if m.ID == id && m.Suffrage != "" {
-			t.Fatalf("new leader %s re-added %s as %s while the removed process runs", nl.ID, id, m.Suffrage)
+	// Leadership may move again under a loaded machine (two voters
+	// left): whichever node leads, none may have added the process back.
+	for _, n := range []int{l, other} {
+		for _, m := range c.Nodes[n].Status().Members {
+			if m.ID == id && m.Suffrage != "" {
+				t.Fatalf("%s (%s) has %s back as %s while the removed process runs", c.Nodes[n].ID, c.Nodes[n].Status().State, id, m.Suffrage)
+			}
 		}
 	}
 }
