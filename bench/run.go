@@ -115,8 +115,8 @@ const (
 	// DefaultShareDelay is the default delay of lookuproute-sdk's pushes:
 	// the design's bound (a pick visible to another gateway's lookup
 	// within 5 ms at p99 on loopback), which lies between the live
-	// system's measured push-to-visible p50 (1.2 ms) and p99 (11.6 ms, on
-	// a 2-core machine at load average 20 to 35; BENCHMARKS.md,
+	// system's measured push-to-visible p50 (1.1 ms) and p99 (5.4 ms, on
+	// a 2-core machine with the SDK pushing to every node; BENCHMARKS.md,
 	// "provisional residencies").
 	DefaultShareDelay = 5 * time.Millisecond
 	// DefaultSubscriberScrape is the default wall-time scrape interval of
