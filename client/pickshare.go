@@ -167,27 +167,22 @@ func (s *PickShare) Add(k provisional.Pick) {
 
 // Remove queues the removal of a pick (its request failed or was
 // cancelled); it never blocks.
-func (s *PickShare) Remove(id uint64) {
-	s.mu.Lock()
-	if len(s.removed) >= pickShareQueue {
-		s.removed = s.removed[1:]
-		s.dropped.Add(1)
-	}
-	s.removed = append(s.removed, id)
-	s.mu.Unlock()
-	s.signal()
-}
+func (s *PickShare) Remove(id uint64) { s.queue(&s.removed, id) }
 
 // Prefilled queues the news that a pick's request has its first token
 // (its prefill no longer queues the replica); it never blocks. A lost
 // one is repaired by the next full state, which carries the flag.
-func (s *PickShare) Prefilled(id uint64) {
+func (s *PickShare) Prefilled(id uint64) { s.queue(&s.prefilled, id) }
+
+// queue appends id to q (a list of s under mu), dropping its oldest when
+// full, and wakes the pusher.
+func (s *PickShare) queue(q *[]uint64, id uint64) {
 	s.mu.Lock()
-	if len(s.prefilled) >= pickShareQueue {
-		s.prefilled = s.prefilled[1:]
+	if len(*q) >= pickShareQueue {
+		*q = (*q)[1:]
 		s.dropped.Add(1)
 	}
-	s.prefilled = append(s.prefilled, id)
+	*q = append(*q, id)
 	s.mu.Unlock()
 	s.signal()
 }

@@ -176,23 +176,32 @@ func (f *softFake) counts() (picks, load int) {
 	return f.picks, f.load
 }
 
-// A picker's picks and load reports all go to one node, so that node's
-// queues pass each pick on before the report sent after it; when that
-// node stops answering they move to another node, and stay there.
-func TestSoftState_OneNodeUntilItFails(t *testing.T) {
-	fakes := []*softFake{{}, {}, {}}
-	var addrs []string
-	for _, f := range fakes {
+// serveSoftFakes serves n softFakes on loopback and returns them with
+// their addresses.
+func serveSoftFakes(t *testing.T, n int) ([]*softFake, []string) {
+	t.Helper()
+	fakes := make([]*softFake, n)
+	addrs := make([]string, n)
+	for i := range fakes {
+		fakes[i] = &softFake{}
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := grpc.NewServer()
-		pb.RegisterInferenceCacheServer(s, f)
+		pb.RegisterInferenceCacheServer(s, fakes[i])
 		go s.Serve(lis)
 		t.Cleanup(s.Stop)
-		addrs = append(addrs, lis.Addr().String())
+		addrs[i] = lis.Addr().String()
 	}
+	return fakes, addrs
+}
+
+// A picker's picks and load reports all go to one node, so that node's
+// queues pass each pick on before the report sent after it; when that
+// node stops answering they move to another node, and stay there.
+func TestSoftState_OneNodeUntilItFails(t *testing.T) {
+	fakes, addrs := serveSoftFakes(t, 3)
 	c := newClient(t, Config{Addrs: addrs, LookupTimeout: 2 * time.Second})
 	ctx := context.Background()
 	push := func(n int) {
@@ -237,19 +246,7 @@ func TestSoftState_OneNodeUntilItFails(t *testing.T) {
 // next pushes while its backoff lasts, and the push still succeeds on
 // the others. With every node down it fails.
 func TestSharePicksAll_EveryNodeAtOnce(t *testing.T) {
-	fakes := []*softFake{{}, {}, {}}
-	var addrs []string
-	for _, f := range fakes {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer()
-		pb.RegisterInferenceCacheServer(s, f)
-		go s.Serve(lis)
-		t.Cleanup(s.Stop)
-		addrs = append(addrs, lis.Addr().String())
-	}
+	fakes, addrs := serveSoftFakes(t, 3)
 	c := newClient(t, Config{Addrs: addrs, LookupTimeout: 2 * time.Second, FailBackoff: time.Hour})
 	ctx := context.Background()
 	if _, err := c.SharePicksAll(ctx, &pb.SharePicksRequest{PickerId: "p"}); err != nil {

@@ -183,32 +183,28 @@ func (g *Gateway) recordPick(d *Decision, replica string) uint64 {
 // prefilledPick marks a pick whose request has its first token: its
 // prefill no longer queues the replica (provisional.Match.Repeated).
 func (g *Gateway) prefilledPick(id uint64) {
-	p := &g.prov
-	if p.table == nil || id == 0 {
-		return
-	}
-	push := provisional.Push{PickerID: p.id, Sequence: p.seq.Add(1), Prefilled: []uint64{id}}
-	_, _ = p.table.Apply(push)
-	switch {
-	case g.cfg.Provisional.Sink != nil:
-		g.cfg.Provisional.Sink(push)
-	case p.push != nil:
-		p.push.Prefilled(id)
-	}
+	g.updatePick(id, provisional.Push{Prefilled: []uint64{id}}, (*client.PickShare).Prefilled)
 }
 
 // dropPick removes a pick whose request failed or was cancelled.
 func (g *Gateway) dropPick(id uint64) {
+	g.updatePick(id, provisional.Push{Removed: []uint64{id}}, (*client.PickShare).Remove)
+}
+
+// updatePick applies push (a first token or a removal of pick id) to the
+// local table under the gateway's picker id and next sequence, and sends
+// it on: to the Sink, or through the SDK's pusher by send.
+func (g *Gateway) updatePick(id uint64, push provisional.Push, send func(*client.PickShare, uint64)) {
 	p := &g.prov
 	if p.table == nil || id == 0 {
 		return
 	}
-	push := provisional.Push{PickerID: p.id, Sequence: p.seq.Add(1), Removed: []uint64{id}}
+	push.PickerID, push.Sequence = p.id, p.seq.Add(1)
 	_, _ = p.table.Apply(push)
 	switch {
 	case g.cfg.Provisional.Sink != nil:
 		g.cfg.Provisional.Sink(push)
 	case p.push != nil:
-		p.push.Remove(id)
+		send(p.push, id)
 	}
 }

@@ -14,12 +14,9 @@ func blind(id uint64, replica string, base uint64, n int, cached uint32) provisi
 	return k
 }
 
+// repeated returns replica → the repeated prefill tokens of its match.
 func repeated(s *provisional.Store, c []uint64) map[string]uint32 {
-	out := map[string]uint32{}
-	for _, m := range s.At().Matches(nil, part, c) {
-		out[m.Replica] = m.Repeated
-	}
-	return out
+	return matchesBy(s, c, func(m provisional.Match) uint32 { return m.Repeated })
 }
 
 // Hand-worked on a 5-block lookup (16 tokens a block) whose first 4

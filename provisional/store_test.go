@@ -53,9 +53,14 @@ func apply(t *testing.T, s *provisional.Store, p provisional.Push) provisional.R
 
 // matches returns replica → matched blocks for a chain.
 func matches(s *provisional.Store, c []uint64) map[string]uint32 {
+	return matchesBy(s, c, func(m provisional.Match) uint32 { return m.Blocks })
+}
+
+// matchesBy returns replica → field of its match for a chain.
+func matchesBy(s *provisional.Store, c []uint64, field func(provisional.Match) uint32) map[string]uint32 {
 	out := map[string]uint32{}
 	for _, m := range s.At().Matches(nil, part, c) {
-		out[m.Replica] = m.Blocks
+		out[m.Replica] = field(m)
 	}
 	return out
 }
