@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -148,15 +149,17 @@ type softFake struct {
 	mu          sync.Mutex
 	picks, load int
 	down        bool
+	sentTo      []uint32 // each push's sent_to_nodes
 }
 
-func (f *softFake) SharePicks(context.Context, *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
+func (f *softFake) SharePicks(_ context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
 		return nil, status.Error(codes.Unavailable, "down")
 	}
 	f.picks++
+	f.sentTo = append(f.sentTo, req.GetSentToNodes())
 	return &pb.SharePicksResponse{}, nil
 }
 
@@ -168,6 +171,13 @@ func (f *softFake) ReportPickerLoad(context.Context, *pb.ReportPickerLoadRequest
 	}
 	f.load++
 	return &pb.ReportPickerLoadResponse{}, nil
+}
+
+// sent is the sent_to_nodes of each push answered, in order.
+func (f *softFake) sent() []uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.sentTo)
 }
 
 func (f *softFake) counts() (picks, load int) {
@@ -242,9 +252,12 @@ func TestSoftState_OneNodeUntilItFails(t *testing.T) {
 }
 
 // A picks push goes to every node at once (one round trip to each, not
-// one plus a fan-out hop); a node that does not answer is skipped by the
-// next pushes while its backoff lasts, and the push still succeeds on
-// the others. With every node down it fails.
+// one plus a fan-out hop), saying how many nodes it went to, so that the
+// nodes need not pass it on. A node that does not answer is skipped by
+// the next pushes while its backoff lasts, and the push still succeeds
+// on the others: the push the node missed is sent again to one node that
+// answered, with sent_to_nodes 0, for that node to pass on; the next
+// ones say 2 nodes. With every node down it fails.
 func TestSharePicksAll_EveryNodeAtOnce(t *testing.T) {
 	fakes, addrs := serveSoftFakes(t, 3)
 	c := newClient(t, Config{Addrs: addrs, LookupTimeout: 2 * time.Second, FailBackoff: time.Hour})
@@ -253,8 +266,8 @@ func TestSharePicksAll_EveryNodeAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, f := range fakes {
-		if p, _ := f.counts(); p != 1 {
-			t.Fatalf("node %d got %d pushes, want 1", i, p)
+		if got := f.sent(); !slices.Equal(got, []uint32{3}) {
+			t.Fatalf("node %d got pushes sent to %v nodes, want one push sent to 3", i, got)
 		}
 	}
 	fakes[1].mu.Lock()
@@ -265,11 +278,15 @@ func TestSharePicksAll_EveryNodeAtOnce(t *testing.T) {
 			t.Fatalf("one node down failed the push: %v", err)
 		}
 	}
-	if p0, _ := fakes[0].counts(); p0 != 3 {
-		t.Fatalf("node 0 got %d pushes, want 3", p0)
+	a, b := fakes[0].sent(), fakes[2].sent()
+	if len(a) > len(b) {
+		a, b = b, a
 	}
-	if p1, _ := fakes[1].counts(); p1 != 1 {
-		t.Fatalf("the down node answered %d pushes, want only the first", p1)
+	if !slices.Equal(a, []uint32{3, 3, 2}) || !slices.Equal(b, []uint32{3, 3, 0, 2}) {
+		t.Fatalf("live nodes got pushes sent to %v and %v nodes, want [3 3 2] and [3 3 0 2] (the missed push again, to be passed on)", a, b)
+	}
+	if got := fakes[1].sent(); len(got) != 1 {
+		t.Fatalf("the down node answered %d pushes, want only the first", len(got))
 	}
 	for _, f := range fakes {
 		f.mu.Lock()

@@ -50,26 +50,38 @@ func softStateCall[T any](c *Client, call func(*node) (T, error)) (T, error) {
 // ctx, and returns when every call has ended: the first answer, or the
 // error when no node answered. A pick then reaches each node in one
 // round trip instead of one plus the first node's fan-out hop (contract
-// §5.12). The nodes still pass pushes on to their peers (a node this
-// client does not list, or one it skipped, gets the pick that way), and
-// a copy that arrives twice is held once. When lookups skip every node,
-// it is SharePicks (one node, probing).
+// §5.12). It sets req.SentToNodes to the number of nodes sent to: a node
+// passes the push on to its peers only when that is fewer than the nodes
+// gossip shows alive (a node this client does not list, or one it
+// skipped, gets the pick that way), so a cluster the client lists whole
+// handles each pick once per node, not once per node per node. When a
+// call fails while another answered, the push is sent again to a node
+// that answered, with SentToNodes 0, so that it passes it on to the node
+// that missed it ahead of the load report that follows (a copy that
+// arrives twice is held once). When lookups skip every node, it is
+// SharePicks (one node, probing).
 func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
 	if len(c.nodes) == 1 {
 		return c.SharePicks(ctx, req)
 	}
 	now := time.Now().UnixNano()
+	to := make([]*node, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		if n.lookup.downUntil.Load() <= now {
+			to = append(to, n)
+		}
+	}
+	if len(to) == 0 {
+		return c.SharePicks(ctx, req)
+	}
+	req.SentToNodes = uint32(len(to))
 	type result struct {
+		n    *node
 		resp *pb.SharePicksResponse
 		err  error
 	}
-	out := make(chan result, len(c.nodes))
-	sent := 0
-	for _, n := range c.nodes {
-		if n.lookup.downUntil.Load() > now {
-			continue
-		}
-		sent++
+	out := make(chan result, len(to))
+	for _, n := range to {
 		go func() {
 			resp, err := n.ic.SharePicks(ctx, req)
 			switch status.Code(err) {
@@ -78,18 +90,22 @@ func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (
 			case codes.Unavailable, codes.DeadlineExceeded:
 				n.lookup.failed(time.Now(), c.cfg.FailBackoff, false)
 			}
-			out <- result{resp, err}
+			out <- result{n, resp, err}
 		}()
 	}
-	if sent == 0 {
-		return c.SharePicks(ctx, req)
-	}
 	var first result
-	for range sent {
+	failed := false
+	for range to {
 		r := <-out
+		failed = failed || r.err != nil
 		if first.resp == nil && (r.err == nil || first.err == nil) {
 			first = r
 		}
+	}
+	if failed && first.err == nil && len(to) > 1 {
+		req.SentToNodes = 0
+		// Its failure leaves the repair to the picker's next full state.
+		_, _ = first.n.ic.SharePicks(ctx, req)
 	}
 	return first.resp, first.err
 }

@@ -201,6 +201,38 @@ func TestProvisional_PickSeenOnEveryNode(t *testing.T) {
 		})
 	})
 
+	t.Run("GatewayListingEveryNodeNothingPassedOn", func(t *testing.T) {
+		// A gateway listing every node sends each push to each node
+		// itself: every node has the pick from the picker, and n2 (no
+		// other gateway's node) passes nothing on.
+		g := newGateway(t, n1.grpc, n2.grpc, n3.grpc)
+		m := func(p *proc, name string, labels ...string) float64 {
+			return metricSum(t, "http://"+p.http+"/metrics", "inferencecache_"+name, labels...)
+		}
+		before := make([]float64, 3)
+		for i, p := range []*proc{n1, n2, n3} {
+			before[i] = m(p, "provisional_pushes_received_total", `source="picker"`)
+		}
+		d, err := g.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, 15000), Candidates: replicas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := d.Start(d.Replica)
+		defer f.Done()
+		waitHint(t, 10*time.Second, keyOf(t, 15000), d.Replica, true, n1, n2, n3)
+		poll.Eventually(t, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
+			for i, p := range []*proc{n1, n2, n3} {
+				if got := m(p, "provisional_pushes_received_total", `source="picker"`); got <= before[i] {
+					return false, fmt.Sprintf("%s: %v pushes from pickers, want more than %v", p.id, got, before[i])
+				}
+			}
+			return true, ""
+		})
+		if fwd := m(n2, "provisional_pushes_forwarded_total"); fwd != 0 {
+			t.Errorf("n2: %v pushes passed on, want none: every node had its own copy", fwd)
+		}
+	})
+
 	t.Run("NodeKilledNoLookupErrorNoLostPick", func(t *testing.T) {
 		// A gateway on every node: its pushes to the dead one fail and
 		// its full states repair them through the others.

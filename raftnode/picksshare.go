@@ -29,17 +29,35 @@ func (n *Node) ProvisionalView() provisional.View { return n.picks.At() }
 // other node that gossip shows alive, on the queues of the picker load
 // (pickershare.go): it never waits on a peer, and a peer whose queue is
 // full misses the push (Metrics.PicksDropped; the picker's next full
-// state repairs it). Errors are the store's (a *provisional.FieldError
-// wrapping provisional.ErrInvalid, or provisional.ErrFull); nothing is
-// passed on then.
+// state repairs it). A push the picker sent to at least as many nodes as
+// gossip shows alive (sent_to_nodes) is not passed on: every node has a
+// copy of its own, and passing it on would only make each node handle
+// each pick once per node. Errors are the store's (a
+// *provisional.FieldError wrapping provisional.ErrInvalid, or
+// provisional.ErrFull); nothing is passed on then.
 func (n *Node) SharePicks(req *pb.SharePicksRequest) (provisional.Result, error) {
 	n.metrics.picksPushes.Add(1)
 	res, err := n.picks.Apply(provisional.FromPB(req))
 	if err != nil || res.Superseded {
 		return res, err
 	}
+	if sent := int(req.GetSentToNodes()); sent > 1 && sent >= n.aliveNodes() {
+		return res, nil
+	}
 	n.fanOut(queuedShare{p: req, at: time.Now()})
 	return res, nil
+}
+
+// aliveNodes is how many nodes, this one included, gossip shows alive
+// with a gRPC address: the nodes a push must reach.
+func (n *Node) aliveNodes() int {
+	alive := 1
+	for id, m := range n.gossipSnapshot() {
+		if id != n.cfg.NodeID && m.alive && m.meta.GRPC != "" {
+			alive++
+		}
+	}
+	return alive
 }
 
 // sharePicksTo passes picks pushes on to addr in calls of at most

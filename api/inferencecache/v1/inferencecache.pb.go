@@ -2016,13 +2016,18 @@ func (x *ProvisionalPick) GetPrefilled() bool {
 // SharePicksRequest is one push of a picker: a delta (picks added, picks
 // removed) or, with full_state, every live pick of the picker.
 type SharePicksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PickerId      string                 `protobuf:"bytes,1,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`     // required, at most 128 bytes; the id of its load reports
-	Sequence      uint64                 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`                    // increases per push of the picker
-	FullState     bool                   `protobuf:"varint,3,opt,name=full_state,json=fullState,proto3" json:"full_state,omitempty"` // picks are all the picker's live picks: older ones not listed are dropped
-	Picks         []*ProvisionalPick     `protobuf:"bytes,4,rep,name=picks,proto3" json:"picks,omitempty"`                           // added
-	Removed       []uint64               `protobuf:"varint,5,rep,packed,name=removed,proto3" json:"removed,omitempty"`               // pick ids removed (the request failed or was cancelled)
-	Prefilled     []uint64               `protobuf:"varint,6,rep,packed,name=prefilled,proto3" json:"prefilled,omitempty"`           // pick ids whose request has its first token: its prefill no longer queues
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	PickerId  string                 `protobuf:"bytes,1,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`     // required, at most 128 bytes; the id of its load reports
+	Sequence  uint64                 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`                    // increases per push of the picker
+	FullState bool                   `protobuf:"varint,3,opt,name=full_state,json=fullState,proto3" json:"full_state,omitempty"` // picks are all the picker's live picks: older ones not listed are dropped
+	Picks     []*ProvisionalPick     `protobuf:"bytes,4,rep,name=picks,proto3" json:"picks,omitempty"`                           // added
+	Removed   []uint64               `protobuf:"varint,5,rep,packed,name=removed,proto3" json:"removed,omitempty"`               // pick ids removed (the request failed or was cancelled)
+	Prefilled []uint64               `protobuf:"varint,6,rep,packed,name=prefilled,proto3" json:"prefilled,omitempty"`           // pick ids whose request has its first token: its prefill no longer queues
+	// sent_to_nodes: how many nodes the picker sent this same push to
+	// itself, at once (0 or 1: this node alone). A node passes the push on
+	// to its peers unless it is at least the number of nodes gossip shows
+	// alive: every node then has a copy of its own.
+	SentToNodes   uint32 `protobuf:"varint,7,opt,name=sent_to_nodes,json=sentToNodes,proto3" json:"sent_to_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2097,6 +2102,13 @@ func (x *SharePicksRequest) GetPrefilled() []uint64 {
 		return x.Prefilled
 	}
 	return nil
+}
+
+func (x *SharePicksRequest) GetSentToNodes() uint32 {
+	if x != nil {
+		return x.SentToNodes
+	}
+	return 0
 }
 
 type SharePicksResponse struct {
@@ -3712,7 +3724,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"max_age_ms\x18\n" +
 	" \x01(\rR\bmaxAgeMs\x12#\n" +
 	"\rcached_tokens\x18\v \x01(\rR\fcachedTokens\x12\x1c\n" +
-	"\tprefilled\x18\f \x01(\bR\tprefilled\"\xdd\x01\n" +
+	"\tprefilled\x18\f \x01(\bR\tprefilled\"\x81\x02\n" +
 	"\x11SharePicksRequest\x12\x1b\n" +
 	"\tpicker_id\x18\x01 \x01(\tR\bpickerId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1d\n" +
@@ -3720,7 +3732,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"full_state\x18\x03 \x01(\bR\tfullState\x128\n" +
 	"\x05picks\x18\x04 \x03(\v2\".inferencecache.v1.ProvisionalPickR\x05picks\x12\x18\n" +
 	"\aremoved\x18\x05 \x03(\x04R\aremoved\x12\x1c\n" +
-	"\tprefilled\x18\x06 \x03(\x04R\tprefilled\"d\n" +
+	"\tprefilled\x18\x06 \x03(\x04R\tprefilled\x12\"\n" +
+	"\rsent_to_nodes\x18\a \x01(\rR\vsentToNodes\"d\n" +
 	"\x12SharePicksResponse\x12\x14\n" +
 	"\x05added\x18\x01 \x01(\rR\x05added\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\rR\aremoved\x12\x1e\n" +
