@@ -114,10 +114,10 @@ const (
 	DefaultReportInterval = 50 * time.Millisecond
 	// DefaultShareDelay is the default delay of lookuproute-sdk's pushes:
 	// the design's bound (a pick visible to another gateway's lookup
-	// within 5 ms at p99 on loopback), which lies between the live
-	// system's measured push-to-visible p50 (1.1 ms) and p99 (5.4 ms, on
-	// a 2-core machine with the SDK pushing to every node; BENCHMARKS.md,
-	// "provisional residencies").
+	// within 5 ms at p99 on loopback), above the live system's measured
+	// push-to-visible p50 (0.9 ms) and p99 (3.3 ms, on a 2-core machine
+	// with the SDK pushing to every node; BENCHMARKS.md, "provisional
+	// residencies").
 	DefaultShareDelay = 5 * time.Millisecond
 	// DefaultSubscriberScrape is the default wall-time scrape interval of
 	// the cluster's subscriber in a bench run: short, because the bench
