@@ -104,7 +104,7 @@ DEFAULT_DECODE_WEIGHT = 0.05
 #: Charge per KV-pressure unit and uncached token (Go DefaultKVWeight).
 DEFAULT_KV_WEIGHT = 0.5
 #: Load bound, 0 = off (Go DefaultLoadBound).
-DEFAULT_LOAD_BOUND = 2.0
+DEFAULT_LOAD_BOUND = 1.5
 #: The least the load bound allows, 0 = no floor (Go DefaultLoadBoundFloor).
 DEFAULT_LOAD_BOUND_FLOOR = 8.0
 #: Tokens of the prompt that name its prefix for the rendezvous (Go RendezvousPrefixTokens).
