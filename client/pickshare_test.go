@@ -255,9 +255,9 @@ func TestSoftState_OneNodeUntilItFails(t *testing.T) {
 // one plus a fan-out hop), saying how many nodes it went to, so that the
 // nodes need not pass it on. A node that does not answer is skipped by
 // the next pushes while its backoff lasts, and the push still succeeds
-// on the others: the push the node missed is sent again to one node that
-// answered, with sent_to_nodes 0, for that node to pass on; the next
-// ones say 2 nodes. With every node down it fails.
+// on the others: the push the node missed is sent again to the node the
+// load reports go to (a live one), with sent_to_nodes 0, for that node to
+// pass on; the next ones say 2 nodes. With every node down it fails.
 func TestSharePicksAll_EveryNodeAtOnce(t *testing.T) {
 	fakes, addrs := serveSoftFakes(t, 3)
 	c := newClient(t, Config{Addrs: addrs, LookupTimeout: 2 * time.Second, FailBackoff: time.Hour})

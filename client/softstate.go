@@ -21,8 +21,9 @@ import (
 // sees a sibling's queue without the pick that explains it (contract
 // §5.12). A push sent to every node keeps that order too: the gateway
 // releases the pick's load once every node answered it
-// (PickShareConfig.AfterDelta), and a node that missed it gets it from
-// the report's node, passed on ahead of the report. A node that does not
+// (PickShareConfig.AfterDelta), and when a node missed it, the push is
+// sent again to the reports' node, which passes it on ahead of the
+// report. A node that does not
 // answer (UNAVAILABLE, DEADLINE_EXCEEDED) is skipped for lookups and soft
 // state as Config.FailBackoff says, and the next call goes to the next
 // node; any other answer shows the node up. The error is the call's.
@@ -55,10 +56,10 @@ func softStateCall[T any](c *Client, call func(*node) (T, error)) (T, error) {
 // gossip shows alive (a node this client does not list, or one it
 // skipped, gets the pick that way), so a cluster the client lists whole
 // handles each pick once per node, not once per node per node. When a
-// call fails while another answered, the push is sent again to a node
-// that answered, with SentToNodes 0, so that it passes it on to the node
-// that missed it ahead of the load report that follows (a copy that
-// arrives twice is held once). When lookups skip every node, it is
+// call fails while another answered, the push is sent again, with
+// SentToNodes 0, to the node the load reports go to (SharePicks), so that
+// it passes it on to the node that missed it ahead of the report that
+// follows (a copy that arrives twice is held once). When lookups skip every node, it is
 // SharePicks (one node, probing).
 func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
 	if len(c.nodes) == 1 {
@@ -76,7 +77,6 @@ func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (
 	}
 	req.SentToNodes = uint32(len(to))
 	type result struct {
-		n    *node
 		resp *pb.SharePicksResponse
 		err  error
 	}
@@ -90,7 +90,7 @@ func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (
 			case codes.Unavailable, codes.DeadlineExceeded:
 				n.lookup.failed(time.Now(), c.cfg.FailBackoff, false)
 			}
-			out <- result{n, resp, err}
+			out <- result{resp, err}
 		}()
 	}
 	var first result
@@ -105,7 +105,7 @@ func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (
 	if failed && first.err == nil && len(to) > 1 {
 		req.SentToNodes = 0
 		// Its failure leaves the repair to the picker's next full state.
-		_, _ = first.n.ic.SharePicks(ctx, req)
+		_, _ = c.SharePicks(ctx, req)
 	}
 	return first.resp, first.err
 }
