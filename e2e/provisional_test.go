@@ -106,6 +106,27 @@ func waitHint(t *testing.T, limit time.Duration, lr *pb.LookupRouteRequest, repl
 	})
 }
 
+// startPick has g decide the chat of toks(from, 128) among replicas and
+// start its request on the replica picked, then waits until every node
+// of ps answers the prompt with that replica's provisional hint; the
+// flight is the request's.
+func startPick(t *testing.T, g *gateway.Gateway, from int, ps ...*proc) *gateway.Flight {
+	t.Helper()
+	d, err := g.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, from), Candidates: replicas})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := d.Start(d.Replica)
+	waitHint(t, 10*time.Second, keyOf(t, from), d.Replica, true, ps...)
+	return f
+}
+
+// nodeMetric is the sum of p's metric inferencecache_<name> over the
+// series with labels.
+func nodeMetric(t *testing.T, p *proc, name string, labels ...string) float64 {
+	return metricSum(t, "http://"+p.http+"/metrics", "inferencecache_"+name, labels...)
+}
+
 // Provisional residencies through a real 3-node cluster (contract §5.12):
 // a pick a gateway makes through one node is seen by lookups on every
 // node and by another gateway's decision on another node; the engine's
@@ -135,32 +156,24 @@ func TestProvisional_PickSeenOnEveryNode(t *testing.T) {
 	gb := newGateway(t, n3.grpc)
 
 	t.Run("PickThroughOneNodeSeenOnEvery", func(t *testing.T) {
-		d, err := ga.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, 0), Candidates: replicas})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := d.Start(d.Replica)
+		f := startPick(t, ga, 0, n1, n2, n3)
 		defer f.Done()
-		waitHint(t, 10*time.Second, keyOf(t, 0), d.Replica, true, n1, n2, n3)
 		// n1 got the push from the gateway and passed it to both peers;
 		// they got it from n1, and n2 (no gateway's node) passed none on.
-		m := func(p *proc, name string, labels ...string) float64 {
-			return metricSum(t, "http://"+p.http+"/metrics", "inferencecache_"+name, labels...)
-		}
 		// Polled: n1 counts a push as passed on once the peer has
 		// answered, which is after the peer's lookups see it.
 		poll.Eventually(t, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
-			if got, fwd := m(n1, "provisional_pushes_received_total", `source="picker"`), m(n1, "provisional_pushes_forwarded_total"); got < 1 || fwd < 2 {
+			if got, fwd := nodeMetric(t, n1, "provisional_pushes_received_total", `source="picker"`), nodeMetric(t, n1, "provisional_pushes_forwarded_total"); got < 1 || fwd < 2 {
 				return false, fmt.Sprintf("n1: %v pushes from pickers, %v passed on; want ≥ 1 and ≥ 2", got, fwd)
 			}
 			for _, p := range []*proc{n2, n3} {
-				if got, held := m(p, "provisional_pushes_received_total", `source="node"`), m(p, "provisional_picks"); got < 1 || held != 1 {
+				if got, held := nodeMetric(t, p, "provisional_pushes_received_total", `source="node"`), nodeMetric(t, p, "provisional_picks"); got < 1 || held != 1 {
 					return false, fmt.Sprintf("%s: %v pushes from nodes, %v picks held; want ≥ 1, 1", p.id, got, held)
 				}
 			}
 			return true, ""
 		})
-		if fwd := m(n2, "provisional_pushes_forwarded_total"); fwd != 0 {
+		if fwd := nodeMetric(t, n2, "provisional_pushes_forwarded_total"); fwd != 0 {
 			t.Errorf("n2: %v pushes passed on, want none (a copy is not passed on again)", fwd)
 		}
 		// Another gateway, through another node, sends the same prompt
@@ -169,30 +182,25 @@ func TestProvisional_PickSeenOnEveryNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d2.Replica != d.Replica || !d2.Provisional || d2.MatchedTokens != 128 {
-			t.Fatalf("the other gateway picked %s (provisional %t, %d tokens), want %s from the provisional residency", d2.Replica, d2.Provisional, d2.MatchedTokens, d.Replica)
+		if d2.Replica != f.Replica() || !d2.Provisional || d2.MatchedTokens != 128 {
+			t.Fatalf("the other gateway picked %s (provisional %t, %d tokens), want %s from the provisional residency", d2.Replica, d2.Provisional, d2.MatchedTokens, f.Replica())
 		}
 
 		// The engine's events arrive: the hint is the confirmed index's.
 		ctx, cancel := ctxT(10 * time.Second)
 		defer cancel()
-		if _, err := n2.ic.Ingest(ctx, &pb.IngestRequest{Events: []*pb.BlockEvent{stored(d.Replica, "", toks(0, 128))}}); err != nil {
+		if _, err := n2.ic.Ingest(ctx, &pb.IngestRequest{Events: []*pb.BlockEvent{stored(f.Replica(), "", toks(0, 128))}}); err != nil {
 			t.Fatal(err)
 		}
-		waitHint(t, 10*time.Second, keyOf(t, 0), d.Replica, false, n1, n2, n3)
+		waitHint(t, 10*time.Second, keyOf(t, 0), f.Replica(), false, n1, n2, n3)
 	})
 
 	t.Run("FailedRequestPickGone", func(t *testing.T) {
-		d, err := ga.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, 10000), Candidates: replicas})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := d.Start(d.Replica)
-		waitHint(t, 10*time.Second, keyOf(t, 10000), d.Replica, true, n1, n2, n3)
+		f := startPick(t, ga, 10000, n1, n2, n3)
 		f.Fail()
 		poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
 			for _, p := range []*proc{n1, n2, n3} {
-				h, r, err := hintOn(p, keyOf(t, 10000), d.Replica)
+				h, r, err := hintOn(p, keyOf(t, 10000), f.Replica())
 				if err != nil || h != nil && h.Provisional {
 					return false, fmt.Sprintf("%s: %v, %v", p.id, r, err)
 				}
@@ -206,29 +214,20 @@ func TestProvisional_PickSeenOnEveryNode(t *testing.T) {
 		// itself: every node has the pick from the picker, and n2 (no
 		// other gateway's node) passes nothing on.
 		g := newGateway(t, n1.grpc, n2.grpc, n3.grpc)
-		m := func(p *proc, name string, labels ...string) float64 {
-			return metricSum(t, "http://"+p.http+"/metrics", "inferencecache_"+name, labels...)
-		}
 		before := make([]float64, 3)
 		for i, p := range []*proc{n1, n2, n3} {
-			before[i] = m(p, "provisional_pushes_received_total", `source="picker"`)
+			before[i] = nodeMetric(t, p, "provisional_pushes_received_total", `source="picker"`)
 		}
-		d, err := g.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, 15000), Candidates: replicas})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := d.Start(d.Replica)
-		defer f.Done()
-		waitHint(t, 10*time.Second, keyOf(t, 15000), d.Replica, true, n1, n2, n3)
+		defer startPick(t, g, 15000, n1, n2, n3).Done()
 		poll.Eventually(t, 5*time.Second, 10*time.Millisecond, func() (bool, string) {
 			for i, p := range []*proc{n1, n2, n3} {
-				if got := m(p, "provisional_pushes_received_total", `source="picker"`); got <= before[i] {
+				if got := nodeMetric(t, p, "provisional_pushes_received_total", `source="picker"`); got <= before[i] {
 					return false, fmt.Sprintf("%s: %v pushes from pickers, want more than %v", p.id, got, before[i])
 				}
 			}
 			return true, ""
 		})
-		if fwd := m(n2, "provisional_pushes_forwarded_total"); fwd != 0 {
+		if fwd := nodeMetric(t, n2, "provisional_pushes_forwarded_total"); fwd != 0 {
 			t.Errorf("n2: %v pushes passed on, want none: every node had its own copy", fwd)
 		}
 	})
@@ -260,13 +259,8 @@ func TestProvisional_PickSeenOnEveryNode(t *testing.T) {
 		var picks []int
 		for i := range 10 {
 			from := 20000 + 1000*i
-			d, err := g.Decide(context.Background(), gateway.Request{OpenAI: chatFor(t, from), Candidates: replicas})
-			if err != nil {
-				t.Fatal(err)
-			}
-			flights = append(flights, d.Start(d.Replica))
+			flights = append(flights, startPick(t, g, from, n1, n3))
 			picks = append(picks, from)
-			waitHint(t, 10*time.Second, keyOf(t, from), d.Replica, true, n1, n3)
 		}
 		c.start(n2)
 		if err := c.waitServing(30*time.Second, n2); err != nil {
