@@ -52,11 +52,11 @@ func softStateCall[T any](c *Client, call func(*node) (T, error)) (T, error) {
 // error when no node answered. A pick then reaches each node in one
 // round trip instead of one plus the first node's fan-out hop (contract
 // §5.12). It sets req.SentToNodes to the number of nodes sent to: a node
-// passes the push on to its peers only when that is fewer than the nodes
+// passes a delta on to its peers only when that is fewer than the nodes
 // gossip shows alive (a node this client does not list, or one it
 // skipped, gets the pick that way), so a cluster the client lists whole
 // handles each pick once per node, not once per node per node. When a
-// call fails while another answered, the push is sent again, with
+// call fails while another answered, a delta is sent again, with
 // SentToNodes 0, to the node the load reports go to (SharePicks), so that
 // it passes it on to the node that missed it ahead of the report that
 // follows (a copy that arrives twice is held once). When lookups skip every node, it is
@@ -102,7 +102,9 @@ func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (
 			first = r
 		}
 	}
-	if failed && first.err == nil && len(to) > 1 {
+	// A full state needs no second send: every node passes it on, and a
+	// node that holds it already would answer the copy superseded.
+	if failed && first.err == nil && len(to) > 1 && !req.GetFullState() {
 		req.SentToNodes = 0
 		// Its failure leaves the repair to the picker's next full state.
 		_, _ = c.SharePicks(ctx, req)

@@ -38,8 +38,15 @@ func chatFor(t *testing.T, from int) *openai.Request {
 	return r
 }
 
-// newGateway is a picker gateway whose hint service is the nodes at addrs.
+// newGateway is a picker gateway whose hint service is the nodes at addrs,
+// sending its full state every 100 ms.
 func newGateway(t *testing.T, addrs ...string) *gateway.Gateway {
+	t.Helper()
+	return newGatewayFull(t, 100*time.Millisecond, addrs...)
+}
+
+// newGatewayFull is newGateway sending its full state every full.
+func newGatewayFull(t *testing.T, full time.Duration, addrs ...string) *gateway.Gateway {
 	t.Helper()
 	cl, err := client.New(client.Config{Addrs: addrs})
 	if err != nil {
@@ -49,7 +56,7 @@ func newGateway(t *testing.T, addrs ...string) *gateway.Gateway {
 	g, err := gateway.New(gateway.Config{Prompts: contentPrompts{}, Lookup: cl,
 		// A minute's max age: a loaded machine may take longer than the
 		// default 10 s between a pick and the test's last look at it.
-		Provisional: gateway.ProvisionalConfig{MaxAge: time.Minute, Push: client.PickShareConfig{FullStateInterval: 100 * time.Millisecond}}})
+		Provisional: gateway.ProvisionalConfig{MaxAge: time.Minute, Push: client.PickShareConfig{FullStateInterval: full}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +219,9 @@ func TestProvisional_PickSeenOnEveryNode(t *testing.T) {
 	t.Run("GatewayListingEveryNodeNothingPassedOn", func(t *testing.T) {
 		// A gateway listing every node sends each push to each node
 		// itself: every node has the pick from the picker, and n2 (no
-		// other gateway's node) passes nothing on.
-		g := newGateway(t, n1.grpc, n2.grpc, n3.grpc)
+		// other gateway's node) passes nothing on. Its full states, which
+		// every node passes on, come once a minute: none in this test.
+		g := newGatewayFull(t, time.Minute, n1.grpc, n2.grpc, n3.grpc)
 		before := make([]float64, 3)
 		for i, p := range []*proc{n1, n2, n3} {
 			before[i] = nodeMetric(t, p, "provisional_pushes_received_total", `source="picker"`)

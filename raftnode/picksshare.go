@@ -29,10 +29,13 @@ func (n *Node) ProvisionalView() provisional.View { return n.picks.At() }
 // other node that gossip shows alive, on the queues of the picker load
 // (pickershare.go): it never waits on a peer, and a peer whose queue is
 // full misses the push (Metrics.PicksDropped; the picker's next full
-// state repairs it). A push the picker sent to at least as many nodes as
-// gossip shows alive (sent_to_nodes) is not passed on: every node has a
-// copy of its own, and passing it on would only make each node handle
-// each pick once per node. Errors are the store's (a
+// state repairs it). A delta the picker sent to at least as many nodes
+// as gossip shows alive (sent_to_nodes) is not passed on: every node has
+// a copy of its own, and passing it on would only make each node handle
+// each pick once per node. A full state is always passed on: it is the
+// repair of a node that missed pushes (a node restarted within gossip's
+// failure detection still counts as alive), and one a second per picker
+// costs little. Errors are the store's (a
 // *provisional.FieldError wrapping provisional.ErrInvalid, or
 // provisional.ErrFull); nothing is passed on then.
 func (n *Node) SharePicks(req *pb.SharePicksRequest) (provisional.Result, error) {
@@ -41,7 +44,7 @@ func (n *Node) SharePicks(req *pb.SharePicksRequest) (provisional.Result, error)
 	if err != nil || res.Superseded {
 		return res, err
 	}
-	if sent := int(req.GetSentToNodes()); sent > 1 && sent >= n.aliveNodes() {
+	if sent := int(req.GetSentToNodes()); !req.GetFullState() && sent > 1 && sent >= n.aliveNodes() {
 		return res, nil
 	}
 	n.fanOut(queuedShare{p: req, at: time.Now()})
