@@ -115,7 +115,7 @@ const (
 	// DefaultShareDelay is the default delay of lookuproute-sdk's pushes:
 	// the design's bound (a pick visible to another gateway's lookup
 	// within 5 ms at p99 on loopback), above the live system's measured
-	// push-to-visible p50 (0.9 ms) and p99 (3.3 ms, on a 2-core machine
+	// push-to-visible p50 (0.7 ms) and p99 (3.4 ms, on a 2-core machine
 	// with the SDK pushing to every node; BENCHMARKS.md, "provisional
 	// residencies").
 	DefaultShareDelay = 5 * time.Millisecond
