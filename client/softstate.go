@@ -23,8 +23,8 @@ import (
 // releases the pick's load once every node answered it
 // (PickShareConfig.AfterDelta), and when a node missed it, the push is
 // sent again to the reports' node, which passes it on ahead of the
-// report. A node that does not
-// answer (UNAVAILABLE, DEADLINE_EXCEEDED) is skipped for lookups and soft
+// report. A node that does not answer (UNAVAILABLE, DEADLINE_EXCEEDED)
+// is skipped for lookups and soft
 // state as Config.FailBackoff says, and the next call goes to the next
 // node; any other answer shows the node up. The error is the call's.
 func softStateCall[T any](c *Client, call func(*node) (T, error)) (T, error) {
@@ -59,8 +59,8 @@ func softStateCall[T any](c *Client, call func(*node) (T, error)) (T, error) {
 // call fails while another answered, a delta is sent again, with
 // SentToNodes 0, to the node the load reports go to (SharePicks), so that
 // it passes it on to the node that missed it ahead of the report that
-// follows (a copy that arrives twice is held once). When lookups skip every node, it is
-// SharePicks (one node, probing).
+// follows (a copy that arrives twice is held once). When lookups skip
+// every node, it is SharePicks (one node, probing).
 func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
 	if len(c.nodes) == 1 {
 		return c.SharePicks(ctx, req)

@@ -88,16 +88,30 @@ func (n *Node) SharePickerLoad(req *pb.ReportPickerLoadRequest) (pickerload.Outc
 	return o, nil
 }
 
+// livePeers are the gRPC addresses of the other nodes gossip shows
+// alive: the nodes a push must reach besides this one.
+func (n *Node) livePeers() []string {
+	n.membersMu.Lock()
+	defer n.membersMu.Unlock()
+	peers := make([]string, 0, len(n.members))
+	for id, m := range n.members {
+		if id != n.cfg.NodeID && m.alive && m.meta.GRPC != "" {
+			peers = append(peers, m.meta.GRPC)
+		}
+	}
+	return peers
+}
+
 // fanOut queues item for every alive peer with a gRPC address.
-func (n *Node) fanOut(item queuedShare) {
+func (n *Node) fanOut(item queuedShare) { n.fanOutTo(n.livePeers(), item) }
+
+// fanOutTo queues item for each of peers (gRPC addresses).
+func (n *Node) fanOutTo(peers []string, item queuedShare) {
 	if n.shuttingDown() {
 		return
 	}
-	for id, m := range n.gossipSnapshot() {
-		if id == n.cfg.NodeID || !m.alive || m.meta.GRPC == "" {
-			continue
-		}
-		q := n.peerShare(m.meta.GRPC)
+	for _, addr := range peers {
+		q := n.peerShare(addr)
 		if q == nil {
 			return
 		}

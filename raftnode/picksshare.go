@@ -44,23 +44,12 @@ func (n *Node) SharePicks(req *pb.SharePicksRequest) (provisional.Result, error)
 	if err != nil || res.Superseded {
 		return res, err
 	}
-	if sent := int(req.GetSentToNodes()); !req.GetFullState() && sent > 1 && sent >= n.aliveNodes() {
+	peers := n.livePeers()
+	if sent := int(req.GetSentToNodes()); !req.GetFullState() && sent > 1 && sent >= 1+len(peers) {
 		return res, nil
 	}
-	n.fanOut(queuedShare{p: req, at: time.Now()})
+	n.fanOutTo(peers, queuedShare{p: req, at: time.Now()})
 	return res, nil
-}
-
-// aliveNodes is how many nodes, this one included, gossip shows alive
-// with a gRPC address: the nodes a push must reach.
-func (n *Node) aliveNodes() int {
-	alive := 1
-	for id, m := range n.gossipSnapshot() {
-		if id != n.cfg.NodeID && m.alive && m.meta.GRPC != "" {
-			alive++
-		}
-	}
-	return alive
 }
 
 // sharePicksTo passes picks pushes on to addr in calls of at most
