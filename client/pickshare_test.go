@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/internal/poll"
@@ -295,5 +297,65 @@ func TestSharePicksAll_EveryNodeAtOnce(t *testing.T) {
 	}
 	if _, err := c.SharePicksAll(ctx, &pb.SharePicksRequest{PickerId: "p"}); err == nil {
 		t.Fatal("a push no node answered succeeded")
+	}
+}
+
+// A full state is not sent a second time when a node misses it: every
+// node passes a full state on, so the live ones already do what a second
+// copy would ask of them. The caller's request is left as it was.
+func TestSharePicksAll_FullStateNotSentAgain(t *testing.T) {
+	fakes, addrs := serveSoftFakes(t, 3)
+	c := newClient(t, Config{Addrs: addrs, LookupTimeout: 2 * time.Second, FailBackoff: time.Hour})
+	fakes[1].mu.Lock()
+	fakes[1].down = true
+	fakes[1].mu.Unlock()
+	req := &pb.SharePicksRequest{PickerId: "p", Sequence: 7, FullState: true}
+	if _, err := c.SharePicksAll(context.Background(), req); err != nil {
+		t.Fatalf("one node down failed the full state: %v", err)
+	}
+	for _, i := range []int{0, 2} {
+		if got := fakes[i].sent(); !slices.Equal(got, []uint32{3}) {
+			t.Fatalf("live node %d got pushes sent to %v nodes, want the full state once, sent to 3", i, got)
+		}
+	}
+	if req.GetSentToNodes() != 0 || !req.GetFullState() || req.GetSequence() != 7 {
+		t.Fatalf("the caller's request was changed: %v", req)
+	}
+}
+
+// sentTo copies every field of the push, so that a field added to
+// SharePicksRequest is not silently dropped from what SharePicksAll sends.
+func TestSentTo_CopiesEveryField(t *testing.T) {
+	req := &pb.SharePicksRequest{}
+	m := req.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		switch {
+		case fd.IsList():
+			l := m.Mutable(fd).List()
+			l.Append(l.NewElement())
+			if fd.Kind() != protoreflect.MessageKind {
+				l.Set(0, protoreflect.ValueOfUint64(uint64(i+1)))
+			}
+		case fd.Kind() == protoreflect.StringKind:
+			m.Set(fd, protoreflect.ValueOfString("x"))
+		case fd.Kind() == protoreflect.BoolKind:
+			m.Set(fd, protoreflect.ValueOfBool(true))
+		case fd.Kind() == protoreflect.Uint32Kind:
+			m.Set(fd, protoreflect.ValueOfUint32(uint32(i+1)))
+		case fd.Kind() == protoreflect.Uint64Kind:
+			m.Set(fd, protoreflect.ValueOfUint64(uint64(i+1)))
+		default:
+			t.Fatalf("field %s of kind %v: extend this test", fd.Name(), fd.Kind())
+		}
+	}
+	got := sentTo(req, 9)
+	if got.GetSentToNodes() != 9 {
+		t.Fatalf("sent_to_nodes %d, want 9", got.GetSentToNodes())
+	}
+	got.SentToNodes = req.GetSentToNodes()
+	if !proto.Equal(got, req) {
+		t.Fatalf("copy %v differs from %v", got, req)
 	}
 }

@@ -51,11 +51,12 @@ func softStateCall[T any](c *Client, call func(*node) (T, error)) (T, error) {
 // ctx, and returns when every call has ended: the first answer, or the
 // error when no node answered. A pick then reaches each node in one
 // round trip instead of one plus the first node's fan-out hop (contract
-// §5.12). It sets req.SentToNodes to the number of nodes sent to: a node
-// passes a delta on to its peers only when that is fewer than the nodes
-// gossip shows alive (a node this client does not list, or one it
-// skipped, gets the pick that way), so a cluster the client lists whole
-// handles each pick once per node, not once per node per node. When a
+// §5.12). Each copy says in SentToNodes the number of nodes sent to (req
+// itself is not changed): a node passes a delta on to its peers only when
+// that is fewer than the nodes gossip shows alive (a node this client
+// does not list, or one it skipped, gets the pick that way), so a cluster
+// the client lists whole handles each pick once per node, not once per
+// node per node. When a
 // call fails while another answered, a delta is sent again, with
 // SentToNodes 0, to the node the load reports go to (SharePicks), so that
 // it passes it on to the node that missed it ahead of the report that
@@ -75,7 +76,7 @@ func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (
 	if len(to) == 0 {
 		return c.SharePicks(ctx, req)
 	}
-	req.SentToNodes = uint32(len(to))
+	sent := sentTo(req, uint32(len(to)))
 	type result struct {
 		resp *pb.SharePicksResponse
 		err  error
@@ -83,7 +84,7 @@ func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (
 	out := make(chan result, len(to))
 	for _, n := range to {
 		go func() {
-			resp, err := n.ic.SharePicks(ctx, req)
+			resp, err := n.ic.SharePicks(ctx, sent)
 			switch status.Code(err) {
 			case codes.OK:
 				n.lookup.ok()
@@ -105,11 +106,18 @@ func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (
 	// A full state needs no second send: every node passes it on, and a
 	// node that holds it already would answer the copy superseded.
 	if failed && first.err == nil && len(to) > 1 && !req.GetFullState() {
-		req.SentToNodes = 0
 		// Its failure leaves the repair to the picker's next full state.
-		_, _ = c.SharePicks(ctx, req)
+		_, _ = c.SharePicks(ctx, sentTo(req, 0))
 	}
 	return first.resp, first.err
+}
+
+// sentTo is a shallow copy of req (its lists shared, not copied: a full
+// state can hold thousands of picks) with SentToNodes n, so that the
+// caller's request is left as it was.
+func sentTo(req *pb.SharePicksRequest, n uint32) *pb.SharePicksRequest {
+	return &pb.SharePicksRequest{PickerId: req.GetPickerId(), Sequence: req.GetSequence(), FullState: req.GetFullState(),
+		Picks: req.GetPicks(), Removed: req.GetRemoved(), Prefilled: req.GetPrefilled(), SentToNodes: n}
 }
 
 // PicksBroadcaster sends a picks push to every node at once; *Client is
