@@ -15,7 +15,13 @@ unchanged and relays the answer, streamed or not, with the headers
 X-Inference-Cache-Replica and X-Inference-Cache-Reason. With several
 gateways, each reports its in-flight load (LoadShare, --share-load, on by
 default) and its lookups carry its picker id, so every picker counts the
-others' requests. The replica ids of
+others' requests; and it pushes each token-id prompt's pick to the cluster
+as it is made (PickShare, --share-picks, on by default), so that the other
+gateways' lookups hint that replica before its engine's KV events arrive
+(contract §5.12), and picks a new prefix's replica by its rendezvous key, so
+that siblings sent through different gateways at once meet on one replica.
+A request whose backend cannot be reached has its pick withdrawn. The
+replica ids of
 --backend must be the ids the engines' KV events are indexed under.
 
 Prompts:
@@ -23,7 +29,8 @@ Prompts:
   (it must equal the engines' block size and the policy's blockSize);
 - text (``"prompt": "…"``): sent as prompt_text, which the server tokenizes
   with the model's tokenizer (its --models-dir; without one the answer is
-  NO_HINT and the request is routed by load). The picker's prompt length for
+  NO_HINT and the request is routed by load); keyed on the server, so the
+  gateway has no block hashes to push its pick with. The picker's prompt length for
   text is estimated as ceil(UTF-8 bytes / 4): a stand-in for the tokenizer
   that only weighs the prompt against queued work, never forms the key;
 - a list of prompts (a batch) or anything else: routed by load alone.
@@ -47,7 +54,7 @@ from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from inference_cache import Client, LoadShare, Picker, PickerConfig  # noqa: E402
+from inference_cache import Client, LoadShare, Picker, PickerConfig, PickShare, rendezvous_key  # noqa: E402
 from inference_cache.v1 import inferencecache_pb2 as pb  # noqa: E402
 
 #: The bytes per token the picker assumes for a text prompt (see the module doc).
@@ -60,28 +67,49 @@ class Gateway:
     """Routing state: the cluster client, the picker and the backends (replica id → base URL)."""
 
     def __init__(self, client: Client, picker: Picker, backends: Dict[str, str], model: str, hash_scheme: str,
-                 tenant: str, block_size: int, backend_timeout: float, picker_id: str = "") -> None:
+                 tenant: str, block_size: int, backend_timeout: float, picker_id: str = "",
+                 pick_share: Optional[PickShare] = None) -> None:
         self.client, self.picker, self.backends = client, picker, backends
         self.model, self.hash_scheme, self.tenant, self.block_size = model, hash_scheme, tenant, block_size
         self.backend_timeout = backend_timeout
         self.picker_id = picker_id  # lookups leave this gateway's own shared load out
+        self.pick_share = pick_share  # pushes each token-id prompt's pick (contract §5.12)
         self.candidates = list(backends)
 
     def route(self, path: str, body: dict) -> Tuple[pb.LookupRouteResponse, int]:
         """The cluster's answer for a request and the prompt length the picker weighs it by."""
+        resp, n, _ = self.lookup(path, body)
+        return resp, n
+
+    def lookup(self, path: str, body: dict) -> Tuple[pb.LookupRouteResponse, int, Optional[pb.LookupRouteRequest]]:
+        """route's answer and prompt length, and the lookup request when it
+        carries the prompt's block hashes (a token-id prompt, fingerprinted
+        here): its rendezvous key and its pick come from them."""
         if path != "/v1/completions":
-            return pb.LookupRouteResponse(reason_code=pb.NO_HINT, detail="gateway: no key for this endpoint"), 0
+            return pb.LookupRouteResponse(reason_code=pb.NO_HINT, detail="gateway: no key for this endpoint"), 0, None
         req = pb.LookupRouteRequest(hash_scheme=self.hash_scheme, model_id=body.get("model") or self.model,
                                     tenant_id=self.tenant, cache_salt=str(body.get("cache_salt") or ""),
                                     include_load=True, picker_id=self.picker_id)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-            return self.client.lookup_tokens(req, prompt, self.block_size), len(prompt)
+            resp = self.client.lookup_tokens(req, prompt, self.block_size)
+            return resp, len(prompt), (req if req.block_hashes else None)
         if isinstance(prompt, str):
             req.prompt_text = prompt
             n = math.ceil(len(prompt.encode("utf-8")) / TEXT_BYTES_PER_TOKEN)
-            return self.client.lookup_route(req), n
-        return pb.LookupRouteResponse(reason_code=pb.NO_HINT, detail="gateway: prompt is not one text or token list"), 0
+            return self.client.lookup_route(req), n, None
+        return (pb.LookupRouteResponse(reason_code=pb.NO_HINT, detail="gateway: prompt is not one text or token list"),
+                0, None)
+
+    def pick(self, path: str, body: dict):
+        """Look the request up, pick its replica and record the pick: the
+        answer, the Decision and the flight (first_token, done, fail)."""
+        resp, prompt_tokens, req = self.lookup(path, body)
+        key = rendezvous_key(req.block_hashes, self.block_size) if req is not None else 0
+        decision = self.picker.pick(resp, self.candidates, prompt_tokens, key)
+        if self.pick_share is not None and req is not None:
+            return resp, decision, self.pick_share.start(self.picker, decision, req)
+        return resp, decision, self.picker.start(decision)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -131,15 +159,18 @@ class Handler(BaseHTTPRequestHandler):
             self._error(400, f"request body: {e}")
             return
         g = self.gateway
-        resp, prompt_tokens = g.route(self.path, body)
-        decision = g.picker.pick(resp, g.candidates, prompt_tokens)
-        flight = g.picker.start(decision)
+        resp, decision, flight = g.pick(self.path, body)
         try:
-            self._forward(g.backends[decision.replica], decision.replica, resp, raw, flight)
+            if not self._forward(g.backends[decision.replica], decision.replica, resp, raw, flight):
+                fail = getattr(flight, "fail", None)
+                if fail is not None:
+                    fail()  # the request never reached the replica: its pick is withdrawn
         finally:
             flight.done()
 
-    def _forward(self, base: str, replica: str, resp: pb.LookupRouteResponse, raw: bytes, flight) -> None:
+    def _forward(self, base: str, replica: str, resp: pb.LookupRouteResponse, raw: bytes, flight) -> bool:
+        """Relay the request to the backend and its answer back; False when
+        the backend could not be reached (answered 502 here)."""
         g = self.gateway
         out = urllib.request.Request(base.rstrip("/") + self.path, data=raw, method="POST",
                                      headers={"Content-Type": "application/json"})
@@ -149,7 +180,7 @@ class Handler(BaseHTTPRequestHandler):
             up = e  # the backend's own error answer is relayed as it is
         except (urllib.error.URLError, OSError) as e:
             self._error(502, f"backend {replica} ({base}): {getattr(e, 'reason', e)}")
-            return
+            return False
         with up:
             self.send_response(up.status if hasattr(up, "status") else up.code)
             for k in ("Content-Type", "Content-Length"):
@@ -165,6 +196,7 @@ class Handler(BaseHTTPRequestHandler):
                 flight.first_token()  # the first bytes of the answer: its prefill is done
                 self.wfile.write(chunk)
                 self.wfile.flush()
+        return True
 
 
 def serve(gateway: Gateway, listen: str, verbose: bool = False) -> ThreadingHTTPServer:
@@ -206,6 +238,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--share-load", action=argparse.BooleanOptionalAction, default=True,
                     help="report this gateway's in-flight load to the cluster every 50 ms, so that the other "
                          "gateways' pickers count it (contract §5.11; default on)")
+    ap.add_argument("--share-picks", action=argparse.BooleanOptionalAction, default=True,
+                    help="push each token-id prompt's pick to the cluster as it is made, so that the other "
+                         "gateways' lookups hint its replica before the engine's events arrive (contract §5.12; "
+                         "needs --share-load's picker id; default on)")
     ap.add_argument("--picker-id", default="", help="this gateway's picker id (default hostname-pid-random)")
     ap.add_argument("--verbose", action="store_true", help="log every request")
     args = ap.parse_args(argv)
@@ -224,8 +260,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: --picker-id: {str(e).split(': ', 1)[-1]}", file=sys.stderr)
         client.close()
         return 1
+    picks = PickShare(client, share.picker_id, load_share=share) if share and args.share_picks else None
     gw = Gateway(client, picker, backends, args.model, args.hash_scheme, args.tenant,
-                 args.block_size, args.backend_timeout, share.picker_id if share else "")
+                 args.block_size, args.backend_timeout, share.picker_id if share else "", picks)
     srv = serve(gw, args.listen, args.verbose)
     print(f"gateway on http://{srv.server_address[0]}:{srv.server_address[1]} → {', '.join(backends)}", flush=True)
     try:
@@ -234,6 +271,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         pass
     finally:
         srv.server_close()
+        if picks:
+            picks.stop()
         if share:
             share.stop()
         client.close()

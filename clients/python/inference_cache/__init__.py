@@ -4,7 +4,8 @@ fingerprint() computes the server's content fingerprint (contract §3);
 Client and AsyncClient call LookupRoute failing open and write with the Go
 SDK's retries (contract §5.10, §8.5); Picker picks one replica per request
 with the Go picker's cost model; LoadShare and AsyncLoadShare share its
-in-flight load with the other pickers (contract §5.11). Message classes: inference_cache.v1.
+in-flight load with the other pickers (contract §5.11); PickShare pushes its
+picks as provisional residencies (contract §5.12). Message classes: inference_cache.v1.
 """
 
 from ._core import (
@@ -35,7 +36,8 @@ from ._fingerprint import (
 from .aio import AsyncClient
 from .client import Client
 from .loadshare import AsyncLoadShare, LoadShare, default_picker_id, in_flight
-from .picker import Decision, Inflight, PickCost, Picker, PickerConfig
+from .picker import Decision, Inflight, PickCost, Picker, PickerConfig, rendezvous_key
+from .pickshare import PickShare, SharedInflight
 from .v1 import inferencecache_pb2 as pb
 
 __all__ = [
@@ -60,6 +62,8 @@ __all__ = [
     "PickCost",
     "Picker",
     "PickerConfig",
+    "PickShare",
+    "SharedInflight",
     "Stats",
     "WriteError",
     "chain",
@@ -70,6 +74,7 @@ __all__ = [
     "local_hash",
     "new_request_id",
     "pb",
+    "rendezvous_key",
     "retriable",
     "salt_root",
 ]

@@ -148,6 +148,54 @@ class Client:
         f.add_done_callback(ended)
         return f
 
+    def share_picks(self, req: pb.SharePicksRequest, timeout: float = 0.25) -> pb.SharePicksResponse:
+        """Send one picks push (contract §5.12) to every node lookups do not
+        skip, all at once, each in a single attempt of at most timeout
+        seconds, and return when every call has ended: the first answer, or
+        raise the last call's grpc.RpcError when no node answered. Each copy
+        says in sent_to_nodes how many nodes it went to, so that a node passes
+        a delta on to its peers only when some live node was not sent it
+        (req itself is not changed). When a call fails and another answered,
+        a delta is sent again, with sent_to_nodes 0, to a node that answered,
+        which passes it on (a copy that arrives twice is held once); a full
+        state is not, since every node passes a full state on. A lost push is
+        repaired by the picker's next full state, so none is retried.
+        PickShare sends these."""
+        nodes = self._n
+        now = time.monotonic()
+        with nodes.lock:
+            to = [n for n in nodes.nodes if n.lookup.down_until <= now]
+        if not to:
+            # Every node is in its backoff: the next one's probe.
+            n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
+            to, probes = [n], {n.idx: probe}
+        else:
+            probes = {}
+        sent = pb.SharePicksRequest()
+        sent.CopyFrom(req)
+        sent.sent_to_nodes = len(to)
+        calls = [(n, n.ic.SharePicks.future(sent, timeout=timeout, metadata=self._md)) for n in to]
+        first, err, answered, failed = None, None, None, False
+        for n, f in calls:
+            try:
+                resp = f.result()
+            except grpc.RpcError as e:
+                report_failed(nodes, n, probes.get(n.idx, False), e.code(), self.config.fail_backoff)
+                failed, err = True, e
+                continue
+            nodes.mark(n, "lookup", "ok")
+            if first is None:
+                first, answered = resp, n
+        if first is None:
+            raise err
+        if failed and not req.full_state:
+            sent.sent_to_nodes = 0
+            try:
+                answered.ic.SharePicks(sent, timeout=timeout, metadata=self._md)
+            except grpc.RpcError:
+                pass  # the picker's next full state repairs it
+        return first
+
     # Writes.
 
     def ingest(self, req: pb.IngestRequest) -> pb.IngestResponse:

@@ -21,7 +21,7 @@ import secrets
 import socket
 import threading
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from .picker import Picker
 from .v1 import inferencecache_pb2 as pb
@@ -53,18 +53,24 @@ def default_picker_id() -> str:
     return b[-MAX_PICKER_ID_BYTES:].decode("utf-8", "ignore") if len(b) > MAX_PICKER_ID_BYTES else pid
 
 
-def in_flight(picker: Picker) -> List[pb.PickerReplicaLoad]:
+def in_flight(picker: Picker, held: Sequence[Tuple[str, float]] = ()) -> List[pb.PickerReplicaLoad]:
     """What picker has in flight per replica, as a report lists it: for each
     replica with a request not done, the requests before their first token,
     their uncached prompt tokens (rounded) and the requests before done;
     replica id ascending. Replicas with nothing in flight are left out (a
-    report replaces the previous one whole)."""
+    report replaces the previous one whole). held lists (replica, uncached
+    tokens) of requests left out (picks whose push is not answered yet,
+    PickShare.held), each one request prefilling and in flight, clamped at 0."""
     with picker._mu:
-        rows = [(rid, l.prefilling, l.queued_tokens, l.inflight) for rid, l in picker._replicas.items()
-                if l.inflight > 0 or l.prefilling > 0 or l.queued_tokens > 0]
-    rows.sort()
-    return [pb.PickerReplicaLoad(replica_id=rid, prefilling_requests=max(0, p),
-                                 prefill_tokens=max(0, int(math.floor(q + 0.5))), running_requests=max(0, r))
+        rows = {rid: [l.prefilling, l.queued_tokens, l.inflight] for rid, l in picker._replicas.items()}
+    for rid, tokens in held:
+        r = rows.get(rid)
+        if r is not None:
+            r[0], r[1], r[2] = r[0] - 1, r[1] - tokens, r[2] - 1
+    rows = sorted((rid, max(0, p), max(0.0, q), max(0, n)) for rid, (p, q, n) in rows.items())
+    rows = [r for r in rows if r[1] > 0 or r[2] > 0 or r[3] > 0]
+    return [pb.PickerReplicaLoad(replica_id=rid, prefilling_requests=p,
+                                 prefill_tokens=int(math.floor(q + 0.5)), running_requests=r)
             for rid, p, q, r in rows]
 
 
@@ -92,12 +98,19 @@ class _Reports:
         self._seq = time.time_ns()
         self.sent = self.failed = self.superseded = 0
         self._warned_at = self._dup_warned_at = -math.inf
+        self._held: Callable[[], Sequence[Tuple[str, float]]] = tuple
+
+    def hold(self, held: Callable[[], Sequence[Tuple[str, float]]]) -> None:
+        """Leave the requests held() lists out of every report from now on
+        (PickShare passes its picks not pushed yet, so that a lookup never
+        sees a pick's load before the pick, contract §5.12)."""
+        self._held = held
 
     def request(self, empty: bool = False) -> pb.ReportPickerLoadRequest:
         self._seq += 1
         return pb.ReportPickerLoadRequest(picker_id=self.picker_id, sequence=self._seq,
                                           interval_ms=round(self.interval * 1000),
-                                          loads=[] if empty else in_flight(self.picker))
+                                          loads=[] if empty else in_flight(self.picker, self._held()))
 
     def outcome(self, req: pb.ReportPickerLoadRequest, resp, err: Optional[BaseException]) -> None:
         if err is None:

@@ -42,9 +42,11 @@ class Scripted(pb_grpc.InferenceCacheServicer):
     or (grpc.StatusCode, details[, trailing metadata]) to fail; the last item
     repeats. Records every request and its metadata."""
 
-    def __init__(self, ingest: Optional[List] = None, lookup: Optional[List] = None) -> None:
+    def __init__(self, ingest: Optional[List] = None, lookup: Optional[List] = None,
+                 share: Optional[List] = None) -> None:
         self.scripts = {"Ingest": ingest or [pb.IngestResponse(accepted=1)],
-                        "LookupRoute": lookup or [pb.LookupRouteResponse(reason_code=pb.PREFIX_MATCH)]}
+                        "LookupRoute": lookup or [pb.LookupRouteResponse(reason_code=pb.PREFIX_MATCH)],
+                        "SharePicks": share or [pb.SharePicksResponse()]}
         self.calls: List = []
         self.lock = threading.Lock()
 
@@ -66,6 +68,9 @@ class Scripted(pb_grpc.InferenceCacheServicer):
 
     def LookupRoute(self, request, context):
         return self._answer("LookupRoute", request, context)
+
+    def SharePicks(self, request, context):
+        return self._answer("SharePicks", request, context)
 
     def ReportReplicaStats(self, request, context):
         with self.lock:

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import PYTHON_DIR
-from inference_cache import Client, Picker, PickerConfig
+from inference_cache import Client, LoadShare, Picker, PickerConfig, PickShare
 from inference_cache.v1 import inferencecache_pb2 as pb
 from fakes import closed_port_addr
 
@@ -114,6 +114,55 @@ def test_token_prompt_goes_to_the_backend_holding_its_prefix(cluster, fleet):
     finally:
         srv.shutdown()
         client.close()
+
+
+def test_siblings_sent_through_four_gateways_at_once_meet_on_one_replica(cluster, fleet):
+    # Eight requests share a new 4,000-token prefix (no engine holds it, no
+    # event arrives) and go out at once through four gateways that share
+    # their load and picks: the prefix's rendezvous and the pushed picks put
+    # at least seven on one replica.
+    shares, gws = [], []
+    for i in range(4):
+        client = Client(cluster.addrs, lookup_timeout=2.0)
+        picker = Picker(PickerConfig(seed=100 + i))
+        load = LoadShare(picker, client, picker_id=f"py-gw-{i}")
+        picks = PickShare(client, load.picker_id, load_share=load)
+        gw = gateway.Gateway(client, picker, {n: b.url for n, b in fleet.items()}, "m", "vllm", "t", 16, 30,
+                             load.picker_id, picks)
+        srv = gateway.serve(gw, "127.0.0.1:0")
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        shares.append((load, picks, client))
+        gws.append(srv)
+    try:
+        prefix = list(range(40000, 44000))
+        got, lock = [], threading.Lock()
+
+        def send(i):
+            _, headers, _ = post(gws[i % 4], "/v1/completions",
+                                 {"model": "m", "prompt": prefix + list(range(50000 + 100 * i, 50000 + 100 * i + 64))})
+            with lock:
+                got.append(headers["X-Inference-Cache-Replica"])
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        top = max(got.count(r) for r in set(got))
+        assert len(got) == 8 and top >= 7, got
+        # The picks reached the cluster: another picker's lookup hints the
+        # replica as a provisional residency, before any event.
+        with Client(cluster.addrs, lookup_timeout=2.0) as c:
+            r = c.lookup_tokens(pb.LookupRouteRequest(hash_scheme="vllm", model_id="m", tenant_id="t"), prefix, 16)
+            assert any(h.provisional for h in r.replicas), r
+        assert all(p.pushes >= 1 and p.failed == 0 for _, p, _ in shares)
+    finally:
+        for srv in gws:
+            srv.shutdown()
+        for load, picks, client in shares:
+            picks.stop()
+            load.stop()
+            client.close()
 
 
 def test_without_a_cluster_requests_are_routed_by_load(fleet):

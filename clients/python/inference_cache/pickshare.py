@@ -1,0 +1,319 @@
+"""Provisional residencies from a Python gateway (contract §5.12), as the Go
+SDK's client.PickShare with the gateway's pick recording: each request a
+gateway sends to a replica is pushed to the cluster as a pick (its prefix
+blocks on that replica) the moment it is made, so that every other gateway's
+lookups hint the replica before the engine's KV events arrive, and siblings
+of one new prefix (an agent's fan-out, many users of one new system prompt)
+meet on one replica instead of scattering.
+
+A pick needs the request's block hashes: the lookup request after
+Client.lookup_tokens (or any request with block_hashes set). A text prompt
+sent as prompt_text is keyed on the server, so the gateway has no hashes to
+push for it; add() then records nothing and returns 0.
+
+One daemon thread, woken by each add, first token and removal, sends
+everything waiting in one push (bounded by push_timeout, never retried) to
+every node at once (Client.share_picks), and every full_state_interval the
+full state of the live picks for repair: a lost push costs the other
+gateways the hint until then, nothing more. It fails open: add() never
+blocks, a push that fails is dropped and counted, nothing of it delays or
+fails a request.
+
+With a LoadShare given, a pick's load is left out of the load reports until
+its push has been answered: a lookup never sees a replica's new load without
+the residency that explains it (contract §5.11, §5.12).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Dict, List, Optional, Tuple
+
+from .loadshare import MAX_PICKER_ID_BYTES, WARN_EVERY
+from .picker import Decision, Inflight, Picker
+from .v1 import inferencecache_pb2 as pb
+
+#: Seconds between full states by default (Go DefaultFullStateInterval).
+DEFAULT_FULL_STATE_INTERVAL = 1.0
+#: The bounds on full_state_interval (seconds).
+MIN_FULL_STATE_INTERVAL, MAX_FULL_STATE_INTERVAL = 0.05, 60.0
+#: The bound on one push (seconds): a pick older than this is worth little to
+#: the other gateways, and the next full state repairs it.
+DEFAULT_PUSH_TIMEOUT = 0.25
+#: How long a pick is held by default (seconds), and the server's bounds.
+DEFAULT_MAX_AGE = 10.0
+MIN_MAX_AGE, MAX_MAX_AGE = 0.1, 600.0
+#: The server's bound on one pick's chain (blocks).
+MAX_BLOCKS_PER_PICK = 8192
+#: Picks, first tokens and removals waiting to be pushed; past it the oldest
+#: waiting are dropped (counted): the next full state repairs them.
+QUEUE = 4096
+
+log = logging.getLogger("inference_cache.pickshare")
+
+
+class _Pick:
+    """One live pick: its wire form without age, when it was made
+    (monotonic seconds), whether its request has its first token, and the
+    load held out of the load reports until its push is answered."""
+
+    __slots__ = ("msg", "made", "prefilled")
+
+    def __init__(self, msg: pb.ProvisionalPick, made: float) -> None:
+        self.msg, self.made, self.prefilled = msg, made, False
+
+
+class SharedInflight:
+    """An Inflight whose pick is shared: first_token() also tells the cluster
+    that the pick's prefill no longer queues its replica, fail() removes the
+    pick (the request failed or was cancelled before its first token, or went
+    elsewhere) and ends the request. pick_id is 0 when nothing was shared."""
+
+    def __init__(self, flight: Inflight, share: "PickShare", pick_id: int) -> None:
+        self._flight, self._share, self.pick_id = flight, share, pick_id
+
+    def first_token(self) -> None:
+        self._flight.first_token()
+        if self.pick_id:
+            self._share.prefilled(self.pick_id)
+
+    def done(self) -> None:
+        """The request ended (its last token)."""
+        self._flight.done()
+
+    def fail(self) -> None:
+        """The request failed or was cancelled: its pick is removed."""
+        if self.pick_id:
+            self._share.remove(self.pick_id)
+        self._flight.done()
+
+
+class PickShare:
+    """Pushes a gateway's picks through client (a Client: share_picks) under
+    picker_id, the id of its load reports (LoadShare.picker_id). Raises
+    ValueError naming picker_id, full_state_interval, max_age or
+    push_timeout when out of bounds.
+
+    Counters: pushes (answered by a node), full (full states among them),
+    failed (failed or timed out, dropped), dropped (queued items dropped from
+    a full queue), unshared (add() calls that recorded nothing: no block
+    hashes, or more than MAX_BLOCKS_PER_PICK)."""
+
+    def __init__(self, client, picker_id: str, full_state_interval: float = DEFAULT_FULL_STATE_INTERVAL,
+                 max_age: float = DEFAULT_MAX_AGE, push_timeout: float = DEFAULT_PUSH_TIMEOUT,
+                 load_share=None) -> None:
+        if client is None:
+            raise ValueError("pick share: needs a client")
+        if not picker_id:
+            raise ValueError("picker_id: required (the load share's picker id)")
+        n = len(picker_id.encode("utf-8"))
+        if n > MAX_PICKER_ID_BYTES:
+            raise ValueError(f"picker_id: {n} bytes, over the limit of {MAX_PICKER_ID_BYTES}")
+        full_state_interval = full_state_interval or DEFAULT_FULL_STATE_INTERVAL
+        if not MIN_FULL_STATE_INTERVAL <= full_state_interval <= MAX_FULL_STATE_INTERVAL:
+            raise ValueError(f"full_state_interval: {full_state_interval} s; must be {MIN_FULL_STATE_INTERVAL} "
+                             f"to {MAX_FULL_STATE_INTERVAL} s")
+        max_age = max_age or DEFAULT_MAX_AGE
+        if not MIN_MAX_AGE <= max_age <= MAX_MAX_AGE:
+            raise ValueError(f"max_age: {max_age} s; must be {MIN_MAX_AGE} to {MAX_MAX_AGE} s")
+        if not push_timeout > 0:
+            raise ValueError(f"push_timeout: {push_timeout} s; must be above 0")
+        self._client, self.picker_id = client, picker_id
+        self.full_state_interval, self.max_age, self.push_timeout = full_state_interval, max_age, push_timeout
+        self.pushes = self.full = self.failed = self.dropped = self.unshared = 0
+        # Ids and sequences count from the clock, so a gateway restarted under
+        # the same picker id is ahead of its old pushes and reuses no pick id.
+        self._next_id = self._seq = time.time_ns()
+        self._mu = threading.Condition()
+        self._live: Dict[int, _Pick] = {}
+        self._adds: List[int] = []
+        self._removed: List[int] = []
+        self._prefilled: List[int] = []
+        self._held: Dict[int, Tuple[str, float]] = {}  # pick id → (replica, uncached tokens) not reported yet
+        self._stopping = False
+        self._warned_at = -math.inf
+        # The times of the last two full states: a full state carries the
+        # hashes of the picks made since the one before the last, so each
+        # pick's hashes go out in its own push and two full states.
+        self._full_at = [-math.inf, -math.inf]
+        self._quiet = False  # the last full state was empty and nothing was pushed since
+        if load_share is not None:
+            load_share.hold(self.held)
+        self._thread = threading.Thread(target=self._run, name="inference-cache-pickshare", daemon=True)
+        self._thread.start()
+
+    def add(self, req: pb.LookupRouteRequest, replica: str, cached_tokens: int = 0,
+            uncached_tokens: int = 0) -> int:
+        """Record that the gateway sent the request looked up with req (its
+        block_hashes, block_token_counts and partition) to replica, which
+        held cached_tokens of its prompt when picked, and queue the pick's
+        push; it never blocks. uncached_tokens, the prefill the request
+        queues there, is held out of the load reports until the push is
+        answered. Returns the pick id, or 0 when nothing was recorded (no
+        block hashes, or over MAX_BLOCKS_PER_PICK)."""
+        if not replica or not req.block_hashes or len(req.block_hashes) > MAX_BLOCKS_PER_PICK:
+            with self._mu:
+                self.unshared += 1
+            return 0
+        msg = pb.ProvisionalPick(replica_id=replica, hash_scheme=req.hash_scheme, model_id=req.model_id,
+                                 tenant_id=req.tenant_id, adapter_id=req.adapter_id,
+                                 block_hashes=req.block_hashes, max_age_ms=round(self.max_age * 1000),
+                                 cached_tokens=max(0, min(int(cached_tokens), 2**32 - 1)))
+        if any(c != 16 for c in req.block_token_counts):
+            msg.block_token_counts.extend(req.block_token_counts)
+        with self._mu:
+            self._next_id += 1
+            msg.pick_id = pid = self._next_id
+            self._live[pid] = _Pick(msg, time.monotonic())
+            self._queue(self._adds, pid)
+            self._held[pid] = (replica, float(max(0, uncached_tokens)))
+        return pid
+
+    def start(self, picker: Picker, d: Decision, req: pb.LookupRouteRequest) -> SharedInflight:
+        """picker.start(d) and add() of its pick: the chosen candidate's
+        cached and uncached tokens. An empty Decision shares nothing."""
+        flight = picker.start(d)
+        if d.index < 0 or d.index >= len(d.costs):
+            return SharedInflight(flight, self, 0)
+        c = d.costs[d.index]
+        return SharedInflight(flight, self, self.add(req, d.replica, c.cached_tokens, c.uncached_tokens))
+
+    def prefilled(self, pick_id: int) -> None:
+        """Queue the news that the pick's request has its first token; it
+        never blocks. A lost one is repaired by the next full state."""
+        with self._mu:
+            k = self._live.get(pick_id)
+            if k is None or k.prefilled:
+                return
+            k.prefilled = True
+            self._queue(self._prefilled, pick_id)
+
+    def remove(self, pick_id: int) -> None:
+        """Queue the removal of a pick; it never blocks."""
+        with self._mu:
+            if self._live.pop(pick_id, None) is None:
+                return
+            self._held.pop(pick_id, None)
+            self._queue(self._removed, pick_id)
+
+    def held(self) -> List[Tuple[str, float]]:
+        """The (replica, uncached tokens) of the picks whose push has not been
+        answered yet: LoadShare leaves their load out of its reports."""
+        with self._mu:
+            return list(self._held.values())
+
+    def _queue(self, q: List[int], pid: int) -> None:
+        # Under _mu.
+        if len(q) >= QUEUE:
+            dropped = q.pop(0)
+            self._held.pop(dropped, None)
+            self.dropped += 1
+        q.append(pid)
+        self._mu.notify()
+
+    def _delta(self) -> Optional[pb.SharePicksRequest]:
+        # Under _mu: everything waiting, or None.
+        if not (self._adds or self._removed or self._prefilled):
+            return None
+        now = time.monotonic()
+        req = pb.SharePicksRequest(picker_id=self.picker_id, removed=self._removed, prefilled=self._prefilled)
+        for pid in self._adds:
+            k = self._live.get(pid)
+            if k is not None:
+                p = req.picks.add()
+                p.CopyFrom(k.msg)
+                p.age_ms = min(2**32 - 1, round((now - k.made) * 1000))
+        self._adds, self._removed, self._prefilled = [], [], []
+        return req
+
+    def _full_state(self) -> Optional[pb.SharePicksRequest]:
+        # Under _mu: the live picks (expired ones dropped), hashes for those
+        # made since the full state before the last; None after an empty one
+        # with nothing pushed since.
+        now = time.monotonic()
+        for pid in [pid for pid, k in self._live.items() if now - k.made >= self.max_age]:
+            del self._live[pid]
+            self._held.pop(pid, None)
+        if not self._live and self._quiet:
+            return None
+        self._quiet = not self._live
+        since = self._full_at[0]
+        self._full_at = [self._full_at[1], now]
+        req = pb.SharePicksRequest(picker_id=self.picker_id, full_state=True)
+        for pid in sorted(self._live):
+            k = self._live[pid]
+            p = req.picks.add()
+            p.CopyFrom(k.msg)
+            if k.made < since:
+                del p.block_hashes[:]
+                del p.block_token_counts[:]
+            p.age_ms = min(2**32 - 1, round((now - k.made) * 1000))
+            p.prefilled = k.prefilled
+        return req
+
+    def _run(self) -> None:
+        next_full = time.monotonic() + self.full_state_interval
+        while True:
+            with self._mu:
+                while not self._stopping and not (self._adds or self._removed or self._prefilled):
+                    wait = next_full - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._mu.wait(wait)
+                if self._stopping:
+                    return
+                delta = self._delta()
+                if delta is not None:
+                    self._quiet = False
+            if delta is not None:
+                self._push(delta)
+                # Answered or dropped: the picks' load is reported from now on.
+                with self._mu:
+                    for p in delta.picks:
+                        self._held.pop(p.pick_id, None)
+            if time.monotonic() >= next_full:
+                next_full = time.monotonic() + self.full_state_interval
+                with self._mu:
+                    full = self._full_state()
+                if full is not None:
+                    self._push(full)
+
+    def _push(self, req: pb.SharePicksRequest) -> None:
+        with self._mu:
+            self._seq += 1
+            req.sequence = self._seq
+        try:
+            self._client.share_picks(req, timeout=self.push_timeout)
+        except Exception as e:  # dropped: the next full state repairs it
+            with self._mu:
+                self.failed += 1
+                failed = self.failed
+            now = time.monotonic()
+            if now - self._warned_at >= WARN_EVERY:
+                self._warned_at = now
+                log.warning("provisional picks push failed; the other gateways see this one's picks once a push "
+                            "or the next full state succeeds (requests are unaffected): picker_id=%s err=%s "
+                            "failed_so_far=%d", self.picker_id, e, failed)
+            return
+        with self._mu:
+            self.pushes += 1
+            if req.full_state:
+                self.full += 1
+
+    def stop(self) -> None:
+        """End the pushes (idempotent; a push in flight ends within
+        push_timeout). The cluster drops the picks at their max age, or
+        sooner as the engines' events confirm them."""
+        with self._mu:
+            self._stopping = True
+            self._mu.notify()
+        self._thread.join()
+
+    def __enter__(self) -> "PickShare":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,250 @@
+"""Sharing a gateway's picks as provisional residencies (contract §5.12): the
+pushes by hand through a recording client, Client.share_picks against fake
+nodes, and picks seen by another picker's lookups on a real 3-node cluster."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from inference_cache import Client, LoadShare, Picker, PickShare, fill_fingerprint
+from inference_cache.pickshare import MAX_BLOCKS_PER_PICK
+from inference_cache.v1 import inferencecache_pb2 as pb
+from fakes import FakeServer, Scripted, closed_port_addr
+
+SCHEME, MODEL, TENANT = "vllm", "m-picks", "t"
+
+
+def keyed(tokens, block_size=16, salt=""):
+    """A lookup request for tokens with its block hashes set, as lookup_tokens leaves it."""
+    req = pb.LookupRouteRequest(hash_scheme=SCHEME, model_id=MODEL, tenant_id=TENANT, cache_salt=salt,
+                                adapter_id="lora-a")
+    fill_fingerprint(req, tokens, block_size)
+    return req
+
+
+class Recording:
+    """A client that records every push; share_picks blocks while gate is clear."""
+
+    def __init__(self):
+        self.pushes, self.lock = [], threading.Lock()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def share_picks(self, req, timeout):
+        self.gate.wait(5)
+        with self.lock:
+            self.pushes.append(pb.SharePicksRequest.FromString(req.SerializeToString()))
+        return pb.SharePicksResponse(added=len(req.picks))
+
+    def report_picker_load(self, req, timeout):
+        return pb.ReportPickerLoadResponse()
+
+    def got(self, pred=lambda p: True):
+        with self.lock:
+            return [p for p in self.pushes if pred(p)]
+
+
+def until(f, limit=5.0):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        got = f()
+        if got:
+            return got
+        time.sleep(0.01)
+    raise AssertionError("not within the limit")
+
+
+def test_settings_out_of_bounds_name_the_field_and_limit():
+    c = Recording()
+    with pytest.raises(ValueError, match=r"picker_id: required"):
+        PickShare(c, "")
+    with pytest.raises(ValueError, match=r"picker_id: 129 bytes, over the limit of 128"):
+        PickShare(c, "x" * 129)
+    with pytest.raises(ValueError, match=r"full_state_interval: 0\.01 s; must be 0\.05 to 60\.0 s"):
+        PickShare(c, "g", full_state_interval=0.01)
+    with pytest.raises(ValueError, match=r"max_age: 700 s; must be 0\.1 to 600\.0 s"):
+        PickShare(c, "g", max_age=700)
+    with pytest.raises(ValueError, match=r"push_timeout: -1 s; must be above 0"):
+        PickShare(c, "g", push_timeout=-1)
+
+
+def test_a_pick_its_first_token_and_its_removal_are_pushed_as_they_happen():
+    c = Recording()
+    s = PickShare(c, "gw-a", full_state_interval=60)
+    try:
+        tokens = list(range(100, 140))  # 2 full blocks of 16 (a partial block is not hashed)
+        req = keyed(tokens)
+        pid = s.add(req, "r1", cached_tokens=16, uncached_tokens=24)
+        assert pid > 0
+        push = until(lambda: c.got(lambda p: len(p.picks) > 0))[0]
+        k = push.picks[0]
+        assert (push.picker_id, push.full_state) == ("gw-a", False)
+        assert (k.pick_id, k.replica_id, k.hash_scheme, k.model_id, k.tenant_id, k.adapter_id) == (
+            pid, "r1", SCHEME, MODEL, TENANT, "lora-a")
+        assert list(k.block_hashes) == list(req.block_hashes) and len(k.block_hashes) == 2
+        assert list(k.block_token_counts) == []  # 16 each: none sent
+        assert (k.cached_tokens, k.max_age_ms) == (16, 10000)
+        # Blocks of another size go with their counts.
+        s.add(keyed(list(range(100, 164)), block_size=32), "r1")
+        k32 = until(lambda: c.got(lambda p: len(p.picks) > 0 and p.picks[0].pick_id != pid))[0].picks[0]
+        assert list(k32.block_token_counts) == [32, 32]
+        s.prefilled(pid)
+        s.prefilled(pid)  # a second first token is not news
+        until(lambda: c.got(lambda p: list(p.prefilled) == [pid]))
+        s.remove(pid)
+        until(lambda: c.got(lambda p: list(p.removed) == [pid]))
+        s.remove(pid)  # removed already: nothing more
+        time.sleep(0.05)
+        seqs = [p.sequence for p in c.got()]
+        assert len(seqs) == 4 and seqs == sorted(seqs) and len(set(seqs)) == 4, seqs
+        assert s.pushes == 4 and s.failed == 0
+    finally:
+        s.stop()
+
+
+def test_a_request_without_block_hashes_shares_nothing():
+    c = Recording()
+    s = PickShare(c, "gw-a", full_state_interval=60)
+    try:
+        text = pb.LookupRouteRequest(hash_scheme=SCHEME, model_id=MODEL, prompt_text="keyed on the server")
+        assert s.add(text, "r1") == 0
+        long = pb.LookupRouteRequest(hash_scheme=SCHEME, block_hashes=list(range(1, MAX_BLOCKS_PER_PICK + 2)))
+        assert s.add(long, "r1") == 0
+        assert s.unshared == 2
+    finally:
+        s.stop()
+    assert c.got() == []
+
+
+def test_full_states_repair_with_hashes_for_the_recent_picks_only():
+    c = Recording()
+    s = PickShare(c, "gw-a", full_state_interval=0.05)
+    try:
+        req = keyed(list(range(200, 232)))
+        pid = s.add(req, "r2", uncached_tokens=32)
+        s.prefilled(pid)
+        fulls = until(lambda: (lambda f: f if len(f) >= 4 else None)(c.got(lambda p: p.full_state)))
+        listed = [[k for k in f.picks if k.pick_id == pid] for f in fulls]
+        assert all(len(x) == 1 for x in listed), "a live pick left out of a full state"
+        first, later = listed[0][0], listed[3][0]
+        assert list(first.block_hashes) == list(req.block_hashes) and first.prefilled
+        # Past the two full states after it, a pick is listed by its id alone.
+        assert list(later.block_hashes) == [] and later.replica_id == "r2" and later.prefilled
+        assert later.age_ms >= first.age_ms
+        assert fulls == sorted(fulls, key=lambda p: p.sequence)
+    finally:
+        s.stop()
+
+
+def test_a_pick_expires_from_the_full_state_at_its_max_age_and_empty_states_stop():
+    c = Recording()
+    s = PickShare(c, "gw-a", full_state_interval=0.05, max_age=0.1)
+    try:
+        s.add(keyed(list(range(300, 316))), "r1")
+        until(lambda: c.got(lambda p: p.full_state and len(p.picks) == 0))
+        n = len(c.got(lambda p: p.full_state))
+        time.sleep(0.3)
+        # One empty full state says the picks are gone; more would repair nothing.
+        assert len(c.got(lambda p: p.full_state)) == n
+    finally:
+        s.stop()
+
+
+def test_a_picks_load_is_reported_only_once_its_push_is_answered():
+    c = Recording()
+    picker = Picker()
+    load = LoadShare(picker, c, picker_id="gw-a", interval=60)
+    s = PickShare(c, "gw-a", full_state_interval=60, load_share=load)
+    try:
+        c.gate.clear()  # the node holds the push
+        d = picker.pick(None, ["r1"], 64)
+        flight = s.start(picker, d, keyed(list(range(400, 464))))
+        assert flight.pick_id > 0
+        assert [(x.replica_id, x.running_requests) for x in load.request().loads] == []
+        c.gate.set()
+        until(lambda: c.got(lambda p: len(p.picks) > 0))
+        until(lambda: load.request().loads)
+        got = [(x.replica_id, x.prefilling_requests, x.prefill_tokens, x.running_requests)
+               for x in load.request().loads]
+        assert got == [("r1", 1, 64, 1)]
+        flight.first_token()
+        until(lambda: c.got(lambda p: list(p.prefilled) == [flight.pick_id]))
+        flight.fail()
+        until(lambda: c.got(lambda p: list(p.removed) == [flight.pick_id]))
+        assert list(load.request().loads) == []
+    finally:
+        c.gate.set()
+        s.stop()
+        load.stop()
+
+
+class Failing(Recording):
+    def share_picks(self, req, timeout):
+        raise RuntimeError("cluster down")
+
+
+def test_failing_pushes_are_dropped_and_counted_and_stop_returns():
+    c = Failing()
+    s = PickShare(c, "gw-a", full_state_interval=0.05)
+    s.add(keyed(list(range(500, 516))), "r1")
+    until(lambda: s.failed >= 2)
+    t0 = time.monotonic()
+    s.stop()
+    assert time.monotonic() - t0 < 1 and s.pushes == 0
+
+
+def test_client_share_picks_goes_to_every_node_and_resends_a_missed_delta():
+    a, b = FakeServer(Scripted()), FakeServer(Scripted())
+    try:
+        with Client([a.addr, b.addr, closed_port_addr()], lookup_timeout=0.5, fail_backoff=60) as c:
+            delta = pb.SharePicksRequest(picker_id="g", sequence=1, picks=[pb.ProvisionalPick(pick_id=1)])
+            assert c.share_picks(delta, timeout=0.5) is not None
+            assert delta.sent_to_nodes == 0, "the caller's request was changed"
+            sent = sorted([r.sent_to_nodes for _, r, _ in a.calls("SharePicks") + b.calls("SharePicks")])
+            # Sent to 3; the closed port failed, so one answering node gets it
+            # again with 0, to pass it on.
+            assert sent == [0, 3, 3], sent
+            full = pb.SharePicksRequest(picker_id="g", sequence=2, full_state=True)
+            c.share_picks(full, timeout=0.5)
+            # The closed port is in its backoff now: sent to 2, and a full
+            # state is never sent again.
+            got = sorted(r.sent_to_nodes for _, r, _ in a.calls("SharePicks") + b.calls("SharePicks")
+                         if r.full_state)
+            assert got == [2, 2], got
+        with Client([closed_port_addr()], lookup_timeout=0.5) as c:
+            with pytest.raises(Exception):
+                c.share_picks(delta, timeout=0.5)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def provisional_hint(c, tokens, replica):
+    """Whether a lookup of tokens by another picker hints replica from a provisional residency."""
+    req = pb.LookupRouteRequest(hash_scheme=SCHEME, model_id=MODEL, tenant_id=TENANT, adapter_id="lora-a",
+                                picker_id="gw-b", include_load=True)
+    r = c.lookup_tokens(req, tokens, 16)
+    return any(h.replica_id == replica and h.provisional for h in r.replicas)
+
+
+def test_another_gateway_sees_the_pick_on_every_node_before_any_event(cluster):
+    tokens = list(range(7000, 7064))
+    with Client(cluster.addrs, lookup_timeout=2.0) as c:
+        picker = Picker()
+        s = PickShare(c, "gw-a", full_state_interval=0.2)
+        try:
+            d = picker.pick(None, ["r-pick"], len(tokens))
+            flight = s.start(picker, d, keyed(tokens))
+            for addr in cluster.addrs:  # no KV event was ingested: only the pick says so
+                with Client([addr], lookup_timeout=2.0) as one:
+                    until(lambda: provisional_hint(one, tokens, "r-pick"))
+            flight.fail()
+            for addr in cluster.addrs:
+                with Client([addr], lookup_timeout=2.0) as one:
+                    until(lambda: not provisional_hint(one, tokens, "r-pick"))
+        finally:
+            s.stop()
+        assert s.failed == 0 and s.pushes >= 2
