@@ -4,8 +4,8 @@ fingerprint() computes the server's content fingerprint (contract §3);
 Client and AsyncClient call LookupRoute failing open and write with the Go
 SDK's retries (contract §5.10, §8.5); Picker picks one replica per request
 with the Go picker's cost model; LoadShare and AsyncLoadShare share its
-in-flight load with the other pickers (contract §5.11); PickShare pushes its
-picks as provisional residencies (contract §5.12). Message classes: inference_cache.v1.
+in-flight load with the other pickers (contract §5.11); PickShare and
+AsyncPickShare push its picks as provisional residencies (contract §5.12). Message classes: inference_cache.v1.
 """
 
 from ._core import (
@@ -37,7 +37,7 @@ from .aio import AsyncClient
 from .client import Client
 from .loadshare import AsyncLoadShare, LoadShare, default_picker_id, in_flight
 from .picker import Decision, Inflight, PickCost, Picker, PickerConfig, rendezvous_key
-from .pickshare import PickShare, SharedInflight
+from .pickshare import AsyncPickShare, PickShare, SharedInflight
 from .v1 import inferencecache_pb2 as pb
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "SEED",
     "AsyncClient",
     "AsyncLoadShare",
+    "AsyncPickShare",
     "Client",
     "ClientConfig",
     "Decision",

@@ -116,6 +116,45 @@ class AsyncClient:
         return resp
 
 
+    async def share_picks(self, req: pb.SharePicksRequest, timeout: float = 0.25) -> pb.SharePicksResponse:
+        """Client.share_picks for asyncio: the push to every node lookups do
+        not skip at once, a missed delta sent again with sent_to_nodes 0 to a
+        node that answered; raises the last call's grpc.RpcError when no node
+        answered. AsyncPickShare sends these."""
+        nodes = self._n
+        now = time.monotonic()
+        with nodes.lock:
+            to = [n for n in nodes.nodes if n.lookup.down_until <= now]
+        probes = {}
+        if not to:
+            n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
+            to, probes = [n], {n.idx: probe}
+        sent = pb.SharePicksRequest()
+        sent.CopyFrom(req)
+        sent.sent_to_nodes = len(to)
+        results = await asyncio.gather(*(n.ic.SharePicks(sent, timeout=timeout, metadata=self._md) for n in to),
+                                       return_exceptions=True)
+        first, err, answered, failed = None, None, None, False
+        for n, r in zip(to, results):
+            if isinstance(r, grpc.RpcError):
+                report_failed(nodes, n, probes.get(n.idx, False), r.code(), self.config.fail_backoff)
+                failed, err = True, r
+                continue
+            if isinstance(r, BaseException):
+                raise r
+            nodes.mark(n, "lookup", "ok")
+            if first is None:
+                first, answered = r, n
+        if first is None:
+            raise err
+        if failed and not req.full_state:
+            sent.sent_to_nodes = 0
+            try:
+                await answered.ic.SharePicks(sent, timeout=timeout, metadata=self._md)
+            except grpc.RpcError:
+                pass  # the picker's next full state repairs it
+        return first
+
     async def ingest(self, req: pb.IngestRequest) -> pb.IngestResponse:
         """Client.ingest for asyncio; raises WriteError."""
         r = pb.IngestRequest(events=req.events, request_id=req.request_id or new_request_id())

@@ -11,7 +11,9 @@ Client.lookup_tokens (or any request with block_hashes set). A text prompt
 sent as prompt_text is keyed on the server, so the gateway has no hashes to
 push for it; add() then records nothing and returns 0.
 
-One daemon thread, woken by each add, first token and removal, sends
+PickShare runs one daemon thread and pushes through a Client;
+AsyncPickShare runs one task of the event loop and pushes through an
+AsyncClient. The pusher, woken by each add, first token and removal, sends
 everything waiting in one push (bounded by push_timeout, never retried) to
 every node at once (Client.share_picks), and every full_state_interval the
 full state of the live picks for repair: a lost push costs the other
@@ -26,6 +28,7 @@ the residency that explains it (contract §5.11, §5.12).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
@@ -72,7 +75,7 @@ class SharedInflight:
     pick (the request failed or was cancelled before its first token, or went
     elsewhere) and ends the request. pick_id is 0 when nothing was shared."""
 
-    def __init__(self, flight: Inflight, share: "PickShare", pick_id: int) -> None:
+    def __init__(self, flight: Inflight, share: "_Picks", pick_id: int) -> None:
         self._flight, self._share, self.pick_id = flight, share, pick_id
 
     def first_token(self) -> None:
@@ -91,16 +94,14 @@ class SharedInflight:
         self._flight.done()
 
 
-class PickShare:
-    """Pushes a gateway's picks through client (a Client: share_picks) under
-    picker_id, the id of its load reports (LoadShare.picker_id). Raises
-    ValueError naming picker_id, full_state_interval, max_age or
-    push_timeout when out of bounds.
-
-    Counters: pushes (answered by a node), full (full states among them),
-    failed (failed or timed out, dropped), dropped (queued items dropped from
-    a full queue), unshared (add() calls that recorded nothing: no block
-    hashes, or more than MAX_BLOCKS_PER_PICK)."""
+class _Picks:
+    """The state both pushers share: the checked settings, the live picks,
+    what waits to be pushed, and the counters: pushes (answered by a node),
+    full (full states among them), failed (failed or timed out, dropped),
+    dropped (queued items dropped from a full queue), unshared (add() calls
+    that recorded nothing: no block hashes, or more than
+    MAX_BLOCKS_PER_PICK). Raises ValueError naming picker_id,
+    full_state_interval, max_age or push_timeout when out of bounds."""
 
     def __init__(self, client, picker_id: str, full_state_interval: float = DEFAULT_FULL_STATE_INTERVAL,
                  max_age: float = DEFAULT_MAX_AGE, push_timeout: float = DEFAULT_PUSH_TIMEOUT,
@@ -142,8 +143,6 @@ class PickShare:
         self._quiet = False  # the last full state was empty and nothing was pushed since
         if load_share is not None:
             load_share.hold(self.held)
-        self._thread = threading.Thread(target=self._run, name="inference-cache-pickshare", daemon=True)
-        self._thread.start()
 
     def add(self, req: pb.LookupRouteRequest, replica: str, cached_tokens: int = 0,
             uncached_tokens: int = 0) -> int:
@@ -212,12 +211,48 @@ class PickShare:
             self._held.pop(dropped, None)
             self.dropped += 1
         q.append(pid)
-        self._mu.notify()
+        self._wake()
+
+    def _wake(self) -> None:
+        # Under _mu: the pusher has work.
+        raise NotImplementedError
+
+    def _pending(self) -> bool:
+        # Under _mu.
+        return bool(self._adds or self._removed or self._prefilled)
+
+    def _pushed(self, delta: pb.SharePicksRequest) -> None:
+        """Answered or dropped: the delta's picks' load is reported from now on."""
+        with self._mu:
+            for p in delta.picks:
+                self._held.pop(p.pick_id, None)
+
+    def _next(self, req: pb.SharePicksRequest) -> None:
+        with self._mu:
+            self._seq += 1
+            req.sequence = self._seq
+
+    def _outcome(self, req: pb.SharePicksRequest, err: Optional[BaseException]) -> None:
+        with self._mu:
+            if err is None:
+                self.pushes += 1
+                if req.full_state:
+                    self.full += 1
+                return
+            self.failed += 1
+            failed = self.failed
+        now = time.monotonic()
+        if now - self._warned_at >= WARN_EVERY:
+            self._warned_at = now
+            log.warning("provisional picks push failed; the other gateways see this one's picks once a push "
+                        "or the next full state succeeds (requests are unaffected): picker_id=%s err=%s "
+                        "failed_so_far=%d", self.picker_id, err, failed)
 
     def _delta(self) -> Optional[pb.SharePicksRequest]:
         # Under _mu: everything waiting, or None.
-        if not (self._adds or self._removed or self._prefilled):
+        if not self._pending():
             return None
+        self._quiet = False
         now = time.monotonic()
         req = pb.SharePicksRequest(picker_id=self.picker_id, removed=self._removed, prefilled=self._prefilled)
         for pid in self._adds:
@@ -254,11 +289,29 @@ class PickShare:
             p.prefilled = k.prefilled
         return req
 
+
+
+class PickShare(_Picks):
+    """Pushes a gateway's picks through client (a Client: share_picks) under
+    picker_id, the id of its load reports (LoadShare.picker_id), from a
+    daemon thread. With load_share (a LoadShare), a pick's load is left out
+    of its reports until the pick's push is answered."""
+
+    def __init__(self, client, picker_id: str, full_state_interval: float = DEFAULT_FULL_STATE_INTERVAL,
+                 max_age: float = DEFAULT_MAX_AGE, push_timeout: float = DEFAULT_PUSH_TIMEOUT,
+                 load_share=None) -> None:
+        super().__init__(client, picker_id, full_state_interval, max_age, push_timeout, load_share)
+        self._thread = threading.Thread(target=self._run, name="inference-cache-pickshare", daemon=True)
+        self._thread.start()
+
+    def _wake(self) -> None:
+        self._mu.notify()
+
     def _run(self) -> None:
         next_full = time.monotonic() + self.full_state_interval
         while True:
             with self._mu:
-                while not self._stopping and not (self._adds or self._removed or self._prefilled):
+                while not self._stopping and not self._pending():
                     wait = next_full - time.monotonic()
                     if wait <= 0:
                         break
@@ -266,14 +319,9 @@ class PickShare:
                 if self._stopping:
                     return
                 delta = self._delta()
-                if delta is not None:
-                    self._quiet = False
             if delta is not None:
                 self._push(delta)
-                # Answered or dropped: the picks' load is reported from now on.
-                with self._mu:
-                    for p in delta.picks:
-                        self._held.pop(p.pick_id, None)
+                self._pushed(delta)
             if time.monotonic() >= next_full:
                 next_full = time.monotonic() + self.full_state_interval
                 with self._mu:
@@ -282,26 +330,13 @@ class PickShare:
                     self._push(full)
 
     def _push(self, req: pb.SharePicksRequest) -> None:
-        with self._mu:
-            self._seq += 1
-            req.sequence = self._seq
+        self._next(req)
         try:
             self._client.share_picks(req, timeout=self.push_timeout)
         except Exception as e:  # dropped: the next full state repairs it
-            with self._mu:
-                self.failed += 1
-                failed = self.failed
-            now = time.monotonic()
-            if now - self._warned_at >= WARN_EVERY:
-                self._warned_at = now
-                log.warning("provisional picks push failed; the other gateways see this one's picks once a push "
-                            "or the next full state succeeds (requests are unaffected): picker_id=%s err=%s "
-                            "failed_so_far=%d", self.picker_id, e, failed)
-            return
-        with self._mu:
-            self.pushes += 1
-            if req.full_state:
-                self.full += 1
+            self._outcome(req, e)
+        else:
+            self._outcome(req, None)
 
     def stop(self) -> None:
         """End the pushes (idempotent; a push in flight ends within
@@ -317,3 +352,67 @@ class PickShare:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class AsyncPickShare(_Picks):
+    """PickShare for asyncio: pushes through an AsyncClient (share_picks)
+    from a task of the running loop (create it inside the loop). add(),
+    prefilled() and remove() never block and may be called from any thread;
+    await stop(), which cancels the push in flight."""
+
+    def __init__(self, client, picker_id: str, full_state_interval: float = DEFAULT_FULL_STATE_INTERVAL,
+                 max_age: float = DEFAULT_MAX_AGE, push_timeout: float = DEFAULT_PUSH_TIMEOUT,
+                 load_share=None) -> None:
+        super().__init__(client, picker_id, full_state_interval, max_age, push_timeout, load_share)
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        self._task = self._loop.create_task(self._run())
+
+    def _wake(self) -> None:
+        self._loop.call_soon_threadsafe(self._event.set)
+
+    async def _run(self) -> None:
+        next_full = time.monotonic() + self.full_state_interval
+        while True:
+            with self._mu:
+                pending = self._pending()
+            if not pending:
+                try:
+                    await asyncio.wait_for(self._event.wait(), max(0.0, next_full - time.monotonic()))
+                except asyncio.TimeoutError:
+                    pass
+            self._event.clear()
+            with self._mu:
+                if self._stopping:
+                    return
+                delta = self._delta()
+            if delta is not None:
+                await self._push(delta)
+                self._pushed(delta)
+            if time.monotonic() >= next_full:
+                next_full = time.monotonic() + self.full_state_interval
+                with self._mu:
+                    full = self._full_state()
+                if full is not None:
+                    await self._push(full)
+
+    async def _push(self, req: pb.SharePicksRequest) -> None:
+        self._next(req)
+        try:
+            await self._client.share_picks(req, timeout=self.push_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # dropped: the next full state repairs it
+            self._outcome(req, e)
+        else:
+            self._outcome(req, None)
+
+    async def stop(self) -> None:
+        """End the pushes (idempotent): the push in flight is cancelled."""
+        with self._mu:
+            self._stopping = True
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass

@@ -4,12 +4,13 @@ nodes, and picks seen by another picker's lookups on a real 3-node cluster."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import pytest
 
-from inference_cache import Client, LoadShare, Picker, PickShare, fill_fingerprint
+from inference_cache import AsyncClient, AsyncPickShare, Client, LoadShare, Picker, PickShare, fill_fingerprint
 from inference_cache.pickshare import MAX_BLOCKS_PER_PICK
 from inference_cache.v1 import inferencecache_pb2 as pb
 from fakes import FakeServer, Scripted, closed_port_addr
@@ -248,3 +249,64 @@ def test_another_gateway_sees_the_pick_on_every_node_before_any_event(cluster):
         finally:
             s.stop()
         assert s.failed == 0 and s.pushes >= 2
+
+
+class AsyncRecording:
+    """An asyncio client that records every push; share_picks hangs while hang is set."""
+
+    def __init__(self):
+        self.pushes, self.hang = [], False
+
+    async def share_picks(self, req, timeout):
+        if self.hang:
+            await asyncio.sleep(3600)
+        self.pushes.append(pb.SharePicksRequest.FromString(req.SerializeToString()))
+        return pb.SharePicksResponse(added=len(req.picks))
+
+
+def test_async_pick_share_pushes_from_a_task_and_stop_cancels_a_hung_push():
+    async def main():
+        c = AsyncRecording()
+        s = AsyncPickShare(c, "gw-async", full_state_interval=0.05)
+        pid = s.add(keyed(list(range(600, 632))), "r3", cached_tokens=0, uncached_tokens=32)
+        # From another thread too, as a thread pool's request handler would.
+        other = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: s.add(keyed(list(range(700, 716))), "r1"))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and sum(1 for p in c.pushes if p.full_state) < 2:
+            await asyncio.sleep(0.01)
+        added = sorted(k.pick_id for p in c.pushes if not p.full_state for k in p.picks)
+        full = [p for p in c.pushes if p.full_state][-1]
+        c.hang = True
+        s.remove(pid)
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        await s.stop()
+        return added, sorted(k.pick_id for k in full.picks), pid, other, time.monotonic() - t0, s.held()
+
+    added, full, pid, other, took, held = asyncio.run(main())
+    assert added == sorted([pid, other]) and full == sorted([pid, other])
+    assert took < 1, f"stop took {took:.2f} s with a hung push"
+    assert held == []
+
+
+def test_async_pick_share_reaches_another_pickers_lookups(cluster):
+    tokens = list(range(8000, 8064))
+
+    async def main():
+        async with AsyncClient(cluster.addrs, lookup_timeout=2.0) as ac:
+            s = AsyncPickShare(ac, "gw-async-b", full_state_interval=0.2)
+            picker = Picker()
+            flight = s.start(picker, picker.pick(None, ["r-apick"], len(tokens)), keyed(tokens))
+            with Client(cluster.addrs, lookup_timeout=2.0) as c:
+                deadline, seen = time.monotonic() + 10, False
+                while time.monotonic() < deadline and not seen:
+                    seen = provisional_hint(c, tokens, "r-apick")
+                    await asyncio.sleep(0.02)
+            flight.fail()
+            await asyncio.sleep(0.1)
+            await s.stop()
+            return seen, s.pushes, s.failed
+
+    seen, pushes, failed = asyncio.run(main())
+    assert seen and pushes >= 1 and failed == 0
