@@ -10,7 +10,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 
@@ -533,6 +533,40 @@ class WriteAttempts:
                 raise e
             self._prev = self._node
         self._nodes.count("write_retries")
+
+
+def share_targets(nodes: _Nodes, hold: float) -> Tuple[List[Node], Dict[int, bool]]:
+    """The nodes a picks push goes to (contract §5.12): every node lookups do
+    not skip; when they skip every one, the next one's probe. Also which of
+    them (by idx) the call probes."""
+    now = time.monotonic()
+    with nodes.lock:
+        to = [n for n in nodes.nodes if n.lookup.down_until <= now]
+    if to:
+        return to, {}
+    n, probe = nodes.pick("lookup", nodes.next(), None, hold)
+    return [n], {n.idx: probe}
+
+
+def share_outcome(nodes: _Nodes, to: List[Node], results: List, probes: Dict[int, bool],
+                  fail_backoff: float) -> Tuple[object, Optional[Node], bool]:
+    """Marks each node by its result (a response or the call's exception)
+    and returns the first response (raising the last grpc.RpcError when no
+    node answered), the node that gave it, and whether any call failed."""
+    first, err, answered, failed = None, None, None, False
+    for n, r in zip(to, results):
+        if isinstance(r, grpc.RpcError):
+            report_failed(nodes, n, probes.get(n.idx, False), r.code(), fail_backoff)
+            failed, err = True, r
+            continue
+        if isinstance(r, BaseException):
+            raise r
+        nodes.mark(n, "lookup", "ok")
+        if first is None:
+            first, answered = r, n
+    if first is None:
+        raise err
+    return first, answered, failed
 
 
 def report_failed(nodes: _Nodes, n: Node, probe: bool, code: Optional[grpc.StatusCode], fail_backoff: float) -> None:

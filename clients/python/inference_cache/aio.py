@@ -19,6 +19,8 @@ from ._core import (
     WriteError,
     _Nodes,
     report_failed,
+    share_outcome,
+    share_targets,
     fill_fingerprint,
     new_request_id,
     retry_after,
@@ -121,32 +123,13 @@ class AsyncClient:
         not skip at once, a missed delta sent again with sent_to_nodes 0 to a
         node that answered; raises the last call's grpc.RpcError when no node
         answered. AsyncPickShare sends these."""
-        nodes = self._n
-        now = time.monotonic()
-        with nodes.lock:
-            to = [n for n in nodes.nodes if n.lookup.down_until <= now]
-        probes = {}
-        if not to:
-            n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
-            to, probes = [n], {n.idx: probe}
+        to, probes = share_targets(self._n, self.config.lookup_timeout)
         sent = pb.SharePicksRequest()
         sent.CopyFrom(req)
         sent.sent_to_nodes = len(to)
         results = await asyncio.gather(*(n.ic.SharePicks(sent, timeout=timeout, metadata=self._md) for n in to),
                                        return_exceptions=True)
-        first, err, answered, failed = None, None, None, False
-        for n, r in zip(to, results):
-            if isinstance(r, grpc.RpcError):
-                report_failed(nodes, n, probes.get(n.idx, False), r.code(), self.config.fail_backoff)
-                failed, err = True, r
-                continue
-            if isinstance(r, BaseException):
-                raise r
-            nodes.mark(n, "lookup", "ok")
-            if first is None:
-                first, answered = r, n
-        if first is None:
-            raise err
+        first, answered, failed = share_outcome(self._n, to, results, probes, self.config.fail_backoff)
         if failed and not req.full_state:
             sent.sent_to_nodes = 0
             try:

@@ -24,6 +24,8 @@ from ._core import (
     WriteError,
     _Nodes,
     report_failed,
+    share_outcome,
+    share_targets,
     fill_fingerprint,
     new_request_id,
     retry_after,
@@ -161,33 +163,18 @@ class Client:
         state is not, since every node passes a full state on. A lost push is
         repaired by the picker's next full state, so none is retried.
         PickShare sends these."""
-        nodes = self._n
-        now = time.monotonic()
-        with nodes.lock:
-            to = [n for n in nodes.nodes if n.lookup.down_until <= now]
-        if not to:
-            # Every node is in its backoff: the next one's probe.
-            n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
-            to, probes = [n], {n.idx: probe}
-        else:
-            probes = {}
+        to, probes = share_targets(self._n, self.config.lookup_timeout)
         sent = pb.SharePicksRequest()
         sent.CopyFrom(req)
         sent.sent_to_nodes = len(to)
-        calls = [(n, n.ic.SharePicks.future(sent, timeout=timeout, metadata=self._md)) for n in to]
-        first, err, answered, failed = None, None, None, False
-        for n, f in calls:
+        calls = [n.ic.SharePicks.future(sent, timeout=timeout, metadata=self._md) for n in to]
+        results = []
+        for f in calls:
             try:
-                resp = f.result()
+                results.append(f.result())
             except grpc.RpcError as e:
-                report_failed(nodes, n, probes.get(n.idx, False), e.code(), self.config.fail_backoff)
-                failed, err = True, e
-                continue
-            nodes.mark(n, "lookup", "ok")
-            if first is None:
-                first, answered = resp, n
-        if first is None:
-            raise err
+                results.append(e)
+        first, answered, failed = share_outcome(self._n, to, results, probes, self.config.fail_backoff)
         if failed and not req.full_state:
             sent.sent_to_nodes = 0
             try:

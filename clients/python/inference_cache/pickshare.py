@@ -227,6 +227,16 @@ class _Picks:
             for p in delta.picks:
                 self._held.pop(p.pick_id, None)
 
+    def _full_if_due(self, due: float) -> Tuple[Optional[pb.SharePicksRequest], float]:
+        """The full state to push when due (monotonic seconds) has passed, or
+        None (not due, or an empty one after an empty one), and when the next
+        is due."""
+        now = time.monotonic()
+        if now < due:
+            return None, due
+        with self._mu:
+            return self._full_state(), now + self.full_state_interval
+
     def _next(self, req: pb.SharePicksRequest) -> None:
         with self._mu:
             self._seq += 1
@@ -322,12 +332,9 @@ class PickShare(_Picks):
             if delta is not None:
                 self._push(delta)
                 self._pushed(delta)
-            if time.monotonic() >= next_full:
-                next_full = time.monotonic() + self.full_state_interval
-                with self._mu:
-                    full = self._full_state()
-                if full is not None:
-                    self._push(full)
+            full, next_full = self._full_if_due(next_full)
+            if full is not None:
+                self._push(full)
 
     def _push(self, req: pb.SharePicksRequest) -> None:
         self._next(req)
@@ -389,12 +396,9 @@ class AsyncPickShare(_Picks):
             if delta is not None:
                 await self._push(delta)
                 self._pushed(delta)
-            if time.monotonic() >= next_full:
-                next_full = time.monotonic() + self.full_state_interval
-                with self._mu:
-                    full = self._full_state()
-                if full is not None:
-                    await self._push(full)
+            full, next_full = self._full_if_due(next_full)
+            if full is not None:
+                await self._push(full)
 
     async def _push(self, req: pb.SharePicksRequest) -> None:
         self._next(req)

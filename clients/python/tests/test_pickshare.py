@@ -310,3 +310,23 @@ def test_async_pick_share_reaches_another_pickers_lookups(cluster):
 
     seen, pushes, failed = asyncio.run(main())
     assert seen and pushes >= 1 and failed == 0
+
+
+def test_async_client_share_picks_goes_to_every_node_and_resends_a_missed_delta():
+    a, b = FakeServer(Scripted()), FakeServer(Scripted())
+
+    async def main():
+        async with AsyncClient([a.addr, b.addr, closed_port_addr()], lookup_timeout=0.5, fail_backoff=60) as c:
+            delta = pb.SharePicksRequest(picker_id="g", sequence=1, picks=[pb.ProvisionalPick(pick_id=1)])
+            await c.share_picks(delta, timeout=0.5)
+            await c.share_picks(pb.SharePicksRequest(picker_id="g", sequence=2, full_state=True), timeout=0.5)
+            return delta.sent_to_nodes
+
+    try:
+        assert asyncio.run(main()) == 0, "the caller's request was changed"
+        calls = [r for _, r, _ in a.calls("SharePicks") + b.calls("SharePicks")]
+        assert sorted(r.sent_to_nodes for r in calls if not r.full_state) == [0, 3, 3]
+        assert sorted(r.sent_to_nodes for r in calls if r.full_state) == [2, 2]
+    finally:
+        a.stop()
+        b.stop()
