@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -115,15 +116,17 @@ func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 
 // TransferLeadership hands leadership to server id at Raft address addr,
 // or to the most up-to-date follower when id is "". Leader only. An id that
-// is not in the configuration, or this node's own, is ErrInvalid.
+// is not in the configuration, or this node's own, is ErrInvalid. When the
+// target does not win within Raft's election timeout (a loaded machine)
+// and this node still leads, it tries again, at most transferAttempts (10)
+// times in all, within ctx, each once the transfer before it has ended;
+// the last attempt's error is returned. A transfer already in progress is
+// waited for within ctx.
 func (n *Node) TransferLeadership(ctx context.Context, id, addr string) error {
 	if n.raft.State() != raft.Leader {
 		return fmt.Errorf("%w: leadership transfer starts on the leader", ErrNotLeader)
 	}
-	var f raft.Future
-	if id == "" {
-		f = n.raft.LeadershipTransfer()
-	} else {
+	if id != "" {
 		srv, ok, err := n.configServer(id)
 		if err != nil {
 			return err
@@ -137,10 +140,78 @@ func (n *Node) TransferLeadership(ctx context.Context, id, addr string) error {
 		if addr == "" {
 			addr = string(srv.Address)
 		}
-		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
 	}
-	return n.wait(ctx, f)
+	for attempt := 1; ; {
+		var f raft.Future
+		if id == "" {
+			f = n.raft.LeadershipTransfer()
+		} else {
+			f = n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
+		}
+		err := n.wait(ctx, f)
+		switch {
+		case err == nil:
+			return nil
+		case n.raft.State() != raft.Leader:
+			// An earlier attempt's target may have won after all (its
+			// future then fails with leadership lost).
+			if n.transferredTo(ctx, id) {
+				return nil
+			}
+			return err
+		case ctx.Err() != nil:
+			return err
+		}
+		switch {
+		case errors.Is(err, ErrTransferInProgress):
+			// The last attempt's transfer is still winding down (or an
+			// earlier call's is under way): start when it has ended.
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(transferPoll):
+			}
+		case strings.Contains(err.Error(), "leadership transfer timeout") && attempt < transferAttempts:
+			// Raft gives the target one election timeout to win; a loaded
+			// target misses it and this node stays leader.
+			n.log.Warn("raftnode: leadership transfer timed out; trying again", "to", id, "attempt", attempt)
+			attempt++
+		default:
+			return err
+		}
+	}
 }
+
+// transferredTo reports whether the leader, once one is known (within
+// ctx and transferSettle), is id, or any server but this node when id is
+// "".
+func (n *Node) transferredTo(ctx context.Context, id string) bool {
+	deadline := time.Now().Add(transferSettle)
+	for {
+		if _, leader := n.raft.LeaderWithID(); leader != "" {
+			return string(leader) == id || id == "" && string(leader) != n.cfg.NodeID
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(transferPoll):
+		}
+	}
+}
+
+// transferAttempts bounds TransferLeadership's attempts when the target
+// does not take over within Raft's election timeout; transferPoll is how
+// often it looks whether a transfer in progress has ended.
+// transferSettle bounds the wait for a known leader after this node lost
+// leadership during a transfer.
+const (
+	transferAttempts = 10
+	transferPoll     = 20 * time.Millisecond
+	transferSettle   = 2 * time.Second
+)
 
 // Snapshot takes a Raft snapshot now on this node and returns its index and
 // term (when nothing was applied since the last one, that one's).
