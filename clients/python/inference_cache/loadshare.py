@@ -53,20 +53,20 @@ def default_picker_id() -> str:
     return b[-MAX_PICKER_ID_BYTES:].decode("utf-8", "ignore") if len(b) > MAX_PICKER_ID_BYTES else pid
 
 
-def in_flight(picker: Picker, held: Sequence[Tuple[str, float]] = ()) -> List[pb.PickerReplicaLoad]:
+def in_flight(picker: Picker, held: Sequence[Tuple[str, int, float, int]] = ()) -> List[pb.PickerReplicaLoad]:
     """What picker has in flight per replica, as a report lists it: for each
     replica with a request not done, the requests before their first token,
     their uncached prompt tokens (rounded) and the requests before done;
     replica id ascending. Replicas with nothing in flight are left out (a
-    report replaces the previous one whole). held lists (replica, uncached
-    tokens) of requests left out (picks whose push is not answered yet,
-    PickShare.held), each one request prefilling and in flight, clamped at 0."""
+    report replaces the previous one whole). held lists load left out, each
+    (replica, prefilling requests, prefill tokens, running requests): the
+    picks whose push is not answered yet (PickShare.held), clamped at 0."""
     with picker._mu:
         rows = {rid: [l.prefilling, l.queued_tokens, l.inflight] for rid, l in picker._replicas.items()}
-    for rid, tokens in held:
+    for rid, prefilling, tokens, running in held:
         r = rows.get(rid)
         if r is not None:
-            r[0], r[1], r[2] = r[0] - 1, r[1] - tokens, r[2] - 1
+            r[0], r[1], r[2] = r[0] - prefilling, r[1] - tokens, r[2] - running
     rows = sorted((rid, max(0, p), max(0.0, q), max(0, n)) for rid, (p, q, n) in rows.items())
     rows = [r for r in rows if r[1] > 0 or r[2] > 0 or r[3] > 0]
     return [pb.PickerReplicaLoad(replica_id=rid, prefilling_requests=p,
@@ -98,9 +98,9 @@ class _Reports:
         self._seq = time.time_ns()
         self.sent = self.failed = self.superseded = 0
         self._warned_at = self._dup_warned_at = -math.inf
-        self._held: Callable[[], Sequence[Tuple[str, float]]] = tuple
+        self._held: Callable[[], Sequence[Tuple[str, int, float, int]]] = tuple
 
-    def hold(self, held: Callable[[], Sequence[Tuple[str, float]]]) -> None:
+    def hold(self, held: Callable[[], Sequence[Tuple[str, int, float, int]]]) -> None:
         """Leave the requests held() lists out of every report from now on
         (PickShare passes its picks not pushed yet, so that a lookup never
         sees a pick's load before the pick, contract §5.12)."""

@@ -33,6 +33,7 @@ import logging
 import math
 import threading
 import time
+import unicodedata
 from typing import Dict, List, Optional, Tuple
 
 from .loadshare import MAX_PICKER_ID_BYTES, WARN_EVERY
@@ -49,13 +50,68 @@ DEFAULT_PUSH_TIMEOUT = 0.25
 #: How long a pick is held by default (seconds), and the server's bounds.
 DEFAULT_MAX_AGE = 10.0
 MIN_MAX_AGE, MAX_MAX_AGE = 0.1, 600.0
-#: The server's bound on one pick's chain (blocks).
+#: The server's bound on one pick's chain (blocks), on an id (bytes of UTF-8)
+#: and on a block's tokens.
 MAX_BLOCKS_PER_PICK = 8192
+MAX_ID_BYTES = 256
+MAX_BLOCK_TOKENS = 4096
+#: The (pick, block) entries the live picks may hold (Go's
+#: provisional.DefaultMaxBlocks); a pick past it is not recorded (unshared).
+MAX_LIVE_BLOCKS = 1 << 20
 #: Picks, first tokens and removals waiting to be pushed; past it the oldest
 #: waiting are dropped (counted): the next full state repairs them.
 QUEUE = 4096
 
 log = logging.getLogger("inference_cache.pickshare")
+
+
+def _id_problem(v: str) -> str:
+    """Why the server refuses v as an id (provisional/pick.go, pickerload
+    IDProblem), or ""."""
+    if len(v.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
+        return f"{len(v.encode('utf-8', 'surrogatepass'))} bytes, over the limit of {MAX_ID_BYTES}"
+    for i, ch in enumerate(v):
+        cat = unicodedata.category(ch)
+        if cat == "Cc":
+            return f"holds control character U+{ord(ch):04X} at character {i}"
+        if cat in ("Cf", "Cs"):
+            return f"holds invisible format character U+{ord(ch):04X} at character {i}"
+    if v and not v.strip():
+        return "blank (only whitespace)"
+    return ""
+
+
+def pick_problem(msg: pb.ProvisionalPick) -> str:
+    """Why the server would refuse msg (contract §5.12, provisional/pick.go),
+    naming the field, or "". One refused pick fails its whole push, so the
+    pusher never sends one."""
+    if not msg.replica_id:
+        return "replica_id: required"
+    for name in ("replica_id", "hash_scheme", "model_id", "tenant_id", "adapter_id"):
+        v = getattr(msg, name)
+        if v and (why := _id_problem(v)):
+            return f"{name}: {why}"
+    if not msg.hash_scheme:
+        return "hash_scheme: required (the index partition's hash scheme, e.g. vllm)"
+    if not msg.block_hashes:
+        return "block_hashes: required: at least one full block"
+    if len(msg.block_hashes) > MAX_BLOCKS_PER_PICK:
+        return f"block_hashes: {len(msg.block_hashes)} blocks, over the limit of {MAX_BLOCKS_PER_PICK}"
+    counts = msg.block_token_counts
+    if counts and len(counts) != len(msg.block_hashes):
+        return f"block_token_counts: {len(counts)} counts for {len(msg.block_hashes)} block_hashes"
+    for j, c in enumerate(counts):
+        if not 1 <= c <= MAX_BLOCK_TOKENS:
+            return f"block_token_counts[{j}]: {c}: want 1 to {MAX_BLOCK_TOKENS}"
+    return ""
+
+
+def _tokens(v) -> int:
+    """v as a token count: a finite number ≥ 0, at most 2³² − 1; else ValueError."""
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValueError(f"{v!r}: not a finite number")
+    return max(0, min(int(f), 2**32 - 1))
 
 
 class _Pick:
@@ -133,7 +189,10 @@ class _Picks:
         self._adds: List[int] = []
         self._removed: List[int] = []
         self._prefilled: List[int] = []
-        self._held: Dict[int, Tuple[str, float]] = {}  # pick id → (replica, uncached tokens) not reported yet
+        # pick id → (replica, uncached tokens, its Inflight or None): not reported yet
+        self._held: Dict[int, Tuple[str, float, Optional[Inflight]]] = {}
+        self._blocks = 0  # the live picks' blocks
+        self._unshared_warned_at = -math.inf
         self._stopping = False
         self._warned_at = -math.inf
         # The times of the last two full states: a full state carries the
@@ -145,31 +204,49 @@ class _Picks:
             load_share.hold(self.held)
 
     def add(self, req: pb.LookupRouteRequest, replica: str, cached_tokens: int = 0,
-            uncached_tokens: int = 0) -> int:
+            uncached_tokens: int = 0, flight: Optional[Inflight] = None) -> int:
         """Record that the gateway sent the request looked up with req (its
         block_hashes, block_token_counts and partition) to replica, which
         held cached_tokens of its prompt when picked, and queue the pick's
-        push; it never blocks. uncached_tokens, the prefill the request
-        queues there, is held out of the load reports until the push is
-        answered. Returns the pick id, or 0 when nothing was recorded (no
-        block hashes, or over MAX_BLOCKS_PER_PICK)."""
-        if not replica or not req.block_hashes or len(req.block_hashes) > MAX_BLOCKS_PER_PICK:
-            with self._mu:
-                self.unshared += 1
-            return 0
-        msg = pb.ProvisionalPick(replica_id=replica, hash_scheme=req.hash_scheme, model_id=req.model_id,
-                                 tenant_id=req.tenant_id, adapter_id=req.adapter_id,
-                                 block_hashes=req.block_hashes, max_age_ms=round(self.max_age * 1000),
-                                 cached_tokens=max(0, min(int(cached_tokens), 2**32 - 1)))
-        if any(c != 16 for c in req.block_token_counts):
-            msg.block_token_counts.extend(req.block_token_counts)
+        push; it never blocks or raises. The request's load (uncached_tokens
+        prefilling, or what flight, its Inflight, has left of it) is held out
+        of the load reports until the push is answered. Returns the pick id,
+        or 0 when nothing was recorded (counted in unshared): no block
+        hashes, a pick the server would refuse (pick_problem: an id over 256
+        bytes or with a control character, no hash_scheme, …), the live
+        picks at MAX_LIVE_BLOCKS, or the pusher stopped."""
+        try:
+            msg = pb.ProvisionalPick(replica_id=replica, hash_scheme=req.hash_scheme, model_id=req.model_id,
+                                     tenant_id=req.tenant_id, adapter_id=req.adapter_id,
+                                     block_hashes=req.block_hashes, max_age_ms=round(self.max_age * 1000),
+                                     cached_tokens=_tokens(cached_tokens))
+            if any(c != 16 for c in req.block_token_counts):
+                msg.block_token_counts.extend(req.block_token_counts)
+            uncached = float(_tokens(uncached_tokens))
+            why = pick_problem(msg)
+        except (AttributeError, TypeError, ValueError, OverflowError) as e:
+            why = f"bad input: {e}"
         with self._mu:
+            if why or self._stopping or self._blocks + len(msg.block_hashes) > MAX_LIVE_BLOCKS:
+                self.unshared += 1
+                if why:
+                    self._warn_unshared(why)
+                return 0
             self._next_id += 1
             msg.pick_id = pid = self._next_id
             self._live[pid] = _Pick(msg, time.monotonic())
+            self._blocks += len(msg.block_hashes)
+            self._held[pid] = (replica, uncached, flight)
             self._queue(self._adds, pid)
-            self._held[pid] = (replica, float(max(0, uncached_tokens)))
         return pid
+
+    def _warn_unshared(self, why: str) -> None:
+        # Under _mu.
+        now = time.monotonic()
+        if now - self._unshared_warned_at >= WARN_EVERY:
+            self._unshared_warned_at = now
+            log.warning("pick not shared (the server would refuse it; the request is unaffected): %s "
+                        "picker_id=%s unshared_so_far=%d", why, self.picker_id, self.unshared)
 
     def start(self, picker: Picker, d: Decision, req: pb.LookupRouteRequest) -> SharedInflight:
         """picker.start(d) and add() of its pick: the chosen candidate's
@@ -178,11 +255,13 @@ class _Picks:
         if d.index < 0 or d.index >= len(d.costs):
             return SharedInflight(flight, self, 0)
         c = d.costs[d.index]
-        return SharedInflight(flight, self, self.add(req, d.replica, c.cached_tokens, c.uncached_tokens))
+        return SharedInflight(flight, self, self.add(req, d.replica, c.cached_tokens, c.uncached_tokens, flight))
 
     def prefilled(self, pick_id: int) -> None:
         """Queue the news that the pick's request has its first token; it
         never blocks. A lost one is repaired by the next full state."""
+        if type(pick_id) is not int:
+            return
         with self._mu:
             k = self._live.get(pick_id)
             if k is None or k.prefilled:
@@ -192,23 +271,41 @@ class _Picks:
 
     def remove(self, pick_id: int) -> None:
         """Queue the removal of a pick; it never blocks."""
+        if type(pick_id) is not int:
+            return
         with self._mu:
-            if self._live.pop(pick_id, None) is None:
+            k = self._live.pop(pick_id, None)
+            if k is None:
                 return
+            self._blocks -= len(k.msg.block_hashes)
             self._held.pop(pick_id, None)
             self._queue(self._removed, pick_id)
 
-    def held(self) -> List[Tuple[str, float]]:
-        """The (replica, uncached tokens) of the picks whose push has not been
-        answered yet: LoadShare leaves their load out of its reports."""
+    def held(self) -> List[Tuple[str, int, float, int]]:
+        """The load of the picks whose push has not been answered yet, each
+        (replica, prefilling requests, prefill tokens, running requests) as
+        its request stands now (a request past its first token no longer
+        prefills; one done holds nothing): LoadShare leaves it out of its
+        reports (in_flight)."""
+        out = []
         with self._mu:
-            return list(self._held.values())
+            rows = list(self._held.values())
+        for replica, tokens, flight in rows:
+            if flight is None:
+                out.append((replica, 1, tokens, 1))
+                continue
+            prefilling = not flight._first_seen
+            running = not flight._ended
+            if prefilling or running:
+                out.append((replica, int(prefilling), tokens if prefilling else 0.0, int(running)))
+        return out
 
     def _queue(self, q: List[int], pid: int) -> None:
         # Under _mu.
         if len(q) >= QUEUE:
             dropped = q.pop(0)
-            self._held.pop(dropped, None)
+            if q is self._adds:
+                self._held.pop(dropped, None)  # never pushed as a delta: its load is reported
             self.dropped += 1
         q.append(pid)
         self._wake()
@@ -235,6 +332,8 @@ class _Picks:
         if now < due:
             return None, due
         with self._mu:
+            if self._stopping:
+                return None, due
             return self._full_state(), now + self.full_state_interval
 
     def _next(self, req: pb.SharePicksRequest) -> None:
@@ -280,7 +379,7 @@ class _Picks:
         # with nothing pushed since.
         now = time.monotonic()
         for pid in [pid for pid, k in self._live.items() if now - k.made >= self.max_age]:
-            del self._live[pid]
+            self._blocks -= len(self._live.pop(pid).msg.block_hashes)
             self._held.pop(pid, None)
         if not self._live and self._quiet:
             return None
@@ -318,23 +417,35 @@ class PickShare(_Picks):
         self._mu.notify()
 
     def _run(self) -> None:
-        next_full = time.monotonic() + self.full_state_interval
-        while True:
-            with self._mu:
-                while not self._stopping and not self._pending():
-                    wait = next_full - time.monotonic()
-                    if wait <= 0:
-                        break
-                    self._mu.wait(wait)
-                if self._stopping:
-                    return
-                delta = self._delta()
-            if delta is not None:
+        next_full: Optional[float] = time.monotonic() + self.full_state_interval
+        while next_full is not None:
+            try:
+                next_full = self._round(next_full)
+            except Exception:  # a bug must not end the pushes; the next full state repairs
+                log.exception("provisional picks pusher: a round failed; going on")
+                time.sleep(0.01)
+
+    def _round(self, next_full: float) -> Optional[float]:
+        """One wait and its pushes: when the next full state is due, or None
+        once stopping."""
+        with self._mu:
+            while not self._stopping and not self._pending():
+                wait = next_full - time.monotonic()
+                if wait <= 0:
+                    break
+                self._mu.wait(wait)
+            if self._stopping:
+                return None
+            delta = self._delta()
+        if delta is not None:
+            try:
                 self._push(delta)
+            finally:
                 self._pushed(delta)
-            full, next_full = self._full_if_due(next_full)
-            if full is not None:
-                self._push(full)
+        full, next_full = self._full_if_due(next_full)
+        if full is not None:
+            self._push(full)
+        return next_full
 
     def _push(self, req: pb.SharePicksRequest) -> None:
         self._next(req)
@@ -346,9 +457,11 @@ class PickShare(_Picks):
             self._outcome(req, None)
 
     def stop(self) -> None:
-        """End the pushes (idempotent; a push in flight ends within
-        push_timeout). The cluster drops the picks at their max age, or
-        sooner as the engines' events confirm them."""
+        """End the pushes (idempotent): returns once the push in flight has
+        ended, within about twice push_timeout (a delta a node missed is
+        sent once more); no full state follows. The cluster drops the picks
+        at their max age, or sooner as the engines' events confirm them.
+        add() records nothing from then on."""
         with self._mu:
             self._stopping = True
             self._mu.notify()
@@ -370,42 +483,76 @@ class AsyncPickShare(_Picks):
     def __init__(self, client, picker_id: str, full_state_interval: float = DEFAULT_FULL_STATE_INTERVAL,
                  max_age: float = DEFAULT_MAX_AGE, push_timeout: float = DEFAULT_PUSH_TIMEOUT,
                  load_share=None) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError("AsyncPickShare: create it inside a running event loop (or use PickShare)") from None
         super().__init__(client, picker_id, full_state_interval, max_age, push_timeout, load_share)
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop
         self._event = asyncio.Event()
         self._task = self._loop.create_task(self._run())
 
+    def add(self, req: pb.LookupRouteRequest, replica: str, cached_tokens: int = 0,
+            uncached_tokens: int = 0, flight: Optional[Inflight] = None) -> int:
+        if self._loop.is_closed() or self._task.done():
+            with self._mu:
+                self.unshared += 1  # nothing would push it
+            return 0
+        return super().add(req, replica, cached_tokens, uncached_tokens, flight)
+
+    add.__doc__ = _Picks.add.__doc__
+
     def _wake(self) -> None:
-        self._loop.call_soon_threadsafe(self._event.set)
+        try:
+            self._loop.call_soon_threadsafe(self._event.set)
+        except RuntimeError:
+            pass  # the loop has closed: nothing pushes any more
 
     async def _run(self) -> None:
-        next_full = time.monotonic() + self.full_state_interval
-        while True:
-            with self._mu:
-                pending = self._pending()
-            if not pending:
-                try:
-                    await asyncio.wait_for(self._event.wait(), max(0.0, next_full - time.monotonic()))
-                except asyncio.TimeoutError:
-                    pass
-            self._event.clear()
-            with self._mu:
-                if self._stopping:
-                    return
-                delta = self._delta()
-            if delta is not None:
+        next_full: Optional[float] = time.monotonic() + self.full_state_interval
+        while next_full is not None:
+            try:
+                next_full = await self._round(next_full)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not end the pushes; the next full state repairs
+                log.exception("provisional picks pusher: a round failed; going on")
+                await asyncio.sleep(0.01)
+
+    async def _round(self, next_full: float) -> Optional[float]:
+        """One wait and its pushes: when the next full state is due, or None
+        once stopping."""
+        with self._mu:
+            pending = self._pending()
+        if not pending:
+            try:
+                await asyncio.wait_for(self._event.wait(), max(0.0, next_full - time.monotonic()))
+            except asyncio.TimeoutError:
+                pass
+        self._event.clear()
+        with self._mu:
+            if self._stopping:
+                return None
+            delta = self._delta()
+        if delta is not None:
+            try:
                 await self._push(delta)
+            finally:
                 self._pushed(delta)
-            full, next_full = self._full_if_due(next_full)
-            if full is not None:
-                await self._push(full)
+        full, next_full = self._full_if_due(next_full)
+        if full is not None:
+            await self._push(full)
+        return next_full
 
     async def _push(self, req: pb.SharePicksRequest) -> None:
         self._next(req)
         try:
             await self._client.share_picks(req, timeout=self.push_timeout)
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as e:
+            task = asyncio.current_task()
+            if self._stopping or (task is not None and task.cancelling()):
+                raise  # stop(): this task is being cancelled
+            self._outcome(req, e)  # the call was cancelled (its client closed): dropped
         except Exception as e:  # dropped: the next full state repairs it
             self._outcome(req, e)
         else:

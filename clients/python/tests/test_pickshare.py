@@ -5,13 +5,14 @@ nodes, and picks seen by another picker's lookups on a real 3-node cluster."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 
 import pytest
 
 from inference_cache import AsyncClient, AsyncPickShare, Client, LoadShare, Picker, PickShare, fill_fingerprint
-from inference_cache.pickshare import MAX_BLOCKS_PER_PICK
+from inference_cache.pickshare import MAX_BLOCKS_PER_PICK, pick_problem
 from inference_cache.v1 import inferencecache_pb2 as pb
 from fakes import FakeServer, Scripted, closed_port_addr
 
@@ -330,3 +331,136 @@ def test_async_client_share_picks_goes_to_every_node_and_resends_a_missed_delta(
     finally:
         a.stop()
         b.stop()
+
+
+@pytest.mark.parametrize("field,value,why", [
+    ("model_id", "m" * 300, r"model_id: 300 bytes, over the limit of 256"),
+    ("model_id", "m\n", r"model_id: holds control character U\+000A"),
+    ("tenant_id", "t\u200b", r"tenant_id: holds invisible format character U\+200B"),
+    ("adapter_id", "  ", r"adapter_id: blank"),
+    ("hash_scheme", "", r"hash_scheme: required"),
+])
+def test_a_pick_the_server_would_refuse_is_not_recorded(field, value, why, caplog):
+    # One refused pick fails its whole push, and the full states that
+    # carry it: the good picks beside it would be lost with it.
+    c = Recording()
+    s = PickShare(c, "gw-a", full_state_interval=60)
+    try:
+        req = keyed(list(range(900, 932)))
+        setattr(req, field, value)
+        with caplog.at_level("WARNING", logger="inference_cache.pickshare"):
+            assert s.add(req, "r1") == 0
+        assert s.unshared == 1 and re.search(why, caplog.text), caplog.text
+        good = s.add(keyed(list(range(900, 932))), "r1")
+        assert good > 0
+        push = until(lambda: c.got(lambda p: len(p.picks) > 0))[0]
+        assert [k.pick_id for k in push.picks] == [good]
+    finally:
+        s.stop()
+
+
+def test_pick_problem_names_the_field_as_the_server_does():
+    ok = pb.ProvisionalPick(pick_id=1, replica_id="r1", hash_scheme="vllm", block_hashes=[1, 2])
+    assert pick_problem(ok) == ""
+    bad = pb.ProvisionalPick(pick_id=1, replica_id="r1", hash_scheme="vllm", block_hashes=[1, 2],
+                             block_token_counts=[16])
+    assert pick_problem(bad) == "block_token_counts: 1 counts for 2 block_hashes"
+    bad.block_token_counts.append(5000)
+    assert pick_problem(bad) == "block_token_counts[1]: 5000: want 1 to 4096"
+    assert pick_problem(pb.ProvisionalPick(hash_scheme="vllm", block_hashes=[1])) == "replica_id: required"
+
+
+def test_bad_numbers_and_a_stopped_pusher_record_nothing_and_raise_nothing():
+    c = Recording()
+    s = PickShare(c, "gw-a", full_state_interval=60)
+    req = keyed(list(range(1000, 1032)))
+    for kw in ({"cached_tokens": float("nan")}, {"uncached_tokens": None}, {"cached_tokens": "x"}):
+        assert s.add(req, "r1", **kw) == 0
+    assert s.add(None, "r1") == 0 and s.add(req, 7) == 0
+    s.remove([1])
+    s.prefilled("x")
+    assert s.unshared == 5 and s._live == {} and s.held() == []
+    s.stop()
+    assert s.add(req, "r1") == 0 and s._live == {}
+
+
+def test_the_live_picks_are_bounded(monkeypatch):
+    import inference_cache.pickshare as ps
+
+    monkeypatch.setattr(ps, "MAX_LIVE_BLOCKS", 4)
+    c = Recording()
+    s = PickShare(c, "gw-a", full_state_interval=60)
+    try:
+        first = s.add(keyed(list(range(1100, 1148))), "r1")  # 3 blocks
+        assert first > 0
+        assert s.add(keyed(list(range(1200, 1232))), "r1") == 0  # 2 more: past 4
+        s.remove(first)
+        assert s.add(keyed(list(range(1200, 1232))), "r1") > 0
+    finally:
+        s.stop()
+
+
+def test_held_load_follows_its_request():
+    # A pick whose push is slow: its request gets its first token and ends
+    # meanwhile. What is left out of the reports is what that request still
+    # holds, never another request's load.
+    c = Recording()
+    picker = Picker()
+    load = LoadShare(picker, c, picker_id="gw-a", interval=60)
+    s = PickShare(c, "gw-a", full_state_interval=60, load_share=load)
+    try:
+        c.gate.clear()
+        a = s.start(picker, picker.pick(None, ["r"], 100), keyed(list(range(1300, 1332))))
+        b = picker.start_on("r", 50)
+        rows = lambda: [(x.replica_id, x.prefilling_requests, x.prefill_tokens, x.running_requests)
+                        for x in load.request().loads]
+        assert rows() == [("r", 1, 50, 1)]
+        a.first_token()
+        assert rows() == [("r", 1, 50, 1)]  # a, running, is still left out
+        a.done()
+        assert rows() == [("r", 1, 50, 1)]
+        b.done()
+    finally:
+        c.gate.set()
+        s.stop()
+        load.stop()
+
+
+class ClosingClient(AsyncRecording):
+    """Its first call is cancelled, as grpc.aio cancels the calls of a closed channel."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    async def share_picks(self, req, timeout):
+        self.calls += 1
+        if self.calls == 1:
+            raise asyncio.CancelledError()
+        return await super().share_picks(req, timeout)
+
+
+def test_async_pusher_survives_a_cancelled_call_and_refuses_picks_once_its_loop_is_gone():
+    async def main():
+        c = ClosingClient()
+        s = AsyncPickShare(c, "gw-async", full_state_interval=60)
+        s.add(keyed(list(range(1400, 1416))), "r1")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and s.failed < 1:
+            await asyncio.sleep(0.01)
+        second = s.add(keyed(list(range(1500, 1516))), "r1")
+        while time.monotonic() < deadline and not c.pushes:
+            await asyncio.sleep(0.01)
+        return s, c, second
+
+    s, c, second = asyncio.run(main())
+    assert s.failed == 1 and [k.pick_id for p in c.pushes for k in p.picks] == [second]
+    # The loop is closed: nothing would push, so nothing is recorded, and
+    # nothing raises.
+    assert s.add(keyed(list(range(1600, 1616))), "r1") == 0
+    s.remove(second)
+
+
+def test_async_pick_share_outside_a_loop_says_so():
+    with pytest.raises(RuntimeError, match="inside a running event loop"):
+        AsyncPickShare(AsyncRecording(), "gw")
