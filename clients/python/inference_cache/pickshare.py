@@ -155,8 +155,7 @@ class _Picks:
     what waits to be pushed, and the counters: pushes (answered by a node),
     full (full states among them), failed (failed or timed out, dropped),
     dropped (queued items dropped from a full queue), unshared (add() calls
-    that recorded nothing: no block hashes, or more than
-    MAX_BLOCKS_PER_PICK). Raises ValueError naming picker_id,
+    that recorded nothing, see add()). Raises ValueError naming picker_id,
     full_state_interval, max_age or push_timeout when out of bounds."""
 
     def __init__(self, client, picker_id: str, full_state_interval: float = DEFAULT_FULL_STATE_INTERVAL,
@@ -229,8 +228,8 @@ class _Picks:
         with self._mu:
             if why or self._stopping or self._blocks + len(msg.block_hashes) > MAX_LIVE_BLOCKS:
                 self.unshared += 1
-                if why:
-                    self._warn_unshared(why)
+                if why and not why.startswith("block_hashes: required"):
+                    self._warn_unshared(why)  # no hashes (a text prompt) is expected, not news
                 return 0
             self._next_id += 1
             msg.pick_id = pid = self._next_id

@@ -107,12 +107,14 @@ def test_a_pick_its_first_token_and_its_removal_are_pushed_as_they_happen():
         s.stop()
 
 
-def test_a_request_without_block_hashes_shares_nothing():
+def test_a_request_without_block_hashes_shares_nothing(caplog):
     c = Recording()
     s = PickShare(c, "gw-a", full_state_interval=60)
     try:
         text = pb.LookupRouteRequest(hash_scheme=SCHEME, model_id=MODEL, prompt_text="keyed on the server")
-        assert s.add(text, "r1") == 0
+        with caplog.at_level("WARNING", logger="inference_cache.pickshare"):
+            assert s.add(text, "r1") == 0
+        assert caplog.text == "", "a text prompt, which has no hashes to share, was warned about"
         long = pb.LookupRouteRequest(hash_scheme=SCHEME, block_hashes=list(range(1, MAX_BLOCKS_PER_PICK + 2)))
         assert s.add(long, "r1") == 0
         assert s.unshared == 2
