@@ -56,17 +56,44 @@ func TestProcess_BodiesInFlightOverTheBoundGet429(t *testing.T) {
 	// Hold the whole bound with an unfinished body, then send a second.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	hold, err := extprocv3.NewExternalProcessorClient(r.conn).Process(ctx)
-	if err != nil {
-		t.Fatal(err)
+	// openHold starts a holder; refused is closed when the picker answers
+	// it at once (a 429: the first exchange's bytes, given back when its
+	// stream ends, were still held), and then another is opened.
+	openHold := func() (hold extprocv3.ExternalProcessor_ProcessClient, refused chan struct{}) {
+		hold, err := extprocv3.NewExternalProcessorClient(r.conn).Process(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = hold.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/chat/completions")}, {Key: ":method", RawValue: []byte("POST")}}}}}})
+		_ = hold.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: make([]byte, 4000)}}})
+		refused = make(chan struct{})
+		go func() {
+			for {
+				resp, err := hold.Recv()
+				if err != nil {
+					return
+				}
+				if resp.GetImmediateResponse() != nil {
+					close(refused)
+					return
+				}
+			}
+		}()
+		return hold, refused
 	}
-	_ = hold.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":path", RawValue: []byte("/v1/chat/completions")}, {Key: ":method", RawValue: []byte("POST")}}}}}})
-	_ = hold.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: make([]byte, 4000)}}})
+	hold, refused := openHold()
 	var second *extproctest.Exchange
 	// The held body reaches the bound asynchronously: ask until a request
 	// is refused, within a deadline.
 	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		select {
+		case <-refused:
+			_ = hold.CloseSend()
+			hold, refused = openHold()
+			return false, "the holder was refused: the first exchange's bytes were not given back yet"
+		default:
+		}
 		second = start(t, r, extproctest.Request{Mode: fullDuplex, Path: "/v1/chat/completions", Body: chatBody("m", 200)})
 		_ = second.CloseSend()
 		im := second.Pick.Immediate
