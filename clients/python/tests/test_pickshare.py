@@ -157,11 +157,16 @@ def test_a_pick_expires_from_the_full_state_at_its_max_age_and_empty_states_stop
         s.stop()
 
 
-def test_a_picks_load_is_reported_only_once_its_push_is_answered():
-    c = Recording()
+def sharing(c):
+    """A picker, its load share (reporting only when asked) and its pick share through c."""
     picker = Picker()
     load = LoadShare(picker, c, picker_id="gw-a", interval=60)
-    s = PickShare(c, "gw-a", full_state_interval=60, load_share=load)
+    return picker, load, PickShare(c, "gw-a", full_state_interval=60, load_share=load)
+
+
+def test_a_picks_load_is_reported_only_once_its_push_is_answered():
+    c = Recording()
+    picker, load, s = sharing(c)
     try:
         c.gate.clear()  # the node holds the push
         d = picker.pick(None, ["r1"], 64)
@@ -407,9 +412,7 @@ def test_held_load_follows_its_request():
     # meanwhile. What is left out of the reports is what that request still
     # holds, never another request's load.
     c = Recording()
-    picker = Picker()
-    load = LoadShare(picker, c, picker_id="gw-a", interval=60)
-    s = PickShare(c, "gw-a", full_state_interval=60, load_share=load)
+    picker, load, s = sharing(c)
     try:
         c.gate.clear()
         a = s.start(picker, picker.pick(None, ["r"], 100), keyed(list(range(1300, 1332))))
