@@ -105,6 +105,8 @@ class Gateway:
         """Look the request up, pick its replica and record the pick: the
         answer, the Decision and the flight (first_token, done, fail)."""
         resp, prompt_tokens, req = self.lookup(path, body)
+        if self.pick_share is not None and req is not None:
+            resp = self.pick_share.merge(resp, req)  # its own picks at once, before the node has them
         key = rendezvous_key(req.block_hashes, self.block_size) if req is not None else 0
         decision = self.picker.pick(resp, self.candidates, prompt_tokens, key)
         if self.pick_share is not None and req is not None:

@@ -21,6 +21,10 @@ gateways the hint until then, nothing more. It fails open: add() never
 blocks, a push that fails is dropped and counted, nothing of it delays or
 fails a request.
 
+merge() folds the gateway's own live picks into its lookup's answer by the
+server's rule, so its next decision sees a pick at once, before the node has
+it.
+
 With a LoadShare given, a pick's load is left out of the load reports until
 its push has been answered: a lookup never sees a replica's new load without
 the residency that explains it (contract §5.11, §5.12).
@@ -61,6 +65,12 @@ MAX_LIVE_BLOCKS = 1 << 20
 #: Picks, first tokens and removals waiting to be pushed; past it the oldest
 #: waiting are dropped (counted): the next full state repairs them.
 QUEUE = 4096
+
+#: The details a merged answer carries (Go provisional.DetailProvisional and
+#: DetailAlsoProvisional, contract §5.12).
+DETAIL_PROVISIONAL = ("provisional prefix match: a gateway sent this prefix to the replica and its engine's "
+                      "events have not confirmed it yet")
+DETAIL_ALSO_PROVISIONAL = " (with provisional residencies: picks not yet confirmed by the engines' events)"
 
 log = logging.getLogger("inference_cache.pickshare")
 
@@ -246,6 +256,106 @@ class _Picks:
             self._unshared_warned_at = now
             log.warning("pick not shared (the server would refuse it; the request is unaffected): %s "
                         "picker_id=%s unshared_so_far=%d", why, self.picker_id, self.unshared)
+
+    def merge(self, resp: Optional[pb.LookupRouteResponse], req: pb.LookupRouteRequest) -> pb.LookupRouteResponse:
+        """resp (None = no answer) with this gateway's own live picks on req's
+        chain folded in by the server's rule (contract §5.12, Go
+        provisional.Merge), so that its next decision sees a pick at once,
+        not a round trip later: per replica the deepest block of the chain
+        a pick holds; a match no deeper than the replica's confirmed
+        PREFIX_MATCH hint leaves that hint (its repeated_prefill_tokens the
+        larger); otherwise the hint (made when absent) takes the match's
+        blocks and tokens, score = tokens, provisional set; an answer that
+        was not a PREFIX_MATCH becomes one of these hints alone; hints by
+        score, cut to req.max_replicas. Returns resp itself when no pick
+        matches (a NO_HINT when resp is None), else a merged copy."""
+        matches = self._matches(req)
+        if not matches:
+            return resp if resp is not None else pb.LookupRouteResponse(reason_code=pb.NO_HINT)
+        out = pb.LookupRouteResponse(reason_code=pb.NO_HINT)
+        if resp is not None:
+            out.CopyFrom(resp)
+        prefix = out.reason_code == pb.PREFIX_MATCH
+        made = 0
+        for replica, blocks, tokens, age, repeated in matches:
+            h = next((x for x in out.replicas if x.replica_id == replica), None) if prefix else None
+            if h is not None and not h.provisional and h.matched_blocks >= blocks:
+                h.repeated_prefill_tokens = max(h.repeated_prefill_tokens, repeated)
+                continue
+            if made == 0 and not prefix:
+                del out.replicas[:]
+            if h is None:
+                h = out.replicas.add(replica_id=replica)
+                for ld in out.loads:
+                    if ld.replica_id == replica:
+                        h.waiting_requests, h.running_requests, h.pressure = (ld.waiting_requests, ld.running_requests,
+                                                                              ld.pressure)
+                        break
+            if not h.provisional:
+                h.repeated_prefill_tokens = 0
+            h.repeated_prefill_tokens = max(h.repeated_prefill_tokens, repeated)
+            h.matched_blocks, h.matched_tokens = blocks, tokens
+            h.freshness, h.score, h.age_ms, h.provisional = 1.0, float(tokens), age, True
+            h.ClearField("factors")
+            made += 1
+        if made == 0:
+            return out
+        if prefix:
+            if not out.detail.endswith(DETAIL_ALSO_PROVISIONAL):
+                out.detail += DETAIL_ALSO_PROVISIONAL
+        else:
+            out.reason_code, out.detail = pb.PREFIX_MATCH, DETAIL_PROVISIONAL
+        hints = sorted(out.replicas, key=lambda x: (-x.score, x.replica_id))
+        if req.max_replicas and len(hints) > req.max_replicas:
+            hints = hints[:req.max_replicas]
+        kept = [pb.ReplicaHint() for _ in hints]
+        for k, h in zip(kept, hints):
+            k.CopyFrom(h)
+        del out.replicas[:]
+        out.replicas.extend(kept)
+        return out
+
+    def _matches(self, req: pb.LookupRouteRequest) -> List[Tuple[str, int, int, int, int]]:
+        """Per replica (id ascending) the deepest match of req's chain among
+        the live picks of its partition: (replica, blocks, tokens, age in ms
+        of the youngest pick reaching that depth, repeated prefill tokens),
+        as Go's provisional View.Matches, picks taken in the order made."""
+        chain = list(req.block_hashes) if req is not None else []
+        if not chain:
+            return []
+        part = (req.hash_scheme, req.model_id, req.tenant_id, req.adapter_id)
+        now = time.monotonic()
+        with self._mu:
+            picks = [(pid, k.msg, k.made, k.prefilled) for pid, k in sorted(self._live.items())
+                     if now - k.made < self.max_age]
+        found: Dict[str, List[int]] = {}  # replica → [blocks, tokens, age, repeated, covered]
+        for _, msg, made, prefilled in picks:
+            if (msg.hash_scheme, msg.model_id, msg.tenant_id, msg.adapter_id) != part:
+                continue
+            hashes = msg.block_hashes
+            if hashes[0] == chain[0]:
+                depth = 0
+                for a, b in zip(hashes, chain):
+                    if a != b:
+                        break
+                    depth += 1
+            elif len(chain) == 1 and hashes[-1] == chain[0]:
+                depth = len(hashes)  # a lookup by its prefix hash alone names the pick's whole prefix
+            else:
+                continue
+            counts = msg.block_token_counts
+            tokens = sum(counts[:depth]) if counts else 16 * depth
+            age = max(0, round((now - made) * 1000))
+            x = found.get(msg.replica_id)
+            if x is None:
+                found[msg.replica_id] = [depth, tokens, age, 0, tokens]
+                continue
+            if not prefilled and msg.cached_tokens < min(tokens, x[4]):
+                x[3] += min(tokens, x[4]) - msg.cached_tokens
+            x[4] = max(x[4], tokens)
+            if depth > x[0] or depth == x[0] and age < x[2]:
+                x[0], x[1], x[2] = depth, tokens, age
+        return [(r, x[0], x[1], x[2], x[3]) for r, x in sorted(found.items())]
 
     def start(self, picker: Picker, d: Decision, req: pb.LookupRouteRequest) -> SharedInflight:
         """picker.start(d) and add() of its pick: the chosen candidate's

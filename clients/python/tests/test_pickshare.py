@@ -12,7 +12,7 @@ import time
 import pytest
 
 from inference_cache import AsyncClient, AsyncPickShare, Client, LoadShare, Picker, PickShare, fill_fingerprint
-from inference_cache.pickshare import MAX_BLOCKS_PER_PICK, pick_problem
+from inference_cache.pickshare import DETAIL_ALSO_PROVISIONAL, MAX_BLOCKS_PER_PICK, pick_problem
 from inference_cache.v1 import inferencecache_pb2 as pb
 from fakes import FakeServer, Scripted, closed_port_addr
 
@@ -469,3 +469,55 @@ def test_async_pusher_survives_a_cancelled_call_and_refuses_picks_once_its_loop_
 def test_async_pick_share_outside_a_loop_says_so():
     with pytest.raises(RuntimeError, match="inside a running event loop"):
         AsyncPickShare(AsyncRecording(), "gw")
+
+
+def chain_req(hashes, **kw):
+    return pb.LookupRouteRequest(**{"hash_scheme": SCHEME, "model_id": MODEL, "tenant_id": TENANT,
+                                    "block_hashes": hashes, **kw})
+
+
+def hints(resp):
+    return [(h.replica_id, h.matched_blocks, h.matched_tokens, h.provisional, h.repeated_prefill_tokens)
+            for h in resp.replicas]
+
+
+def test_own_picks_merge_into_the_answer_by_the_servers_rule():
+    # Hand-worked from contract §5.12's merge rule.
+    s = PickShare(Recording(), "gw-a", full_state_interval=60)
+    try:
+        a = s.add(chain_req([11, 12, 13]), "r1", cached_tokens=0)
+        # No answer (a lookup that failed open): the gateway's own pick
+        # still places the request.
+        got = s.merge(None, chain_req([11, 12, 99]))
+        assert got.reason_code == pb.PREFIX_MATCH and got.detail.startswith("provisional prefix match")
+        assert hints(got) == [("r1", 2, 32, True, 0)]
+        # Another partition (a tenant) matches nothing, and the answer is
+        # returned as it was.
+        other = pb.LookupRouteResponse(reason_code=pb.AFFINITY_HINT)
+        assert s.merge(other, chain_req([11, 12], tenant_id="t2")) is other
+        # A confirmed hint at least as deep stands; a shallower one is
+        # replaced; the answer keeps its detail with the suffix.
+        confirmed = pb.LookupRouteResponse(reason_code=pb.PREFIX_MATCH, detail="d", replicas=[
+            pb.ReplicaHint(replica_id="r2", matched_blocks=1, matched_tokens=16, score=16),
+            pb.ReplicaHint(replica_id="r1", matched_blocks=1, matched_tokens=16, score=16)])
+        got = s.merge(confirmed, chain_req([11, 12, 13]))
+        assert hints(got) == [("r1", 3, 48, True, 0), ("r2", 1, 16, False, 0)]
+        assert got.detail == "d" + DETAIL_ALSO_PROVISIONAL
+        deep = pb.LookupRouteResponse(reason_code=pb.PREFIX_MATCH, detail="d", replicas=[
+            pb.ReplicaHint(replica_id="r1", matched_blocks=3, matched_tokens=48, score=48)])
+        assert hints(s.merge(deep, chain_req([11, 12, 13]))) == [("r1", 3, 48, False, 0)]
+        # A sibling placed on r1 blind to the first (cached 0 of its 48
+        # tokens) repeats the 48 the first one computes; the first's own
+        # first token does not change what the second repeats.
+        b = s.add(chain_req([11, 12, 13]), "r1", cached_tokens=0)
+        assert hints(s.merge(None, chain_req([11, 12, 13]))) == [("r1", 3, 48, True, 48)]
+        s.prefilled(a)
+        assert hints(s.merge(None, chain_req([11, 12, 13]))) == [("r1", 3, 48, True, 48)]
+        s.prefilled(b)  # its prefill is done: it no longer queues
+        assert hints(s.merge(None, chain_req([11, 12, 13]))) == [("r1", 3, 48, True, 0)]
+        # Cut to max_replicas, by score.
+        s.add(chain_req([11]), "r3")
+        got = s.merge(None, chain_req([11, 12, 13], max_replicas=1))
+        assert [h.replica_id for h in got.replicas] == ["r1"]
+    finally:
+        s.stop()
