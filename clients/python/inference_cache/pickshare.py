@@ -267,8 +267,10 @@ class _Picks:
         larger); otherwise the hint (made when absent) takes the match's
         blocks and tokens, score = tokens, provisional set; an answer that
         was not a PREFIX_MATCH becomes one of these hints alone; hints by
-        score, cut to req.max_replicas. Returns resp itself when no pick
-        matches (a NO_HINT when resp is None), else a merged copy."""
+        score, cut to req.max_replicas. The picks a confirmed hint covers
+        whole are dropped (the engine's events arrived). Returns resp itself
+        when no pick matches (a NO_HINT when resp is None), else a merged
+        copy."""
         matches = self._matches(req)
         if not matches:
             return resp if resp is not None else pb.LookupRouteResponse(reason_code=pb.NO_HINT)
@@ -281,6 +283,7 @@ class _Picks:
             h = next((x for x in out.replicas if x.replica_id == replica), None) if prefix else None
             if h is not None and not h.provisional and h.matched_blocks >= blocks:
                 h.repeated_prefill_tokens = max(h.repeated_prefill_tokens, repeated)
+                self._confirm(req, replica, h.matched_blocks)
                 continue
             if made == 0 and not prefix:
                 del out.replicas[:]
@@ -314,6 +317,23 @@ class _Picks:
         del out.replicas[:]
         out.replicas.extend(kept)
         return out
+
+    def _confirm(self, req: pb.LookupRouteRequest, replica: str, blocks: int) -> None:
+        """Drop the live picks on replica whose whole chain lies within the
+        first blocks of req's chain, which the confirmed index holds there
+        (the engine's events arrived), as Go's provisional Store.Confirm:
+        the node drops its copy the same way, and the next full state no
+        longer lists them."""
+        chain = list(req.block_hashes[:blocks])
+        part = (req.hash_scheme, req.model_id, req.tenant_id, req.adapter_id)
+        with self._mu:
+            gone = [pid for pid, k in self._live.items()
+                    if k.msg.replica_id == replica and len(k.msg.block_hashes) <= len(chain)
+                    and (k.msg.hash_scheme, k.msg.model_id, k.msg.tenant_id, k.msg.adapter_id) == part
+                    and list(k.msg.block_hashes) == chain[:len(k.msg.block_hashes)]]
+            for pid in gone:
+                self._blocks -= len(self._live.pop(pid).msg.block_hashes)
+                self._held.pop(pid, None)
 
     def _matches(self, req: pb.LookupRouteRequest) -> List[Tuple[str, int, int, int, int]]:
         """Per replica (id ascending) the deepest match of req's chain among

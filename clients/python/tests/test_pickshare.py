@@ -503,9 +503,6 @@ def test_own_picks_merge_into_the_answer_by_the_servers_rule():
         got = s.merge(confirmed, chain_req([11, 12, 13]))
         assert hints(got) == [("r1", 3, 48, True, 0), ("r2", 1, 16, False, 0)]
         assert got.detail == "d" + DETAIL_ALSO_PROVISIONAL
-        deep = pb.LookupRouteResponse(reason_code=pb.PREFIX_MATCH, detail="d", replicas=[
-            pb.ReplicaHint(replica_id="r1", matched_blocks=3, matched_tokens=48, score=48)])
-        assert hints(s.merge(deep, chain_req([11, 12, 13]))) == [("r1", 3, 48, False, 0)]
         # A sibling placed on r1 blind to the first (cached 0 of its 48
         # tokens) repeats the 48 the first one computes; the first's own
         # first token does not change what the second repeats.
@@ -519,5 +516,12 @@ def test_own_picks_merge_into_the_answer_by_the_servers_rule():
         s.add(chain_req([11]), "r3")
         got = s.merge(None, chain_req([11, 12, 13], max_replicas=1))
         assert [h.replica_id for h in got.replicas] == ["r1"]
+        # The engine's events arrive: a confirmed hint as deep stands, and
+        # the picks it covers whole are dropped; r3's pick, on another
+        # replica, stays.
+        deep = pb.LookupRouteResponse(reason_code=pb.PREFIX_MATCH, detail="d", replicas=[
+            pb.ReplicaHint(replica_id="r1", matched_blocks=3, matched_tokens=48, score=48)])
+        assert hints(s.merge(deep, chain_req([11, 12, 13]))) == [("r1", 3, 48, False, 0), ("r3", 1, 16, True, 0)]
+        assert hints(s.merge(None, chain_req([11, 12, 13]))) == [("r3", 1, 16, True, 0)]
     finally:
         s.stop()
