@@ -254,6 +254,17 @@ func (c *cluster) waitLeader(limit time.Duration, skip ...*proc) *proc {
 	return p
 }
 
+// other is the first node that is not p (a follower when p leads).
+func (c *cluster) other(p *proc) *proc {
+	for _, q := range c.procs {
+		if q != p {
+			return q
+		}
+	}
+	c.t.Fatalf("no node besides %s", p.id)
+	return nil
+}
+
 // leader is waitLeader returning an error instead of failing the test.
 func (c *cluster) leader(limit time.Duration, skip ...*proc) (*proc, error) {
 	var live []*proc

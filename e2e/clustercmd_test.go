@@ -20,13 +20,7 @@ func TestClusterCommands_TransferLeadershipAndRemoveServer(t *testing.T) {
 	}
 	c := startCluster(t, 3)
 	old := c.waitLeader(20 * time.Second)
-	var via *proc
-	for _, p := range c.procs {
-		if p != old {
-			via = p // a follower: the command must find the leader itself
-			break
-		}
-	}
+	via := c.other(old) // a follower: the command must find the leader itself
 	run := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command(binPath, append(args, "--addr", via.grpc)...).CombinedOutput()

@@ -70,13 +70,7 @@ func TestElectionStability_LookupFloodOnOneNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	var follower *proc
-	for _, p := range c.procs {
-		if p != leader {
-			follower = p
-			break
-		}
-	}
+	follower := c.other(leader)
 	for _, target := range []*proc{leader, follower} {
 		before := c.terms(t)
 		fctx, stop := context.WithTimeout(context.Background(), floodFor())

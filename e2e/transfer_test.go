@@ -18,13 +18,7 @@ func TestTransferLeadership_TriedAgainWhenTheTargetIsLate(t *testing.T) {
 	}
 	c := startCluster(t, 3)
 	l := c.waitLeader(15 * time.Second)
-	var target *proc
-	for _, p := range c.procs {
-		if p != l {
-			target = p
-			break
-		}
-	}
+	target := c.other(l)
 	if err := target.Pause(); err != nil {
 		t.Fatal(err)
 	}
