@@ -267,7 +267,7 @@ class _Picks:
         larger); otherwise the hint (made when absent) takes the match's
         blocks and tokens, score = tokens, provisional set; an answer that
         was not a PREFIX_MATCH becomes one of these hints alone; hints by
-        score, cut to req.max_replicas. The picks a confirmed hint covers
+        score (not cut: the node cut its answer). The picks a confirmed hint covers
         whole are dropped (the engine's events arrived). Returns resp itself
         when no pick matches (a NO_HINT when resp is None), else a merged
         copy."""
@@ -308,9 +308,10 @@ class _Picks:
                 out.detail += DETAIL_ALSO_PROVISIONAL
         else:
             out.reason_code, out.detail = pb.PREFIX_MATCH, DETAIL_PROVISIONAL
+        # Not cut: the node cut its answer already, and every replica a pick
+        # of this gateway's reaches counts for its next decision (as Go's
+        # gateway merges its own table).
         hints = sorted(out.replicas, key=lambda x: (-x.score, x.replica_id))
-        if req.max_replicas and len(hints) > req.max_replicas:
-            hints = hints[:req.max_replicas]
         kept = [pb.ReplicaHint() for _ in hints]
         for k, h in zip(kept, hints):
             k.CopyFrom(h)
@@ -327,8 +328,9 @@ class _Picks:
         chain = list(req.block_hashes[:blocks])
         part = (req.hash_scheme, req.model_id, req.tenant_id, req.adapter_id)
         with self._mu:
+            queued = set(self._adds)  # not pushed yet: they go out first, as Go's pusher sends its copy
             gone = [pid for pid, k in self._live.items()
-                    if k.msg.replica_id == replica and len(k.msg.block_hashes) <= len(chain)
+                    if pid not in queued and k.msg.replica_id == replica and len(k.msg.block_hashes) <= len(chain)
                     and (k.msg.hash_scheme, k.msg.model_id, k.msg.tenant_id, k.msg.adapter_id) == part
                     and list(k.msg.block_hashes) == chain[:len(k.msg.block_hashes)]]
             for pid in gone:
@@ -365,7 +367,7 @@ class _Picks:
                 continue
             counts = msg.block_token_counts
             tokens = sum(counts[:depth]) if counts else 16 * depth
-            age = max(0, round((now - made) * 1000))
+            age = max(0.0, now - made)
             x = found.get(msg.replica_id)
             if x is None:
                 found[msg.replica_id] = [depth, tokens, age, 0, tokens]
@@ -375,7 +377,7 @@ class _Picks:
             x[4] = max(x[4], tokens)
             if depth > x[0] or depth == x[0] and age < x[2]:
                 x[0], x[1], x[2] = depth, tokens, age
-        return [(r, x[0], x[1], x[2], x[3]) for r, x in sorted(found.items())]
+        return [(r, x[0], x[1], int(x[2] * 1000), x[3]) for r, x in sorted(found.items())]
 
     def start(self, picker: Picker, d: Decision, req: pb.LookupRouteRequest) -> SharedInflight:
         """picker.start(d) and add() of its pick: the chosen candidate's

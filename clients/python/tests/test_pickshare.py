@@ -483,7 +483,8 @@ def hints(resp):
 
 def test_own_picks_merge_into_the_answer_by_the_servers_rule():
     # Hand-worked from contract §5.12's merge rule.
-    s = PickShare(Recording(), "gw-a", full_state_interval=60)
+    c = Recording()
+    s = PickShare(c, "gw-a", full_state_interval=60)
     try:
         a = s.add(chain_req([11, 12, 13]), "r1", cached_tokens=0)
         # No answer (a lookup that failed open): the gateway's own pick
@@ -512,13 +513,15 @@ def test_own_picks_merge_into_the_answer_by_the_servers_rule():
         assert hints(s.merge(None, chain_req([11, 12, 13]))) == [("r1", 3, 48, True, 48)]
         s.prefilled(b)  # its prefill is done: it no longer queues
         assert hints(s.merge(None, chain_req([11, 12, 13]))) == [("r1", 3, 48, True, 0)]
-        # Cut to max_replicas, by score.
+        # Ordered by score and not cut (the node cut its answer): every
+        # replica this gateway's picks reach counts for its next decision.
         s.add(chain_req([11]), "r3")
         got = s.merge(None, chain_req([11, 12, 13], max_replicas=1))
-        assert [h.replica_id for h in got.replicas] == ["r1"]
+        assert [h.replica_id for h in got.replicas] == ["r1", "r3"]
         # The engine's events arrive: a confirmed hint as deep stands, and
-        # the picks it covers whole are dropped; r3's pick, on another
-        # replica, stays.
+        # the picks it covers whole are dropped, once pushed (a pick not
+        # pushed yet goes out first); r3's pick, on another replica, stays.
+        until(lambda: sum(len(p.picks) for p in c.got()) == 3)
         deep = pb.LookupRouteResponse(reason_code=pb.PREFIX_MATCH, detail="d", replicas=[
             pb.ReplicaHint(replica_id="r1", matched_blocks=3, matched_tokens=48, score=48)])
         assert hints(s.merge(deep, chain_req([11, 12, 13]))) == [("r1", 3, 48, False, 0), ("r3", 1, 16, True, 0)]
