@@ -176,33 +176,28 @@ func countVoters(cfg raft.Configuration) int {
 }
 
 // noteRemovals is the removal bookkeeping of one membership tick, on
-// every node (grace is Config.DeadServerCleanup): trackRemovals, then takeOpRemovals of the RemoveServer
+// every node: trackRemovals, then takeOpRemovals of the RemoveServer
 // calls pending on this node. It returns the configuration's ids with
 // their nonces for the next tick, the removal records after this tick,
 // and the pending calls that are settled (to be forgotten).
 func noteRemovals(prev map[string]string, cfg raft.Configuration, g map[string]member, removed map[string]string,
-	pending map[string]opRemoval, now time.Time, grace time.Duration) (cur, next map[string]string, settled []string) {
+	pending map[string]opRemoval, now time.Time) (cur, next map[string]string, settled []string) {
 	next = maps.Clone(removed)
 	if next == nil {
 		next = map[string]string{}
 	}
-	cur = trackRemovals(prev, cfg, g, next, now, grace)
+	cur = trackRemovals(prev, cfg, g, next)
 	return cur, next, takeOpRemovals(pending, cur, next, now)
 }
 
 // trackRemovals runs on every node, every membership tick: it returns the
-// ids of cfg, each with the nonce of the process gossip shows for it
-// ("" when it shows none, or without one), and records in removed (id →
-// nonce) each server that left the configuration since prev while it had
-// one at that previous tick. Gossip shows a server's process while it is
-// alive and, once gossip calls it dead, for less than grace
-// (Config.DeadServerCleanup; with cleanup off, ≤ 0, for as long as gossip
-// remembers it): dead server cleanup only removes servers gossip has
-// called dead for grace, so such a removal is an operator's
-// (RemoveServer) of a process that may still run, which reconcile must
-// not undo by adding it back while that same process lives. A process
-// gossip wrongly calls dead for a moment (a loaded machine misses its
-// probes) and then refutes is still that process. The nonce recorded is the one of the
+// ids of cfg, each with the nonce gossip shows for it alive now ("" when
+// not alive or without one), and records in removed (id → nonce) each
+// server that left the configuration since prev while gossip showed it
+// alive at that previous tick. Dead server cleanup only removes servers
+// gossip calls dead, so such a removal is an operator's (RemoveServer) of
+// a running process, which reconcile must not undo by adding it back
+// while that same process lives. The nonce recorded is the one of the
 // previous tick, when the server was still in the configuration: an
 // operator or a supervisor that removes a server and starts it again
 // wiped within the same tick must not have the new process recorded.
@@ -215,13 +210,12 @@ func noteRemovals(prev map[string]string, cfg raft.Configuration, g map[string]m
 // started after the removal (or restarted) has none and would re-add a
 // removed process still running. A server whose meta carries no nonce (an
 // older release) is not recorded.
-func trackRemovals(prev map[string]string, cfg raft.Configuration, g map[string]member, removed map[string]string,
-	now time.Time, grace time.Duration) map[string]string {
+func trackRemovals(prev map[string]string, cfg raft.Configuration, g map[string]member, removed map[string]string) map[string]string {
 	cur := make(map[string]string, len(cfg.Servers))
 	for _, s := range cfg.Servers {
 		id := string(s.ID)
 		cur[id] = ""
-		if m, ok := g[id]; ok && (m.alive || grace <= 0 || now.Sub(m.since) < grace) {
+		if m, ok := g[id]; ok && m.alive {
 			cur[id] = m.meta.Nonce
 		}
 		delete(removed, id)

@@ -156,7 +156,7 @@ func (c planCase) plan(t *testing.T) planResult {
 		}
 		return r
 	}
-	cur, removed, settled := noteRemovals(c.PreviousConfiguration, x.cfg, x.gossip, c.Removed, x.pending, planNow, x.in.Grace)
+	cur, removed, settled := noteRemovals(c.PreviousConfiguration, x.cfg, x.gossip, c.Removed, x.pending, planNow)
 	r.ConfigurationNonces, r.Removed, r.SettledPendingRemovals = cur, removed, settled
 	x.in.Removed = removed
 	ch := planMembership(x.in)
@@ -245,7 +245,7 @@ func TestPlan_LeavesInputsUnchanged(t *testing.T) {
 		prev := maps.Clone(c.PreviousConfiguration)
 		removed := maps.Clone(c.Removed)
 		planBootstrap(c.Self, x.gossip, c.BootstrapExpect)
-		noteRemovals(c.PreviousConfiguration, x.cfg, x.gossip, c.Removed, x.pending, planNow, x.in.Grace)
+		noteRemovals(c.PreviousConfiguration, x.cfg, x.gossip, c.Removed, x.pending, planNow)
 		planMembership(x.in)
 		for what, pair := range map[string][2]any{
 			"configuration": {before.cfg, x.cfg}, "gossip": {before.gossip, x.gossip},

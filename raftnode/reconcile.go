@@ -10,7 +10,7 @@ import (
 // the next for its decisions (membershipplan.go).
 type membershipState struct {
 	// inConfig maps the configuration's ids at the last tick to the nonce
-	// of the process gossip showed for them then (trackRemovals).
+	// gossip showed for them alive then (trackRemovals).
 	inConfig map[string]string
 	// removed maps a process removed while it ran to its nonce.
 	removed map[string]string
@@ -54,7 +54,7 @@ func (n *Node) membershipLoop() {
 		n.fewVoters.Store(countVoters(cfg) < 3)
 		pending := n.pendingOpRemovals()
 		var settled []string
-		st.inConfig, st.removed, settled = noteRemovals(st.inConfig, cfg, g, st.removed, pending, now, n.cfg.DeadServerCleanup)
+		st.inConfig, st.removed, settled = noteRemovals(st.inConfig, cfg, g, st.removed, pending, now)
 		for _, id := range settled {
 			// A newer call for the same id, made since the copy, stays.
 			n.opRemoved.CompareAndDelete(id, pending[id])

@@ -16,19 +16,13 @@ func TestTrackRemovals(t *testing.T) {
 		}
 		return c
 	}
-	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	alive := func(nonce string) member { return member{alive: true, meta: gossipMeta{Nonce: nonce}} }
-	deadFor := func(nonce string, d time.Duration) member {
-		return member{since: now.Add(-d), meta: gossipMeta{Nonce: nonce}}
-	}
 	for _, tc := range []struct {
 		name        string
 		prev        map[string]string
 		cfg         raft.Configuration
 		gossip      map[string]member
 		removed     map[string]string
-		now         time.Time
-		grace       time.Duration
 		wantRemoved map[string]string
 		wantCur     map[string]string
 	}{
@@ -49,30 +43,9 @@ func TestTrackRemovals(t *testing.T) {
 		},
 		{
 			name: "dead at the previous tick (dead server cleanup): not recorded",
-			prev: map[string]string{"a": "", "b": "q1"}, cfg: cfg("b"), now: now, grace: time.Minute,
+			prev: map[string]string{"a": "", "b": "q1"}, cfg: cfg("b"),
 			gossip:      map[string]member{"b": alive("q1")},
 			wantRemoved: map[string]string{}, wantCur: map[string]string{"b": "q1"},
-		},
-		{
-			// A loaded machine misses its probes: gossip calls a running
-			// process dead for a moment. Cleanup removes only servers dead
-			// for its grace, so a removal now is an operator's: recorded.
-			name: "called dead for less than the cleanup's grace: its process is still shown",
-			prev: map[string]string{"a": "p1", "b": "q1"}, cfg: cfg("a", "b"), now: now, grace: time.Minute,
-			gossip:  map[string]member{"a": deadFor("p1", 2*time.Second), "b": alive("q1")},
-			wantCur: map[string]string{"a": "p1", "b": "q1"}, wantRemoved: map[string]string{},
-		},
-		{
-			name: "dead for the cleanup's grace: no process shown, so its removal is not recorded",
-			prev: map[string]string{"a": "p1", "b": "q1"}, cfg: cfg("a", "b"), now: now, grace: time.Minute,
-			gossip:  map[string]member{"a": deadFor("p1", time.Minute), "b": alive("q1")},
-			wantCur: map[string]string{"a": "", "b": "q1"}, wantRemoved: map[string]string{},
-		},
-		{
-			name: "cleanup off: a server called dead is still shown, and its removal recorded",
-			prev: map[string]string{"a": "p1", "b": "q1"}, cfg: cfg("b"), now: now,
-			gossip:      map[string]member{"a": deadFor("p1", time.Hour), "b": alive("q1")},
-			wantRemoved: map[string]string{"a": "p1"}, wantCur: map[string]string{"b": "q1"},
 		},
 		{
 			name: "back in the configuration: the record is dropped",
@@ -86,7 +59,7 @@ func TestTrackRemovals(t *testing.T) {
 			if removed == nil {
 				removed = map[string]string{}
 			}
-			cur := trackRemovals(tc.prev, tc.cfg, tc.gossip, removed, tc.now, tc.grace)
+			cur := trackRemovals(tc.prev, tc.cfg, tc.gossip, removed)
 			if d := cmp.Diff(tc.wantRemoved, removed); d != "" {
 				t.Errorf("removed (-want +got):\n%s", d)
 			}
