@@ -233,8 +233,10 @@ func TestIngest_GivesUpAfterRetryBudget(t *testing.T) {
 	c := newClient(t, Config{Addrs: []string{serve(t, f)}, WriteRetry: 300 * time.Millisecond})
 	start := time.Now()
 	_, err := c.Ingest(context.Background(), &pb.IngestRequest{})
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("err = %v", err)
+	// The last failure: the node's UNAVAILABLE, or, when the budget ends
+	// during an attempt (a loaded machine), that attempt's deadline.
+	if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+		t.Fatalf("err = %v, want the last attempt's UNAVAILABLE or DEADLINE_EXCEEDED", err)
 	}
 	if el := time.Since(start); el < 300*time.Millisecond || el > 3*time.Second {
 		t.Fatalf("gave up after %v, budget 300ms", el)
