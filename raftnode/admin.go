@@ -161,8 +161,6 @@ func (n *Node) TransferLeadership(ctx context.Context, id, addr string) error {
 			return err
 		case ctx.Err() != nil:
 			return err
-		}
-		switch {
 		case errors.Is(err, ErrTransferInProgress):
 			// The last attempt's transfer is still winding down (or an
 			// earlier call's is under way): start when it has ended.
