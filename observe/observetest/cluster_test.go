@@ -24,6 +24,7 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/internal/poll"
+	"github.com/inference-cache/inference-cache/internal/syncbuf"
 	"github.com/inference-cache/inference-cache/observe"
 )
 
@@ -203,17 +204,31 @@ func startCluster(t *testing.T) []string {
 		t.Skipf("cannot build the server binary: %v\n%s", err, out)
 	}
 	base := freeBase(t)
-	cmd := exec.Command(bin, "dev", "--dir", filepath.Join(dir, "cluster"), "--base-port", strconv.Itoa(base))
+	// The cluster alone: dev's serving fleet would take ports past the 30
+	// freeBase checked, and a fleet that fails to start stops the nodes.
+	cmd := exec.Command(bin, "dev", "--dir", filepath.Join(dir, "cluster"), "--base-port", strconv.Itoa(base), "--engines", "0", "--demo-fleet=false")
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	ready := make(chan bool, 1)
+	var said syncbuf.Buffer // the dev cluster's lines: a node's death and its cause
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the dev cluster said:\n%s", said.String())
+			logs, _ := filepath.Glob(filepath.Join(dir, "cluster", "*.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				t.Logf("%s, its last lines:\n%s", l, tail(b, 40))
+			}
+		}
+	})
 	go func() {
 		sc := bufio.NewScanner(out)
 		sent := false
 		for sc.Scan() {
+			said.Write(append(sc.Bytes(), '\n'))
 			if !sent && strings.HasPrefix(sc.Text(), "cluster ready") {
 				ready <- true
 				sent = true
@@ -242,6 +257,12 @@ func startCluster(t *testing.T) []string {
 		t.Fatalf("no leader after 60s (logs under %s)", dir)
 	}
 	return []string{"127.0.0.1:" + strconv.Itoa(base+1), "127.0.0.1:" + strconv.Itoa(base+11), "127.0.0.1:" + strconv.Itoa(base+21)}
+}
+
+// tail is the last n lines of b.
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // freeBase finds a base port whose 30 ports (3 nodes × 10) are free now.
