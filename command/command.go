@@ -66,6 +66,13 @@ func StreamPositionsCommand(requestID string, ps []*fsmpb.StreamPosition) *fsmpb
 	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_StreamPositions{StreamPositions: &fsmpb.StreamPositions{Positions: ps}}}
 }
 
+// RemovalCommand builds the record that an operator removed server id
+// while its process, gossip nonce nonce, ran (contract §8.3); nonce ""
+// forgets the record of id.
+func RemovalCommand(requestID, id, nonce string) *fsmpb.Command {
+	return &fsmpb.Command{RequestId: requestID, Body: &fsmpb.Command_Removal{Removal: &fsmpb.Removal{ServerId: id, Nonce: nonce}}}
+}
+
 // RestoreMarkCommand builds the marker committed after a whole-cluster
 // restore from a backup whose meta had backupIndex and backupDigest.
 func RestoreMarkCommand(requestID string, backupIndex, backupDigest uint64) *fsmpb.Command {

@@ -47,15 +47,16 @@ func (d *dedup) entries() []*fsmpb.DedupEntry {
 func (d *dedup) len() int { return len(d.q) - d.head }
 
 // marshalDedup encodes the FSM's own state for a snapshot: the dedup
-// window es and the stream positions ps (replica id ascending).
-func marshalDedup(es []*fsmpb.DedupEntry, ps []*fsmpb.StreamPosition) ([]byte, error) {
-	return proto.MarshalOptions{Deterministic: true}.Marshal(&fsmpb.Dedup{Entries: es, StreamPositions: ps})
+// window es, the stream positions ps (replica id ascending) and the
+// removal records rs (server id ascending).
+func marshalDedup(es []*fsmpb.DedupEntry, ps []*fsmpb.StreamPosition, rs []*fsmpb.Removal) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(&fsmpb.Dedup{Entries: es, StreamPositions: ps, Removals: rs})
 }
 
-func unmarshalDedup(b []byte) (*dedup, positions, error) {
+func unmarshalDedup(b []byte) (*dedup, positions, removals, error) {
 	var w fsmpb.Dedup
 	if err := proto.Unmarshal(b, &w); err != nil {
-		return nil, nil, fmt.Errorf("fsm: dedup window does not decode: %w", err)
+		return nil, nil, nil, fmt.Errorf("fsm: dedup window does not decode: %w", err)
 	}
 	pos := positions{}
 	pos.record(w.StreamPositions)
@@ -65,5 +66,5 @@ func unmarshalDedup(b []byte) (*dedup, positions, error) {
 			d.add(e)
 		}
 	}
-	return d, pos, nil
+	return d, pos, removalsFrom(w.Removals), nil
 }

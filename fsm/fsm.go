@@ -109,10 +109,11 @@ type FSM struct {
 	appliedTerm atomic.Uint64
 	dd          *dedup
 	pos         positions
-	hashBuf     []byte          // PayloadHash scratch (apply is single-threaded)
-	dec         command.Decoder // reused for every entry (ditto)
-	run         ingestRun       // applyIngestRun's scratch (ditto)
-	broken      error           // set by a corrupt entry; apply and snapshot stop
+	rem         atomic.Pointer[removals] // removals.go: replaced, never changed
+	hashBuf     []byte                   // PayloadHash scratch (apply is single-threaded)
+	dec         command.Decoder          // reused for every entry (ditto)
+	run         ingestRun                // applyIngestRun's scratch (ditto)
+	broken      error                    // set by a corrupt entry; apply and snapshot stop
 	opts        Options
 	log         *slog.Logger
 	// abort is done once AbortSnapshots was called: snapshot writes stop.
@@ -337,6 +338,14 @@ func (f *FSM) applyBody(idx uint64, ix *index.Index, dc *command.Decoded, r *Res
 		r.Changed = len(b.Credit.GetHashes())
 	case *fsmpb.Command_StreamPositions:
 		r.Changed = f.pos.record(b.StreamPositions.GetPositions())
+	case *fsmpb.Command_Removal:
+		cur := f.Removals()
+		if next, err := removals(cur).with(b.Removal); err != nil {
+			r.Err = err
+		} else {
+			f.rem.Store(&next)
+			r.Changed = 1
+		}
 	case *fsmpb.Command_RestoreMark:
 		if d := ix.Digest(); d != b.RestoreMark.GetBackupDigest() {
 			// Writes may have landed between the restore and this mark,

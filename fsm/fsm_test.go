@@ -258,8 +258,8 @@ func TestDedup_WindowIsBoundedAndOrdered(t *testing.T) {
 	if d.len() != DedupWindow || d.get("9") != nil || d.get("10") == nil {
 		t.Fatalf("len %d", d.len())
 	}
-	b, _ := marshalDedup(d.entries(), nil)
-	d2, _, err := unmarshalDedup(b)
+	b, _ := marshalDedup(d.entries(), nil, nil)
+	d2, _, _, err := unmarshalDedup(b)
 	if err != nil || d2.len() != DedupWindow || d2.entries()[0].RequestId != "10" {
 		t.Fatalf("round trip: %v", err)
 	}

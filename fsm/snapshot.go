@@ -29,6 +29,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		term:    f.appliedTerm.Load(),
 		dedup:   f.dd.entries(),
 		pos:     f.pos.sorted(),
+		rem:     removals(f.Removals()).sorted(),
 		tmpDir:  f.opts.TmpDir,
 		onDone:  f.opts.Hooks.OnSnapshot,
 		started: time.Now(),
@@ -42,6 +43,7 @@ type fsmSnapshot struct {
 	index, term uint64
 	dedup       []*fsmpb.DedupEntry
 	pos         []*fsmpb.StreamPosition
+	rem         []*fsmpb.Removal
 	tmpDir      string
 	onDone      func(int64, time.Duration, error)
 	started     time.Time
@@ -71,7 +73,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *fsmSnapshot) write(w io.Writer) (int64, error) {
-	dd, err := marshalDedup(s.dedup, s.pos)
+	dd, err := marshalDedup(s.dedup, s.pos, s.rem)
 	if err != nil {
 		return 0, fmt.Errorf("fsm: encode dedup window: %w", err)
 	}
@@ -96,8 +98,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	})
 	var d *dedup
 	var pos positions
+	var rem removals
 	if err == nil {
-		d, pos, err = unmarshalDedup(dd)
+		d, pos, rem, err = unmarshalDedup(dd)
 	}
 	if err != nil {
 		if h := f.opts.Hooks.OnRestore; h != nil {
@@ -111,6 +114,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.ix.Store(ix)
 	f.dd = d
 	f.pos = pos
+	f.rem.Store(&rem)
 	f.applied.Store(m.AppliedIndex)
 	f.appliedTerm.Store(m.AppliedTerm)
 	f.mu.Unlock()

@@ -61,6 +61,15 @@ func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint
 			return n.raft.LastIndex(), nil
 		}
 	}
+	// An operator adding back a process removed while it ran forgets its
+	// removal record (contract §8.3), so that no later reconcile keeps it
+	// out once it has left the configuration another way.
+	if _, held := n.fsm.Removals()[id]; held {
+		if _, err := n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, "")); err != nil {
+			return 0, fmt.Errorf("forget the removal record of %q: %w", id, err)
+		}
+		n.opRemoved.Delete(id)
+	}
 	var f raft.IndexFuture
 	if voter {
 		f = n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 0)
@@ -101,14 +110,30 @@ func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 	} else if !ok {
 		return 0, fmt.Errorf("%w: server %q is not in the Raft configuration", ErrInvalid, id)
 	}
-	// The process being removed, as gossip knows it now (alive or not):
-	// the membership loop records it before reconcile can see the server
-	// missing, whatever its tick saw (trackRemovals).
+	// The process being removed, as gossip knows it now (alive or not),
+	// is recorded through the log before the configuration changes, so
+	// every node, also one that becomes leader before its own membership
+	// ticks saw the server leave, knows not to add it back; and in this
+	// node's memory, which the membership loop reads before reconcile can
+	// see the server missing (trackRemovals).
+	nonce := ""
 	if m, ok := n.gossipSnapshot()[id]; ok && m.meta.Nonce != "" {
-		n.opRemoved.Store(id, opRemoval{nonce: m.meta.Nonce, at: time.Now()})
+		nonce = m.meta.Nonce
+		if _, err := n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, nonce)); err != nil {
+			return 0, fmt.Errorf("record the removal of %q: %w", id, err)
+		}
+		n.opRemoved.Store(id, opRemoval{nonce: nonce, at: time.Now()})
 	}
 	f := n.raft.RemoveServer(raft.ServerID(id), 0, 0)
 	if err := n.wait(ctx, f); err != nil {
+		if nonce != "" && n.raft.State() == raft.Leader {
+			// Best effort: a record of a server still in the configuration
+			// decides nothing, but would keep that process out if it
+			// later left the configuration another way.
+			if _, ok, _ := n.configServer(id); ok {
+				_, _ = n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, ""))
+			}
+		}
 		return 0, err
 	}
 	return f.Index(), nil

@@ -216,3 +216,52 @@ func TestRemoveServer_NewLeaderDoesNotReaddTheLiveProcess(t *testing.T) {
 		}
 	}
 }
+
+// The removal of a running process is recorded through the log, so a node
+// that never saw the server leave, here one restarted after the removal
+// (its memory holds no record), does not add the removed process back
+// once it leads.
+func TestRemoveServer_RestartedNodeLeadsAndDoesNotReaddTheLiveProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
+	}
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	c.WaitVoters(3, 10*time.Second)
+	f := follower(c, l)
+	other := 3 - l - f
+	id := c.Nodes[f].ID
+	if _, err := c.Nodes[l].RemoveServer(c.Ctx(5*time.Second), id); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(other)
+	c.Start(other)
+	// The restarted node leads for 3 reconcile rounds (its count starts
+	// at its restart); leadership may move back under a loaded machine,
+	// so it is handed over again while another node leads.
+	nl := c.Nodes[other]
+	poll.Eventually(t, 60*time.Second, 50*time.Millisecond, func() (bool, string) {
+		st, r := nl.Status().State, nl.ReconcileRoundsForTest()
+		if st == "Leader" && r >= 3 {
+			return true, ""
+		}
+		if st != "Leader" && c.Nodes[l].Status().State == "Leader" {
+			_ = c.Nodes[l].TransferLeadership(c.Ctx(2*time.Second), nl.ID, "")
+		}
+		return false, fmt.Sprintf("%s is %s after %d reconcile rounds as leader, want Leader after 3", nl.ID, st, r)
+	})
+	for _, n := range []int{l, other} {
+		for _, m := range c.Nodes[n].Status().Members {
+			if m.ID != id {
+				continue
+			}
+			if m.Suffrage != "" {
+				t.Fatalf("%s (%s) has %s back as %s while the removed process runs", c.Nodes[n].ID, c.Nodes[n].Status().State, id, m.Suffrage)
+			}
+			if m.UnhealthyReason == "gossip: not alive" || m.UnhealthyReason == "not seen in gossip" {
+				t.Fatalf("%s not alive in gossip (%s): the test did not exercise a live removed process", id, m.UnhealthyReason)
+			}
+		}
+	}
+}

@@ -207,9 +207,10 @@ func noteRemovals(prev map[string]string, cfg raft.Configuration, g map[string]m
 //
 // Every node keeps the records, not only the leader, so a follower that
 // becomes leader does not re-add either. They live in memory: a node
-// started after the removal (or restarted) has none and would re-add a
-// removed process still running. A server whose meta carries no nonce (an
-// older release) is not recorded.
+// started after the removal (or restarted), or one whose ticks never saw
+// the server in the configuration alive, has none; the record RemoveServer
+// writes through the log covers those (removalRecords). A server whose
+// meta carries no nonce (an older release) is not recorded.
 func trackRemovals(prev map[string]string, cfg raft.Configuration, g map[string]member, removed map[string]string) map[string]string {
 	cur := make(map[string]string, len(cfg.Servers))
 	for _, s := range cfg.Servers {
@@ -227,6 +228,20 @@ func trackRemovals(prev map[string]string, cfg raft.Configuration, g map[string]
 		removed[id] = nonce
 	}
 	return cur
+}
+
+// removalRecords is the removal records a round decides by: those the
+// log holds (RemoveServer writes one before the configuration changes,
+// contract §8.3), overlaid by this node's own (trackRemovals,
+// takeOpRemovals), which are the newer where both name a server. Neither
+// map is changed.
+func removalRecords(local, logged map[string]string) map[string]string {
+	if len(logged) == 0 {
+		return local
+	}
+	out := maps.Clone(logged)
+	maps.Copy(out, local)
+	return out
 }
 
 // opRemoval is a RemoveServer this node made: the removed process's

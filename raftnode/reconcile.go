@@ -62,7 +62,7 @@ func (n *Node) membershipLoop() {
 		if n.leaderReady.Load() && (kicked || now.Sub(lastReconcile) >= reconcileInterval) {
 			lastReconcile = now
 			n.reconcile(planMembership(membershipInput{
-				Self: n.cfg.NodeID, Config: cfg, Gossip: g, Removed: st.removed,
+				Self: n.cfg.NodeID, Config: cfg, Gossip: g, Removed: removalRecords(st.removed, n.fsm.Removals()),
 				DeadSince: st.deadSince, Now: now, Grace: n.cfg.DeadServerCleanup,
 			}), &st)
 			n.reconcileRounds.Add(1)

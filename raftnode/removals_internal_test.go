@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -89,5 +90,27 @@ func TestTakeOpRemovals(t *testing.T) {
 	// c: it never showed and is past its TTL.
 	if d := cmp.Diff([]string{"a", "c"}, settled); d != "" {
 		t.Fatalf("settled (-want +got):\n%s", d)
+	}
+}
+
+// The records a round decides by are the log's overlaid by the node's
+// own, which are the newer where both name a server; neither input is
+// changed.
+func TestRemovalRecords(t *testing.T) {
+	local := map[string]string{"n2": "new", "n4": "d"}
+	logged := map[string]string{"n2": "old", "n3": "c"}
+	got := removalRecords(local, logged)
+	want := map[string]string{"n2": "new", "n3": "c", "n4": "d"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("records %v, want %v", got, want)
+	}
+	if !maps.Equal(local, map[string]string{"n2": "new", "n4": "d"}) || !maps.Equal(logged, map[string]string{"n2": "old", "n3": "c"}) {
+		t.Fatalf("inputs changed: local %v, logged %v", local, logged)
+	}
+	if got := removalRecords(local, nil); !maps.Equal(got, local) {
+		t.Fatalf("without logged records: %v, want the node's own %v", got, local)
+	}
+	if got := removalRecords(nil, logged); !maps.Equal(got, logged) {
+		t.Fatalf("without the node's own: %v, want the log's %v", got, logged)
 	}
 }

@@ -107,6 +107,7 @@ type Command struct {
 	//	*Command_RestoreMark
 	//	*Command_IngestPacked
 	//	*Command_StreamPositions
+	//	*Command_Removal
 	Body          isCommand_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -228,6 +229,15 @@ func (x *Command) GetStreamPositions() *StreamPositions {
 	return nil
 }
 
+func (x *Command) GetRemoval() *Removal {
+	if x != nil {
+		if x, ok := x.Body.(*Command_Removal); ok {
+			return x.Removal
+		}
+	}
+	return nil
+}
+
 type isCommand_Body interface {
 	isCommand_Body()
 }
@@ -264,6 +274,10 @@ type Command_StreamPositions struct {
 	StreamPositions *StreamPositions `protobuf:"bytes,9,opt,name=stream_positions,json=streamPositions,proto3,oneof"`
 }
 
+type Command_Removal struct {
+	Removal *Removal `protobuf:"bytes,10,opt,name=removal,proto3,oneof"`
+}
+
 func (*Command_Ingest) isCommand_Body() {}
 
 func (*Command_Stats) isCommand_Body() {}
@@ -280,6 +294,65 @@ func (*Command_IngestPacked) isCommand_Body() {}
 
 func (*Command_StreamPositions) isCommand_Body() {}
 
+func (*Command_Removal) isCommand_Body() {}
+
+// Removal records that an operator removed server server_id from the Raft
+// configuration while its process ran, that process being the one whose
+// gossip nonce is nonce: no leader adds that process back, while a new
+// process under the same id (another nonce) is added (contract §8.3). An
+// empty nonce forgets the record of server_id.
+type Removal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Nonce         string                 `protobuf:"bytes,2,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Removal) Reset() {
+	*x = Removal{}
+	mi := &file_command_fsmpb_command_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Removal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Removal) ProtoMessage() {}
+
+func (x *Removal) ProtoReflect() protoreflect.Message {
+	mi := &file_command_fsmpb_command_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Removal.ProtoReflect.Descriptor instead.
+func (*Removal) Descriptor() ([]byte, []int) {
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Removal) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *Removal) GetNonce() string {
+	if x != nil {
+		return x.Nonce
+	}
+	return ""
+}
+
 type Partition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Scheme        string                 `protobuf:"bytes,1,opt,name=scheme,proto3" json:"scheme,omitempty"`
@@ -292,7 +365,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[2]
+	mi := &file_command_fsmpb_command_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +377,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[2]
+	mi := &file_command_fsmpb_command_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +390,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{2}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Partition) GetScheme() string {
@@ -363,7 +436,7 @@ type BlockEvent struct {
 
 func (x *BlockEvent) Reset() {
 	*x = BlockEvent{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[3]
+	mi := &file_command_fsmpb_command_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +448,7 @@ func (x *BlockEvent) String() string {
 func (*BlockEvent) ProtoMessage() {}
 
 func (x *BlockEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[3]
+	mi := &file_command_fsmpb_command_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +461,7 @@ func (x *BlockEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockEvent.ProtoReflect.Descriptor instead.
 func (*BlockEvent) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{3}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BlockEvent) GetKind() uint32 {
@@ -451,7 +524,7 @@ type Ingest struct {
 
 func (x *Ingest) Reset() {
 	*x = Ingest{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[4]
+	mi := &file_command_fsmpb_command_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +536,7 @@ func (x *Ingest) String() string {
 func (*Ingest) ProtoMessage() {}
 
 func (x *Ingest) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[4]
+	mi := &file_command_fsmpb_command_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +549,7 @@ func (x *Ingest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ingest.ProtoReflect.Descriptor instead.
 func (*Ingest) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{4}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Ingest) GetEvents() []*BlockEvent {
@@ -513,7 +586,7 @@ type IngestPacked struct {
 
 func (x *IngestPacked) Reset() {
 	*x = IngestPacked{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[5]
+	mi := &file_command_fsmpb_command_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +598,7 @@ func (x *IngestPacked) String() string {
 func (*IngestPacked) ProtoMessage() {}
 
 func (x *IngestPacked) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[5]
+	mi := &file_command_fsmpb_command_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +611,7 @@ func (x *IngestPacked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestPacked.ProtoReflect.Descriptor instead.
 func (*IngestPacked) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{5}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IngestPacked) GetPartitions() []*Partition {
@@ -639,7 +712,7 @@ type ReplicaStats struct {
 
 func (x *ReplicaStats) Reset() {
 	*x = ReplicaStats{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[6]
+	mi := &file_command_fsmpb_command_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +724,7 @@ func (x *ReplicaStats) String() string {
 func (*ReplicaStats) ProtoMessage() {}
 
 func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[6]
+	mi := &file_command_fsmpb_command_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +737,7 @@ func (x *ReplicaStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStats.ProtoReflect.Descriptor instead.
 func (*ReplicaStats) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{6}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReplicaStats) GetReplicaId() string {
@@ -746,7 +819,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[7]
+	mi := &file_command_fsmpb_command_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +831,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[7]
+	mi := &file_command_fsmpb_command_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +844,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{7}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Stats) GetStats() []*ReplicaStats {
@@ -811,7 +884,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[8]
+	mi := &file_command_fsmpb_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +896,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[8]
+	mi := &file_command_fsmpb_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +909,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{8}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Policy) GetChainMatching() bool {
@@ -996,7 +1069,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[9]
+	mi := &file_command_fsmpb_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1081,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[9]
+	mi := &file_command_fsmpb_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1094,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{9}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetPolicy) GetPolicy() *Policy {
@@ -1042,7 +1115,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[10]
+	mi := &file_command_fsmpb_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1127,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[10]
+	mi := &file_command_fsmpb_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1140,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{10}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Expire) GetNowMs() int64 {
@@ -1088,7 +1161,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[11]
+	mi := &file_command_fsmpb_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1173,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[11]
+	mi := &file_command_fsmpb_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1186,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{11}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Credit) GetPartition() *Partition {
@@ -1144,7 +1217,7 @@ type RestoreMark struct {
 
 func (x *RestoreMark) Reset() {
 	*x = RestoreMark{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[12]
+	mi := &file_command_fsmpb_command_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1229,7 @@ func (x *RestoreMark) String() string {
 func (*RestoreMark) ProtoMessage() {}
 
 func (x *RestoreMark) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[12]
+	mi := &file_command_fsmpb_command_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1242,7 @@ func (x *RestoreMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreMark.ProtoReflect.Descriptor instead.
 func (*RestoreMark) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{12}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RestoreMark) GetBackupAppliedIndex() uint64 {
@@ -1199,7 +1272,7 @@ type StreamPosition struct {
 
 func (x *StreamPosition) Reset() {
 	*x = StreamPosition{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[13]
+	mi := &file_command_fsmpb_command_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1284,7 @@ func (x *StreamPosition) String() string {
 func (*StreamPosition) ProtoMessage() {}
 
 func (x *StreamPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[13]
+	mi := &file_command_fsmpb_command_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1297,7 @@ func (x *StreamPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPosition.ProtoReflect.Descriptor instead.
 func (*StreamPosition) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{13}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StreamPosition) GetReplicaId() string {
@@ -1258,7 +1331,7 @@ type StreamPositions struct {
 
 func (x *StreamPositions) Reset() {
 	*x = StreamPositions{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[14]
+	mi := &file_command_fsmpb_command_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1343,7 @@ func (x *StreamPositions) String() string {
 func (*StreamPositions) ProtoMessage() {}
 
 func (x *StreamPositions) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[14]
+	mi := &file_command_fsmpb_command_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1356,7 @@ func (x *StreamPositions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamPositions.ProtoReflect.Descriptor instead.
 func (*StreamPositions) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{14}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StreamPositions) GetPositions() []*StreamPosition {
@@ -1301,13 +1374,15 @@ type Dedup struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Entries         []*DedupEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	StreamPositions []*StreamPosition      `protobuf:"bytes,2,rep,name=stream_positions,json=streamPositions,proto3" json:"stream_positions,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// removals are the removal records (Removal), by server id ascending.
+	Removals      []*Removal `protobuf:"bytes,3,rep,name=removals,proto3" json:"removals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Dedup) Reset() {
 	*x = Dedup{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[15]
+	mi := &file_command_fsmpb_command_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1394,7 @@ func (x *Dedup) String() string {
 func (*Dedup) ProtoMessage() {}
 
 func (x *Dedup) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[15]
+	mi := &file_command_fsmpb_command_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1407,7 @@ func (x *Dedup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dedup.ProtoReflect.Descriptor instead.
 func (*Dedup) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{15}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Dedup) GetEntries() []*DedupEntry {
@@ -1345,6 +1420,13 @@ func (x *Dedup) GetEntries() []*DedupEntry {
 func (x *Dedup) GetStreamPositions() []*StreamPosition {
 	if x != nil {
 		return x.StreamPositions
+	}
+	return nil
+}
+
+func (x *Dedup) GetRemovals() []*Removal {
+	if x != nil {
+		return x.Removals
 	}
 	return nil
 }
@@ -1368,7 +1450,7 @@ type DedupEntry struct {
 
 func (x *DedupEntry) Reset() {
 	*x = DedupEntry{}
-	mi := &file_command_fsmpb_command_proto_msgTypes[16]
+	mi := &file_command_fsmpb_command_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1462,7 @@ func (x *DedupEntry) String() string {
 func (*DedupEntry) ProtoMessage() {}
 
 func (x *DedupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_command_fsmpb_command_proto_msgTypes[16]
+	mi := &file_command_fsmpb_command_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1475,7 @@ func (x *DedupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DedupEntry.ProtoReflect.Descriptor instead.
 func (*DedupEntry) Descriptor() ([]byte, []int) {
-	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{16}
+	return file_command_fsmpb_command_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DedupEntry) GetRequestId() string {
@@ -1446,7 +1528,7 @@ const file_command_fsmpb_command_proto_rawDesc = "" +
 	"\x05Entry\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12>\n" +
 	"\bcommands\x18\x02 \x03(\v2\".inferencecache.command.v1.CommandR\bcommands\x12\x1a\n" +
-	"\bchecksum\x18\x0f \x01(\x06R\bchecksum\"\xde\x04\n" +
+	"\bchecksum\x18\x0f \x01(\x06R\bchecksum\"\x9e\x05\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
@@ -1458,8 +1540,13 @@ const file_command_fsmpb_command_proto_rawDesc = "" +
 	"\x06credit\x18\x06 \x01(\v2!.inferencecache.command.v1.CreditH\x00R\x06credit\x12K\n" +
 	"\frestore_mark\x18\a \x01(\v2&.inferencecache.command.v1.RestoreMarkH\x00R\vrestoreMark\x12N\n" +
 	"\ringest_packed\x18\b \x01(\v2'.inferencecache.command.v1.IngestPackedH\x00R\fingestPacked\x12W\n" +
-	"\x10stream_positions\x18\t \x01(\v2*.inferencecache.command.v1.StreamPositionsH\x00R\x0fstreamPositionsB\x06\n" +
-	"\x04body\"k\n" +
+	"\x10stream_positions\x18\t \x01(\v2*.inferencecache.command.v1.StreamPositionsH\x00R\x0fstreamPositions\x12>\n" +
+	"\aremoval\x18\n" +
+	" \x01(\v2\".inferencecache.command.v1.RemovalH\x00R\aremovalB\x06\n" +
+	"\x04body\"<\n" +
+	"\aRemoval\x12\x1b\n" +
+	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x14\n" +
+	"\x05nonce\x18\x02 \x01(\tR\x05nonce\"k\n" +
 	"\tPartition\x12\x16\n" +
 	"\x06scheme\x18\x01 \x01(\tR\x06scheme\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
@@ -1548,10 +1635,11 @@ const file_command_fsmpb_command_proto_rawDesc = "" +
 	"\n" +
 	"batch_hash\x18\x03 \x01(\x06R\tbatchHash\"Z\n" +
 	"\x0fStreamPositions\x12G\n" +
-	"\tpositions\x18\x01 \x03(\v2).inferencecache.command.v1.StreamPositionR\tpositions\"\x9e\x01\n" +
+	"\tpositions\x18\x01 \x03(\v2).inferencecache.command.v1.StreamPositionR\tpositions\"\xde\x01\n" +
 	"\x05Dedup\x12?\n" +
 	"\aentries\x18\x01 \x03(\v2%.inferencecache.command.v1.DedupEntryR\aentries\x12T\n" +
-	"\x10stream_positions\x18\x02 \x03(\v2).inferencecache.command.v1.StreamPositionR\x0fstreamPositions\"\xbb\x01\n" +
+	"\x10stream_positions\x18\x02 \x03(\v2).inferencecache.command.v1.StreamPositionR\x0fstreamPositions\x12>\n" +
+	"\bremovals\x18\x03 \x03(\v2\".inferencecache.command.v1.RemovalR\bremovals\"\xbb\x01\n" +
 	"\n" +
 	"DedupEntry\x12\x1d\n" +
 	"\n" +
@@ -1574,50 +1662,53 @@ func file_command_fsmpb_command_proto_rawDescGZIP() []byte {
 	return file_command_fsmpb_command_proto_rawDescData
 }
 
-var file_command_fsmpb_command_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_command_fsmpb_command_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_command_fsmpb_command_proto_goTypes = []any{
 	(*Entry)(nil),           // 0: inferencecache.command.v1.Entry
 	(*Command)(nil),         // 1: inferencecache.command.v1.Command
-	(*Partition)(nil),       // 2: inferencecache.command.v1.Partition
-	(*BlockEvent)(nil),      // 3: inferencecache.command.v1.BlockEvent
-	(*Ingest)(nil),          // 4: inferencecache.command.v1.Ingest
-	(*IngestPacked)(nil),    // 5: inferencecache.command.v1.IngestPacked
-	(*ReplicaStats)(nil),    // 6: inferencecache.command.v1.ReplicaStats
-	(*Stats)(nil),           // 7: inferencecache.command.v1.Stats
-	(*Policy)(nil),          // 8: inferencecache.command.v1.Policy
-	(*SetPolicy)(nil),       // 9: inferencecache.command.v1.SetPolicy
-	(*Expire)(nil),          // 10: inferencecache.command.v1.Expire
-	(*Credit)(nil),          // 11: inferencecache.command.v1.Credit
-	(*RestoreMark)(nil),     // 12: inferencecache.command.v1.RestoreMark
-	(*StreamPosition)(nil),  // 13: inferencecache.command.v1.StreamPosition
-	(*StreamPositions)(nil), // 14: inferencecache.command.v1.StreamPositions
-	(*Dedup)(nil),           // 15: inferencecache.command.v1.Dedup
-	(*DedupEntry)(nil),      // 16: inferencecache.command.v1.DedupEntry
+	(*Removal)(nil),         // 2: inferencecache.command.v1.Removal
+	(*Partition)(nil),       // 3: inferencecache.command.v1.Partition
+	(*BlockEvent)(nil),      // 4: inferencecache.command.v1.BlockEvent
+	(*Ingest)(nil),          // 5: inferencecache.command.v1.Ingest
+	(*IngestPacked)(nil),    // 6: inferencecache.command.v1.IngestPacked
+	(*ReplicaStats)(nil),    // 7: inferencecache.command.v1.ReplicaStats
+	(*Stats)(nil),           // 8: inferencecache.command.v1.Stats
+	(*Policy)(nil),          // 9: inferencecache.command.v1.Policy
+	(*SetPolicy)(nil),       // 10: inferencecache.command.v1.SetPolicy
+	(*Expire)(nil),          // 11: inferencecache.command.v1.Expire
+	(*Credit)(nil),          // 12: inferencecache.command.v1.Credit
+	(*RestoreMark)(nil),     // 13: inferencecache.command.v1.RestoreMark
+	(*StreamPosition)(nil),  // 14: inferencecache.command.v1.StreamPosition
+	(*StreamPositions)(nil), // 15: inferencecache.command.v1.StreamPositions
+	(*Dedup)(nil),           // 16: inferencecache.command.v1.Dedup
+	(*DedupEntry)(nil),      // 17: inferencecache.command.v1.DedupEntry
 }
 var file_command_fsmpb_command_proto_depIdxs = []int32{
 	1,  // 0: inferencecache.command.v1.Entry.commands:type_name -> inferencecache.command.v1.Command
-	4,  // 1: inferencecache.command.v1.Command.ingest:type_name -> inferencecache.command.v1.Ingest
-	7,  // 2: inferencecache.command.v1.Command.stats:type_name -> inferencecache.command.v1.Stats
-	9,  // 3: inferencecache.command.v1.Command.set_policy:type_name -> inferencecache.command.v1.SetPolicy
-	10, // 4: inferencecache.command.v1.Command.expire:type_name -> inferencecache.command.v1.Expire
-	11, // 5: inferencecache.command.v1.Command.credit:type_name -> inferencecache.command.v1.Credit
-	12, // 6: inferencecache.command.v1.Command.restore_mark:type_name -> inferencecache.command.v1.RestoreMark
-	5,  // 7: inferencecache.command.v1.Command.ingest_packed:type_name -> inferencecache.command.v1.IngestPacked
-	14, // 8: inferencecache.command.v1.Command.stream_positions:type_name -> inferencecache.command.v1.StreamPositions
-	2,  // 9: inferencecache.command.v1.BlockEvent.partition:type_name -> inferencecache.command.v1.Partition
-	3,  // 10: inferencecache.command.v1.Ingest.events:type_name -> inferencecache.command.v1.BlockEvent
-	2,  // 11: inferencecache.command.v1.IngestPacked.partitions:type_name -> inferencecache.command.v1.Partition
-	6,  // 12: inferencecache.command.v1.Stats.stats:type_name -> inferencecache.command.v1.ReplicaStats
-	8,  // 13: inferencecache.command.v1.SetPolicy.policy:type_name -> inferencecache.command.v1.Policy
-	2,  // 14: inferencecache.command.v1.Credit.partition:type_name -> inferencecache.command.v1.Partition
-	13, // 15: inferencecache.command.v1.StreamPositions.positions:type_name -> inferencecache.command.v1.StreamPosition
-	16, // 16: inferencecache.command.v1.Dedup.entries:type_name -> inferencecache.command.v1.DedupEntry
-	13, // 17: inferencecache.command.v1.Dedup.stream_positions:type_name -> inferencecache.command.v1.StreamPosition
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	5,  // 1: inferencecache.command.v1.Command.ingest:type_name -> inferencecache.command.v1.Ingest
+	8,  // 2: inferencecache.command.v1.Command.stats:type_name -> inferencecache.command.v1.Stats
+	10, // 3: inferencecache.command.v1.Command.set_policy:type_name -> inferencecache.command.v1.SetPolicy
+	11, // 4: inferencecache.command.v1.Command.expire:type_name -> inferencecache.command.v1.Expire
+	12, // 5: inferencecache.command.v1.Command.credit:type_name -> inferencecache.command.v1.Credit
+	13, // 6: inferencecache.command.v1.Command.restore_mark:type_name -> inferencecache.command.v1.RestoreMark
+	6,  // 7: inferencecache.command.v1.Command.ingest_packed:type_name -> inferencecache.command.v1.IngestPacked
+	15, // 8: inferencecache.command.v1.Command.stream_positions:type_name -> inferencecache.command.v1.StreamPositions
+	2,  // 9: inferencecache.command.v1.Command.removal:type_name -> inferencecache.command.v1.Removal
+	3,  // 10: inferencecache.command.v1.BlockEvent.partition:type_name -> inferencecache.command.v1.Partition
+	4,  // 11: inferencecache.command.v1.Ingest.events:type_name -> inferencecache.command.v1.BlockEvent
+	3,  // 12: inferencecache.command.v1.IngestPacked.partitions:type_name -> inferencecache.command.v1.Partition
+	7,  // 13: inferencecache.command.v1.Stats.stats:type_name -> inferencecache.command.v1.ReplicaStats
+	9,  // 14: inferencecache.command.v1.SetPolicy.policy:type_name -> inferencecache.command.v1.Policy
+	3,  // 15: inferencecache.command.v1.Credit.partition:type_name -> inferencecache.command.v1.Partition
+	14, // 16: inferencecache.command.v1.StreamPositions.positions:type_name -> inferencecache.command.v1.StreamPosition
+	17, // 17: inferencecache.command.v1.Dedup.entries:type_name -> inferencecache.command.v1.DedupEntry
+	14, // 18: inferencecache.command.v1.Dedup.stream_positions:type_name -> inferencecache.command.v1.StreamPosition
+	2,  // 19: inferencecache.command.v1.Dedup.removals:type_name -> inferencecache.command.v1.Removal
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_command_fsmpb_command_proto_init() }
@@ -1634,6 +1725,7 @@ func file_command_fsmpb_command_proto_init() {
 		(*Command_RestoreMark)(nil),
 		(*Command_IngestPacked)(nil),
 		(*Command_StreamPositions)(nil),
+		(*Command_Removal)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1641,7 +1733,7 @@ func file_command_fsmpb_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_fsmpb_command_proto_rawDesc), len(file_command_fsmpb_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -8,6 +8,7 @@ package clustertest
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/internal/freeport"
 	"github.com/inference-cache/inference-cache/internal/poll"
+	"github.com/inference-cache/inference-cache/internal/syncbuf"
 
 	"google.golang.org/grpc"
 
@@ -45,6 +47,8 @@ type Cluster struct {
 	// ServerOptions, when set, gives the options of node i's gRPC server
 	// (the forwarding service), e.g. TLS credentials or interceptors.
 	ServerOptions func(i int) []grpc.ServerOption
+
+	mem *syncbuf.Buffer // CLUSTERTEST_LOG=mem: every node's log
 }
 
 // New allocates n nodes (not started). The cluster is shut down by
@@ -60,6 +64,20 @@ func New(t testing.TB, n int, configure func(i int, c *raftnode.Config)) *Cluste
 		}
 	})
 	return c
+}
+
+// memLog is the cluster's in-memory log (CLUSTERTEST_LOG=mem), printed
+// when the test fails.
+func (c *Cluster) memLog() io.Writer {
+	if c.mem == nil {
+		c.mem = &syncbuf.Buffer{}
+		c.T.Cleanup(func() {
+			if c.T.Failed() {
+				c.T.Logf("the cluster's log:\n%s", c.mem.String())
+			}
+		})
+	}
+	return c.mem
 }
 
 // AddNode allocates one more node (not started) and returns its position.
@@ -86,13 +104,18 @@ func (c *Cluster) Config(i int) raftnode.Config {
 		}
 	}
 	lvl := slog.LevelError
-	if os.Getenv("CLUSTERTEST_LOG") != "" {
+	var w io.Writer = os.Stderr
+	switch os.Getenv("CLUSTERTEST_LOG") {
+	case "":
+	case "mem":
+		lvl, w = slog.LevelInfo, c.memLog()
+	default:
 		lvl = slog.LevelInfo
 	}
 	return raftnode.Config{
 		NodeID: nd.ID, DataDir: nd.Dir, RaftAddr: nd.RaftAddr, GossipAddr: nd.GossipAddr, GRPCAddr: nd.GRPCAddr,
 		Join: join, BootstrapExpect: c.Expect, Timing: raftnode.FastTiming,
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
+		Logger:       slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})),
 		RaftLogLevel: lvl,
 	}
 }
