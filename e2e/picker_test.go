@@ -37,14 +37,17 @@ type pickerProc struct {
 
 // startPicker starts `inference-cache picker` over the fleet's engines
 // (static endpoints ip:port=replica id), cluster and models.
-func (f *fleet) startPicker(name string) *pickerProc { return f.startPickerWith(name, true) }
+func (f *fleet) startPicker(name string, extra ...string) *pickerProc {
+	return f.startPickerWith(name, true, extra...)
+}
 
-// startPickerWith starts a picker, asking the cluster for hints or not.
-func (f *fleet) startPickerWith(name string, lookups bool) *pickerProc {
+// startPickerWith starts a picker, asking the cluster for hints or not,
+// with extra flags.
+func (f *fleet) startPickerWith(name string, lookups bool, extra ...string) *pickerProc {
 	f.t.Helper()
 	ext, health, metrics := freeport.MustAddr(f.t), freeport.MustAddr(f.t), freeport.MustAddr(f.t)
 	p := &pickerProc{metrics: "http://" + metrics + "/metrics", addr: map[string]string{}}
-	args := []string{"picker", "--listen", ext, "--health-listen", health, "--metrics-listen", metrics, "--models-dir", f.modelsDir, "--drain-time", "0s"}
+	args := append([]string{"picker", "--listen", ext, "--health-listen", health, "--metrics-listen", metrics, "--models-dir", f.modelsDir, "--drain-time", "0s"}, extra...)
 	for _, n := range f.c.procs {
 		if lookups {
 			args = append(args, "--addr", n.grpc)
@@ -127,7 +130,10 @@ func TestPicker(t *testing.T) {
 		t.Skip("starts a cluster, sim engines, the subscriber and the picker")
 	}
 	f := startFleet(t, fleetOptions{sims: 3})
-	p := f.startPicker("picker")
+	// The subtests are about what a hint does, not the lookup's budget:
+	// under -race on a loaded machine a lookup can outlast the default
+	// 20 ms and the pick falls back to load.
+	p := f.startPicker("picker", "--lookup-budget", "1s")
 	fd := filterv3.ProcessingMode_FULL_DUPLEX_STREAMED
 	var warm string
 	sys := longSystem("endpoint-picker")
