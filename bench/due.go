@@ -39,6 +39,14 @@ func (d *due[T]) until(t float64, fn func(v T)) {
 // len is the number of values not yet due.
 func (d *due[T]) len() int { return len(d.h) }
 
+// peek is the earliest time queued; false when nothing is.
+func (d *due[T]) peek() (float64, bool) {
+	if len(d.h) == 0 {
+		return 0, false
+	}
+	return d.h[0].at, true
+}
+
 // each calls fn with every value not yet popped, in no order.
 func (d *due[T]) each(fn func(at float64, v T)) {
 	for _, x := range d.h {

@@ -71,6 +71,11 @@ type Served struct {
 	// FirstTokenAt and DoneAt are the virtual times of the first and the
 	// last token (what a gateway sees of the request's progress).
 	FirstTokenAt, DoneAt float64
+	// LookupWaitS is the router's wait for its turn at the node (contract
+	// §5.13; virtual seconds), set by the router and added to the TTFT.
+	// The engine model takes the request at its arrival: the wait, a few
+	// ms, is small beside the prefills it would shift.
+	LookupWaitS float64
 }
 
 // KVEvent is one request's KV-cache events as its engine publishes them:

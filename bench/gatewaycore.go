@@ -39,7 +39,11 @@ type coreRouter struct {
 	shared  *sharedState
 	due     due[coreDue]
 	last    *gateway.Decision
-	now     float64 // virtual time of the last Route
+	now     float64 // virtual time of the last Route's decision
+	// turn and wait: the last Route's turn at the node (0: none) and its
+	// wait for it (s; contract §5.13).
+	turn uint64
+	wait float64
 
 	// This gateway's pushes, and the virtual clock of its local table.
 	base              time.Time
@@ -102,7 +106,11 @@ func (r *coreRouter) Route(ctx context.Context, i int, q *Request, t float64) in
 	} else {
 		r.advance(t)
 	}
-	r.now, r.clock = t, t
+	r.turn, r.wait = 0, 0
+	if s := r.shared; s != nil && s.turns != nil {
+		r.turn, r.wait = s.takeTurn(r.gw.ProvisionalPickerID(), t)
+	}
+	r.now, r.clock = t+r.wait, t+r.wait
 	r.lk.q = q
 	r.lastHashes = r.lastHashes[:0]
 	r.prompts.toks = AppendPromptTokens(r.prompts.toks[:0], q)
@@ -126,15 +134,22 @@ func (r *coreRouter) Routed(_ *Request, e int, s *Served) {
 		return
 	}
 	r.clock = r.now
+	s.LookupWaitS = r.wait
 	fl := r.last.Start(r.f.ReplicaID(e))
+	push := provisional.Push{}
 	if t := r.gw.ProvisionalTable(); t != nil && r.shared != nil && len(r.lastHashes) > 0 {
 		if live := t.Live(r.gw.ProvisionalPickerID(), 0); len(live) > 0 {
 			// Pick ids increase: the newest is the one just recorded.
-			r.sendPicks(r.now, provisional.Push{Picks: live[len(live)-1:]})
+			push.Picks = live[len(live)-1:]
 		}
 	}
+	if len(push.Picks) > 0 || r.turn != 0 {
+		// The push settles the turn the lookup took, pick or none.
+		r.sendPicks(r.now, push, r.turn)
+	}
 	r.sendLoad(r.now)
-	r.due.push(s.FirstTokenAt, coreDue{at: s.FirstTokenAt, first: true, doneAt: s.DoneAt, flight: fl})
+	first, done := s.FirstTokenAt+r.wait, s.DoneAt+r.wait
+	r.due.push(first, coreDue{at: first, first: true, doneAt: done, flight: fl})
 }
 
 // advance applies the first tokens and ends due by t, each at its time.
@@ -155,14 +170,14 @@ func (r *coreRouter) advance(t float64) {
 }
 
 // sendPicks pushes a picks delta or full state to the cluster (shared
-// state only), under the gateway's picker id.
-func (r *coreRouter) sendPicks(at float64, p provisional.Push) {
+// state only), under the gateway's picker id, settling the turns given.
+func (r *coreRouter) sendPicks(at float64, p provisional.Push, settle ...uint64) {
 	if r.shared == nil {
 		return
 	}
 	r.picksSeq++
 	p.PickerID, p.Sequence = r.gw.ProvisionalPickerID(), r.picksSeq
-	r.shared.send(at, sharePush{picks: &p})
+	r.shared.send(at, sharePush{picks: &p, settle: settle})
 }
 
 // sendLoad pushes this gateway's whole in-flight load (shared state only).

@@ -131,7 +131,7 @@ func TestSharedState_PushesReachLaterInstantsOnly(t *testing.T) {
 		delay        time.Duration
 		hidden, seen float64
 	}{{0, 1.0, 1.001}, {5 * time.Millisecond, 1.005, 1.006}} {
-		s := newSharedState(c.delay, time.Hour)
+		s := newSharedState(c.delay, time.Hour, -1)
 		rep := pickerload.Report{PickerID: "gw-0", Sequence: 1, Interval: time.Minute,
 			Loads: []pickerload.ReplicaLoad{{ReplicaID: "e0", PrefillingRequests: 1, PrefillTokens: 512, RunningRequests: 1}}}
 		s.advance(0.5)

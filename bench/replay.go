@@ -115,7 +115,7 @@ func (rp *replay) newGateways() error {
 	case name == StrategyDynamoSyncNATS:
 		env.dsync = newDynamoSync(cfg.DynamoSyncDelay)
 	default:
-		env.shared = newSharedState(cfg.ShareDelay, cfg.ReportInterval)
+		env.shared = newSharedState(cfg.ShareDelay, cfg.ReportInterval, cfg.TurnWait)
 	}
 	rp.g = &gateways{}
 	for k := 0; k < n; k++ {
@@ -160,8 +160,9 @@ func (rp *replay) step(ctx context.Context, i int, q *Request, t float64) error 
 	rp.g.Routed(q, e, &s)
 	rp.res.PromptTokens += int64(q.InputLength)
 	rp.res.CachedTokens += int64(s.CachedTokens)
-	rp.ttft = append(rp.ttft, s.TTFTS*1000)
-	rp.sumTTFT += s.TTFTS * 1000
+	ttft := s.TTFTS + s.LookupWaitS
+	rp.ttft = append(rp.ttft, ttft*1000)
+	rp.sumTTFT += ttft * 1000
 	return nil
 }
 

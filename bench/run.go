@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/turns"
 )
 
 // Visibility says when the events of earlier requests must be visible to
@@ -70,6 +71,10 @@ type Config struct {
 	// node's lookups (default DefaultShareDelay; negative is refused, 0
 	// is visible from the next virtual instant).
 	ShareDelay time.Duration
+	// TurnWait bounds a lookuproute-sdk gateway's wait for its turn at the
+	// node that orders the picks of several gateways (contract §5.13;
+	// default turns.DefaultWait, negative: no turns, an ablation).
+	TurnWait time.Duration
 	// NoProvisional turns the gateway core's provisional residencies off
 	// for lookuproute-sdk and picker-indexer (its local table and the
 	// shared picks; an ablation).
@@ -246,6 +251,9 @@ func (cfg *Config) check() error {
 	}
 	if cfg.ShareDelay < 0 {
 		return fmt.Errorf("bench: share delay %v: must not be negative", cfg.ShareDelay)
+	}
+	if cfg.TurnWait == 0 {
+		cfg.TurnWait = turns.DefaultWait
 	}
 	if cfg.ShareDelay == 0 {
 		cfg.ShareDelay = DefaultShareDelay

@@ -6,6 +6,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/provisional"
+	"github.com/inference-cache/inference-cache/turns"
 )
 
 // sharedState is the cluster's shared soft state as lookuproute-sdk's
@@ -28,6 +29,10 @@ type sharedState struct {
 	picks    *provisional.Store
 	pending  due[sharePush]
 	gws      []*coreRouter
+	// turns is the node's turn table (contract §5.13), nil when the
+	// gateways take no turns; turnWait bounds a lookup's wait (s).
+	turns    *turns.Table
+	turnWait float64
 }
 
 // sharePush is one push on its way: a load report or a picks push.
@@ -35,13 +40,45 @@ type sharePush struct {
 	at    float64 // arrival at the nodes (virtual s)
 	load  *pickerload.Report
 	picks *provisional.Push
+	// settle is the turns the picks push ends (contract §5.13).
+	settle []uint64
 }
 
-func newSharedState(delay, every time.Duration) *sharedState {
+func newSharedState(delay, every, turnWait time.Duration) *sharedState {
 	s := &sharedState{base: time.Unix(0, 0), delay: delay.Seconds(), every: every.Seconds(), lastTick: math.Inf(-1)}
 	s.load = pickerload.New(pickerload.Config{Now: s.clock})
 	s.picks = provisional.New(provisional.Config{Now: s.clock})
+	if turnWait > 0 {
+		s.turns, s.turnWait = turns.New(turns.Config{Now: s.clock}), turnWait.Seconds()
+	}
 	return s
+}
+
+// takeTurn is picker's lookup at virtual time t taking a turn at the node
+// (turns.Table.Wait on the virtual clock): while another picker's turn is
+// outstanding, the shared state moves on to the next event that may end
+// it (a push's arrival, or the turn's lapse), at most turnWait after t.
+// It returns the turn (0: none, the wait ran out) and the wait (s); the
+// shared state is then at t + wait.
+func (s *sharedState) takeTurn(picker string, t float64) (uint64, float64) {
+	at := t
+	for {
+		id, busy, lapse := s.turns.Take(BenchModel, picker)
+		if busy == nil {
+			return id, at - t
+		}
+		next := lapse.Sub(s.base).Seconds()
+		if p, ok := s.pending.peek(); ok && p < next {
+			next = p
+		}
+		if end := t + s.turnWait; next > end {
+			s.advance(end)
+			return 0, end - t
+		}
+		// Through next: a push arriving at next is what ends the wait.
+		at = math.Nextafter(next, math.Inf(1))
+		s.advance(at)
+	}
 }
 
 // clock is the stores' clock: the virtual time as a time.Time.
@@ -89,6 +126,9 @@ func (s *sharedState) advance(t float64) {
 		}
 		if p.picks != nil {
 			_, _ = s.picks.Apply(*p.picks)
+			if s.turns != nil && len(p.settle) > 0 {
+				s.turns.Settle(p.picks.PickerID, p.settle)
+			}
 		}
 	})
 	s.now = t

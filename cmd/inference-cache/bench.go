@@ -16,28 +16,29 @@ import (
 	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/engine"
 	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/turns"
 )
 
 type benchOptions struct {
-	trace, encoding, visibility, plot string
-	engines, cacheBlocks, requests    int
-	cacheFraction                     float64
-	prefillTPS, decodeTPS             float64
-	strategies, addrs                 []string
-	sweep                             []int
-	jsonOut, noProgress               bool
-	v2Fallbacks                       []string
-	seed                              uint64
-	genRequests                       int
-	lookupTimeout, scrape, subScrape  time.Duration
-	reportInterval                    time.Duration
-	eventDelay                        time.Duration
-	gateways                          int
-	shareDelay, dynamoSyncDelay       time.Duration
-	noProvisional                     bool
-	logLevel                          string
-	live                              liveOptions
-	security                          clientSecurityFlags
+	trace, encoding, visibility, plot     string
+	engines, cacheBlocks, requests        int
+	cacheFraction                         float64
+	prefillTPS, decodeTPS                 float64
+	strategies, addrs                     []string
+	sweep                                 []int
+	jsonOut, noProgress                   bool
+	v2Fallbacks                           []string
+	seed                                  uint64
+	genRequests                           int
+	lookupTimeout, scrape, subScrape      time.Duration
+	reportInterval                        time.Duration
+	eventDelay                            time.Duration
+	gateways                              int
+	shareDelay, dynamoSyncDelay, turnWait time.Duration
+	noProvisional                         bool
+	logLevel                              string
+	live                                  liveOptions
+	security                              clientSecurityFlags
 }
 
 // benchLong is bench's help: the strategies, the fleet, the time model and the cluster.
@@ -123,6 +124,7 @@ func (o *benchOptions) register(cmd *cobra.Command) {
 	f.DurationVar(&o.eventDelay, "event-delay", bench.DefaultEventDelay, "virtual delay from a KV event's publication to its visibility (--visibility delay)")
 	f.IntVar(&o.gateways, "gateways", 1, "gateway instances the requests are split over (round robin), each with its own router state; with --live, that many proxy processes (1 to 8) on one cluster, and the picker also run behind one proxy as the baseline")
 	f.DurationVar(&o.reportInterval, "report-interval", bench.DefaultReportInterval, "how often, in virtual time, each lookuproute-sdk gateway sends its full state (load and live picks) for repair, besides its pushes on every change (--gateways > 1)")
+	f.DurationVar(&o.turnWait, "turn-wait", turns.DefaultWait, "bound on a lookuproute-sdk gateway's wait for its turn at the node that orders several gateways' picks (--gateways > 1; contract §5.13); negative: no turns (an ablation)")
 	f.DurationVar(&o.shareDelay, "share-delay", bench.DefaultShareDelay, "virtual delay from a lookuproute-sdk gateway's push (pick, first token, end) to every node's lookups (--gateways > 1; the default is the design bound, above the live push-to-visible p50 of 0.7 ms and p99 of 3.4 ms measured on a 2-core machine, BENCHMARKS.md)")
 	f.BoolVar(&o.noProvisional, "no-provisional", false, "ablation: lookuproute-sdk and picker-indexer without provisional residencies (no local table, no shared picks)")
 	f.DurationVar(&o.dynamoSyncDelay, "dynamo-sync-delay", bench.DefaultDynamoSyncDelay, "virtual delay of dynamo-sync-nats's replica sync (one NATS hop); dynamo-sync is the same at zero delay")
@@ -169,7 +171,7 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
 			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, SubscriberScrape: o.subScrape, Logger: log,
 			EventDelay: o.eventDelay, Gateways: o.gateways, ReportInterval: o.reportInterval,
-			ShareDelay: o.shareDelay, DynamoSyncDelay: o.dynamoSyncDelay, NoProvisional: o.noProvisional,
+			ShareDelay: o.shareDelay, TurnWait: o.turnWait, DynamoSyncDelay: o.dynamoSyncDelay, NoProvisional: o.noProvisional,
 			V2NoTenantHot: noTenantHot, V2NoAffinity: noAffinity,
 		}
 		if !o.noProgress {
