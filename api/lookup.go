@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -84,7 +85,14 @@ func (sc *lookupScratch) reset() {
 // state, and names in detail a clock offset to the leader over
 // LookupClockOffsetBound.
 func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (resp *pb.LookupRouteResponse, _ error) {
+	// The turn comes first: the answer is read once it is this picker's
+	// turn, from a state that holds the picks of the turns before it, and
+	// the lookup's own budget counts from then.
+	turn, waited := s.takeTurn(ctx, req)
 	start := s.now()
+	defer func() {
+		resp.Turn, resp.TurnWaitUs = turn, uint32(min(waited.Microseconds(), math.MaxUint32))
+	}()
 	resp = &pb.LookupRouteResponse{}
 	sc := scratchPool.Get().(*lookupScratch)
 	var el time.Duration // measured after ranking; saves a clock read
@@ -120,6 +128,26 @@ func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (
 		resp.Detail += " (stale: " + staleReason + ")"
 	}
 	return resp, nil
+}
+
+// maxTurnKeyBytes bounds the picker and model ids a turn is kept under;
+// a lookup naming longer ones takes no turn.
+const maxTurnKeyBytes = 256
+
+// takeTurn takes the lookup's turn (contract §5.13) when it asks for one
+// with a picker id and this node orders picks: at most the node's turn
+// wait, and at most half of what is left of the call's deadline, so the
+// lookup itself still has time. (0, 0) when no turn is asked for.
+func (s *Service) takeTurn(ctx context.Context, req *pb.LookupRouteRequest) (uint64, time.Duration) {
+	picker, model := req.GetPickerId(), req.GetModelId()
+	if !req.GetTakeTurn() || s.turns == nil || picker == "" || len(picker) > maxTurnKeyBytes || len(model) > maxTurnKeyBytes {
+		return 0, 0
+	}
+	bound := s.turnWait
+	if dl, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(dl)/2)
+	}
+	return s.turns.Wait(ctx, model, picker, bound)
 }
 
 // fillReadState sets the read-state fields and returns the stale reason;

@@ -18,6 +18,7 @@ import (
 	"github.com/inference-cache/inference-cache/metrics"
 	"github.com/inference-cache/inference-cache/raftnode"
 	"github.com/inference-cache/inference-cache/tokenizer"
+	"github.com/inference-cache/inference-cache/turns"
 )
 
 // ServerConfig assembles the gRPC server of one node.
@@ -26,6 +27,10 @@ type ServerConfig struct {
 	Node *raftnode.Node
 	// GRPCAddr is this node's advertised gRPC address (reported by Status).
 	GRPCAddr string
+	// TurnWait bounds a lookup's wait for its turn among the pickers
+	// (contract §5.13); 0 = turns.DefaultWait, < 0 = lookups take no
+	// turns.
+	TurnWait time.Duration
 	// Tokenizer for prompt_text lookups; nil = NO_HINT with a detail.
 	// When it is also a Preloader (tokenizer.Registry is), NewServer
 	// preloads it and the node reports ready only once that finished or
@@ -151,6 +156,14 @@ func baseOptions() []grpc.ServerOption {
 	}
 }
 
+// newTurns is the node's turn table, nil when cfg turns turns off.
+func newTurns(cfg ServerConfig) *turns.Table {
+	if cfg.TurnWait < 0 {
+		return nil
+	}
+	return turns.New(turns.Config{Now: cfg.Now})
+}
+
 // NewServer builds the gRPC server of cfg.Node with the message size limit
 // MaxMessageBytes, at most MaxConcurrentStreams RPCs per connection,
 // keepalive enforcement (KeepaliveMinTime) and settings suited to
@@ -158,7 +171,7 @@ func baseOptions() []grpc.ServerOption {
 func NewServer(cfg ServerConfig) *Server {
 	gs := grpc.NewServer(serverOptions(cfg)...)
 	svc := NewService(Config{Backend: NewNodeBackend(cfg.Node), Tokenizer: cfg.Tokenizer, Metrics: cfg.Metrics, Logger: cfg.Logger, Now: cfg.Now, ClockTrusted: cfg.ClockTrusted,
-		PickerLoad: cfg.Node, Positions: cfg.Node, Provisional: cfg.Node})
+		PickerLoad: cfg.Node, Positions: cfg.Node, Provisional: cfg.Node, Turns: newTurns(cfg), TurnWait: cfg.TurnWait})
 	pb.RegisterInferenceCacheServer(gs, svc)
 	pb.RegisterClusterServer(gs, NewClusterService(cfg.Node, cfg.GRPCAddr, cfg.TmpDir, cfg.Metrics))
 	cfg.Node.RegisterGRPC(gs)

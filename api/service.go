@@ -16,6 +16,7 @@ import (
 	"github.com/inference-cache/inference-cache/metrics"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/raftnode"
+	"github.com/inference-cache/inference-cache/turns"
 )
 
 // Tokenizer turns prompt text into token ids for a model (contract §5.1 key
@@ -95,6 +96,11 @@ type Config struct {
 	// §5.12); nil = SharePicks answers UNIMPLEMENTED and lookups answer
 	// from the confirmed index alone.
 	Provisional Provisional
+	// Turns orders the picks of several pickers at this node (contract
+	// §5.13); nil = a lookup's take_turn is ignored (turn 0).
+	Turns *turns.Table
+	// TurnWait bounds a lookup's wait for its turn; 0 = turns.DefaultWait.
+	TurnWait time.Duration
 	// ClockTrusted reports whether Now may stamp writes (raftnode
 	// Node.ClockTrusted: checked against the cluster's clocks, or not
 	// ahead of the newest observation); while it is false writes are
@@ -124,6 +130,8 @@ type Service struct {
 	pload        PickerLoad
 	pos          Positions
 	prov         Provisional
+	turns        *turns.Table
+	turnWait     time.Duration
 
 	pol   atomic.Pointer[policy.Policy]
 	polAt atomic.Int64 // unix ns of the cached policy
@@ -132,7 +140,10 @@ type Service struct {
 // NewService returns the InferenceCache service for cfg.Backend.
 func NewService(cfg Config) *Service {
 	s := &Service{node: cfg.Backend, tok: cfg.Tokenizer, metrics: cfg.Metrics, log: cfg.Logger, now: cfg.Now, clockTrusted: cfg.ClockTrusted, admit: newAdmission(cfg.Admission),
-		pload: cfg.PickerLoad, pos: cfg.Positions, prov: cfg.Provisional}
+		pload: cfg.PickerLoad, pos: cfg.Positions, prov: cfg.Provisional, turns: cfg.Turns, turnWait: cfg.TurnWait}
+	if s.turnWait <= 0 {
+		s.turnWait = turns.DefaultWait
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

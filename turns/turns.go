@@ -20,6 +20,7 @@ package turns
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -60,6 +61,8 @@ type Table struct {
 	ids   map[uint64]*turn
 	next  uint64
 	stats Stats
+	// waiting counts the Wait calls in progress.
+	waiting atomic.Int64
 }
 
 type turn struct {
@@ -73,7 +76,9 @@ type turn struct {
 // Stats are a Table's counters since it was made.
 type Stats struct {
 	Taken, Settled, Lapsed, Refused uint64
-	Outstanding                     int
+	// Outstanding is the turns held now; Waiting the lookups waiting for
+	// one (Wait) now.
+	Outstanding, Waiting int
 }
 
 // New returns an empty table.
@@ -187,15 +192,20 @@ func (t *Table) Settle(picker string, ids []uint64) int {
 // without a turn, as before turns existed), and how long it waited.
 func (t *Table) Wait(ctx context.Context, key, picker string, bound time.Duration) (id uint64, waited time.Duration) {
 	start := t.cfg.Now()
+	t.waiting.Add(1)
+	defer t.waiting.Add(-1)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
-	for {
+	for first := true; ; first = false {
 		id, busy, lapse := t.Take(key, picker)
 		if busy == nil {
+			if first {
+				return id, 0 // granted at once: no wait
+			}
 			return id, t.cfg.Now().Sub(start)
 		}
 		now := t.cfg.Now()
@@ -223,6 +233,6 @@ func (t *Table) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.stats
-	s.Outstanding = len(t.ids)
+	s.Outstanding, s.Waiting = len(t.ids), int(t.waiting.Load())
 	return s
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/inference-cache/inference-cache/metrics"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/raftnode"
+	"github.com/inference-cache/inference-cache/turns"
 )
 
 // Default ports of a single server; `dev` offsets them by 10 per node.
@@ -46,6 +47,7 @@ type serverOptions struct {
 	fastTiming                               bool
 	raftTiming                               raftTimingFlags
 	deadServerCleanup                        time.Duration
+	turnWait                                 time.Duration
 	applyWorkers                             int
 	shutdownTimeout                          time.Duration
 	subscribeConfig                          string
@@ -109,6 +111,7 @@ by default (the local quick start); see docs/security.md for production.`,
 	f.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof on the HTTP side port")
 	f.BoolVar(&o.fastTiming, "fast-timing", false, "loopback Raft and gossip timings (elections in ~0.3 s; = --raft-timing fast); for dev clusters and tests, not for networks")
 	o.raftTiming.register(f)
+	f.DurationVar(&o.turnWait, "turn-wait", turns.DefaultWait, "bound on a lookup's wait for its turn among several gateways' picks (contract §5.13; take_turn); 0 = lookups take no turns")
 	f.DurationVar(&o.deadServerCleanup, "dead-server-cleanup", 0, "remove servers gossip reports dead for this long (0 = never, else at least 10s); never below 3 voters")
 	f.IntVar(&o.applyWorkers, "apply-workers", 0, "goroutines applying the blocks of a log entry (0 = one per CPU, at most 4; 1 = one); the replicated state does not depend on it")
 	f.StringVar(&o.subscribeConfig, "subscribe-config", "", "run the KV-event subscriber inside this server with this engines YAML (contract §12.6; same format as subscribe --config); SIGHUP reloads it")
@@ -218,6 +221,8 @@ func (o *serverOptions) validate() error {
 		return fmt.Errorf("--shutdown-timeout %v: must be positive", o.shutdownTimeout)
 	case o.applyWorkers < 0:
 		return fmt.Errorf("--apply-workers %d: must be 0 (one per CPU) or positive", o.applyWorkers)
+	case o.turnWait < 0:
+		return fmt.Errorf("--turn-wait %v: must be 0 (no turns) or positive", o.turnWait)
 	case o.deadServerCleanup < 0:
 		return fmt.Errorf("--dead-server-cleanup %v: must be 0 (never) or positive", o.deadServerCleanup)
 	case o.deadServerCleanup > 0 && o.deadServerCleanup < minDeadServerCleanup:

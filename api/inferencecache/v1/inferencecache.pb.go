@@ -227,7 +227,14 @@ type LookupRouteRequest struct {
 	// picker_id names the asking picker when several share the cluster
 	// (ReportPickerLoadRequest.picker_id): ReplicaLoad.others_* then sum the
 	// reports of every picker but this one. Empty: the sum over all pickers.
-	PickerId      string `protobuf:"bytes,15,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`
+	PickerId string `protobuf:"bytes,15,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`
+	// take_turn, with picker_id, takes a turn among the pickers of model_id
+	// at this node (contract §5.13): while another picker's turn there is
+	// outstanding the lookup waits, at most the node's turn wait (15 ms by
+	// default) and never past the call's deadline, and is then answered from
+	// a state that holds that picker's pick. The answer's turn is settled by
+	// the picker's next SharePicks to this node (settled_turns).
+	TakeTurn      bool `protobuf:"varint,16,opt,name=take_turn,json=takeTurn,proto3" json:"take_turn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -365,6 +372,13 @@ func (x *LookupRouteRequest) GetPickerId() string {
 		return x.PickerId
 	}
 	return ""
+}
+
+func (x *LookupRouteRequest) GetTakeTurn() bool {
+	if x != nil {
+		return x.TakeTurn
+	}
+	return false
 }
 
 // ReplicaLoad is one serving replica's queue from its fresh ReplicaStats
@@ -760,7 +774,12 @@ type LookupRouteResponse struct {
 	LastLeaderContactMs uint64                 `protobuf:"varint,7,opt,name=last_leader_contact_ms,json=lastLeaderContactMs,proto3" json:"last_leader_contact_ms,omitempty"`
 	// loads: every replica of the (hash_scheme, model_id) with fresh stats,
 	// replica_id ascending; only with LookupRouteRequest.include_load.
-	Loads         []*ReplicaLoad `protobuf:"bytes,8,rep,name=loads,proto3" json:"loads,omitempty"`
+	Loads []*ReplicaLoad `protobuf:"bytes,8,rep,name=loads,proto3" json:"loads,omitempty"`
+	// turn is the turn the lookup took (take_turn), 0 when none: not asked,
+	// or the wait ran out (the answer is then as without a turn).
+	Turn uint64 `protobuf:"varint,9,opt,name=turn,proto3" json:"turn,omitempty"`
+	// turn_wait_us is how long the lookup waited for its turn (µs).
+	TurnWaitUs    uint32 `protobuf:"varint,10,opt,name=turn_wait_us,json=turnWaitUs,proto3" json:"turn_wait_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -849,6 +868,20 @@ func (x *LookupRouteResponse) GetLoads() []*ReplicaLoad {
 		return x.Loads
 	}
 	return nil
+}
+
+func (x *LookupRouteResponse) GetTurn() uint64 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *LookupRouteResponse) GetTurnWaitUs() uint32 {
+	if x != nil {
+		return x.TurnWaitUs
+	}
+	return 0
 }
 
 type BlockEvent struct {
@@ -2027,7 +2060,11 @@ type SharePicksRequest struct {
 	// itself, at once (0 or 1: this node alone). A node passes the push on
 	// to its peers unless it is at least the number of nodes gossip shows
 	// alive: every node then has a copy of its own.
-	SentToNodes   uint32 `protobuf:"varint,7,opt,name=sent_to_nodes,json=sentToNodes,proto3" json:"sent_to_nodes,omitempty"`
+	SentToNodes uint32 `protobuf:"varint,7,opt,name=sent_to_nodes,json=sentToNodes,proto3" json:"sent_to_nodes,omitempty"`
+	// settled_turns ends the picker's turns (LookupRouteResponse.turn) at
+	// the node that gave them: the pick each was taken for, or none, is
+	// decided and in this push. Other nodes ignore them.
+	SettledTurns  []uint64 `protobuf:"varint,8,rep,packed,name=settled_turns,json=settledTurns,proto3" json:"settled_turns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2109,6 +2146,13 @@ func (x *SharePicksRequest) GetSentToNodes() uint32 {
 		return x.SentToNodes
 	}
 	return 0
+}
+
+func (x *SharePicksRequest) GetSettledTurns() []uint64 {
+	if x != nil {
+		return x.SettledTurns
+	}
+	return nil
 }
 
 type SharePicksResponse struct {
@@ -3536,7 +3580,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"*api/inferencecache/v1/inferencecache.proto\x12\x11inferencecache.v1\"5\n" +
 	"\x03Slo\x12\x17\n" +
 	"\attft_ms\x18\x01 \x01(\rR\x06ttftMs\x12\x15\n" +
-	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\x82\x04\n" +
+	"\x06tbt_ms\x18\x02 \x01(\rR\x05tbtMs\"\x9f\x04\n" +
 	"\x12LookupRouteRequest\x12\x1f\n" +
 	"\vprefix_hash\x18\x01 \x01(\x04R\n" +
 	"prefixHash\x12!\n" +
@@ -3558,7 +3602,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\finclude_load\x18\r \x01(\bR\vincludeLoad\x12\x1d\n" +
 	"\n" +
 	"cache_salt\x18\x0e \x01(\tR\tcacheSalt\x12\x1b\n" +
-	"\tpicker_id\x18\x0f \x01(\tR\bpickerId\"\x91\x03\n" +
+	"\tpicker_id\x18\x0f \x01(\tR\bpickerId\x12\x1b\n" +
+	"\ttake_turn\x18\x10 \x01(\bR\btakeTurn\"\x91\x03\n" +
 	"\vReplicaLoad\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12)\n" +
@@ -3598,7 +3643,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\afactors\x18\n" +
 	" \x01(\v2\x1e.inferencecache.v1.HintFactorsR\afactors\x12 \n" +
 	"\vprovisional\x18\v \x01(\bR\vprovisional\x126\n" +
-	"\x17repeated_prefill_tokens\x18\f \x01(\rR\x15repeatedPrefillTokens\"\xec\x02\n" +
+	"\x17repeated_prefill_tokens\x18\f \x01(\rR\x15repeatedPrefillTokens\"\xa2\x03\n" +
 	"\x13LookupRouteResponse\x12:\n" +
 	"\breplicas\x18\x01 \x03(\v2\x1e.inferencecache.v1.ReplicaHintR\breplicas\x12>\n" +
 	"\vreason_code\x18\x02 \x01(\x0e2\x1d.inferencecache.v1.ReasonCodeR\n" +
@@ -3608,7 +3653,11 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12\x14\n" +
 	"\x05stale\x18\x06 \x01(\bR\x05stale\x123\n" +
 	"\x16last_leader_contact_ms\x18\a \x01(\x04R\x13lastLeaderContactMs\x124\n" +
-	"\x05loads\x18\b \x03(\v2\x1e.inferencecache.v1.ReplicaLoadR\x05loads\"\x84\x04\n" +
+	"\x05loads\x18\b \x03(\v2\x1e.inferencecache.v1.ReplicaLoadR\x05loads\x12\x12\n" +
+	"\x04turn\x18\t \x01(\x04R\x04turn\x12 \n" +
+	"\fturn_wait_us\x18\n" +
+	" \x01(\rR\n" +
+	"turnWaitUs\"\x84\x04\n" +
 	"\n" +
 	"BlockEvent\x126\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\".inferencecache.v1.BlockEvent.KindR\x04kind\x12\x1d\n" +
@@ -3724,7 +3773,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"max_age_ms\x18\n" +
 	" \x01(\rR\bmaxAgeMs\x12#\n" +
 	"\rcached_tokens\x18\v \x01(\rR\fcachedTokens\x12\x1c\n" +
-	"\tprefilled\x18\f \x01(\bR\tprefilled\"\x81\x02\n" +
+	"\tprefilled\x18\f \x01(\bR\tprefilled\"\xa6\x02\n" +
 	"\x11SharePicksRequest\x12\x1b\n" +
 	"\tpicker_id\x18\x01 \x01(\tR\bpickerId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1d\n" +
@@ -3733,7 +3782,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x05picks\x18\x04 \x03(\v2\".inferencecache.v1.ProvisionalPickR\x05picks\x12\x18\n" +
 	"\aremoved\x18\x05 \x03(\x04R\aremoved\x12\x1c\n" +
 	"\tprefilled\x18\x06 \x03(\x04R\tprefilled\x12\"\n" +
-	"\rsent_to_nodes\x18\a \x01(\rR\vsentToNodes\"d\n" +
+	"\rsent_to_nodes\x18\a \x01(\rR\vsentToNodes\x12#\n" +
+	"\rsettled_turns\x18\b \x03(\x04R\fsettledTurns\"d\n" +
 	"\x12SharePicksResponse\x12\x14\n" +
 	"\x05added\x18\x01 \x01(\rR\x05added\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\rR\aremoved\x12\x1e\n" +

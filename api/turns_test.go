@@ -1,0 +1,99 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/internal/poll"
+	"github.com/inference-cache/inference-cache/policy"
+	"github.com/inference-cache/inference-cache/provisional"
+	"github.com/inference-cache/inference-cache/turns"
+)
+
+func turnsSvc(wait time.Duration) (*Service, *turns.Table) {
+	f := &fakeNode{lookup: confirmedOn("", 0), pol: policy.Default()}
+	tb := turns.New(turns.Config{Hold: time.Minute})
+	fp := &fakePicks{store: provisional.New(provisional.Config{})}
+	return NewService(Config{Backend: f, Provisional: fp, Turns: tb, TurnWait: wait}), tb
+}
+
+func turnLookup(picker string, hashes ...uint64) *pb.LookupRouteRequest {
+	r := lookupKey(hashes...)
+	r.PickerId, r.TakeTurn = picker, true
+	return r
+}
+
+// Two gateways' lookups of one instant: the second waits for the first's
+// turn, which the first's push settles, and is answered from a state that
+// holds the first's pick (a provisional hint on its replica).
+func TestLookupRoute_TurnWaitsForTheOtherPickersPick(t *testing.T) {
+	svc, tb := turnsSvc(time.Minute)
+	a, _ := svc.LookupRoute(context.Background(), turnLookup("gw-a", 11, 12, 13))
+	if a.Turn == 0 || a.ReasonCode != pb.ReasonCode_NO_HINT {
+		t.Fatalf("first lookup: turn %d, %v; want a turn and no hint", a.Turn, a.ReasonCode)
+	}
+	got := make(chan *pb.LookupRouteResponse, 1)
+	go func() {
+		b, _ := svc.LookupRoute(context.Background(), turnLookup("gw-b", 11, 12, 13))
+		got <- b
+	}()
+	poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
+		w := tb.Stats().Waiting
+		return w == 1, fmt.Sprintf("%d lookups wait for a turn, want gw-b's", w)
+	})
+	// gw-a's own lookups are not held up by its turn.
+	if own, _ := svc.LookupRoute(context.Background(), turnLookup("gw-a", 11, 12, 13)); own.Turn == 0 || own.TurnWaitUs != 0 {
+		t.Fatalf("gw-a's second lookup: turn %d after %d µs, want one at once", own.Turn, own.TurnWaitUs)
+	}
+	if _, err := svc.SharePicks(context.Background(), &pb.SharePicksRequest{PickerId: "gw-a", Sequence: 1,
+		Picks: []*pb.ProvisionalPick{pickOf(1, "r2", 11, 12, 13)}, SettledTurns: []uint64{a.Turn}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := tb.Stats(); s.Settled != 1 || s.Waiting != 1 {
+		t.Fatalf("after the first settle: %+v, want gw-b still waiting for gw-a's second turn", s)
+	}
+	svc.SharePicks(context.Background(), &pb.SharePicksRequest{PickerId: "gw-a", Sequence: 3, SettledTurns: []uint64{a.Turn + 1}})
+	var b *pb.LookupRouteResponse
+	select {
+	case b = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("gw-b still waits after gw-a's turns were settled")
+	}
+	if b.Turn == 0 || b.TurnWaitUs == 0 || b.ReasonCode != pb.ReasonCode_PREFIX_MATCH || len(b.Replicas) != 1 || b.Replicas[0].ReplicaId != "r2" || !b.Replicas[0].Provisional {
+		t.Fatalf("gw-b: turn %d, %v %v; want a turn and gw-a's pick as a provisional hint on r2", b.Turn, b.ReasonCode, b.Replicas)
+	}
+}
+
+// A turn nobody settles costs the next picker at most the node's turn
+// wait: it is answered then, without a turn. A lookup without take_turn,
+// or without a picker id, never waits.
+func TestLookupRoute_TurnWaitIsBounded(t *testing.T) {
+	svc, _ := turnsSvc(30 * time.Millisecond)
+	svc.LookupRoute(context.Background(), turnLookup("gw-dead", 1, 2))
+	start := time.Now()
+	b, _ := svc.LookupRoute(context.Background(), turnLookup("gw-b", 1, 2))
+	if b.Turn != 0 || b.TurnWaitUs < 30_000 || time.Since(start) < 30*time.Millisecond {
+		t.Fatalf("turn %d after %d µs, want none after the 30 ms wait", b.Turn, b.TurnWaitUs)
+	}
+	for _, r := range []*pb.LookupRouteRequest{lookupKey(1, 2), turnLookup("", 1, 2)} {
+		if got, _ := svc.LookupRoute(context.Background(), r); got.Turn != 0 || got.TurnWaitUs != 0 {
+			t.Fatalf("picker %q take_turn %v: turn %d after %d µs, want neither", r.PickerId, r.TakeTurn, got.Turn, got.TurnWaitUs)
+		}
+	}
+}
+
+// settled_turns past the bound is refused naming the field and the limit.
+func TestSharePicks_SettledTurnsBound(t *testing.T) {
+	svc, _ := turnsSvc(0)
+	_, err := svc.SharePicks(context.Background(), &pb.SharePicksRequest{PickerId: "gw", Sequence: 1, SettledTurns: make([]uint64, MaxSettledTurns+1)})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "settled_turns") || !strings.Contains(err.Error(), "1024") {
+		t.Fatalf("err %v, want INVALID_ARGUMENT naming settled_turns and 1024", err)
+	}
+}
