@@ -134,9 +134,13 @@ func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (
 // a lookup naming longer ones takes no turn.
 const maxTurnKeyBytes = 256
 
+// turnMargin is what a turn's wait leaves of the call's deadline: the
+// lookup itself and its answer's way back to the gateway.
+const turnMargin = 5 * time.Millisecond
+
 // takeTurn takes the lookup's turn (contract §5.13) when it asks for one
 // with a picker id and this node orders picks: at most the node's turn
-// wait, and at most half of what is left of the call's deadline, so the
+// wait, and never into the last turnMargin of the call's deadline, so the
 // lookup itself still has time. (0, 0) when no turn is asked for.
 func (s *Service) takeTurn(ctx context.Context, req *pb.LookupRouteRequest) (uint64, time.Duration) {
 	picker, model := req.GetPickerId(), req.GetModelId()
@@ -145,7 +149,7 @@ func (s *Service) takeTurn(ctx context.Context, req *pb.LookupRouteRequest) (uin
 	}
 	bound := s.turnWait
 	if dl, ok := ctx.Deadline(); ok {
-		bound = min(bound, time.Until(dl)/2)
+		bound = min(bound, time.Until(dl)-turnMargin)
 	}
 	return s.turns.Wait(ctx, model, picker, bound)
 }

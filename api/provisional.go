@@ -24,10 +24,6 @@ type Provisional interface {
 	Provisional() *provisional.Store
 }
 
-// MaxSettledTurns bounds SharePicksRequest.settled_turns (contract
-// §5.13): a picker settles one turn per decision, and pushes every few.
-const MaxSettledTurns = 1024
-
 // ErrNoProvisional is SharePicks' answer on a service built without a
 // Provisional (Config.Provisional nil).
 var ErrNoProvisional = status.Error(codes.Unimplemented, "this server holds no provisional residencies (built without Config.Provisional)")
@@ -44,15 +40,7 @@ func (s *Service) SharePicks(_ context.Context, req *pb.SharePicksRequest) (*pb.
 	if s.prov == nil {
 		return nil, ErrNoProvisional
 	}
-	if n := len(req.GetSettledTurns()); n > MaxSettledTurns {
-		return nil, status.Errorf(codes.InvalidArgument, "settled_turns: %d turns, at most %d", n, MaxSettledTurns)
-	}
 	res, err := s.prov.SharePicks(req)
-	if s.turns != nil && len(req.GetSettledTurns()) > 0 {
-		// After the apply: a lookup waiting on one of these turns then
-		// reads the picks. A refused push ends its turns too.
-		s.turns.Settle(req.GetPickerId(), req.GetSettledTurns())
-	}
 	if err != nil {
 		return nil, StatusFromError(err)
 	}

@@ -153,6 +153,15 @@ func NewService(cfg Config) *Service {
 	return s
 }
 
+// TurnStats are the counters of the node's turn table (contract §5.13);
+// zero when lookups take no turns.
+func (s *Service) TurnStats() turns.Stats {
+	if s.turns == nil {
+		return turns.Stats{}
+	}
+	return s.turns.Stats()
+}
+
 // policy returns the cached policy, refreshed every policyRefresh.
 func (s *Service) policy(at time.Time) *policy.Policy {
 	now := at.UnixNano()

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/provisional"
@@ -18,15 +19,21 @@ import (
 )
 
 func turnsSvc(wait time.Duration) (*Service, *turns.Table) {
-	f := &fakeNode{lookup: confirmedOn("", 0), pol: policy.Default()}
+	// No confirmed match; fresh stats for r1 and r2.
+	f := &fakeNode{pol: policy.Default(), lookup: func(req *index.LookupRequest, res *index.Result) {
+		confirmedOn("", 0)(req, res)
+		if req.IncludeLoad {
+			res.Loads = append(res.Loads, index.Load{ReplicaID: "r1"}, index.Load{ReplicaID: "r2"})
+		}
+	}}
 	tb := turns.New(turns.Config{Hold: time.Minute})
 	fp := &fakePicks{store: provisional.New(provisional.Config{})}
-	return NewService(Config{Backend: f, Provisional: fp, Turns: tb, TurnWait: wait}), tb
+	return NewService(Config{Backend: f, Provisional: fp, PickerLoad: newFakeShare(0), Turns: tb, TurnWait: wait}), tb
 }
 
 func turnLookup(picker string, hashes ...uint64) *pb.LookupRouteRequest {
 	r := lookupKey(hashes...)
-	r.PickerId, r.TakeTurn = picker, true
+	r.PickerId, r.TakeTurn, r.IncludeLoad = picker, true, true
 	return r
 }
 
@@ -53,13 +60,23 @@ func TestLookupRoute_TurnWaitsForTheOtherPickersPick(t *testing.T) {
 		t.Fatalf("gw-a's second lookup: turn %d after %d µs, want one at once", own.Turn, own.TurnWaitUs)
 	}
 	if _, err := svc.SharePicks(context.Background(), &pb.SharePicksRequest{PickerId: "gw-a", Sequence: 1,
-		Picks: []*pb.ProvisionalPick{pickOf(1, "r2", 11, 12, 13)}, SettledTurns: []uint64{a.Turn}}); err != nil {
+		Picks: []*pb.ProvisionalPick{pickOf(1, "r2", 11, 12, 13)}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := tb.Stats(); s.Settled != 0 || s.Waiting != 1 {
+		t.Fatalf("after the picks push: %+v, want gw-b waiting for the load report that settles", s)
+	}
+	if _, err := svc.ReportPickerLoad(context.Background(), &pb.ReportPickerLoadRequest{PickerId: "gw-a", Sequence: 1, IntervalMs: 1000,
+		Loads: []*pb.PickerReplicaLoad{{ReplicaId: "r2", PrefillingRequests: 1, PrefillTokens: 48}}, SettledTurns: []uint64{a.Turn}}); err != nil {
 		t.Fatal(err)
 	}
 	if s := tb.Stats(); s.Settled != 1 || s.Waiting != 1 {
 		t.Fatalf("after the first settle: %+v, want gw-b still waiting for gw-a's second turn", s)
 	}
-	svc.SharePicks(context.Background(), &pb.SharePicksRequest{PickerId: "gw-a", Sequence: 3, SettledTurns: []uint64{a.Turn + 1}})
+	// A report is the picker's whole load: its second pick decided
+	// nothing new here.
+	svc.ReportPickerLoad(context.Background(), &pb.ReportPickerLoadRequest{PickerId: "gw-a", Sequence: 2, IntervalMs: 1000,
+		Loads: []*pb.PickerReplicaLoad{{ReplicaId: "r2", PrefillingRequests: 1, PrefillTokens: 48}}, SettledTurns: []uint64{a.Turn + 1}})
 	var b *pb.LookupRouteResponse
 	select {
 	case b = <-got:
@@ -68,6 +85,9 @@ func TestLookupRoute_TurnWaitsForTheOtherPickersPick(t *testing.T) {
 	}
 	if b.Turn == 0 || b.TurnWaitUs == 0 || b.ReasonCode != pb.ReasonCode_PREFIX_MATCH || len(b.Replicas) != 1 || b.Replicas[0].ReplicaId != "r2" || !b.Replicas[0].Provisional {
 		t.Fatalf("gw-b: turn %d, %v %v; want a turn and gw-a's pick as a provisional hint on r2", b.Turn, b.ReasonCode, b.Replicas)
+	}
+	if len(b.Loads) != 2 || b.Loads[1].ReplicaId != "r2" || b.Loads[1].OthersPrefillTokens != 48 || b.Loads[0].OthersPrefillTokens != 0 {
+		t.Fatalf("gw-b's loads %v, want gw-a's 48 prefill tokens on r2", b.Loads)
 	}
 }
 
@@ -90,9 +110,9 @@ func TestLookupRoute_TurnWaitIsBounded(t *testing.T) {
 }
 
 // settled_turns past the bound is refused naming the field and the limit.
-func TestSharePicks_SettledTurnsBound(t *testing.T) {
+func TestReportPickerLoad_SettledTurnsBound(t *testing.T) {
 	svc, _ := turnsSvc(0)
-	_, err := svc.SharePicks(context.Background(), &pb.SharePicksRequest{PickerId: "gw", Sequence: 1, SettledTurns: make([]uint64, MaxSettledTurns+1)})
+	_, err := svc.ReportPickerLoad(context.Background(), &pb.ReportPickerLoadRequest{PickerId: "gw", Sequence: 1, IntervalMs: 1000, SettledTurns: make([]uint64, MaxSettledTurns+1)})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "settled_turns") || !strings.Contains(err.Error(), "1024") {
 		t.Fatalf("err %v, want INVALID_ARGUMENT naming settled_turns and 1024", err)
 	}

@@ -23,7 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -135,6 +135,7 @@ type Config struct {
 type Client struct {
 	cfg     Config
 	nodes   []*node
+	byAddr  []*node // nodes by address: where turns are taken (LookupRoute)
 	next    atomic.Uint64
 	writeAt atomic.Uint64 // index of the node of the last successful write (StickyWrites)
 	softAt  atomic.Uint64 // index of the node soft state goes to (softStateCall)
@@ -218,9 +219,15 @@ func New(cfg Config) (*Client, error) {
 		c.nodes = append(c.nodes, &node{idx: len(c.nodes), addr: a, cc: cc, ic: pb.NewInferenceCacheClient(cc),
 			cl: pb.NewClusterClient(cc), hc: healthpb.NewHealthClient(cc)})
 	}
-	// Pickers spread their soft state over the nodes; each keeps to one.
-	if len(c.nodes) > 0 {
-		c.softAt.Store(mrand.Uint64N(uint64(len(c.nodes))))
+	// Lookups that take a turn (contract §5.13) go to the first usable
+	// node by address: every gateway listing the same nodes then takes
+	// its turns at the same node.
+	c.byAddr = slices.Clone(c.nodes)
+	slices.SortFunc(c.byAddr, func(a, b *node) int { return strings.Compare(a.addr, b.addr) })
+	// Soft state goes to the same node at first: its load reports settle
+	// the turns its lookups take there (contract §5.13).
+	if len(c.byAddr) > 0 {
+		c.softAt.Store(uint64(c.byAddr[0].idx))
 	}
 	return c, nil
 }
@@ -251,6 +258,10 @@ func (c *Client) Stats() Stats {
 // refused token: no retry, no node blamed), it returns a NO_HINT response
 // whose Detail is "client: <code>: <message>; failing open" (counted in
 // Stats.FailOpen).
+//
+// A lookup that takes a turn (take_turn, contract §5.13) goes to the first
+// usable node by address, so that every gateway listing the same nodes
+// takes its turns at one node.
 func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *pb.LookupRouteResponse {
 	c.lookups.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.LookupTimeout)
@@ -258,7 +269,11 @@ func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *p
 	var lastErr error
 	var prev *node
 	for attempt := 0; attempt < 2; attempt++ {
-		n, probe := c.pick(lookupTrack, c.next.Add(1), prev, c.cfg.LookupTimeout)
+		list, start := c.nodes, c.next.Add(1)
+		if req.GetTakeTurn() {
+			list, start = c.byAddr, 0
+		}
+		n, probe := c.pickIn(list, lookupTrack, start, prev, c.cfg.LookupTimeout)
 		if attempt > 0 {
 			c.lookupRetries.Add(1)
 		}

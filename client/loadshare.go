@@ -132,6 +132,9 @@ type LoadShare struct {
 	kick chan struct{} // Kick: report now
 	once sync.Once
 
+	mu      sync.Mutex
+	settled []uint64 // turns for the next report (Settle)
+
 	sent, failed, superseded atomic.Uint64
 	warnAt, dupWarnAt        time.Time
 }
@@ -187,6 +190,38 @@ func (s *LoadShare) Kick() {
 	}
 }
 
+// Settle queues the end of a turn the picker's lookup took (contract
+// §5.13: LookupRouteResponse.turn) for the next report, and asks for it
+// now: the report then carries the load of the request the turn decided.
+// It never blocks. A settle lost with a failed report costs the other
+// pickers at most the node's turn wait, once; past maxQueuedSettles
+// queued, the oldest is dropped.
+func (s *LoadShare) Settle(turn uint64) {
+	if turn == 0 {
+		return
+	}
+	s.mu.Lock()
+	if len(s.settled) >= maxQueuedSettles {
+		s.settled = s.settled[1:]
+	}
+	s.settled = append(s.settled, turn)
+	s.mu.Unlock()
+	s.Kick()
+}
+
+// maxQueuedSettles bounds the turns waiting for a report (the node's
+// limit per report, api.MaxSettledTurns).
+const maxQueuedSettles = 1024
+
+// takeSettled returns the queued turns and empties the queue.
+func (s *LoadShare) takeSettled() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.settled
+	s.settled = nil
+	return t
+}
+
 // Stats returns the counters.
 func (s *LoadShare) Stats() LoadShareStats {
 	return LoadShareStats{Sent: s.sent.Load(), Failed: s.failed.Load(), Superseded: s.superseded.Load()}
@@ -217,22 +252,22 @@ func (s *LoadShare) run() {
 	}()
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	s.report(stopped, s.cfg.Interval, s.load())
+	s.report(stopped, s.cfg.Interval, s.takeSettled(), s.load())
 	for {
 		select {
 		case <-s.stop:
-			s.report(context.Background(), min(s.cfg.Interval, loadShareStopTimeout), nil)
+			s.report(context.Background(), min(s.cfg.Interval, loadShareStopTimeout), s.takeSettled(), nil)
 			return
 		case <-t.C:
 			if stopped.Err() != nil {
 				continue // Stop was called: the case above ends the loop
 			}
-			s.report(stopped, s.cfg.Interval, s.load())
+			s.report(stopped, s.cfg.Interval, s.takeSettled(), s.load())
 		case <-s.kick:
 			if stopped.Err() != nil {
 				continue
 			}
-			s.report(stopped, s.cfg.Interval, s.load())
+			s.report(stopped, s.cfg.Interval, s.takeSettled(), s.load())
 		}
 	}
 }
@@ -245,11 +280,13 @@ func (s *LoadShare) load() []*pb.PickerReplicaLoad {
 	return s.p.InFlight()
 }
 
-// report sends one report bounded by parent and by limit.
-func (s *LoadShare) report(parent context.Context, limit time.Duration, loads []*pb.PickerReplicaLoad) {
+// report sends one report of loads, settling turns, bounded by parent
+// and by limit. The turns are taken before the load is read, so the
+// request each decided is in the load.
+func (s *LoadShare) report(parent context.Context, limit time.Duration, turns []uint64, loads []*pb.PickerReplicaLoad) {
 	s.seq++
 	req := &pb.ReportPickerLoadRequest{PickerId: s.cfg.PickerID, Sequence: s.seq,
-		IntervalMs: uint32(s.cfg.Interval.Milliseconds()), Loads: loads}
+		IntervalMs: uint32(s.cfg.Interval.Milliseconds()), Loads: loads, SettledTurns: turns}
 	ctx, cancel := context.WithTimeout(parent, limit)
 	resp, err := s.to.ReportPickerLoad(ctx, req)
 	cancel()

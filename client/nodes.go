@@ -104,10 +104,15 @@ func (b *backoff) claim(now time.Time, hold time.Duration) (usable, probe bool) 
 // be nil) is avoided unless it is the only node. hold bounds the call
 // (see backoff.claim).
 func (c *Client) pick(track func(*node) *backoff, start uint64, skip *node, hold time.Duration) (*node, bool) {
+	return c.pickIn(c.nodes, track, start, skip, hold)
+}
+
+// pickIn is pick over list (c.nodes, or c.byAddr).
+func (c *Client) pickIn(list []*node, track func(*node) *backoff, start uint64, skip *node, hold time.Duration) (*node, bool) {
 	now := time.Now()
 	var fallback *node
-	for i := range c.nodes {
-		n := c.nodes[(start+uint64(i))%uint64(len(c.nodes))]
+	for i := range list {
+		n := list[(start+uint64(i))%uint64(len(list))]
 		if n == skip {
 			continue
 		}

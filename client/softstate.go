@@ -14,7 +14,9 @@ import (
 // or a picks push when not sent to every node: SharePicksAll) in a single
 // attempt: what it carries is superseded or repaired by the next report,
 // so it is never retried. Every call goes to one node (softAt: the node
-// of the last call that answered, a random one at first), so that a
+// of the last call that answered, at first the one with the lowest
+// address, where lookups take their turns and the reports settle them,
+// contract §5.13), so that a
 // picker's pushes reach the cluster through one node and its per-peer
 // queues, which pass picks on before reports: every node then learns a
 // pick no later than the load report sent after it, and a lookup never

@@ -140,6 +140,25 @@ func TestSiblingBurst_FourProxies(t *testing.T) {
 	if most < 7 {
 		t.Errorf("the 8 siblings landed %v: at most %d on one replica, want at least 7", byReplica, most)
 	}
+
+	// The proxies took their turns at one node, the first of the list by
+	// address (contract §5.13), and their load reports settled them (a
+	// lookup whose wait ran out on a loaded machine took none).
+	turns := func(outcome string) (sum float64, nodes int) {
+		for _, p := range f.c.procs {
+			if n := metricSum(t, "http://"+p.http+"/metrics", "inferencecache_turns_total", `outcome="`+outcome+`"`); n > 0 {
+				sum, nodes = sum+n, nodes+1
+			}
+		}
+		return sum, nodes
+	}
+	poll.Eventually(t, 10*time.Second, 50*time.Millisecond, func() (bool, string) {
+		taken, at := turns("taken")
+		settled, _ := turns("settled")
+		lapsed, _ := turns("lapsed")
+		return taken >= 2 && at == 1 && settled >= 1 && settled+lapsed == taken,
+			fmt.Sprintf("turns: %v taken at %d nodes, %v settled, %v lapsed; want at least 2 at one node, settled by the load reports", taken, at, settled, lapsed)
+	})
 }
 
 // burstPrefix is a system prompt of more than 4,000 tokens that no

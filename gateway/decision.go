@@ -45,6 +45,11 @@ type Decision struct {
 	// none); Lookup how long the lookup took (0 when not asked).
 	LookupDetail string
 	Lookup       time.Duration
+	// Turn says the lookup took a turn among the pickers (contract
+	// §5.13); TurnWait is how long it waited at the node for it (or, with
+	// Turn false, before the wait ran out).
+	Turn     bool
+	TurnWait time.Duration
 	// Costs are the picker's cost terms of every candidate, in the
 	// request's candidate order (StrategyPicker only).
 	Costs []client.PickCost
@@ -63,6 +68,7 @@ type Decision struct {
 	hashes     []uint64               // the key's block hashes (nil without a key)
 	peer       *peerPick              // Dynamo's pending request; nil for the other strategies
 	key        *pb.LookupRouteRequest // the lookup's key; nil without one
+	turn       uint64                 // the lookup's turn (contract §5.13), settled by the first Start; 0 = none
 }
 
 // choose sets the pick to candidate i and orders the fallbacks.
@@ -136,6 +142,11 @@ func (d *Decision) Start(replica string) *Flight {
 	// leave the load out until the pick is pushed (unshared.go).
 	g.prov.order.Lock()
 	f.pickID = g.recordPick(d, replica)
+	// The lookup's turn (contract §5.13) is settled by the load report
+	// that carries this request's load: after the pick's push when the
+	// ledger holds the load for it, else the next one.
+	turn := d.turn
+	d.turn = 0
 	if g.cfg.Strategy == StrategyPicker {
 		uncached := d.PromptTokens
 		for i := range d.Costs {
@@ -148,11 +159,14 @@ func (d *Decision) Start(replica string) *Flight {
 		} else {
 			f.in = g.picker.StartOn(replica, uncached)
 		}
-		if g.share != nil {
-			g.prov.holdLoad(f.pickID, replica, float64(max(0, uncached)))
+		if g.share != nil && g.prov.holdLoad(f.pickID, replica, float64(max(0, uncached)), turn) {
+			turn = 0
 		}
 	}
 	g.prov.order.Unlock()
+	if turn != 0 && g.share != nil {
+		g.share.Settle(turn)
+	}
 	f.peer = d.startPeer(replica)
 	if g.share != nil && (f.pickID == 0 || g.prov.push == nil) {
 		// The load delta goes out now, not at the next tick; a pushed

@@ -349,6 +349,9 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, ad
 	lr := &pb.LookupRouteRequest{ModelId: req.Model, TenantId: g.cfg.TenantID, AdapterId: adapter,
 		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(hints, maxReplicas)),
 		PickerId: g.PickerID()}
+	// A gateway that pushes its picks takes a turn among the pickers
+	// (contract §5.13); its push of this pick settles it (Decision.Start).
+	lr.TakeTurn = lr.PickerId != "" && g.prov.push != nil
 	if err := client.Fingerprint(lr, p.TokenIDs, bs); err != nil {
 		d.NoKey = err
 		return nil, nil
@@ -384,6 +387,8 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, ad
 		return nil, nil
 	}
 	d.LookupDetail = resp.GetDetail()
+	d.turn = resp.GetTurn()
+	d.Turn, d.TurnWait = d.turn != 0, time.Duration(resp.GetTurnWaitUs())*time.Microsecond
 	return resp, nil
 }
 

@@ -100,7 +100,12 @@ func (g *Gateway) startProvisional() error {
 		pc.PickerID = p.id
 		if share := g.share; share != nil && pc.AfterDelta == nil {
 			// The pick's load goes out once the pick is pushed.
-			pc.AfterDelta = func(ids []uint64) { p.pushed(ids); share.Kick() }
+			pc.AfterDelta = func(ids []uint64) {
+				for _, t := range p.pushed(ids) {
+					share.Settle(t)
+				}
+				share.Kick()
+			}
 		}
 		var err error
 		if p.push, err = client.StartPickShare(to, func(within time.Duration) []provisional.Pick { return p.table.Live(p.id, within) }, pc); err != nil {

@@ -278,14 +278,14 @@ func TestUnsharedLedger_DropsPicksWhosePushNeverCame(t *testing.T) {
 	p := &g.prov
 	p.order.Lock()
 	for id := uint64(1); id <= 10; id++ {
-		p.holdLoad(id, "a", 100)
+		p.holdLoad(id, "a", 100, 0)
 	}
 	for id, u := range p.unshared {
 		u.at = u.at.Add(-2 * unsharedMaxAge) // never pushed
 		p.unshared[id] = u
 	}
 	for id := uint64(11); id < 11+unsharedSweepEvery; id++ {
-		p.holdLoad(id, "b", 100)
+		p.holdLoad(id, "b", 100, 0)
 	}
 	for id := uint64(1); id <= 10; id++ {
 		if _, ok := p.unshared[id]; ok {

@@ -20,6 +20,7 @@ type unsharedPick struct {
 	replica string
 	tokens  float64
 	at      time.Time
+	turn    uint64 // the lookup's turn (contract §5.13), settled with the report after the push; 0 = none
 }
 
 // unsharedMaxAge drops a ledger entry whose push never came (the push
@@ -27,11 +28,12 @@ type unsharedPick struct {
 // load is reported like any other.
 const unsharedMaxAge = 2 * time.Second
 
-// holdLoad puts the pick id's load in the ledger; called by
-// Decision.Start under prov.order's write lock.
-func (p *provState) holdLoad(id uint64, replica string, tokens float64) {
+// holdLoad puts the pick id's load in the ledger, with the turn its
+// lookup took, and reports whether it did; called by Decision.Start
+// under prov.order's write lock.
+func (p *provState) holdLoad(id uint64, replica string, tokens float64, turn uint64) bool {
 	if p.push == nil || id == 0 {
-		return
+		return false
 	}
 	if p.unshared == nil {
 		p.unshared = map[uint64]unsharedPick{}
@@ -46,7 +48,8 @@ func (p *provState) holdLoad(id uint64, replica string, tokens float64) {
 			}
 		}
 	}
-	p.unshared[id] = unsharedPick{replica: replica, tokens: tokens, at: now}
+	p.unshared[id] = unsharedPick{replica: replica, tokens: tokens, at: now, turn: turn}
+	return true
 }
 
 // unsharedSweepEvery is how many picks holdLoad records between sweeps
@@ -56,12 +59,18 @@ const unsharedSweepEvery = 1024
 
 // pushed takes the picks a push carried out of the ledger
 // (client.PickShareConfig.AfterDelta).
-func (p *provState) pushed(ids []uint64) {
+// It returns the turns of those picks, to be settled by the report that
+// now carries their load.
+func (p *provState) pushed(ids []uint64) (turns []uint64) {
 	p.order.Lock()
 	for _, id := range ids {
+		if u, ok := p.unshared[id]; ok && u.turn != 0 {
+			turns = append(turns, u.turn)
+		}
 		delete(p.unshared, id)
 	}
 	p.order.Unlock()
+	return turns
 }
 
 // sharedLoad is the load the gateway reports (client.LoadShareConfig.Load):

@@ -86,6 +86,11 @@ type NodeInfo struct {
 	// ProvisionalBlocks is the (pick, block) entries held now (bounded by
 	// the node's limit, 1,048,576 by default), ProvisionalHeld the picks.
 	ProvisionalBlocks, ProvisionalHeld int
+	// The pickers' turns at this node (contract §5.13), since start:
+	// taken by lookups, settled by load reports, lapsed unsettled,
+	// refused past the table's bound; outstanding and waiting now.
+	TurnsTaken, TurnsSettled, TurnsLapsed, TurnsRefused uint64
+	TurnsOutstanding, TurnsWaiting                      int
 }
 
 // States lists the values of NodeInfo.State, each exported as one series of
@@ -148,6 +153,9 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"picksOut":      desc("provisional_picks_total", "Provisional residencies by outcome: added, removed (by their picker), confirmed (the engines' events reached the index), expired (max age), ignored (held, removed or superseded already).", "outcome"),
 		"provBlocks":    desc("provisional_blocks", "(pick, block) entries of provisional residencies held in memory; pushes past the node's limit are refused."),
 		"provPicks":     desc("provisional_picks", "Provisional residencies (picks) this node holds."),
+		"turns":         desc("turns_total", "Pickers' turns at this node (contract §5.13) by outcome: taken (a lookup's), settled (by the picker's load report), lapsed (unsettled past the hold), refused (past the table's bound).", "outcome"),
+		"turnsOut":      desc("turns_outstanding", "Pickers' turns taken at this node and not yet settled or lapsed."),
+		"turnsWaiting":  desc("turns_waiting", "Lookups waiting for their turn at this node."),
 	}}
 	m.Registry.MustRegister(c)
 }
@@ -228,4 +236,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	g("provBlocks", float64(in.ProvisionalBlocks))
 	g("provPicks", float64(in.ProvisionalHeld))
+	for o, v := range map[string]uint64{"taken": in.TurnsTaken, "settled": in.TurnsSettled, "lapsed": in.TurnsLapsed, "refused": in.TurnsRefused} {
+		ch <- prometheus.MustNewConstMetric(c.d["turns"], prometheus.CounterValue, float64(v), o)
+	}
+	g("turnsOut", float64(in.TurnsOutstanding))
+	g("turnsWaiting", float64(in.TurnsWaiting))
 }

@@ -37,6 +37,6 @@ func (p *Proxy) logDecision(d *gateway.Decision) {
 		}
 	}
 	p.log.Debug("routing decision", "replica", d.Replica, "reason", d.Reason, "provisional", d.Provisional,
-		"prompt_tokens", d.PromptTokens, "matched_tokens", d.MatchedTokens, "lookup", d.Lookup, "fail_open", d.FailOpen,
+		"prompt_tokens", d.PromptTokens, "matched_tokens", d.MatchedTokens, "lookup", d.Lookup, "turn", d.Turn, "turn_wait", d.TurnWait, "fail_open", d.FailOpen,
 		"candidates", b.String())
 }

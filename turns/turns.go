@@ -228,10 +228,15 @@ func (t *Table) Wait(ctx context.Context, key, picker string, bound time.Duratio
 	}
 }
 
-// Stats returns the counters and the turns outstanding now.
+// Stats returns the counters and the turns outstanding now, the lapsed
+// ones ended first.
 func (t *Table) Stats() Stats {
+	now := t.cfg.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	for key := range t.keys {
+		t.expire(key, now)
+	}
 	s := t.stats
 	s.Outstanding, s.Waiting = len(t.ids), int(t.waiting.Load())
 	return s

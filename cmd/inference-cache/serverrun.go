@@ -206,6 +206,9 @@ func (r *serverRun) serve(lis, httpLis net.Listener, adv advertised, sec *server
 	m.RegisterNode(func() metrics.NodeInfo {
 		info := nodeInfo(node)
 		info.Serving = r.srv.Ready() // node_serving is what /readyz reports
+		ts := r.srv.Service.TurnStats()
+		info.TurnsTaken, info.TurnsSettled, info.TurnsLapsed, info.TurnsRefused = ts.Taken, ts.Settled, ts.Lapsed, ts.Refused
+		info.TurnsOutstanding, info.TurnsWaiting = ts.Outstanding, ts.Waiting
 		return info
 	})
 	go func() { r.serveErr <- r.srv.GRPC.Serve(lis) }()

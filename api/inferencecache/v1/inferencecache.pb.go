@@ -232,8 +232,9 @@ type LookupRouteRequest struct {
 	// at this node (contract §5.13): while another picker's turn there is
 	// outstanding the lookup waits, at most the node's turn wait (15 ms by
 	// default) and never past the call's deadline, and is then answered from
-	// a state that holds that picker's pick. The answer's turn is settled by
-	// the picker's next SharePicks to this node (settled_turns).
+	// a state that holds that picker's pick and its load. The answer's turn
+	// is settled by the picker's load report to this node that follows the
+	// pick (ReportPickerLoadRequest.settled_turns).
 	TakeTurn      bool `protobuf:"varint,16,opt,name=take_turn,json=takeTurn,proto3" json:"take_turn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1527,11 +1528,16 @@ func (x *PickerReplicaLoad) GetRunningRequests() uint32 {
 // ReportPickerLoadRequest replaces everything the node holds for picker_id:
 // a replica left out has no load from this picker.
 type ReportPickerLoadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PickerId      string                 `protobuf:"bytes,1,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`        // required, at most 128 bytes
-	Sequence      uint64                 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`                       // increases per report; older ones are ignored
-	IntervalMs    uint32                 `protobuf:"varint,3,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"` // the picker's report interval; expiry after 2 of them
-	Loads         []*PickerReplicaLoad   `protobuf:"bytes,4,rep,name=loads,proto3" json:"loads,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	PickerId   string                 `protobuf:"bytes,1,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`        // required, at most 128 bytes
+	Sequence   uint64                 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`                       // increases per report; older ones are ignored
+	IntervalMs uint32                 `protobuf:"varint,3,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"` // the picker's report interval; expiry after 2 of them
+	Loads      []*PickerReplicaLoad   `protobuf:"bytes,4,rep,name=loads,proto3" json:"loads,omitempty"`
+	// settled_turns ends the picker's turns (LookupRouteResponse.turn) at
+	// the node that gave them (contract §5.13): the pick each was taken
+	// for, if any, was pushed before this report, and its load is in it.
+	// Other nodes ignore them; at most 1024.
+	SettledTurns  []uint64 `protobuf:"varint,5,rep,packed,name=settled_turns,json=settledTurns,proto3" json:"settled_turns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1590,6 +1596,13 @@ func (x *ReportPickerLoadRequest) GetIntervalMs() uint32 {
 func (x *ReportPickerLoadRequest) GetLoads() []*PickerReplicaLoad {
 	if x != nil {
 		return x.Loads
+	}
+	return nil
+}
+
+func (x *ReportPickerLoadRequest) GetSettledTurns() []uint64 {
+	if x != nil {
+		return x.SettledTurns
 	}
 	return nil
 }
@@ -2060,11 +2073,7 @@ type SharePicksRequest struct {
 	// itself, at once (0 or 1: this node alone). A node passes the push on
 	// to its peers unless it is at least the number of nodes gossip shows
 	// alive: every node then has a copy of its own.
-	SentToNodes uint32 `protobuf:"varint,7,opt,name=sent_to_nodes,json=sentToNodes,proto3" json:"sent_to_nodes,omitempty"`
-	// settled_turns ends the picker's turns (LookupRouteResponse.turn) at
-	// the node that gave them: the pick each was taken for, or none, is
-	// decided and in this push. Other nodes ignore them.
-	SettledTurns  []uint64 `protobuf:"varint,8,rep,packed,name=settled_turns,json=settledTurns,proto3" json:"settled_turns,omitempty"`
+	SentToNodes   uint32 `protobuf:"varint,7,opt,name=sent_to_nodes,json=sentToNodes,proto3" json:"sent_to_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2146,13 +2155,6 @@ func (x *SharePicksRequest) GetSentToNodes() uint32 {
 		return x.SentToNodes
 	}
 	return 0
-}
-
-func (x *SharePicksRequest) GetSettledTurns() []uint64 {
-	if x != nil {
-		return x.SettledTurns
-	}
-	return nil
 }
 
 type SharePicksResponse struct {
@@ -3726,13 +3728,14 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12/\n" +
 	"\x13prefilling_requests\x18\x02 \x01(\rR\x12prefillingRequests\x12%\n" +
 	"\x0eprefill_tokens\x18\x03 \x01(\x04R\rprefillTokens\x12)\n" +
-	"\x10running_requests\x18\x04 \x01(\rR\x0frunningRequests\"\xaf\x01\n" +
+	"\x10running_requests\x18\x04 \x01(\rR\x0frunningRequests\"\xd4\x01\n" +
 	"\x17ReportPickerLoadRequest\x12\x1b\n" +
 	"\tpicker_id\x18\x01 \x01(\tR\bpickerId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1f\n" +
 	"\vinterval_ms\x18\x03 \x01(\rR\n" +
 	"intervalMs\x12:\n" +
-	"\x05loads\x18\x04 \x03(\v2$.inferencecache.v1.PickerReplicaLoadR\x05loads\"V\n" +
+	"\x05loads\x18\x04 \x03(\v2$.inferencecache.v1.PickerReplicaLoadR\x05loads\x12#\n" +
+	"\rsettled_turns\x18\x05 \x03(\x04R\fsettledTurns\"V\n" +
 	"\x18ReportPickerLoadResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\rR\baccepted\x12\x1e\n" +
 	"\n" +
@@ -3773,7 +3776,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"max_age_ms\x18\n" +
 	" \x01(\rR\bmaxAgeMs\x12#\n" +
 	"\rcached_tokens\x18\v \x01(\rR\fcachedTokens\x12\x1c\n" +
-	"\tprefilled\x18\f \x01(\bR\tprefilled\"\xa6\x02\n" +
+	"\tprefilled\x18\f \x01(\bR\tprefilled\"\x81\x02\n" +
 	"\x11SharePicksRequest\x12\x1b\n" +
 	"\tpicker_id\x18\x01 \x01(\tR\bpickerId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1d\n" +
@@ -3782,8 +3785,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x05picks\x18\x04 \x03(\v2\".inferencecache.v1.ProvisionalPickR\x05picks\x12\x18\n" +
 	"\aremoved\x18\x05 \x03(\x04R\aremoved\x12\x1c\n" +
 	"\tprefilled\x18\x06 \x03(\x04R\tprefilled\x12\"\n" +
-	"\rsent_to_nodes\x18\a \x01(\rR\vsentToNodes\x12#\n" +
-	"\rsettled_turns\x18\b \x03(\x04R\fsettledTurns\"d\n" +
+	"\rsent_to_nodes\x18\a \x01(\rR\vsentToNodes\"d\n" +
 	"\x12SharePicksResponse\x12\x14\n" +
 	"\x05added\x18\x01 \x01(\rR\x05added\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\rR\aremoved\x12\x1e\n" +
