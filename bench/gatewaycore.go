@@ -143,11 +143,15 @@ func (r *coreRouter) Routed(_ *Request, e int, s *Served) {
 			push.Picks = live[len(live)-1:]
 		}
 	}
-	if len(push.Picks) > 0 || r.turn != 0 {
-		// The push settles the turn the lookup took, pick or none.
-		r.sendPicks(r.now, push, r.turn)
+	at := r.now
+	if len(push.Picks) > 0 {
+		r.sendPicks(r.now, push)
+		// The load report goes once the pick's push is answered
+		// (gateway's ledger of unpushed picks): one push's delay later.
+		at += r.shared.delay
 	}
-	r.sendLoad(r.now)
+	// The report settles the turn the lookup took, pick or none.
+	r.sendLoad(at, r.turn)
 	first, done := s.FirstTokenAt+r.wait, s.DoneAt+r.wait
 	r.due.push(first, coreDue{at: first, first: true, doneAt: done, flight: fl})
 }
@@ -170,25 +174,25 @@ func (r *coreRouter) advance(t float64) {
 }
 
 // sendPicks pushes a picks delta or full state to the cluster (shared
-// state only), under the gateway's picker id, settling the turns given.
-func (r *coreRouter) sendPicks(at float64, p provisional.Push, settle ...uint64) {
+// state only), under the gateway's picker id.
+func (r *coreRouter) sendPicks(at float64, p provisional.Push) {
 	if r.shared == nil {
 		return
 	}
 	r.picksSeq++
 	p.PickerID, p.Sequence = r.gw.ProvisionalPickerID(), r.picksSeq
-	r.shared.send(at, sharePush{picks: &p, settle: settle})
+	r.shared.send(at, sharePush{picks: &p})
 }
 
 // sendLoad pushes this gateway's whole in-flight load (shared state only).
-func (r *coreRouter) sendLoad(at float64) {
+func (r *coreRouter) sendLoad(at float64, settle ...uint64) {
 	if r.shared == nil {
 		return
 	}
 	r.loadSeq++
 	rep := pickerload.FromPB(&pb.ReportPickerLoadRequest{PickerId: r.id, Sequence: r.loadSeq,
 		IntervalMs: uint32(max(1, int(r.shared.every*1000))), Loads: r.gw.PickerLoad()})
-	r.shared.send(at, sharePush{load: &rep})
+	r.shared.send(at, sharePush{load: &rep, settle: settle, turnPicker: r.gw.ProvisionalPickerID()})
 }
 
 // pushFull sends the periodic full state: the load and every live pick.

@@ -40,8 +40,10 @@ type sharePush struct {
 	at    float64 // arrival at the nodes (virtual s)
 	load  *pickerload.Report
 	picks *provisional.Push
-	// settle is the turns the picks push ends (contract §5.13).
-	settle []uint64
+	// settle is the turns a load report ends (contract §5.13), taken by
+	// turnPicker.
+	settle     []uint64
+	turnPicker string
 }
 
 func newSharedState(delay, every, turnWait time.Duration) *sharedState {
@@ -126,9 +128,9 @@ func (s *sharedState) advance(t float64) {
 		}
 		if p.picks != nil {
 			_, _ = s.picks.Apply(*p.picks)
-			if s.turns != nil && len(p.settle) > 0 {
-				s.turns.Settle(p.picks.PickerID, p.settle)
-			}
+		}
+		if s.turns != nil && len(p.settle) > 0 {
+			s.turns.Settle(p.turnPicker, p.settle)
 		}
 	})
 	s.now = t
