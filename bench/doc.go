@@ -33,7 +33,8 @@
 //	gatewaycore.go lookuproute-sdk(-local), picker-indexer: the real
 //	              gateway core per gateway on the virtual clock
 //	sharedstate.go the cluster's shared soft state (load, provisional
-//	              picks) on the virtual clock, pushes after ShareDelay
+//	              picks, turns) on the virtual clock, pushes after
+//	              ShareDelay
 //	dynamosync.go dynamo-sync(-nats): Dynamo's replica sync with its delay
 //	indexerhints.go picker-indexer's hints from the perfect indexer
 //	run.go        one run: every strategy on the same trace and fleet
@@ -107,7 +108,12 @@
 // ReportInterval, each push visible ShareDelay later; each lookup then
 // carries the others' load in ReplicaLoad.others_* and the picks as
 // provisional PREFIX_MATCH hints (provisional.Merge, the nodes' rule).
-// lookuproute-sdk-local does without the shared state. dynamo-sync's
+// A gateway's load report goes once its pick's push is answered (one
+// ShareDelay after it), and each lookup takes a turn at the node (the
+// real turns.Table, contract §5.13), waiting at most TurnWait for the
+// other gateways' turns, which their load reports settle; the wait is
+// added to the request's TTFT. lookuproute-sdk-local does without the
+// shared state. dynamo-sync's
 // instances pass their routing events to each other (dynamosync.go) at
 // zero delay, dynamo-sync-nats's after DynamoSyncDelay (a NATS hop).
 // Every sync reaches later virtual instants only, so requests of one
