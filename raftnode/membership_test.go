@@ -175,16 +175,7 @@ func TestRemoveServer_NewLeaderDoesNotReaddTheLiveProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
 	}
-	c := clustertest.New(t, 3, noExpire)
-	c.StartAll()
-	l := c.WaitLeader(15 * time.Second)
-	c.WaitVoters(3, 10*time.Second)
-	f := follower(c, l)
-	other := 3 - l - f
-	id := c.Nodes[f].ID
-	if _, err := c.Nodes[l].RemoveServer(c.Ctx(5*time.Second), id); err != nil {
-		t.Fatal(err)
-	}
+	c, l, other, id := removeRunningFollower(t)
 	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
 		for _, m := range c.Nodes[other].Status().Members {
 			if m.ID == id {
@@ -225,16 +216,7 @@ func TestRemoveServer_RestartedNodeLeadsAndDoesNotReaddTheLiveProcess(t *testing
 	if testing.Short() {
 		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
 	}
-	c := clustertest.New(t, 3, noExpire)
-	c.StartAll()
-	l := c.WaitLeader(15 * time.Second)
-	c.WaitVoters(3, 10*time.Second)
-	f := follower(c, l)
-	other := 3 - l - f
-	id := c.Nodes[f].ID
-	if _, err := c.Nodes[l].RemoveServer(c.Ctx(5*time.Second), id); err != nil {
-		t.Fatal(err)
-	}
+	c, l, other, id := removeRunningFollower(t)
 	c.Stop(other)
 	c.Start(other)
 	// The restarted node leads for 3 reconcile rounds (its count starts
@@ -264,4 +246,21 @@ func TestRemoveServer_RestartedNodeLeadsAndDoesNotReaddTheLiveProcess(t *testing
 			}
 		}
 	}
+}
+
+// removeRunningFollower starts a 3-node cluster and has its leader l
+// remove a follower whose process keeps running: the removed server's id,
+// and other, the node that is neither.
+func removeRunningFollower(t *testing.T) (c *clustertest.Cluster, l, other int, id string) {
+	t.Helper()
+	c = clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l = c.WaitLeader(15 * time.Second)
+	c.WaitVoters(3, 10*time.Second)
+	f := follower(c, l)
+	other, id = 3-l-f, c.Nodes[f].ID
+	if _, err := c.Nodes[l].RemoveServer(c.Ctx(5*time.Second), id); err != nil {
+		t.Fatal(err)
+	}
+	return c, l, other, id
 }
