@@ -142,7 +142,7 @@ const turnMargin = 5 * time.Millisecond
 // with a picker id and this node orders picks: at most the node's turn
 // wait, and never into the last turnMargin of the call's deadline, so the
 // lookup itself still has time. (0, 0) when no turn is asked for.
-func (s *Service) takeTurn(ctx context.Context, req *pb.LookupRouteRequest) (uint64, time.Duration) {
+func (s *Service) takeTurn(ctx context.Context, req *pb.LookupRouteRequest) (turn uint64, waited time.Duration) {
 	picker, model := req.GetPickerId(), req.GetModelId()
 	if !req.GetTakeTurn() || s.turns == nil || picker == "" || len(picker) > maxTurnKeyBytes || len(model) > maxTurnKeyBytes {
 		return 0, 0
@@ -151,6 +151,14 @@ func (s *Service) takeTurn(ctx context.Context, req *pb.LookupRouteRequest) (uin
 	if dl, ok := ctx.Deadline(); ok {
 		bound = min(bound, time.Until(dl)-turnMargin)
 	}
+	defer func() {
+		// Before LookupRoute's own recovery: a panic here fails the turn
+		// open, never the lookup.
+		if r := recover(); r != nil {
+			s.log.Error("turn panic recovered", slog.Any("panic", r))
+			turn, waited = 0, 0
+		}
+	}()
 	return s.turns.Wait(ctx, model, picker, bound)
 }
 

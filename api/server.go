@@ -161,7 +161,9 @@ func newTurns(cfg ServerConfig) *turns.Table {
 	if cfg.TurnWait < 0 {
 		return nil
 	}
-	return turns.New(turns.Config{Now: cfg.Now})
+	// The wall clock, not cfg.Now: the cluster's correction of a node's
+	// clock jumps, and a turn's hold is a local duration.
+	return turns.New(turns.Config{})
 }
 
 // NewServer builds the gRPC server of cfg.Node with the message size limit

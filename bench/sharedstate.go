@@ -33,6 +33,11 @@ type sharedState struct {
 	// gateways take no turns; turnWait bounds a lookup's wait (s).
 	turns    *turns.Table
 	turnWait float64
+	// queueUntil is when the last lookup that waited got its answer, and
+	// queuePicker whose it was: a lookup of another picker that arrives
+	// before then waits behind it (turns.Table.Wait's order).
+	queueUntil  float64
+	queuePicker string
 }
 
 // sharePush is one push on its way: a load report or a picks push.
@@ -64,17 +69,29 @@ func newSharedState(delay, every, turnWait time.Duration) *sharedState {
 // shared state is then at t + wait.
 func (s *sharedState) takeTurn(picker string, t float64) (uint64, float64) {
 	at := t
+	if s.queueUntil > t && s.queuePicker != picker {
+		at = s.queueUntil // behind a waiting lookup of another picker
+	}
+	defer func() {
+		if at > t {
+			s.queueUntil, s.queuePicker = at, picker
+		}
+	}()
 	for {
 		id, busy, lapse := s.turns.Take(BenchModel, picker)
 		if busy == nil {
 			return id, at - t
 		}
-		next := lapse.Sub(s.base).Seconds()
+		next := math.Inf(1) // a waiter ahead: the pushes decide
+		if !lapse.IsZero() {
+			next = lapse.Sub(s.base).Seconds()
+		}
 		if p, ok := s.pending.peek(); ok && p < next {
 			next = p
 		}
-		if end := t + s.turnWait; next > end {
-			s.advance(end)
+		if end := t + s.turnWait; next > end || at > end {
+			at = max(at, end)
+			s.advance(at)
 			return 0, end - t
 		}
 		// Through next: a push arriving at next is what ends the wait.
@@ -102,6 +119,11 @@ func (s *sharedState) send(at float64, p sharePush) {
 // period's ticks up to t, and the delivery of every push that arrives
 // before t.
 func (s *sharedState) advance(t float64) {
+	if t < s.now {
+		// A lookup that waited for its turn moved the state on; the
+		// stores' clock never goes back.
+		return
+	}
 	if s.every > 0 {
 		next := math.Floor(t/s.every) * s.every
 		first := next
@@ -122,7 +144,7 @@ func (s *sharedState) advance(t float64) {
 	s.pending.until(math.Nextafter(t, math.Inf(-1)), func(p sharePush) {
 		// Each push is applied at its own arrival (which dates its
 		// expiry); the heap hands them out in arrival order.
-		s.now = p.at
+		s.now = max(s.now, p.at)
 		if p.load != nil {
 			_, _ = s.load.Put(*p.load)
 		}

@@ -138,7 +138,6 @@ type Client struct {
 	byAddr  []*node // nodes by address: where turns are taken (LookupRoute)
 	next    atomic.Uint64
 	writeAt atomic.Uint64 // index of the node of the last successful write (StickyWrites)
-	softAt  atomic.Uint64 // index of the node soft state goes to (softStateCall)
 
 	log *slog.Logger
 
@@ -224,11 +223,6 @@ func New(cfg Config) (*Client, error) {
 	// its turns at the same node.
 	c.byAddr = slices.Clone(c.nodes)
 	slices.SortFunc(c.byAddr, func(a, b *node) int { return strings.Compare(a.addr, b.addr) })
-	// Soft state goes to the same node at first: its load reports settle
-	// the turns its lookups take there (contract §5.13).
-	if len(c.byAddr) > 0 {
-		c.softAt.Store(uint64(c.byAddr[0].idx))
-	}
 	return c, nil
 }
 

@@ -13,10 +13,9 @@ import (
 // softStateCall makes one call of the pickers' soft state (a load report,
 // or a picks push when not sent to every node: SharePicksAll) in a single
 // attempt: what it carries is superseded or repaired by the next report,
-// so it is never retried. Every call goes to one node (softAt: the node
-// of the last call that answered, at first the one with the lowest
-// address, where lookups take their turns and the reports settle them,
-// contract §5.13), so that a
+// so it is never retried. Every call goes to one node, the first by
+// address that lookups do not skip: where lookups take their turns and
+// the reports settle them (contract §5.13), and so that a
 // picker's pushes reach the cluster through one node and its per-peer
 // queues, which pass picks on before reports: every node then learns a
 // pick no later than the load report sent after it, and a lookup never
@@ -27,23 +26,20 @@ import (
 // sent again to the reports' node, which passes it on ahead of the
 // report. A node that does not answer (UNAVAILABLE, DEADLINE_EXCEEDED)
 // is skipped for lookups and soft
-// state as Config.FailBackoff says, and the next call goes to the next
-// node; any other answer shows the node up. The error is the call's.
+// state as Config.FailBackoff says, and the calls go to the next node by
+// address until it is back; any other answer shows the node up. The error is the call's.
 func softStateCall[T any](c *Client, call func(*node) (T, error)) (T, error) {
-	n, probe := c.pick(lookupTrack, c.softAt.Load(), nil, c.cfg.LookupTimeout)
+	n, probe := c.pickIn(c.byAddr, lookupTrack, 0, nil, c.cfg.LookupTimeout)
 	resp, err := call(n)
 	switch status.Code(err) {
 	case codes.OK:
 		n.lookup.ok()
-		c.softAt.Store(uint64(n.idx))
 	case codes.Unavailable, codes.DeadlineExceeded:
 		n.lookup.failed(time.Now(), c.cfg.FailBackoff, probe)
-		c.softAt.Store(uint64(n.idx) + 1)
 	default:
 		if probe {
 			n.lookup.release(time.Now())
 		}
-		c.softAt.Store(uint64(n.idx))
 	}
 	return resp, err
 }

@@ -375,6 +375,11 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, ad
 	resp := g.cfg.Lookup.LookupRoute(lctx, lr)
 	cancel()
 	d.Lookup = time.Since(start)
+	// A turn the node gave is settled (Decision.Start) also when its
+	// answer came too late to be used: else it would hold the other
+	// gateways until it lapses.
+	d.turn = resp.GetTurn()
+	d.Turn, d.TurnWait = d.turn != 0, time.Duration(resp.GetTurnWaitUs())*time.Microsecond
 	if resp == nil || resp.GetServedBy() == "" || d.Lookup > g.cfg.LookupBudget {
 		d.FailOpen = true
 		if resp != nil {
@@ -387,8 +392,6 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, ad
 		return nil, nil
 	}
 	d.LookupDetail = resp.GetDetail()
-	d.turn = resp.GetTurn()
-	d.Turn, d.TurnWait = d.turn != 0, time.Duration(resp.GetTurnWaitUs())*time.Microsecond
 	return resp, nil
 }
 

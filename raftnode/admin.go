@@ -65,6 +65,9 @@ func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint
 	// removal record (contract §8.3), so that no later reconcile keeps it
 	// out once it has left the configuration another way.
 	if _, held := n.fsm.Removals()[id]; held {
+		if n.raft.State() != raft.Leader {
+			return 0, fmt.Errorf("%w: servers are added on the leader", ErrNotLeader)
+		}
 		if _, err := n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, "")); err != nil {
 			return 0, fmt.Errorf("forget the removal record of %q: %w", id, err)
 		}
@@ -116,22 +119,34 @@ func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 	// ticks saw the server leave, knows not to add it back; and in this
 	// node's memory, which the membership loop reads before reconcile can
 	// see the server missing (trackRemovals).
+	if n.raft.State() != raft.Leader {
+		// Before the record: a follower's call must change nothing.
+		return 0, fmt.Errorf("%w: servers are removed on the leader", ErrNotLeader)
+	}
 	nonce := ""
 	if m, ok := n.gossipSnapshot()[id]; ok && m.meta.Nonce != "" {
-		nonce = m.meta.Nonce
-		if _, err := n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, nonce)); err != nil {
-			return 0, fmt.Errorf("record the removal of %q: %w", id, err)
+		if m.alive {
+			// Only a running process is kept out (contract §8.3); one that
+			// gossip calls dead may be partitioned away and is added back
+			// when it returns.
+			nonce = m.meta.Nonce
+			if _, err := n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, nonce)); err != nil {
+				return 0, fmt.Errorf("record the removal of %q: %w", id, err)
+			}
 		}
-		n.opRemoved.Store(id, opRemoval{nonce: nonce, at: time.Now()})
+		n.opRemoved.Store(id, opRemoval{nonce: m.meta.Nonce, at: time.Now()})
 	}
 	f := n.raft.RemoveServer(raft.ServerID(id), 0, 0)
 	if err := n.wait(ctx, f); err != nil {
 		if nonce != "" && n.raft.State() == raft.Leader {
-			// Best effort: a record of a server still in the configuration
-			// decides nothing, but would keep that process out if it
-			// later left the configuration another way.
+			// Best effort, within its own bound (ctx may be over): a
+			// record of a server still in the configuration decides
+			// nothing, but would keep that process out if it later left
+			// the configuration another way.
 			if _, ok, _ := n.configServer(id); ok {
-				_, _ = n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, ""))
+				fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, _ = n.submit(fctx, command.RemovalCommand(n.NewRequestID(), id, ""))
+				cancel()
 			}
 		}
 		return 0, err

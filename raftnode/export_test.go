@@ -63,3 +63,7 @@ func SetAckClockForTest(f func(nodeID string) time.Time) (restore func()) {
 	ackClock = f
 	return func() { ackClock = old }
 }
+
+// RemovalRecordsForTest is the removal records n's FSM holds (contract
+// §8.3).
+func (n *Node) RemovalRecordsForTest() map[string]string { return n.fsm.Removals() }

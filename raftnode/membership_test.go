@@ -161,6 +161,16 @@ func TestRemoveServer_LiveProcessStaysOutRestartedOneIsReadded(t *testing.T) {
 		t.Fatalf("voters %v lack the restarted %s", ids, id)
 	}
 	l = c.WaitLeader(10 * time.Second)
+	// The record kept the old process out; the new one is a voter, so
+	// the record is forgotten, through the log, on every node.
+	poll.Eventually(t, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		for _, i := range c.Running() {
+			if r, held := c.Nodes[i].RemovalRecordsForTest()[id]; held {
+				return false, fmt.Sprintf("%s still holds the removal record %s=%s", c.Nodes[i].ID, id, r)
+			}
+		}
+		return true, ""
+	})
 	idx, err := appliedAt(c.Nodes[l].Ingest(c.Ctx(5*time.Second), "", evs("a", 1, 4, time.Now().UnixMilli())))
 	if err != nil {
 		t.Fatal(err)

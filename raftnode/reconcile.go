@@ -1,9 +1,12 @@
 package raftnode
 
 import (
+	"context"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/inference-cache/inference-cache/command"
 )
 
 // membershipState is what the membership loop carries from one tick to
@@ -99,6 +102,9 @@ func (n *Node) reconcile(c membershipChanges, st *membershipState) {
 			return
 		}
 		n.log.Info("raftnode: added voter from gossip", "id", a.ID, "raft", a.Address)
+		if _, held := n.fsm.Removals()[a.ID]; held && a.Restarted {
+			n.forgetRemoval(a.ID)
+		}
 		return
 	}
 	for _, id := range c.Remove {
@@ -109,4 +115,20 @@ func (n *Node) reconcile(c membershipChanges, st *membershipState) {
 		delete(st.deadSince, id)
 		n.log.Warn("raftnode: removed dead server", "id", id, "grace", n.cfg.DeadServerCleanup, "voters_before", c.Voters)
 	}
+}
+
+// forgetRemoval drops the log's removal record of id, in the background
+// (the membership loop does not wait on a write): the process it kept out
+// is gone and a new one under the id is a voter, so the record decides
+// nothing more and would only count against fsm.MaxRemovals.
+func (n *Node) forgetRemoval(id string) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, "")); err != nil {
+			n.log.Warn("raftnode: could not forget the removal record of a re-added server", "id", id, "err", err)
+		}
+	}()
 }

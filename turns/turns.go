@@ -9,18 +9,22 @@
 // the picker's push of the pick it made reaches the node. The waiting
 // lookup is then answered from a state that holds the pick.
 //
-// The table is pure bookkeeping on an injected clock: Take never blocks
-// (it says what to wait for), so the server waits on channels (Wait) and
-// a simulation on its virtual clock. A turn that is not settled lapses
-// after Config.Hold (its picker died or decided nothing), and a table
-// holds at most Config.MaxTurns turns: past it Take grants nothing, and
-// the lookup is answered as if no turn were asked for.
+// The lookups waiting in a key take their turns in the order they came:
+// a picker that already holds turns there does not take another while an
+// earlier lookup of another picker waits, so a busy gateway cannot keep
+// the others out. The table is bookkeeping on an injected clock: Take
+// never blocks (it says what to wait for), so the server waits on
+// channels (Wait) and a simulation on its virtual clock. A turn that is
+// not settled lapses after Config.Hold (its picker died or decided
+// nothing), and a table holds at most Config.MaxTurns turns: past it a
+// lookup that would have had a turn gets none, and is answered as if it
+// had not asked for one.
 package turns
 
 import (
 	"context"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -52,25 +56,33 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Table holds the outstanding turns, by key (the model a lookup names).
-// Safe for concurrent use.
+// Table holds the outstanding turns and the lookups waiting for one, by
+// key (the model a lookup names). Safe for concurrent use.
 type Table struct {
 	cfg   Config
 	mu    sync.Mutex
-	keys  map[string][]*turn // outstanding, oldest first
+	keys  map[string]*keyState
 	ids   map[uint64]*turn
 	next  uint64
 	stats Stats
-	// waiting counts the Wait calls in progress.
-	waiting atomic.Int64
 }
+
+// keyState is one key's turns and waiters.
+type keyState struct {
+	turns   []*turn   // outstanding, oldest first
+	waiters []*waiter // Wait calls, in the order they came
+	// changed is closed, and replaced, whenever turns or waiters change:
+	// every waiter then looks again.
+	changed chan struct{}
+}
+
+type waiter struct{ picker string }
 
 type turn struct {
 	id     uint64
 	key    string
 	picker string
 	lapse  time.Time
-	done   chan struct{} // closed when settled or lapsed
 }
 
 // Stats are a Table's counters since it was made.
@@ -92,63 +104,98 @@ func New(cfg Config) *Table {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Table{cfg: cfg, keys: map[string][]*turn{}, ids: map[uint64]*turn{}}
+	return &Table{cfg: cfg, keys: map[string]*keyState{}, ids: map[uint64]*turn{}}
 }
 
-// Take gives picker a turn in key when no other picker holds one there:
-// its id (> 0), and busy nil. Otherwise id is 0 and busy is closed when
-// the oldest other picker's turn there is settled or lapses, at the
-// latest at lapse. A picker never waits for its own turns: it knows its
-// own picks. With MaxTurns outstanding, or an empty picker or key, Take
-// grants nothing and returns (0, nil).
+// Take gives picker a turn in key when no other picker holds one there
+// and no lookup of another picker waits there (Wait): its id (> 0), and
+// busy nil. Otherwise id is 0 and busy is closed when the key's turns or
+// waiters change; lapse is when the other picker's turn that blocks lapses
+// (zero when a waiter blocks). A picker never waits for its own turns: it
+// knows its own picks. With MaxTurns outstanding, or an empty picker or
+// key, Take grants nothing and returns (0, nil).
 func (t *Table) Take(key, picker string) (id uint64, busy <-chan struct{}, lapse time.Time) {
+	return t.take(key, picker, nil)
+}
+
+// take is Take for the waiter w (nil: a lookup not waiting, behind every
+// waiter).
+func (t *Table) take(key, picker string, w *waiter) (uint64, <-chan struct{}, time.Time) {
 	if picker == "" || key == "" {
 		return 0, nil, time.Time{}
 	}
 	now := t.cfg.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	q := t.expire(key, now)
-	for _, o := range q {
-		if o.picker != picker {
-			return 0, o.done, o.lapse
+	ks := t.keys[key]
+	if ks != nil {
+		t.expire(key, ks, now)
+		for _, o := range ks.turns {
+			if o.picker != picker {
+				return 0, ks.changed, o.lapse
+			}
+		}
+		for _, x := range ks.waiters {
+			if x == w {
+				break
+			}
+			if x.picker != picker {
+				return 0, ks.changed, time.Time{}
+			}
 		}
 	}
 	if len(t.ids) >= t.cfg.MaxTurns {
-		t.stats.Refused++
-		return 0, nil, time.Time{}
+		for k, s := range t.keys {
+			t.expire(k, s, now)
+		}
+		if len(t.ids) >= t.cfg.MaxTurns {
+			t.stats.Refused++
+			return 0, nil, time.Time{}
+		}
+	}
+	if ks == nil {
+		ks = &keyState{changed: make(chan struct{})}
+		t.keys[key] = ks
 	}
 	t.next++
-	x := &turn{id: t.next, key: key, picker: picker, lapse: now.Add(t.cfg.Hold), done: make(chan struct{})}
-	t.keys[key] = append(q, x)
+	x := &turn{id: t.next, key: key, picker: picker, lapse: now.Add(t.cfg.Hold)}
+	ks.turns = append(ks.turns, x)
 	t.ids[x.id] = x
 	t.stats.Taken++
+	ks.signal()
 	return x.id, nil, time.Time{}
 }
 
-// expire drops key's turns that lapsed by now and returns those left
-// (lock held).
-func (t *Table) expire(key string, now time.Time) []*turn {
-	q := t.keys[key]
+// signal wakes every waiter of the key to look again (lock held).
+func (ks *keyState) signal() {
+	close(ks.changed)
+	ks.changed = make(chan struct{})
+}
+
+// expire ends key's turns that lapsed by now, and drops the key when
+// nothing is left in it (lock held).
+func (t *Table) expire(key string, ks *keyState, now time.Time) {
 	n := 0
-	for n < len(q) && !q[n].lapse.After(now) {
+	for n < len(ks.turns) && !ks.turns[n].lapse.After(now) {
 		n++
 	}
-	if n == 0 {
-		return q
+	if n > 0 {
+		for _, o := range ks.turns[:n] {
+			delete(t.ids, o.id)
+			t.stats.Lapsed++
+		}
+		ks.turns = append(ks.turns[:0], ks.turns[n:]...)
+		ks.signal()
 	}
-	for _, o := range q[:n] {
-		delete(t.ids, o.id)
-		close(o.done)
-		t.stats.Lapsed++
-	}
-	q = append(q[:0], q[n:]...)
-	if len(q) == 0 {
+	t.dropIfEmpty(key, ks)
+}
+
+// dropIfEmpty deletes key's state once it holds no turn and no waiter
+// (lock held).
+func (t *Table) dropIfEmpty(key string, ks *keyState) {
+	if len(ks.turns) == 0 && len(ks.waiters) == 0 && t.keys[key] == ks {
 		delete(t.keys, key)
-		return nil
 	}
-	t.keys[key] = q
-	return q
 }
 
 // Settle ends picker's turns ids (the pick each was taken for has reached
@@ -167,19 +214,15 @@ func (t *Table) Settle(picker string, ids []uint64) int {
 			continue
 		}
 		delete(t.ids, id)
-		q := t.keys[x.key]
-		for i, o := range q {
-			if o == x {
-				q = append(q[:i], q[i+1:]...)
-				break
-			}
+		ks := t.keys[x.key]
+		if ks == nil {
+			continue
 		}
-		if len(q) == 0 {
-			delete(t.keys, x.key)
-		} else {
-			t.keys[x.key] = q
+		if i := slices.Index(ks.turns, x); i >= 0 {
+			ks.turns = slices.Delete(ks.turns, i, i+1)
 		}
-		close(x.done)
+		ks.signal()
+		t.dropIfEmpty(x.key, ks)
 		n++
 	}
 	t.stats.Settled += uint64(n)
@@ -187,33 +230,35 @@ func (t *Table) Settle(picker string, ids []uint64) int {
 }
 
 // Wait takes a turn for picker in key, waiting while other pickers hold
-// one there, at most bound in all and never past ctx: the turn's id, or
-// 0 when the bound or ctx ended first (the lookup is then answered
-// without a turn, as before turns existed), and how long it waited.
+// one there or came to wait before it, at most bound in all and never
+// past ctx: the turn's id, or 0 when the bound or ctx ended first (the
+// lookup is then answered without a turn, as before turns existed), and
+// how long it waited (0 when the turn was free at once).
 func (t *Table) Wait(ctx context.Context, key, picker string, bound time.Duration) (id uint64, waited time.Duration) {
 	start := t.cfg.Now()
-	t.waiting.Add(1)
-	defer t.waiting.Add(-1)
+	id, busy, lapse := t.Take(key, picker)
+	if busy == nil {
+		return id, 0
+	}
+	w := &waiter{picker: picker}
+	t.enqueue(key, w)
+	defer t.dequeue(key, w)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
-	for first := true; ; first = false {
-		id, busy, lapse := t.Take(key, picker)
-		if busy == nil {
-			if first {
-				return id, 0 // granted at once: no wait
-			}
-			return id, t.cfg.Now().Sub(start)
-		}
+	for {
 		now := t.cfg.Now()
 		left := bound - now.Sub(start)
 		if left <= 0 {
 			return 0, now.Sub(start)
 		}
-		wake := min(left, max(lapse.Sub(now), 0)+time.Millisecond)
+		wake := left
+		if !lapse.IsZero() {
+			wake = min(left, max(lapse.Sub(now), 0)+time.Millisecond)
+		}
 		if timer == nil {
 			timer = time.NewTimer(wake)
 		} else {
@@ -225,19 +270,52 @@ func (t *Table) Wait(ctx context.Context, key, picker string, bound time.Duratio
 		case <-ctx.Done():
 			return 0, t.cfg.Now().Sub(start)
 		}
+		if id, busy, lapse = t.take(key, picker, w); busy == nil {
+			return id, t.cfg.Now().Sub(start)
+		}
 	}
 }
 
-// Stats returns the counters and the turns outstanding now, the lapsed
-// ones ended first.
+// enqueue adds w to key's waiters.
+func (t *Table) enqueue(key string, w *waiter) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ks := t.keys[key]
+	if ks == nil {
+		ks = &keyState{changed: make(chan struct{})}
+		t.keys[key] = ks
+	}
+	ks.waiters = append(ks.waiters, w)
+}
+
+// dequeue removes w from key's waiters, and wakes the others: one behind
+// it may now go.
+func (t *Table) dequeue(key string, w *waiter) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ks := t.keys[key]
+	if ks == nil {
+		return
+	}
+	if i := slices.Index(ks.waiters, w); i >= 0 {
+		ks.waiters = slices.Delete(ks.waiters, i, i+1)
+		ks.signal()
+	}
+	t.dropIfEmpty(key, ks)
+}
+
+// Stats returns the counters and the turns outstanding and lookups
+// waiting now, the lapsed turns ended first.
 func (t *Table) Stats() Stats {
 	now := t.cfg.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for key := range t.keys {
-		t.expire(key, now)
-	}
 	s := t.stats
-	s.Outstanding, s.Waiting = len(t.ids), int(t.waiting.Load())
+	for k, ks := range t.keys {
+		t.expire(k, ks, now)
+		s.Waiting += len(ks.waiters)
+	}
+	s.Lapsed = t.stats.Lapsed
+	s.Outstanding = len(t.ids)
 	return s
 }

@@ -2,8 +2,11 @@ package turns
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/inference-cache/inference-cache/internal/poll"
 )
 
 // fakeClock is a clock a test moves by hand.
@@ -129,4 +132,42 @@ func TestWait_UntilSettledOrBound(t *testing.T) {
 	if id, _ := tb.Wait(ctx, "m", "d", time.Minute); id != 0 {
 		t.Fatalf("cancelled wait: id %d, want none", id)
 	}
+}
+
+// A picker that keeps taking turns cannot keep another out: once another
+// picker's lookup waits, the first takes no new turn until the waiter
+// had its own, in the order they came.
+func TestWait_WaitersGoInTheOrderTheyCame(t *testing.T) {
+	tb := New(Config{Hold: time.Minute})
+	a1, _, _ := tb.Take("m", "a")
+	got := make(chan uint64, 1)
+	go func() {
+		id, _ := tb.Wait(context.Background(), "m", "b", time.Minute)
+		got <- id
+	}()
+	waitFor(t, tb, 1)
+	if id, busy, _ := tb.Take("m", "a"); id != 0 || busy == nil {
+		t.Fatalf("a took turn %d while b waited, want none", id)
+	}
+	tb.Settle("a", []uint64{a1})
+	b := <-got
+	if b == 0 {
+		t.Fatal("b got no turn after a's was settled")
+	}
+	if id, _, _ := tb.Take("m", "a"); id != 0 {
+		t.Fatalf("a took turn %d while b's was outstanding", id)
+	}
+	tb.Settle("b", []uint64{b})
+	if id, busy, _ := tb.Take("m", "a"); id == 0 || busy != nil {
+		t.Fatalf("after b's turn: a's Take %d busy %v, want a turn", id, busy)
+	}
+}
+
+// waitFor waits until n lookups wait in tb.
+func waitFor(t *testing.T, tb *Table, n int) {
+	t.Helper()
+	poll.Eventually(t, 10*time.Second, time.Millisecond, func() (bool, string) {
+		w := tb.Stats().Waiting
+		return w == n, fmt.Sprintf("%d lookups wait, want %d", w, n)
+	})
 }

@@ -124,7 +124,7 @@ func (o *benchOptions) register(cmd *cobra.Command) {
 	f.DurationVar(&o.eventDelay, "event-delay", bench.DefaultEventDelay, "virtual delay from a KV event's publication to its visibility (--visibility delay)")
 	f.IntVar(&o.gateways, "gateways", 1, "gateway instances the requests are split over (round robin), each with its own router state; with --live, that many proxy processes (1 to 8) on one cluster, and the picker also run behind one proxy as the baseline")
 	f.DurationVar(&o.reportInterval, "report-interval", bench.DefaultReportInterval, "how often, in virtual time, each lookuproute-sdk gateway sends its full state (load and live picks) for repair, besides its pushes on every change (--gateways > 1)")
-	f.DurationVar(&o.turnWait, "turn-wait", turns.DefaultWait, "bound on a lookuproute-sdk gateway's wait for its turn at the node that orders several gateways' picks (--gateways > 1; contract §5.13); negative: no turns (an ablation)")
+	f.DurationVar(&o.turnWait, "turn-wait", turns.DefaultWait, "bound on a lookuproute-sdk gateway's wait for its turn at the node that orders several gateways' picks (--gateways > 1; contract §5.13); 0 = no turns (an ablation), as the server's --turn-wait")
 	f.DurationVar(&o.shareDelay, "share-delay", bench.DefaultShareDelay, "virtual delay from a lookuproute-sdk gateway's push (pick, first token, end) to every node's lookups (--gateways > 1; the default is the design bound, above the live push-to-visible p50 of 0.7 ms and p99 of 3.4 ms measured on a 2-core machine, BENCHMARKS.md)")
 	f.BoolVar(&o.noProvisional, "no-provisional", false, "ablation: lookuproute-sdk and picker-indexer without provisional residencies (no local table, no shared picks)")
 	f.DurationVar(&o.dynamoSyncDelay, "dynamo-sync-delay", bench.DefaultDynamoSyncDelay, "virtual delay of dynamo-sync-nats's replica sync (one NATS hop); dynamo-sync is the same at zero delay")
@@ -171,7 +171,7 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
 			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, SubscriberScrape: o.subScrape, Logger: log,
 			EventDelay: o.eventDelay, Gateways: o.gateways, ReportInterval: o.reportInterval,
-			ShareDelay: o.shareDelay, TurnWait: o.turnWait, DynamoSyncDelay: o.dynamoSyncDelay, NoProvisional: o.noProvisional,
+			ShareDelay: o.shareDelay, TurnWait: benchTurnWait(o.turnWait), DynamoSyncDelay: o.dynamoSyncDelay, NoProvisional: o.noProvisional,
 			V2NoTenantHot: noTenantHot, V2NoAffinity: noAffinity,
 		}
 		if !o.noProgress {
@@ -335,4 +335,13 @@ func newProgressAt(w io.Writer, terminal bool, now func() time.Time) func(strate
 			fmt.Fprintf(w, "bench: %s: %d/%d requests (%d%%)%s\n", strategy, done, total, done*100/max(total, 1), rate(done))
 		}
 	}
+}
+
+// benchTurnWait is bench.Config.TurnWait for --turn-wait: 0 turns turns
+// off, as the server's flag does (the Config's 0 is its default).
+func benchTurnWait(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
