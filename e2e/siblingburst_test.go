@@ -143,21 +143,22 @@ func TestSiblingBurst_FourProxies(t *testing.T) {
 
 	// The proxies took their turns at one node, the first of the list by
 	// address (contract §5.13), and their load reports settled them (a
-	// lookup whose wait ran out on a loaded machine took none).
-	turns := func(outcome string) (sum float64, nodes int) {
+	// lookup whose wait ran out on a loaded machine took none; one that
+	// timed out moves that proxy to the next node for a second, so the
+	// first node need only hold most of them).
+	turns := func(outcome string) (sum, most float64) {
 		for _, p := range f.c.procs {
-			if n := metricSum(t, "http://"+p.http+"/metrics", "inferencecache_turns_total", `outcome="`+outcome+`"`); n > 0 {
-				sum, nodes = sum+n, nodes+1
-			}
+			n := metricSum(t, "http://"+p.http+"/metrics", "inferencecache_turns_total", `outcome="`+outcome+`"`)
+			sum, most = sum+n, max(most, n)
 		}
-		return sum, nodes
+		return sum, most
 	}
 	poll.Eventually(t, 10*time.Second, 50*time.Millisecond, func() (bool, string) {
-		taken, at := turns("taken")
+		taken, atFirst := turns("taken")
 		settled, _ := turns("settled")
 		lapsed, _ := turns("lapsed")
-		return taken >= 2 && at == 1 && settled >= 1 && settled+lapsed == taken,
-			fmt.Sprintf("turns: %v taken at %d nodes, %v settled, %v lapsed; want at least 2 at one node, settled by the load reports", taken, at, settled, lapsed)
+		return taken >= 2 && atFirst*2 > taken && settled >= 1 && settled+lapsed == taken,
+			fmt.Sprintf("turns: %v taken (%v at one node), %v settled, %v lapsed; want at least 2, most at one node, settled by the load reports", taken, atFirst, settled, lapsed)
 	})
 }
 
