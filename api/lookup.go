@@ -90,9 +90,11 @@ func (s *Service) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) (
 	// the lookup's own budget counts from then.
 	turn, waited := s.takeTurn(ctx, req)
 	start := s.now()
-	defer func() {
-		resp.Turn, resp.TurnWaitUs = turn, uint32(min(waited.Microseconds(), math.MaxUint32))
-	}()
+	if turn != 0 || waited != 0 {
+		defer func() {
+			resp.Turn, resp.TurnWaitUs = turn, uint32(min(waited.Microseconds(), math.MaxUint32))
+		}()
+	}
 	resp = &pb.LookupRouteResponse{}
 	sc := scratchPool.Get().(*lookupScratch)
 	var el time.Duration // measured after ranking; saves a clock read

@@ -68,7 +68,7 @@ func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint
 		if n.raft.State() != raft.Leader {
 			return 0, fmt.Errorf("%w: servers are added on the leader", ErrNotLeader)
 		}
-		if _, err := n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, "")); err != nil {
+		if err := n.writeRemoval(ctx, id, ""); err != nil {
 			return 0, fmt.Errorf("forget the removal record of %q: %w", id, err)
 		}
 		n.opRemoved.Delete(id)
@@ -113,12 +113,12 @@ func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 	} else if !ok {
 		return 0, fmt.Errorf("%w: server %q is not in the Raft configuration", ErrInvalid, id)
 	}
-	// The process being removed, as gossip knows it now (alive or not),
-	// is recorded through the log before the configuration changes, so
-	// every node, also one that becomes leader before its own membership
-	// ticks saw the server leave, knows not to add it back; and in this
-	// node's memory, which the membership loop reads before reconcile can
-	// see the server missing (trackRemovals).
+	// The process being removed, as gossip knows it now, is recorded in
+	// this node's memory (alive or not), which the membership loop reads
+	// before reconcile can see the server missing (trackRemovals); and,
+	// when gossip shows it alive, through the log before the configuration
+	// changes, so every node, also one that becomes leader before its own
+	// membership ticks saw the server leave, knows not to add it back.
 	if n.raft.State() != raft.Leader {
 		// Before the record: a follower's call must change nothing.
 		return 0, fmt.Errorf("%w: servers are removed on the leader", ErrNotLeader)
@@ -130,7 +130,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 			// gossip calls dead may be partitioned away and is added back
 			// when it returns.
 			nonce = m.meta.Nonce
-			if _, err := n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, nonce)); err != nil {
+			if err := n.writeRemoval(ctx, id, nonce); err != nil {
 				return 0, fmt.Errorf("record the removal of %q: %w", id, err)
 			}
 		}
@@ -145,7 +145,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) (uint64, error) {
 			// the configuration another way.
 			if _, ok, _ := n.configServer(id); ok {
 				fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, _ = n.submit(fctx, command.RemovalCommand(n.NewRequestID(), id, ""))
+				_ = n.writeRemoval(fctx, id, "")
 				cancel()
 			}
 		}
@@ -456,4 +456,11 @@ func (n *Node) restoreLocal(ctx context.Context, r io.Reader) (uint64, error) {
 		return 0, err
 	}
 	return res.Index, nil
+}
+
+// writeRemoval commits the removal record of server id (nonce "" forgets
+// it; contract §8.3) and waits until it is applied here.
+func (n *Node) writeRemoval(ctx context.Context, id, nonce string) error {
+	_, err := n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, nonce))
+	return err
 }

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/inference-cache/inference-cache/command"
 )
 
 // membershipState is what the membership loop carries from one tick to
@@ -127,7 +125,7 @@ func (n *Node) forgetRemoval(id string) {
 		defer n.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := n.submit(ctx, command.RemovalCommand(n.NewRequestID(), id, "")); err != nil {
+		if err := n.writeRemoval(ctx, id, ""); err != nil {
 			n.log.Warn("raftnode: could not forget the removal record of a re-added server", "id", id, "err", err)
 		}
 	}()

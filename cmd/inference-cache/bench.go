@@ -171,7 +171,7 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
 			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, SubscriberScrape: o.subScrape, Logger: log,
 			EventDelay: o.eventDelay, Gateways: o.gateways, ReportInterval: o.reportInterval,
-			ShareDelay: o.shareDelay, TurnWait: benchTurnWait(o.turnWait), DynamoSyncDelay: o.dynamoSyncDelay, NoProvisional: o.noProvisional,
+			ShareDelay: o.shareDelay, TurnWait: turnWaitFlag(o.turnWait), DynamoSyncDelay: o.dynamoSyncDelay, NoProvisional: o.noProvisional,
 			V2NoTenantHot: noTenantHot, V2NoAffinity: noAffinity,
 		}
 		if !o.noProgress {
@@ -335,13 +335,4 @@ func newProgressAt(w io.Writer, terminal bool, now func() time.Time) func(strate
 			fmt.Fprintf(w, "bench: %s: %d/%d requests (%d%%)%s\n", strategy, done, total, done*100/max(total, 1), rate(done))
 		}
 	}
-}
-
-// benchTurnWait is bench.Config.TurnWait for --turn-wait: 0 turns turns
-// off, as the server's flag does (the Config's 0 is its default).
-func benchTurnWait(d time.Duration) time.Duration {
-	if d <= 0 {
-		return -1
-	}
-	return d
 }

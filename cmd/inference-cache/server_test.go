@@ -24,6 +24,7 @@ func TestServerOptions_Validate(t *testing.T) {
 		"negative expect":         {func(o *serverOptions) { o.bootstrapExpect = -1 }, "--bootstrap-expect"},
 		"negative shutdown":       {func(o *serverOptions) { o.shutdownTimeout = -5 * time.Second }, "--shutdown-timeout"},
 		"negative cleanup":        {func(o *serverOptions) { o.deadServerCleanup = -time.Minute }, "--dead-server-cleanup -1m0s: must be 0 (never) or positive"},
+		"negative turn wait":      {func(o *serverOptions) { o.turnWait = -time.Millisecond }, "--turn-wait -1ms: must be 0 (no turns) or positive"},
 		"negative tokenizer wait": {func(o *serverOptions) { o.tokenizerLoadTimeout = -time.Second }, "--tokenizer-load-timeout -1s: must be 0 (do not wait) or positive"},
 		"negative apply workers":  {func(o *serverOptions) { o.applyWorkers = -1 }, "--apply-workers -1: must be 0 (one per CPU) or positive"},
 		"tiny cleanup":            {func(o *serverOptions) { o.deadServerCleanup = time.Nanosecond }, "--dead-server-cleanup 1ns: must be 0 (never) or at least 10s"},

@@ -202,7 +202,7 @@ func (r *serverRun) serve(lis, httpLis net.Listener, adv advertised, sec *server
 	node := r.node
 	r.srv = api.NewServer(api.ServerConfig{Node: node, GRPCAddr: adv.grpc, Tokenizer: tok, TokenizerLoadTimeout: tokWait,
 		Metrics: m, Logger: r.log, TmpDir: tmp, Options: sec.grpcOptions, Auth: sec.auth, Now: node.Now, ClockTrusted: node.ClockTrusted,
-		TurnWait: serverTurnWait(r.o.turnWait)})
+		TurnWait: turnWaitFlag(r.o.turnWait)})
 	m.RegisterNode(func() metrics.NodeInfo {
 		info := nodeInfo(node)
 		info.Serving = r.srv.Ready() // node_serving is what /readyz reports
@@ -304,10 +304,10 @@ func (r *serverRun) shutdown(stopSub func(), subDone <-chan struct{}, runErr err
 	return runErr
 }
 
-// serverTurnWait is api.ServerConfig.TurnWait for --turn-wait: 0 turns
-// turns off.
-func serverTurnWait(d time.Duration) time.Duration {
-	if d == 0 {
+// turnWaitFlag is the TurnWait of api.ServerConfig and bench.Config for a
+// --turn-wait flag, where 0 turns turns off (their 0 is the default).
+func turnWaitFlag(d time.Duration) time.Duration {
+	if d <= 0 {
 		return -1
 	}
 	return d
