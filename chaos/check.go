@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/inference-cache/inference-cache/api"
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
 
@@ -110,6 +112,8 @@ func tallyLookups(rep *Report, lookups []LookupRec, names []string) {
 			if len(rep.LookupWrongSamples) < 10 {
 				rep.LookupWrongSamples = append(rep.LookupWrongSamples, fmt.Sprintf("seeded chain on %s at %s: %s", names[l.Node], l.At.Format(time.RFC3339Nano), l.Msg))
 			}
+		case l.OverBudget:
+			rep.LookupOverBudget++
 		case l.Stale:
 			rep.LookupStale++
 		}
@@ -134,8 +138,11 @@ func (r *Runner) checkWrites(ctx context.Context, acked []*WriteRec) (int, []str
 			defer wg.Done()
 			for j := range jobs {
 				ok, why := r.present(ctx, j.n, j.w)
-				if !ok {
-					ok, why = r.present(ctx, j.n, j.w) // one retry: a transport hiccup is not a loss
+				// One retry: a transport hiccup is not a loss; and a few
+				// more while the answer is the budget's fail-open NO_HINT,
+				// which read nothing.
+				for try := 0; !ok && try < 5 && (try == 0 || strings.Contains(why, api.DetailTimeout)); try++ {
+					ok, why = r.present(ctx, j.n, j.w)
 				}
 				if !ok {
 					mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/inference-cache/inference-cache/api"
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 )
 
@@ -58,6 +59,9 @@ func TestReader_WrongAnswerForSeededChainFailsTheRun(t *testing.T) {
 		func() *pb.LookupRouteResponse {
 			return &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_AFFINITY_HINT}
 		}, // wrong
+		func() *pb.LookupRouteResponse {
+			return &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT, Detail: api.DetailTimeout, ServedBy: "n1"}
+		}, // over budget: the fail-open answer of a slow lookup, not a read
 	}
 	srv := &scriptedIC{script: func(k int) *pb.LookupRouteResponse {
 		if k >= len(script) {
@@ -99,8 +103,11 @@ func TestReader_WrongAnswerForSeededChainFailsTheRun(t *testing.T) {
 	rep := newReport()
 	rep.Linearizable = "Ok"
 	tallyLookups(rep, lookups, []string{"n1"})
-	if rep.LookupWrong != 3 || rep.LookupStale != 1 || rep.LookupErrors != 0 {
-		t.Fatalf("wrong %d stale %d errors %d, want 3, 1, 0; samples %v", rep.LookupWrong, rep.LookupStale, rep.LookupErrors, rep.LookupWrongSamples)
+	if rep.LookupWrong != 3 || rep.LookupStale != 1 || rep.LookupErrors != 0 || rep.LookupOverBudget != 1 {
+		t.Fatalf("wrong %d stale %d errors %d over budget %d, want 3, 1, 0, 1; samples %v", rep.LookupWrong, rep.LookupStale, rep.LookupErrors, rep.LookupOverBudget, rep.LookupWrongSamples)
+	}
+	if md := rep.Markdown("test"); !strings.Contains(md, "fail-open NO_HINT") || !strings.Contains(md, "| 1 of 7 |") {
+		t.Fatal("report lacks the count of lookups over budget")
 	}
 	if rep.Passed() {
 		t.Fatal("a run whose reader got NO_HINT for the stored seeded chain from a fresh node passed")

@@ -37,9 +37,12 @@ type Report struct {
 	// a PREFIX_MATCH of the seeded chain (LookupRec.Wrong); LookupStale
 	// the answers marked stale, which may miss it.
 	LookupWrong, LookupStale int
-	LookupWrongSamples       []string
-	LookupP99Ms              float64
-	StaleChecks              int
+	// LookupOverBudget counts the answers that were the lookup budget's
+	// fail-open NO_HINT (LookupRec.OverBudget): reported, not a failure.
+	LookupOverBudget   int
+	LookupWrongSamples []string
+	LookupP99Ms        float64
+	StaleChecks        int
 
 	RegSets, RegGets, RegLeaderGets, RegHistory int
 	// Linearizable is porcupine's result: Ok, Illegal or Unknown.
@@ -88,7 +91,7 @@ func (r *Report) SummaryLines() []string {
 	if r.LinearizableYes() {
 		lin = "yes"
 	}
-	return []string{
+	lines := []string{
 		fmt.Sprintf("leader kills: %d", r.Count[LeaderKill]),
 		fmt.Sprintf("leader pauses: %d", r.Count[LeaderPause]),
 		fmt.Sprintf("partitions: %d", r.Partitions()),
@@ -99,6 +102,34 @@ func (r *Report) SummaryLines() []string {
 		fmt.Sprintf("failover p99 ms: %.0f", r.FailoverP99Ms()),
 		"linearizable: " + lin,
 	}
+	return append(lines, r.brokenLines()...)
+}
+
+// brokenLines names each broken invariant the summary's counts do not show,
+// with its first sample, so that a failed run's last lines say what broke.
+func (r *Report) brokenLines() []string {
+	var out []string
+	first := func(what string, n int, samples []string) {
+		if n == 0 {
+			return
+		}
+		line := fmt.Sprintf("broken: %s: %d", what, n)
+		if len(samples) > 0 {
+			line += "; first: " + samples[0]
+		}
+		out = append(out, line)
+	}
+	if r.HarnessError != "" {
+		out = append(out, "broken: harness: "+r.HarnessError)
+	}
+	first("wrong lookup answers", r.LookupWrong, r.LookupWrongSamples)
+	first("two leaders in one term", len(r.TwoLeaders), r.TwoLeaders)
+	first("digest clashes", len(r.DigestClashes), r.DigestClashes)
+	first("register anomalies", len(r.RegisterAnomalies), r.RegisterAnomalies)
+	for _, v := range r.Violations {
+		out = append(out, "broken: "+v)
+	}
+	return out
 }
 
 func held(ok bool) string {
@@ -195,6 +226,7 @@ func (r *Report) mdInvariants(w *mdWriter) {
 	w.p("| equal digests at equal applied index (sampled during the run and at the end) | %s | %d digest samples, final index %d digest %016x, %d clashes |", held(len(r.DigestClashes) == 0 && r.FinalIndex > 0), r.DigestPolls, r.FinalIndex, r.FinalDigest, len(r.DigestClashes))
 	w.p("| zero LookupRoute errors from reachable nodes | %s | %d lookups, %d errors from reachable nodes (%d more while the node was down, paused or starting), p99 %.1f ms |", held(r.LookupErrors == 0), r.Lookups, r.LookupErrors, r.LookupErrorsUnreachable, r.LookupP99Ms)
 	w.p("| the seeded chain answered PREFIX_MATCH by every reachable node not marked stale that has applied it | %s | %d wrong answers (%d answers marked stale) |", held(r.LookupWrong == 0), r.LookupWrong, r.LookupStale)
+	w.p("| (reported, not an invariant) lookups answered with the budget's fail-open NO_HINT (lookupTimeoutMs spent before the state was read, §5.7) | - | %d of %d |", r.LookupOverBudget, r.Lookups)
 	w.p("| stale = true on a partitioned minority after maxStaleness (2 s) | %s | %d minority nodes checked |", held(!hasViolation(r.Violations, "partitioned")), r.StaleChecks)
 	w.p("| never two leaders in one term (Cluster.Status on every node every 50 ms) | %s | %d terms seen, %d status polls |", held(len(r.TwoLeaders) == 0), r.Terms, r.StatusPolls)
 	w.p("| policy register linearizable (porcupine) | %s | %d sets, %d gets (%d to the leader); history checked: %d ops; result %s |", held(r.LinearizableYes()), r.RegSets, r.RegGets, r.RegLeaderGets, r.RegHistory, r.Linearizable)

@@ -87,3 +87,19 @@ func TestReport_SummaryLinesAreExact(t *testing.T) {
 		t.Fatal("markdown lacks the summary lines one per line")
 	}
 }
+
+func TestReport_SummaryLinesNameWhatBroke(t *testing.T) {
+	r := newReport()
+	r.Linearizable = "Ok"
+	r.Violations = []string{"leader-kill n2: leader kill: no leader within 10s"}
+	r.LookupWrong, r.LookupWrongSamples = 2, []string{"n1: NO_MATCH"}
+	got := strings.Join(r.SummaryLines(), "\n")
+	for _, want := range []string{"\nbroken: wrong lookup answers: 2; first: n1: NO_MATCH", "\nbroken: leader-kill n2: leader kill: no leader within 10s"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("summary lacks %q:\n%s", want, got)
+		}
+	}
+	if r.Passed() {
+		t.Fatal("a report with violations passed")
+	}
+}

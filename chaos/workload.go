@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inference-cache/inference-cache/api"
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/client"
 )
@@ -70,6 +71,10 @@ type LookupRec struct {
 	// start and never expires during a run, so such an answer hides
 	// acknowledged state; it fails the run.
 	Wrong bool
+	// OverBudget: the node answered the lookup budget's fail-open NO_HINT
+	// (contract §5.7: lookupTimeoutMs spent before the state was read), a
+	// delay, not a wrong read; counted apart.
+	OverBudget bool
 }
 
 // Workload drives the load and records the history.
@@ -289,7 +294,8 @@ func readOnce(ctx context.Context, n *Node, req *pb.LookupRouteRequest, seedInde
 		return rec, true
 	}
 	rec.Stale, rec.Reason = r.Stale, r.ReasonCode.String()
-	if reachable && wrongAnswer(r, seedIndex) {
+	rec.OverBudget = r.ReasonCode == pb.ReasonCode_NO_HINT && r.Detail == api.DetailTimeout
+	if reachable && !rec.OverBudget && wrongAnswer(r, seedIndex) {
 		rec.Wrong = true
 		rec.Msg = fmt.Sprintf("%s %q served by %s at applied index %d, replicas %v", r.ReasonCode, r.Detail, r.ServedBy, r.AppliedIndex, r.Replicas)
 	}
