@@ -15,9 +15,12 @@ import (
 // needs them (contract §5.12); *raftnode.Node is one. Soft state, kept
 // apart from Backend: nothing of it goes through the Raft log.
 type Provisional interface {
-	// SharePicks applies a picker's push and passes it on to the other
-	// nodes without waiting on them; errors wrap provisional.ErrInvalid
-	// (a *provisional.FieldError) or provisional.ErrFull.
+	// SharePicks applies a picker's push, then its load report (load),
+	// and passes it on to the other nodes without waiting on them;
+	// errors wrap provisional.ErrInvalid (a *provisional.FieldError),
+	// provisional.ErrFull, pickerload.ErrInvalid (a
+	// *pickerload.FieldError, its field under "load.") or
+	// pickerload.ErrFull.
 	SharePicks(req *pb.SharePicksRequest) (provisional.Result, error)
 	// Provisional is the store: lookups read it (At) and drop what the
 	// confirmed index covers (Confirm).
@@ -30,7 +33,9 @@ var ErrNoProvisional = status.Error(codes.Unimplemented, "this server holds no p
 
 // SharePicks records a picker's picks as provisional residencies
 // (contract §5.12) on this node and passes the push on to every other
-// node, asynchronously, never through the Raft log. The answer counts
+// node, asynchronously, never through the Raft log. Its load report
+// (load), if any, is held after its picks, and its settled_turns end the
+// picker's turns at this node (contract §5.13). The answer counts
 // the picks added and removed; superseded when it is a full state not
 // newer than the last one held of the picker. Errors (StatusFromError):
 // INVALID_ARGUMENT naming the field at fault and its limit,
@@ -40,7 +45,16 @@ func (s *Service) SharePicks(_ context.Context, req *pb.SharePicksRequest) (*pb.
 	if s.prov == nil {
 		return nil, ErrNoProvisional
 	}
+	if n := len(req.GetLoad().GetSettledTurns()); n > MaxSettledTurns {
+		return nil, status.Errorf(codes.InvalidArgument, "load.settled_turns: %d turns, at most %d", n, MaxSettledTurns)
+	}
 	res, err := s.prov.SharePicks(req)
+	if s.turns != nil && len(req.GetLoad().GetSettledTurns()) > 0 {
+		// After the picks and the load are held: a lookup waiting on
+		// one of these turns reads both. A refused push ends its turns
+		// too.
+		s.turns.Settle(req.GetPickerId(), req.GetLoad().GetSettledTurns())
+	}
 	if err != nil {
 		return nil, StatusFromError(err)
 	}

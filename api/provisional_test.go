@@ -10,21 +10,29 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/index"
+	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/policy"
 	"github.com/inference-cache/inference-cache/provisional"
 )
 
 // fakePicks is a Provisional over a real store, recording what would be
-// passed on to the peers.
+// passed on to the peers; with load, a push's load report goes there
+// after its picks, as a node holds it.
 type fakePicks struct {
 	store *provisional.Store
 	fwd   int
+	load  *fakeShare
 }
 
 func (f *fakePicks) SharePicks(req *pb.SharePicksRequest) (provisional.Result, error) {
 	r, err := f.store.Apply(provisional.FromPB(req))
 	if err == nil && !r.Superseded {
 		f.fwd++
+	}
+	if l := req.GetLoad(); l != nil && f.load != nil && err == nil {
+		rep := pickerload.FromPB(l)
+		rep.PickerID = req.GetPickerId()
+		_, err = f.load.store.Put(rep)
 	}
 	return r, err
 }

@@ -143,15 +143,14 @@ func (r *coreRouter) Routed(_ *Request, e int, s *Served) {
 			push.Picks = live[len(live)-1:]
 		}
 	}
-	at := r.now
 	if len(push.Picks) > 0 {
-		r.sendPicks(r.now, push)
-		// The load report goes once the pick's push is answered
-		// (gateway's ledger of unpushed picks): one push's delay later.
-		at += r.shared.delay
+		// The pick's push carries the load report with its load, and
+		// settles the turn the lookup took (client.PickShareConfig.LoadFor).
+		r.sendPicks(r.now, push, r.turn)
+	} else {
+		// No pick to push: the report settles the turn.
+		r.sendLoad(r.now, r.turn)
 	}
-	// The report settles the turn the lookup took, pick or none.
-	r.sendLoad(at, r.turn)
 	first, done := s.FirstTokenAt+r.wait, s.DoneAt+r.wait
 	r.due.push(first, coreDue{at: first, first: true, doneAt: done, flight: fl})
 }
@@ -174,14 +173,20 @@ func (r *coreRouter) advance(t float64) {
 }
 
 // sendPicks pushes a picks delta or full state to the cluster (shared
-// state only), under the gateway's picker id.
-func (r *coreRouter) sendPicks(at float64, p provisional.Push) {
+// state only), under the gateway's picker id. A delta of a new pick
+// carries the gateway's load report, settling settle (nil = a push
+// without a report).
+func (r *coreRouter) sendPicks(at float64, p provisional.Push, settle ...uint64) {
 	if r.shared == nil {
 		return
 	}
 	r.picksSeq++
 	p.PickerID, p.Sequence = r.gw.ProvisionalPickerID(), r.picksSeq
-	r.shared.send(at, sharePush{picks: &p})
+	sp := sharePush{picks: &p}
+	if settle != nil {
+		sp.load, sp.settle, sp.turnPicker = r.loadReport(), settle, p.PickerID
+	}
+	r.shared.send(at, sp)
 }
 
 // sendLoad pushes this gateway's whole in-flight load (shared state only).
@@ -189,10 +194,15 @@ func (r *coreRouter) sendLoad(at float64, settle ...uint64) {
 	if r.shared == nil {
 		return
 	}
+	r.shared.send(at, sharePush{load: r.loadReport(), settle: settle, turnPicker: r.gw.ProvisionalPickerID()})
+}
+
+// loadReport is the gateway's next load report: its whole in-flight load.
+func (r *coreRouter) loadReport() *pickerload.Report {
 	r.loadSeq++
 	rep := pickerload.FromPB(&pb.ReportPickerLoadRequest{PickerId: r.id, Sequence: r.loadSeq,
 		IntervalMs: uint32(max(1, int(r.shared.every*1000))), Loads: r.gw.PickerLoad()})
-	r.shared.send(at, sharePush{load: &rep, settle: settle, turnPicker: r.gw.ProvisionalPickerID()})
+	return &rep
 }
 
 // pushFull sends the periodic full state: the load and every live pick.

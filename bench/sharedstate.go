@@ -40,7 +40,8 @@ type sharedState struct {
 	queuePicker string
 }
 
-// sharePush is one push on its way: a load report or a picks push.
+// sharePush is one push on its way: a load report, a picks push, or a
+// picks push carrying a load report.
 type sharePush struct {
 	at    float64 // arrival at the nodes (virtual s)
 	load  *pickerload.Report
@@ -145,11 +146,12 @@ func (s *sharedState) advance(t float64) {
 		// Each push is applied at its own arrival (which dates its
 		// expiry); the heap hands them out in arrival order.
 		s.now = max(s.now, p.at)
-		if p.load != nil {
-			_, _ = s.load.Put(*p.load)
-		}
 		if p.picks != nil {
 			_, _ = s.picks.Apply(*p.picks)
+		}
+		if p.load != nil {
+			// A push's report after its picks, as a node holds them.
+			_, _ = s.load.Put(*p.load)
 		}
 		if s.turns != nil && len(p.settle) > 0 {
 			s.turns.Settle(p.turnPicker, p.settle)

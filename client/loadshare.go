@@ -126,7 +126,7 @@ type LoadShare struct {
 	to   LoadReportSender
 	cfg  LoadShareConfig
 	log  *slog.Logger
-	seq  uint64
+	seq  atomic.Uint64 // the last report's sequence (Report takes them too)
 	stop chan struct{}
 	done chan struct{}
 	kick chan struct{} // Kick: report now
@@ -161,10 +161,10 @@ func StartLoadShare(p *Picker, to LoadReportSender, cfg LoadShareConfig) (*LoadS
 	case cfg.Interval < MinLoadShareInterval || cfg.Interval > MaxLoadShareInterval:
 		return nil, fmt.Errorf("client: load share interval %v: want %v to %v", cfg.Interval, MinLoadShareInterval, MaxLoadShareInterval)
 	}
-	s := &LoadShare{p: p, to: to, cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan struct{}, 1),
-		// Counting from the clock keeps a picker restarted under the
-		// same id ahead of its old reports.
-		seq: uint64(time.Now().UnixNano())}
+	s := &LoadShare{p: p, to: to, cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}), kick: make(chan struct{}, 1)}
+	// Counting from the clock keeps a picker restarted under the same id
+	// ahead of its old reports.
+	s.seq.Store(uint64(time.Now().UnixNano()))
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -280,13 +280,25 @@ func (s *LoadShare) load() []*pb.PickerReplicaLoad {
 	return s.p.InFlight()
 }
 
+// Report returns the picker's next load report, of loads and settling
+// turns (at most maxQueuedSettles, the node's limit), for another call to
+// carry: a gateway's picks push carries the load of its picks
+// (SharePicksRequest.load, contract §5.13). Its sequence is the next of
+// this LoadShare's, so the nodes order it among the periodic reports. It
+// never blocks and sends nothing.
+func (s *LoadShare) Report(turns []uint64, loads []*pb.PickerReplicaLoad) *pb.ReportPickerLoadRequest {
+	if len(turns) > maxQueuedSettles {
+		turns = turns[len(turns)-maxQueuedSettles:]
+	}
+	return &pb.ReportPickerLoadRequest{PickerId: s.cfg.PickerID, Sequence: s.seq.Add(1),
+		IntervalMs: uint32(s.cfg.Interval.Milliseconds()), Loads: loads, SettledTurns: turns}
+}
+
 // report sends one report of loads, settling turns, bounded by parent
 // and by limit. The turns are taken before the load is read, so the
 // request each decided is in the load.
 func (s *LoadShare) report(parent context.Context, limit time.Duration, turns []uint64, loads []*pb.PickerReplicaLoad) {
-	s.seq++
-	req := &pb.ReportPickerLoadRequest{PickerId: s.cfg.PickerID, Sequence: s.seq,
-		IntervalMs: uint32(s.cfg.Interval.Milliseconds()), Loads: loads, SettledTurns: turns}
+	req := s.Report(turns, loads)
 	ctx, cancel := context.WithTimeout(parent, limit)
 	resp, err := s.to.ReportPickerLoad(ctx, req)
 	cancel()

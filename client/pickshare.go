@@ -66,6 +66,13 @@ type PickShareConfig struct {
 	// pick adds, and a lookup never sees a replica's new load without the
 	// residency that explains it (contract §5.12).
 	AfterDelta func(picked []uint64)
+	// LoadFor, when set, is called on the pushing goroutine before each
+	// push of new picks, with their ids; the load report it returns (nil
+	// = none) rides in that push (SharePicksRequest.load): every node
+	// holds it right after the picks, so the load the picks add, and the
+	// turns their lookups took, are known where the picks are in one
+	// push's delay (contract §5.13). LoadShare.Report makes one.
+	LoadFor func(picked []uint64) *pb.ReportPickerLoadRequest
 	// Logger receives a warning when pushes fail, at most once a minute;
 	// nil = slog.Default().
 	Logger *slog.Logger
@@ -231,12 +238,16 @@ func (s *PickShare) run() {
 			s.mu.Unlock()
 			if len(adds)+len(removed)+len(prefilled) > 0 {
 				s.quiet = false
-				s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Picks: adds, Removed: removed, Prefilled: prefilled})
+				ids := make([]uint64, len(adds))
+				for i := range adds {
+					ids[i] = adds[i].ID
+				}
+				var load *pb.ReportPickerLoadRequest
+				if s.cfg.LoadFor != nil && len(adds) > 0 {
+					load = s.cfg.LoadFor(ids)
+				}
+				s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Picks: adds, Removed: removed, Prefilled: prefilled}, load)
 				if s.cfg.AfterDelta != nil && len(adds)+len(removed) > 0 {
-					ids := make([]uint64, len(adds))
-					for i := range adds {
-						ids[i] = adds[i].ID
-					}
 					s.cfg.AfterDelta(ids)
 				}
 			}
@@ -251,20 +262,22 @@ func (s *PickShare) run() {
 			}
 			s.quiet = len(live) == 0
 			s.fullAt[0], s.fullAt[1] = s.fullAt[1], time.Now()
-			s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Full: true, Picks: live})
+			s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Full: true, Picks: live}, nil)
 		}
 	}
 }
 
-// push sends one push, bounded by PushTimeout.
-func (s *PickShare) push(parent context.Context, p provisional.Push) {
+// push sends one push, with load (nil = none), bounded by PushTimeout.
+func (s *PickShare) push(parent context.Context, p provisional.Push, load *pb.ReportPickerLoadRequest) {
 	p.Sequence = s.seq.Add(1)
 	ctx, cancel := context.WithTimeout(parent, s.cfg.PushTimeout)
+	req := provisional.ToPB(&p)
+	req.Load = load
 	var err error
 	if all, ok := s.to.(PicksBroadcaster); ok {
-		_, err = all.SharePicksAll(ctx, provisional.ToPB(&p))
+		_, err = all.SharePicksAll(ctx, req)
 	} else {
-		_, err = s.to.SharePicks(ctx, provisional.ToPB(&p))
+		_, err = s.to.SharePicks(ctx, req)
 	}
 	cancel()
 	if err == nil {

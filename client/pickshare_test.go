@@ -346,6 +346,9 @@ func TestSentTo_CopiesEveryField(t *testing.T) {
 			m.Set(fd, protoreflect.ValueOfUint32(uint32(i+1)))
 		case fd.Kind() == protoreflect.Uint64Kind:
 			m.Set(fd, protoreflect.ValueOfUint64(uint64(i+1)))
+		case fd.Kind() == protoreflect.MessageKind:
+			sub := m.Mutable(fd).Message()
+			sub.Set(sub.Descriptor().Fields().ByName("sequence"), protoreflect.ValueOfUint64(uint64(i+1)))
 		default:
 			t.Fatalf("field %s of kind %v: extend this test", fd.Name(), fd.Kind())
 		}
@@ -357,5 +360,59 @@ func TestSentTo_CopiesEveryField(t *testing.T) {
 	got.SentToNodes = req.GetSentToNodes()
 	if !proto.Equal(got, req) {
 		t.Fatalf("copy %v differs from %v", got, req)
+	}
+}
+
+// LoadFor's report rides in the push of the picks it was asked for, with
+// their ids; a push of first tokens alone and a full state carry none.
+func TestPickShare_LoadRidesInThePicksPush(t *testing.T) {
+	snd := &recordingSender{}
+	var asked [][]uint64
+	var mu sync.Mutex
+	cfg := PickShareConfig{PickerID: "gw", FullStateInterval: MinFullStateInterval, LoadFor: func(ids []uint64) *pb.ReportPickerLoadRequest {
+		mu.Lock()
+		asked = append(asked, slices.Clone(ids))
+		mu.Unlock()
+		return &pb.ReportPickerLoadRequest{Sequence: 41, SettledTurns: []uint64{7}}
+	}}
+	s, err := StartPickShare(snd, func(time.Duration) []provisional.Pick { return []provisional.Pick{{ID: 9}} }, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	s.Add(provisional.Pick{ID: 9, Replica: "r1", Partition: provisional.Partition{Scheme: "vllm", Model: "m"}, Hashes: []uint64{1, 2}})
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		for _, p := range snd.got() {
+			if len(p.Picks) == 1 && !p.FullState {
+				return true, ""
+			}
+		}
+		return false, "the pick's push"
+	})
+	s.Prefilled(9)
+	poll.Eventually(t, 10*time.Second, 5*time.Millisecond, func() (bool, string) {
+		full := 0
+		for _, p := range snd.got() {
+			if p.FullState {
+				full++
+			}
+		}
+		for _, p := range snd.got() {
+			if len(p.Prefilled) == 1 {
+				return full > 0, "a full state"
+			}
+		}
+		return false, "the first token's push"
+	})
+	for _, p := range snd.got() {
+		withPick := len(p.Picks) == 1 && !p.FullState
+		if got := p.GetLoad(); withPick != (got != nil) || withPick && (got.Sequence != 41 || !slices.Equal(got.SettledTurns, []uint64{7})) {
+			t.Fatalf("push (full %v, %d picks, %d prefilled) carries the report %v", p.FullState, len(p.Picks), len(p.Prefilled), got)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 1 || !slices.Equal(asked[0], []uint64{9}) {
+		t.Fatalf("LoadFor asked for %v, want once for pick 9", asked)
 	}
 }

@@ -115,7 +115,7 @@ func (c *Client) SharePicksAll(ctx context.Context, req *pb.SharePicksRequest) (
 // caller's request is left as it was.
 func sentTo(req *pb.SharePicksRequest, n uint32) *pb.SharePicksRequest {
 	return &pb.SharePicksRequest{PickerId: req.GetPickerId(), Sequence: req.GetSequence(), FullState: req.GetFullState(),
-		Picks: req.GetPicks(), Removed: req.GetRemoved(), Prefilled: req.GetPrefilled(), SentToNodes: n}
+		Picks: req.GetPicks(), Removed: req.GetRemoved(), Prefilled: req.GetPrefilled(), SentToNodes: n, Load: req.GetLoad()}
 }
 
 // PicksBroadcaster sends a picks push to every node at once; *Client is

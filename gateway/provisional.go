@@ -99,7 +99,12 @@ func (g *Gateway) startProvisional() error {
 		pc := c.Push
 		pc.PickerID = p.id
 		if share := g.share; share != nil && pc.AfterDelta == nil {
-			// The pick's load goes out once the pick is pushed.
+			// The pick's load rides in its push, after the picks at every
+			// node, and settles the turns of their lookups (contract
+			// §5.13); the periodic reports carry it once the push is
+			// answered, and settle the turns again should the push have
+			// failed (a turn settled twice stays settled).
+			pc.LoadFor = g.pushLoad
 			pc.AfterDelta = func(ids []uint64) {
 				for _, t := range p.pushed(ids) {
 					share.Settle(t)

@@ -45,10 +45,13 @@ func (s *turnLookup) settling() (n int, with *pb.ReportPickerLoadRequest) {
 }
 
 // A gateway that shares its load and its picks takes a turn with each
-// lookup (contract §5.13), and settles it with the first load report
-// after the pick's push was answered: that report carries the pick's
-// load, so a lookup the turn held reads both.
-func TestDecide_TurnSettledByTheReportAfterThePicksPush(t *testing.T) {
+// lookup (contract §5.13) and settles it in the pick's push: the push
+// carries the load report with the pick's load, which a node holds after
+// the pick, so a lookup the turn held reads both in one push's delay.
+// The periodic reports leave the pick's load out while its push is
+// unanswered, and the first one after it settles the turn again (should
+// the push have failed).
+func TestDecide_TurnSettledByThePicksPushCarryingItsLoad(t *testing.T) {
 	lk := &turnLookup{sharingLookup: sharingLookup{fakeLookup: fakeLookup{resp: &pb.LookupRouteResponse{ServedBy: "n1", Turn: 7, TurnWaitUs: 2500}}},
 		release: make(chan struct{}), pushed: make(chan *pb.SharePicksRequest, 16)}
 	g := newGW(t, Config{Prompts: fakePrompts{p: prompt.Prompt{TokenIDs: seq(64)}}, Lookup: lk, ShareLoad: sharePicker("gw-7")})
@@ -63,14 +66,21 @@ func TestDecide_TurnSettledByTheReportAfterThePicksPush(t *testing.T) {
 	if !d.Turn || d.TurnWait != 2500*time.Microsecond {
 		t.Fatalf("decision turn %v after %v, want the answer's turn after 2.5 ms", d.Turn, d.TurnWait)
 	}
+	before := lk.reportsNow()
 	d.Start(d.Replica)
 	push := <-lk.pushed
 	if len(push.Picks) != 1 {
 		t.Fatalf("picks push %v, want the pick", push)
 	}
+	l := push.GetLoad()
+	if l == nil || !slices.Equal(l.SettledTurns, []uint64{7}) || len(l.Loads) != 1 || l.Loads[0].ReplicaId != d.Replica || l.Loads[0].PrefillingRequests != 1 || l.Loads[0].PrefillTokens == 0 {
+		t.Fatalf("the push's load report %v, want turn 7 settled and the pick's load on %s", l, d.Replica)
+	}
+	if n := len(before); n > 0 && l.Sequence <= before[n-1].Sequence {
+		t.Fatalf("the push's report sequence %d, not above the last report's %d", l.Sequence, before[n-1].Sequence)
+	}
 	// Reports go out every 10 ms while the push is unanswered: none may
-	// settle the turn, which would let a waiting lookup read a load
-	// without its pick.
+	// carry the pick's load or settle the turn ahead of the pick.
 	n0 := len(lk.reportsNow())
 	poll.Eventually(t, 5*time.Second, 5*time.Millisecond, func() (bool, string) {
 		n := len(lk.reportsNow())
@@ -78,6 +88,11 @@ func TestDecide_TurnSettledByTheReportAfterThePicksPush(t *testing.T) {
 	})
 	if n, _ := lk.settling(); n != 0 {
 		t.Fatalf("%d reports settled the turn before the pick's push was answered", n)
+	}
+	for _, r := range lk.reportsNow()[n0:] {
+		if len(r.Loads) != 0 {
+			t.Fatalf("a report carried the load %v before the pick's push was answered", r.Loads)
+		}
 	}
 	close(lk.release)
 	poll.Eventually(t, 5*time.Second, 5*time.Millisecond, func() (bool, string) {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"slices"
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -74,21 +75,44 @@ func (p *provState) pushed(ids []uint64) (turns []uint64) {
 }
 
 // sharedLoad is the load the gateway reports (client.LoadShareConfig.Load):
-// the picker's requests in flight less the picks not pushed yet. Read
-// under prov.order with the ledger, so a pick started at the same time
-// is either in both or in neither.
+// the picker's requests in flight less the picks not pushed yet.
 func (g *Gateway) sharedLoad() []*pb.PickerReplicaLoad {
+	loads, _ := g.loadWith(nil)
+	return loads
+}
+
+// pushLoad is the load report a picks push carries
+// (client.PickShareConfig.LoadFor): the picker's requests in flight less
+// the picks not pushed yet, but with the load of picked, the picks of
+// that push, which reach every node with it; it settles the turns their
+// lookups took (contract §5.13). They stay in the ledger, out of the
+// periodic reports, until the push is answered (pushed).
+func (g *Gateway) pushLoad(picked []uint64) *pb.ReportPickerLoadRequest {
+	loads, turns := g.loadWith(picked)
+	return g.share.Report(turns, loads)
+}
+
+// loadWith is the picker's load in flight less the ledger's picks other
+// than carried, and the turns of carried's picks. Read under prov.order
+// with the ledger, so a pick started at the same time is either in both
+// or in neither.
+func (g *Gateway) loadWith(carried []uint64) (loads []*pb.PickerReplicaLoad, turns []uint64) {
 	p := &g.prov
 	p.order.RLock()
 	defer p.order.RUnlock()
-	loads := g.picker.InFlight()
+	loads = g.picker.InFlight()
+	for _, id := range carried {
+		if u, ok := p.unshared[id]; ok && u.turn != 0 {
+			turns = append(turns, u.turn)
+		}
+	}
 	if len(p.unshared) == 0 {
-		return loads
+		return loads, turns
 	}
 	now := time.Now()
-	for _, u := range p.unshared {
-		if now.Sub(u.at) > unsharedMaxAge {
-			continue // its push never came: counted (holdLoad drops it)
+	for id, u := range p.unshared {
+		if now.Sub(u.at) > unsharedMaxAge || slices.Contains(carried, id) {
+			continue // its push never came, or this is it: counted (holdLoad drops the first)
 		}
 		for _, l := range loads {
 			if l.ReplicaId != u.replica {
@@ -106,5 +130,5 @@ func (g *Gateway) sharedLoad() []*pb.PickerReplicaLoad {
 			out = append(out, l)
 		}
 	}
-	return out
+	return out, turns
 }

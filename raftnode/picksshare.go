@@ -1,11 +1,14 @@
 package raftnode
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/provisional"
 	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
 )
@@ -35,12 +38,14 @@ func (n *Node) ProvisionalView() provisional.View { return n.picks.At() }
 // each pick once per node. A full state is always passed on: it is the
 // repair of a node that missed pushes (a node restarted within gossip's
 // failure detection still counts as alive), and one a second per picker
-// costs little. Errors are the store's (a
-// *provisional.FieldError wrapping provisional.ErrInvalid, or
-// provisional.ErrFull); nothing is passed on then.
+// costs little. The push's load report (SharePicksRequest.load) is held
+// after its picks and goes on with the push. Errors are the stores' (a
+// *provisional.FieldError wrapping provisional.ErrInvalid or
+// provisional.ErrFull; a *pickerload.FieldError naming the field under
+// "load.", or pickerload.ErrFull); nothing is passed on then.
 func (n *Node) SharePicks(req *pb.SharePicksRequest) (provisional.Result, error) {
 	n.metrics.picksPushes.Add(1)
-	res, err := n.picks.Apply(provisional.FromPB(req))
+	res, err := n.applyPush(req, provisional.FromPB(req))
 	if err != nil || res.Superseded {
 		return res, err
 	}
@@ -96,10 +101,55 @@ func (f *forwardServer) applyPeerPicks(req *forwardpb.ShareLoadRequest, resp *fo
 		if i < len(ages) {
 			push.Age = time.Duration(ages[i]) * time.Millisecond
 		}
-		if _, err := f.n.picks.Apply(push); err != nil {
+		if _, err := f.n.applyPush(p, push); err != nil {
 			resp.PicksRefused++
 			continue
 		}
 		resp.PicksApplied++
 	}
+}
+
+// applyPush applies push (req as the store takes it) and then req's load
+// report, if any (contract §5.13): a lookup that reads the load then
+// reads the picks that explain it. A load report that breaks a rule
+// refuses the whole push, before anything is applied; picks refused for
+// a full store still leave the load held, since it is true either way.
+func (n *Node) applyPush(req *pb.SharePicksRequest, push provisional.Push) (provisional.Result, error) {
+	load, err := pushLoad(req)
+	if err != nil {
+		return provisional.Result{}, err
+	}
+	res, err := n.picks.Apply(push)
+	if load != nil && !errors.Is(err, provisional.ErrInvalid) {
+		if _, lerr := n.pickers.Put(*load); lerr != nil && err == nil {
+			err = lerr
+		}
+	}
+	return res, err
+}
+
+// pushLoad is req's load report (nil when it carries none), its picker
+// id the push's when empty. Errors are *pickerload.FieldError naming the
+// field under "load.": a picker id other than the push's, or the report
+// breaking a rule of its own (pickerload.Report.Validate).
+func pushLoad(req *pb.SharePicksRequest) (*pickerload.Report, error) {
+	l := req.GetLoad()
+	if l == nil {
+		return nil, nil
+	}
+	r := pickerload.FromPB(l)
+	if r.PickerID == "" {
+		r.PickerID = req.GetPickerId()
+	}
+	if r.PickerID != req.GetPickerId() {
+		return nil, &pickerload.FieldError{Field: "load.picker_id", Msg: fmt.Sprintf("%q, not the push's picker_id %q", r.PickerID, req.GetPickerId())}
+	}
+	if err := r.Validate(); err != nil {
+		var fe *pickerload.FieldError
+		if errors.As(err, &fe) {
+			return nil, &pickerload.FieldError{Field: "load." + fe.Field, Msg: fe.Msg}
+		}
+		return nil, err
+	}
+	return &r, nil
 }

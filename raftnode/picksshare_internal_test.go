@@ -2,12 +2,14 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/provisional"
 	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
 )
@@ -54,5 +56,61 @@ func TestShareLoad_AppliesPicksWithTheirAge(t *testing.T) {
 	now = now.Add(time.Millisecond)
 	if ms := n.picks.At().Matches(nil, part, chain); len(ms) != 0 {
 		t.Fatalf("at 400 ms (1 s after the pick): %v, want expired", ms)
+	}
+}
+
+// A push's load report is held with its picks, on the node it was sent
+// to and on a peer it was passed on to; a report breaking a rule refuses
+// the whole push naming the field under "load.", and nothing of it is
+// held.
+func TestSharePicks_HoldsThePushesLoadReport(t *testing.T) {
+	newNode := func() *Node {
+		return &Node{picks: provisional.New(provisional.Config{}), pickers: pickerload.New(pickerload.Config{})}
+	}
+	withLoad := func(p *pb.SharePicksRequest, picker string, seq uint64, replica string) *pb.SharePicksRequest {
+		p.Load = &pb.ReportPickerLoadRequest{PickerId: picker, Sequence: seq, IntervalMs: 1000,
+			Loads: []*pb.PickerReplicaLoad{{ReplicaId: replica, PrefillingRequests: 1, PrefillTokens: 48, RunningRequests: 1}}}
+		return p
+	}
+	part := provisional.Partition{Scheme: "vllm", Model: "m"}
+
+	n := newNode()
+	p := withLoad(picksPush("gw", 1, 3), "", 1, "r1") // picker id: the push's
+	p.SentToNodes = 1
+	if _, err := n.SharePicks(p); err != nil {
+		t.Fatal(err)
+	}
+	if ms := n.picks.At().Matches(nil, part, p.Picks[0].BlockHashes); len(ms) != 1 {
+		t.Fatalf("picks held: %v", ms)
+	}
+	if sum := n.pickers.At().Others("other", "r1"); sum.PrefillTokens != 48 || sum.Pickers != 1 {
+		t.Fatalf("load held: %+v, want gw's 48 prefill tokens on r1", sum)
+	}
+
+	peer := newNode()
+	f := &forwardServer{n: peer}
+	if resp, err := f.ShareLoad(context.Background(), &forwardpb.ShareLoadRequest{Picks: []*pb.SharePicksRequest{p}}); err != nil || resp.PicksApplied != 1 {
+		t.Fatalf("ShareLoad = %v, %v", resp, err)
+	}
+	if sum := peer.pickers.At().Others("other", "r1"); sum.PrefillTokens != 48 {
+		t.Fatalf("peer's load: %+v, want the passed-on push's 48 prefill tokens", sum)
+	}
+
+	for _, tc := range []struct {
+		push  *pb.SharePicksRequest
+		field string
+	}{
+		{withLoad(picksPush("gw", 2, 3), "gw-b", 2, "r1"), "load.picker_id"},
+		{withLoad(picksPush("gw", 3, 3), "gw", 3, ""), "load.loads[0].replica_id"},
+	} {
+		n := newNode()
+		_, err := n.SharePicks(tc.push)
+		var fe *pickerload.FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Fatalf("push %d: err %v, want a field error naming %s", tc.push.Sequence, err, tc.field)
+		}
+		if ms := n.picks.At().Matches(nil, part, tc.push.Picks[0].BlockHashes); len(ms) != 0 {
+			t.Fatalf("push %d refused, yet its picks are held: %v", tc.push.Sequence, ms)
+		}
 	}
 }

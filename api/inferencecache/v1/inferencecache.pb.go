@@ -2073,7 +2073,14 @@ type SharePicksRequest struct {
 	// itself, at once (0 or 1: this node alone). A node passes the push on
 	// to its peers unless it is at least the number of nodes gossip shows
 	// alive: every node then has a copy of its own.
-	SentToNodes   uint32 `protobuf:"varint,7,opt,name=sent_to_nodes,json=sentToNodes,proto3" json:"sent_to_nodes,omitempty"`
+	SentToNodes uint32 `protobuf:"varint,7,opt,name=sent_to_nodes,json=sentToNodes,proto3" json:"sent_to_nodes,omitempty"`
+	// load: the picker's load report as of this push, the load of its picks
+	// included (contract §5.13). A node applies it after the push's picks,
+	// as a ReportPickerLoad (its sequence is the load reports'; an older
+	// one is ignored), so a lookup never reads the load before the picks
+	// that explain it; its settled_turns end turns at this node. It is
+	// passed on with the push; picker_id is the push's or empty.
+	Load          *ReportPickerLoadRequest `protobuf:"bytes,8,opt,name=load,proto3" json:"load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2155,6 +2162,13 @@ func (x *SharePicksRequest) GetSentToNodes() uint32 {
 		return x.SentToNodes
 	}
 	return 0
+}
+
+func (x *SharePicksRequest) GetLoad() *ReportPickerLoadRequest {
+	if x != nil {
+		return x.Load
+	}
+	return nil
 }
 
 type SharePicksResponse struct {
@@ -3776,7 +3790,7 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"max_age_ms\x18\n" +
 	" \x01(\rR\bmaxAgeMs\x12#\n" +
 	"\rcached_tokens\x18\v \x01(\rR\fcachedTokens\x12\x1c\n" +
-	"\tprefilled\x18\f \x01(\bR\tprefilled\"\x81\x02\n" +
+	"\tprefilled\x18\f \x01(\bR\tprefilled\"\xc1\x02\n" +
 	"\x11SharePicksRequest\x12\x1b\n" +
 	"\tpicker_id\x18\x01 \x01(\tR\bpickerId\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12\x1d\n" +
@@ -3785,7 +3799,8 @@ const file_api_inferencecache_v1_inferencecache_proto_rawDesc = "" +
 	"\x05picks\x18\x04 \x03(\v2\".inferencecache.v1.ProvisionalPickR\x05picks\x12\x18\n" +
 	"\aremoved\x18\x05 \x03(\x04R\aremoved\x12\x1c\n" +
 	"\tprefilled\x18\x06 \x03(\x04R\tprefilled\x12\"\n" +
-	"\rsent_to_nodes\x18\a \x01(\rR\vsentToNodes\"d\n" +
+	"\rsent_to_nodes\x18\a \x01(\rR\vsentToNodes\x12>\n" +
+	"\x04load\x18\b \x01(\v2*.inferencecache.v1.ReportPickerLoadRequestR\x04load\"d\n" +
 	"\x12SharePicksResponse\x12\x14\n" +
 	"\x05added\x18\x01 \x01(\rR\x05added\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\rR\aremoved\x12\x1e\n" +
@@ -4008,53 +4023,54 @@ var file_api_inferencecache_v1_inferencecache_proto_depIdxs = []int32{
 	18, // 12: inferencecache.v1.RecordStreamPositionsRequest.positions:type_name -> inferencecache.v1.StreamPosition
 	18, // 13: inferencecache.v1.GetStreamPositionsResponse.positions:type_name -> inferencecache.v1.StreamPosition
 	23, // 14: inferencecache.v1.SharePicksRequest.picks:type_name -> inferencecache.v1.ProvisionalPick
-	26, // 15: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
-	49, // 16: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
-	27, // 17: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
-	31, // 18: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
-	50, // 19: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
-	33, // 20: inferencecache.v1.StatusResponse.pickers:type_name -> inferencecache.v1.PickerLoadStatus
-	3,  // 21: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
-	9,  // 22: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
-	9,  // 23: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
-	13, // 24: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
-	28, // 25: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
-	29, // 26: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
-	16, // 27: inferencecache.v1.InferenceCache.ReportPickerLoad:input_type -> inferencecache.v1.ReportPickerLoadRequest
-	19, // 28: inferencecache.v1.InferenceCache.RecordStreamPositions:input_type -> inferencecache.v1.RecordStreamPositionsRequest
-	21, // 29: inferencecache.v1.InferenceCache.GetStreamPositions:input_type -> inferencecache.v1.GetStreamPositionsRequest
-	24, // 30: inferencecache.v1.InferenceCache.SharePicks:input_type -> inferencecache.v1.SharePicksRequest
-	30, // 31: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
-	34, // 32: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
-	36, // 33: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
-	38, // 34: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
-	40, // 35: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
-	46, // 36: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
-	42, // 37: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
-	44, // 38: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
-	7,  // 39: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
-	11, // 40: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
-	11, // 41: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
-	14, // 42: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
-	27, // 43: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	27, // 44: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
-	17, // 45: inferencecache.v1.InferenceCache.ReportPickerLoad:output_type -> inferencecache.v1.ReportPickerLoadResponse
-	20, // 46: inferencecache.v1.InferenceCache.RecordStreamPositions:output_type -> inferencecache.v1.RecordStreamPositionsResponse
-	22, // 47: inferencecache.v1.InferenceCache.GetStreamPositions:output_type -> inferencecache.v1.GetStreamPositionsResponse
-	25, // 48: inferencecache.v1.InferenceCache.SharePicks:output_type -> inferencecache.v1.SharePicksResponse
-	32, // 49: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
-	35, // 50: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
-	37, // 51: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
-	39, // 52: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
-	41, // 53: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
-	47, // 54: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
-	43, // 55: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
-	45, // 56: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
-	39, // [39:57] is the sub-list for method output_type
-	21, // [21:39] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	16, // 15: inferencecache.v1.SharePicksRequest.load:type_name -> inferencecache.v1.ReportPickerLoadRequest
+	26, // 16: inferencecache.v1.CachePolicy.strategy:type_name -> inferencecache.v1.Strategy
+	49, // 17: inferencecache.v1.CachePolicy.block_size:type_name -> inferencecache.v1.CachePolicy.BlockSizeEntry
+	27, // 18: inferencecache.v1.SetCachePolicyRequest.policy:type_name -> inferencecache.v1.CachePolicy
+	31, // 19: inferencecache.v1.StatusResponse.members:type_name -> inferencecache.v1.Member
+	50, // 20: inferencecache.v1.StatusResponse.lookup_route_calls:type_name -> inferencecache.v1.StatusResponse.LookupRouteCallsEntry
+	33, // 21: inferencecache.v1.StatusResponse.pickers:type_name -> inferencecache.v1.PickerLoadStatus
+	3,  // 22: inferencecache.v1.InferenceCache.LookupRoute:input_type -> inferencecache.v1.LookupRouteRequest
+	9,  // 23: inferencecache.v1.InferenceCache.Ingest:input_type -> inferencecache.v1.IngestRequest
+	9,  // 24: inferencecache.v1.InferenceCache.IngestStream:input_type -> inferencecache.v1.IngestRequest
+	13, // 25: inferencecache.v1.InferenceCache.ReportReplicaStats:input_type -> inferencecache.v1.ReportReplicaStatsRequest
+	28, // 26: inferencecache.v1.InferenceCache.GetCachePolicy:input_type -> inferencecache.v1.GetCachePolicyRequest
+	29, // 27: inferencecache.v1.InferenceCache.SetCachePolicy:input_type -> inferencecache.v1.SetCachePolicyRequest
+	16, // 28: inferencecache.v1.InferenceCache.ReportPickerLoad:input_type -> inferencecache.v1.ReportPickerLoadRequest
+	19, // 29: inferencecache.v1.InferenceCache.RecordStreamPositions:input_type -> inferencecache.v1.RecordStreamPositionsRequest
+	21, // 30: inferencecache.v1.InferenceCache.GetStreamPositions:input_type -> inferencecache.v1.GetStreamPositionsRequest
+	24, // 31: inferencecache.v1.InferenceCache.SharePicks:input_type -> inferencecache.v1.SharePicksRequest
+	30, // 32: inferencecache.v1.Cluster.Status:input_type -> inferencecache.v1.StatusRequest
+	34, // 33: inferencecache.v1.Cluster.AddServer:input_type -> inferencecache.v1.AddServerRequest
+	36, // 34: inferencecache.v1.Cluster.RemoveServer:input_type -> inferencecache.v1.RemoveServerRequest
+	38, // 35: inferencecache.v1.Cluster.TransferLeadership:input_type -> inferencecache.v1.TransferLeadershipRequest
+	40, // 36: inferencecache.v1.Cluster.Snapshot:input_type -> inferencecache.v1.SnapshotRequest
+	46, // 37: inferencecache.v1.Cluster.Digest:input_type -> inferencecache.v1.DigestRequest
+	42, // 38: inferencecache.v1.Cluster.Backup:input_type -> inferencecache.v1.BackupRequest
+	44, // 39: inferencecache.v1.Cluster.Restore:input_type -> inferencecache.v1.RestoreChunk
+	7,  // 40: inferencecache.v1.InferenceCache.LookupRoute:output_type -> inferencecache.v1.LookupRouteResponse
+	11, // 41: inferencecache.v1.InferenceCache.Ingest:output_type -> inferencecache.v1.IngestResponse
+	11, // 42: inferencecache.v1.InferenceCache.IngestStream:output_type -> inferencecache.v1.IngestResponse
+	14, // 43: inferencecache.v1.InferenceCache.ReportReplicaStats:output_type -> inferencecache.v1.ReportReplicaStatsResponse
+	27, // 44: inferencecache.v1.InferenceCache.GetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	27, // 45: inferencecache.v1.InferenceCache.SetCachePolicy:output_type -> inferencecache.v1.CachePolicy
+	17, // 46: inferencecache.v1.InferenceCache.ReportPickerLoad:output_type -> inferencecache.v1.ReportPickerLoadResponse
+	20, // 47: inferencecache.v1.InferenceCache.RecordStreamPositions:output_type -> inferencecache.v1.RecordStreamPositionsResponse
+	22, // 48: inferencecache.v1.InferenceCache.GetStreamPositions:output_type -> inferencecache.v1.GetStreamPositionsResponse
+	25, // 49: inferencecache.v1.InferenceCache.SharePicks:output_type -> inferencecache.v1.SharePicksResponse
+	32, // 50: inferencecache.v1.Cluster.Status:output_type -> inferencecache.v1.StatusResponse
+	35, // 51: inferencecache.v1.Cluster.AddServer:output_type -> inferencecache.v1.AddServerResponse
+	37, // 52: inferencecache.v1.Cluster.RemoveServer:output_type -> inferencecache.v1.RemoveServerResponse
+	39, // 53: inferencecache.v1.Cluster.TransferLeadership:output_type -> inferencecache.v1.TransferLeadershipResponse
+	41, // 54: inferencecache.v1.Cluster.Snapshot:output_type -> inferencecache.v1.SnapshotResponse
+	47, // 55: inferencecache.v1.Cluster.Digest:output_type -> inferencecache.v1.DigestResponse
+	43, // 56: inferencecache.v1.Cluster.Backup:output_type -> inferencecache.v1.BackupChunk
+	45, // 57: inferencecache.v1.Cluster.Restore:output_type -> inferencecache.v1.RestoreResponse
+	40, // [40:58] is the sub-list for method output_type
+	22, // [22:40] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_api_inferencecache_v1_inferencecache_proto_init() }
