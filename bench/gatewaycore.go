@@ -182,7 +182,7 @@ func (r *coreRouter) sendPicks(at float64, p provisional.Push, settle ...uint64)
 	}
 	r.picksSeq++
 	p.PickerID, p.Sequence = r.gw.ProvisionalPickerID(), r.picksSeq
-	sp := sharePush{picks: &p}
+	sp := sharePush{picks: &p, from: r.id}
 	if settle != nil {
 		sp.load, sp.settle, sp.turnPicker = r.loadReport(), settle, p.PickerID
 	}
@@ -194,7 +194,7 @@ func (r *coreRouter) sendLoad(at float64, settle ...uint64) {
 	if r.shared == nil {
 		return
 	}
-	r.shared.send(at, sharePush{load: r.loadReport(), settle: settle, turnPicker: r.gw.ProvisionalPickerID()})
+	r.shared.send(at, sharePush{from: r.id, load: r.loadReport(), settle: settle, turnPicker: r.gw.ProvisionalPickerID()})
 }
 
 // loadReport is the gateway's next load report: its whole in-flight load.

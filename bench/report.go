@@ -27,7 +27,10 @@ type JSONReport struct {
 	Gateways     int     `json:"gateways"`
 	// ShareDelayMs and DynamoSyncDelayMs are the modelled delays of the
 	// shared state's pushes (lookuproute-sdk) and of dynamo-sync-nats's
-	// replica sync.
+	// replica sync; ShareDelay says whether the first is "fixed" or
+	// "measured" (drawn per push from MeasuredShareDelay; ShareDelayMs is
+	// then its median).
+	ShareDelay        string  `json:"share_delay"`
 	ShareDelayMs      float64 `json:"share_delay_ms"`
 	DynamoSyncDelayMs float64 `json:"dynamo_sync_delay_ms"`
 	PrefillTPS        float64 `json:"prefill_tps"`
@@ -58,8 +61,11 @@ type JSONStrategy struct {
 func (r *Report) JSON() JSONReport {
 	out := JSONReport{Trace: r.Trace, Requests: r.Requests, IdealTokenHitRate: r.IdealTokenHitRate, Strategies: []JSONStrategy{},
 		Visibility: string(r.Visibility), EventDelayMs: float64(r.EventDelay) / float64(time.Millisecond), Gateways: r.Gateways,
-		ShareDelayMs: float64(r.ShareDelay) / float64(time.Millisecond), DynamoSyncDelayMs: float64(r.DynamoSyncDelay) / float64(time.Millisecond),
+		ShareDelay: "fixed", ShareDelayMs: float64(r.ShareDelay) / float64(time.Millisecond), DynamoSyncDelayMs: float64(r.DynamoSyncDelay) / float64(time.Millisecond),
 		PrefillTPS: r.Fleet.PrefillTPS, Engines: r.Fleet.Engines, CacheBlocks: r.Fleet.CacheBlocks}
+	if r.ShareDelay == 0 {
+		out.ShareDelay, out.ShareDelayMs = "measured", quantileAt(MeasuredShareDelay, 0.5)*1000
+	}
 	for _, s := range r.Strategies {
 		rc := s.ReasonCodes
 		if rc == nil {

@@ -68,8 +68,9 @@ type Config struct {
 	ReportInterval time.Duration
 	// ShareDelay is the virtual delay from a lookuproute-sdk gateway's
 	// push (a pick, a first token, an end) to its visibility in every
-	// node's lookups (default DefaultShareDelay; negative is refused, 0
-	// is visible from the next virtual instant).
+	// node's lookups: 0 (the default) draws each push's from
+	// MeasuredShareDelay, the live system's; above 0 every push takes it;
+	// negative is refused.
 	ShareDelay time.Duration
 	// TurnWait bounds a lookuproute-sdk gateway's wait for its turn at the
 	// node that orders the picks of several gateways (contract §5.13;
@@ -117,13 +118,11 @@ const (
 	// DefaultReportInterval is the default virtual interval of the
 	// pickers' full-state reports, the SDK reporter's default.
 	DefaultReportInterval = 50 * time.Millisecond
-	// DefaultShareDelay is the default delay of lookuproute-sdk's pushes:
-	// the design's bound (a pick visible to another gateway's lookup
-	// within 5 ms at p99 on loopback), above the live system's measured
-	// push-to-visible p50 (0.7 ms) and p99 (3.4 ms, on a 2-core machine
-	// with the SDK pushing to every node; BENCHMARKS.md, "provisional
-	// residencies").
-	DefaultShareDelay = 5 * time.Millisecond
+	// DesignShareDelay is the design's bound on a push's delay (a pick
+	// visible to another gateway's lookup within 5 ms at p99 on
+	// loopback), the pessimistic fixed --share-delay of EVALUATION.md's
+	// sensitivity rows.
+	DesignShareDelay = 5 * time.Millisecond
 	// DefaultSubscriberScrape is the default wall-time scrape interval of
 	// the cluster's subscriber in a bench run: short, because the bench
 	// compresses virtual time many times over.
@@ -198,7 +197,8 @@ type Report struct {
 	Visibility Visibility
 	EventDelay time.Duration
 	Gateways   int
-	// ShareDelay and DynamoSyncDelay: the sync delays modelled.
+	// ShareDelay and DynamoSyncDelay: the sync delays modelled
+	// (ShareDelay 0: MeasuredShareDelay).
 	ShareDelay, DynamoSyncDelay time.Duration
 	// Cluster describes the cluster the hint strategies used.
 	Cluster string
@@ -254,9 +254,6 @@ func (cfg *Config) check() error {
 	}
 	if cfg.TurnWait == 0 {
 		cfg.TurnWait = turns.DefaultWait
-	}
-	if cfg.ShareDelay == 0 {
-		cfg.ShareDelay = DefaultShareDelay
 	}
 	if cfg.DynamoSyncDelay < 0 {
 		return fmt.Errorf("bench: dynamo sync delay %v: must not be negative", cfg.DynamoSyncDelay)

@@ -40,7 +40,7 @@ func TestReport_JSONShapeIsContract12(t *testing.T) {
 	}
 	spec := []string{"ideal_token_hit_rate", "requests", "strategies", "trace"}
 	settings := []string{"cache_blocks", "dynamo_sync_delay_ms", "engines", "event_delay_ms", "gateways", "prefill_tps",
-		"share_delay_ms", "visibility"}
+		"share_delay", "share_delay_ms", "visibility"}
 	if got, want := keys(top), slices.Sorted(slices.Values(append(spec, settings...))); !slices.Equal(got, want) {
 		t.Fatalf("top-level keys %v, want contract §12's %v and the settings %v", got, spec, settings)
 	}

@@ -20,9 +20,12 @@ import (
 // later virtual instants only, so requests of one instant never see each
 // other through it (at zero delay, from the next instant on).
 type sharedState struct {
-	base     time.Time
-	now      float64 // the stores' virtual clock (s)
-	delay    float64 // a push's time to every node (s)
+	base  time.Time
+	now   float64       // the stores' virtual clock (s)
+	delay *delaySampler // a push's time to every node
+	// last is each gateway's last push's arrival: a gateway's pushes
+	// arrive in the order it sent them.
+	last     map[string]float64
 	every    float64 // full-state period (s)
 	lastTick float64
 	load     *pickerload.Store
@@ -44,6 +47,7 @@ type sharedState struct {
 // picks push carrying a load report.
 type sharePush struct {
 	at    float64 // arrival at the nodes (virtual s)
+	from  string  // the gateway that sent it
 	load  *pickerload.Report
 	picks *provisional.Push
 	// settle is the turns a load report ends (contract §5.13), taken by
@@ -53,7 +57,7 @@ type sharePush struct {
 }
 
 func newSharedState(delay, every, turnWait time.Duration) *sharedState {
-	s := &sharedState{base: time.Unix(0, 0), delay: delay.Seconds(), every: every.Seconds(), lastTick: math.Inf(-1)}
+	s := &sharedState{base: time.Unix(0, 0), delay: newDelaySampler(delay), last: map[string]float64{}, every: every.Seconds(), lastTick: math.Inf(-1)}
 	s.load = pickerload.New(pickerload.Config{Now: s.clock})
 	s.picks = provisional.New(provisional.Config{Now: s.clock})
 	if turnWait > 0 {
@@ -109,9 +113,15 @@ func virtualTime(base time.Time, t float64) time.Time {
 	return base.Add(time.Duration(math.Round(t * float64(time.Second))))
 }
 
-// send puts a push on its way at virtual time at.
+// send puts a push of gateway p.from on its way at virtual time at: it
+// arrives one share delay later, after the gateway's earlier pushes
+// (strictly: the queue does not order pushes of one instant).
 func (s *sharedState) send(at float64, p sharePush) {
-	p.at = at + s.delay
+	p.at = at + s.delay.next()
+	if last, ok := s.last[p.from]; ok {
+		p.at = max(p.at, math.Nextafter(last, math.Inf(1)))
+	}
+	s.last[p.from] = p.at
 	s.pending.push(p.at, p)
 }
 

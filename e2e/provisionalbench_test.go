@@ -14,12 +14,15 @@ import (
 
 var provisionalBench = flag.Bool("provisional-bench", false, "run TestProvisionalVisibility: how soon a gateway's pick is seen in lookups on another node, over real processes")
 
-// percentilesText is "p50 / p90 / p99 / max of n" of ds in ms.
+// percentilesText is "min, p10, p25, p50, p75, p90, p99, max of n" of ds
+// in ms (nearest rank): the quantiles the bench's measured share delay
+// takes (bench.MeasuredShareDelay).
 func percentilesText(ds []time.Duration) string {
 	slices.Sort(ds)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
-	return fmt.Sprintf("p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms of %d", ms(at(0.5)), ms(at(0.9)), ms(at(0.99)), ms(ds[len(ds)-1]), len(ds))
+	return fmt.Sprintf("min %.2f ms, p10 %.2f ms, p25 %.2f ms, p50 %.2f ms, p75 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms of %d",
+		ms(ds[0]), ms(at(0.1)), ms(at(0.25)), ms(at(0.5)), ms(at(0.75)), ms(at(0.9)), ms(at(0.99)), ms(ds[len(ds)-1]), len(ds))
 }
 
 // The delay of provisional residencies (contract §5.12) on a real 3-node
@@ -91,10 +94,11 @@ func TestProvisionalVisibility(t *testing.T) {
 // The cost of a turn (contract §5.13) on a real 3-node cluster: two
 // gateways (the real gateway core and SDK, each listing every node)
 // decide at once; the first's lookup takes its turn, the second's waits
-// at the node until the first's load report after its pick's push
-// settles it. The second's wait, measured by the node (turn_wait_us),
-// runs from its lookup's arrival to the settle: the handoff between two
-// gateways' decisions, which the bench models as two share delays.
+// at the node until the first's pick's push, which carries its load
+// report, settles it. The second's wait, measured by the node
+// (turn_wait_us), runs from its lookup's arrival to the settle: the
+// handoff between two gateways' decisions, which the bench models as one
+// share delay.
 func TestTurnHandoff(t *testing.T) {
 	if !*provisionalBench {
 		t.Skip("a benchmark: run with -provisional-bench")
