@@ -18,17 +18,17 @@ type DelayQuantile struct {
 // back to back answers the prompt with the provisional hint (one lookup
 // round trip of polling included). A real 3-node cluster on 127.0.0.1
 // (--fast-timing) on a 2-core machine, 300 picks per run; each quantile is
-// the median of three runs (BENCHMARKS.md, "provisional residencies", V1).
+// the median of eight runs (BENCHMARKS.md, "provisional residencies", V1).
 // The bench draws each push's delay from it (Config.ShareDelay 0).
 var MeasuredShareDelay = []DelayQuantile{
-	{0, 280 * time.Microsecond},
-	{0.10, 510 * time.Microsecond},
-	{0.25, 710 * time.Microsecond},
-	{0.50, 1060 * time.Microsecond},
-	{0.75, 1630 * time.Microsecond},
-	{0.90, 2350 * time.Microsecond},
-	{0.99, 5420 * time.Microsecond},
-	{1, 18780 * time.Microsecond},
+	{0, 315 * time.Microsecond},
+	{0.10, 635 * time.Microsecond},
+	{0.25, 895 * time.Microsecond},
+	{0.50, 1290 * time.Microsecond},
+	{0.75, 1870 * time.Microsecond},
+	{0.90, 2590 * time.Microsecond},
+	{0.99, 7840 * time.Microsecond},
+	{1, 12640 * time.Microsecond},
 }
 
 // delaySampler gives each push its delay (s): fixed when fixed > 0, else
