@@ -108,11 +108,12 @@
 // ReportInterval, each push visible ShareDelay later; each lookup then
 // carries the others' load in ReplicaLoad.others_* and the picks as
 // provisional PREFIX_MATCH hints (provisional.Merge, the nodes' rule).
-// A gateway's load report goes once its pick's push is answered (one
-// ShareDelay after it), and each lookup takes a turn at the node (the
-// real turns.Table, contract §5.13), waiting at most TurnWait for the
-// other gateways' turns, which their load reports settle; the wait is
-// added to the request's TTFT. lookuproute-sdk-local does without the
+// A pick's push carries the gateway's load report, and each lookup takes
+// a turn at the node (the real turns.Table, contract §5.13), waiting at
+// most TurnWait for the other gateways' turns, which their picks' pushes
+// settle; the wait is added to the request's TTFT. ShareDelay 0 draws
+// each push's delay from MeasuredShareDelay (sharedelay.go), a gateway's
+// pushes arriving in the order it sent them. lookuproute-sdk-local does without the
 // shared state. dynamo-sync's
 // instances pass their routing events to each other (dynamosync.go) at
 // zero delay, dynamo-sync-nats's after DynamoSyncDelay (a NATS hop).

@@ -26,7 +26,8 @@ func TestQuantileAt_LinearBetweenTheMeasuredPoints(t *testing.T) {
 	if med := xs[len(xs)/2]; math.Abs(med-0.00129) > 0.0001 {
 		t.Fatalf("median of 10,001 draws %v s, want about the measured 1.29 ms", med)
 	}
-	if f := newDelaySampler(5 * time.Millisecond); f.next() != 0.005 || f.next() != 0.005 {
+	f := newDelaySampler(5 * time.Millisecond)
+	if a, b := f.next(), f.next(); a != 0.005 || b != 0.005 {
 		t.Fatal("a fixed share delay varies")
 	}
 }

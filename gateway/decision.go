@@ -143,8 +143,9 @@ func (d *Decision) Start(replica string) *Flight {
 	g.prov.order.Lock()
 	f.pickID = g.recordPick(d, replica)
 	// The lookup's turn (contract §5.13) is settled by the load report
-	// that carries this request's load: after the pick's push when the
-	// ledger holds the load for it, else the next one.
+	// that carries this request's load: the one in the pick's push when
+	// the ledger holds the load for it (and again by the first report
+	// after that push), else the next one.
 	turn := d.turn
 	d.turn = 0
 	if g.cfg.Strategy == StrategyPicker {

@@ -350,8 +350,8 @@ func (g *Gateway) hint(ctx context.Context, req *openai.Request, d *Decision, ad
 		HashScheme: g.cfg.HashScheme, IncludeLoad: true, CacheSalt: p.CacheSalt, MaxReplicas: uint32(min(hints, maxReplicas)),
 		PickerId: g.PickerID()}
 	// A gateway that pushes its picks takes a turn among the pickers
-	// (contract §5.13); the load report after this pick's push settles
-	// it (Decision.Start).
+	// (contract §5.13); the load report in this pick's push settles it
+	// (Decision.Start).
 	lr.TakeTurn = lr.PickerId != "" && g.prov.push != nil
 	if err := client.Fingerprint(lr, p.TokenIDs, bs); err != nil {
 		d.NoKey = err

@@ -60,8 +60,9 @@ const unsharedSweepEvery = 1024
 
 // pushed takes the picks a push carried out of the ledger
 // (client.PickShareConfig.AfterDelta).
-// It returns the turns of those picks, to be settled by the report that
-// now carries their load.
+// It returns the turns of those picks, to be settled again by the report
+// that now carries their load (the push's report settled them, unless
+// the push failed).
 func (p *provState) pushed(ids []uint64) (turns []uint64) {
 	p.order.Lock()
 	for _, id := range ids {
