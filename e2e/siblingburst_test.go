@@ -142,10 +142,11 @@ func TestSiblingBurst_FourProxies(t *testing.T) {
 	}
 
 	// The proxies took their turns at one node, the first of the list by
-	// address (contract §5.13), and their load reports settled them (a
-	// lookup whose wait ran out on a loaded machine took none; one that
-	// timed out moves that proxy to the next node for a second, so the
-	// first node need only hold most of them).
+	// address (contract §5.13), and their picks' pushes, which carry
+	// their load reports, settled them (a lookup whose wait ran out on a
+	// loaded machine took none; one that timed out moves that proxy to
+	// the next node for a second, so the first node need only hold most
+	// of them).
 	turns := func(outcome string) (sum, most float64) {
 		for _, p := range f.c.procs {
 			n := metricSum(t, "http://"+p.http+"/metrics", "inferencecache_turns_total", `outcome="`+outcome+`"`)
@@ -158,7 +159,7 @@ func TestSiblingBurst_FourProxies(t *testing.T) {
 		settled, _ := turns("settled")
 		lapsed, _ := turns("lapsed")
 		return taken >= 2 && atFirst*2 > taken && settled >= 1 && settled+lapsed == taken,
-			fmt.Sprintf("turns: %v taken (%v at one node), %v settled, %v lapsed; want at least 2, most at one node, settled by the load reports", taken, atFirst, settled, lapsed)
+			fmt.Sprintf("turns: %v taken (%v at one node), %v settled, %v lapsed; want at least 2, most at one node, settled by the pushes and reports", taken, atFirst, settled, lapsed)
 	})
 }
 
