@@ -37,10 +37,12 @@ var ErrNoProvisional = status.Error(codes.Unimplemented, "this server holds no p
 // (load), if any, is held after its picks, and its settled_turns end the
 // picker's turns at this node (contract §5.13). The answer counts
 // the picks added and removed; superseded when it is a full state not
-// newer than the last one held of the picker. Errors (StatusFromError):
-// INVALID_ARGUMENT naming the field at fault and its limit,
-// RESOURCE_EXHAUSTED naming the node's limit of (pick, block) entries
-// (nothing held is lost).
+// newer than the last one held of the picker. A load report is taken in
+// any push (the gateway sends one with new picks); one the load store has
+// no room for is dropped and the push stands. Errors (StatusFromError):
+// INVALID_ARGUMENT naming the field at fault (a load report's under
+// "load.") and its limit, RESOURCE_EXHAUSTED naming the node's limit of
+// (pick, block) entries (nothing held is lost).
 func (s *Service) SharePicks(_ context.Context, req *pb.SharePicksRequest) (*pb.SharePicksResponse, error) {
 	if s.prov == nil {
 		return nil, ErrNoProvisional

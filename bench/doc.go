@@ -33,8 +33,10 @@
 //	gatewaycore.go lookuproute-sdk(-local), picker-indexer: the real
 //	              gateway core per gateway on the virtual clock
 //	sharedstate.go the cluster's shared soft state (load, provisional
-//	              picks, turns) on the virtual clock, pushes after
-//	              ShareDelay
+//	              picks, turns) on the virtual clock, fed by each
+//	              gateway's two senders, one call in flight each
+//	sharedelay.go the share delay: fixed, or drawn per push from the
+//	              live system's measured delays
 //	dynamosync.go dynamo-sync(-nats): Dynamo's replica sync with its delay
 //	indexerhints.go picker-indexer's hints from the perfect indexer
 //	run.go        one run: every strategy on the same trace and fleet

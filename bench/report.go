@@ -64,7 +64,7 @@ func (r *Report) JSON() JSONReport {
 		ShareDelay: "fixed", ShareDelayMs: float64(r.ShareDelay) / float64(time.Millisecond), DynamoSyncDelayMs: float64(r.DynamoSyncDelay) / float64(time.Millisecond),
 		PrefillTPS: r.Fleet.PrefillTPS, Engines: r.Fleet.Engines, CacheBlocks: r.Fleet.CacheBlocks}
 	if r.ShareDelay == 0 {
-		out.ShareDelay, out.ShareDelayMs = "measured", quantileAt(MeasuredShareDelay, 0.5)*1000
+		out.ShareDelay, out.ShareDelayMs = "measured", math.Round(quantileAt(MeasuredShareDelay, 0.5)*1e6)/1e3
 	}
 	for _, s := range r.Strategies {
 		rc := s.ReasonCodes

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/inference-cache/inference-cache/pickerload"
+	"github.com/inference-cache/inference-cache/provisional"
 )
 
 // The measured distribution is read back at its own points, linearly
@@ -32,28 +35,58 @@ func TestQuantileAt_LinearBetweenTheMeasuredPoints(t *testing.T) {
 	}
 }
 
-// A gateway's pushes arrive in the order it sent them, whatever delays
-// are drawn; another gateway's may overtake them.
+// A gateway's calls arrive in the order it sent them, whatever delays are
+// drawn (those sent while one is in flight arrive together, after it);
+// another gateway's may overtake them.
 func TestSharedState_PushesOfOneGatewayInOrder(t *testing.T) {
 	s := newSharedState(0, time.Second, 0)
-	for i := range 2000 {
+	arrival := make([]float64, 2000)
+	from := func(i int) string { return []string{"a", "b"}[i%2] }
+	for i := range arrival {
 		// settle carries the send order here.
-		s.send(float64(i)*0.0001, sharePush{from: []string{"a", "b"}[i%2], settle: []uint64{uint64(i)}})
+		s.send(float64(i)*0.0001, sharePush{from: from(i), settle: []uint64{uint64(i)}})
 	}
-	last := map[string]uint64{}
 	var order []uint64
 	s.pending.until(math.Inf(1), func(p sharePush) {
-		i := p.settle[0]
-		if prev, ok := last[p.from]; ok && i < prev {
-			t.Fatalf("push %d of %s arrives after its later push %d", i, p.from, prev)
-		}
-		last[p.from] = i
-		order = append(order, i)
+		arrival[p.settle[0]] = p.at
+		order = append(order, p.settle[0])
 	})
-	if len(order) != 2000 {
-		t.Fatalf("%d pushes arrived, want 2000", len(order))
+	if len(order) != len(arrival) {
+		t.Fatalf("%d pushes arrived, want %d", len(order), len(arrival))
+	}
+	for i := 2; i < len(arrival); i++ {
+		if arrival[i] < arrival[i-2] {
+			t.Fatalf("push %d of %s arrives at %v, before its earlier push %d at %v", i, from(i), arrival[i], i-2, arrival[i-2])
+		}
 	}
 	if slices.IsSorted(order) {
 		t.Fatal("no gateway's push ever overtook another's: the delays are not drawn")
+	}
+}
+
+// A sender with a call in flight gathers what comes meanwhile into one
+// call, sent when the first is answered; a load report waits for a picks
+// push in flight that carries one.
+func TestSharedState_OneCallInFlightPerSender(t *testing.T) {
+	s := newSharedState(2*time.Millisecond, time.Second, 0)
+	pick := func(carries bool) sharePush {
+		p := sharePush{from: "a", picks: &provisional.Push{}}
+		if carries {
+			p.load = &pickerload.Report{}
+		}
+		return p
+	}
+	s.send(1.000, pick(true))            // in flight until 1.002
+	s.send(1.001, pick(false))           // gathered: sent at 1.002, arrives 1.004
+	s.send(1.0015, pick(true))           // the same call
+	s.send(1.0016, sharePush{from: "a"}) // a report: waits for the carrying call, 1.004, then 2 ms
+	s.send(1.0100, pick(false))          // nothing in flight: at once
+	var got []float64
+	s.pending.until(math.Inf(1), func(p sharePush) { got = append(got, p.at) })
+	want := []float64{1.002, 1.004, 1.004, 1.006, 1.012}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-9 {
+			t.Fatalf("arrivals %v, want %v", got, want)
+		}
 	}
 }

@@ -23,9 +23,10 @@ type sharedState struct {
 	base  time.Time
 	now   float64       // the stores' virtual clock (s)
 	delay *delaySampler // a push's time to every node
-	// last is each gateway's last push's arrival: a gateway's pushes
-	// arrive in the order it sent them.
-	last     map[string]float64
+	// pipes are each gateway's two senders, as the SDK runs them: its
+	// picks pushes (client.PickShare) and its load reports
+	// (client.LoadShare), each with one call in flight.
+	pipes    map[string]*[2]pipe
 	every    float64 // full-state period (s)
 	lastTick float64
 	load     *pickerload.Store
@@ -57,7 +58,7 @@ type sharePush struct {
 }
 
 func newSharedState(delay, every, turnWait time.Duration) *sharedState {
-	s := &sharedState{base: time.Unix(0, 0), delay: newDelaySampler(delay), last: map[string]float64{}, every: every.Seconds(), lastTick: math.Inf(-1)}
+	s := &sharedState{base: time.Unix(0, 0), delay: newDelaySampler(delay), pipes: map[string]*[2]pipe{}, every: every.Seconds(), lastTick: math.Inf(-1)}
 	s.load = pickerload.New(pickerload.Config{Now: s.clock})
 	s.picks = provisional.New(provisional.Config{Now: s.clock})
 	if turnWait > 0 {
@@ -113,16 +114,74 @@ func virtualTime(base time.Time, t float64) time.Time {
 	return base.Add(time.Duration(math.Round(t * float64(time.Second))))
 }
 
-// send puts a push of gateway p.from on its way at virtual time at: it
-// arrives one share delay later, after the gateway's earlier pushes
-// (strictly: the queue does not order pushes of one instant).
+// send puts a push of gateway p.from on its way at virtual time at, as
+// the SDK sends it: a picks push (p.picks set, with the load report it
+// carries, if any) through the gateway's pusher, a load report through its
+// reporter. Each sender has one call in flight: what comes meanwhile goes
+// in one call once that one is answered (a call is answered when it
+// arrives; the answer's way back is left out). A load report also waits
+// for a picks push in flight that carries one (client.LoadShare.Carried).
+// A call arrives one share delay after it is sent.
 func (s *sharedState) send(at float64, p sharePush) {
-	p.at = at + s.delay.next()
-	if last, ok := s.last[p.from]; ok {
-		p.at = max(p.at, math.Nextafter(last, math.Inf(1)))
+	ps := s.pipes[p.from]
+	if ps == nil {
+		ps = &[2]pipe{}
+		s.pipes[p.from] = ps
 	}
-	s.last[p.from] = p.at
+	if p.picks != nil {
+		p.at = ps[0].send(at, s.delay.next, p.load != nil)
+	} else {
+		at = ps[0].carriedUntil(at)
+		p.at = ps[1].send(at, s.delay.next, false)
+	}
 	s.pending.push(p.at, p)
+}
+
+// pipe is one sender of a gateway with one call in flight (busyUntil: its
+// arrival), and the call that gathers what comes meanwhile (queued: sent
+// at queuedAt, the in-flight call's arrival, arriving at queuedArrival).
+type pipe struct {
+	busyUntil, queuedAt, queuedArrival float64
+	queued                             bool
+	// busyCarries, queuedCarries: that call carries a load report.
+	busyCarries, queuedCarries bool
+}
+
+// send is the arrival of what the sender is given at virtual time at,
+// delay the next call's share delay; carries: it holds a load report.
+func (c *pipe) send(at float64, delay func() float64, carries bool) float64 {
+	c.roll(at)
+	if at >= c.busyUntil {
+		c.busyUntil, c.busyCarries = at+delay(), carries
+		return c.busyUntil
+	}
+	if !c.queued {
+		c.queued, c.queuedAt, c.queuedCarries = true, c.busyUntil, false
+		c.queuedArrival = c.queuedAt + delay()
+	}
+	c.queuedCarries = c.queuedCarries || carries
+	return c.queuedArrival
+}
+
+// roll sends the gathering call once its time came.
+func (c *pipe) roll(at float64) {
+	if c.queued && c.queuedAt <= at {
+		c.busyUntil, c.busyCarries, c.queued = c.queuedArrival, c.queuedCarries, false
+	}
+}
+
+// carriedUntil is when the last call carrying a load report that is in
+// flight or gathering at at arrives (at when there is none): the load
+// reports wait for it.
+func (c *pipe) carriedUntil(at float64) float64 {
+	c.roll(at)
+	switch {
+	case c.queued && c.queuedCarries:
+		return c.queuedArrival
+	case c.busyUntil > at && c.busyCarries:
+		return c.busyUntil
+	}
+	return at
 }
 
 // advance brings the shared state to virtual time t: every gateway's

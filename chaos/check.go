@@ -142,6 +142,9 @@ func (r *Runner) checkWrites(ctx context.Context, acked []*WriteRec) (int, []str
 				// more while the answer is the budget's fail-open NO_HINT,
 				// which read nothing.
 				for try := 0; !ok && try < 5 && (try == 0 || strings.Contains(why, api.DetailTimeout)); try++ {
+					if try > 0 && !sleepCtx(ctx, 200*time.Millisecond) {
+						break
+					}
 					ok, why = r.present(ctx, j.n, j.w)
 				}
 				if !ok {

@@ -107,6 +107,9 @@ type LoadShareStats struct {
 	// Failed counts reports that failed or timed out (dropped: the next
 	// report replaces them).
 	Sent, Failed uint64
+	// Held counts the ticks and kicks whose report waited for a carried
+	// report's push (LoadShare.Carried): sent once it is answered.
+	Held uint64
 	// Superseded counts the sent reports a node answered superseded: it
 	// holds a report of this picker id with a higher sequence, so another
 	// live picker reports under the same id (or this host's clock stepped
@@ -132,11 +135,18 @@ type LoadShare struct {
 	kick chan struct{} // Kick: report now
 	once sync.Once
 
+	// mu orders the reports: a report's sequence is taken with its load
+	// read, so a newer sequence never carries an older load.
 	mu      sync.Mutex
 	settled []uint64 // turns for the next report (Settle)
+	// carried counts the reports handed to pushes (Carried) whose push is
+	// not answered yet, since carriedAt: the reports of the ticker and
+	// the kicks wait for them (Answered).
+	carried   int
+	carriedAt time.Time
 
-	sent, failed, superseded atomic.Uint64
-	warnAt, dupWarnAt        time.Time
+	sent, failed, superseded, held atomic.Uint64
+	warnAt, dupWarnAt              time.Time
 }
 
 // StartLoadShare starts reporting p's load through to. Errors name the
@@ -213,18 +223,9 @@ func (s *LoadShare) Settle(turn uint64) {
 // limit per report, api.MaxSettledTurns).
 const maxQueuedSettles = 1024
 
-// takeSettled returns the queued turns and empties the queue.
-func (s *LoadShare) takeSettled() []uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.settled
-	s.settled = nil
-	return t
-}
-
 // Stats returns the counters.
 func (s *LoadShare) Stats() LoadShareStats {
-	return LoadShareStats{Sent: s.sent.Load(), Failed: s.failed.Load(), Superseded: s.superseded.Load()}
+	return LoadShareStats{Sent: s.sent.Load(), Failed: s.failed.Load(), Superseded: s.superseded.Load(), Held: s.held.Load()}
 }
 
 // Stop ends the reports: it cancels the report in flight (the last one
@@ -252,22 +253,22 @@ func (s *LoadShare) run() {
 	}()
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	s.report(stopped, s.cfg.Interval, s.takeSettled(), s.load())
+	s.report(stopped, s.cfg.Interval, s.next(false))
 	for {
 		select {
 		case <-s.stop:
-			s.report(context.Background(), min(s.cfg.Interval, loadShareStopTimeout), s.takeSettled(), nil)
+			s.report(context.Background(), min(s.cfg.Interval, loadShareStopTimeout), s.next(true))
 			return
 		case <-t.C:
 			if stopped.Err() != nil {
 				continue // Stop was called: the case above ends the loop
 			}
-			s.report(stopped, s.cfg.Interval, s.takeSettled(), s.load())
+			s.report(stopped, s.cfg.Interval, s.next(false))
 		case <-s.kick:
 			if stopped.Err() != nil {
 				continue
 			}
-			s.report(stopped, s.cfg.Interval, s.takeSettled(), s.load())
+			s.report(stopped, s.cfg.Interval, s.next(false))
 		}
 	}
 }
@@ -280,25 +281,78 @@ func (s *LoadShare) load() []*pb.PickerReplicaLoad {
 	return s.p.InFlight()
 }
 
-// Report returns the picker's next load report, of loads and settling
-// turns (at most maxQueuedSettles, the node's limit), for another call to
-// carry: a gateway's picks push carries the load of its picks
-// (SharePicksRequest.load, contract §5.13). Its sequence is the next of
-// this LoadShare's, so the nodes order it among the periodic reports. It
-// never blocks and sends nothing.
-func (s *LoadShare) Report(turns []uint64, loads []*pb.PickerReplicaLoad) *pb.ReportPickerLoadRequest {
+// Carried returns the picker's next load report, of loads and settling
+// turns (at most maxQueuedSettles, the node's limit), for a picks push to
+// carry (SharePicksRequest.load, contract §5.13): its sequence is the
+// next of this LoadShare's, so the nodes order it among the periodic
+// reports. Until Answered is called (or carriedHoldMax passed), the
+// ticker's and the kicks' reports wait: one sent meanwhile would carry a
+// newer sequence without the push's picks' load, and a node would hold it
+// in place of the carried one. nil once Stop was called. It never blocks
+// on the network and sends nothing.
+func (s *LoadShare) Carried(turns []uint64, loads []*pb.PickerReplicaLoad) *pb.ReportPickerLoadRequest {
+	select {
+	case <-s.stop:
+		return nil
+	default:
+	}
 	if len(turns) > maxQueuedSettles {
 		turns = turns[len(turns)-maxQueuedSettles:]
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.carried == 0 {
+		s.carriedAt = time.Now()
+	}
+	s.carried++
+	return s.newReport(turns, loads)
+}
+
+// Answered ends the wait of one Carried report: the push that carried it
+// was answered, or failed. It asks for a report now, which carries the
+// load as the periodic reports count it from then on.
+func (s *LoadShare) Answered() {
+	s.mu.Lock()
+	s.carried = max(0, s.carried-1)
+	s.mu.Unlock()
+	s.Kick()
+}
+
+// carriedHoldMax bounds the wait of the periodic reports for a carried
+// report's push (Answered): past it, they go out again, so a push whose
+// answer is never reported cannot silence the picker's load.
+const carriedHoldMax = time.Second
+
+// newReport is the next report, under mu.
+func (s *LoadShare) newReport(turns []uint64, loads []*pb.PickerReplicaLoad) *pb.ReportPickerLoadRequest {
 	return &pb.ReportPickerLoadRequest{PickerId: s.cfg.PickerID, Sequence: s.seq.Add(1),
 		IntervalMs: uint32(s.cfg.Interval.Milliseconds()), Loads: loads, SettledTurns: turns}
 }
 
-// report sends one report of loads, settling turns, bounded by parent
-// and by limit. The turns are taken before the load is read, so the
-// request each decided is in the load.
-func (s *LoadShare) report(parent context.Context, limit time.Duration, turns []uint64, loads []*pb.PickerReplicaLoad) {
-	req := s.Report(turns, loads)
+// next is the ticker's or a kick's report, with the queued turns and the
+// load read now; nil while a carried report's push is unanswered (the
+// turns stay queued). last is Stop's: empty, and never held back.
+func (s *LoadShare) next(last bool) *pb.ReportPickerLoadRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !last && s.carried > 0 && time.Since(s.carriedAt) < carriedHoldMax {
+		s.held.Add(1)
+		return nil
+	}
+	turns := s.settled
+	s.settled = nil
+	var loads []*pb.PickerReplicaLoad
+	if !last {
+		loads = s.load()
+	}
+	return s.newReport(turns, loads)
+}
+
+// report sends req (nil: nothing), bounded by parent and by limit.
+func (s *LoadShare) report(parent context.Context, limit time.Duration, req *pb.ReportPickerLoadRequest) {
+	if req == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(parent, limit)
 	resp, err := s.to.ReportPickerLoad(ctx, req)
 	cancel()

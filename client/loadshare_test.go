@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -131,6 +132,47 @@ func TestLoadShare_KickReportsNow(t *testing.T) {
 		l := rs[len(rs)-1].Loads
 		return len(l) == 1 && l[0].PrefillTokens == 300, fmt.Sprintf("last report %v", rs[len(rs)-1])
 	})
+}
+
+// A report handed to a push (Carried) takes the next sequence and holds
+// the ticker's reports back until Answered, which sends one at once with
+// a newer sequence and the queued turns; Carried is nil after Stop.
+func TestLoadShare_CarriedHoldsTheReportsUntilAnswered(t *testing.T) {
+	p := NewPicker(DefaultPickerConfig())
+	f := &fakeSender{}
+	s, err := StartLoadShare(p, f, LoadShareConfig{PickerID: "gw-1", Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 5*time.Second, 5*time.Millisecond, func() (bool, string) {
+		return len(f.all()) >= 1, "no first report"
+	})
+	c := s.Carried([]uint64{7}, []*pb.PickerReplicaLoad{{ReplicaId: "r1", PrefillTokens: 300}})
+	sent := len(f.all())
+	if c == nil || c.PickerId != "gw-1" || c.Sequence <= f.all()[sent-1].Sequence || !slices.Equal(c.SettledTurns, []uint64{7}) {
+		t.Fatalf("carried report %v, want gw-1's next sequence settling turn 7", c)
+	}
+	s.Settle(9)
+	poll.Eventually(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+		return s.Stats().Held >= 3, fmt.Sprintf("%d reports held, want 3", s.Stats().Held)
+	})
+	if n := len(f.all()); n > sent+1 {
+		// One report may have been on its way when Carried was called.
+		t.Fatalf("%d reports sent while the carried one's push was unanswered", n-sent)
+	}
+	s.Answered()
+	poll.Eventually(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+		for _, r := range f.all()[sent:] {
+			if r.Sequence > c.Sequence && slices.Equal(r.SettledTurns, []uint64{9}) {
+				return true, ""
+			}
+		}
+		return false, "no report after Answered with the queued turn"
+	})
+	s.Stop()
+	if c := s.Carried(nil, nil); c != nil {
+		t.Fatalf("Carried after Stop: %v, want nil", c)
+	}
 }
 
 // A cluster that fails or hangs costs the reporter its reports only: each

@@ -15,16 +15,16 @@ import (
 // attempt: what it carries is superseded or repaired by the next report,
 // so it is never retried. Every call goes to one node, the first by
 // address that lookups do not skip: where lookups take their turns and
-// the reports settle them (contract §5.13), and so that a
-// picker's pushes reach the cluster through one node and its per-peer
+// the pushes and reports settle them (contract §5.13), and so that a
+// picker's calls reach the cluster through one node and its per-peer
 // queues, which pass picks on before reports: every node then learns a
 // pick no later than the load report sent after it, and a lookup never
 // sees a sibling's queue without the pick that explains it (contract
-// §5.12). A push sent to every node keeps that order too: the gateway
-// releases the pick's load once every node answered it
-// (PickShareConfig.AfterDelta), and when a node missed it, the push is
-// sent again to the reports' node, which passes it on ahead of the
-// report. A node that does not answer (UNAVAILABLE, DEADLINE_EXCEEDED)
+// §5.12). A push sent to every node keeps that order too: it carries the
+// load report with its picks' load (LoadShare.Carried), the periodic
+// reports wait until every node answered it (PickShareConfig.AfterDelta),
+// and when a node missed it, the push is sent again to the reports' node,
+// which passes it on ahead of the next report. A node that does not answer (UNAVAILABLE, DEADLINE_EXCEEDED)
 // is skipped for lookups and soft
 // state as Config.FailBackoff says, and the calls go to the next node by
 // address until it is back; any other answer shows the node up. The error is the call's.

@@ -199,15 +199,16 @@ func (g *Gateway) PickerID() string {
 	return g.share.PickerID()
 }
 
-// Close stops the load reports (a last, empty one tells the cluster
-// at once) and the picks pushes. Decide still works after it, unshared.
+// Close stops the picks pushes and then the load reports (a last, empty
+// one tells the cluster at once: after the pushes, whose reports would
+// otherwise outrank it). Decide still works after it, unshared.
 // Idempotent.
 func (g *Gateway) Close() {
-	if g.share != nil {
-		g.share.Stop()
-	}
 	if g.prov.push != nil {
 		g.prov.push.Stop()
+	}
+	if g.share != nil {
+		g.share.Stop()
 	}
 }
 

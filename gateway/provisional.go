@@ -64,12 +64,16 @@ type provState struct {
 	// under order.
 	unshared     map[uint64]unsharedPick
 	unsharedAdds uint64 // picks recorded in it, for its sweeps
-	id           string
-	maxAge       time.Duration
-	now          func() time.Time
-	seq          atomic.Uint64 // the local table's push sequence
-	next         atomic.Uint64 // pick ids
-	swept        atomic.Int64  // unix ns of the last sweep, on the table's clock
+	// carrying: the push in flight carries a load report
+	// (client.LoadShare.Carried), to be answered when it returns; the
+	// pusher is one goroutine with one push in flight.
+	carrying atomic.Bool
+	id       string
+	maxAge   time.Duration
+	now      func() time.Time
+	seq      atomic.Uint64 // the local table's push sequence
+	next     atomic.Uint64 // pick ids
+	swept    atomic.Int64  // unix ns of the last sweep, on the table's clock
 }
 
 // startProvisional makes the local table and starts the pushes.
@@ -109,7 +113,11 @@ func (g *Gateway) startProvisional() error {
 				for _, t := range p.pushed(ids) {
 					share.Settle(t)
 				}
-				share.Kick()
+				if p.carrying.Swap(false) {
+					share.Answered() // kicks a report
+				} else {
+					share.Kick()
+				}
 			}
 		}
 		var err error

@@ -21,7 +21,7 @@ type unsharedPick struct {
 	replica string
 	tokens  float64
 	at      time.Time
-	turn    uint64 // the lookup's turn (contract §5.13), settled with the report after the push; 0 = none
+	turn    uint64 // the lookup's turn (contract §5.13), settled by the report its push carries, and again by the next; 0 = none
 }
 
 // unsharedMaxAge drops a ledger entry whose push never came (the push
@@ -90,7 +90,9 @@ func (g *Gateway) sharedLoad() []*pb.PickerReplicaLoad {
 // periodic reports, until the push is answered (pushed).
 func (g *Gateway) pushLoad(picked []uint64) *pb.ReportPickerLoadRequest {
 	loads, turns := g.loadWith(picked)
-	return g.share.Report(turns, loads)
+	r := g.share.Carried(turns, loads)
+	g.prov.carrying.Store(r != nil)
+	return r
 }
 
 // loadWith is the picker's load in flight less the ledger's picks other
@@ -110,9 +112,18 @@ func (g *Gateway) loadWith(carried []uint64) (loads []*pb.PickerReplicaLoad, tur
 	if len(p.unshared) == 0 {
 		return loads, turns
 	}
+	in := func(id uint64) bool { return slices.Contains(carried, id) }
+	if len(carried) > 16 {
+		// A push gathered in a burst: a set keeps the scan linear.
+		set := make(map[uint64]struct{}, len(carried))
+		for _, id := range carried {
+			set[id] = struct{}{}
+		}
+		in = func(id uint64) bool { _, ok := set[id]; return ok }
+	}
 	now := time.Now()
 	for id, u := range p.unshared {
-		if now.Sub(u.at) > unsharedMaxAge || slices.Contains(carried, id) {
+		if now.Sub(u.at) > unsharedMaxAge || in(id) {
 			continue // its push never came, or this is it: counted (holdLoad drops the first)
 		}
 		for _, l := range loads {

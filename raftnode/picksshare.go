@@ -110,10 +110,14 @@ func (f *forwardServer) applyPeerPicks(req *forwardpb.ShareLoadRequest, resp *fo
 }
 
 // applyPush applies push (req as the store takes it) and then req's load
-// report, if any (contract §5.13): a lookup that reads the load then
-// reads the picks that explain it. A load report that breaks a rule
-// refuses the whole push, before anything is applied; picks refused for
-// a full store still leave the load held, since it is true either way.
+// report, if any (contract §5.13), aged as the push: a lookup that reads
+// the load then reads the picks that explain it. A load report that
+// breaks a rule refuses the whole push, before anything is applied; picks
+// refused for a full store still leave the load held, since it is true
+// either way. A load report the load store has no room for is dropped
+// (the store counts it refused), and the push stands: the picks do not
+// depend on it, and the picker's periodic reports, refused alike, tell
+// it why.
 func (n *Node) applyPush(req *pb.SharePicksRequest, push provisional.Push) (provisional.Result, error) {
 	load, err := pushLoad(req)
 	if err != nil {
@@ -121,8 +125,9 @@ func (n *Node) applyPush(req *pb.SharePicksRequest, push provisional.Push) (prov
 	}
 	res, err := n.picks.Apply(push)
 	if load != nil && !errors.Is(err, provisional.ErrInvalid) {
-		if _, lerr := n.pickers.Put(*load); lerr != nil && err == nil {
-			err = lerr
+		load.Age = push.Age
+		if _, lerr := n.pickers.Put(*load); lerr != nil && n.log != nil {
+			n.log.Debug("raftnode: the load report a picks push carried was not held", "picker_id", load.PickerID, "err", lerr)
 		}
 	}
 	return res, err

@@ -60,9 +60,10 @@ func TestShareLoad_AppliesPicksWithTheirAge(t *testing.T) {
 }
 
 // A push's load report is held with its picks, on the node it was sent
-// to and on a peer it was passed on to; a report breaking a rule refuses
-// the whole push naming the field under "load.", and nothing of it is
-// held.
+// to and on a peer it was passed on to; a report the load store has no
+// room for is dropped and the push stands; a report breaking a rule
+// refuses the whole push naming the field under "load.", and its picks
+// are not held.
 func TestSharePicks_HoldsThePushesLoadReport(t *testing.T) {
 	newNode := func() *Node {
 		return &Node{picks: provisional.New(provisional.Config{}), pickers: pickerload.New(pickerload.Config{})}
@@ -94,6 +95,18 @@ func TestSharePicks_HoldsThePushesLoadReport(t *testing.T) {
 	}
 	if sum := peer.pickers.At().Others("other", "r1"); sum.PrefillTokens != 48 {
 		t.Fatalf("peer's load: %+v, want the passed-on push's 48 prefill tokens", sum)
+	}
+
+	// A report the load store has no room for is dropped; the push and
+	// its picks stand.
+	full := &Node{picks: provisional.New(provisional.Config{}), pickers: pickerload.New(pickerload.Config{MaxEntries: 1})}
+	big := withLoad(picksPush("gw", 4, 3), "gw", 4, "r1")
+	big.Load.Loads = append(big.Load.Loads, &pb.PickerReplicaLoad{ReplicaId: "r2", PrefillTokens: 1})
+	if res, err := full.SharePicks(big); err != nil || res.Added != 1 {
+		t.Fatalf("push with a report over the load store's room: %+v, %v; want its pick added", res, err)
+	}
+	if sum := full.pickers.At().Others("other", "r1"); sum.Pickers != 0 {
+		t.Fatalf("the load store holds %+v past its room", sum)
 	}
 
 	for _, tc := range []struct {

@@ -30,7 +30,7 @@ import (
 
 // DefaultHold is how long an unsettled turn blocks the other pickers'
 // lookups: well above a push's time to the node (about a millisecond on a
-// LAN, 5 ms at p99 on a loaded 2-core machine), so a live picker's turn
+// LAN, 8 ms at p99 on a loaded 2-core machine), so a live picker's turn
 // ends by its push, and short enough that a dead picker's turn costs the
 // others one wait of at most this long.
 const DefaultHold = 50 * time.Millisecond
