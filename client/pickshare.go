@@ -71,7 +71,9 @@ type PickShareConfig struct {
 	// = none) rides in that push (SharePicksRequest.load): every node
 	// holds it right after the picks, so the load the picks add, and the
 	// turns their lookups took, are known where the picks are in one
-	// push's delay (contract §5.13). LoadShare.Report makes one.
+	// push's delay (contract §5.13). LoadShare.Carried makes one; the
+	// push is answered (or failed) when AfterDelta is called, which must
+	// then call LoadShare.Answered.
 	LoadFor func(picked []uint64) *pb.ReportPickerLoadRequest
 	// Logger receives a warning when pushes fail, at most once a minute;
 	// nil = slog.Default().
