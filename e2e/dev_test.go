@@ -110,9 +110,9 @@ func TestDev_RestartsAKilledNodeAndRefusesBusyPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	// The cluster alone: dev supervises the nodes once its fleet is up,
-	// and a fleet slow to start on a loaded machine would hold the
-	// restart this test times back (devfleet_test.go tests the fleet).
+	// The cluster alone: its subject is the nodes' supervision, and a
+	// fleet starting beside it on a loaded machine only adds load
+	// (devfleet_test.go tests the fleet).
 	dev := startDev(t, "--dir", filepath.Join(dir, "a"), "--base-port", strconv.Itoa(base), "--engines", "0", "--demo-fleet=false")
 	out := &dev.out
 	waitOutput(t, out, regexp.MustCompile(`cluster ready: leader node\d`), 60*time.Second)

@@ -126,15 +126,27 @@ func Run(ctx context.Context, c Config, out io.Writer) error {
 		cl.stopAll()
 		return err
 	}
+	// The nodes are supervised from "cluster ready" on, as its banner
+	// says: a node killed while the fleet starts is reported and
+	// restarted then, not once the fleet is up.
+	supCtx, supStop := context.WithCancel(ctx)
+	supervised := make(chan struct{})
+	go func() {
+		defer close(supervised)
+		newSupervisor(cl.say).run(supCtx, cl.exits)
+	}()
 	if cl.fleet != nil && ctx.Err() == nil {
 		if err := cl.startFleet(ctx); err != nil {
+			supStop()
+			<-supervised
 			cl.stopAll()
 			return err
 		}
 	}
 	fmt.Fprintln(out, "Ctrl-C stops the cluster.")
 	wait := cl.startLines(ctx)
-	newSupervisor(cl.say).run(ctx, cl.exits)
+	<-supervised // until ctx ends
+	supStop()
 	wait()
 	cl.stopAll()
 	return nil
