@@ -139,10 +139,10 @@ func (s *sharedState) send(at float64, p sharePush) {
 
 // pipe is one sender of a gateway with one call in flight (busyUntil: its
 // arrival), and the call that gathers what comes meanwhile (queued: sent
-// at queuedAt, the in-flight call's arrival, arriving at queuedArrival).
+// when the one in flight arrives, arriving at queuedArrival).
 type pipe struct {
-	busyUntil, queuedAt, queuedArrival float64
-	queued                             bool
+	busyUntil, queuedArrival float64
+	queued                   bool
 	// busyCarries, queuedCarries: that call carries a load report.
 	busyCarries, queuedCarries bool
 }
@@ -156,16 +156,16 @@ func (c *pipe) send(at float64, delay func() float64, carries bool) float64 {
 		return c.busyUntil
 	}
 	if !c.queued {
-		c.queued, c.queuedAt, c.queuedCarries = true, c.busyUntil, false
-		c.queuedArrival = c.queuedAt + delay()
+		c.queued, c.queuedCarries = true, false
+		c.queuedArrival = c.busyUntil + delay()
 	}
 	c.queuedCarries = c.queuedCarries || carries
 	return c.queuedArrival
 }
 
-// roll sends the gathering call once its time came.
+// roll sends the gathering call once the one in flight arrived.
 func (c *pipe) roll(at float64) {
-	if c.queued && c.queuedAt <= at {
+	if c.queued && c.busyUntil <= at {
 		c.busyUntil, c.busyCarries, c.queued = c.queuedArrival, c.queuedCarries, false
 	}
 }

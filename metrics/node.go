@@ -153,7 +153,7 @@ func (m *Metrics) RegisterNode(info func() NodeInfo) {
 		"picksOut":      desc("provisional_picks_total", "Provisional residencies by outcome: added, removed (by their picker), confirmed (the engines' events reached the index), expired (max age), ignored (held, removed or superseded already).", "outcome"),
 		"provBlocks":    desc("provisional_blocks", "(pick, block) entries of provisional residencies held in memory; pushes past the node's limit are refused."),
 		"provPicks":     desc("provisional_picks", "Provisional residencies (picks) this node holds."),
-		"turns":         desc("turns_total", "Pickers' turns at this node (contract §5.13) by outcome: taken (a lookup's), settled (by the picker's load report), lapsed (unsettled past the hold), refused (past the table's bound).", "outcome"),
+		"turns":         desc("turns_total", "Pickers' turns at this node (contract §5.13) by outcome: taken (a lookup's), settled (by a load report the picker sent alone or in a picks push), lapsed (unsettled past the hold), refused (past the table's bound).", "outcome"),
 		"turnsOut":      desc("turns_outstanding", "Pickers' turns taken at this node and not yet settled or lapsed."),
 		"turnsWaiting":  desc("turns_waiting", "Lookups waiting for their turn at this node."),
 	}}
