@@ -27,6 +27,9 @@ import (
 //
 //	credit(r)   = CacheAffinity × cached(r) × (1 + cached(r) / CacheAffinityTokens)
 //	              (CacheAffinity × cached(r) when CacheAffinityTokens is 0)
+//	              + CacheAffinityLoad × mean over the candidates of load(c) × cached(r)
+//	load(c)     = max(own_in_flight(c) + others_running(c), waiting(c) + running(c)):
+//	              the requests in flight on c
 //
 //	cached(r)   = matched_tokens of r's PREFIX_MATCH hint (0 for a replica
 //	              without one: TENANT_HOT and AFFINITY_HINT say nothing of
@@ -166,6 +169,18 @@ type PickerConfig struct {
 	// back to, while a short one (a template, a short system prompt) is
 	// soon held everywhere anyway. 0 = a credit linear in cached tokens.
 	CacheAffinityTokens float64
+	// CacheAffinityLoad grows the credit with the fleet's load: per
+	// cached token it adds CacheAffinityLoad × the candidates' mean
+	// requests in flight (load(r) of the cost model). Recomputing a
+	// cached prefix on another replica adds its W tokens to the fleet's
+	// prefill, and on a busy fleet that work delays the requests queued
+	// after it until an idle moment absorbs it: in a single-server queue
+	// at utilisation ρ about λW² / (2(1 − ρ)) in all, which for W of one
+	// request's prefill is W × L / 2, L = ρ / (1 − ρ) the mean requests
+	// in the system. On an idle fleet a copy costs nothing but cache
+	// space; on a saturated one it costs every request behind it. 0 = no
+	// load term.
+	CacheAffinityLoad float64
 	// RunningWeight is the share of a request's prefill counted for each
 	// request the engine reports running that this picker did not send: a
 	// running request may still be prefilling, which the engine's
@@ -204,7 +219,7 @@ type PickerConfig struct {
 }
 
 // DefaultPickerConfig is the default configuration: CacheAffinity 1,
-// CacheAffinityTokens 32,768, RunningWeight 0.5, DecodeWeight 0.05,
+// CacheAffinityTokens 32,768, CacheAffinityLoad 0.125, RunningWeight 0.5, DecodeWeight 0.05,
 // KVWeight 0.5, LoadBound 1.5, LoadBoundFloor 8, Temperature 0.05, a
 // random seed. The weights were chosen on the bench's built-in generator
 // only (internal/pickertune: shapes with short and long shared prefixes
@@ -212,8 +227,9 @@ type PickerConfig struct {
 // traces the evaluation reports; docs/eval/pickertune.md has the
 // sensitivity of each parameter searched.
 func DefaultPickerConfig() PickerConfig {
-	return PickerConfig{CacheAffinity: DefaultCacheAffinity, CacheAffinityTokens: DefaultCacheAffinityTokens, RunningWeight: DefaultRunningWeight,
-		DecodeWeight: DefaultDecodeWeight, KVWeight: DefaultKVWeight, LoadBound: DefaultLoadBound,
+	return PickerConfig{CacheAffinity: DefaultCacheAffinity, CacheAffinityTokens: DefaultCacheAffinityTokens, CacheAffinityLoad: DefaultCacheAffinityLoad,
+		RunningWeight: DefaultRunningWeight,
+		DecodeWeight:  DefaultDecodeWeight, KVWeight: DefaultKVWeight, LoadBound: DefaultLoadBound,
 		LoadBoundFloor: DefaultLoadBoundFloor, Temperature: DefaultTemperature}
 }
 
@@ -224,9 +240,16 @@ const (
 	// prefix of 32,768 tokens earns twice the credit per token of a short
 	// one.
 	DefaultCacheAffinityTokens = 32768
-	DefaultRunningWeight       = 0.5
-	DefaultDecodeWeight        = 0.05
-	DefaultKVWeight            = 0.5
+	// DefaultCacheAffinityLoad is the load term's weight the generator
+	// chose (docs/eval/pickertune.md), below the queue's 0.5: larger
+	// weights raise the generator's hit rate further and its TTFT p99
+	// with it, since the greedy pick's own gain is certain and the
+	// externality an average that the later requests' picks partly
+	// avoid.
+	DefaultCacheAffinityLoad = 0.125
+	DefaultRunningWeight     = 0.5
+	DefaultDecodeWeight      = 0.05
+	DefaultKVWeight          = 0.5
 	// DefaultLoadBound is bounded-load consistent hashing's load factor
 	// in the middle of the range it is run at (1.25 to 2): at 1.25 the
 	// generator's hit rate falls, at 2 its busiest replica takes more.
@@ -297,7 +320,8 @@ type PickCost struct {
 	OthersPickers       uint32
 	// Cost = QueuedTokens + OthersTokens − RepeatedTokens +
 	// UncachedTokens − the credit of CachedTokens (CacheAffinity,
-	// CacheAffinityTokens) + DecodeTokens + KVTokens.
+	// CacheAffinityTokens, and CacheAffinityLoad × the candidates' mean
+	// requests in flight) + DecodeTokens + KVTokens.
 	Cost float64
 }
 
@@ -420,6 +444,18 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 		c.Cost = c.QueuedTokens + c.OthersTokens - c.RepeatedTokens + float64(c.UncachedTokens) - p.credit(c.CachedTokens) +
 			c.DecodeTokens + c.KVTokens
 	}
+	if p.cfg.CacheAffinityLoad > 0 {
+		// The load term needs every candidate's requests in flight, so it
+		// is added once they are all known.
+		n := 0
+		for i := range d.Costs {
+			n += requestsIn(&d.Costs[i])
+		}
+		perToken := p.cfg.CacheAffinityLoad * float64(n) / float64(len(candidates))
+		for i := range d.Costs {
+			d.Costs[i].Cost -= perToken * float64(d.Costs[i].CachedTokens)
+		}
+	}
 	bound := math.Inf(1)
 	if p.cfg.LoadBound > 0 {
 		bound = max(math.Ceil(p.cfg.LoadBound*float64(total+1)/float64(len(candidates))), p.cfg.LoadBoundFloor)
@@ -433,7 +469,17 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 	return d
 }
 
-// credit is the cache credit of cached tokens (see PickerConfig).
+// requestsIn is load(r) of the cost model: the requests in flight on c's
+// replica, this picker's and the other pickers' reported ones, or the
+// engine's own waiting + running counts when larger (they also hold the
+// requests of gateways that do not report).
+func requestsIn(c *PickCost) int {
+	return max(c.InFlight+int(c.OthersRunning), int(c.ReportedWaiting)+int(c.ReportedRunning))
+}
+
+// credit is the length-scaled part of the cache credit of cached tokens
+// (CacheAffinity, CacheAffinityTokens); the load term is added in
+// PickKeyed.
 func (p *Picker) credit(cached int) float64 {
 	c := p.cfg.CacheAffinity * float64(cached)
 	if p.cfg.CacheAffinityTokens > 0 {

@@ -29,6 +29,7 @@ type pickerCase struct {
 		Temperature             *float64 `json:"temperature"`
 		LoadBoundFloor          *float64 `json:"load_bound_floor"`
 		CacheAffinityTokens     *float64 `json:"cache_affinity_tokens"`
+		CacheAffinityLoad       *float64 `json:"cache_affinity_load"`
 	} `json:"config"`
 	RendezvousKey uint64 `json:"rendezvous_key,string"`
 	History       []struct {
@@ -94,7 +95,8 @@ func (c *pickerCase) replay(t *testing.T, seed uint64) Decision {
 		for dst, src := range map[*float64]*float64{&cfg.TokensPerWaitingRequest: k.TokensPerWaitingRequest,
 			&cfg.CacheAffinity: k.CacheAffinity, &cfg.RunningWeight: k.RunningWeight, &cfg.LoadBound: k.LoadBound,
 			&cfg.DecodeWeight: k.DecodeWeight, &cfg.KVWeight: k.KVWeight, &cfg.Temperature: k.Temperature,
-			&cfg.LoadBoundFloor: k.LoadBoundFloor, &cfg.CacheAffinityTokens: k.CacheAffinityTokens} {
+			&cfg.LoadBoundFloor: k.LoadBoundFloor, &cfg.CacheAffinityTokens: k.CacheAffinityTokens,
+			&cfg.CacheAffinityLoad: k.CacheAffinityLoad} {
 			if src != nil {
 				*dst = *src
 			}

@@ -74,6 +74,9 @@ var params = []param{
 	{"CacheAffinityTokens", []float64{0, 2048, 4096, 8192, 16384, 32768},
 		func(c *client.PickerConfig, v float64) { c.CacheAffinityTokens = v },
 		func(c *client.PickerConfig) float64 { return c.CacheAffinityTokens }},
+	{"CacheAffinityLoad", []float64{0, 0.125, 0.25, 0.5, 1, 2},
+		func(c *client.PickerConfig, v float64) { c.CacheAffinityLoad = v },
+		func(c *client.PickerConfig) float64 { return c.CacheAffinityLoad }},
 	{"RunningWeight", []float64{0, 0.3, 0.5, 1},
 		func(c *client.PickerConfig, v float64) { c.RunningWeight = v },
 		func(c *client.PickerConfig) float64 { return c.RunningWeight }},
@@ -146,7 +149,7 @@ func main() {
 		names := strings.Split(*only, ",")
 		params = slices.DeleteFunc(params, func(p param) bool { return !slices.Contains(names, p.name) })
 		if len(params) != len(names) {
-			fmt.Fprintf(os.Stderr, "pickertune: -params %q: want names among CacheAffinity, CacheAffinityTokens, RunningWeight, DecodeWeight, KVWeight, LoadBound, LoadBoundFloor, Temperature\n", *only)
+			fmt.Fprintf(os.Stderr, "pickertune: -params %q: want names among CacheAffinity, CacheAffinityTokens, CacheAffinityLoad, RunningWeight, DecodeWeight, KVWeight, LoadBound, LoadBoundFloor, Temperature\n", *only)
 			os.Exit(2)
 		}
 		searched = *only
@@ -309,8 +312,8 @@ func orAll(s string) string {
 }
 
 func describe(c client.PickerConfig) string {
-	return fmt.Sprintf("CacheAffinity %g, CacheAffinityTokens %g, RunningWeight %g, DecodeWeight %g, KVWeight %g, LoadBound %g, LoadBoundFloor %g, Temperature %g",
-		c.CacheAffinity, c.CacheAffinityTokens, c.RunningWeight, c.DecodeWeight, c.KVWeight, c.LoadBound, c.LoadBoundFloor, c.Temperature)
+	return fmt.Sprintf("CacheAffinity %g, CacheAffinityTokens %g, CacheAffinityLoad %g, RunningWeight %g, DecodeWeight %g, KVWeight %g, LoadBound %g, LoadBoundFloor %g, Temperature %g",
+		c.CacheAffinity, c.CacheAffinityTokens, c.CacheAffinityLoad, c.RunningWeight, c.DecodeWeight, c.KVWeight, c.LoadBound, c.LoadBoundFloor, c.Temperature)
 }
 
 // measurePeers runs the peers and the oracle on the scenario.

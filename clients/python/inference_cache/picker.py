@@ -9,6 +9,9 @@ Cost model (units: prompt tokens)::
 
     credit(r)   = cache_affinity × cached(r) × (1 + cached(r) / cache_affinity_tokens)
                   (cache_affinity × cached(r) when cache_affinity_tokens is 0)
+                  + cache_affinity_load × mean over the candidates of load(c) × cached(r)
+    load(c)     = max(own_in_flight(c) + others_running_requests(c),
+                  waiting(c) + running(c)): the requests in flight on c
 
     cached(r)   = matched_tokens of r's PREFIX_MATCH hint, at most the prompt
                   (0 without one: TENANT_HOT and AFFINITY_HINT say nothing of
@@ -97,6 +100,9 @@ __all__ = [
 DEFAULT_CACHE_AFFINITY = 1.0
 #: Length scale of the cache credit, 0 = linear (Go DefaultCacheAffinityTokens).
 DEFAULT_CACHE_AFFINITY_TOKENS = 32768.0
+#: Credit per cached token per request in flight on the candidates (mean),
+#: 0 = no load term (Go DefaultCacheAffinityLoad).
+DEFAULT_CACHE_AFFINITY_LOAD = 0.125
 #: Share of a prefill counted per engine-reported running request (Go DefaultRunningWeight).
 DEFAULT_RUNNING_WEIGHT = 0.5
 #: Share of a prefill per decoding request (Go DefaultDecodeWeight).
@@ -129,6 +135,10 @@ class PickerConfig:
     cache_affinity_tokens: > 0 scales the credit with the cached prefix:
         cache_affinity × cached × (1 + cached / cache_affinity_tokens)
         (Go CacheAffinityTokens, default 32,768); 0 = linear.
+    cache_affinity_load: credit += cache_affinity_load × the candidates' mean
+        requests in flight × cached tokens: a copy of the prefix elsewhere is
+        prefill work that delays the requests queued after it, more the busier
+        the fleet (Go CacheAffinityLoad, default 0.125); 0 = no load term.
     running_weight: share of a prefill per engine-reported running request
         not sent by this picker (default 0.3).
     decode_weight: share of a prefill per decoding request (this picker's and
@@ -149,6 +159,7 @@ class PickerConfig:
     tokens_per_waiting_request: float = 0.0
     cache_affinity: float = DEFAULT_CACHE_AFFINITY
     cache_affinity_tokens: float = DEFAULT_CACHE_AFFINITY_TOKENS
+    cache_affinity_load: float = DEFAULT_CACHE_AFFINITY_LOAD
     running_weight: float = DEFAULT_RUNNING_WEIGHT
     decode_weight: float = DEFAULT_DECODE_WEIGHT
     kv_weight: float = DEFAULT_KV_WEIGHT
@@ -163,7 +174,8 @@ class PickCost:
     """One candidate's cost terms (prompt tokens, except the request counts).
 
     cost = queued_tokens + others_tokens − repeated_tokens + uncached_tokens
-    − cache_affinity × cached_tokens + decode_tokens + kv_tokens.
+    − credit(cached_tokens) + decode_tokens + kv_tokens (credit as in the
+    module's doc).
     reason is the reason code (pb.ReasonCode int) of the hint naming the
     replica, NO_HINT when none does; reported_waiting/running the engine's
     counts from its hint or load; in_flight this picker's requests there;
@@ -395,6 +407,12 @@ class Picker:
                 c.repeated_tokens = min(float(repeated.get(c.replica, 0)), c.queued_tokens + c.others_prefill_tokens)
                 c.cost = (c.queued_tokens + c.others_tokens - c.repeated_tokens + c.uncached_tokens
                           - credit + c.decode_tokens + c.kv_tokens)
+            if cfg.cache_affinity_load > 0:
+                # The load term needs every candidate's requests in flight.
+                n = sum(max(c.in_flight + c.others_running, c.reported_waiting + c.reported_running) for c in d.costs)
+                per_token = cfg.cache_affinity_load * n / len(candidates)
+                for c in d.costs:
+                    c.cost -= per_token * c.cached_tokens
             bound = math.inf
             if cfg.load_bound > 0:
                 bound = max(math.ceil(cfg.load_bound * (total + 1) / len(candidates)), cfg.load_bound_floor)
