@@ -146,6 +146,10 @@ type LoadShare struct {
 	carriedAt time.Time
 
 	sent, failed, superseded, held atomic.Uint64
+	// carriedSeq is the highest sequence handed to a push (Carried): a
+	// report answered superseded below it was overtaken by this picker's
+	// own carried report, not by another picker under its id.
+	carriedSeq atomic.Uint64
 	warnAt, dupWarnAt              time.Time
 }
 
@@ -305,7 +309,9 @@ func (s *LoadShare) Carried(turns []uint64, loads []*pb.PickerReplicaLoad) *pb.R
 		s.carriedAt = time.Now()
 	}
 	s.carried++
-	return s.newReport(turns, loads)
+	r := s.newReport(turns, loads)
+	s.carriedSeq.Store(r.Sequence)
+	return r
 }
 
 // Answered ends the wait of one Carried report: the push that carried it
@@ -358,9 +364,11 @@ func (s *LoadShare) report(parent context.Context, limit time.Duration, req *pb.
 	cancel()
 	if err == nil {
 		s.sent.Add(1)
-		if resp.GetSuperseded() {
+		if resp.GetSuperseded() && req.Sequence > s.carriedSeq.Load() {
 			// One process's sequences only increase: the node holds a
-			// higher one from another picker under the same id.
+			// higher one from another picker under the same id (below a
+			// carried report's sequence it is that report, which the
+			// push delivered first).
 			s.superseded.Add(1)
 			if now := time.Now(); now.Sub(s.dupWarnAt) >= loadShareWarnEvery {
 				s.dupWarnAt = now

@@ -286,6 +286,50 @@ func (n storeSender) ReportPickerLoad(_ context.Context, req *pb.ReportPickerLoa
 	return &pb.ReportPickerLoadResponse{Accepted: uint32(len(req.Loads))}, nil
 }
 
+// gatedStoreSender is a storeSender whose first report waits for gate,
+// after telling entered it is on its way.
+type gatedStoreSender struct {
+	storeSender
+	once          sync.Once
+	entered, gate chan struct{}
+}
+
+func (n *gatedStoreSender) ReportPickerLoad(ctx context.Context, req *pb.ReportPickerLoadRequest) (*pb.ReportPickerLoadResponse, error) {
+	n.once.Do(func() {
+		close(n.entered)
+		<-n.gate
+	})
+	return n.storeSender.ReportPickerLoad(ctx, req)
+}
+
+// A periodic report on its way when a push carries the picker's next one
+// can reach the node after it and be answered superseded: that is the
+// picker's own newer report, not another picker under its id, so it is
+// neither counted nor warned about.
+func TestLoadShare_OvertakenByItsOwnCarriedReportIsNoDuplicate(t *testing.T) {
+	st := pickerload.New(pickerload.Config{})
+	n := &gatedStoreSender{storeSender: storeSender{st}, entered: make(chan struct{}), gate: make(chan struct{})}
+	var logs syncbuf.Buffer
+	s, err := StartLoadShare(NewPicker(DefaultPickerConfig()), n, LoadShareConfig{PickerID: "gw-1", Interval: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	<-n.entered
+	c := s.Carried([]uint64{3}, nil)
+	if _, err := st.Put(pickerload.FromPB(c)); err != nil { // the push reached the node first
+		t.Fatal(err)
+	}
+	close(n.gate)
+	poll.Eventually(t, 5*time.Second, time.Millisecond, func() (bool, string) {
+		return s.Stats().Sent >= 1, "the first report not answered"
+	})
+	if st := s.Stats(); st.Superseded != 0 || strings.Contains(logs.String(), "superseded") {
+		t.Fatalf("stats %+v, log %q: want the overtaken report neither counted nor warned about", st, logs.String())
+	}
+}
+
 // Two gateways given the same --picker-id (a fixed value in a Deployment
 // of several replicas): the one started later counts its sequence from a
 // later clock reading, so the node answers every report of the earlier

@@ -19,7 +19,9 @@ others' requests; and it pushes each token-id prompt's pick to the cluster
 as it is made (PickShare, --share-picks, on by default), so that the other
 gateways' lookups hint that replica before its engine's KV events arrive
 (contract §5.12), and picks a new prefix's replica by its rendezvous key, so
-that siblings sent through different gateways at once meet on one replica.
+that siblings sent through different gateways at once meet on one replica;
+its lookups take turns (contract §5.13), so that the gateways' decisions of
+one instant each see the picks before them, the pick's push settling them.
 A request whose backend cannot be reached has its pick withdrawn. The
 replica ids of
 --backend must be the ids the engines' KV events are indexed under.
@@ -92,6 +94,9 @@ class Gateway:
                                     include_load=True, picker_id=self.picker_id)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+            # Its pick is pushed, and the push settles the lookup's turn among
+            # the gateways' decisions of one instant (contract §5.13).
+            req.take_turn = self.pick_share is not None and bool(self.picker_id)
             resp = self.client.lookup_tokens(req, prompt, self.block_size)
             return resp, len(prompt), (req if req.block_hashes else None)
         if isinstance(prompt, str):
@@ -110,7 +115,7 @@ class Gateway:
         key = rendezvous_key(req.block_hashes, self.block_size) if req is not None else 0
         decision = self.picker.pick(resp, self.candidates, prompt_tokens, key)
         if self.pick_share is not None and req is not None:
-            return resp, decision, self.pick_share.start(self.picker, decision, req)
+            return resp, decision, self.pick_share.start(self.picker, decision, req, turn=resp.turn)
         return resp, decision, self.picker.start(decision)
 
 

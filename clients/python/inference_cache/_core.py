@@ -303,10 +303,15 @@ class Node:
 
 
 class _Nodes:
-    """The nodes, round robin and the counters, behind one lock."""
+    """The nodes, round robin and the counters, behind one lock. by_addr is
+    the nodes by address: a lookup that takes a turn and the picker's soft
+    state (load reports) go to the first of them not skipped (contract
+    §5.13), so that every gateway listing the same nodes takes its turns at
+    one node and settles them there."""
 
     def __init__(self, nodes: List[Node]) -> None:
         self.nodes = nodes
+        self.by_addr = sorted(nodes, key=lambda n: n.addr)
         self.lock = threading.Lock()
         self._next = 0
         self.write_at = 0
@@ -325,15 +330,18 @@ class _Nodes:
         with self.lock:
             return Stats(**vars(self.stats))
 
-    def pick(self, track: str, start: int, skip: Optional[Node], hold: float) -> Tuple[Node, bool]:
+    def pick(self, track: str, start: int, skip: Optional[Node], hold: float,
+             by_addr: bool = False) -> Tuple[Node, bool]:
         """The first node from start (mod the count) that track does not skip,
         and whether the call is its probe; all skipped: the first from start.
-        skip is avoided unless it is the only node."""
+        skip is avoided unless it is the only node. by_addr: among the nodes
+        by address instead of in their configured order."""
         now = time.monotonic()
         fallback = None
+        nodes = self.by_addr if by_addr else self.nodes
         with self.lock:
-            for i in range(len(self.nodes)):
-                n = self.nodes[(start + i) % len(self.nodes)]
+            for i in range(len(nodes)):
+                n = nodes[(start + i) % len(nodes)]
                 if n is skip:
                     continue
                 if fallback is None:
@@ -398,10 +406,12 @@ class LookupAttempts:
     blocking and asyncio clients, which only make the calls: at most two
     nodes within the budget lookup_timeout; a node fault (node_fault)
     skips the node for lookups and tries one other; any other failure, or
-    the budget spent, ends the lookup with NO_HINT (fail_open)."""
+    the budget spent, ends the lookup with NO_HINT (fail_open). A lookup
+    that takes a turn (turn) goes to the first usable node by address
+    (contract §5.13)."""
 
-    def __init__(self, nodes: _Nodes, cfg: ClientConfig) -> None:
-        self._nodes, self._cfg = nodes, cfg
+    def __init__(self, nodes: _Nodes, cfg: ClientConfig, turn: bool = False) -> None:
+        self._nodes, self._cfg, self._turn = nodes, cfg, turn
         nodes.count("lookups")
         self.deadline = time.monotonic() + cfg.lookup_timeout
         self.left = 0.0  # seconds of budget for the current call
@@ -417,7 +427,8 @@ class LookupAttempts:
         """The node to call now, or None when the lookup must fail open."""
         if self._done or self._tries >= 2:
             return None
-        n, probe = self._nodes.pick("lookup", self._nodes.next(), self._prev, self._cfg.lookup_timeout)
+        start = 0 if self._turn else self._nodes.next()
+        n, probe = self._nodes.pick("lookup", start, self._prev, self._cfg.lookup_timeout, by_addr=self._turn)
         if self._tries:
             self._nodes.count("lookup_retries")
         self._tries += 1

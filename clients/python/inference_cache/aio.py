@@ -73,7 +73,7 @@ class AsyncClient:
     async def lookup_route(self, req: pb.LookupRouteRequest) -> pb.LookupRouteResponse:
         """Client.lookup_route for asyncio: never raises (cancellation of the
         awaiting task aside), NO_HINT on any failure or when lookup_timeout ends."""
-        a = LookupAttempts(self._n, self.config)
+        a = LookupAttempts(self._n, self.config, turn=bool(getattr(req, "take_turn", False)))
         while (n := a.next()) is not None:
             try:
                 resp = await n.ic.LookupRoute(req, timeout=a.left, metadata=self._md)
@@ -104,7 +104,7 @@ class AsyncClient:
                                  timeout: float = 0.05) -> pb.ReportPickerLoadResponse:
         """Client.report_picker_load for asyncio."""
         nodes = self._n
-        n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
+        n, probe = nodes.pick("lookup", 0, None, self.config.lookup_timeout, by_addr=True)
         try:
             resp = await n.ic.ReportPickerLoad(req, timeout=timeout, metadata=self._md)
         except grpc.RpcError as e:

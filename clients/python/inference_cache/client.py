@@ -85,8 +85,11 @@ class Client:
         the budget lookup_timeout; when that fails too, the budget ends, or
         the request itself fails (no retry, no node blamed), the answer is
         NO_HINT with detail "client: <Code>: <message>; failing open"
-        (counted in stats().fail_open)."""
-        a = LookupAttempts(self._n, self.config)
+        (counted in stats().fail_open). A lookup that takes a turn
+        (take_turn, contract §5.13) goes to the first usable node by
+        address, so that every gateway listing the same nodes takes its
+        turns at one node."""
+        a = LookupAttempts(self._n, self.config, turn=bool(getattr(req, "take_turn", False)))
         while (n := a.next()) is not None:
             try:
                 resp = n.ic.LookupRoute(req, timeout=a.left, metadata=self._md)
@@ -112,13 +115,14 @@ class Client:
         return self.lookup_route(req)
 
     def report_picker_load(self, req: pb.ReportPickerLoadRequest, timeout: float = 0.05) -> pb.ReportPickerLoadResponse:
-        """Send one picker's load report (contract §5.11) to one node in a
-        single attempt of at most timeout seconds: a report is superseded by
-        the next, so it is never retried. A node that does not answer
+        """Send one picker's load report (contract §5.11) to the first usable
+        node by address (where this picker's turns are taken and settled,
+        contract §5.13) in a single attempt of at most timeout seconds: a
+        report is superseded by the next, so it is never retried. A node that does not answer
         (node_fault) is skipped for lookups and reports as fail_backoff
         says. Raises the call's grpc.RpcError. LoadShare sends these."""
         nodes = self._n
-        n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
+        n, probe = nodes.pick("lookup", 0, None, self.config.lookup_timeout, by_addr=True)
         try:
             resp = n.ic.ReportPickerLoad(req, timeout=timeout, metadata=self._md)
         except grpc.RpcError as e:
@@ -135,7 +139,7 @@ class Client:
         report_picker_load marks it when the call ends; a cancelled call
         only gives back its probe slot."""
         nodes = self._n
-        n, probe = nodes.pick("lookup", nodes.next(), None, self.config.lookup_timeout)
+        n, probe = nodes.pick("lookup", 0, None, self.config.lookup_timeout, by_addr=True)
         f = n.ic.ReportPickerLoad.future(req, timeout=timeout, metadata=self._md)
 
         def ended(f: grpc.Future) -> None:

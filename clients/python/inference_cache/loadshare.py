@@ -9,6 +9,12 @@ STOP_TIMEOUT, so a hung node never holds up a stopping gateway.
 LoadShare reports through a blocking Client from a thread; AsyncLoadShare
 through an AsyncClient from an asyncio task. Set the picker's lookups'
 picker_id to share.picker_id, so that their others_* leave its own load out.
+
+Turns (contract §5.13): a lookup with take_turn and the picker id gets a
+turn (LookupRouteResponse.turn) at the first node by address, where the
+reports go too. The turn ends when a report settles it: the pick's own push
+carries one (PickShare.start(..., turn=resp.turn)); a decision without a
+pick to push hands its turn to settle(), and the next report settles it.
 """
 
 from __future__ import annotations
@@ -40,6 +46,12 @@ WARN_EVERY = 60.0
 #: expiry, and a gateway told to stop must stop within its grace period even
 #: with a hung node.
 STOP_TIMEOUT = 1.0
+#: The node's bound on the turns one report settles (settled_turns).
+MAX_SETTLED_TURNS = 1024
+#: The bound (seconds) on the periodic reports' wait for a push that carries
+#: a report (carried): past it they go out again, so a push whose answer is
+#: never reported cannot silence the picker's load (Go carriedHoldMax).
+CARRIED_HOLD_MAX = 1.0
 
 log = logging.getLogger("inference_cache.loadshare")
 
@@ -82,7 +94,8 @@ class _Reports:
     (dropped), superseded the sent ones a node answered superseded (it holds
     a higher sequence for this picker id, so another live picker reports
     under the same id and the cluster does not see this one's load; warned
-    about at most once a minute)."""
+    about at most once a minute), held_reports the periodic reports not sent
+    because a push carried the picker's report (carried)."""
 
     def __init__(self, picker: Picker, picker_id: Optional[str], interval: float) -> None:
         if picker is None:
@@ -96,9 +109,17 @@ class _Reports:
             raise ValueError(f"interval: {interval} s; must be {MIN_INTERVAL} to {MAX_INTERVAL} s")
         self.picker, self.picker_id, self.interval = picker, picker_id, interval
         self._seq = time.time_ns()
-        self.sent = self.failed = self.superseded = 0
+        self.sent = self.failed = self.superseded = self.held_reports = 0
         self._warned_at = self._dup_warned_at = -math.inf
         self._held: Callable[[], Sequence[Tuple[str, int, float, int]]] = tuple
+        # Sequences and turns are taken by the reporter and by the pusher
+        # (carried), each on its own thread.
+        self._lock = threading.Lock()
+        self._settle: List[int] = []  # turns the next report settles
+        self._carried = 0  # reports handed to pushes not answered yet
+        self._carried_at = 0.0  # monotonic, when the first of them was
+        self._carried_seq = 0  # the highest sequence handed to a push
+        self._closed = False  # stop() was called: no report is handed to a push
 
     def hold(self, held: Callable[[], Sequence[Tuple[str, int, float, int]]]) -> None:
         """Leave the requests held() lists out of every report from now on
@@ -106,18 +127,76 @@ class _Reports:
         sees a pick's load before the pick, contract §5.12)."""
         self._held = held
 
-    def request(self, empty: bool = False) -> pb.ReportPickerLoadRequest:
-        self._seq += 1
-        return pb.ReportPickerLoadRequest(picker_id=self.picker_id, sequence=self._seq,
-                                          interval_ms=round(self.interval * 1000),
+    def settle(self, turn: int) -> None:
+        """Have the next report settle turn (a LookupRouteResponse.turn; 0 is
+        no turn), for a decision with no pick to push: one without block
+        hashes, or abandoned before it was started. Never blocks; a turn
+        not settled lapses at the node within 50 ms (contract §5.13)."""
+        if type(turn) is not int or turn <= 0:
+            return
+        with self._lock:
+            self._settle.append(turn)
+            del self._settle[:-MAX_SETTLED_TURNS]
+
+    def request(self, empty: bool = False) -> Optional[pb.ReportPickerLoadRequest]:
+        """The next periodic report (empty: stop()'s last, with no load), with
+        the turns waiting to be settled; None while a push carrying a report
+        is unanswered (at most CARRIED_HOLD_MAX): a report sent meanwhile
+        would carry a newer sequence without that push's picks' load, and a
+        node would hold it in place of the carried one (counted in
+        held_reports)."""
+        with self._lock:
+            if not empty and self._carried and time.monotonic() - self._carried_at < CARRIED_HOLD_MAX:
+                self.held_reports += 1
+                return None
+            turns, self._settle = self._settle, []
+            self._seq += 1
+            seq = self._seq
+        return pb.ReportPickerLoadRequest(picker_id=self.picker_id, sequence=seq,
+                                          interval_ms=round(self.interval * 1000), settled_turns=turns,
                                           loads=[] if empty else in_flight(self.picker, self._held()))
+
+    def carried(self, turns: Sequence[int],
+                held: Sequence[Tuple[str, int, float, int]]) -> Optional[pb.ReportPickerLoadRequest]:
+        """The report a picks push carries (SharePicksRequest.load, contract
+        §5.12, §5.13): the picker's load with held (the picks not pushed yet,
+        as PickShare.held lists them) left out, settling turns and those
+        waiting for a report (at most MAX_SETTLED_TURNS, the latest), with
+        this share's next sequence. The periodic reports wait until
+        answered() is called (or CARRIED_HOLD_MAX passed). Sends nothing;
+        None once stop() was called (its last, empty report ends the picker's
+        load, which a later one would bring back)."""
+        loads = in_flight(self.picker, held)
+        with self._lock:
+            if self._closed:
+                return None
+            all_turns = self._settle + [t for t in turns if type(t) is int and t > 0]
+            self._settle = []
+            self._seq += 1
+            seq = self._carried_seq = self._seq
+            if not self._carried:
+                self._carried_at = time.monotonic()
+            self._carried += 1
+        return pb.ReportPickerLoadRequest(picker_id=self.picker_id, sequence=seq,
+                                          interval_ms=round(self.interval * 1000),
+                                          settled_turns=all_turns[-MAX_SETTLED_TURNS:], loads=loads)
+
+    def answered(self, req: pb.ReportPickerLoadRequest, ok: bool) -> None:
+        """The push that carried req (a carried() report) was answered (ok)
+        or failed: the periodic reports go on, and when it failed the next
+        one settles req's turns instead."""
+        with self._lock:
+            self._carried = max(0, self._carried - 1)
+            if not ok:
+                self._settle = (list(req.settled_turns) + self._settle)[-MAX_SETTLED_TURNS:]
 
     def outcome(self, req: pb.ReportPickerLoadRequest, resp, err: Optional[BaseException]) -> None:
         if err is None:
             self.sent += 1
-            if getattr(resp, "superseded", False):
+            if getattr(resp, "superseded", False) and req.sequence > self._carried_seq:
                 # One process's sequences only increase: the node holds a
-                # higher one from another picker under the same id.
+                # higher one from another picker under the same id (or from
+                # a push that carried this picker's later report).
                 self.superseded += 1
                 now = time.monotonic()
                 if now - self._dup_warned_at >= WARN_EVERY:
@@ -157,6 +236,8 @@ class LoadShare(_Reports):
 
     def _send(self, empty: bool = False) -> None:
         req = self.request(empty)
+        if req is None:
+            return  # held: a push carries the picker's load
         timeout = min(self.interval, STOP_TIMEOUT) if empty else self.interval
         future = getattr(self._client, "report_picker_load_future", None)
         try:
@@ -189,6 +270,8 @@ class LoadShare(_Reports):
     def stop(self) -> None:
         """End the reports (idempotent): returns within about STOP_TIMEOUT
         (1 s) even when a node holds every report."""
+        with self._lock:
+            self._closed = True
         with self._mu:
             self._stop.set()
             if self._inflight is not None:
@@ -217,6 +300,8 @@ class AsyncLoadShare(_Reports):
 
     async def _send(self, empty: bool = False) -> None:
         req = self.request(empty)
+        if req is None:
+            return  # held: a push carries the picker's load
         timeout = min(self.interval, STOP_TIMEOUT) if empty else self.interval
         call = asyncio.ensure_future(self._client.report_picker_load(req, timeout=timeout))
         if not empty:
@@ -252,6 +337,8 @@ class AsyncLoadShare(_Reports):
     async def stop(self) -> None:
         """End the reports (idempotent): returns within about STOP_TIMEOUT
         (1 s) even when a node holds every report."""
+        with self._lock:
+            self._closed = True
         self._stopping.set()
         if self._inflight is not None:
             self._inflight.cancel()

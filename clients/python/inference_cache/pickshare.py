@@ -25,9 +25,11 @@ merge() folds the gateway's own live picks into its lookup's answer by the
 server's rule, so its next decision sees a pick at once, before the node has
 it.
 
-With a LoadShare given, a pick's load is left out of the load reports until
-its push has been answered: a lookup never sees a replica's new load without
-the residency that explains it (contract §5.11, §5.12).
+With a LoadShare given, a push of new picks carries the picker's load report
+with their load, and the periodic reports leave it out and wait until the
+push is answered: a lookup never sees a replica's new load without the
+residency that explains it (contract §5.11, §5.12). That report settles the
+turns of the picks' lookups (start(..., turn=resp.turn), contract §5.13).
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ import math
 import threading
 import time
 import unicodedata
-from typing import Dict, List, Optional, Tuple
+from typing import Container, Dict, List, Optional, Tuple
 
-from .loadshare import MAX_PICKER_ID_BYTES, WARN_EVERY
+from .loadshare import MAX_PICKER_ID_BYTES, MAX_SETTLED_TURNS, WARN_EVERY
 from .picker import Decision, Inflight, Picker
 from .v1 import inferencecache_pb2 as pb
 
@@ -209,17 +211,23 @@ class _Picks:
         # pick's hashes go out in its own push and two full states.
         self._full_at = [-math.inf, -math.inf]
         self._quiet = False  # the last full state was empty and nothing was pushed since
+        self._turns: List[int] = []  # the turns of the picks waiting to be pushed
+        self._load_share = load_share
         if load_share is not None:
             load_share.hold(self.held)
 
     def add(self, req: pb.LookupRouteRequest, replica: str, cached_tokens: int = 0,
-            uncached_tokens: int = 0, flight: Optional[Inflight] = None) -> int:
+            uncached_tokens: int = 0, flight: Optional[Inflight] = None, turn: int = 0) -> int:
         """Record that the gateway sent the request looked up with req (its
         block_hashes, block_token_counts and partition) to replica, which
         held cached_tokens of its prompt when picked, and queue the pick's
         push; it never blocks or raises. The request's load (uncached_tokens
         prefilling, or what flight, its Inflight, has left of it) is held out
-        of the load reports until the push is answered. Returns the pick id,
+        of the load reports until the push is answered; with a load share the
+        push carries the picker's report with that load, which settles turn
+        (the lookup's LookupRouteResponse.turn, contract §5.13; 0 = none).
+        A turn whose pick is not recorded is settled by the load share's
+        next report. Returns the pick id,
         or 0 when nothing was recorded (counted in unshared): no block
         hashes, a pick the server would refuse (pick_problem: an id over 256
         bytes or with a control character, no hash_scheme, …), the live
@@ -240,14 +248,24 @@ class _Picks:
                 self.unshared += 1
                 if why and not why.startswith("block_hashes: required"):
                     self._warn_unshared(why)  # no hashes (a text prompt) is expected, not news
-                return 0
-            self._next_id += 1
-            msg.pick_id = pid = self._next_id
-            self._live[pid] = _Pick(msg, time.monotonic())
-            self._blocks += len(msg.block_hashes)
-            self._held[pid] = (replica, uncached, flight)
-            self._queue(self._adds, pid)
+                recorded = False
+            else:
+                recorded = True
+                self._next_id += 1
+                msg.pick_id = pid = self._next_id
+                self._live[pid] = _Pick(msg, time.monotonic())
+                self._blocks += len(msg.block_hashes)
+                self._held[pid] = (replica, uncached, flight)
+                if type(turn) is int and turn > 0 and self._load_share is not None:
+                    self._turns.append(turn)
+                    del self._turns[:-MAX_SETTLED_TURNS]
+                self._queue(self._adds, pid)
+        if not recorded:
+            if self._load_share is not None:
+                self._load_share.settle(turn)
+            return 0
         return pid
+
 
     def _warn_unshared(self, why: str) -> None:
         # Under _mu.
@@ -379,14 +397,19 @@ class _Picks:
                 x[0], x[1], x[2] = depth, tokens, age
         return [(r, x[0], x[1], int(x[2] * 1000), x[3]) for r, x in sorted(found.items())]
 
-    def start(self, picker: Picker, d: Decision, req: pb.LookupRouteRequest) -> SharedInflight:
+    def start(self, picker: Picker, d: Decision, req: pb.LookupRouteRequest, turn: int = 0) -> SharedInflight:
         """picker.start(d) and add() of its pick: the chosen candidate's
-        cached and uncached tokens. An empty Decision shares nothing."""
+        cached and uncached tokens, and turn, the lookup's
+        LookupRouteResponse.turn (0 = none), settled by the pick's push. An
+        empty Decision shares nothing and settles its turn with the next
+        load report."""
         flight = picker.start(d)
         if d.index < 0 or d.index >= len(d.costs):
+            if self._load_share is not None:
+                self._load_share.settle(turn)
             return SharedInflight(flight, self, 0)
         c = d.costs[d.index]
-        return SharedInflight(flight, self, self.add(req, d.replica, c.cached_tokens, c.uncached_tokens, flight))
+        return SharedInflight(flight, self, self.add(req, d.replica, c.cached_tokens, c.uncached_tokens, flight, turn))
 
     def prefilled(self, pick_id: int) -> None:
         """Queue the news that the pick's request has its first token; it
@@ -412,15 +435,16 @@ class _Picks:
             self._held.pop(pick_id, None)
             self._queue(self._removed, pick_id)
 
-    def held(self) -> List[Tuple[str, int, float, int]]:
+    def held(self, pushing: Container[int] = ()) -> List[Tuple[str, int, float, int]]:
         """The load of the picks whose push has not been answered yet, each
         (replica, prefilling requests, prefill tokens, running requests) as
         its request stands now (a request past its first token no longer
         prefills; one done holds nothing): LoadShare leaves it out of its
-        reports (in_flight)."""
+        reports (in_flight). pushing: pick ids left out of the list, the
+        picks of the push whose carried report counts their load."""
         out = []
         with self._mu:
-            rows = list(self._held.values())
+            rows = [v for pid, v in self._held.items() if pid not in pushing]
         for replica, tokens, flight in rows:
             if flight is None:
                 out.append((replica, 1, tokens, 1))
@@ -449,11 +473,30 @@ class _Picks:
         # Under _mu.
         return bool(self._adds or self._removed or self._prefilled)
 
-    def _pushed(self, delta: pb.SharePicksRequest) -> None:
-        """Answered or dropped: the delta's picks' load is reported from now on."""
+    def _pushed(self, delta: pb.SharePicksRequest, ok: bool) -> None:
+        """Answered (ok) or dropped: the delta's picks' load is reported from
+        now on, and the periodic reports go on (settling the carried
+        report's turns when the push failed)."""
         with self._mu:
             for p in delta.picks:
                 self._held.pop(p.pick_id, None)
+        if delta.HasField("load"):
+            self._load_share.answered(delta.load, ok)
+
+    def _carry(self, delta: pb.SharePicksRequest, turns: List[int]) -> None:
+        """With a load share, a delta of new picks carries the picker's load
+        report, their load included, settling turns (contract §5.12, §5.13);
+        turns without such a delta are settled by the next report."""
+        if self._load_share is None:
+            return
+        load = None
+        if delta.picks:
+            load = self._load_share.carried(turns, self.held({p.pick_id for p in delta.picks}))
+        if load is not None:
+            delta.load.CopyFrom(load)
+            return
+        for t in turns:
+            self._load_share.settle(t)
 
     def _full_if_due(self, due: float) -> Tuple[Optional[pb.SharePicksRequest], float]:
         """The full state to push when due (monotonic seconds) has passed, or
@@ -488,10 +531,10 @@ class _Picks:
                         "or the next full state succeeds (requests are unaffected): picker_id=%s err=%s "
                         "failed_so_far=%d", self.picker_id, err, failed)
 
-    def _delta(self) -> Optional[pb.SharePicksRequest]:
-        # Under _mu: everything waiting, or None.
+    def _delta(self) -> Tuple[Optional[pb.SharePicksRequest], List[int]]:
+        # Under _mu: everything waiting, or None, and the turns its picks settle.
         if not self._pending():
-            return None
+            return None, []
         self._quiet = False
         now = time.monotonic()
         req = pb.SharePicksRequest(picker_id=self.picker_id, removed=self._removed, prefilled=self._prefilled)
@@ -502,7 +545,8 @@ class _Picks:
                 p.CopyFrom(k.msg)
                 p.age_ms = min(2**32 - 1, round((now - k.made) * 1000))
         self._adds, self._removed, self._prefilled = [], [], []
-        return req
+        turns, self._turns = self._turns, []
+        return req, turns
 
     def _full_state(self) -> Optional[pb.SharePicksRequest]:
         # Under _mu: the live picks (expired ones dropped), hashes for those
@@ -567,25 +611,29 @@ class PickShare(_Picks):
                 self._mu.wait(wait)
             if self._stopping:
                 return None
-            delta = self._delta()
+            delta, turns = self._delta()
         if delta is not None:
+            ok = False
             try:
-                self._push(delta)
+                self._carry(delta, turns)
+                ok = self._push(delta)
             finally:
-                self._pushed(delta)
+                self._pushed(delta, ok)
         full, next_full = self._full_if_due(next_full)
         if full is not None:
             self._push(full)
         return next_full
 
-    def _push(self, req: pb.SharePicksRequest) -> None:
+    def _push(self, req: pb.SharePicksRequest) -> bool:
+        """Send req once; whether a node answered."""
         self._next(req)
         try:
             self._client.share_picks(req, timeout=self.push_timeout)
         except Exception as e:  # dropped: the next full state repairs it
             self._outcome(req, e)
-        else:
-            self._outcome(req, None)
+            return False
+        self._outcome(req, None)
+        return True
 
     def stop(self) -> None:
         """End the pushes (idempotent): returns once the push in flight has
@@ -624,12 +672,14 @@ class AsyncPickShare(_Picks):
         self._task = self._loop.create_task(self._run())
 
     def add(self, req: pb.LookupRouteRequest, replica: str, cached_tokens: int = 0,
-            uncached_tokens: int = 0, flight: Optional[Inflight] = None) -> int:
+            uncached_tokens: int = 0, flight: Optional[Inflight] = None, turn: int = 0) -> int:
         if self._loop.is_closed() or self._task.done():
             with self._mu:
                 self.unshared += 1  # nothing would push it
+            if self._load_share is not None:
+                self._load_share.settle(turn)
             return 0
-        return super().add(req, replica, cached_tokens, uncached_tokens, flight)
+        return super().add(req, replica, cached_tokens, uncached_tokens, flight, turn)
 
     add.__doc__ = _Picks.add.__doc__
 
@@ -664,18 +714,21 @@ class AsyncPickShare(_Picks):
         with self._mu:
             if self._stopping:
                 return None
-            delta = self._delta()
+            delta, turns = self._delta()
         if delta is not None:
+            ok = False
             try:
-                await self._push(delta)
+                self._carry(delta, turns)
+                ok = await self._push(delta)
             finally:
-                self._pushed(delta)
+                self._pushed(delta, ok)
         full, next_full = self._full_if_due(next_full)
         if full is not None:
             await self._push(full)
         return next_full
 
-    async def _push(self, req: pb.SharePicksRequest) -> None:
+    async def _push(self, req: pb.SharePicksRequest) -> bool:
+        """Send req once; whether a node answered."""
         self._next(req)
         try:
             await self._client.share_picks(req, timeout=self.push_timeout)
@@ -684,10 +737,12 @@ class AsyncPickShare(_Picks):
             if self._stopping or (task is not None and task.cancelling()):
                 raise  # stop(): this task is being cancelled
             self._outcome(req, e)  # the call was cancelled (its client closed): dropped
+            return False
         except Exception as e:  # dropped: the next full state repairs it
             self._outcome(req, e)
-        else:
-            self._outcome(req, None)
+            return False
+        self._outcome(req, None)
+        return True
 
     async def stop(self) -> None:
         """End the pushes (idempotent): the push in flight is cancelled."""

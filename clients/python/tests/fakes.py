@@ -46,7 +46,8 @@ class Scripted(pb_grpc.InferenceCacheServicer):
                  share: Optional[List] = None) -> None:
         self.scripts = {"Ingest": ingest or [pb.IngestResponse(accepted=1)],
                         "LookupRoute": lookup or [pb.LookupRouteResponse(reason_code=pb.PREFIX_MATCH)],
-                        "SharePicks": share or [pb.SharePicksResponse()]}
+                        "SharePicks": share or [pb.SharePicksResponse()],
+                        "ReportPickerLoad": [pb.ReportPickerLoadResponse()]}
         self.calls: List = []
         self.lock = threading.Lock()
 
@@ -71,6 +72,9 @@ class Scripted(pb_grpc.InferenceCacheServicer):
 
     def SharePicks(self, request, context):
         return self._answer("SharePicks", request, context)
+
+    def ReportPickerLoad(self, request, context):
+        return self._answer("ReportPickerLoad", request, context)
 
     def ReportReplicaStats(self, request, context):
         with self.lock:

@@ -13,7 +13,7 @@ import pytest
 
 from inference_cache import AsyncClient, AsyncLoadShare, Client, LoadShare, Picker, in_flight
 from fakes import SilentListener
-from inference_cache.loadshare import MAX_PICKER_ID_BYTES, default_picker_id
+from inference_cache.loadshare import MAX_PICKER_ID_BYTES, _Reports, default_picker_id
 from inference_cache.v1 import inferencecache_pb2 as pb
 
 SCHEME, MODEL, TENANT = "vllm", "m-share", "t"
@@ -93,6 +93,21 @@ def test_superseded_reports_are_counted_and_warned_about_once_naming_the_picker_
     assert to.calls >= 3 and s.superseded == to.calls and s.sent == to.calls and s.failed == 0
     warned = [r.getMessage() for r in caplog.records if "superseded" in r.getMessage()]
     assert len(warned) == 1 and "picker_id=gw-shared" in warned[0], warned
+
+
+def test_a_report_superseded_by_the_pickers_own_carried_report_is_no_duplicate():
+    # A periodic report in flight when a push carried a later one may reach
+    # the node after it and be answered superseded: that is this picker's
+    # own newer report, not another picker under its id.
+    s = _Reports(Picker(), "gw-a", 60)  # the reporters' shared state, without a thread
+    older = s.request()
+    carried = s.carried([], [])
+    s.outcome(older, pb.ReportPickerLoadResponse(superseded=True), None)
+    assert s.superseded == 0 and s.sent >= 1
+    s.answered(carried, True)
+    newer = s.request()
+    s.outcome(newer, pb.ReportPickerLoadResponse(superseded=True), None)
+    assert s.superseded == 1
 
 
 def stop_within(stop, limit):

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from inference_cache import AsyncClient, AsyncPickShare, Client, LoadShare, Picker, PickShare, fill_fingerprint
+from inference_cache import AsyncClient, AsyncLoadShare, AsyncPickShare, Client, LoadShare, Picker, PickShare, fill_fingerprint
+from inference_cache.loadshare import in_flight
 from inference_cache.pickshare import DETAIL_ALSO_PROVISIONAL, MAX_BLOCKS_PER_PICK, pick_problem
 from inference_cache.v1 import inferencecache_pb2 as pb
 from fakes import FakeServer, Scripted, closed_port_addr
@@ -28,14 +29,16 @@ def keyed(tokens, block_size=16, salt=""):
 
 
 class Recording:
-    """A client that records every push; share_picks blocks while gate is clear."""
+    """A client that records every push; share_picks blocks while gate is
+    clear, and sets entered once it was called."""
 
     def __init__(self):
         self.pushes, self.lock = [], threading.Lock()
-        self.gate = threading.Event()
+        self.gate, self.entered = threading.Event(), threading.Event()
         self.gate.set()
 
     def share_picks(self, req, timeout):
+        self.entered.set()
         self.gate.wait(5)
         with self.lock:
             self.pushes.append(pb.SharePicksRequest.FromString(req.SerializeToString()))
@@ -164,7 +167,17 @@ def sharing(c):
     return picker, load, PickShare(c, "gw-a", full_state_interval=60, load_share=load)
 
 
-def test_a_picks_load_is_reported_only_once_its_push_is_answered():
+def rows(req):
+    """A report's loads as (replica, prefilling, prefill tokens, running); None (held) has none."""
+    return [(x.replica_id, x.prefilling_requests, x.prefill_tokens, x.running_requests)
+            for x in (req.loads if req is not None else [])]
+
+
+def test_a_picks_load_is_reported_with_its_push_and_the_reports_wait_for_it():
+    # The pick's push carries the picker's report with the pick's load
+    # (contract §5.12); no report has that load before it, and the periodic
+    # reports wait while it is unanswered: sent meanwhile, one would carry a
+    # newer sequence without the pick's load, and a node would hold it.
     c = Recording()
     picker, load, s = sharing(c)
     try:
@@ -172,22 +185,93 @@ def test_a_picks_load_is_reported_only_once_its_push_is_answered():
         d = picker.pick(None, ["r1"], 64)
         flight = s.start(picker, d, keyed(list(range(400, 464))))
         assert flight.pick_id > 0
-        assert [(x.replica_id, x.running_requests) for x in load.request().loads] == []
+        c.entered.wait(5)
+        assert load.request() is None and load.held_reports == 1
         c.gate.set()
-        until(lambda: c.got(lambda p: len(p.picks) > 0))
-        until(lambda: load.request().loads)
-        got = [(x.replica_id, x.prefilling_requests, x.prefill_tokens, x.running_requests)
-               for x in load.request().loads]
-        assert got == [("r1", 1, 64, 1)]
+        push = until(lambda: c.got(lambda p: len(p.picks) > 0))[0]
+        assert push.load.picker_id == "gw-a" and rows(push.load) == [("r1", 1, 64, 1)]
+        after = until(load.request)
+        assert after.sequence > push.load.sequence and rows(after) == [("r1", 1, 64, 1)]
         flight.first_token()
         until(lambda: c.got(lambda p: list(p.prefilled) == [flight.pick_id]))
         flight.fail()
         until(lambda: c.got(lambda p: list(p.removed) == [flight.pick_id]))
-        assert list(load.request().loads) == []
+        assert rows(load.request()) == []
     finally:
         c.gate.set()
         s.stop()
         load.stop()
+
+
+def test_a_turn_is_settled_by_the_picks_push_or_else_by_the_next_report():
+    # Contract §5.13: the lookup's turn ends with the pick's push, whose
+    # report the node holds after the pick; a decision with no pick to push
+    # (no full block) hands its turn to the next report. Each is settled once.
+    c = Recording()
+    picker, load, s = sharing(c)
+    try:
+        s.start(picker, picker.pick(None, ["r1"], 64), keyed(list(range(1400, 1464))), turn=7)
+        push = until(lambda: c.got(lambda p: len(p.picks) > 0))[0]
+        assert list(push.load.settled_turns) == [7]
+        assert rows(push.load) == [("r1", 1, 64, 1)]
+        no_hashes = pb.LookupRouteRequest(hash_scheme=SCHEME, model_id=MODEL)
+        assert s.start(picker, picker.pick(None, ["r1"], 8), no_hashes, turn=9).pick_id == 0
+        report = until(load.request)
+        assert list(report.settled_turns) == [9]
+        assert list(load.request().settled_turns) == []
+    finally:
+        s.stop()
+        load.stop()
+
+
+def test_a_failed_carrying_push_leaves_its_turns_to_the_next_report():
+    c = Failing()
+    picker = Picker()
+    load = LoadShare(picker, c, picker_id="gw-a", interval=60)
+    s = PickShare(c, "gw-a", full_state_interval=60, load_share=load)
+    try:
+        s.start(picker, picker.pick(None, ["r1"], 64), keyed(list(range(1500, 1564))), turn=11)
+        until(lambda: s.failed >= 1)
+        report = until(load.request)  # held until the failure is handed back
+        assert list(report.settled_turns) == [11]
+    finally:
+        s.stop()
+        load.stop()
+
+
+def test_a_stopped_load_share_hands_no_report_to_a_push():
+    # Its last, empty report ended the picker's load at the nodes; a
+    # carried one after it would bring the load back.
+    c = Recording()
+    picker, load, s = sharing(c)
+    load.stop()
+    try:
+        s.start(picker, picker.pick(None, ["r1"], 64), keyed(list(range(1600, 1664))), turn=5)
+        push = until(lambda: c.got(lambda p: len(p.picks) > 0))[0]
+        assert not push.HasField("load")
+    finally:
+        s.stop()
+
+
+def test_client_takes_turns_and_reports_at_the_first_node_by_address():
+    # Gateways listing the same nodes take their turns at one node, and
+    # settle them there with their reports (contract §5.13).
+    a, b = FakeServer(Scripted()), FakeServer(Scripted())
+    first, second = sorted([a, b], key=lambda x: x.addr)
+    try:
+        with Client([second.addr, first.addr], lookup_timeout=0.5) as c:
+            for _ in range(4):
+                c.lookup_route(pb.LookupRouteRequest(model_id="m", picker_id="g", take_turn=True))
+                c.lookup_route(pb.LookupRouteRequest(model_id="m"))
+                c.report_picker_load(pb.ReportPickerLoadRequest(picker_id="g", sequence=1), timeout=0.5)
+            turns = [(x is first) for x in (a, b) for _, r, _ in x.calls("LookupRoute") if r.take_turn]
+            plain = [x is first for x in (a, b) for _, r, _ in x.calls("LookupRoute") if not r.take_turn]
+            assert turns == [True] * 4
+            assert sorted(plain) == [False, False, True, True], "lookups without a turn go round robin"
+            assert len(first.calls("ReportPickerLoad")) == 4 and second.calls("ReportPickerLoad") == []
+    finally:
+        a.stop()
+        b.stop()
 
 
 class Failing(Recording):
@@ -296,6 +380,29 @@ def test_async_pick_share_pushes_from_a_task_and_stop_cancels_a_hung_push():
     assert added == sorted([pid, other]) and full == sorted([pid, other])
     assert took < 1, f"stop took {took:.2f} s with a hung push"
     assert held == []
+
+
+def test_async_pick_share_settles_a_turn_in_the_picks_push():
+    class Reporting(AsyncRecording):
+        async def report_picker_load(self, req, timeout):
+            return pb.ReportPickerLoadResponse()
+
+    async def main():
+        c = Reporting()
+        picker = Picker()
+        load = AsyncLoadShare(picker, c, picker_id="gw-async", interval=60)
+        s = AsyncPickShare(c, "gw-async", full_state_interval=60, load_share=load)
+        s.start(picker, picker.pick(None, ["r2"], 32), keyed(list(range(1700, 1732))), turn=3)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not [p for p in c.pushes if p.picks]:
+            await asyncio.sleep(0.01)
+        await s.stop()
+        await load.stop()
+        return [p for p in c.pushes if p.picks]
+
+    pushes = asyncio.run(main())
+    assert len(pushes) == 1
+    assert list(pushes[0].load.settled_turns) == [3] and rows(pushes[0].load) == [("r2", 1, 32, 1)]
 
 
 def test_async_pick_share_reaches_another_pickers_lookups(cluster):
@@ -417,13 +524,13 @@ def test_held_load_follows_its_request():
         c.gate.clear()
         a = s.start(picker, picker.pick(None, ["r"], 100), keyed(list(range(1300, 1332))))
         b = picker.start_on("r", 50)
-        rows = lambda: [(x.replica_id, x.prefilling_requests, x.prefill_tokens, x.running_requests)
-                        for x in load.request().loads]
-        assert rows() == [("r", 1, 50, 1)]
+        # What a report sends once the wait for the carrying push has passed.
+        left = lambda: rows(pb.ReportPickerLoadRequest(loads=in_flight(picker, s.held())))
+        assert left() == [("r", 1, 50, 1)]
         a.first_token()
-        assert rows() == [("r", 1, 50, 1)]  # a, running, is still left out
+        assert left() == [("r", 1, 50, 1)]  # a, running, is still left out
         a.done()
-        assert rows() == [("r", 1, 50, 1)]
+        assert left() == [("r", 1, 50, 1)]
         b.done()
     finally:
         c.gate.set()
@@ -528,3 +635,62 @@ def test_own_picks_merge_into_the_answer_by_the_servers_rule():
         assert hints(s.merge(None, chain_req([11, 12, 13]))) == [("r3", 1, 16, True, 0)]
     finally:
         s.stop()
+
+
+def node_metric(http_addr, name):
+    """The value of the unlabelled metric inferencecache_<name> at a node's /metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{http_addr}/metrics", timeout=2) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(f"inferencecache_{name} "):
+                return float(line.split()[1])
+    raise AssertionError(f"no inferencecache_{name} at {http_addr}")
+
+
+def test_two_python_gateways_take_turns_on_a_real_cluster(cluster_factory):
+    # Contract §5.13 on real servers: gateway b's lookup, sent while gateway
+    # a's turn is outstanding, waits at the first node by address until a's
+    # pick's push settles the turn, and is answered with a's pick.
+    c = cluster_factory(extra=["--turn-wait", "40ms"])
+    first = min(c.procs, key=lambda p: p.grpc_addr)
+    http = first.args[first.args.index("--http-addr") + 1]
+    with Client(c.addrs, lookup_timeout=2.0) as ca, Client(c.addrs, lookup_timeout=2.0) as cb:
+        pa, pb_ = Picker(), Picker()
+        la = LoadShare(pa, ca, picker_id="gw-turn-a")
+        lb = LoadShare(pb_, cb, picker_id="gw-turn-b")
+        sa = PickShare(ca, "gw-turn-a", load_share=la)
+        sb = PickShare(cb, "gw-turn-b", load_share=lb)
+        waited = 0
+        try:
+            for i in range(8):
+                tokens = list(range(20000 + 1000 * i, 20064 + 1000 * i))
+
+                def lookup(picker_id):
+                    req = pb.LookupRouteRequest(hash_scheme=SCHEME, model_id=MODEL, tenant_id=TENANT,
+                                                adapter_id="lora-a", picker_id=picker_id, take_turn=True)
+                    return req, (ca if picker_id == "gw-turn-a" else cb).lookup_tokens(req, tokens, 16)
+
+                req_a, resp_a = lookup("gw-turn-a")
+                assert resp_a.turn > 0, resp_a
+                got = {}
+                t = threading.Thread(target=lambda: got.update(zip("qr", lookup("gw-turn-b"))))
+                t.start()
+                deadline = time.monotonic() + 0.03
+                while time.monotonic() < deadline and node_metric(http, "turns_waiting") < 1:
+                    pass
+                d = pa.pick(resp_a, ["r-a", "r-b"], len(tokens))
+                sa.start(pa, d, req_a, turn=resp_a.turn).done()
+                t.join(5)
+                resp_b = got["r"]
+                if resp_b.turn > 0 and resp_b.turn_wait_us > 0:
+                    waited += 1
+                    assert any(h.replica_id == d.replica and h.provisional for h in resp_b.replicas), resp_b
+                sb.start(pb_, pb_.pick(resp_b, ["r-a", "r-b"], len(tokens)), got["q"], turn=resp_b.turn).done()
+                until(lambda: node_metric(http, "turns_outstanding") == 0)
+        finally:
+            sa.stop()
+            sb.stop()
+            la.stop()
+            lb.stop()
+        assert waited >= 1, "b's lookup never waited for a's turn"
