@@ -10,6 +10,7 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/gateway"
+	"github.com/inference-cache/inference-cache/turns"
 )
 
 var provisionalBench = flag.Bool("provisional-bench", false, "run TestProvisionalVisibility: how soon a gateway's pick is seen in lookups on another node, over real processes")
@@ -138,5 +139,5 @@ func TestTurnHandoff(t *testing.T) {
 	if len(waits) == 0 {
 		t.Fatalf("no turn handed over in %d rounds (%d waits ran out)", rounds, ranOut)
 	}
-	t.Logf("turn handoff (gateway b's wait for gateway a's turn, at the node): %s; %d of %d waits ran out (15 ms)", percentilesText(waits), ranOut, rounds)
+	t.Logf("turn handoff (gateway b's wait for gateway a's turn, at the node): %s; %d of %d waits ran out (%v)", percentilesText(waits), ranOut, rounds, turns.DefaultWait)
 }

@@ -20,7 +20,7 @@
 //     model's block size (Config.BlockSizes, default 16 as vLLM), in the
 //     hash domain of the request's cache_salt.
 //  3. The hint: LookupRoute with include_load, bounded by the lookup
-//     budget (Config.LookupBudget, default 20 ms). The hint service never
+//     budget (Config.LookupBudget, default 50 ms). The hint service never
 //     fails a request and never delays one beyond the budget: an answer
 //     that does not come from a server in time (the SDK's own NO_HINT, an
 //     error, a timeout) is a fail-open decision (Decision.FailOpen) made

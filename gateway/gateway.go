@@ -70,8 +70,13 @@ const (
 const (
 	// DefaultLookupBudget bounds the lookup: past it the request is
 	// routed without a hint. A hint is worth a prefill of many
-	// milliseconds; waiting longer than this for one is not.
-	DefaultLookupBudget = 20 * time.Millisecond
+	// milliseconds; waiting longer than this for one is not. It is the
+	// SDK's own default (client.DefaultLookupTimeout) and leaves room for
+	// the node's turn wait (turns.DefaultWait, 40 ms) and its 5 ms margin,
+	// which a burst of requests across gateways needs to be ordered; an
+	// answered lookup takes about a millisecond, so the budget is spent
+	// only in such a wait or on a node that does not answer.
+	DefaultLookupBudget = 50 * time.Millisecond
 	// DefaultHashScheme is the index partition's hash scheme: the
 	// subscriber's hash_scheme for vLLM engines.
 	DefaultHashScheme = "vllm"

@@ -35,11 +35,16 @@ import (
 // others one wait of at most this long.
 const DefaultHold = 50 * time.Millisecond
 
-// DefaultWait bounds a lookup's wait for its turn: below the gateways'
-// default lookup budget (20 ms) by the lookup itself, and several pushes'
-// time to the node, so a burst of requests at several gateways is
-// ordered, each wait paid once per other picker's turn before it.
-const DefaultWait = 15 * time.Millisecond
+// DefaultWait bounds a lookup's wait for its turn: several pushes' time to
+// the node, so that a burst of requests at several gateways is ordered
+// whole (a lookup late in the burst waits for every decision before it,
+// one push each), each wait paid once per other picker's turn before it;
+// below DefaultHold, past which the turn waited for is a dead picker's;
+// and below the gateways' default lookup budget (50 ms) by the node's
+// 5 ms margin. Chosen on the bench's generator (docs/eval/pickertune.md):
+// 15, 25, 40, 60 and 100 ms give losses −0.324, −0.336, −0.341, −0.342
+// and −0.342, the gain ending where the hold bounds every wait.
+const DefaultWait = 40 * time.Millisecond
 
 // DefaultMaxTurns bounds the outstanding turns of a table.
 const DefaultMaxTurns = 1 << 16

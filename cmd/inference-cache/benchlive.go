@@ -45,7 +45,7 @@ func registerLiveModeFlags(f *pflag.FlagSet, m *livebench.Modes) {
 	f.IntVar(&m.Adapters, "live-adapters", 4, "--live: --live-mode lora: the adapters each engine serves")
 	f.IntVar(&m.MaxLoRAs, "live-max-loras", 2, "--live: --live-mode lora: each engine's --max-loras")
 	f.StringVar(&m.LoRALoadTime, "live-lora-load-time", "50ms", "--live: --live-mode lora: each engine's --lora-load-time")
-	f.DurationVar(&m.LookupBudget, "live-lookup-budget", 0, "--live: the proxy's --lookup-budget (0 = its default, 20ms); a loaded machine fails more lookups open at 20ms")
+	f.DurationVar(&m.LookupBudget, "live-lookup-budget", 0, "--live: the proxy's --lookup-budget (0 = its default, 50ms); a loaded machine fails more lookups open with a shorter one")
 	f.IntVar(&m.PrefillEngines, "live-prefill-engines", 2, "--live: --live-mode disagg: how many of the --engines are prefill backends (the rest decode)")
 }
 

@@ -21,7 +21,13 @@
 // round; the sensitivity table then varies one parameter at a time
 // around the choice.
 //
+// -turn-wait runs every scenario with that bound on a gateway's wait for its
+// turn (the server's --turn-wait; contract §5.13) and -defaults-only
+// evaluates the shipped defaults alone, printing one line: together they
+// sweep a setting outside PickerConfig.
+//
 //	go run ./internal/pickertune [-requests 2000] [-seeds 3] [-params CacheAffinity,CacheAffinityTokens] [-out docs/eval/pickertune.md]
+//	go run ./internal/pickertune -defaults-only -turn-wait 40ms
 package main
 
 import (
@@ -37,6 +43,7 @@ import (
 
 	"github.com/inference-cache/inference-cache/bench"
 	"github.com/inference-cache/inference-cache/client"
+	"github.com/inference-cache/inference-cache/turns"
 )
 
 // shape is a generator shape of the sweep.
@@ -130,6 +137,8 @@ func main() {
 	seeds := flag.Int("seeds", 3, "generator seeds per shape (101, 102, …)")
 	out := flag.String("out", "", "write the markdown report here (default stdout)")
 	only := flag.String("params", "", "comma-separated parameters to search (default all); the others stay at their defaults")
+	flag.DurationVar(&turnWait, "turn-wait", 0, "the scenarios' bound on a gateway's wait for its turn (0 = the server's default, turns.DefaultWait)")
+	defaultsOnly := flag.Bool("defaults-only", false, "evaluate the shipped defaults alone and print their figures on one line")
 	flag.Parse()
 	if *requests < 100 || *seeds < 1 {
 		fmt.Fprintf(os.Stderr, "pickertune: -requests %d (want at least 100), -seeds %d (want at least 1)\n", *requests, *seeds)
@@ -154,10 +163,43 @@ func main() {
 		}
 		searched = *only
 	}
+	if *defaultsOnly {
+		if err := evalDefaults(context.Background(), *requests, *seeds); err != nil {
+			fmt.Fprintln(os.Stderr, "pickertune:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(context.Background(), w, *requests, *seeds); err != nil {
 		fmt.Fprintln(os.Stderr, "pickertune:", err)
 		os.Exit(1)
 	}
+}
+
+// evalDefaults prints the shipped defaults' figures over the scenarios.
+func evalDefaults(ctx context.Context, requests, seeds int) error {
+	scs, err := buildScenarios(ctx, requests, seeds)
+	if err != nil {
+		return err
+	}
+	o, err := evaluate(ctx, scs, client.DefaultPickerConfig())
+	if err != nil {
+		return err
+	}
+	fmt.Printf("turn wait %v: loss %.4f, p50 / best peer %.3f, p99 / best peer %.3f, hit / best peer %.3f, max/mean %.2f, p50 / oracle %.3f\n",
+		effectiveTurnWait(), o.loss, o.p50Ratio, o.p99Ratio, o.hitRatio, o.mm, o.p50OfOracle)
+	return nil
+}
+
+// turnWait is -turn-wait: the scenarios' turn wait (0 = the default).
+var turnWait time.Duration
+
+// effectiveTurnWait is the turn wait the scenarios run with.
+func effectiveTurnWait() time.Duration {
+	if turnWait > 0 {
+		return turnWait
+	}
+	return turns.DefaultWait
 }
 
 func run(ctx context.Context, w io.Writer, requests, seeds int) error {
@@ -202,7 +244,7 @@ func buildScenarios(ctx context.Context, requests, seeds int) ([]*scenario, erro
 			for _, tps := range []float64{10000, 7000} {
 				for _, gws := range []int{1, 4, 8} {
 					sc := &scenario{name: fmt.Sprintf("%s seed %d, %.0f tok/s, %d gw", sh.name, seed, tps, gws),
-						cfg: bench.Config{Trace: tr, Seed: seed, Gateways: gws,
+						cfg: bench.Config{Trace: tr, Seed: seed, Gateways: gws, TurnWait: turnWait,
 							Fleet: bench.FleetConfig{Engines: 8, CacheBlocks: cache, PrefillTPS: tps}}}
 					if err := sc.measurePeers(ctx); err != nil {
 						return nil, err

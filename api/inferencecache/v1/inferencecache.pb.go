@@ -230,7 +230,7 @@ type LookupRouteRequest struct {
 	PickerId string `protobuf:"bytes,15,opt,name=picker_id,json=pickerId,proto3" json:"picker_id,omitempty"`
 	// take_turn, with picker_id, takes a turn among the pickers of model_id
 	// at this node (contract §5.13): while another picker's turn there is
-	// outstanding the lookup waits, at most the node's turn wait (15 ms by
+	// outstanding the lookup waits, at most the node's turn wait (40 ms by
 	// default) and never past the call's deadline, and is then answered from
 	// a state that holds that picker's pick and its load. The answer's turn
 	// is settled by the picker's load report to this node that follows the
