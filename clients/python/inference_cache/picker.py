@@ -140,7 +140,7 @@ class PickerConfig:
         prefill work that delays the requests queued after it, more the busier
         the fleet (Go CacheAffinityLoad, default 0.125); 0 = no load term.
     running_weight: share of a prefill per engine-reported running request
-        not sent by this picker (default 0.3).
+        not sent by this picker (default 0.5).
     decode_weight: share of a prefill per decoding request (this picker's and
         the other pickers' reported ones).
     kv_weight: cost += kv_weight × the load's pressure × uncached tokens.
