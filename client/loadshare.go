@@ -149,8 +149,8 @@ type LoadShare struct {
 	// carriedSeq is the highest sequence handed to a push (Carried): a
 	// report answered superseded below it was overtaken by this picker's
 	// own carried report, not by another picker under its id.
-	carriedSeq atomic.Uint64
-	warnAt, dupWarnAt              time.Time
+	carriedSeq        atomic.Uint64
+	warnAt, dupWarnAt time.Time
 }
 
 // StartLoadShare starts reporting p's load through to. Errors name the
