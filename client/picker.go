@@ -219,18 +219,18 @@ type PickerConfig struct {
 }
 
 // DefaultPickerConfig is the default configuration: CacheAffinity 1,
-// CacheAffinityTokens 32,768, CacheAffinityLoad 0.125, RunningWeight 0.5, DecodeWeight 0.05,
-// KVWeight 0.5, LoadBound 1.5, LoadBoundFloor 8, Temperature 0.05, a
+// CacheAffinityTokens 32,768, CacheAffinityLoad 0.125, RunningWeight 0.5,
+// DecodeWeight 0.05, KVWeight 0.5, LoadBound 1.5, LoadBoundFloor 8, Temperature 0.05, a
 // random seed. The weights were chosen on the bench's built-in generator
 // only (internal/pickertune: shapes with short and long shared prefixes
 // and bursty arrivals, 1, 4 and 8 gateways, two prefill speeds), not on the
 // traces the evaluation reports; docs/eval/pickertune.md has the
 // sensitivity of each parameter searched.
 func DefaultPickerConfig() PickerConfig {
-	return PickerConfig{CacheAffinity: DefaultCacheAffinity, CacheAffinityTokens: DefaultCacheAffinityTokens, CacheAffinityLoad: DefaultCacheAffinityLoad,
-		RunningWeight: DefaultRunningWeight,
-		DecodeWeight:  DefaultDecodeWeight, KVWeight: DefaultKVWeight, LoadBound: DefaultLoadBound,
-		LoadBoundFloor: DefaultLoadBoundFloor, Temperature: DefaultTemperature}
+	return PickerConfig{CacheAffinity: DefaultCacheAffinity, CacheAffinityTokens: DefaultCacheAffinityTokens,
+		CacheAffinityLoad: DefaultCacheAffinityLoad, RunningWeight: DefaultRunningWeight, DecodeWeight: DefaultDecodeWeight,
+		KVWeight: DefaultKVWeight, LoadBound: DefaultLoadBound, LoadBoundFloor: DefaultLoadBoundFloor,
+		Temperature: DefaultTemperature}
 }
 
 // Defaults of PickerConfig.
