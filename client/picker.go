@@ -219,7 +219,7 @@ type PickerConfig struct {
 }
 
 // DefaultPickerConfig is the default configuration: CacheAffinity 1,
-// CacheAffinityTokens 32,768, CacheAffinityLoad 0.125, RunningWeight 0.5,
+// CacheAffinityTokens 32,768, CacheAffinityLoad 0, RunningWeight 0.5,
 // DecodeWeight 0.05, KVWeight 0.5, LoadBound 1.5, LoadBoundFloor 8, Temperature 0.05, a
 // random seed. The weights were chosen on the bench's built-in generator
 // only (internal/pickertune: shapes with short and long shared prefixes
@@ -241,12 +241,12 @@ const (
 	// one.
 	DefaultCacheAffinityTokens = 32768
 	// DefaultCacheAffinityLoad is the load term's weight the generator
-	// chose (docs/eval/pickertune.md), below the queue's 0.5: larger
-	// weights raise the generator's hit rate further and its TTFT p99
-	// with it, since the greedy pick's own gain is certain and the
-	// externality an average that the later requests' picks partly
-	// avoid.
-	DefaultCacheAffinityLoad = 0.125
+	// chose (docs/eval/pickertune.md): none. With turns ordering a burst
+	// across gateways (turns.DefaultWait) the term raises the generator's
+	// hit rate but its TTFT p99 more (0.125: hit 1.115 of the best
+	// peer's against 1.101, p99 0.931 against 0.926); with bursts left
+	// unordered it had paid (0.125 was chosen then).
+	DefaultCacheAffinityLoad = 0
 	DefaultRunningWeight     = 0.5
 	DefaultDecodeWeight      = 0.05
 	DefaultKVWeight          = 0.5

@@ -102,7 +102,7 @@ DEFAULT_CACHE_AFFINITY = 1.0
 DEFAULT_CACHE_AFFINITY_TOKENS = 32768.0
 #: Credit per cached token per request in flight on the candidates (mean),
 #: 0 = no load term (Go DefaultCacheAffinityLoad).
-DEFAULT_CACHE_AFFINITY_LOAD = 0.125
+DEFAULT_CACHE_AFFINITY_LOAD = 0.0
 #: Share of a prefill counted per engine-reported running request (Go DefaultRunningWeight).
 DEFAULT_RUNNING_WEIGHT = 0.5
 #: Share of a prefill per decoding request (Go DefaultDecodeWeight).
@@ -138,7 +138,7 @@ class PickerConfig:
     cache_affinity_load: credit += cache_affinity_load × the candidates' mean
         requests in flight × cached tokens: a copy of the prefix elsewhere is
         prefill work that delays the requests queued after it, more the busier
-        the fleet (Go CacheAffinityLoad, default 0.125); 0 = no load term.
+        the fleet (Go CacheAffinityLoad, default 0: no load term).
     running_weight: share of a prefill per engine-reported running request
         not sent by this picker (default 0.5).
     decode_weight: share of a prefill per decoding request (this picker's and
