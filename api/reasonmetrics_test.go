@@ -50,6 +50,10 @@ func reasonLabel(m *dto.Metric) string {
 // of times each) show up as exactly those counts.
 func TestLookupRoute_CallsCountedPerReasonCode(t *testing.T) {
 	p := policy.Default()
+	// The counts are under test, not the budget: a lookup slowed past the
+	// default 10 ms by a loaded machine (-race, parallel packages) would
+	// be answered with the budget's NO_HINT instead of its reason code.
+	p.LookupTimeout = 10 * time.Second
 	ix := index.New(p)
 	now := time.Now().UnixMilli()
 	part := index.Partition{Scheme: "vllm", Model: "m", Tenant: "t"}
