@@ -156,9 +156,13 @@ func main() {
 	}
 	if *only != "" {
 		names := strings.Split(*only, ",")
+		all := make([]string, len(params))
+		for i, p := range params {
+			all[i] = p.name
+		}
 		params = slices.DeleteFunc(params, func(p param) bool { return !slices.Contains(names, p.name) })
 		if len(params) != len(names) {
-			fmt.Fprintf(os.Stderr, "pickertune: -params %q: want names among CacheAffinity, CacheAffinityTokens, CacheAffinityLoad, RunningWeight, DecodeWeight, KVWeight, LoadBound, LoadBoundFloor, Temperature\n", *only)
+			fmt.Fprintf(os.Stderr, "pickertune: -params %q: want names among %s\n", *only, strings.Join(all, ", "))
 			os.Exit(2)
 		}
 		searched = *only
