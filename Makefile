@@ -201,14 +201,16 @@ vulncheck:
 EVAL_DIR      ?= $(CURDIR)/.eval
 EVAL_TRACES   ?= conversation synthetic generator
 EVAL_GATEWAYS ?= 1 4 8
+# Each figure is the median of EVAL_RUNS replays seeded 1, 2, … (bench --runs).
+EVAL_RUNS     ?= 3
 EVAL_STRATEGIES ?= round-robin,least-loaded,lookuproute-sdk,picker-indexer,dynamo,dynamo-sync,dynamo-sync-nats,llm-d,sglang,oracle
-## evaluate: the EVALUATION.md matrix: the picker, the peers and the oracle on each trace at two prefill speeds with 1, 4 and 8 gateways (embedded cluster each run; ~25 min on 2 cores); JSON and tables in $(EVAL_DIR)
+## evaluate: the EVALUATION.md matrix: the picker, the peers and the oracle on each trace at two prefill speeds with 1, 4 and 8 gateways, each figure the median of EVAL_RUNS (3) seeded replays (embedded cluster each run; ~40 min on 2 cores); JSON and tables in $(EVAL_DIR)
 evaluate: build
 	@mkdir -p $(EVAL_DIR)
 	@set -e; for tr in $(EVAL_TRACES); do for tps in 10000 7000; do for gw in $(EVAL_GATEWAYS); do \
 	  if [ $$tr = generator ]; then src=""; else src="--trace testdata/mooncake/$${tr}_trace.jsonl.gz"; fi; \
 	  echo "== $$tr prefill $$tps gateways $$gw"; \
-	  $(BIN)/inference-cache bench --json --no-progress $$src --prefill-tps $$tps --gateways $$gw --strategies $(EVAL_STRATEGIES) \
+	  $(BIN)/inference-cache bench --json --no-progress $$src --prefill-tps $$tps --gateways $$gw --runs $(EVAL_RUNS) --strategies $(EVAL_STRATEGIES) \
 	    --plot $(EVAL_DIR)/$$tr-$$tps-$$gw.png > $(EVAL_DIR)/$$tr-$$tps-$$gw.json; done; done; done
 	$(GO) run ./internal/evaltable $(EVAL_DIR)/*.json > $(EVAL_DIR)/tables.md
 	@echo "tables: $(EVAL_DIR)/tables.md"

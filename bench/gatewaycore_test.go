@@ -132,7 +132,7 @@ func TestSharedState_PushesReachLaterInstantsOnly(t *testing.T) {
 		delay        time.Duration
 		hidden, seen float64
 	}{{time.Millisecond, 1.001, 1.002}, {5 * time.Millisecond, 1.005, 1.006}, {0, 1.000315, 1.01265}} {
-		s := newSharedState(c.delay, time.Hour, -1)
+		s := newSharedState(c.delay, time.Hour, -1, 1)
 		rep := pickerload.Report{PickerID: "gw-0", Sequence: 1, Interval: time.Minute,
 			Loads: []pickerload.ReplicaLoad{{ReplicaID: "e0", PrefillingRequests: 1, PrefillTokens: 512, RunningRequests: 1}}}
 		s.advance(0.5)

@@ -115,7 +115,7 @@ func (rp *replay) newGateways() error {
 	case name == StrategyDynamoSyncNATS:
 		env.dsync = newDynamoSync(cfg.DynamoSyncDelay)
 	default:
-		env.shared = newSharedState(cfg.ShareDelay, cfg.ReportInterval, cfg.TurnWait)
+		env.shared = newSharedState(cfg.ShareDelay, cfg.ReportInterval, cfg.TurnWait, cfg.Seed)
 	}
 	rp.g = &gateways{}
 	for k := 0; k < n; k++ {

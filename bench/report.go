@@ -36,6 +36,9 @@ type JSONReport struct {
 	PrefillTPS        float64 `json:"prefill_tps"`
 	Engines           int     `json:"engines"`
 	CacheBlocks       int     `json:"cache_blocks"`
+	// Runs is how many times each strategy was replayed; the strategies'
+	// figures are medians over them.
+	Runs int `json:"runs"`
 }
 
 // JSONStrategy is one strategy of JSONReport (rates in 0..1; the TTFT is
@@ -55,6 +58,19 @@ type JSONStrategy struct {
 	LookupP50Us         float64          `json:"lookup_p50_us"`
 	LookupP99Us         float64          `json:"lookup_p99_us"`
 	ReasonCodes         map[string]int64 `json:"reason_codes"`
+	// PerRun is each run's figures when the report has several runs
+	// (the fields above are then their medians); absent for one.
+	PerRun []JSONRun `json:"per_run,omitempty"`
+}
+
+// JSONRun is one run of a strategy in a report of several (Config.Runs):
+// its seed and headline figures, keyed as JSONStrategy's.
+type JSONRun struct {
+	Seed                uint64  `json:"seed"`
+	TokenHitRate        float64 `json:"token_hit_rate"`
+	MaxOverMeanRequests float64 `json:"max_over_mean_requests"`
+	TTFTModelP50Ms      float64 `json:"ttft_model_p50_ms"`
+	TTFTModelP99Ms      float64 `json:"ttft_model_p99_ms"`
 }
 
 // JSON returns the contract §12.7 shape of r.
@@ -62,7 +78,7 @@ func (r *Report) JSON() JSONReport {
 	out := JSONReport{Trace: r.Trace, Requests: r.Requests, IdealTokenHitRate: r.IdealTokenHitRate, Strategies: []JSONStrategy{},
 		Visibility: string(r.Visibility), EventDelayMs: float64(r.EventDelay) / float64(time.Millisecond), Gateways: r.Gateways,
 		ShareDelay: "fixed", ShareDelayMs: float64(r.ShareDelay) / float64(time.Millisecond), DynamoSyncDelayMs: float64(r.DynamoSyncDelay) / float64(time.Millisecond),
-		PrefillTPS: r.Fleet.PrefillTPS, Engines: r.Fleet.Engines, CacheBlocks: r.Fleet.CacheBlocks}
+		PrefillTPS: r.Fleet.PrefillTPS, Engines: r.Fleet.Engines, CacheBlocks: r.Fleet.CacheBlocks, Runs: max(1, r.Runs)}
 	if r.ShareDelay == 0 {
 		out.ShareDelay, out.ShareDelayMs = "measured", math.Round(quantileAt(MeasuredShareDelay, 0.5)*1e6)/1e3
 	}
@@ -71,10 +87,15 @@ func (r *Report) JSON() JSONReport {
 		if rc == nil {
 			rc = map[string]int64{}
 		}
+		var per []JSONRun
+		for _, x := range s.Runs {
+			per = append(per, JSONRun{Seed: x.Seed, TokenHitRate: x.TokenHitRate, MaxOverMeanRequests: x.MaxOverMeanRequests,
+				TTFTModelP50Ms: x.TTFTModelP50Ms, TTFTModelP99Ms: x.TTFTModelP99Ms})
+		}
 		out.Strategies = append(out.Strategies, JSONStrategy{Name: s.Name, GatewaysShared: s.GatewaysShared, TokenHitRate: s.TokenHitRate,
 			FractionOfIdeal: s.FractionOfIdeal, MaxOverMeanRequests: s.MaxOverMeanRequests,
 			TTFTModelP50Ms: s.TTFTModelP50Ms, TTFTModelP90Ms: s.TTFTModelP90Ms, TTFTModelP99Ms: s.TTFTModelP99Ms, TTFTModelMeanMs: s.TTFTModelMeanMs,
-			LookupP50Us: s.LookupP50Us, LookupP99Us: s.LookupP99Us, ReasonCodes: rc})
+			LookupP50Us: s.LookupP50Us, LookupP99Us: s.LookupP99Us, ReasonCodes: rc, PerRun: per})
 	}
 	return out
 }
@@ -105,6 +126,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		r.Trace, r.Requests, r.DistinctBlocks, (time.Duration(r.SpanMs) * time.Millisecond).Round(time.Second), 100*r.IdealTokenHitRate)
 	fmt.Fprintf(&b, "fleet: %d engines × %d blocks of %d tokens (LRU, shared with running requests), prefill %.0f tok/s, decode %.0f tok/s per request; %d gateway(s); cluster: %s\n",
 		r.Fleet.Engines, r.Fleet.CacheBlocks, TraceBlockTokens, r.Fleet.PrefillTPS, r.Fleet.DecodeTPS, r.Gateways, r.Cluster)
+	if r.Runs > 1 {
+		fmt.Fprintf(&b, "figures: medians of %d runs of each strategy (the seeds below; the reason codes and observation counts are the median run's)\n", r.Runs)
+	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\thit rate\tof ideal\treq max/mean\tTTFT p50 (modelled)\tTTFT p99 (modelled)\tTTFT mean\tlookup p50\tlookup p99\twall\t")
 	for i := range r.Strategies {

@@ -86,8 +86,14 @@ type Config struct {
 	// Picker configures lookuproute-sdk's picker (and picker-indexer's);
 	// nil = client.DefaultPickerConfig(). Its Seed is set per gateway.
 	Picker *client.PickerConfig
-	// Seed drives the random strategy and the engines' hash seeds.
+	// Seed drives a replay's randomness: the random strategy, the
+	// engines' hash seeds, the gateways' picker seeds and the share
+	// delays drawn from MeasuredShareDelay. The trace is the caller's.
 	Seed uint64
+	// Runs replays each strategy this many times (default 1, at most
+	// MaxRuns), seeded Seed, Seed+1, …, on the same trace, and reports
+	// each figure's median over the runs, every run's under Result.Runs.
+	Runs int
 	// ScrapeInterval is how often, in virtual time, the engines' /metrics
 	// change (the scrape llm-d reads; default DefaultScrapeInterval).
 	ScrapeInterval time.Duration
@@ -177,6 +183,10 @@ type Result struct {
 	Published int64
 	// Policy describes the CachePolicy used (hint strategies).
 	Policy string
+	// Runs are the figures of each run when the strategy was replayed
+	// several times (Config.Runs > 1), in seed order; the figures above
+	// are then their medians (medianOfRuns). Empty for one run.
+	Runs []RunFigures
 }
 
 // Report is a whole run.
@@ -200,6 +210,8 @@ type Report struct {
 	// ShareDelay and DynamoSyncDelay: the sync delays modelled
 	// (ShareDelay 0: MeasuredShareDelay).
 	ShareDelay, DynamoSyncDelay time.Duration
+	// Runs is how many times each strategy was replayed (Config.Runs).
+	Runs int
 	// Cluster describes the cluster the hint strategies used.
 	Cluster string
 	// Strategies are the results in run order.
@@ -240,6 +252,12 @@ func (cfg *Config) check() error {
 	if cfg.Gateways == 0 {
 		cfg.Gateways = 1
 	}
+	if cfg.Runs == 0 {
+		cfg.Runs = 1
+	}
+	if cfg.Runs < 1 || cfg.Runs > MaxRuns {
+		return fmt.Errorf("bench: %d runs: want 1 to %d", cfg.Runs, MaxRuns)
+	}
 	if cfg.Gateways < 1 || cfg.Gateways > 1024 {
 		return fmt.Errorf("bench: %d gateways: want 1 to 1024", cfg.Gateways)
 	}
@@ -276,8 +294,8 @@ func (cfg *Config) check() error {
 	return nil
 }
 
-// Run replays cfg.Trace once per strategy, each on a fresh fleet of the
-// same settings. Hint strategies run the observation path (engine
+// Run replays cfg.Trace cfg.Runs times per strategy, each on a fresh
+// fleet of the same settings, and reports the medians of the runs. Hint strategies run the observation path (engine
 // publishers, the observe Subscriber, the cluster) with the index reset:
 // a fresh subscriber clears its replicas when it starts, so no strategy
 // sees another's blocks. Their CachePolicy is set with SetCachePolicy
@@ -297,7 +315,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{Trace: cfg.Trace.Name, Requests: len(cfg.Trace.Requests), IdealTokenHitRate: cfg.Trace.IdealHitRate(),
 		DistinctBlocks: cfg.Trace.DistinctBlocks(), SpanMs: cfg.Trace.SpanMs(), Fleet: cfg.Fleet,
 		Encoding: cfg.Encoding, Visibility: cfg.Visibility, EventDelay: cfg.EventDelay, Gateways: cfg.Gateways,
-		ShareDelay: cfg.ShareDelay, DynamoSyncDelay: cfg.DynamoSyncDelay}
+		ShareDelay: cfg.ShareDelay, DynamoSyncDelay: cfg.DynamoSyncDelay, Runs: cfg.Runs}
 	var cl *client.Client
 	if needCluster {
 		if len(cfg.Addrs) == 0 {
@@ -321,11 +339,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}()
 	}
 	for _, name := range cfg.Strategies {
-		res, err := runStrategy(ctx, &cfg, name, cl, rep.IdealTokenHitRate)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %s: %w", name, err)
+		runs, seeds := make([]*Result, cfg.Runs), make([]uint64, cfg.Runs)
+		for i := range runs {
+			c := cfg
+			c.Seed = cfg.Seed + uint64(i)
+			res, err := runStrategy(ctx, &c, name, cl, rep.IdealTokenHitRate)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s: %w", name, err)
+			}
+			runs[i], seeds[i] = res, c.Seed
 		}
-		rep.Strategies = append(rep.Strategies, *res)
+		rep.Strategies = append(rep.Strategies, *medianOfRuns(runs, seeds))
 	}
 	return rep, nil
 }

@@ -40,7 +40,7 @@ func TestReport_JSONShapeIsContract12(t *testing.T) {
 	}
 	spec := []string{"ideal_token_hit_rate", "requests", "strategies", "trace"}
 	settings := []string{"cache_blocks", "dynamo_sync_delay_ms", "engines", "event_delay_ms", "gateways", "prefill_tps",
-		"share_delay", "share_delay_ms", "visibility"}
+		"runs", "share_delay", "share_delay_ms", "visibility"}
 	if got, want := keys(top), slices.Sorted(slices.Values(append(spec, settings...))); !slices.Equal(got, want) {
 		t.Fatalf("top-level keys %v, want contract §12's %v and the settings %v", got, spec, settings)
 	}
@@ -154,10 +154,56 @@ func TestRun_RefusesBadSettings(t *testing.T) {
 		{"too many gateways", Config{Gateways: 1025}, "1025 gateways: want 1 to 1024"},
 		{"negative event delay", Config{EventDelay: -time.Millisecond}, "event delay -1ms: must not be negative"},
 		{"unknown time model", Config{Visibility: "later"}, `visibility "later": want delay, timestamp or request`},
+		{"negative runs", Config{Runs: -1}, "-1 runs: want 1 to 16"},
+		{"too many runs", Config{Runs: 17}, "17 runs: want 1 to 16"},
 	} {
 		c.cfg.Trace, c.cfg.Fleet, c.cfg.Strategies = tr, fleet, []string{StrategyRoundRobin}
 		if _, err := Run(context.Background(), c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err %v, want %q", c.name, err, c.want)
 		}
+	}
+}
+
+// --runs N replays each strategy N times, seeded --seed, --seed+1, …, on
+// the same trace: each run is the one-run replay of its seed, and the
+// report's figures are the runs' medians, every run listed under per_run.
+func TestRun_SeveralRunsReportTheMedianOfEachSeed(t *testing.T) {
+	tr := Generate(GeneratorConfig{Seed: 1, Requests: 300})
+	fleet := FleetConfig{Engines: 4, CacheBlocks: 64}
+	one := func(seed uint64) Result {
+		rep, err := Run(context.Background(), Config{Trace: tr, Fleet: fleet, Strategies: []string{StrategyRandom}, Seed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Strategies[0]
+	}
+	singles := []Result{one(5), one(6), one(7)}
+	if singles[0].TTFTModelP50Ms == singles[1].TTFTModelP50Ms && singles[1].TTFTModelP50Ms == singles[2].TTFTModelP50Ms {
+		t.Fatal("the random strategy gave one p50 for three seeds: the seed does not reach it, so this test shows nothing")
+	}
+	rep, err := Run(context.Background(), Config{Trace: tr, Fleet: fleet, Strategies: []string{StrategyRandom}, Seed: 5, Runs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rep.Strategies[0]
+	if len(got.Runs) != 3 {
+		t.Fatalf("%d runs listed, want 3", len(got.Runs))
+	}
+	var p50s, hits []float64
+	for i, r := range got.Runs {
+		s := singles[i]
+		if r.Seed != uint64(5+i) || r.TTFTModelP50Ms != s.TTFTModelP50Ms || r.TokenHitRate != s.TokenHitRate || r.TTFTModelP99Ms != s.TTFTModelP99Ms {
+			t.Fatalf("run %d = %+v, want seed %d's own replay (p50 %v, p99 %v, hit rate %v)", i, r, 5+i, s.TTFTModelP50Ms, s.TTFTModelP99Ms, s.TokenHitRate)
+		}
+		p50s, hits = append(p50s, s.TTFTModelP50Ms), append(hits, s.TokenHitRate)
+	}
+	slices.Sort(p50s)
+	slices.Sort(hits)
+	if got.TTFTModelP50Ms != p50s[1] || got.TokenHitRate != hits[1] {
+		t.Fatalf("reported p50 %v and hit rate %v, want the middle of %v and %v", got.TTFTModelP50Ms, got.TokenHitRate, p50s, hits)
+	}
+	j := rep.JSON()
+	if j.Runs != 3 || len(j.Strategies[0].PerRun) != 3 || j.Strategies[0].PerRun[2].Seed != 7 {
+		t.Fatalf("JSON runs %d, per_run %+v", j.Runs, j.Strategies[0].PerRun)
 	}
 }

@@ -40,9 +40,10 @@ type delaySampler struct {
 	rng   *rand.Rand
 }
 
-// newDelaySampler samples fixed, or MeasuredShareDelay when fixed is 0.
-func newDelaySampler(fixed time.Duration) *delaySampler {
-	return &delaySampler{fixed: fixed.Seconds(), q: MeasuredShareDelay, rng: rand.New(rand.NewPCG(1, 2))}
+// newDelaySampler samples fixed, or MeasuredShareDelay when fixed is 0,
+// its draws seeded by seed (Config.Seed).
+func newDelaySampler(fixed time.Duration, seed uint64) *delaySampler {
+	return &delaySampler{fixed: fixed.Seconds(), q: MeasuredShareDelay, rng: rand.New(rand.NewPCG(seed, 2))}
 }
 
 // next is the next push's delay (s).

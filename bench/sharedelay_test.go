@@ -20,7 +20,7 @@ func TestQuantileAt_LinearBetweenTheMeasuredPoints(t *testing.T) {
 			t.Fatalf("quantileAt(%v) = %v s, want %v", c.u, got, c.want)
 		}
 	}
-	d := newDelaySampler(0)
+	d := newDelaySampler(0, 1)
 	xs := make([]float64, 10001)
 	for i := range xs {
 		xs[i] = d.next()
@@ -29,7 +29,7 @@ func TestQuantileAt_LinearBetweenTheMeasuredPoints(t *testing.T) {
 	if med := xs[len(xs)/2]; math.Abs(med-0.00129) > 0.0001 {
 		t.Fatalf("median of 10,001 draws %v s, want about the measured 1.29 ms", med)
 	}
-	f := newDelaySampler(5 * time.Millisecond)
+	f := newDelaySampler(5*time.Millisecond, 1)
 	if a, b := f.next(), f.next(); a != 0.005 || b != 0.005 {
 		t.Fatal("a fixed share delay varies")
 	}
@@ -39,7 +39,7 @@ func TestQuantileAt_LinearBetweenTheMeasuredPoints(t *testing.T) {
 // drawn (those sent while one is in flight arrive together, after it);
 // another gateway's may overtake them.
 func TestSharedState_PushesOfOneGatewayInOrder(t *testing.T) {
-	s := newSharedState(0, time.Second, 0)
+	s := newSharedState(0, time.Second, 0, 1)
 	arrival := make([]float64, 2000)
 	from := func(i int) string { return []string{"a", "b"}[i%2] }
 	for i := range arrival {
@@ -68,7 +68,7 @@ func TestSharedState_PushesOfOneGatewayInOrder(t *testing.T) {
 // call, sent when the first is answered; a load report waits for a picks
 // push in flight that carries one.
 func TestSharedState_OneCallInFlightPerSender(t *testing.T) {
-	s := newSharedState(2*time.Millisecond, time.Second, 0)
+	s := newSharedState(2*time.Millisecond, time.Second, 0, 1)
 	pick := func(carries bool) sharePush {
 		p := sharePush{from: "a", picks: &provisional.Push{}}
 		if carries {
@@ -88,5 +88,24 @@ func TestSharedState_OneCallInFlightPerSender(t *testing.T) {
 		if math.Abs(got[i]-want[i]) > 1e-9 {
 			t.Fatalf("arrivals %v, want %v", got, want)
 		}
+	}
+}
+
+// The share delays a run draws follow its seed: the same seed draws the
+// same delays, another seed others (the runs of --runs differ in them).
+func TestDelaySampler_DrawsFollowTheSeed(t *testing.T) {
+	draw := func(seed uint64) []float64 {
+		d := newDelaySampler(0, seed)
+		out := make([]float64, 8)
+		for i := range out {
+			out[i] = d.next()
+		}
+		return out
+	}
+	if a, b := draw(3), draw(3); !slices.Equal(a, b) {
+		t.Fatalf("seed 3 drew %v, then %v", a, b)
+	}
+	if a, b := draw(3), draw(4); slices.Equal(a, b) {
+		t.Fatalf("seeds 3 and 4 drew the same delays %v", a)
 	}
 }

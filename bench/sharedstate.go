@@ -57,8 +57,8 @@ type sharePush struct {
 	turnPicker string
 }
 
-func newSharedState(delay, every, turnWait time.Duration) *sharedState {
-	s := &sharedState{base: time.Unix(0, 0), delay: newDelaySampler(delay), pipes: map[string]*[2]pipe{}, every: every.Seconds(), lastTick: math.Inf(-1)}
+func newSharedState(delay, every, turnWait time.Duration, seed uint64) *sharedState {
+	s := &sharedState{base: time.Unix(0, 0), delay: newDelaySampler(delay, seed), pipes: map[string]*[2]pipe{}, every: every.Seconds(), lastTick: math.Inf(-1)}
 	s.load = pickerload.New(pickerload.Config{Now: s.clock})
 	s.picks = provisional.New(provisional.Config{Now: s.clock})
 	if turnWait > 0 {

@@ -29,6 +29,7 @@ type benchOptions struct {
 	jsonOut, noProgress                   bool
 	v2Fallbacks                           []string
 	seed                                  uint64
+	runs                                  int
 	genRequests                           int
 	lookupTimeout, scrape, subScrape      time.Duration
 	reportInterval                        time.Duration
@@ -108,7 +109,8 @@ func (o *benchOptions) register(cmd *cobra.Command) {
 	f.StringVar(&o.trace, "trace", "", "Mooncake JSONL trace file (timestamp, input_length, output_length, hash_ids), plain or gzip-compressed; empty = the built-in generator")
 	f.IntVar(&o.requests, "requests", 0, "replay only the first N requests of the trace (0 = all)")
 	f.IntVar(&o.genRequests, "gen-requests", 4000, "requests the built-in generator produces (without --trace)")
-	f.Uint64Var(&o.seed, "seed", 1, "seed of the generator, the random strategy and the engines' hash seeds")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the generator and of a replay's randomness (the random strategy, the engines' hash seeds, the gateways' picker seeds, the share-delay draws)")
+	f.IntVar(&o.runs, "runs", 1, fmt.Sprintf("replay each strategy this many times (1 to %d), seeded --seed, --seed+1, …, on the same trace, and report each figure's median", bench.MaxRuns))
 	f.IntVar(&o.engines, "engines", 8, "number of simulated engines")
 	f.IntVar(&o.cacheBlocks, "cache-blocks", 0, "KV cache per engine in 512-token blocks (0 = --cache-fraction of the trace's distinct blocks / engines)")
 	f.Float64Var(&o.cacheFraction, "cache-fraction", 0.25, "when --cache-blocks is 0: the fleet's total cache as a fraction of the trace's distinct blocks")
@@ -166,7 +168,7 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 			}
 		}
 		cfg := bench.Config{
-			Trace: tr, Strategies: o.strategies, Addrs: addrs, Client: cc, Seed: o.seed,
+			Trace: tr, Strategies: o.strategies, Addrs: addrs, Client: cc, Seed: o.seed, Runs: o.runs,
 			Fleet:    bench.FleetConfig{Engines: o.engines, CacheBlocks: c, PrefillTPS: o.prefillTPS, DecodeTPS: o.decodeTPS},
 			Encoding: bench.Encoding(o.encoding), Visibility: bench.Visibility(o.visibility),
 			LookupTimeout: o.lookupTimeout, ScrapeInterval: o.scrape, SubscriberScrape: o.subScrape, Logger: log,
