@@ -114,8 +114,23 @@ func Write(w io.Writer, reps []bench.JSONReport, underTest string) error {
 // writeRun writes one report's section: its figures and strategies table.
 func writeRun(b *strings.Builder, r *bench.JSONReport, underTest string) {
 	fmt.Fprintf(b, "### %s\n\n", Title(r))
-	fmt.Fprintf(b, "%d requests, %d engines × %d blocks, event delay %.0f ms, ideal token hit rate %.1f %%.\n\n",
+	fmt.Fprintf(b, "%d requests, %d engines × %d blocks, event delay %.0f ms, ideal token hit rate %.1f %%.",
 		r.Requests, r.Engines, r.CacheBlocks, r.EventDelayMs, 100*r.IdealTokenHitRate)
+	if r.Runs > 1 {
+		fmt.Fprintf(b, " Each figure is the median of %d runs (seeds in the report's per_run)", r.Runs)
+		for _, s := range r.Strategies {
+			if s.Name != underTest || len(s.PerRun) == 0 {
+				continue
+			}
+			p50s := make([]string, len(s.PerRun))
+			for i, x := range s.PerRun {
+				p50s[i] = ms(x.TTFTModelP50Ms)
+			}
+			fmt.Fprintf(b, "; %s's TTFT p50 run by run: %s", underTest, strings.Join(p50s, ", "))
+		}
+		b.WriteString(".")
+	}
+	b.WriteString("\n\n")
 	b.WriteString("| strategy | hit rate | of ideal | req max/mean | TTFT p50 | TTFT p90 | TTFT p99 | TTFT mean |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.Strategies {
 		name := s.Name

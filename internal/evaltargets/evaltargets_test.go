@@ -55,3 +55,25 @@ func TestWrite_NoTargetsRowWithoutTheOracle(t *testing.T) {
 		t.Fatalf("want no targets row and 0 of 0:\n%s", b.String())
 	}
 }
+
+// A report of several runs says its figures are medians and lists the
+// strategy under test's p50 run by run; a report of one run says neither.
+func TestWrite_SeveralRunsNamedWithThePerRunP50(t *testing.T) {
+	sut := bench.JSONStrategy{Name: "sut", TTFTModelP50Ms: 450, PerRun: []bench.JSONRun{{Seed: 1, TTFTModelP50Ms: 500}, {Seed: 2, TTFTModelP50Ms: 400}, {Seed: 3, TTFTModelP50Ms: 450}}}
+	reps := []bench.JSONReport{{Trace: "t", PrefillTPS: 1000, Gateways: 1, Runs: 3, Strategies: []bench.JSONStrategy{sut}}}
+	var b strings.Builder
+	if err := Write(&b, reps, "sut"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Each figure is the median of 3 runs (seeds in the report's per_run); sut's TTFT p50 run by run: 500 ms, 400 ms, 450 ms."; !strings.Contains(b.String(), want) {
+		t.Fatalf("output lacks %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	reps[0].Runs, reps[0].Strategies[0].PerRun = 1, nil
+	if err := Write(&b, reps, "sut"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "median of") {
+		t.Fatalf("a one-run report speaks of medians:\n%s", b.String())
+	}
+}
