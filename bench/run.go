@@ -86,9 +86,10 @@ type Config struct {
 	// Picker configures lookuproute-sdk's picker (and picker-indexer's);
 	// nil = client.DefaultPickerConfig(). Its Seed is set per gateway.
 	Picker *client.PickerConfig
-	// Seed drives a replay's randomness: the random strategy, the
-	// engines' hash seeds, the gateways' picker seeds and the share
-	// delays drawn from MeasuredShareDelay. The trace is the caller's.
+	// Seed drives a replay's randomness: the random strategy, the peers'
+	// tie-breaks (dynamo, llm-d), the engines' hash seeds, the gateways'
+	// picker seeds and the share delays drawn from MeasuredShareDelay.
+	// The trace is the caller's.
 	Seed uint64
 	// Runs replays each strategy this many times (default 1, at most
 	// MaxRuns), seeded Seed, Seed+1, …, on the same trace, and reports

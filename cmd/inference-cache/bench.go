@@ -109,7 +109,7 @@ func (o *benchOptions) register(cmd *cobra.Command) {
 	f.StringVar(&o.trace, "trace", "", "Mooncake JSONL trace file (timestamp, input_length, output_length, hash_ids), plain or gzip-compressed; empty = the built-in generator")
 	f.IntVar(&o.requests, "requests", 0, "replay only the first N requests of the trace (0 = all)")
 	f.IntVar(&o.genRequests, "gen-requests", 4000, "requests the built-in generator produces (without --trace)")
-	f.Uint64Var(&o.seed, "seed", 1, "seed of the generator and of a replay's randomness (the random strategy, the engines' hash seeds, the gateways' picker seeds, the share-delay draws)")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the generator and of a replay's randomness (the random strategy, the peers' tie-breaks, the engines' hash seeds, the gateways' picker seeds, the share-delay draws)")
 	f.IntVar(&o.runs, "runs", 1, fmt.Sprintf("replay each strategy this many times (1 to %d), seeded --seed, --seed+1, …, on the same trace, and report each figure's median", bench.MaxRuns))
 	f.IntVar(&o.engines, "engines", 8, "number of simulated engines")
 	f.IntVar(&o.cacheBlocks, "cache-blocks", 0, "KV cache per engine in 512-token blocks (0 = --cache-fraction of the trace's distinct blocks / engines)")

@@ -62,6 +62,10 @@ func headline(e *env, args []string) (string, error) {
 	}
 	b.WriteString(" targets met (missed: target, figure vs bound) | report |\n|---|---|---|")
 	b.WriteString(strings.Repeat("---|", len(extra)) + "---|---|\n")
+	nRuns, err := reportRuns(files)
+	if err != nil {
+		return "", err
+	}
 	paths, err := selectReports(e.evalDir, files, runs)
 	if err != nil {
 		return "", err
@@ -78,7 +82,7 @@ func headline(e *env, args []string) (string, error) {
 			return "", err
 		}
 		if i == 0 {
-			fmt.Fprintf(&b, "`%s` meets **%d of %d** targets over the %d runs", s, t.met, t.total, len(files))
+			fmt.Fprintf(&b, "`%s` meets **%d of %d** targets over the %d %s", s, t.met, t.total, len(files), settingsWord(nRuns))
 		} else {
 			fmt.Fprintf(&b, "; `%s` %d of %d", s, t.met, t.total)
 		}
@@ -93,10 +97,6 @@ func headline(e *env, args []string) (string, error) {
 		return "", err
 	}
 	fromRoot, err := relPath(e.root, e.evalDir)
-	if err != nil {
-		return "", err
-	}
-	nRuns, err := reportRuns(files)
 	if err != nil {
 		return "", err
 	}
@@ -254,6 +254,15 @@ func reportRuns(paths []string) (int, error) {
 	return max(1, runs), nil
 }
 
+// settingsWord names the reports: runs of one replay each, or settings
+// of runs replays each.
+func settingsWord(runs int) string {
+	if runs == 1 {
+		return "runs"
+	}
+	return fmt.Sprintf("settings, %d runs each", runs)
+}
+
 // runsFlag is bench's --runs flag for runs (none for one run).
 func runsFlag(runs int) string {
 	if runs == 1 {
@@ -267,7 +276,7 @@ func runsNote(runs int) string {
 	if runs == 1 {
 		return ""
 	}
-	return fmt.Sprintf(" (every figure the median of %d runs seeded 1 to %d on the same trace: they differ in the gateways' picker seeds, the share delays drawn and the random strategy)", runs, runs)
+	return fmt.Sprintf(" (every figure the median of %d runs seeded 1 to %d on the same trace: they differ in the gateways' picker seeds, the share delays drawn and the peers' tie-breaks)", runs, runs)
 }
 
 // readReport reads the --json report at path.
