@@ -89,8 +89,7 @@ func (r *Report) JSON() JSONReport {
 		}
 		var per []JSONRun
 		for _, x := range s.Runs {
-			per = append(per, JSONRun{Seed: x.Seed, TokenHitRate: x.TokenHitRate, MaxOverMeanRequests: x.MaxOverMeanRequests,
-				TTFTModelP50Ms: x.TTFTModelP50Ms, TTFTModelP99Ms: x.TTFTModelP99Ms})
+			per = append(per, JSONRun(x))
 		}
 		out.Strategies = append(out.Strategies, JSONStrategy{Name: s.Name, GatewaysShared: s.GatewaysShared, TokenHitRate: s.TokenHitRate,
 			FractionOfIdeal: s.FractionOfIdeal, MaxOverMeanRequests: s.MaxOverMeanRequests,
