@@ -215,12 +215,16 @@ func (s *sharedState) advance(t float64) {
 		// Each push is applied at its own arrival (which dates its
 		// expiry); the heap hands them out in arrival order.
 		s.now = max(s.now, p.at)
-		if p.picks != nil {
-			_, _ = s.picks.Apply(*p.picks)
+		hold := func() {
+			if p.load != nil {
+				_, _ = s.load.Put(*p.load)
+			}
 		}
-		if p.load != nil {
-			// A push's report after its picks, as a node holds them.
-			_, _ = s.load.Put(*p.load)
+		if p.picks != nil {
+			// A push's report after its picks, by the node's rule.
+			_, _ = s.picks.ApplyThen(*p.picks, hold)
+		} else {
+			hold()
 		}
 		if s.turns != nil && len(p.settle) > 0 {
 			s.turns.Settle(p.turnPicker, p.settle)

@@ -1,6 +1,7 @@
 package provisional
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -113,6 +114,20 @@ func (s *Store) MaxBlocks() int { return s.limit }
 
 // now is the store clock in ns since the store was made.
 func (s *Store) now() int64 { return int64(s.clock().Sub(s.base)) }
+
+// ApplyThen applies push (Apply) and then, unless it was refused as
+// invalid, calls after (nil: nothing): what a push carries besides its
+// picks (its load report, contract §5.13) is held after them, so a lookup
+// that reads it finds the picks that explain it. A push refused for a full
+// store still calls after: what it carries is true either way. Apply's
+// result and error are returned.
+func (s *Store) ApplyThen(push Push, after func()) (Result, error) {
+	res, err := s.Apply(push)
+	if after != nil && !errors.Is(err, ErrInvalid) {
+		after()
+	}
+	return res, err
+}
 
 // Apply validates push and applies it (contract §5.12; the rules of
 // order, duplication and loss are the package's). Errors: a *FieldError

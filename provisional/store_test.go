@@ -339,3 +339,23 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 		t.Fatalf("stats %+v, want empty", st)
 	}
 }
+
+// What a push carries besides its picks is held after them: the callback
+// already reads the push's picks; a push refused as invalid calls nothing,
+// one refused for a full store still calls it.
+func TestApplyThen_AfterThePicks(t *testing.T) {
+	s, _ := newStore(4)
+	var seen map[string]uint32
+	_, err := s.ApplyThen(provisional.Push{PickerID: "gw", Sequence: 1, Picks: []provisional.Pick{pick(1, "r1", 100, 2)}},
+		func() { seen = matches(s, chain(100, 2)) })
+	if err != nil || seen["r1"] != 2 {
+		t.Fatalf("err %v; the callback saw %v, want r1's 2 blocks already held", err, seen)
+	}
+	called := false
+	if _, err := s.ApplyThen(provisional.Push{Sequence: 2}, func() { called = true }); !errors.Is(err, provisional.ErrInvalid) || called {
+		t.Fatalf("a push without a picker id: err %v, callback called %v; want ErrInvalid and no call", err, called)
+	}
+	if _, err := s.ApplyThen(provisional.Push{PickerID: "gw", Sequence: 3, Picks: []provisional.Pick{pick(2, "r2", 200, 3)}}, func() { called = true }); !errors.Is(err, provisional.ErrFull) || !called {
+		t.Fatalf("a push over the store's 4 blocks: err %v, callback called %v; want ErrFull and the call", err, called)
+	}
+}

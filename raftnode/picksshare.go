@@ -123,14 +123,15 @@ func (n *Node) applyPush(req *pb.SharePicksRequest, push provisional.Push) (prov
 	if err != nil {
 		return provisional.Result{}, err
 	}
-	res, err := n.picks.Apply(push)
-	if load != nil && !errors.Is(err, provisional.ErrInvalid) {
+	if load == nil {
+		return n.picks.Apply(push)
+	}
+	return n.picks.ApplyThen(push, func() {
 		load.Age = push.Age
 		if _, lerr := n.pickers.Put(*load); lerr != nil && n.log != nil {
 			n.log.Debug("raftnode: the load report a picks push carried was not held", "picker_id", load.PickerID, "err", lerr)
 		}
-	}
-	return res, err
+	})
 }
 
 // pushLoad is req's load report (nil when it carries none), its picker
