@@ -299,11 +299,10 @@ func (cfg *Config) check() error {
 // fleet of the same settings, and reports the medians of the runs (seeds
 // cfg.Seed, cfg.Seed+1, …). Hint strategies run the observation path
 // (engine publishers, the observe Subscriber, the cluster) with the index
-// reset:
-// a fresh subscriber clears its replicas when it starts, so no strategy
-// sees another's blocks. Their CachePolicy is set with SetCachePolicy
-// before the replay and the cluster's original policy is restored at the
-// end.
+// reset: a fresh subscriber clears its replicas when it starts, so no
+// strategy sees another's blocks. Their CachePolicy is set with
+// SetCachePolicy before the replay and the cluster's original policy is
+// restored at the end.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
