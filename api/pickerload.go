@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"slices"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -65,40 +63,11 @@ func (s *Service) ReportPickerLoad(_ context.Context, req *pb.ReportPickerLoadRe
 	return &pb.ReportPickerLoadResponse{Accepted: uint32(len(req.GetLoads()))}, nil
 }
 
-// fillOthers sets others_* of every entry of resp.Loads from the other
-// pickers' reports (all pickers' when the asker gave no picker_id), and
-// adds an entry for each replica named by a hint that has no entry (no
-// fresh stats) but has other pickers' load. The store does not know which
-// replicas serve the request's model; a hint says the replica does, which
-// bounds the answer to replicas the asker may route to.
+// fillOthers sets others_* of resp from the other pickers' reports
+// (pickerload.View.FillOthers).
 func (s *Service) fillOthers(req *pb.LookupRouteRequest, resp *pb.LookupRouteResponse) {
 	if s.pload == nil {
 		return
 	}
-	v := s.pload.PickerLoadView()
-	asker := req.GetPickerId()
-	for _, l := range resp.Loads {
-		setOthers(l, v.Others(asker, l.ReplicaId))
-	}
-	added := false
-	for _, h := range resp.Replicas {
-		id := h.GetReplicaId()
-		if slices.ContainsFunc(resp.Loads, func(l *pb.ReplicaLoad) bool { return l.ReplicaId == id }) {
-			continue
-		}
-		if sum := v.Others(asker, id); sum.Pickers > 0 {
-			l := &pb.ReplicaLoad{ReplicaId: id}
-			setOthers(l, sum)
-			resp.Loads = append(resp.Loads, l)
-			added = true
-		}
-	}
-	if added {
-		slices.SortFunc(resp.Loads, func(a, b *pb.ReplicaLoad) int { return strings.Compare(a.ReplicaId, b.ReplicaId) })
-	}
-}
-
-func setOthers(l *pb.ReplicaLoad, sum pickerload.Sum) {
-	l.OthersPrefillingRequests, l.OthersPrefillTokens, l.OthersRunningRequests, l.OthersPickers =
-		sum.PrefillingRequests, sum.PrefillTokens, sum.RunningRequests, sum.Pickers
+	s.pload.PickerLoadView().FillOthers(resp, req.GetPickerId())
 }

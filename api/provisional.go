@@ -77,5 +77,5 @@ func (s *Service) mergeProvisional(req *pb.LookupRouteRequest, res *index.Result
 	if limit == 0 {
 		limit = policyMax
 	}
-	s.prov.Provisional().MergeInto(resp, part, res.Chain, int(max(limit, uint32(len(resp.Replicas)))))
+	s.prov.Provisional().MergeInto(resp, part, res.Chain, int(limit))
 }

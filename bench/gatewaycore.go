@@ -216,17 +216,16 @@ func (r *coreRouter) pushFull(at float64) {
 
 // benchLookup is the hint service as the gateway core calls it: the real
 // cluster through the SDK (or, for picker-indexer, the perfect indexer),
-// plus the shared soft state the nodes would add at this virtual instant
-// (others_* from the load store, provisional residencies from the picks
-// store, merged by provisional.Merge as the nodes merge them, and the
-// picks the confirmed index covers dropped). The gateway core then merges
-// its own table.
+// plus the shared soft state the nodes would add at this virtual instant,
+// by the nodes' own rules: others_* from the load store
+// (pickerload.View.FillOthers), then the provisional residencies from the
+// picks store (provisional.Store.MergeInto, which drops the picks the
+// confirmed hints cover). The gateway core then merges its own table.
 type benchLookup struct {
 	r     *coreRouter
 	cl    *client.Client
 	hints *indexerHints
 	q     *Request
-	ms    []provisional.Match
 }
 
 func (l *benchLookup) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *pb.LookupRouteResponse {
@@ -245,40 +244,11 @@ func (l *benchLookup) LookupRoute(ctx context.Context, req *pb.LookupRouteReques
 	if resp.GetServedBy() == "" {
 		return resp // the SDK failed open: the gateway ignores the answer
 	}
-	l.ms = l.ms[:0]
 	if s := r.shared; s != nil {
-		v := s.load.At()
-		for e := range r.f.Engines {
-			id := r.f.ReplicaID(e)
-			sum := v.Others(r.id, id)
-			ld := loadOf(resp, id)
-			if ld == nil {
-				if sum.Pickers == 0 {
-					continue
-				}
-				ld = &pb.ReplicaLoad{ReplicaId: id}
-				resp.Loads = append(resp.Loads, ld)
-			}
-			ld.OthersPrefillingRequests, ld.OthersPrefillTokens = sum.PrefillingRequests, sum.PrefillTokens
-			ld.OthersRunningRequests, ld.OthersPickers = sum.RunningRequests, sum.Pickers
-		}
-		l.ms = s.picks.At().Matches(l.ms, benchPartition, req.BlockHashes)
-	}
-	if len(l.ms) > 0 {
-		_, covered := provisional.Merge(resp, l.ms, int(req.GetMaxReplicas()))
-		for _, m := range covered {
-			r.shared.picks.Confirm(benchPartition, m.Replica, req.BlockHashes[:min(int(m.Blocks), len(req.BlockHashes))])
-		}
+		// What the node adds to its answer, by the node's rules:
+		// others_* (the gateway asks with its load), then the picks.
+		s.load.At().FillOthers(resp, r.id)
+		s.picks.MergeInto(resp, benchPartition, req.BlockHashes, int(req.GetMaxReplicas()))
 	}
 	return resp
-}
-
-// loadOf is resp's load entry for replica, nil when none.
-func loadOf(resp *pb.LookupRouteResponse, replica string) *pb.ReplicaLoad {
-	for _, x := range resp.Loads {
-		if x.GetReplicaId() == replica {
-			return x
-		}
-	}
-	return nil
 }

@@ -136,9 +136,14 @@ func (rp *replay) step(ctx context.Context, i int, q *Request, t float64) error 
 	rp.changed = rp.changed[:0]
 	every := rp.cfg.ScrapeInterval.Seconds()
 	if tick := math.Floor(t/every) * every; tick > rp.lastScrape {
+		// The first tick syncs every engine, changed or not: until then
+		// the cluster holds what the subscriber last scraped in wall
+		// time (nothing yet, or the previous strategy's engines), and
+		// whether a lookup saw that would follow the wall clock.
+		first := math.IsInf(rp.lastScrape, -1)
 		rp.lastScrape = tick
 		for k, e := range f.Engines {
-			if e.Scrape(tick) {
+			if e.Scrape(tick) || first {
 				rp.changed = append(rp.changed, f.ReplicaID(k))
 			}
 		}

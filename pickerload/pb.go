@@ -1,6 +1,8 @@
 package pickerload
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -31,4 +33,39 @@ func ToPB(r *Report) *pb.ReportPickerLoadRequest {
 		out.Loads[i] = &slab[i]
 	}
 	return out
+}
+
+// FillOthers sets others_* of every entry of resp.Loads from the reports
+// of every picker but asker ("" = every picker; contract §5.11), and adds
+// an entry for each replica named by a hint that has no entry (no fresh
+// stats) but has other pickers' load, keeping resp.Loads sorted by
+// replica id. The view does not know which replicas serve the request's
+// model; a hint says the replica does, which bounds the answer to
+// replicas the asker may route to. The one rule a node's lookups and a
+// simulation of them run.
+func (v View) FillOthers(resp *pb.LookupRouteResponse, asker string) {
+	for _, l := range resp.Loads {
+		setOthers(l, v.Others(asker, l.ReplicaId))
+	}
+	added := false
+	for _, h := range resp.Replicas {
+		id := h.GetReplicaId()
+		if slices.ContainsFunc(resp.Loads, func(l *pb.ReplicaLoad) bool { return l.ReplicaId == id }) {
+			continue
+		}
+		if sum := v.Others(asker, id); sum.Pickers > 0 {
+			l := &pb.ReplicaLoad{ReplicaId: id}
+			setOthers(l, sum)
+			resp.Loads = append(resp.Loads, l)
+			added = true
+		}
+	}
+	if added {
+		slices.SortFunc(resp.Loads, func(a, b *pb.ReplicaLoad) int { return strings.Compare(a.ReplicaId, b.ReplicaId) })
+	}
+}
+
+func setOthers(l *pb.ReplicaLoad, sum Sum) {
+	l.OthersPrefillingRequests, l.OthersPrefillTokens, l.OthersRunningRequests, l.OthersPickers =
+		sum.PrefillingRequests, sum.PrefillTokens, sum.RunningRequests, sum.Pickers
 }

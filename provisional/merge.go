@@ -104,13 +104,17 @@ func Merge(resp *pb.LookupRouteResponse, ms []Match, maxReplicas int) (provision
 }
 
 // MergeInto folds the store's picks on chain (a lookup's block hashes in
-// part) into resp by Merge's rule, cut to maxReplicas (0 = no cut), and
-// Confirms the picks the answer's confirmed hints cover. It returns the
+// part) into resp by Merge's rule, cut to maxReplicas (0 = no cut) or to
+// the number of hints resp held when that is more (a merge never
+// shortens the answer it was given), and Confirms the picks the answer's confirmed hints cover. It returns the
 // hints made provisional. The one sequence the server's lookups and a
 // gateway's own table (and a simulation of either) run.
 func (s *Store) MergeInto(resp *pb.LookupRouteResponse, part Partition, chain []uint64, maxReplicas int) int {
 	if resp == nil || len(chain) == 0 {
 		return 0
+	}
+	if maxReplicas > 0 {
+		maxReplicas = max(maxReplicas, len(resp.Replicas))
 	}
 	var buf [8]Match
 	ms := s.At().Matches(buf[:0], part, chain)

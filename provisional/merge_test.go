@@ -55,3 +55,36 @@ func TestMerge_NothingToMerge(t *testing.T) {
 		t.Fatalf("merge of nothing changed the answer: %v", resp)
 	}
 }
+
+// A node cuts the merged answer to the request's max_replicas, but never
+// below the hints the index gave it: the confirmed hints stay, ranked
+// below a deeper provisional one, and the covered pick is confirmed
+// (dropped from the store).
+func TestMergeInto_NeverShortensTheAnswer(t *testing.T) {
+	s := provisional.New(provisional.Config{})
+	part := provisional.Partition{Scheme: "s", Model: "m"}
+	chain := []uint64{1, 2, 3, 4, 5}
+	if _, err := s.Apply(provisional.Push{PickerID: "g", Sequence: 1, Picks: []provisional.Pick{
+		{ID: 1, Replica: "r3", Partition: part, Hashes: chain},
+		{ID: 2, Replica: "r1", Partition: part, Hashes: chain[:2]},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	resp := &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_PREFIX_MATCH,
+		Replicas: []*pb.ReplicaHint{{ReplicaId: "r1", Score: 48, MatchedBlocks: 3, MatchedTokens: 48}, {ReplicaId: "r2", Score: 16, MatchedBlocks: 1, MatchedTokens: 16}}}
+	if n := s.MergeInto(resp, part, chain, 1); n != 1 {
+		t.Fatalf("provisional hints %d, want 1 (r3)", n)
+	}
+	var got []string
+	for _, h := range resp.Replicas {
+		got = append(got, h.ReplicaId)
+	}
+	// r3's 80 provisional tokens first; then the cut to max(1, 2 hints given).
+	if len(got) != 2 || got[0] != "r3" || got[1] != "r1" {
+		t.Fatalf("hints %v, want [r3 r1]", got)
+	}
+	// r1's pick (2 blocks) is covered by its confirmed 3: confirmed, gone.
+	if ms := s.At().Matches(nil, part, chain); len(ms) != 1 || ms[0].Replica != "r3" {
+		t.Fatalf("picks left %v, want r3's alone", ms)
+	}
+}
