@@ -72,6 +72,14 @@ type LoadShareConfig struct {
 	// Logger receives a warning when reports fail, at most once a
 	// minute; nil = slog.Default().
 	Logger *slog.Logger
+	// Manual starts no goroutine: the caller sends the reports, one at a
+	// time, with BeginReport and EndReport, at its own ticks and when
+	// Kicked says a report is asked for (a simulation, on its virtual
+	// clock). The sender is then not called and may be nil.
+	Manual bool
+	// Now is the clock of the hold of Carried's reports (carriedHoldMax);
+	// nil = time.Now. A Manual caller passes its virtual clock.
+	Now func() time.Time
 }
 
 // DefaultPickerID returns a picker id unique to this process:
@@ -139,6 +147,9 @@ type LoadShare struct {
 	// read, so a newer sequence never carries an older load.
 	mu      sync.Mutex
 	settled []uint64 // turns for the next report (Settle)
+	// open: a report is in flight (BeginReport to EndReport); want: one
+	// was asked for and has not begun.
+	open, want bool
 	// carried counts the reports handed to pushes (Carried) whose push is
 	// not answered yet, since carriedAt: the reports of the ticker and
 	// the kicks wait for them (Answered).
@@ -156,7 +167,7 @@ type LoadShare struct {
 // StartLoadShare starts reporting p's load through to. Errors name the
 // field of cfg at fault and its bound.
 func StartLoadShare(p *Picker, to LoadReportSender, cfg LoadShareConfig) (*LoadShare, error) {
-	if p == nil || to == nil {
+	if p == nil || (to == nil && !cfg.Manual) {
 		return nil, errors.New("client: StartLoadShare needs a Picker and a sender")
 	}
 	if cfg.PickerID == "" {
@@ -182,8 +193,83 @@ func StartLoadShare(p *Picker, to LoadReportSender, cfg LoadShareConfig) (*LoadS
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if s.cfg.Now == nil {
+		s.cfg.Now = time.Now
+	}
+	if cfg.Manual {
+		close(s.done)
+		return s, nil
+	}
 	go s.run()
 	return s, nil
+}
+
+// BeginReport is the next report at a tick or a kick, nil when there is
+// none to send now: one report is in flight at a time (nil until
+// EndReport), and a report is sent only when asked for (asked: the
+// caller's tick or kick; else a Kick, Settle or Answered since the last
+// report), one for every ask made while one was in flight. It carries the
+// turns queued (Settle) and the load read as it begins. While the push of
+// a Carried report is unanswered it is held: nil, the turns stay queued,
+// and Answered asks again. The reporting goroutine calls it at each tick
+// and kick; a Manual caller at its ticks (asked) and after anything that
+// may kick (not asked).
+func (s *LoadShare) BeginReport(asked bool) *pb.ReportPickerLoadRequest {
+	select {
+	case <-s.kick:
+		asked = true
+	default:
+	}
+	s.mu.Lock()
+	s.want = s.want || asked
+	if s.open || !s.want {
+		s.mu.Unlock()
+		return nil
+	}
+	s.want = false
+	s.mu.Unlock()
+	r := s.next(false)
+	if r != nil {
+		s.mu.Lock()
+		s.open = true
+		s.mu.Unlock()
+	}
+	return r
+}
+
+// EndReport ends report req with the node's answer (resp, err): counted,
+// warned about at most once a minute when it failed or another picker
+// holds this one's id; context.Canceled is a report cut by Stop, not a
+// failure.
+func (s *LoadShare) EndReport(req *pb.ReportPickerLoadRequest, resp *pb.ReportPickerLoadResponse, err error) {
+	s.mu.Lock()
+	s.open = false
+	s.mu.Unlock()
+	if err == nil {
+		s.sent.Add(1)
+		if resp.GetSuperseded() && req.Sequence > s.carriedSeq.Load() {
+			// One process's sequences only increase: the node holds a
+			// higher one from another picker under the same id (below a
+			// carried report's sequence it is that report, which the
+			// push delivered first).
+			s.superseded.Add(1)
+			if now := time.Now(); now.Sub(s.dupWarnAt) >= loadShareWarnEvery {
+				s.dupWarnAt = now
+				s.log.Warn("picker load report superseded: another picker reports under the same picker_id (give each gateway its own --picker-id, or leave it empty), so the cluster does not see this one's load",
+					"picker_id", s.cfg.PickerID, "sequence", req.Sequence, "superseded_so_far", s.superseded.Load())
+			}
+		}
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return // cancelled by Stop: superseded by the last report, not a failure
+	}
+	s.failed.Add(1)
+	if now := time.Now(); now.Sub(s.warnAt) >= loadShareWarnEvery {
+		s.warnAt = now
+		s.log.Warn("picker load report failed; the other pickers see this one's load only once a report succeeds (requests are unaffected)",
+			"picker_id", s.cfg.PickerID, "err", err, "failed_so_far", s.failed.Load())
+	}
 }
 
 // PickerID is the id the reports carry; set it as the picker_id of the
@@ -257,7 +343,7 @@ func (s *LoadShare) run() {
 	}()
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
-	s.report(stopped, s.cfg.Interval, s.next(false))
+	s.report(stopped, s.cfg.Interval, s.BeginReport(true))
 	for {
 		select {
 		case <-s.stop:
@@ -267,12 +353,12 @@ func (s *LoadShare) run() {
 			if stopped.Err() != nil {
 				continue // Stop was called: the case above ends the loop
 			}
-			s.report(stopped, s.cfg.Interval, s.next(false))
+			s.report(stopped, s.cfg.Interval, s.BeginReport(true))
 		case <-s.kick:
 			if stopped.Err() != nil {
 				continue
 			}
-			s.report(stopped, s.cfg.Interval, s.next(false))
+			s.report(stopped, s.cfg.Interval, s.BeginReport(true))
 		}
 	}
 }
@@ -306,7 +392,7 @@ func (s *LoadShare) Carried(turns []uint64, loads []*pb.PickerReplicaLoad) *pb.R
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.carried == 0 {
-		s.carriedAt = time.Now()
+		s.carriedAt = s.cfg.Now()
 	}
 	s.carried++
 	r := s.newReport(turns, loads)
@@ -341,7 +427,7 @@ func (s *LoadShare) newReport(turns []uint64, loads []*pb.PickerReplicaLoad) *pb
 func (s *LoadShare) next(last bool) *pb.ReportPickerLoadRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !last && s.carried > 0 && time.Since(s.carriedAt) < carriedHoldMax {
+	if !last && s.carried > 0 && s.cfg.Now().Sub(s.carriedAt) < carriedHoldMax {
 		s.held.Add(1)
 		return nil
 	}
@@ -362,29 +448,8 @@ func (s *LoadShare) report(parent context.Context, limit time.Duration, req *pb.
 	ctx, cancel := context.WithTimeout(parent, limit)
 	resp, err := s.to.ReportPickerLoad(ctx, req)
 	cancel()
-	if err == nil {
-		s.sent.Add(1)
-		if resp.GetSuperseded() && req.Sequence > s.carriedSeq.Load() {
-			// One process's sequences only increase: the node holds a
-			// higher one from another picker under the same id (below a
-			// carried report's sequence it is that report, which the
-			// push delivered first).
-			s.superseded.Add(1)
-			if now := time.Now(); now.Sub(s.dupWarnAt) >= loadShareWarnEvery {
-				s.dupWarnAt = now
-				s.log.Warn("picker load report superseded: another picker reports under the same picker_id (give each gateway its own --picker-id, or leave it empty), so the cluster does not see this one's load",
-					"picker_id", s.cfg.PickerID, "sequence", req.Sequence, "superseded_so_far", s.superseded.Load())
-			}
-		}
-		return
+	if err != nil && parent.Err() != nil {
+		err = context.Canceled
 	}
-	if parent.Err() != nil {
-		return // cancelled by Stop: superseded by the last report, not a failure
-	}
-	s.failed.Add(1)
-	if now := time.Now(); now.Sub(s.warnAt) >= loadShareWarnEvery {
-		s.warnAt = now
-		s.log.Warn("picker load report failed; the other pickers see this one's load only once a report succeeds (requests are unaffected)",
-			"picker_id", s.cfg.PickerID, "err", err, "failed_so_far", s.failed.Load())
-	}
+	s.EndReport(req, resp, err)
 }

@@ -365,3 +365,64 @@ func TestLoadShare_WarnsWhenAnotherPickerHasItsID(t *testing.T) {
 		t.Errorf("second gateway's stats %+v, want none superseded", st)
 	}
 }
+
+// BeginReport and EndReport run the reports one at a time, each asked
+// for: an ask made while one is in flight makes one report after it; a
+// carried report's unanswered push holds them, until Answered or until
+// carriedHoldMax passes on the given clock.
+func TestLoadShare_ManualOneReportInFlight(t *testing.T) {
+	now := time.Unix(100, 0)
+	s, err := StartLoadShare(NewPicker(DefaultPickerConfig()), nil, LoadShareConfig{PickerID: "gw-1", Manual: true, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if r := s.BeginReport(false); r != nil {
+		t.Fatalf("a report nobody asked for: %v", r)
+	}
+	r1 := s.BeginReport(true)
+	if r1 == nil || r1.PickerId != "gw-1" {
+		t.Fatalf("first report %v", r1)
+	}
+	s.Settle(7) // asks, while r1 is in flight
+	if r := s.BeginReport(true); r != nil {
+		t.Fatalf("a second report while one is in flight: %v", r)
+	}
+	s.EndReport(r1, &pb.ReportPickerLoadResponse{}, nil)
+	r2 := s.BeginReport(false)
+	if r2 == nil || r2.Sequence <= r1.Sequence || !slices.Equal(r2.SettledTurns, []uint64{7}) {
+		t.Fatalf("report after the ask %v: want a later sequence settling turn 7", r2)
+	}
+	s.EndReport(r2, nil, errors.New("node down"))
+	if r := s.BeginReport(false); r != nil {
+		t.Fatalf("a report after every ask was answered: %v", r)
+	}
+
+	c := s.Carried(nil, nil)
+	if r := s.BeginReport(true); r != nil {
+		t.Fatalf("a report while the carried one's push is unanswered: %v", r)
+	}
+	now = now.Add(carriedHoldMax)
+	r3 := s.BeginReport(true)
+	if r3 == nil || r3.Sequence <= c.Sequence {
+		t.Fatalf("report once the hold lapsed %v: want one after the carried %d", r3, c.Sequence)
+	}
+	s.EndReport(r3, &pb.ReportPickerLoadResponse{}, nil)
+	s.Answered() // the first carried push ends, late: it asks for a report
+	r4 := s.BeginReport(false)
+	if r4 == nil {
+		t.Fatal("no report after the late answer")
+	}
+	s.EndReport(r4, &pb.ReportPickerLoadResponse{}, nil)
+	s.Carried(nil, nil)
+	if r := s.BeginReport(true); r != nil {
+		t.Fatalf("a report while the second carried push is unanswered: %v", r)
+	}
+	s.Answered()
+	if r := s.BeginReport(false); r == nil {
+		t.Fatal("no report once the carried push was answered")
+	}
+	if st := s.Stats(); st.Sent != 3 || st.Failed != 1 || st.Held != 2 {
+		t.Fatalf("stats %+v: want 3 sent, 1 failed, 2 held", st)
+	}
+}

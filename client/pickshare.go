@@ -78,6 +78,11 @@ type PickShareConfig struct {
 	// Logger receives a warning when pushes fail, at most once a minute;
 	// nil = slog.Default().
 	Logger *slog.Logger
+	// Manual starts no goroutine: the caller runs the pushes, one at a
+	// time, with BeginDelta or BeginFull and End, at the times it
+	// chooses (a simulation, on its virtual clock). The sender is then
+	// not called and may be nil.
+	Manual bool
 }
 
 // PickShareStats are a PickShare's counters.
@@ -118,7 +123,10 @@ type PickShare struct {
 	adds      []provisional.Pick
 	removed   []uint64
 	prefilled []uint64
-	wake      chan struct{}
+	// open: a push is in flight (Begin to End); fullDue: the full-state
+	// timer fired and its full state has not begun.
+	open, fullDue bool
+	wake          chan struct{}
 
 	seq  atomic.Uint64
 	stop chan struct{}
@@ -135,7 +143,7 @@ type PickShare struct {
 // name the field of cfg at fault and its bound.
 func StartPickShare(to PicksSender, live func(hashesWithin time.Duration) []provisional.Pick, cfg PickShareConfig) (*PickShare, error) {
 	switch {
-	case to == nil || live == nil:
+	case (to == nil && !cfg.Manual) || live == nil:
 		return nil, errors.New("client: StartPickShare needs a sender and a live-picks function")
 	case cfg.PickerID == "":
 		return nil, errors.New("client: pick share: picker id required (the load share's)")
@@ -157,9 +165,16 @@ func StartPickShare(to PicksSender, live func(hashesWithin time.Duration) []prov
 	// Counting from the clock keeps a picker restarted under the same id
 	// ahead of its old pushes.
 	s.seq.Store(uint64(time.Now().UnixNano()))
+	if cfg.Manual {
+		close(s.done)
+		return s, nil
+	}
 	go s.run()
 	return s, nil
 }
+
+// FullStateInterval is the time between full states.
+func (s *PickShare) FullStateInterval() time.Duration { return s.cfg.FullStateInterval }
 
 // Add queues a pick to push; it never blocks. k's slices must not change
 // afterwards.
@@ -230,72 +245,158 @@ func (s *PickShare) run() {
 	t := time.NewTicker(s.cfg.FullStateInterval)
 	defer t.Stop()
 	for {
+		tick := false
 		select {
 		case <-s.stop:
 			return
 		case <-s.wake:
-			s.mu.Lock()
-			adds, removed, prefilled := s.adds, s.removed, s.prefilled
-			s.adds, s.removed, s.prefilled = nil, nil, nil
-			s.mu.Unlock()
-			if len(adds)+len(removed)+len(prefilled) > 0 {
-				s.quiet = false
-				ids := make([]uint64, len(adds))
-				for i := range adds {
-					ids[i] = adds[i].ID
-				}
-				var load *pb.ReportPickerLoadRequest
-				if s.cfg.LoadFor != nil && len(adds) > 0 {
-					load = s.cfg.LoadFor(ids)
-				}
-				s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Picks: adds, Removed: removed, Prefilled: prefilled}, load)
-				if s.cfg.AfterDelta != nil && len(adds)+len(removed) > 0 {
-					s.cfg.AfterDelta(ids)
-				}
-			}
 		case <-t.C:
-			within := time.Duration(0)
-			if !s.fullAt[0].IsZero() {
-				within = time.Since(s.fullAt[0])
-			}
-			live := s.live(within)
-			if len(live) == 0 && s.quiet {
-				continue
-			}
-			s.quiet = len(live) == 0
-			s.fullAt[0], s.fullAt[1] = s.fullAt[1], time.Now()
-			s.push(ctx, provisional.Push{PickerID: s.cfg.PickerID, Full: true, Picks: live}, nil)
+			tick = true
+		}
+		for c := s.Begin(time.Now(), tick); c != nil; c = s.Begin(time.Now(), false) {
+			s.End(c, s.send(ctx, c.Request))
 		}
 	}
 }
 
-// push sends one push, with load (nil = none), bounded by PushTimeout.
-func (s *PickShare) push(parent context.Context, p provisional.Push, load *pb.ReportPickerLoadRequest) {
-	p.Sequence = s.seq.Add(1)
-	ctx, cancel := context.WithTimeout(parent, s.cfg.PushTimeout)
-	req := provisional.ToPB(&p)
+// PushCall is one push of a PickShare, from BeginDelta or BeginFull to
+// End: Request is what goes to the nodes.
+type PushCall struct {
+	Request *pb.SharePicksRequest
+	// ids are the picks of a delta; after: the delta added or removed
+	// picks (PickShareConfig.AfterDelta is called at its End).
+	ids   []uint64
+	after bool
+}
+
+// Begin starts the next push at now, nil when there is none: one push
+// is in flight at a time (Begin answers nil until End), and what waits
+// when it begins goes in it, so a burst gathers into one push per round
+// trip (contract §5.12). tick says the full-state timer fired: the full
+// state is then due, and goes once no delta waits. The next push is:
+//   - the delta of everything waiting (picks, first tokens and removals
+//     given since the last delta began), with the load report
+//     PickShareConfig.LoadFor makes for its picks;
+//   - else a due full state: the live picks, with the hashes of those
+//     made since the full state before the last; none when the last
+//     full state was empty and nothing was pushed since (it would repair
+//     nothing).
+//
+// The pushing goroutine calls it when woken or ticked, then again after
+// each End until it answers nil; a Manual caller does the same at its
+// own times (every FullStateInterval with tick set).
+func (s *PickShare) Begin(now time.Time, tick bool) *PushCall {
+	s.mu.Lock()
+	s.fullDue = s.fullDue || tick
+	if s.open {
+		s.mu.Unlock()
+		return nil
+	}
+	adds, removed, prefilled := s.adds, s.removed, s.prefilled
+	s.adds, s.removed, s.prefilled = nil, nil, nil
+	s.mu.Unlock()
+	var c *PushCall
+	if len(adds)+len(removed)+len(prefilled) > 0 {
+		c = s.delta(adds, removed, prefilled)
+	} else if s.takeFullDue() {
+		c = s.fullState(now)
+	}
+	if c != nil {
+		s.mu.Lock()
+		s.open = true
+		s.mu.Unlock()
+	}
+	return c
+}
+
+// takeFullDue reports whether a full state is due, and clears it.
+func (s *PickShare) takeFullDue() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	due := s.fullDue
+	s.fullDue = false
+	return due
+}
+
+// delta is the push of these picks, first tokens and removals.
+func (s *PickShare) delta(adds []provisional.Pick, removed, prefilled []uint64) *PushCall {
+	s.quiet = false
+	ids := make([]uint64, len(adds))
+	for i := range adds {
+		ids[i] = adds[i].ID
+	}
+	var load *pb.ReportPickerLoadRequest
+	if s.cfg.LoadFor != nil && len(adds) > 0 {
+		load = s.cfg.LoadFor(ids)
+	}
+	req := s.request(provisional.Push{PickerID: s.cfg.PickerID, Picks: adds, Removed: removed, Prefilled: prefilled})
 	req.Load = load
+	return &PushCall{Request: req, ids: ids, after: len(adds)+len(removed) > 0}
+}
+
+// fullState is the full state at now, nil when quiet.
+func (s *PickShare) fullState(now time.Time) *PushCall {
+	within := time.Duration(0)
+	if !s.fullAt[0].IsZero() {
+		within = now.Sub(s.fullAt[0])
+	}
+	live := s.live(within)
+	if len(live) == 0 && s.quiet {
+		return nil
+	}
+	s.quiet = len(live) == 0
+	s.fullAt[0], s.fullAt[1] = s.fullAt[1], now
+	return &PushCall{Request: s.request(provisional.Push{PickerID: s.cfg.PickerID, Full: true, Picks: live})}
+}
+
+// End ends push c, answered (err nil) or failed: it is counted (a
+// failure warned about, at most once a minute, never retried) and, for a
+// delta that added or removed picks, PickShareConfig.AfterDelta is
+// called with its picks' ids.
+func (s *PickShare) End(c *PushCall, err error) {
+	s.mu.Lock()
+	s.open = false
+	s.mu.Unlock()
+	switch {
+	case err == nil:
+		s.pushes.Add(1)
+		if c.Request.GetFullState() {
+			s.full.Add(1)
+		}
+	case errors.Is(err, context.Canceled):
+		// Stopped: not a failure.
+	default:
+		s.failed.Add(1)
+		if now := time.Now(); now.Sub(s.warnAt) >= loadShareWarnEvery {
+			s.warnAt = now
+			s.log.Warn("provisional picks push failed; the other gateways see this one's picks once a push or the next full state succeeds (requests are unaffected)",
+				"picker_id", s.cfg.PickerID, "err", err, "failed_so_far", s.failed.Load())
+		}
+	}
+	if c.after && s.cfg.AfterDelta != nil {
+		s.cfg.AfterDelta(c.ids)
+	}
+}
+
+// request is p, numbered with the next sequence, as it goes on the wire.
+func (s *PickShare) request(p provisional.Push) *pb.SharePicksRequest {
+	p.Sequence = s.seq.Add(1)
+	return provisional.ToPB(&p)
+}
+
+// send sends req, bounded by PushTimeout; a push cut by Stop is
+// context.Canceled.
+func (s *PickShare) send(parent context.Context, req *pb.SharePicksRequest) error {
+	ctx, cancel := context.WithTimeout(parent, s.cfg.PushTimeout)
+	defer cancel()
 	var err error
 	if all, ok := s.to.(PicksBroadcaster); ok {
 		_, err = all.SharePicksAll(ctx, req)
 	} else {
 		_, err = s.to.SharePicks(ctx, req)
 	}
-	cancel()
-	if err == nil {
-		s.pushes.Add(1)
-		if p.Full {
-			s.full.Add(1)
-		}
-		return
+	if err != nil && parent.Err() != nil {
+		return context.Canceled
 	}
-	if parent.Err() != nil {
-		return
-	}
-	s.failed.Add(1)
-	if now := time.Now(); now.Sub(s.warnAt) >= loadShareWarnEvery {
-		s.warnAt = now
-		s.log.Warn("provisional picks push failed; the other gateways see this one's picks once a push or the next full state succeeds (requests are unaffected)",
-			"picker_id", s.cfg.PickerID, "err", err, "failed_so_far", s.failed.Load())
-	}
+	return err
 }

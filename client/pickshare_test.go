@@ -416,3 +416,61 @@ func TestPickShare_LoadRidesInThePicksPush(t *testing.T) {
 		t.Fatalf("LoadFor asked for %v, want once for pick 9", asked)
 	}
 }
+
+// Begin and End run the pushes one at a time: what is given while a push
+// is in flight gathers into the next delta, a full state that fell due
+// meanwhile goes once no delta waits, and every delta that adds or
+// removes picks calls AfterDelta at its End, answered or failed.
+func TestPickShare_ManualOneInFlightGathersABurst(t *testing.T) {
+	var loadFor, after [][]uint64
+	live := []provisional.Pick{{ID: 1}, {ID: 2}, {ID: 3}}
+	s, err := StartPickShare(nil, func(time.Duration) []provisional.Pick { return live }, PickShareConfig{PickerID: "gw", Manual: true,
+		LoadFor: func(ids []uint64) *pb.ReportPickerLoadRequest {
+			loadFor = append(loadFor, ids)
+			return &pb.ReportPickerLoadRequest{PickerId: "gw", Sequence: uint64(len(loadFor))}
+		},
+		AfterDelta: func(ids []uint64) { after = append(after, ids) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	t0 := time.Unix(100, 0)
+	pick := func(id uint64) provisional.Pick {
+		return provisional.Pick{ID: id, Replica: "r1", Partition: provisional.Partition{Scheme: "vllm", Model: "m"}, Hashes: []uint64{id}}
+	}
+	if c := s.Begin(t0, false); c != nil {
+		t.Fatalf("a push with nothing waiting: %v", c.Request)
+	}
+	s.Add(pick(1))
+	c1 := s.Begin(t0, false)
+	if c1 == nil || len(c1.Request.Picks) != 1 || c1.Request.GetLoad().GetSequence() != 1 || c1.Request.FullState {
+		t.Fatalf("first push %v: want pick 1 with its load report", c1)
+	}
+	s.Add(pick(2))
+	s.Add(pick(3))
+	s.Prefilled(1)
+	if c := s.Begin(t0.Add(time.Millisecond), true); c != nil {
+		t.Fatalf("a second push while one is in flight: %v", c.Request)
+	}
+	s.End(c1, nil)
+	c2 := s.Begin(t0.Add(2*time.Millisecond), false)
+	if c2 == nil || len(c2.Request.Picks) != 2 || c2.Request.Picks[0].PickId != 2 || c2.Request.Picks[1].PickId != 3 ||
+		len(c2.Request.Prefilled) != 1 || c2.Request.Sequence <= c1.Request.Sequence || c2.Request.FullState {
+		t.Fatalf("second push %v: want picks 2 and 3 and the first token of 1 in one delta, a later sequence", c2)
+	}
+	s.End(c2, errors.New("node down"))
+	c3 := s.Begin(t0.Add(3*time.Millisecond), false)
+	if c3 == nil || !c3.Request.FullState || len(c3.Request.Picks) != 3 {
+		t.Fatalf("third push %v: want the full state that fell due during the first", c3)
+	}
+	s.End(c3, nil)
+	if c := s.Begin(t0.Add(4*time.Millisecond), false); c != nil {
+		t.Fatalf("a push after everything went: %v", c.Request)
+	}
+	if len(loadFor) != 2 || len(loadFor[1]) != 2 || len(after) != 2 || after[0][0] != 1 || after[1][1] != 3 {
+		t.Fatalf("LoadFor %v, AfterDelta %v: want [[1] [2 3]] each", loadFor, after)
+	}
+	if st := s.Stats(); st.Pushes != 2 || st.Full != 1 || st.Failed != 1 {
+		t.Fatalf("stats %+v: want 2 pushes (1 full) and 1 failed", st)
+	}
+}
