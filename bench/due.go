@@ -36,6 +36,13 @@ func (d *due[T]) until(t float64, fn func(v T)) {
 	}
 }
 
+// pop removes and returns the earliest value queued and its time; the
+// heap must not be empty.
+func (d *due[T]) pop() (float64, T) {
+	x := heap.Pop(&d.h).(dueItem[T])
+	return x.at, x.v
+}
+
 // len is the number of values not yet due.
 func (d *due[T]) len() int { return len(d.h) }
 

@@ -20,13 +20,15 @@ import (
 // Decision.Start, Flight.FirstToken and Flight.Done at their virtual
 // times, exactly as the proxy and the endpoint picker drive it. Only the
 // transport is the bench's: the prompt is the trace request's synthesised
-// token ids (benchPrompts), and the lookup (benchLookup) asks the real
+// token ids (benchPrompts), the lookup (benchLookup) asks the real
 // cluster through the client SDK, then adds what the cluster's shared
 // soft state holds at that virtual instant (sharedState: the other
-// gateways' load and picks), as the nodes add it. The gateway core's own
-// local provisional table (its picks, seen by its next decision at once)
-// runs on the virtual clock; the bench carries its pushes (a delta per
-// pick, the full state every ReportInterval) to the shared state.
+// gateways' load and picks), as the nodes add it, and the gateway's own
+// SDK senders of its load and picks (client.LoadShare, client.PickShare,
+// Manual) run their calls when the shared state's events say, each call
+// taking a share delay to the nodes. The gateway core's local
+// provisional table, its ledger of picks not pushed yet and its senders
+// run on the virtual clock.
 type coreRouter struct {
 	*lookupStats
 	f       *Fleet
@@ -45,11 +47,9 @@ type coreRouter struct {
 	turn uint64
 	wait float64
 
-	// This gateway's pushes, and the virtual clock of its local table.
-	base              time.Time
-	clock             float64
-	loadSeq, picksSeq uint64
-	lastHashes        []uint64
+	// The virtual clock of the gateway's local table and senders.
+	base  time.Time
+	clock float64
 }
 
 // coreDue is a request in flight: its first token is due (first), or
@@ -86,10 +86,17 @@ func newCoreRouter(env *routerEnv, gw int, seed uint64, hints *indexerHints) (*c
 		r.cands = append(r.cands, id)
 		r.engine[id] = i
 	}
-	g, err := gateway.New(gateway.Config{Prompts: r.prompts, Lookup: r.lk, Strategy: gateway.StrategyPicker,
+	vclock := func() time.Time { return virtualTime(r.base, r.clock) }
+	cfg := gateway.Config{Prompts: r.prompts, Lookup: r.lk, Strategy: gateway.StrategyPicker,
 		LookupBudget: env.lookupBudget, BlockSizes: map[string]int{BenchModel: TraceBlockTokens},
-		HashScheme: BenchScheme, TenantID: BenchTenant, Picker: &pc, NoShareLoad: true,
-		Provisional: gateway.ProvisionalConfig{Off: env.noProvisional, NoPush: true, Now: func() time.Time { return virtualTime(r.base, r.clock) }}})
+		HashScheme: BenchScheme, TenantID: BenchTenant, Picker: &pc, NoShareLoad: r.shared == nil,
+		Provisional: gateway.ProvisionalConfig{Off: env.noProvisional, NoPush: r.shared == nil, Now: vclock}}
+	if r.shared != nil {
+		// The SDK's senders, driven on the virtual clock (sharedState).
+		cfg.ShareLoad = client.LoadShareConfig{PickerID: r.id, Interval: time.Duration(r.shared.every * float64(time.Second)), Manual: true, Now: vclock}
+		cfg.Provisional.Push = client.PickShareConfig{Manual: true}
+	}
+	g, err := gateway.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +119,6 @@ func (r *coreRouter) Route(ctx context.Context, i int, q *Request, t float64) in
 	}
 	r.now, r.clock = t+r.wait, t+r.wait
 	r.lk.q = q
-	r.lastHashes = r.lastHashes[:0]
 	r.prompts.toks = AppendPromptTokens(r.prompts.toks[:0], q)
 	d, err := r.gw.Decide(ctx, gateway.Request{OpenAI: &openai.Request{Kind: openai.KindChat, Model: BenchModel}, Candidates: r.cands})
 	if err != nil {
@@ -126,9 +132,9 @@ func (r *coreRouter) Route(ctx context.Context, i int, q *Request, t float64) in
 
 // Routed starts the request on the engine it went to (the gateway's
 // pick, or another when the replay overrode it): the gateway core records
-// its load and its pick in its local table at once; the bench pushes the
-// pick and the load to the cluster's shared state, and schedules the
-// request's first token and its end.
+// its load and its pick in its local table at once and gives the pick to
+// its senders, which begin their calls if none is in flight; the bench
+// schedules the request's first token and its end.
 func (r *coreRouter) Routed(_ *Request, e int, s *Served) {
 	if r.last == nil {
 		return
@@ -136,82 +142,75 @@ func (r *coreRouter) Routed(_ *Request, e int, s *Served) {
 	r.clock = r.now
 	s.LookupWaitS = r.wait
 	fl := r.last.Start(r.f.ReplicaID(e))
-	push := provisional.Push{}
-	if t := r.gw.ProvisionalTable(); t != nil && r.shared != nil && len(r.lastHashes) > 0 {
-		if live := t.Live(r.gw.ProvisionalPickerID(), 0); len(live) > 0 {
-			// Pick ids increase: the newest is the one just recorded.
-			push.Picks = live[len(live)-1:]
-		}
-	}
-	if len(push.Picks) > 0 {
-		// The pick's push carries the load report with its load, and
-		// settles the turn the lookup took (client.PickShareConfig.LoadFor).
-		r.sendPicks(r.now, push, r.turn)
-	} else {
-		// No pick to push: the report settles the turn.
-		r.sendLoad(r.now, r.turn)
-	}
+	r.pump(r.now, false, false)
 	first, done := s.FirstTokenAt+r.wait, s.DoneAt+r.wait
 	r.due.push(first, coreDue{at: first, first: true, doneAt: done, flight: fl})
 }
 
-// advance applies the first tokens and ends due by t, each at its time.
+// advance applies the first tokens and ends due by t, each at its time
+// (the -local ablation, which shares nothing).
 func (r *coreRouter) advance(t float64) {
-	r.due.until(t, func(x coreDue) {
-		r.clock = x.at
-		if x.first {
-			x.flight.FirstToken()
-			if id := x.flight.PickID(); id != 0 {
-				r.sendPicks(x.at, provisional.Push{Prefilled: []uint64{id}})
-			}
-			r.due.push(x.doneAt, coreDue{at: x.doneAt, flight: x.flight})
-		} else {
-			x.flight.Done()
+	for {
+		x, ok := r.due.peek()
+		if !ok || x > t {
+			return
 		}
-		r.sendLoad(x.at)
-	})
-}
-
-// sendPicks pushes a picks delta or full state to the cluster (shared
-// state only), under the gateway's picker id. A delta of a new pick
-// carries the gateway's load report, settling settle (nil = a push
-// without a report).
-func (r *coreRouter) sendPicks(at float64, p provisional.Push, settle ...uint64) {
-	if r.shared == nil {
-		return
+		r.flightEvent()
 	}
-	r.picksSeq++
-	p.PickerID, p.Sequence = r.gw.ProvisionalPickerID(), r.picksSeq
-	sp := sharePush{picks: &p, from: r.id}
-	if settle != nil {
-		sp.load, sp.settle, sp.turnPicker = r.loadReport(), settle, p.PickerID
+}
+
+// flightEvent applies the earliest first token or end due: the gateway
+// core records it (a first token goes to the pick sender), and the
+// senders begin what it asks for.
+func (r *coreRouter) flightEvent() {
+	_, x := r.due.pop()
+	r.clock = x.at
+	if x.first {
+		x.flight.FirstToken()
+		r.due.push(x.doneAt, coreDue{at: x.doneAt, flight: x.flight})
+	} else {
+		x.flight.Done()
 	}
-	r.shared.send(at, sp)
+	r.pump(x.at, false, false)
 }
 
-// sendLoad pushes this gateway's whole in-flight load (shared state only).
-func (r *coreRouter) sendLoad(at float64, settle ...uint64) {
-	if r.shared == nil {
-		return
-	}
-	r.shared.send(at, sharePush{from: r.id, load: r.loadReport(), settle: settle, turnPicker: r.gw.ProvisionalPickerID()})
-}
-
-// loadReport is the gateway's next load report: its whole in-flight load.
-func (r *coreRouter) loadReport() *pickerload.Report {
-	r.loadSeq++
-	rep := pickerload.FromPB(&pb.ReportPickerLoadRequest{PickerId: r.id, Sequence: r.loadSeq,
-		IntervalMs: uint32(max(1, int(r.shared.every*1000))), Loads: r.gw.PickerLoad()})
-	return &rep
-}
-
-// pushFull sends the periodic full state: the load and every live pick.
-func (r *coreRouter) pushFull(at float64) {
-	r.sendLoad(at)
+// tick is the senders' timers at virtual time at: a load report is due,
+// and the full state of the picks when full.
+func (r *coreRouter) tick(at float64, full bool) {
 	r.clock = at
-	if t := r.gw.ProvisionalTable(); t != nil {
-		r.sendPicks(at, provisional.Push{Full: true, Picks: t.Live(r.gw.ProvisionalPickerID(), 0)})
+	r.pump(at, true, full)
+}
+
+// pump begins, at virtual time at, the calls the gateway's senders have
+// to make (client.PickShare.Begin, client.LoadShare.BeginReport: each
+// with one call in flight) and puts them on their way. tick: the load
+// reports' timer fired; full: the full state's.
+func (r *coreRouter) pump(at float64, tick, full bool) {
+	if r.shared == nil {
+		return
 	}
+	if ps := r.gw.PickShare(); ps != nil {
+		if c := ps.Begin(virtualTime(r.base, at), full); c != nil {
+			r.shared.send(at, shareCall{r: r, push: c})
+		}
+	}
+	if ls := r.gw.LoadShare(); ls != nil {
+		if rep := ls.BeginReport(tick); rep != nil {
+			r.shared.send(at, shareCall{r: r, report: rep})
+		}
+	}
+}
+
+// ended ends call c at its sender once it reached the nodes (the answer's
+// way back left out), and begins what that asks for.
+func (r *coreRouter) ended(c shareCall) {
+	r.clock = c.at
+	if c.push != nil {
+		r.gw.PickShare().End(c.push, nil)
+	} else {
+		r.gw.LoadShare().EndReport(c.report, &pb.ReportPickerLoadResponse{Superseded: c.outcome == pickerload.Ignored}, nil)
+	}
+	r.pump(c.at, false, false)
 }
 
 // benchLookup is the hint service as the gateway core calls it: the real
@@ -230,7 +229,6 @@ type benchLookup struct {
 
 func (l *benchLookup) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *pb.LookupRouteResponse {
 	r := l.r
-	r.lastHashes = append(r.lastHashes[:0], req.BlockHashes...)
 	var resp *pb.LookupRouteResponse
 	if l.hints != nil {
 		resp = l.hints.respond(l.q)
@@ -243,6 +241,11 @@ func (l *benchLookup) LookupRoute(ctx context.Context, req *pb.LookupRouteReques
 	}
 	if resp.GetServedBy() == "" {
 		return resp // the SDK failed open: the gateway ignores the answer
+	}
+	if req.GetTakeTurn() && r.turn != 0 {
+		// The turn Route took at the node (sharedState.takeTurn), which
+		// the gateway settles through its senders.
+		resp.Turn, resp.TurnWaitUs = r.turn, uint32(r.wait*1e6)
 	}
 	if s := r.shared; s != nil {
 		// What the node adds to its answer, by the node's rules:

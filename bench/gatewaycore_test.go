@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/client"
-	"github.com/inference-cache/inference-cache/pickerload"
 )
 
 // hrwWinner is the highest-random-weight replica for key among ids by
@@ -122,28 +120,3 @@ func TestSiblingBurst_MeetsOnOneReplicaInTheModel(t *testing.T) {
 	}
 }
 
-// The shared state's pushes are visible from a later virtual instant
-// only: a report sent at 1 s with a 1 ms delay is not in the store at
-// 1.001 s, is at 1.002 s; with a 5 ms delay, only after 1.005 s; with the
-// measured delays (0), not before their least, 0.315 ms, and by their
-// greatest, 12.64 ms.
-func TestSharedState_PushesReachLaterInstantsOnly(t *testing.T) {
-	for _, c := range []struct {
-		delay        time.Duration
-		hidden, seen float64
-	}{{time.Millisecond, 1.001, 1.002}, {5 * time.Millisecond, 1.005, 1.006}, {0, 1.000315, 1.01265}} {
-		s := newSharedState(c.delay, time.Hour, -1, 1)
-		rep := pickerload.Report{PickerID: "gw-0", Sequence: 1, Interval: time.Minute,
-			Loads: []pickerload.ReplicaLoad{{ReplicaID: "e0", PrefillingRequests: 1, PrefillTokens: 512, RunningRequests: 1}}}
-		s.advance(0.5)
-		s.send(1.0, sharePush{load: &rep})
-		s.advance(c.hidden)
-		if sum := s.load.At().Others("gw-1", "e0"); sum.Pickers != 0 {
-			t.Errorf("delay %v: at %v s gw-1 sees %+v, want nothing yet", c.delay, c.hidden, sum)
-		}
-		s.advance(c.seen)
-		if sum := s.load.At().Others("gw-1", "e0"); sum.Pickers != 1 || sum.PrefillTokens != 512 {
-			t.Errorf("delay %v: at %v s gw-1 sees %+v, want gw-0's report", c.delay, c.seen, sum)
-		}
-	}
-}

@@ -61,10 +61,11 @@ type Config struct {
 	// over, round robin (default 1); each keeps its own router state.
 	Gateways int
 	// ReportInterval is how often, in virtual time, each gateway of
-	// lookuproute-sdk sends its full state (in-flight load and live picks)
-	// for repair, besides its pushes on every change; the load store
-	// expires a picker's load 2 intervals after its last report (default
-	// DefaultReportInterval).
+	// lookuproute-sdk reports its in-flight load (its LoadShare's
+	// interval, 10 ms to 1 min), besides the report its picks pushes
+	// carry; the load store expires a picker's load 2 intervals after its
+	// last report (default DefaultReportInterval). Its picks' full state
+	// goes every client.DefaultFullStateInterval.
 	ReportInterval time.Duration
 	// ShareDelay is the virtual delay from a lookuproute-sdk gateway's
 	// push (a pick, a first token, an end) to its visibility in every
@@ -262,11 +263,12 @@ func (cfg *Config) check() error {
 	if cfg.Gateways < 1 || cfg.Gateways > 1024 {
 		return fmt.Errorf("bench: %d gateways: want 1 to 1024", cfg.Gateways)
 	}
-	if cfg.ReportInterval < 0 {
-		return fmt.Errorf("bench: report interval %v: must not be negative", cfg.ReportInterval)
-	}
 	if cfg.ReportInterval == 0 {
 		cfg.ReportInterval = DefaultReportInterval
+	}
+	if cfg.ReportInterval < client.MinLoadShareInterval || cfg.ReportInterval > client.MaxLoadShareInterval {
+		// The gateways' own load reporters run with it.
+		return fmt.Errorf("bench: report interval %v: want %v to %v", cfg.ReportInterval, client.MinLoadShareInterval, client.MaxLoadShareInterval)
 	}
 	if cfg.ShareDelay < 0 {
 		return fmt.Errorf("bench: share delay %v: must not be negative", cfg.ShareDelay)

@@ -1,13 +1,13 @@
 package bench
 
 import (
+	"context"
 	"math"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/inference-cache/inference-cache/pickerload"
-	"github.com/inference-cache/inference-cache/provisional"
+	"github.com/inference-cache/inference-cache/client"
 )
 
 // The measured distribution is read back at its own points, linearly
@@ -35,58 +35,111 @@ func TestQuantileAt_LinearBetweenTheMeasuredPoints(t *testing.T) {
 	}
 }
 
-// A gateway's calls arrive in the order it sent them, whatever delays are
-// drawn (those sent while one is in flight arrive together, after it);
-// another gateway's may overtake them.
-func TestSharedState_PushesOfOneGatewayInOrder(t *testing.T) {
-	s := newSharedState(0, time.Second, 0, 1)
-	arrival := make([]float64, 2000)
-	from := func(i int) string { return []string{"a", "b"}[i%2] }
-	for i := range arrival {
-		// settle carries the send order here.
-		s.send(float64(i)*0.0001, sharePush{from: from(i), settle: []uint64{uint64(i)}})
+// sharedGateways is n picker-indexer gateways over a fleet of engines,
+// sharing one shared state of the given share delay and load-report
+// interval, no turns.
+func sharedGateways(t *testing.T, n, engines int, delay, every time.Duration) (*sharedState, []*coreRouter) {
+	t.Helper()
+	cfg := FleetConfig{Engines: engines, CacheBlocks: 256}
+	if err := cfg.fill(); err != nil {
+		t.Fatal(err)
 	}
-	var order []uint64
-	s.pending.until(math.Inf(1), func(p sharePush) {
-		arrival[p.settle[0]] = p.at
-		order = append(order, p.settle[0])
-	})
-	if len(order) != len(arrival) {
-		t.Fatalf("%d pushes arrived, want %d", len(order), len(arrival))
+	f := NewFleet(cfg, BenchModel, "")
+	s := newSharedState(delay, every, 0, 1)
+	env := &routerEnv{f: f, view: NewIndexerView(engines), stats: newLookupStats(), seed: 3, picker: client.DefaultPickerConfig(), shared: s}
+	var rs []*coreRouter
+	for k := range n {
+		r, err := newRouter(StrategyPickerIndexer, env, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r.(*coreRouter))
 	}
-	for i := 2; i < len(arrival); i++ {
-		if arrival[i] < arrival[i-2] {
-			t.Fatalf("push %d of %s arrives at %v, before its earlier push %d at %v", i, from(i), arrival[i], i-2, arrival[i-2])
+	return s, rs
+}
+
+// route sends q through gateway r at virtual time at and starts it on
+// the engine picked, its first token 10 s later.
+func route(r *coreRouter, q *Request, at float64) int {
+	e := r.Route(context.Background(), 0, q, at)
+	r.Routed(q, e, &Served{FirstTokenAt: at + 10, DoneAt: at + 20})
+	return e
+}
+
+// A gateway's picks go out through its own SDK sender, one push in
+// flight: the first pick's push (carrying the gateway's load report)
+// arrives one share delay after the pick; the picks made meanwhile
+// gather into the next push, begun when the first arrives and arriving
+// one delay after that. Nothing reaches the shared state before.
+func TestSharedState_OnePicksPushInFlightPerGateway(t *testing.T) {
+	s, rs := sharedGateways(t, 1, 8, 2*time.Millisecond, time.Minute)
+	r := rs[0]
+	for k, at := range []float64{1.000, 1.0005, 1.001} {
+		route(r, req(4*TraceBlockTokens, ids(uint64(100*(k+1)), 4)...), at)
+	}
+	held := func(at float64) (picks int, prefilling uint32) {
+		s.advance(at)
+		for e := range r.f.Engines {
+			prefilling += s.load.At().Others("another", r.f.ReplicaID(e)).PrefillingRequests
+		}
+		return len(s.picks.Live(r.id, 0)), prefilling
+	}
+	for _, c := range []struct {
+		at                float64
+		picks, prefilling int
+	}{{1.0019, 0, 0}, {1.0021, 1, 1}, {1.0039, 1, 1}, {1.0041, 3, 3}} {
+		if p, l := held(c.at); p != c.picks || int(l) != c.prefilling {
+			t.Fatalf("at %v s the nodes hold %d picks and %d prefilling requests of the gateway, want %d and %d", c.at, p, l, c.picks, c.prefilling)
 		}
 	}
-	if slices.IsSorted(order) {
-		t.Fatal("no gateway's push ever overtook another's: the delays are not drawn")
+	if st := r.gw.PickShare().Stats(); st.Pushes != 2 {
+		t.Fatalf("%d picks pushes, want 2 (the first pick; then the two gathered)", st.Pushes)
 	}
 }
 
-// A sender with a call in flight gathers what comes meanwhile into one
-// call, sent when the first is answered; a load report waits for a picks
-// push in flight that carries one.
-func TestSharedState_OneCallInFlightPerSender(t *testing.T) {
-	s := newSharedState(2*time.Millisecond, time.Second, 0, 1)
-	pick := func(carries bool) sharePush {
-		p := sharePush{from: "a", picks: &provisional.Push{}}
-		if carries {
-			p.load = &pickerload.Report{}
+// What one gateway pushes is in another's lookups from the next virtual
+// instant after it arrives: one share delay after the first gateway's
+// pick of a new 8-block prefix, the second gateway's decision counts
+// those 4,096 tokens as cached on that engine; a moment before, nothing.
+func TestSharedState_APickReachesTheOtherGatewayAfterTheDelay(t *testing.T) {
+	for _, c := range []struct {
+		after  float64
+		cached int
+	}{{0.0049, 0}, {0.0051, 8 * TraceBlockTokens}} {
+		_, rs := sharedGateways(t, 2, 8, 5*time.Millisecond, time.Minute)
+		e0 := route(rs[0], req(9*TraceBlockTokens, append(ids(500, 8), 900)...), 1)
+		rs[1].Route(context.Background(), 1, req(9*TraceBlockTokens, append(ids(500, 8), 901)...), 1+c.after)
+		got := -1
+		for _, cost := range rs[1].last.Costs {
+			if cost.Replica == rs[1].f.ReplicaID(e0) {
+				got = cost.CachedTokens
+			}
 		}
-		return p
+		if got != c.cached {
+			t.Errorf("%v s after gateway 0's pick on engine %d, gateway 1 counts %d tokens cached there, want %d", c.after, e0, got, c.cached)
+		}
 	}
-	s.send(1.000, pick(true))            // in flight until 1.002
-	s.send(1.001, pick(false))           // gathered: sent at 1.002, arrives 1.004
-	s.send(1.0015, pick(true))           // the same call
-	s.send(1.0016, sharePush{from: "a"}) // a report: waits for the carrying call, 1.004, then 2 ms
-	s.send(1.0100, pick(false))          // nothing in flight: at once
-	var got []float64
-	s.pending.until(math.Inf(1), func(p sharePush) { got = append(got, p.at) })
-	want := []float64{1.002, 1.004, 1.004, 1.006, 1.012}
-	for i := range want {
-		if math.Abs(got[i]-want[i]) > 1e-9 {
-			t.Fatalf("arrivals %v, want %v", got, want)
+}
+
+// A push reaches the nodes at a later virtual instant only: a pick at
+// 1 s with a 1 ms delay is not held at 1.001 s, is at 1.002 s; with a
+// 5 ms delay, only after 1.005 s; with the measured delays (0), not
+// before their least, 0.315 ms, and by their greatest, 12.64 ms.
+func TestSharedState_PushesReachLaterInstantsOnly(t *testing.T) {
+	for _, c := range []struct {
+		delay        time.Duration
+		hidden, seen float64
+	}{{time.Millisecond, 1.001, 1.002}, {5 * time.Millisecond, 1.005, 1.006}, {0, 1.000315, 1.01265}} {
+		s, rs := sharedGateways(t, 1, 4, c.delay, time.Minute)
+		s.advance(0.5)
+		route(rs[0], req(4*TraceBlockTokens, ids(7, 4)...), 1)
+		s.advance(c.hidden)
+		if n := len(s.picks.Live(rs[0].id, 0)); n != 0 {
+			t.Errorf("delay %v: at %v s the nodes hold %d picks, want none yet", c.delay, c.hidden, n)
+		}
+		s.advance(c.seen)
+		if n := len(s.picks.Live(rs[0].id, 0)); n != 1 {
+			t.Errorf("delay %v: at %v s the nodes hold %d picks, want the one", c.delay, c.seen, n)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"time"
 
+	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
+	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/provisional"
 	"github.com/inference-cache/inference-cache/turns"
@@ -13,26 +15,27 @@ import (
 // gateways see it, on the replay's virtual clock: the real stores of the
 // nodes, pickerload.Store (each gateway's in-flight load, contract
 // §5.11) and provisional.Store (each gateway's picks, contract §5.12),
-// fed by the gateways' pushes. A gateway pushes its whole in-flight load
-// and a delta of its picks whenever they change (a pick, a first token,
-// an end), and its full state every period for repair; every push
-// reaches the stores after the share delay and is visible to lookups at
-// later virtual instants only, so requests of one instant never see each
-// other through it (at zero delay, from the next instant on).
+// fed by the gateways' own SDK senders (client.PickShare and
+// client.LoadShare, driven by hand through Begin and End): a call begins
+// when its sender says so, reaches the stores one share delay later,
+// applied by the nodes' own rules, and ends there (its answer's way back
+// is left out), when the sender may begin the next. What a call brings
+// is visible to lookups at later virtual instants only, so requests of
+// one instant never see each other through it (at zero delay, from the
+// next instant on).
 type sharedState struct {
 	base  time.Time
 	now   float64       // the stores' virtual clock (s)
-	delay *delaySampler // a push's time to every node
-	// pipes are each gateway's two senders, as the SDK runs them: its
-	// picks pushes (client.PickShare) and its load reports
-	// (client.LoadShare), each with one call in flight.
-	pipes    map[string]*[2]pipe
-	every    float64 // full-state period (s)
-	lastTick float64
-	load     *pickerload.Store
-	picks    *provisional.Store
-	pending  due[sharePush]
-	gws      []*coreRouter
+	delay *delaySampler // a call's time to every node
+	// every is the load reports' interval, fullEvery the picks' full
+	// states' (s); nextTick and nextFull are the next of each (NaN until
+	// the first advance sets the grid).
+	every, fullEvery   float64
+	nextTick, nextFull float64
+	load               *pickerload.Store
+	picks              *provisional.Store
+	pending            due[shareCall]
+	gws                []*coreRouter
 	// turns is the node's turn table (contract §5.13), nil when the
 	// gateways take no turns; turnWait bounds a lookup's wait (s).
 	turns    *turns.Table
@@ -44,21 +47,21 @@ type sharedState struct {
 	queuePicker string
 }
 
-// sharePush is one push on its way: a load report, a picks push, or a
-// picks push carrying a load report.
-type sharePush struct {
-	at    float64 // arrival at the nodes (virtual s)
-	from  string  // the gateway that sent it
-	load  *pickerload.Report
-	picks *provisional.Push
-	// settle is the turns a load report ends (contract §5.13), taken by
-	// turnPicker.
-	settle     []uint64
-	turnPicker string
+// shareCall is one call of a gateway's SDK on its way: a picks push (the
+// pick, first tokens and removals, or the full state, with the load
+// report it carries) or a load report.
+type shareCall struct {
+	at     float64 // arrival at the nodes (virtual s)
+	r      *coreRouter
+	push   *client.PushCall
+	report *pb.ReportPickerLoadRequest
+	// outcome is the load store's answer to report, once it arrived.
+	outcome pickerload.Outcome
 }
 
 func newSharedState(delay, every, turnWait time.Duration, seed uint64) *sharedState {
-	s := &sharedState{base: time.Unix(0, 0), delay: newDelaySampler(delay, seed), pipes: map[string]*[2]pipe{}, every: every.Seconds(), lastTick: math.Inf(-1)}
+	s := &sharedState{base: time.Unix(0, 0), delay: newDelaySampler(delay, seed), every: every.Seconds(),
+		fullEvery: client.DefaultFullStateInterval.Seconds(), nextTick: math.NaN(), nextFull: math.NaN()}
 	s.load = pickerload.New(pickerload.Config{Now: s.clock})
 	s.picks = provisional.New(provisional.Config{Now: s.clock})
 	if turnWait > 0 {
@@ -114,121 +117,80 @@ func virtualTime(base time.Time, t float64) time.Time {
 	return base.Add(time.Duration(math.Round(t * float64(time.Second))))
 }
 
-// send puts a push of gateway p.from on its way at virtual time at, as
-// the SDK sends it: a picks push (p.picks set, with the load report it
-// carries, if any) through the gateway's pusher, a load report through its
-// reporter. Each sender has one call in flight: what comes meanwhile goes
-// in one call once that one is answered (a call is answered when it
-// arrives; the answer's way back is left out). A load report also waits
-// for a picks push in flight that carries one (client.LoadShare.Carried).
-// A call arrives one share delay after it is sent.
-func (s *sharedState) send(at float64, p sharePush) {
-	ps := s.pipes[p.from]
-	if ps == nil {
-		ps = &[2]pipe{}
-		s.pipes[p.from] = ps
-	}
-	if p.picks != nil {
-		p.at = ps[0].send(at, s.delay.next, p.load != nil)
-	} else {
-		at = ps[0].carriedUntil(at)
-		p.at = ps[1].send(at, s.delay.next, false)
-	}
-	s.pending.push(p.at, p)
+// send puts call on its way at virtual time at: it arrives one share
+// delay later.
+func (s *sharedState) send(at float64, c shareCall) {
+	c.at = at + s.delay.next()
+	s.pending.push(c.at, c)
 }
 
-// pipe is one sender of a gateway with one call in flight (busyUntil: its
-// arrival), and the call that gathers what comes meanwhile (queued: sent
-// when the one in flight arrives, arriving at queuedArrival).
-type pipe struct {
-	busyUntil, queuedArrival float64
-	queued                   bool
-	// busyCarries, queuedCarries: that call carries a load report.
-	busyCarries, queuedCarries bool
-}
-
-// send is the arrival of what the sender is given at virtual time at,
-// delay the next call's share delay; carries: it holds a load report.
-func (c *pipe) send(at float64, delay func() float64, carries bool) float64 {
-	c.roll(at)
-	if at >= c.busyUntil {
-		c.busyUntil, c.busyCarries = at+delay(), carries
-		return c.busyUntil
-	}
-	if !c.queued {
-		c.queued, c.queuedCarries = true, false
-		c.queuedArrival = c.busyUntil + delay()
-	}
-	c.queuedCarries = c.queuedCarries || carries
-	return c.queuedArrival
-}
-
-// roll sends the gathering call once the one in flight arrived.
-func (c *pipe) roll(at float64) {
-	if c.queued && c.busyUntil <= at {
-		c.busyUntil, c.busyCarries, c.queued = c.queuedArrival, c.queuedCarries, false
-	}
-}
-
-// carriedUntil is when the last call carrying a load report that is in
-// flight or gathering at at arrives (at when there is none): the load
-// reports wait for it.
-func (c *pipe) carriedUntil(at float64) float64 {
-	c.roll(at)
-	switch {
-	case c.queued && c.queuedCarries:
-		return c.queuedArrival
-	case c.busyUntil > at && c.busyCarries:
-		return c.busyUntil
-	}
-	return at
-}
-
-// advance brings the shared state to virtual time t: every gateway's
-// events up to t (each pushing at its own time), the full states of the
-// period's ticks up to t, and the delivery of every push that arrives
-// before t.
+// advance brings the shared state to virtual time t, event by event in
+// time order: the senders' ticks (a load report every interval, a full
+// state every full-state interval), the gateways' requests' first
+// tokens and ends, and the arrival of every call before t.
 func (s *sharedState) advance(t float64) {
 	if t < s.now {
 		// A lookup that waited for its turn moved the state on; the
 		// stores' clock never goes back.
 		return
 	}
-	if s.every > 0 {
-		next := math.Floor(t/s.every) * s.every
-		first := next
-		if !math.IsInf(s.lastTick, -1) {
-			first = s.lastTick + s.every
+	if math.IsNaN(s.nextTick) {
+		s.nextTick = math.Floor(t/s.every) * s.every
+		s.nextFull = math.Floor(t/s.fullEvery) * s.fullEvery
+	}
+	for {
+		at, gw := math.Inf(1), -2 // -1: a tick, -3: an arrival
+		if s.nextTick <= t {
+			at, gw = s.nextTick, -1
 		}
-		for tick := first; tick <= next; tick += s.every {
+		for i, g := range s.gws {
+			if x, ok := g.due.peek(); ok && x <= t && x < at {
+				at, gw = x, i
+			}
+		}
+		if x, ok := s.pending.peek(); ok && x < t && x < at {
+			at, gw = x, -3
+		}
+		switch {
+		case gw == -2:
+			s.now = t
+			return
+		case gw == -1:
+			s.now = max(s.now, at)
+			full := at >= s.nextFull
+			if full {
+				s.nextFull += s.fullEvery
+			}
+			s.nextTick += s.every
 			for _, g := range s.gws {
-				g.advance(tick)
-				g.pushFull(tick)
+				g.tick(at, full)
 			}
-			s.lastTick = tick
+		case gw >= 0:
+			s.now = max(s.now, at)
+			s.gws[gw].flightEvent()
+		default:
+			s.pending.until(at, s.arrive)
 		}
 	}
-	for _, g := range s.gws {
-		g.advance(t)
+}
+
+// arrive applies call c at every node, by the nodes' rules, at its
+// arrival, and ends it at its gateway's sender.
+func (s *sharedState) arrive(c shareCall) {
+	s.now = max(s.now, c.at)
+	var settle []uint64
+	var picker string
+	if c.push != nil {
+		req := c.push.Request
+		_, _, _ = s.picks.ApplyCarrying(req, provisional.FromPB(req), s.load)
+		picker, settle = req.GetPickerId(), req.GetLoad().GetSettledTurns()
+	} else {
+		c.outcome, _ = s.load.Put(pickerload.FromPB(c.report))
+		picker, settle = c.report.GetPickerId(), c.report.GetSettledTurns()
 	}
-	s.pending.until(math.Nextafter(t, math.Inf(-1)), func(p sharePush) {
-		// Each push is applied at its own arrival (which dates its
-		// expiry); the heap hands them out in arrival order.
-		s.now = max(s.now, p.at)
-		hold := func() {
-			if p.load != nil {
-				_, _ = s.load.Put(*p.load)
-			}
-		}
-		if p.picks != nil {
-			// A push's report after its picks, by the node's rule.
-			_, _ = s.picks.ApplyThen(*p.picks, hold)
-		} else {
-			hold()
-		}
-		if s.turns != nil && len(p.settle) > 0 {
-			s.turns.Settle(p.turnPicker, p.settle)
-		}
-	})
-	s.now = t
+	if s.turns != nil && len(settle) > 0 {
+		// After the picks and the load are held, as a node settles them.
+		s.turns.Settle(picker, settle)
+	}
+	c.r.ended(c)
 }

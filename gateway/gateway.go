@@ -119,8 +119,9 @@ type Config struct {
 	// to the cluster (contract §5.11: the picker id, the interval), so
 	// that the other gateways' lookups count it and this one's lookups
 	// leave it out. It is on for StrategyPicker whenever Lookup can take
-	// reports (a *client.Client can); NoShareLoad turns it off. Stop it
-	// with Close.
+	// reports (a *client.Client can), or ShareLoad.Manual is set (the
+	// caller sends the reports: LoadShare); NoShareLoad turns it off.
+	// Stop it with Close.
 	ShareLoad   client.LoadShareConfig
 	NoShareLoad bool
 	// AdapterLoadTokens is the cost, in prefill tokens, charged to a
@@ -179,7 +180,7 @@ func New(cfg Config) (*Gateway, error) {
 	case StrategyDynamo, StrategyLLMD, StrategySGLang:
 		g.peer = newPeerState()
 	}
-	if to, ok := cfg.Lookup.(client.LoadReportSender); ok && !cfg.NoShareLoad && s == StrategyPicker {
+	if to, ok := cfg.Lookup.(client.LoadReportSender); (ok || cfg.ShareLoad.Manual) && !cfg.NoShareLoad && s == StrategyPicker {
 		sc := cfg.ShareLoad
 		if sc.Load == nil {
 			sc.Load = g.sharedLoad
@@ -203,6 +204,10 @@ func (g *Gateway) PickerID() string {
 	}
 	return g.share.PickerID()
 }
+
+// LoadShare is the gateway's load reporter (nil when it does not share
+// its load): a Manual one is driven through it.
+func (g *Gateway) LoadShare() *client.LoadShare { return g.share }
 
 // Close stops the picks pushes and then the load reports (a last, empty
 // one tells the cluster at once: after the pushes, whose reports would

@@ -23,7 +23,8 @@ type ProvisionalConfig struct {
 	// Off records nothing: no local table, no pushes.
 	Off bool
 	// NoPush keeps the local table but pushes nothing. Pushes go out only
-	// when Config.Lookup can send them (a *client.Client can).
+	// when Config.Lookup can send them (a *client.Client can), or when
+	// Push.Manual is set (the caller sends them: Gateway.PickShare).
 	NoPush bool
 	// MaxAge is each pick's max age; 0 = provisional.DefaultMaxAge
 	// (10 s), else provisional.MinMaxAge to provisional.MaxMaxAge.
@@ -99,7 +100,7 @@ func (g *Gateway) startProvisional() error {
 	// Pick ids from the clock: a restarted gateway under the same picker
 	// id does not reuse one.
 	p.next.Store(uint64(time.Now().UnixNano()))
-	if to, ok := g.cfg.Lookup.(client.PicksSender); ok && !c.NoPush && c.Sink == nil {
+	if to, ok := g.cfg.Lookup.(client.PicksSender); (ok || c.Push.Manual) && !c.NoPush && c.Sink == nil {
 		pc := c.Push
 		pc.PickerID = p.id
 		if share := g.share; share != nil && pc.AfterDelta == nil {
@@ -132,7 +133,8 @@ func (g *Gateway) startProvisional() error {
 // when off): a simulation reads it, and its Stats.
 func (g *Gateway) ProvisionalTable() *provisional.Store { return g.prov.table }
 
-// PickShare is the gateway's pusher of picks (nil when not pushing).
+// PickShare is the gateway's pusher of picks (nil when not pushing): a
+// Manual one is driven through it.
 func (g *Gateway) PickShare() *client.PickShare { return g.prov.push }
 
 func partitionOf(lr *pb.LookupRouteRequest) provisional.Partition {

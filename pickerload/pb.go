@@ -1,6 +1,8 @@
 package pickerload
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -68,4 +70,30 @@ func (v View) FillOthers(resp *pb.LookupRouteResponse, asker string) {
 func setOthers(l *pb.ReplicaLoad, sum Sum) {
 	l.OthersPrefillingRequests, l.OthersPrefillTokens, l.OthersRunningRequests, l.OthersPickers =
 		sum.PrefillingRequests, sum.PrefillTokens, sum.RunningRequests, sum.Pickers
+}
+
+// FromPush is the load report a picks push carries (contract §5.13), nil
+// when it carries none, its picker id the push's when empty. Errors are
+// *FieldError naming the field under "load.": a picker id other than the
+// push's, or the report breaking a rule of its own (Report.Validate).
+func FromPush(req *pb.SharePicksRequest) (*Report, error) {
+	l := req.GetLoad()
+	if l == nil {
+		return nil, nil
+	}
+	r := FromPB(l)
+	if r.PickerID == "" {
+		r.PickerID = req.GetPickerId()
+	}
+	if r.PickerID != req.GetPickerId() {
+		return nil, &FieldError{Field: "load.picker_id", Msg: fmt.Sprintf("%q, not the push's picker_id %q", r.PickerID, req.GetPickerId())}
+	}
+	if err := r.Validate(); err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			return nil, &FieldError{Field: "load." + fe.Field, Msg: fe.Msg}
+		}
+		return nil, err
+	}
+	return &r, nil
 }

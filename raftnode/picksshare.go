@@ -1,14 +1,11 @@
 package raftnode
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
-	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/provisional"
 	"github.com/inference-cache/inference-cache/raftnode/forwardpb"
 )
@@ -110,52 +107,14 @@ func (f *forwardServer) applyPeerPicks(req *forwardpb.ShareLoadRequest, resp *fo
 }
 
 // applyPush applies push (req as the store takes it) and then req's load
-// report, if any (contract §5.13), aged as the push: a lookup that reads
-// the load then reads the picks that explain it. A load report that
-// breaks a rule refuses the whole push, before anything is applied; picks
-// refused for a full store still leave the load held, since it is true
-// either way. A load report the load store has no room for is dropped
-// (the store counts it refused), and the push stands: the picks do not
-// depend on it, and the picker's periodic reports, refused alike, tell
-// it why.
+// report, if any, by provisional.Store.ApplyCarrying. A load report the
+// load store has no room for is dropped (the store counts it refused)
+// and logged; the push stands, and the picker's periodic reports,
+// refused alike, tell it why.
 func (n *Node) applyPush(req *pb.SharePicksRequest, push provisional.Push) (provisional.Result, error) {
-	load, err := pushLoad(req)
-	if err != nil {
-		return provisional.Result{}, err
+	res, loadErr, err := n.picks.ApplyCarrying(req, push, n.pickers)
+	if loadErr != nil && n.log != nil {
+		n.log.Debug("raftnode: the load report a picks push carried was not held", "picker_id", req.GetPickerId(), "err", loadErr)
 	}
-	if load == nil {
-		return n.picks.Apply(push)
-	}
-	return n.picks.ApplyThen(push, func() {
-		load.Age = push.Age
-		if _, lerr := n.pickers.Put(*load); lerr != nil && n.log != nil {
-			n.log.Debug("raftnode: the load report a picks push carried was not held", "picker_id", load.PickerID, "err", lerr)
-		}
-	})
-}
-
-// pushLoad is req's load report (nil when it carries none), its picker
-// id the push's when empty. Errors are *pickerload.FieldError naming the
-// field under "load.": a picker id other than the push's, or the report
-// breaking a rule of its own (pickerload.Report.Validate).
-func pushLoad(req *pb.SharePicksRequest) (*pickerload.Report, error) {
-	l := req.GetLoad()
-	if l == nil {
-		return nil, nil
-	}
-	r := pickerload.FromPB(l)
-	if r.PickerID == "" {
-		r.PickerID = req.GetPickerId()
-	}
-	if r.PickerID != req.GetPickerId() {
-		return nil, &pickerload.FieldError{Field: "load.picker_id", Msg: fmt.Sprintf("%q, not the push's picker_id %q", r.PickerID, req.GetPickerId())}
-	}
-	if err := r.Validate(); err != nil {
-		var fe *pickerload.FieldError
-		if errors.As(err, &fe) {
-			return nil, &pickerload.FieldError{Field: "load." + fe.Field, Msg: fe.Msg}
-		}
-		return nil, err
-	}
-	return &r, nil
+	return res, err
 }
