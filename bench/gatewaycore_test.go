@@ -119,4 +119,3 @@ func TestSiblingBurst_MeetsOnOneReplicaInTheModel(t *testing.T) {
 		}
 	}
 }
-
