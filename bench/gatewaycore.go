@@ -9,7 +9,6 @@ import (
 	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/gateway"
 	"github.com/inference-cache/inference-cache/openai"
-	"github.com/inference-cache/inference-cache/pickerload"
 	"github.com/inference-cache/inference-cache/prompt"
 	"github.com/inference-cache/inference-cache/provisional"
 )
@@ -206,9 +205,9 @@ func (r *coreRouter) pump(at float64, tick, full bool) {
 func (r *coreRouter) ended(c shareCall) {
 	r.clock = c.at
 	if c.push != nil {
-		r.gw.PickShare().End(c.push, nil)
+		r.gw.PickShare().End(c.push, c.err)
 	} else {
-		r.gw.LoadShare().EndReport(c.report, &pb.ReportPickerLoadResponse{Superseded: c.outcome == pickerload.Ignored}, nil)
+		r.gw.LoadShare().EndReport(c.report, c.answer, c.err)
 	}
 	r.pump(c.at, false, false)
 }

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"context"
 	"math"
 	"time"
 
+	"github.com/inference-cache/inference-cache/api"
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/client"
 	"github.com/inference-cache/inference-cache/pickerload"
@@ -34,7 +36,10 @@ type sharedState struct {
 	nextTick, nextFull float64
 	load               *pickerload.Store
 	picks              *provisional.Store
-	pending            due[shareCall]
+	// svc is the nodes' service over the stores (softNode): it takes the
+	// calls as a node's gRPC handlers do.
+	svc     *api.Service
+	pending due[shareCall]
 	gws                []*coreRouter
 	// turns is the node's turn table (contract §5.13), nil when the
 	// gateways take no turns; turnWait bounds a lookup's wait (s).
@@ -55,8 +60,9 @@ type shareCall struct {
 	r      *coreRouter
 	push   *client.PushCall
 	report *pb.ReportPickerLoadRequest
-	// outcome is the load store's answer to report, once it arrived.
-	outcome pickerload.Outcome
+	// answer (to a report) and err are the node's, once it arrived.
+	answer *pb.ReportPickerLoadResponse
+	err    error
 }
 
 func newSharedState(delay, every, turnWait time.Duration, seed uint64) *sharedState {
@@ -67,6 +73,7 @@ func newSharedState(delay, every, turnWait time.Duration, seed uint64) *sharedSt
 	if turnWait > 0 {
 		s.turns, s.turnWait = turns.New(turns.Config{Now: s.clock}), turnWait.Seconds()
 	}
+	s.svc = api.NewService(api.Config{PickerLoad: softNode{s}, Provisional: softNode{s}, Turns: s.turns, Now: s.clock})
 	return s
 }
 
@@ -174,23 +181,15 @@ func (s *sharedState) advance(t float64) {
 	}
 }
 
-// arrive applies call c at every node, by the nodes' rules, at its
-// arrival, and ends it at its gateway's sender.
+// arrive hands call c to the nodes' service at its arrival (the
+// service applies it and ends the turns it settles, as a node's handler
+// does), and ends it at its gateway's sender with the answer.
 func (s *sharedState) arrive(c shareCall) {
 	s.now = max(s.now, c.at)
-	var settle []uint64
-	var picker string
 	if c.push != nil {
-		req := c.push.Request
-		_, _, _ = s.picks.ApplyCarrying(req, provisional.FromPB(req), s.load)
-		picker, settle = req.GetPickerId(), req.GetLoad().GetSettledTurns()
+		_, c.err = s.svc.SharePicks(context.Background(), c.push.Request)
 	} else {
-		c.outcome, _ = s.load.Put(pickerload.FromPB(c.report))
-		picker, settle = c.report.GetPickerId(), c.report.GetSettledTurns()
-	}
-	if s.turns != nil && len(settle) > 0 {
-		// After the picks and the load are held, as a node settles them.
-		s.turns.Settle(picker, settle)
+		c.answer, c.err = s.svc.ReportPickerLoad(context.Background(), c.report)
 	}
 	c.r.ended(c)
 }
