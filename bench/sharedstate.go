@@ -40,7 +40,7 @@ type sharedState struct {
 	// calls as a node's gRPC handlers do.
 	svc     *api.Service
 	pending due[shareCall]
-	gws                []*coreRouter
+	gws     []*coreRouter
 	// turns is the node's turn table (contract §5.13), nil when the
 	// gateways take no turns; turnWait bounds a lookup's wait (s).
 	turns    *turns.Table
