@@ -233,17 +233,22 @@ func (l *benchLookup) LookupRoute(ctx context.Context, req *pb.LookupRouteReques
 		resp = l.hints.respond(l.q)
 		resp.ServedBy = "indexer"
 	} else {
+		// The bench's cluster takes no turns: they are the shared state's,
+		// on the virtual clock (below).
+		take := req.TakeTurn
+		req.TakeTurn = false
 		start := time.Now()
 		resp = l.cl.LookupRoute(ctx, req)
+		req.TakeTurn = take
 		r.lat = append(r.lat, float64(time.Since(start).Nanoseconds())/1e3)
 		r.reasons[resp.GetReasonCode().String()]++
 	}
 	if resp.GetServedBy() == "" {
 		return resp // the SDK failed open: the gateway ignores the answer
 	}
-	if req.GetTakeTurn() && r.turn != 0 {
-		// The turn Route took at the node (sharedState.takeTurn), which
-		// the gateway settles through its senders.
+	if req.GetTakeTurn() {
+		// The turn Route took at the node (sharedState.takeTurn; 0:
+		// none), which the gateway settles through its senders.
 		resp.Turn, resp.TurnWaitUs = r.turn, uint32(r.wait*1e6)
 	}
 	if s := r.shared; s != nil {
