@@ -170,13 +170,25 @@ func targetCells(m map[string]*bench.JSONStrategy, u, o *bench.JSONStrategy) []c
 		}
 	}
 	maxMean := max(MaxOverMeanTarget, o.MaxOverMeanRequests)
+	hit := pcts(u.TokenHitRate, HitRatioTarget*bhit)
 	return []cell{
 		{u.TTFTModelP50Ms <= bp50, fmt.Sprintf("%s vs %s (%s)", ms(u.TTFTModelP50Ms), ms(bp50), n50)},
 		{u.TTFTModelP99Ms <= bp99, fmt.Sprintf("%s vs %s (%s)", ms(u.TTFTModelP99Ms), ms(bp99), n99)},
-		{u.TokenHitRate >= HitRatioTarget*bhit, fmt.Sprintf("%.1f %% vs %.1f %% (%s)", 100*u.TokenHitRate, 100*HitRatioTarget*bhit, nhit)},
+		{u.TokenHitRate >= HitRatioTarget*bhit, fmt.Sprintf("%s vs %s (%s)", hit[0], hit[1], nhit)},
 		{u.TTFTModelP50Ms <= OracleP50Target*o.TTFTModelP50Ms, fmt.Sprintf("%s vs %s", ms(u.TTFTModelP50Ms), ms(OracleP50Target*o.TTFTModelP50Ms))},
 		{u.MaxOverMeanRequests <= maxMean, fmt.Sprintf("%.2f vs %.2f", u.MaxOverMeanRequests, maxMean)},
 	}
+}
+
+// pcts renders fractions a and b as percentages with one decimal, or
+// two when one decimal would print them alike (a figure and a bound it
+// misses by less than 0.05 points would read as equal).
+func pcts(a, b float64) [2]string {
+	x, y := fmt.Sprintf("%.1f %%", 100*a), fmt.Sprintf("%.1f %%", 100*b)
+	if x == y && a != b {
+		x, y = fmt.Sprintf("%.2f %%", 100*a), fmt.Sprintf("%.2f %%", 100*b)
+	}
+	return [2]string{x, y}
 }
 
 func byName(r *bench.JSONReport) map[string]*bench.JSONStrategy {

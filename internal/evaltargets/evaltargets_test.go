@@ -77,3 +77,20 @@ func TestWrite_SeveralRunsNamedWithThePerRunP50(t *testing.T) {
 		t.Fatalf("a one-run report speaks of medians:\n%s", b.String())
 	}
 }
+
+// A hit rate that misses its bound by less than 0.05 points is printed
+// with two decimals, so the figure and the bound never read alike.
+func TestPcts_TwoDecimalsWhenOneWouldTie(t *testing.T) {
+	for _, c := range []struct {
+		a, b float64
+		want [2]string
+	}{
+		{0.4455795, 0.4462037, [2]string{"44.56 %", "44.62 %"}},
+		{0.334, 0.345, [2]string{"33.4 %", "34.5 %"}},
+		{0.5, 0.5, [2]string{"50.0 %", "50.0 %"}},
+	} {
+		if got := pcts(c.a, c.b); got != c.want {
+			t.Errorf("pcts(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
