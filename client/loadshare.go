@@ -73,8 +73,8 @@ type LoadShareConfig struct {
 	// minute; nil = slog.Default().
 	Logger *slog.Logger
 	// Manual starts no goroutine: the caller sends the reports, one at a
-	// time, with BeginReport and EndReport, at its own ticks and when
-	// Kicked says a report is asked for (a simulation, on its virtual
+	// time, with BeginReport and EndReport, at its own ticks and after
+	// anything that may ask for one (a simulation, on its virtual
 	// clock). The sender is then not called and may be nil.
 	Manual bool
 	// Now is the clock of the hold of Carried's reports (carriedHoldMax);
@@ -208,12 +208,14 @@ func StartLoadShare(p *Picker, to LoadReportSender, cfg LoadShareConfig) (*LoadS
 // none to send now: one report is in flight at a time (nil until
 // EndReport), and a report is sent only when asked for (asked: the
 // caller's tick or kick; else a Kick, Settle or Answered since the last
-// report), one for every ask made while one was in flight. It carries the
+// report), and the asks made while one is in flight make one report
+// after it. It carries the
 // turns queued (Settle) and the load read as it begins. While the push of
 // a Carried report is unanswered it is held: nil, the turns stay queued,
 // and Answered asks again. The reporting goroutine calls it at each tick
 // and kick; a Manual caller at its ticks (asked) and after anything that
-// may kick (not asked).
+// may kick (not asked). BeginReport and EndReport are for one goroutine at
+// a time; Kick, Settle, Carried and Answered may be called from any.
 func (s *LoadShare) BeginReport(asked bool) *pb.ReportPickerLoadRequest {
 	select {
 	case <-s.kick:

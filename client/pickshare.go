@@ -79,9 +79,9 @@ type PickShareConfig struct {
 	// nil = slog.Default().
 	Logger *slog.Logger
 	// Manual starts no goroutine: the caller runs the pushes, one at a
-	// time, with BeginDelta or BeginFull and End, at the times it
-	// chooses (a simulation, on its virtual clock). The sender is then
-	// not called and may be nil.
+	// time, with Begin and End, at the times it chooses (a simulation,
+	// on its virtual clock). The sender is then not called and may be
+	// nil.
 	Manual bool
 }
 
@@ -259,8 +259,8 @@ func (s *PickShare) run() {
 	}
 }
 
-// PushCall is one push of a PickShare, from BeginDelta or BeginFull to
-// End: Request is what goes to the nodes.
+// PushCall is one push of a PickShare, from Begin to End: Request is
+// what goes to the nodes.
 type PushCall struct {
 	Request *pb.SharePicksRequest
 	// ids are the picks of a delta; after: the delta added or removed
@@ -284,7 +284,9 @@ type PushCall struct {
 //
 // The pushing goroutine calls it when woken or ticked, then again after
 // each End until it answers nil; a Manual caller does the same at its
-// own times (every FullStateInterval with tick set).
+// own times (every FullStateInterval with tick set). Begin and End are
+// for one goroutine at a time (the pusher's, or the Manual caller's);
+// Add, Remove and Prefilled may be called from any.
 func (s *PickShare) Begin(now time.Time, tick bool) *PushCall {
 	s.mu.Lock()
 	s.fullDue = s.fullDue || tick
