@@ -156,6 +156,8 @@ func TestRun_RefusesBadSettings(t *testing.T) {
 		{"unknown time model", Config{Visibility: "later"}, `visibility "later": want delay, timestamp or request`},
 		{"negative runs", Config{Runs: -1}, "-1 runs: want 1 to 16"},
 		{"too many runs", Config{Runs: 17}, "17 runs: want 1 to 16"},
+		{"report interval below the SDK's", Config{ReportInterval: time.Millisecond}, "report interval 1ms: want 10ms to 1m0s"},
+		{"report interval above the SDK's", Config{ReportInterval: 2 * time.Minute}, "report interval 2m0s: want 10ms to 1m0s"},
 	} {
 		c.cfg.Trace, c.cfg.Fleet, c.cfg.Strategies = tr, fleet, []string{StrategyRoundRobin}
 		if _, err := Run(context.Background(), c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -146,23 +146,23 @@ func (s *sharedState) advance(t float64) {
 		s.nextFull = math.Floor(t/s.fullEvery) * s.fullEvery
 	}
 	for {
-		at, gw := math.Inf(1), -2 // -1: a tick, -3: an arrival
+		// The earliest event by t: a tick, a gateway's flight (gw), or an
+		// arrival (strictly before t: visible from later instants only).
+		at, gw := math.Inf(1), -1
+		tick, arrival := false, false
 		if s.nextTick <= t {
-			at, gw = s.nextTick, -1
+			at, tick = s.nextTick, true
 		}
 		for i, g := range s.gws {
 			if x, ok := g.due.peek(); ok && x <= t && x < at {
-				at, gw = x, i
+				at, gw, tick = x, i, false
 			}
 		}
 		if x, ok := s.pending.peek(); ok && x < t && x < at {
-			at, gw = x, -3
+			at, gw, tick, arrival = x, -1, false, true
 		}
 		switch {
-		case gw == -2:
-			s.now = t
-			return
-		case gw == -1:
+		case tick:
 			s.now = max(s.now, at)
 			full := at >= s.nextFull
 			if full {
@@ -175,8 +175,11 @@ func (s *sharedState) advance(t float64) {
 		case gw >= 0:
 			s.now = max(s.now, at)
 			s.gws[gw].flightEvent()
-		default:
+		case arrival:
 			s.pending.until(at, s.arrive)
+		default:
+			s.now = t
+			return
 		}
 	}
 }

@@ -173,9 +173,6 @@ func StartPickShare(to PicksSender, live func(hashesWithin time.Duration) []prov
 	return s, nil
 }
 
-// FullStateInterval is the time between full states.
-func (s *PickShare) FullStateInterval() time.Duration { return s.cfg.FullStateInterval }
-
 // Add queues a pick to push; it never blocks. k's slices must not change
 // afterwards.
 func (s *PickShare) Add(k provisional.Pick) {
@@ -284,7 +281,7 @@ type PushCall struct {
 //
 // The pushing goroutine calls it when woken or ticked, then again after
 // each End until it answers nil; a Manual caller does the same at its
-// own times (every FullStateInterval with tick set). Begin and End are
+// own times (every PickShareConfig.FullStateInterval with tick set). Begin and End are
 // for one goroutine at a time (the pusher's, or the Manual caller's);
 // Add, Remove and Prefilled may be called from any.
 func (s *PickShare) Begin(now time.Time, tick bool) *PushCall {
@@ -296,28 +293,25 @@ func (s *PickShare) Begin(now time.Time, tick bool) *PushCall {
 	}
 	adds, removed, prefilled := s.adds, s.removed, s.prefilled
 	s.adds, s.removed, s.prefilled = nil, nil, nil
+	delta := len(adds)+len(removed)+len(prefilled) > 0
+	full := !delta && s.fullDue
+	if full {
+		s.fullDue = false
+	}
+	s.open = delta || full
 	s.mu.Unlock()
 	var c *PushCall
-	if len(adds)+len(removed)+len(prefilled) > 0 {
+	switch {
+	case delta:
 		c = s.delta(adds, removed, prefilled)
-	} else if s.takeFullDue() {
-		c = s.fullState(now)
-	}
-	if c != nil {
-		s.mu.Lock()
-		s.open = true
-		s.mu.Unlock()
+	case full:
+		if c = s.fullState(now); c == nil {
+			s.mu.Lock()
+			s.open = false // quiet: nothing to send
+			s.mu.Unlock()
+		}
 	}
 	return c
-}
-
-// takeFullDue reports whether a full state is due, and clears it.
-func (s *PickShare) takeFullDue() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	due := s.fullDue
-	s.fullDue = false
-	return due
 }
 
 // delta is the push of these picks, first tokens and removals.
