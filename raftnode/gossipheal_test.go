@@ -81,6 +81,7 @@ func (f *gossipFilter) DialTimeout(addr string, timeout time.Duration) (net.Conn
 
 func (f *gossipFilter) PacketCh() <-chan *memberlist.Packet { return f.packets }
 func (f *gossipFilter) StreamCh() <-chan net.Conn           { return f.streams }
+
 // Shutdown shuts the wrapped transport down first, while the filter still
 // takes its packets and streams: its listeners may be sending one, and it
 // waits for them (memberlist shuts its transport down before it stops
