@@ -27,9 +27,11 @@ import (
 //
 //	credit(r)   = CacheAffinity × cached(r) × (1 + cached(r) / CacheAffinityTokens)
 //	              (CacheAffinity × cached(r) when CacheAffinityTokens is 0)
-//	              + CacheAffinityLoad × mean over the candidates of load(c) × cached(r)
-//	load(c)     = max(own_in_flight(c) + others_running(c), waiting(c) + running(c)):
-//	              the requests in flight on c
+//	              + CacheAffinityLoad × L × (1 + L) × cached(r)
+//	L           = mean over the candidates of prefill(c)
+//	prefill(c)  = max(known_prefilling(c), waiting(c)): the requests queued
+//	              for or in prefill on c (the engine's waiting count also
+//	              holds the requests of gateways that do not report)
 //
 //	cached(r)   = matched_tokens of r's PREFIX_MATCH hint (0 for a replica
 //	              without one: TENANT_HOT and AFFINITY_HINT say nothing of
@@ -169,17 +171,22 @@ type PickerConfig struct {
 	// back to, while a short one (a template, a short system prompt) is
 	// soon held everywhere anyway. 0 = a credit linear in cached tokens.
 	CacheAffinityTokens float64
-	// CacheAffinityLoad grows the credit with the fleet's load: per
-	// cached token it adds CacheAffinityLoad × the candidates' mean
-	// requests in flight (load(r) of the cost model). Recomputing a
-	// cached prefix on another replica adds its W tokens to the fleet's
-	// prefill, and on a busy fleet that work delays the requests queued
-	// after it until an idle moment absorbs it: in a single-server queue
-	// at utilisation ρ about λW² / (2(1 − ρ)) in all, which for W of one
-	// request's prefill is W × L / 2, L = ρ / (1 − ρ) the mean requests
-	// in the system. On an idle fleet a copy costs nothing but cache
-	// space; on a saturated one it costs every request behind it. 0 = no
-	// load term.
+	// CacheAffinityLoad grows the credit with the fleet's prefill queue:
+	// per cached token it adds CacheAffinityLoad × L × (1 + L), L the
+	// candidates' mean requests queued for or in prefill (prefill(r) of
+	// the cost model). Recomputing a cached prefix on another replica
+	// adds its tokens to the fleet's prefill work, and that work delays
+	// every request that queues behind it before the replica next runs
+	// dry. The rest of the cost counts only this request's own wait; the
+	// delay it causes the others is the queue's marginal cost: in a
+	// single-server queue at utilisation ρ a unit of added work delays
+	// the later requests by ρ / (1 − ρ)² units in all, which is
+	// L × (1 + L) with L = ρ / (1 − ρ) the mean requests in the system.
+	// So 1 counts that delay in full: nothing on an idle fleet (a copy
+	// costs only cache space), 2 tokens per cached token at one request
+	// queued per replica, 12 at three, when a copy costs every request
+	// behind it. Decoding requests do not enter L: with continuous
+	// batching they do not hold up a prefill. 0 = no load term.
 	CacheAffinityLoad float64
 	// RunningWeight is the share of a request's prefill counted for each
 	// request the engine reports running that this picker did not send: a
@@ -241,12 +248,11 @@ const (
 	// one.
 	DefaultCacheAffinityTokens = 32768
 	// DefaultCacheAffinityLoad is the load term's weight the generator
-	// chose (docs/eval/pickertune.md): none. With turns ordering a burst
-	// across gateways (turns.DefaultWait) the term raises the generator's
-	// hit rate but its TTFT p99 more (0.125: hit 1.115 of the best
-	// peer's against 1.101, p99 0.931 against 0.926); with bursts left
-	// unordered it had paid (0.125 was chosen then).
-	DefaultCacheAffinityLoad = 0
+	// chose (docs/eval/pickertune.md; 0 to 4 searched, a saturated shape
+	// among the scenarios): a quarter of the queue's marginal cost. The
+	// full cost (1) overshoots because L is the queue seen at one instant,
+	// and L × (1 + L), convex, grows with its noise.
+	DefaultCacheAffinityLoad = 0.25
 	DefaultRunningWeight     = 0.5
 	DefaultDecodeWeight      = 0.05
 	DefaultKVWeight          = 0.5
@@ -320,8 +326,8 @@ type PickCost struct {
 	OthersPickers       uint32
 	// Cost = QueuedTokens + OthersTokens − RepeatedTokens +
 	// UncachedTokens − the credit of CachedTokens (CacheAffinity,
-	// CacheAffinityTokens, and CacheAffinityLoad × the candidates' mean
-	// requests in flight) + DecodeTokens + KVTokens.
+	// CacheAffinityTokens, and CacheAffinityLoad × L × (1 + L), L the
+	// candidates' mean requests in prefill) + DecodeTokens + KVTokens.
 	Cost float64
 }
 
@@ -389,7 +395,7 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 	defer p.mu.Unlock()
 	perReq := p.tokensPerRequest()
 	bestRank := make([]int, len(candidates))
-	total := 0
+	total, prefill := 0, 0 // requests in flight, and in prefill (queued or prefilling)
 	for i, id := range candidates {
 		c := &d.Costs[i]
 		c.Replica, c.Reason = id, pb.ReasonCode_NO_HINT
@@ -431,6 +437,7 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 		total += c.InFlight + int(c.OthersRunning)
 
 		oP, oR := int(c.OthersPrefilling), int(c.OthersRunning)
+		prefill += max(l.prefilling+oP, int(c.ReportedWaiting))
 		knownWaiting := max(0, l.prefilling+oP-1)
 		knownRunning := c.InFlight + oR - knownWaiting
 		c.OthersTokens = float64(c.OthersPrefillTokens) + (float64(max(0, int(c.ReportedWaiting)-knownWaiting))+
@@ -444,14 +451,11 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 		c.Cost = c.QueuedTokens + c.OthersTokens - c.RepeatedTokens + float64(c.UncachedTokens) - p.credit(c.CachedTokens) +
 			c.DecodeTokens + c.KVTokens
 	}
-	if p.cfg.CacheAffinityLoad > 0 {
-		// The load term needs every candidate's requests in flight, so it
-		// is added once they are all known.
-		n := 0
-		for i := range d.Costs {
-			n += requestsIn(&d.Costs[i])
-		}
-		perToken := p.cfg.CacheAffinityLoad * float64(n) / float64(len(candidates))
+	if p.cfg.CacheAffinityLoad > 0 && prefill > 0 {
+		// The load term needs every candidate's prefill queue, so it is
+		// added once they are all known.
+		l := float64(prefill) / float64(len(candidates))
+		perToken := p.cfg.CacheAffinityLoad * l * (1 + l)
 		for i := range d.Costs {
 			d.Costs[i].Cost -= perToken * float64(d.Costs[i].CachedTokens)
 		}
@@ -467,14 +471,6 @@ func (p *Picker) PickKeyed(resp *pb.LookupRouteResponse, candidates []string, pr
 	}
 	d.Replica, d.Index = candidates[best], best
 	return d
-}
-
-// requestsIn is load(r) of the cost model: the requests in flight on c's
-// replica, this picker's and the other pickers' reported ones, or the
-// engine's own waiting + running counts when larger (they also hold the
-// requests of gateways that do not report).
-func requestsIn(c *PickCost) int {
-	return max(c.InFlight+int(c.OthersRunning), int(c.ReportedWaiting)+int(c.ReportedRunning))
 }
 
 // credit is the length-scaled part of the cache credit of cached tokens

@@ -64,6 +64,8 @@ var shapes = []shape{
 		bench.GeneratorConfig{SystemPrompts: 8, SystemPromptMaxBlocks: 32, MeanTurns: 8}},
 	{"bursty arrivals", "6 arrivals/s, timestamps at a 1 s resolution (bursts of one instant, decided concurrently by the gateways)",
 		bench.GeneratorConfig{RatePerSec: 6, ArrivalResolutionMs: 1000}},
+	{"saturated", "24 arrivals/s (87,000 prompt tokens/s, beyond the fleet's 56,000 tok/s of prefill at 7,000 tok/s before cache hits: round-robin's p50 1.4–1.5 s there, its queues seconds long)",
+		bench.GeneratorConfig{RatePerSec: 24}},
 }
 
 // param is one PickerConfig field and its grid.
@@ -81,7 +83,7 @@ var params = []param{
 	{"CacheAffinityTokens", []float64{0, 2048, 4096, 8192, 16384, 32768},
 		func(c *client.PickerConfig, v float64) { c.CacheAffinityTokens = v },
 		func(c *client.PickerConfig) float64 { return c.CacheAffinityTokens }},
-	{"CacheAffinityLoad", []float64{0, 0.125, 0.25, 0.5, 1, 2},
+	{"CacheAffinityLoad", []float64{0, 0.125, 0.25, 0.5, 1, 2, 4},
 		func(c *client.PickerConfig, v float64) { c.CacheAffinityLoad = v },
 		func(c *client.PickerConfig) float64 { return c.CacheAffinityLoad }},
 	{"RunningWeight", []float64{0, 0.3, 0.5, 1},

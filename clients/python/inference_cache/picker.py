@@ -9,9 +9,10 @@ Cost model (units: prompt tokens)::
 
     credit(r)   = cache_affinity × cached(r) × (1 + cached(r) / cache_affinity_tokens)
                   (cache_affinity × cached(r) when cache_affinity_tokens is 0)
-                  + cache_affinity_load × mean over the candidates of load(c) × cached(r)
-    load(c)     = max(own_in_flight(c) + others_running_requests(c),
-                  waiting(c) + running(c)): the requests in flight on c
+                  + cache_affinity_load × L × (1 + L) × cached(r)
+    L           = mean over the candidates of prefill(c)
+    prefill(c)  = max(own_prefilling(c) + others_prefilling_requests(c),
+                  waiting(c)): the requests queued for or in prefill on c
 
     cached(r)   = matched_tokens of r's PREFIX_MATCH hint, at most the prompt
                   (0 without one: TENANT_HOT and AFFINITY_HINT say nothing of
@@ -100,9 +101,10 @@ __all__ = [
 DEFAULT_CACHE_AFFINITY = 1.0
 #: Length scale of the cache credit, 0 = linear (Go DefaultCacheAffinityTokens).
 DEFAULT_CACHE_AFFINITY_TOKENS = 32768.0
-#: Credit per cached token per request in flight on the candidates (mean),
-#: 0 = no load term (Go DefaultCacheAffinityLoad).
-DEFAULT_CACHE_AFFINITY_LOAD = 0.0
+#: Weight of the load term: credit per cached token of weight × L × (1 + L),
+#: L the candidates' mean requests in prefill; 0 = no load term (Go
+#: DefaultCacheAffinityLoad).
+DEFAULT_CACHE_AFFINITY_LOAD = 0.25
 #: Share of a prefill counted per engine-reported running request (Go DefaultRunningWeight).
 DEFAULT_RUNNING_WEIGHT = 0.5
 #: Share of a prefill per decoding request (Go DefaultDecodeWeight).
@@ -135,10 +137,12 @@ class PickerConfig:
     cache_affinity_tokens: > 0 scales the credit with the cached prefix:
         cache_affinity × cached × (1 + cached / cache_affinity_tokens)
         (Go CacheAffinityTokens, default 32,768); 0 = linear.
-    cache_affinity_load: credit += cache_affinity_load × the candidates' mean
-        requests in flight × cached tokens: a copy of the prefix elsewhere is
-        prefill work that delays the requests queued after it, more the busier
-        the fleet (Go CacheAffinityLoad, default 0: no load term).
+    cache_affinity_load: credit += cache_affinity_load × L × (1 + L) × cached
+        tokens, L the candidates' mean requests queued for or in prefill: a
+        copy of the prefix elsewhere is prefill work that delays every request
+        queued behind it, in a single-server queue L × (1 + L) units per unit
+        of work (Go CacheAffinityLoad, default 0.25, the generator's choice; 1 = that
+        delay in full; 0 = no load term).
     running_weight: share of a prefill per engine-reported running request
         not sent by this picker (default 0.5).
     decode_weight: share of a prefill per decoding request (this picker's and
@@ -367,6 +371,7 @@ class Picker:
             per_req = self._tokens_per_request()
             ranks: List[int] = []
             total = 0
+            prefill = 0  # requests queued for or in prefill, over the candidates
             for c in d.costs:
                 rank = len(hints) + 1
                 for k, h in enumerate(hints):
@@ -393,6 +398,7 @@ class Picker:
                 c.queued_tokens, c.in_flight = load.queued_tokens, load.inflight
                 total += c.loaded()
                 known_waiting = max(0, load.prefilling + c.others_prefilling - 1)
+                prefill += max(load.prefilling + c.others_prefilling, c.reported_waiting)
                 known_running = c.in_flight + c.others_running - known_waiting
                 c.others_tokens = c.others_prefill_tokens + (
                     max(0, c.reported_waiting - known_waiting)
@@ -407,10 +413,10 @@ class Picker:
                 c.repeated_tokens = min(float(repeated.get(c.replica, 0)), c.queued_tokens + c.others_prefill_tokens)
                 c.cost = (c.queued_tokens + c.others_tokens - c.repeated_tokens + c.uncached_tokens
                           - credit + c.decode_tokens + c.kv_tokens)
-            if cfg.cache_affinity_load > 0:
-                # The load term needs every candidate's requests in flight.
-                n = sum(max(c.in_flight + c.others_running, c.reported_waiting + c.reported_running) for c in d.costs)
-                per_token = cfg.cache_affinity_load * n / len(candidates)
+            if cfg.cache_affinity_load > 0 and prefill > 0:
+                # The load term needs every candidate's prefill queue.
+                mean = prefill / len(candidates)
+                per_token = cfg.cache_affinity_load * mean * (1 + mean)
                 for c in d.costs:
                     c.cost -= per_token * c.cached_tokens
             bound = math.inf
