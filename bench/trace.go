@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -186,4 +187,36 @@ func (t *Trace) Head(n int) *Trace {
 		return t
 	}
 	return &Trace{Name: fmt.Sprintf("%s[:%d]", t.Name, n), Requests: t.Requests[:n]}
+}
+
+// Window is records skip … skip+n−1 of t (n ≤ 0: to the end), their
+// timestamps taken from the first of them and divided by speedup (1 =
+// as recorded), rounded to the millisecond: the records bench --live
+// replays with --skip, --requests and --speedup, for a modelled run of
+// the same load. It errors when skip is outside the trace or speedup is
+// not a positive finite number.
+func (t *Trace) Window(skip, n int, speedup float64) (*Trace, error) {
+	if skip < 0 || skip >= len(t.Requests) {
+		return nil, fmt.Errorf("--skip %d: the trace has %d records", skip, len(t.Requests))
+	}
+	if !(speedup > 0) || math.IsInf(speedup, 1) {
+		return nil, fmt.Errorf("--speedup %v: want a number above 0", speedup)
+	}
+	if skip == 0 && speedup == 1 {
+		return t.Head(n), nil
+	}
+	end := len(t.Requests)
+	if n > 0 {
+		end = min(end, skip+n)
+	}
+	src := t.Requests[skip:end]
+	w := &Trace{Name: fmt.Sprintf("%s[%d:%d]", t.Name, skip, end), Requests: make([]Request, len(src))}
+	if speedup != 1 {
+		w.Name += fmt.Sprintf(" at speed-up %g", speedup)
+	}
+	for i, r := range src {
+		r.Timestamp = int64(math.Round(float64(r.Timestamp-src[0].Timestamp) / speedup))
+		w.Requests[i] = r
+	}
+	return w, nil
 }

@@ -223,3 +223,45 @@ func TestGenerate_ArrivalResolutionMakesBursts(t *testing.T) {
 		t.Fatalf("%d requests at %d instants: want bursts", len(coarse.Requests), len(instants))
 	}
 }
+
+// Window takes the records bench --live replays: from --skip, at most
+// --requests, timestamps from the first of them over --speedup (worked
+// by hand: 3000 − 1000 = 2000 ms at 2× is 1000 ms; 1001 ms at 2× rounds
+// to 501).
+func TestWindow_SkipsCutsAndSpeedsUp(t *testing.T) {
+	tr, err := ReadMooncake(strings.NewReader(`{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
+{"timestamp": 1000, "input_length": 10, "output_length": 1, "hash_ids": [2]}
+{"timestamp": 2001, "input_length": 10, "output_length": 1, "hash_ids": [3]}
+{"timestamp": 3000, "input_length": 10, "output_length": 1, "hash_ids": [4]}
+`), "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := tr.Window(1, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][2]int64
+	for _, r := range w.Requests {
+		got = append(got, [2]int64{int64(r.HashIDs[0]), r.Timestamp})
+	}
+	if want := [][2]int64{{2, 0}, {3, 501}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("window (id, timestamp) %v, want %v", got, want)
+	}
+	if tr.Requests[1].Timestamp != 1000 {
+		t.Fatalf("the trace itself changed: %+v", tr.Requests[1])
+	}
+	if all, _ := tr.Window(1, 0, 1); len(all.Requests) != 3 || all.Requests[2].Timestamp != 2000 {
+		t.Fatalf("to the end at 1×: %+v", all.Requests)
+	}
+	for _, c := range []struct {
+		skip    int
+		speedup float64
+		want    string
+	}{{4, 1, "--skip 4: the trace has 4 records"}, {-1, 1, "--skip -1"}, {0, 0, "--speedup 0: want a number above 0"},
+		{0, math.NaN(), "--speedup NaN"}, {0, math.Inf(1), "--speedup +Inf"}} {
+		if _, err := tr.Window(c.skip, 0, c.speedup); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Window(%d, 0, %v): err %v, want %q", c.skip, c.speedup, err, c.want)
+		}
+	}
+}

@@ -96,6 +96,9 @@ func newBenchCmd() *cobra.Command {
 			if o.live.enabled {
 				return runBenchLive(ctx, cmd, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
+			if !cmd.Flags().Changed("speedup") {
+				o.live.Speedup = 1
+			}
 			return runBench(ctx, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		}),
 	}
@@ -196,7 +199,8 @@ func runBench(ctx context.Context, o *benchOptions, out, errw io.Writer) error {
 }
 
 // traceAndSizes reads --trace (or generates the built-in trace), cut to
-// --requests, and the cache sizes to run: --sweep, else --cache-blocks,
+// --skip and --requests and sped up by --speedup, and the cache sizes to
+// run: --sweep, else --cache-blocks,
 // else --cache-fraction of the trace's distinct blocks per engine.
 func (o *benchOptions) traceAndSizes() (*bench.Trace, []int, error) {
 	var tr *bench.Trace
@@ -208,7 +212,9 @@ func (o *benchOptions) traceAndSizes() (*bench.Trace, []int, error) {
 	} else {
 		tr = bench.Generate(bench.GeneratorConfig{Seed: o.seed, Requests: o.genRequests})
 	}
-	tr = tr.Head(o.requests)
+	if tr, err = tr.Window(o.live.Skip, o.requests, o.live.Speedup); err != nil {
+		return nil, nil, err
+	}
 	sizes := o.sweep
 	if len(sizes) == 0 {
 		c := o.cacheBlocks

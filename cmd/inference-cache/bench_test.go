@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,5 +33,35 @@ func TestProgress_PlainLinesOffATerminal(t *testing.T) {
 	}
 	if strings.ContainsRune(out.String(), '\r') {
 		t.Fatal("carriage return written off a terminal")
+	}
+}
+
+// A modelled run takes --live's window of the trace: --skip, --requests
+// and --speedup (1 unless given), and refuses a window outside the trace.
+func TestBench_ModelsTheLiveWindow(t *testing.T) {
+	trace := filepath.Join("..", "..", "testdata", "mooncake", "conversation_trace.jsonl.gz")
+	out, err := runCLI(t, "", "bench", "--no-progress", "--trace", trace, "--skip", "100", "--requests", "50", "--speedup", "2",
+		"--strategies", "round-robin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "conversation_trace.jsonl[100:150] at speed-up 2: 50 requests") {
+		t.Fatalf("the report does not name the window:\n%s", out)
+	}
+	if out, err = runCLI(t, "", "bench", "--no-progress", "--trace", trace, "--requests", "50", "--strategies", "round-robin"); err != nil ||
+		!strings.Contains(out, "conversation_trace.jsonl[:50]: 50 requests") {
+		t.Fatalf("without --skip and --speedup the records as recorded: err %v\n%s", err, out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--skip", "20000"}, "--skip 20000: the trace has 12031 records"},
+		{[]string{"--speedup", "-1"}, "--speedup -1: want a number above 0"},
+	} {
+		_, err := runCLI(t, "", append([]string{"bench", "--no-progress", "--trace", trace, "--strategies", "round-robin"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err %v, want %q", c.args, err, c.want)
+		}
 	}
 }

@@ -23,12 +23,12 @@ type liveOptions struct {
 
 // liveSharedFlags are bench's flags that --live reads too; any other of
 // bench's flags set with --live is refused.
-var liveSharedFlags = []string{"live", "trace", "requests", "engines", "prefill-tps", "decode-tps", "strategies", "gateways", "json", "plot", "no-progress"}
+var liveSharedFlags = []string{"live", "trace", "skip", "speedup", "requests", "engines", "prefill-tps", "decode-tps", "strategies", "gateways", "json", "plot", "no-progress"}
 
 func registerLiveFlags(f *pflag.FlagSet, o *liveOptions) {
 	f.BoolVar(&o.enabled, "live", false, "run the live benchmark instead: real processes (cluster, sim engines, subscriber, proxy per strategy) and real requests (see below)")
-	f.Float64Var(&o.Speedup, "speedup", livebench.DefaultSpeedup, "--live: divide the trace's timestamps by this")
-	f.IntVar(&o.Skip, "skip", 0, "--live: start at this record of the trace")
+	f.Float64Var(&o.Speedup, "speedup", 0, fmt.Sprintf("divide the trace's timestamps by this; 0 = %g with --live, 1 without (a modelled run of --live's records: --skip, --requests and --speedup as there)", float64(livebench.DefaultSpeedup)))
+	f.IntVar(&o.Skip, "skip", 0, "start at this record of the trace")
 	f.IntVar(&o.Warmup, "warmup", livebench.DefaultWarmup, "--live: leave the first N requests out of the figures (they fill the caches)")
 	f.IntVar(&o.KVBlocks, "kv-blocks", livebench.DefaultKVBlocks, "--live: each sim engine's KV capacity in blocks of 16 tokens")
 	f.IntVar(&o.MaxTokens, "max-tokens", livebench.DefaultMaxTokens, "--live: cap on each request's max_tokens (its output_length)")
@@ -62,6 +62,9 @@ func checkLiveFlags(cmd *cobra.Command, o *benchOptions) error {
 		return err
 	}
 	ch := cmd.Flags().Changed
+	if !ch("speedup") {
+		o.live.Speedup = livebench.DefaultSpeedup
+	}
 	if !ch("engines") {
 		o.engines = livebench.DefaultEngines
 	}
