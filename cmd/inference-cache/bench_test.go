@@ -58,6 +58,7 @@ func TestBench_ModelsTheLiveWindow(t *testing.T) {
 	}{
 		{[]string{"--skip", "20000"}, "--skip 20000: the trace has 12031 records"},
 		{[]string{"--speedup", "-1"}, "--speedup -1: want a number above 0"},
+		{[]string{"--speedup", "0"}, "--speedup 0: want a number above 0"},
 	} {
 		_, err := runCLI(t, "", append([]string{"bench", "--no-progress", "--trace", trace, "--strategies", "round-robin"}, c.args...)...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

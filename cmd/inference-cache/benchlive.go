@@ -27,7 +27,7 @@ var liveSharedFlags = []string{"live", "trace", "skip", "speedup", "requests", "
 
 func registerLiveFlags(f *pflag.FlagSet, o *liveOptions) {
 	f.BoolVar(&o.enabled, "live", false, "run the live benchmark instead: real processes (cluster, sim engines, subscriber, proxy per strategy) and real requests (see below)")
-	f.Float64Var(&o.Speedup, "speedup", 0, fmt.Sprintf("divide the trace's timestamps by this; 0 = %g with --live, 1 without (a modelled run of --live's records: --skip, --requests and --speedup as there)", float64(livebench.DefaultSpeedup)))
+	f.Float64Var(&o.Speedup, "speedup", 0, fmt.Sprintf("divide the trace's timestamps by this (above 0); unset: %g with --live, 1 without (a modelled run of --live's records: --skip, --requests and --speedup as there)", float64(livebench.DefaultSpeedup)))
 	f.IntVar(&o.Skip, "skip", 0, "start at this record of the trace")
 	f.IntVar(&o.Warmup, "warmup", livebench.DefaultWarmup, "--live: leave the first N requests out of the figures (they fill the caches)")
 	f.IntVar(&o.KVBlocks, "kv-blocks", livebench.DefaultKVBlocks, "--live: each sim engine's KV capacity in blocks of 16 tokens")
