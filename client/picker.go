@@ -131,7 +131,9 @@ import (
 // Cached tokens count as the prefill they save plus the locality credit;
 // a replica that holds the prefix but has a queue longer than that loses
 // to a cold idle one, so popular prefixes and TENANT_HOT do not herd
-// traffic. Decode work does not delay a new request's prefill with
+// traffic. On a busy fleet the load term lengthens the queue a prefix is
+// worth waiting behind (a copy would delay the requests queued behind
+// it), and the load bound still caps a replica's share. Decode work does not delay a new request's prefill with
 // continuous batching, but it holds KV blocks and batch slots: its small
 // weight spreads otherwise equal replicas by what they are decoding. The
 // picker is safe for concurrent use; it does no I/O and reads no clock.
