@@ -2,17 +2,13 @@ package main
 
 import (
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
 // bench --live refuses the modelled bench's own flags and bad live
 // values, naming the flag, before it starts anything.
 func TestBenchLive_RefusesFlagsItDoesNotUse(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
+	refusedBy(t, []string{"bench", "--live"}, []refusal{
 		{[]string{"--report-interval", "1s"}, "--report-interval: not used with --live"},
 		{[]string{"--gateways", "9"}, "--gateways 9: --live runs 1 to 8 proxies"},
 		{[]string{"--addr", "127.0.0.1:7401"}, "--addr: not used with --live"},
@@ -22,10 +18,5 @@ func TestBenchLive_RefusesFlagsItDoesNotUse(t *testing.T) {
 		{[]string{"--requests", "100", "--warmup", "100"}, "--warmup 100: leaves none"},
 		{[]string{"--max-tokens", "0"}, "--max-tokens 0"},
 		{[]string{"--trace", filepath.Join(t.TempDir(), "none.jsonl")}, "--trace"},
-	} {
-		_, err := runCLI(t, "", append([]string{"bench", "--live"}, c.args...)...)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: err %v, want %q", c.args, err, c.want)
-		}
-	}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +24,25 @@ func runCLI(t *testing.T, stdin string, args ...string) (string, error) {
 	cmd.SetArgs(args)
 	err := cmd.Execute()
 	return out.String(), err
+}
+
+// refusal is a command line (after refusedBy's base arguments) and the
+// text its error must contain.
+type refusal struct {
+	args []string
+	want string
+}
+
+// refusedBy runs base followed by each case's args and fails the test for
+// every case that does not end in an error containing its want.
+func refusedBy(t *testing.T, base []string, cases []refusal) {
+	t.Helper()
+	for _, c := range cases {
+		_, err := runCLI(t, "", append(slices.Clone(base), c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err %v, want %q", c.args, err, c.want)
+		}
+	}
 }
 
 type goldenFile struct {
