@@ -141,8 +141,8 @@ class PickerConfig:
         tokens, L the candidates' mean requests queued for or in prefill: a
         copy of the prefix elsewhere is prefill work that delays every request
         queued behind it, in a single-server queue L × (1 + L) units per unit
-        of work (Go CacheAffinityLoad, default 0.25, the generator's choice; 1 = that
-        delay in full; 0 = no load term).
+        of work (Go CacheAffinityLoad, default 0.25, the generator's choice;
+        1 = that delay in full; 0 = no load term).
     running_weight: share of a prefill per engine-reported running request
         not sent by this picker (default 0.5).
     decode_weight: share of a prefill per decoding request (this picker's and
