@@ -197,7 +197,7 @@ func (t *Trace) Head(n int) *Trace {
 // not a positive finite number.
 func (t *Trace) Window(skip, n int, speedup float64) (*Trace, error) {
 	if skip < 0 || skip >= len(t.Requests) {
-		return nil, fmt.Errorf("--skip %d: the trace has %d records", skip, len(t.Requests))
+		return nil, fmt.Errorf("--skip %d: want 0 to %d (the trace has %d records)", skip, len(t.Requests)-1, len(t.Requests))
 	}
 	if !(speedup > 0) || math.IsInf(speedup, 1) {
 		return nil, fmt.Errorf("--speedup %v: want a number above 0", speedup)

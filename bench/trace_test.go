@@ -258,7 +258,7 @@ func TestWindow_SkipsCutsAndSpeedsUp(t *testing.T) {
 		skip    int
 		speedup float64
 		want    string
-	}{{4, 1, "--skip 4: the trace has 4 records"}, {-1, 1, "--skip -1"}, {0, 0, "--speedup 0: want a number above 0"},
+	}{{4, 1, "--skip 4: want 0 to 3 (the trace has 4 records)"}, {-1, 1, "--skip -1: want 0 to 3"}, {0, 0, "--speedup 0: want a number above 0"},
 		{0, math.NaN(), "--speedup NaN"}, {0, math.Inf(1), "--speedup +Inf"}} {
 		if _, err := tr.Window(c.skip, 0, c.speedup); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Window(%d, 0, %v): err %v, want %q", c.skip, c.speedup, err, c.want)

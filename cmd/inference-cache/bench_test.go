@@ -53,7 +53,7 @@ func TestBench_ModelsTheLiveWindow(t *testing.T) {
 		t.Fatalf("without --skip and --speedup the records as recorded: err %v\n%s", err, out)
 	}
 	refusedBy(t, []string{"bench", "--no-progress", "--trace", trace, "--strategies", "round-robin"}, []refusal{
-		{[]string{"--skip", "20000"}, "--skip 20000: the trace has 12031 records"},
+		{[]string{"--skip", "20000"}, "--skip 20000: want 0 to 12030 (the trace has 12031 records)"},
 		{[]string{"--speedup", "-1"}, "--speedup -1: want a number above 0"},
 		{[]string{"--speedup", "0"}, "--speedup 0: want a number above 0"},
 	})

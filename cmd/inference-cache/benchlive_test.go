@@ -18,5 +18,7 @@ func TestBenchLive_RefusesFlagsItDoesNotUse(t *testing.T) {
 		{[]string{"--requests", "100", "--warmup", "100"}, "--warmup 100: leaves none"},
 		{[]string{"--max-tokens", "0"}, "--max-tokens 0"},
 		{[]string{"--trace", filepath.Join(t.TempDir(), "none.jsonl")}, "--trace"},
+		{[]string{"--trace", filepath.Join("..", "..", "testdata", "mooncake", "conversation_trace.jsonl.gz"), "--skip", "99999"},
+			"--skip 99999: want 0 to 12030 (the trace has 12031 records)"},
 	})
 }

@@ -137,10 +137,12 @@ func Run(ctx context.Context, o Options, out, errw io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--trace: %w", err)
 	}
-	if o.Skip >= len(tr.Requests) {
-		return fmt.Errorf("--skip %d: the trace has %d records", o.Skip, len(tr.Requests))
+	// The window at its recorded pace: the replay applies --speedup.
+	w, err := tr.Window(o.Skip, o.Requests, 1)
+	if err != nil {
+		return err
 	}
-	recs := tr.Requests[o.Skip:min(len(tr.Requests), o.Skip+o.Requests)]
+	recs := w.Requests
 	dir := o.Dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "inference-cache-bench-live-"); err != nil {
