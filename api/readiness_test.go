@@ -165,6 +165,14 @@ func TestServer_NotReadyUntilTokenizersLoad(t *testing.T) {
 	if err != nil || ing.Accepted != 2 {
 		t.Fatalf("ingest: %v %v", ing, err)
 	}
+	// The budget is not what this test is about: under a loaded -race run
+	// tokenizing can outlast the default 10 ms, and the lookup would fail
+	// open (TestLookupRoute_PromptTextTokenizingStopsAtTheBudget owns that).
+	pol := node.Policy()
+	pol.LookupTimeout = 10 * time.Second
+	if _, err := node.SetPolicy(ctx, pol); err != nil {
+		t.Fatal(err)
+	}
 	loads := reg.Loads()
 	r, err := ic.LookupRoute(ctx, &pb.LookupRouteRequest{HashScheme: "vllm", ModelId: "qwen3", TenantId: "t", PromptText: prompt})
 	if err != nil {
