@@ -131,10 +131,12 @@
 // cluster; before each, the CachePolicy is set with SetCachePolicy (v1:
 // rankingVersion v1 with the TENANT_HOT and AFFINITY_HINT fallbacks off;
 // v2 and sdk: the default policy; all with blockSize 512 for the bench
-// model), and the cluster's original policy is restored at the end. The
-// index is reset between them through the observation path itself: every
-// hint strategy gets a fresh fleet and a fresh subscriber, which clears
-// its replicas when it starts. lookuproute-v1 and -v2 route to the first
+// model), and the cluster's original policy is restored at the end. Every
+// run gets a fresh fleet and a fresh subscriber, and the fleet's replicas
+// are cleared in the cluster (a CLEARED event each, applied on every node)
+// before its first lookup: the engines restarted, and no run sees an
+// earlier run's blocks. The subscriber would clear each replica only at
+// its engine's first batch. lookuproute-v1 and -v2 route to the first
 // replica of any hint and round-robin on NO_HINT; lookuproute-sdk asks for
 // every replica's hint and lets client.Picker choose.
 package bench

@@ -244,6 +244,9 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, sec client.
 		return o, err
 	}
 	o.grpcSink = gs
+	if err := o.clearReplicas(ctx, gs, f.Model, replicas); err != nil {
+		return o, err
+	}
 	o.sink = newAckSink(gs, replicas)
 	o.metrics = observe.NewMetrics(nil)
 	sub := observe.New(cfg, o.sink, observe.Options{Logger: log, Metrics: o.metrics})
@@ -257,6 +260,28 @@ func startObservation(ctx context.Context, f *Fleet, addrs []string, sec client.
 		}
 	}
 	return o, nil
+}
+
+// clearReplicas clears the fleet's replicas in the cluster and waits until
+// every node applied it. A fresh fleet is its engines restarted: what the
+// cluster holds for these replica ids (an earlier run's blocks) is gone.
+// The subscriber would clear each replica only at its engine's first
+// batch, so lookups before that would see the earlier run's blocks, as
+// many as the wall clock lets through.
+func (o *observation) clearReplicas(ctx context.Context, sink observe.Sink, model string, replicas []string) error {
+	req := &pb.IngestRequest{RequestId: fmt.Sprintf("bench-clear-%d", time.Now().UnixNano())}
+	now := time.Now().UnixMilli()
+	for _, r := range replicas {
+		req.Events = append(req.Events, &pb.BlockEvent{Kind: pb.BlockEvent_CLEARED, ReplicaId: r,
+			HashScheme: BenchScheme, ModelId: model, TenantId: BenchTenant, ObservedAtMs: now})
+	}
+	ctx, cancel := context.WithTimeout(ctx, barrierTimeout)
+	defer cancel()
+	resp, err := sink.Ingest(ctx, req)
+	if err != nil {
+		return fmt.Errorf("bench: clearing the fleet's replicas: %w", err)
+	}
+	return o.waitApplied(ctx, resp.GetAppliedIndex())
 }
 
 // leaderFirst returns addrs with the current leader's address first when

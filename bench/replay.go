@@ -89,12 +89,13 @@ func newReplay(ctx context.Context, cfg *Config, name string, cl *client.Client)
 		}
 		return nil, err
 	}
-	// The picker reads the engines' queue that the hints carry (with
-	// several gateways it is most of what it knows of the others'
-	// requests); the subscriber scrapes at every tick of virtual time, as
-	// llm-d's refresh does, instead of at its wall-time interval (which
-	// the replay's compression would make seconds stale).
-	rp.syncStats = rp.obs != nil && (name == StrategyLookupRouteSDK || name == StrategyLookupRouteSDKLocal)
+	// Every hint strategy reads the engines' stats the cluster holds
+	// (pressure, the tenant's hit rate behind TENANT_HOT, the queue the
+	// picker reads), so the subscriber scrapes at every tick of virtual
+	// time, as llm-d's refresh does. At its wall-time interval they would
+	// be seconds stale under the replay's compression, and which tick's
+	// metrics a lookup saw would follow the wall clock.
+	rp.syncStats = rp.obs != nil
 	return rp, nil
 }
 
@@ -206,8 +207,8 @@ func (rp *replay) syncCluster(ctx context.Context, i int, q *Request) error {
 }
 
 // drain publishes the engines' last events and waits for the cluster to
-// apply them, so that the next strategy's subscriber clears the replicas
-// of everything this one left.
+// apply them, so that nothing of this run reaches the cluster after the
+// next run cleared the fleet's replicas.
 func (rp *replay) drain(ctx context.Context) {
 	obs := rp.obs
 	if obs == nil {

@@ -300,9 +300,9 @@ func (cfg *Config) check() error {
 // Run replays cfg.Trace cfg.Runs times per strategy, each on a fresh
 // fleet of the same settings, and reports the medians of the runs (seeds
 // cfg.Seed, cfg.Seed+1, …). Hint strategies run the observation path
-// (engine publishers, the observe Subscriber, the cluster) with the index
-// reset: a fresh subscriber clears its replicas when it starts, so no
-// strategy sees another's blocks. Their CachePolicy is set with
+// (engine publishers, the observe Subscriber, the cluster) with the
+// fleet's replicas cleared in the cluster before the first lookup, so no
+// run sees another's blocks. Their CachePolicy is set with
 // SetCachePolicy before the replay and the cluster's original policy is
 // restored at the end.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
