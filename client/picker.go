@@ -228,7 +228,7 @@ type PickerConfig struct {
 }
 
 // DefaultPickerConfig is the default configuration: CacheAffinity 1,
-// CacheAffinityTokens 32,768, CacheAffinityLoad 0, RunningWeight 0.5,
+// CacheAffinityTokens 32,768, CacheAffinityLoad 0.25, RunningWeight 0.5,
 // DecodeWeight 0.05, KVWeight 0.5, LoadBound 1.5, LoadBoundFloor 8, Temperature 0.05, a
 // random seed. The weights were chosen on the bench's built-in generator
 // only (internal/pickertune: shapes with short and long shared prefixes
