@@ -276,7 +276,7 @@ func runsNote(runs int) string {
 	if runs == 1 {
 		return ""
 	}
-	return fmt.Sprintf(" (every figure the median of %d runs seeded 1 to %d on the same trace: they differ in the gateways' picker seeds, the share delays drawn and the peers' tie-breaks)", runs, runs)
+	return fmt.Sprintf(" (every figure the median of %d runs seeded 1 to %d on the same trace: they differ in the gateways' picker seeds, the share delays drawn and the peers' tie-breaks; with one gateway no share delay is drawn and the picker's draws follow each request's rendezvous key rather than its seed, so the runs of the hint strategies there are often identical: one sample of the trace, not a median of several)", runs, runs)
 }
 
 // readReport reads the --json report at path.
