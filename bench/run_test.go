@@ -152,7 +152,10 @@ func TestRun_EachRunStartsFromAClearedFleet(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// The budgets are not what this test is about: a lookup cut off under
+	// a loaded -race run answers NO_HINT, which follows the wall clock.
 	pol := policy.Default()
+	pol.LookupTimeout = 10 * time.Second
 	lc, err := localcluster.Start(ctx, localcluster.Options{Policy: &pol})
 	if err != nil {
 		t.Fatal(err)
@@ -160,13 +163,17 @@ func TestRun_EachRunStartsFromAClearedFleet(t *testing.T) {
 	defer lc.Close()
 	tr := Generate(GeneratorConfig{Seed: 3, Requests: 200, RatePerSec: 8})
 	rep, err := Run(ctx, Config{Trace: tr, Fleet: FleetConfig{Engines: 4, CacheBlocks: 64}, Addrs: lc.Addrs(), Seed: 1,
-		Strategies: []string{StrategyLookupRouteV2, StrategyLookupRouteV2}})
+		Strategies: []string{StrategyLookupRouteV2, StrategyLookupRouteV2}, LookupTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, b := rep.Strategies[0], rep.Strategies[1]
 	if a.ReasonCodes["PREFIX_MATCH"] == 0 {
 		t.Fatalf("first run's reason codes %v: no PREFIX_MATCH, so a second run has nothing stale to see", a.ReasonCodes)
+	}
+	if a.FailOpen+b.FailOpen != 0 || a.BarrierTimeouts+b.BarrierTimeouts != 0 {
+		t.Fatalf("lookups failed open (%d, %d) or barriers timed out (%d, %d): the runs followed the wall clock",
+			a.FailOpen, b.FailOpen, a.BarrierTimeouts, b.BarrierTimeouts)
 	}
 	if !maps.Equal(a.ReasonCodes, b.ReasonCodes) || a.TokenHitRate != b.TokenHitRate {
 		t.Fatalf("second run on the same cluster: reason codes %v, hit rate %.4f; first run: %v, %.4f",
