@@ -133,9 +133,10 @@ import (
 // to a cold idle one, so popular prefixes and TENANT_HOT do not herd
 // traffic. On a busy fleet the load term lengthens the queue a prefix is
 // worth waiting behind (a copy would delay the requests queued behind
-// it), and the load bound still caps a replica's share. Decode work does not delay a new request's prefill with
-// continuous batching, but it holds KV blocks and batch slots: its small
-// weight spreads otherwise equal replicas by what they are decoding. The
+// it), and the load bound still caps a replica's share. Decode work does
+// not delay a new request's prefill with continuous batching, but it holds
+// KV blocks and batch slots: DecodeWeight (0 by default) can spread
+// otherwise equal replicas by what they are decoding. The
 // picker is safe for concurrent use; it does no I/O and reads no clock.
 type Picker struct {
 	cfg PickerConfig
@@ -228,9 +229,9 @@ type PickerConfig struct {
 }
 
 // DefaultPickerConfig is the default configuration: CacheAffinity 1,
-// CacheAffinityTokens 32,768, CacheAffinityLoad 0.25, RunningWeight 0.5,
-// DecodeWeight 0.05, KVWeight 0.5, LoadBound 1.5, LoadBoundFloor 8, Temperature 0.05, a
-// random seed. The weights were chosen on the bench's built-in generator
+// CacheAffinityTokens 0 (linear), CacheAffinityLoad 0.5, RunningWeight 0,
+// DecodeWeight 0, KVWeight 1, LoadBound 1.5, LoadBoundFloor 8, Temperature
+// 0, a random seed. The weights were chosen on the bench's built-in generator
 // only (internal/pickertune: shapes with short and long shared prefixes
 // and bursty arrivals, 1, 4 and 8 gateways, two prefill speeds), not on the
 // traces the evaluation reports; docs/eval/pickertune.md has the
@@ -245,19 +246,29 @@ func DefaultPickerConfig() PickerConfig {
 // Defaults of PickerConfig.
 const (
 	DefaultCacheAffinity = 1
-	// DefaultCacheAffinityTokens is the credit's length scale: a cached
-	// prefix of 32,768 tokens earns twice the credit per token of a short
-	// one.
-	DefaultCacheAffinityTokens = 32768
+	// DefaultCacheAffinityTokens is 0, a credit linear in cached tokens:
+	// with the load term on, the generator prefers it to every length
+	// scale searched (2,048 to 32,768 tokens; docs/eval/pickertune.md).
+	// What a long prefix is worth beyond its tokens shows in the queue a
+	// copy of it adds, which the load term prices.
+	DefaultCacheAffinityTokens = 0
 	// DefaultCacheAffinityLoad is the load term's weight the generator
 	// chose (docs/eval/pickertune.md; 0 to 4 searched, a saturated shape
-	// among the scenarios): a quarter of the queue's marginal cost. The
-	// full cost (1) overshoots because L is the queue seen at one instant,
-	// and L × (1 + L), convex, grows with its noise.
-	DefaultCacheAffinityLoad = 0.25
-	DefaultRunningWeight     = 0.5
-	DefaultDecodeWeight      = 0.05
-	DefaultKVWeight          = 0.5
+	// among the scenarios): half the queue's marginal cost. The full cost
+	// (1) overshoots because L is the queue seen at one instant, and
+	// L × (1 + L), convex, grows with its noise.
+	DefaultCacheAffinityLoad = 0.5
+	// DefaultRunningWeight is 0: with continuous batching a running
+	// request the picker does not know of is most likely decoding, which
+	// does not hold up a prefill. The generator's losses at 0, 0.3, 0.5 and
+	// 1 are within 0.006 of each other, 0 the lowest.
+	DefaultRunningWeight = 0
+	// DefaultDecodeWeight is 0 for the same reason; 0.05 is within 0.004 of
+	// its loss, 0.2 and more clearly worse.
+	DefaultDecodeWeight = 0
+	// DefaultKVWeight charges a full cache one uncached token per token it
+	// must evict for the request; 0 to 1 are within 0.005 of each other.
+	DefaultKVWeight = 1
 	// DefaultLoadBound is bounded-load consistent hashing's load factor
 	// in the middle of the range it is run at (1.25 to 2): at 1.25 the
 	// generator's hit rate falls, at 2 its busiest replica takes more.
@@ -265,7 +276,14 @@ const (
 	// DefaultLoadBoundFloor is a full sibling burst of the contract's
 	// example (8 requests of one new prefix on one replica).
 	DefaultLoadBoundFloor = 8
-	DefaultTemperature    = 0.05
+	// DefaultTemperature is 0: the lowest cost wins, ties go to the
+	// rendezvous (a keyed request's choice is then a function of the
+	// state alone, which is what lets gateways agree without talking).
+	// The generator prefers it to any softmax searched (loss −0.4717
+	// against −0.4035 at 0.05): with the load term and the load bound
+	// pricing the queues the lowest cost is already balanced, and a draw
+	// among near-equal candidates raised the busiest replica's share.
+	DefaultTemperature = 0
 )
 
 // DefaultTokensPerWaitingRequest is the prefill tokens assumed per

@@ -100,17 +100,17 @@ __all__ = [
 #: Credit per cached token beyond the prefill it saves (Go DefaultCacheAffinity).
 DEFAULT_CACHE_AFFINITY = 1.0
 #: Length scale of the cache credit, 0 = linear (Go DefaultCacheAffinityTokens).
-DEFAULT_CACHE_AFFINITY_TOKENS = 32768.0
+DEFAULT_CACHE_AFFINITY_TOKENS = 0.0
 #: Weight of the load term: credit per cached token of weight × L × (1 + L),
 #: L the candidates' mean requests in prefill; 0 = no load term (Go
 #: DefaultCacheAffinityLoad).
-DEFAULT_CACHE_AFFINITY_LOAD = 0.25
+DEFAULT_CACHE_AFFINITY_LOAD = 0.5
 #: Share of a prefill counted per engine-reported running request (Go DefaultRunningWeight).
-DEFAULT_RUNNING_WEIGHT = 0.5
+DEFAULT_RUNNING_WEIGHT = 0.0
 #: Share of a prefill per decoding request (Go DefaultDecodeWeight).
-DEFAULT_DECODE_WEIGHT = 0.05
+DEFAULT_DECODE_WEIGHT = 0.0
 #: Charge per KV-pressure unit and uncached token (Go DefaultKVWeight).
-DEFAULT_KV_WEIGHT = 0.5
+DEFAULT_KV_WEIGHT = 1.0
 #: Load bound, 0 = off (Go DefaultLoadBound).
 DEFAULT_LOAD_BOUND = 1.5
 #: The least the load bound allows, 0 = no floor (Go DefaultLoadBoundFloor).
@@ -118,7 +118,7 @@ DEFAULT_LOAD_BOUND_FLOOR = 8.0
 #: Tokens of the prompt that name its prefix for the rendezvous (Go RendezvousPrefixTokens).
 RENDEZVOUS_PREFIX_TOKENS = 2048
 #: Softmax temperature, 0 = lowest cost (Go DefaultTemperature).
-DEFAULT_TEMPERATURE = 0.05
+DEFAULT_TEMPERATURE = 0.0
 #: Softmax weights below exp(-_SOFTMAX_CUT) count as 0.
 _SOFTMAX_CUT = 20.0
 #: Prefill tokens assumed per engine-reported request before the picker sent any.
@@ -136,25 +136,27 @@ class PickerConfig:
         factor below (default 1).
     cache_affinity_tokens: > 0 scales the credit with the cached prefix:
         cache_affinity × cached × (1 + cached / cache_affinity_tokens)
-        (Go CacheAffinityTokens, default 32,768); 0 = linear.
+        (Go CacheAffinityTokens); 0 = linear, the default.
     cache_affinity_load: credit += cache_affinity_load × L × (1 + L) × cached
         tokens, L the candidates' mean requests queued for or in prefill: a
         copy of the prefix elsewhere is prefill work that delays every request
         queued behind it, in a single-server queue L × (1 + L) units per unit
-        of work (Go CacheAffinityLoad, default 0.25, the generator's choice;
+        of work (Go CacheAffinityLoad, default 0.5, the generator's choice;
         1 = that delay in full; 0 = no load term).
     running_weight: share of a prefill per engine-reported running request
-        not sent by this picker (default 0.5).
+        not sent by this picker (default 0: such a request is most likely
+        decoding, which does not hold up a prefill).
     decode_weight: share of a prefill per decoding request (this picker's and
-        the other pickers' reported ones).
-    kv_weight: cost += kv_weight × the load's pressure × uncached tokens.
+        the other pickers' reported ones; default 0).
+    kv_weight: cost += kv_weight × the load's pressure × uncached tokens
+        (default 1).
     load_bound: > 0 caps a candidate's share of requests in flight (this
         picker's and the others') at load_bound × the mean.
     load_bound_floor: the least the bound allows (requests in flight on one
         replica), so siblings of one new prefix can meet on an idle fleet;
         0 = no floor.
     temperature: > 0 draws by softmax over cost with scale temperature ×
-        the request's prompt tokens; 0 picks the lowest cost.
+        the request's prompt tokens; 0 (the default) picks the lowest cost.
     seed: seeds the choice among equal candidates and the softmax draws;
         None = a random seed. The
         sequence differs from the Go picker's (PCG) for the same seed.

@@ -81,10 +81,10 @@ def test_defaults_are_the_go_pickers():
     cfg = PickerConfig()
     assert (cfg.cache_affinity, cfg.running_weight, cfg.tokens_per_waiting_request, cfg.decode_weight, cfg.kv_weight,
             cfg.load_bound, cfg.temperature, cfg.load_bound_floor, cfg.cache_affinity_tokens,
-            cfg.cache_affinity_load) == (1, 0.5, 0, 0.05, 0.5, 1.5, 0.05, 8, 32768, 0.25)
+            cfg.cache_affinity_load) == (1, 0, 0, 0, 1, 1.5, 0, 8, 0, 0.5)
     assert DEFAULT_LOAD_BOUND_FLOOR == 8
     assert (DEFAULT_CACHE_AFFINITY, DEFAULT_RUNNING_WEIGHT, DEFAULT_DECODE_WEIGHT, DEFAULT_KV_WEIGHT, DEFAULT_LOAD_BOUND,
-            DEFAULT_TEMPERATURE) == (1, 0.5, 0.05, 0.5, 1.5, 0.05)
+            DEFAULT_TEMPERATURE) == (1, 0, 0, 1, 1.5, 0)
 
 
 def test_start_of_a_decision_queues_its_uncached_tokens_until_the_first_token():
