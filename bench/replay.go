@@ -22,9 +22,6 @@ type replay struct {
 	g    *gateways
 	res  *Result
 
-	// syncStats has the subscriber scrape the engines whose metrics
-	// changed at a tick before the next lookup (see newReplay).
-	syncStats  bool
 	changed    []string // engines whose metrics changed at this request's tick
 	lastScrape float64
 	ttft       []float64
@@ -89,13 +86,6 @@ func newReplay(ctx context.Context, cfg *Config, name string, cl *client.Client)
 		}
 		return nil, err
 	}
-	// Every hint strategy reads the engines' stats the cluster holds
-	// (pressure, the tenant's hit rate behind TENANT_HOT, the queue the
-	// picker reads), so the subscriber scrapes at every tick of virtual
-	// time, as llm-d's refresh does. At its wall-time interval they would
-	// be seconds stale under the replay's compression, and which tick's
-	// metrics a lookup saw would follow the wall clock.
-	rp.syncStats = rp.obs != nil
 	return rp, nil
 }
 
@@ -191,7 +181,13 @@ func (rp *replay) syncCluster(ctx context.Context, i int, q *Request) error {
 		}
 		res.BarrierWall += time.Since(bs)
 	}
-	if len(rp.changed) > 0 && rp.syncStats {
+	// Every hint strategy reads the engines' stats the cluster holds
+	// (pressure, the tenant's hit rate behind TENANT_HOT, the queue the
+	// picker reads), so the subscriber scrapes at every tick of virtual
+	// time, as llm-d's refresh does. At its wall-time interval they would
+	// be seconds stale under the replay's compression, and which tick's
+	// metrics a lookup saw would follow the wall clock.
+	if obs != nil && len(rp.changed) > 0 {
 		bs := time.Now()
 		res.StatsSyncs++
 		if err := obs.syncStats(ctx, rp.changed); err != nil {
