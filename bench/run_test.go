@@ -65,6 +65,22 @@ func TestReport_JSONShapeIsContract12(t *testing.T) {
 	}
 }
 
+// embeddedCluster starts a 3-node cluster with policy pol for the test,
+// and a context that bounds the test's runs against a hang (not a speed
+// target: under -race, with the other packages' tests on the same two
+// cores, a run of every strategy takes well over a minute).
+func embeddedCluster(t *testing.T, pol policy.Policy) (context.Context, *localcluster.Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	lc, err := localcluster.Start(ctx, localcluster.Options{Policy: &pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lc.Close)
+	return ctx, lc
+}
+
 // End to end: a few hundred generated requests through every strategy
 // with two gateways, the hint strategies against an embedded 3-node
 // cluster fed only by the engines' ZMQ KV events and /metrics through the
@@ -73,17 +89,7 @@ func TestRun_SmokeEmbeddedCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	// A bound against a hang, not a speed target: under -race, with the
-	// other packages' tests on the same two cores, the strategies' runs
-	// take well over a minute.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	pol := policy.Default()
-	lc, err := localcluster.Start(ctx, localcluster.Options{Policy: &pol})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
+	ctx, lc := embeddedCluster(t, policy.Default())
 	tr := Generate(GeneratorConfig{Seed: 5, Requests: 300, RatePerSec: 8})
 	start := time.Now()
 	rep, err := Run(ctx, Config{Trace: tr, Fleet: FleetConfig{Engines: 4, CacheBlocks: 64}, Addrs: lc.Addrs(), Seed: 1,
@@ -150,17 +156,11 @@ func TestRun_EachRunStartsFromAClearedFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	// The budgets are not what this test is about: a lookup cut off under
 	// a loaded -race run answers NO_HINT, which follows the wall clock.
 	pol := policy.Default()
 	pol.LookupTimeout = 10 * time.Second
-	lc, err := localcluster.Start(ctx, localcluster.Options{Policy: &pol})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
+	ctx, lc := embeddedCluster(t, pol)
 	tr := Generate(GeneratorConfig{Seed: 3, Requests: 200, RatePerSec: 8})
 	rep, err := Run(ctx, Config{Trace: tr, Fleet: FleetConfig{Engines: 4, CacheBlocks: 64}, Addrs: lc.Addrs(), Seed: 1,
 		Strategies: []string{StrategyLookupRouteV2, StrategyLookupRouteV2}, LookupTimeout: 10 * time.Second})
