@@ -276,10 +276,8 @@ const (
 	// DefaultLoadBoundFloor is a full sibling burst of the contract's
 	// example (8 requests of one new prefix on one replica).
 	DefaultLoadBoundFloor = 8
-	// DefaultTemperature is 0: the lowest cost wins, ties go to the
-	// rendezvous (a keyed request's choice is then a function of the
-	// state alone, which is what lets gateways agree without talking).
-	// The generator prefers it to any softmax searched (loss −0.4717
+	// DefaultTemperature is 0: the lowest cost wins, and ties go to the
+	// rendezvous of the request's key. The generator prefers it to any softmax searched (loss −0.4717
 	// against −0.4035 at 0.05): with the load term and the load bound
 	// pricing the queues the lowest cost is already balanced, and a draw
 	// among near-equal candidates raised the busiest replica's share.
