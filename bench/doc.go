@@ -113,10 +113,14 @@
 // A pick's push carries the gateway's load report, and each lookup takes
 // a turn at the node (the real turns.Table, contract §5.13), waiting at
 // most TurnWait for the other gateways' turns, which their picks' pushes
-// settle; the wait is added to the request's TTFT. ShareDelay 0 draws
-// each push's delay from MeasuredShareDelay (sharedelay.go), a gateway's
-// pushes arriving in the order it sent them. lookuproute-sdk-local does without the
-// shared state. dynamo-sync's
+// settle (turnwait.go): a lookup that waits joins the table's waiters as
+// a node's does (turns.Waiter), the replay goes on with later arrivals,
+// and after each event of the shared state the waiters try again in the
+// order they came; a request is decided, and reaches its engine, when its
+// wait ends, and the wait is part of its TTFT. ShareDelay 0 draws each
+// push's delay from MeasuredShareDelay (sharedelay.go), a gateway's
+// pushes arriving in the order it sent them. lookuproute-sdk-local does
+// without the shared state. dynamo-sync's
 // instances pass their routing events to each other (dynamosync.go) at
 // zero delay, dynamo-sync-nats's after DynamoSyncDelay (a NATS hop).
 // Every sync reaches later virtual instants only, so requests of one

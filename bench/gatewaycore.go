@@ -41,8 +41,9 @@ type coreRouter struct {
 	due     due[coreDue]
 	last    *gateway.Decision
 	now     float64 // virtual time of the last Route's decision
-	// turn and wait: the last Route's turn at the node (0: none) and its
-	// wait for it (s; contract §5.13).
+	// turn and wait: the next Route's turn at the node (0: none) and its
+	// lookup's wait for it (s; contract §5.13), set by the replay before
+	// Route and cleared by Routed.
 	turn uint64
 	wait float64
 
@@ -106,17 +107,17 @@ func newCoreRouter(env *routerEnv, gw int, seed uint64, hints *indexerHints) (*c
 	return r, nil
 }
 
+// Route is the gateway's decision for request i (q) at virtual time t,
+// after its lookup's turn at the node when it takes turns (r.turn and
+// r.wait, set by the replay's askTurn or resume; t is then when the wait
+// ended).
 func (r *coreRouter) Route(ctx context.Context, i int, q *Request, t float64) int {
 	if r.shared != nil {
 		r.shared.advance(t)
 	} else {
 		r.advance(t)
 	}
-	r.turn, r.wait = 0, 0
-	if s := r.shared; s != nil && s.turns != nil {
-		r.turn, r.wait = s.takeTurn(r.gw.ProvisionalPickerID(), t)
-	}
-	r.now, r.clock = t+r.wait, t+r.wait
+	r.now, r.clock = t, t
 	r.lk.q = q
 	r.prompts.toks = AppendPromptTokens(r.prompts.toks[:0], q)
 	d, err := r.gw.Decide(ctx, gateway.Request{OpenAI: &openai.Request{Kind: openai.KindChat, Model: BenchModel}, Candidates: r.cands})
@@ -140,10 +141,10 @@ func (r *coreRouter) Routed(_ *Request, e int, s *Served) {
 	}
 	r.clock = r.now
 	s.LookupWaitS = r.wait
+	r.turn, r.wait = 0, 0
 	fl := r.last.Start(r.f.ReplicaID(e))
 	r.pump(r.now, false, false)
-	first, done := s.FirstTokenAt+r.wait, s.DoneAt+r.wait
-	r.due.push(first, coreDue{at: first, first: true, doneAt: done, flight: fl})
+	r.due.push(s.FirstTokenAt, coreDue{at: s.FirstTokenAt, first: true, doneAt: s.DoneAt, flight: fl})
 }
 
 // advance applies the first tokens and ends due by t, each at its time

@@ -22,6 +22,9 @@ type replay struct {
 	g    *gateways
 	res  *Result
 
+	// waiting are the lookups waiting for their turn at the node, in the
+	// order they came (resume).
+	waiting    []*waiting
 	changed    []string // engines whose metrics changed at this request's tick
 	lastScrape float64
 	ttft       []float64
@@ -44,12 +47,19 @@ func runStrategy(ctx context.Context, cfg *Config, name string, cl *client.Clien
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := rp.step(ctx, i, &reqs[i], float64(reqs[i].Timestamp-reqs[0].Timestamp)/1000); err != nil {
+		t := float64(reqs[i].Timestamp-reqs[0].Timestamp) / 1000
+		if err := rp.resume(ctx, t); err != nil {
+			return nil, err
+		}
+		if err := rp.step(ctx, i, &reqs[i], t); err != nil {
 			return nil, err
 		}
 		if cfg.Progress != nil && (i%64 == 63 || i == len(reqs)-1) {
 			cfg.Progress(name, i+1, len(reqs))
 		}
+	}
+	if err := rp.resume(ctx, math.Inf(1)); err != nil {
+		return nil, err
 	}
 	rp.drain(ctx)
 	rp.res.Wall = time.Since(start)
@@ -119,10 +129,29 @@ func (rp *replay) newGateways() error {
 	return nil
 }
 
-// step replays request i (q) arriving at virtual time t: the engines'
-// metrics of the tick, the KV events visible by then, the cluster brought
-// up to them, then the strategy's route and the engine's service.
+// step replays request i (q) arriving at virtual time t: the cluster
+// brought up to t (prepare), then its lookup's turn at the node for a
+// gateway that takes turns (askTurn: a lookup that waits is decided when
+// its wait ends, by resume), then the strategy's route and the engine's
+// service (serve).
 func (rp *replay) step(ctx context.Context, i int, q *Request, t float64) error {
+	if err := rp.prepare(ctx, i, q, t); err != nil {
+		return err
+	}
+	if r, ok := rp.g.of(i).(*coreRouter); ok && r.takesTurns() {
+		r.shared.advance(t)
+		if !rp.askTurn(r, i, q, t) {
+			return nil
+		}
+	}
+	rp.serve(ctx, i, q, t)
+	return nil
+}
+
+// prepare brings what request i's (q) route reads up to virtual time t: the
+// engines' metrics of the tick, the KV events visible by then, and the
+// cluster's copy of both (syncCluster).
+func (rp *replay) prepare(ctx context.Context, i int, q *Request, t float64) error {
 	f := rp.f
 	rp.changed = rp.changed[:0]
 	every := rp.cfg.ScrapeInterval.Seconds()
@@ -148,18 +177,21 @@ func (rp *replay) step(ctx context.Context, i int, q *Request, t float64) error 
 			}
 		})
 	}
-	if err := rp.syncCluster(ctx, i, q); err != nil {
-		return err
-	}
+	return rp.syncCluster(ctx, i, q)
+}
+
+// serve routes request i (q) at virtual time t, its decision's instant,
+// and serves it on the engine picked: its TTFT counts from its arrival,
+// so a lookup's wait for its turn is added.
+func (rp *replay) serve(ctx context.Context, i int, q *Request, t float64) {
 	e := rp.g.Route(ctx, i, q, t)
-	s := f.Engines[e].Serve(q, t)
+	s := rp.f.Engines[e].Serve(q, t)
 	rp.g.Routed(q, e, &s)
 	rp.res.PromptTokens += int64(q.InputLength)
 	rp.res.CachedTokens += int64(s.CachedTokens)
 	ttft := s.TTFTS + s.LookupWaitS
 	rp.ttft = append(rp.ttft, ttft*1000)
 	rp.sumTTFT += ttft * 1000
-	return nil
 }
 
 // syncCluster waits, for a strategy that asks the cluster, until the

@@ -42,14 +42,10 @@ type sharedState struct {
 	pending due[shareCall]
 	gws     []*coreRouter
 	// turns is the node's turn table (contract §5.13), nil when the
-	// gateways take no turns; turnWait bounds a lookup's wait (s).
+	// gateways take no turns; turnWait bounds a lookup's wait (s). The
+	// lookups that wait are the replay's (waiting).
 	turns    *turns.Table
 	turnWait float64
-	// queueUntil is when the last lookup that waited got its answer, and
-	// queuePicker whose it was: a lookup of another picker that arrives
-	// before then waits behind it (turns.Table.Wait's order).
-	queueUntil  float64
-	queuePicker string
 }
 
 // shareCall is one call of a gateway's SDK on its way: a picks push (the
@@ -77,43 +73,23 @@ func newSharedState(delay, every, turnWait time.Duration, seed uint64) *sharedSt
 	return s
 }
 
-// takeTurn is picker's lookup at virtual time t taking a turn at the node
-// (turns.Table.Wait on the virtual clock): while another picker's turn is
-// outstanding, the shared state moves on to the next event that may end
-// it (a push's arrival, or the turn's lapse), at most turnWait after t.
-// It returns the turn (0: none, the wait ran out) and the wait (s); the
-// shared state is then at t + wait.
-func (s *sharedState) takeTurn(picker string, t float64) (uint64, float64) {
-	at := t
-	if s.queueUntil > t && s.queuePicker != picker {
-		at = s.queueUntil // behind a waiting lookup of another picker
+// nextEvent is the virtual time of the shared state's next event: a
+// sender's tick, a gateway's request's first token or end, or a call's
+// arrival (+Inf: none yet).
+func (s *sharedState) nextEvent() float64 {
+	at := math.Inf(1)
+	if !math.IsNaN(s.nextTick) {
+		at = s.nextTick
 	}
-	defer func() {
-		if at > t {
-			s.queueUntil, s.queuePicker = at, picker
+	for _, g := range s.gws {
+		if x, ok := g.due.peek(); ok {
+			at = min(at, x)
 		}
-	}()
-	for {
-		id, busy, lapse := s.turns.Take(BenchModel, picker)
-		if busy == nil {
-			return id, at - t
-		}
-		next := math.Inf(1) // a waiter ahead: the pushes decide
-		if !lapse.IsZero() {
-			next = lapse.Sub(s.base).Seconds()
-		}
-		if p, ok := s.pending.peek(); ok && p < next {
-			next = p
-		}
-		if end := t + s.turnWait; next > end || at > end {
-			at = max(at, end)
-			s.advance(at)
-			return 0, end - t
-		}
-		// Through next: a push arriving at next is what ends the wait.
-		at = math.Nextafter(next, math.Inf(1))
-		s.advance(at)
 	}
+	if x, ok := s.pending.peek(); ok {
+		at = min(at, x)
+	}
+	return at
 }
 
 // clock is the stores' clock: the virtual time as a time.Time.
@@ -137,9 +113,7 @@ func (s *sharedState) send(at float64, c shareCall) {
 // tokens and ends, and the arrival of every call before t.
 func (s *sharedState) advance(t float64) {
 	if t < s.now {
-		// A lookup that waited for its turn moved the state on; the
-		// stores' clock never goes back.
-		return
+		return // the stores' clock never goes back
 	}
 	if math.IsNaN(s.nextTick) {
 		s.nextTick = math.Floor(t/s.every) * s.every

@@ -120,8 +120,11 @@ type gateways struct {
 	last Router
 }
 
+// of is the gateway instance that request i goes through.
+func (g *gateways) of(i int) Router { return g.rs[i%len(g.rs)] }
+
 func (g *gateways) Route(ctx context.Context, i int, r *Request, t float64) int {
-	g.last = g.rs[i%len(g.rs)]
+	g.last = g.of(i)
 	return g.last.Route(ctx, i, r, t)
 }
 

@@ -75,13 +75,23 @@ type Table struct {
 // keyState is one key's turns and waiters.
 type keyState struct {
 	turns   []*turn   // outstanding, oldest first
-	waiters []*waiter // Wait calls, in the order they came
+	waiters []*Waiter // in the order they came
 	// changed is closed, and replaced, whenever turns or waiters change:
 	// every waiter then looks again.
 	changed chan struct{}
 }
 
-type waiter struct{ picker string }
+// Waiter is one lookup's place among the lookups waiting for a turn in a
+// key (Join), in the order they came: only the waiters of other pickers
+// ahead of it hold it back. It takes its turn with Take and leaves with
+// Leave. Wait drives one on channels and timers; a simulation drives one
+// on its virtual clock, calling Take again whenever the key's turns or
+// waiters may have changed.
+type Waiter struct {
+	t      *Table
+	key    string
+	picker string
+}
 
 type turn struct {
 	id     uint64
@@ -125,7 +135,7 @@ func (t *Table) Take(key, picker string) (id uint64, busy <-chan struct{}, lapse
 
 // take is Take for the waiter w (nil: a lookup not waiting, behind every
 // waiter).
-func (t *Table) take(key, picker string, w *waiter) (uint64, <-chan struct{}, time.Time) {
+func (t *Table) take(key, picker string, w *Waiter) (uint64, <-chan struct{}, time.Time) {
 	if picker == "" || key == "" {
 		return 0, nil, time.Time{}
 	}
@@ -245,9 +255,8 @@ func (t *Table) Wait(ctx context.Context, key, picker string, bound time.Duratio
 	if busy == nil {
 		return id, 0
 	}
-	w := &waiter{picker: picker}
-	t.enqueue(key, w)
-	defer t.dequeue(key, w)
+	w := t.Join(key, picker)
+	defer w.Leave()
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -275,14 +284,18 @@ func (t *Table) Wait(ctx context.Context, key, picker string, bound time.Duratio
 		case <-ctx.Done():
 			return 0, t.cfg.Now().Sub(start)
 		}
-		if id, busy, lapse = t.take(key, picker, w); busy == nil {
+		if id, busy, lapse = w.Take(); busy == nil {
 			return id, t.cfg.Now().Sub(start)
 		}
 	}
 }
 
-// enqueue adds w to key's waiters.
-func (t *Table) enqueue(key string, w *waiter) {
+// Join puts picker's lookup among key's waiters, behind those already
+// there, and returns its place. The caller calls Leave once it has its
+// turn or stops waiting; until then it holds back the later lookups of
+// other pickers.
+func (t *Table) Join(key, picker string) *Waiter {
+	w := &Waiter{t: t, key: key, picker: picker}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ks := t.keys[key]
@@ -291,14 +304,23 @@ func (t *Table) enqueue(key string, w *waiter) {
 		t.keys[key] = ks
 	}
 	ks.waiters = append(ks.waiters, w)
+	return w
 }
 
-// dequeue removes w from key's waiters, and wakes the others: one behind
-// it may now go.
-func (t *Table) dequeue(key string, w *waiter) {
+// Take is Table.Take for the waiter: a turn unless another picker holds
+// one in the key or a waiter of another picker came before it (the
+// waiters behind it do not count), with the same results.
+func (w *Waiter) Take() (id uint64, busy <-chan struct{}, lapse time.Time) {
+	return w.t.take(w.key, w.picker, w)
+}
+
+// Leave takes the waiter out of its key's waiters and wakes the others:
+// one behind it may now go. Leaving twice is harmless.
+func (w *Waiter) Leave() {
+	t := w.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ks := t.keys[key]
+	ks := t.keys[w.key]
 	if ks == nil {
 		return
 	}
@@ -306,7 +328,7 @@ func (t *Table) dequeue(key string, w *waiter) {
 		ks.waiters = slices.Delete(ks.waiters, i, i+1)
 		ks.signal()
 	}
-	t.dropIfEmpty(key, ks)
+	t.dropIfEmpty(w.key, ks)
 }
 
 // Stats returns the counters and the turns outstanding and lookups

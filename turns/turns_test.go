@@ -171,3 +171,55 @@ func waitFor(t *testing.T, tb *Table, n int) {
 		return w == n, fmt.Sprintf("%d lookups wait, want %d", w, n)
 	})
 }
+
+// A Waiter driven by hand, as a simulation does on its virtual clock:
+// only the waiters of other pickers ahead of it hold it back, and a
+// waiter that took its turn holds the others back by that turn.
+func TestWaiter_TakesItsTurnInTheOrderItJoined(t *testing.T) {
+	c := &fakeClock{t: time.Unix(100, 0)}
+	tb := New(Config{Now: c.now})
+	a, _, _ := tb.Take("qwen3", "gw-a")
+	b := tb.Join("qwen3", "gw-b")
+	b2 := tb.Join("qwen3", "gw-b") // the same picker, behind b: b does not hold it back
+	cw := tb.Join("qwen3", "gw-c")
+	for name, w := range map[string]*Waiter{"b": b, "b2": b2, "c": cw} {
+		if id, busy, lapse := w.Take(); id != 0 || busy == nil || !lapse.Equal(c.t.Add(DefaultHold)) {
+			t.Fatalf("%s while gw-a's turn is out: id %d busy %v lapse %v, want to wait until %v", name, id, busy, lapse, c.t.Add(DefaultHold))
+		}
+	}
+	tb.Settle("gw-a", []uint64{a})
+	if id, busy, lapse := cw.Take(); id != 0 || busy == nil || !lapse.IsZero() {
+		t.Fatalf("c behind gw-b's waiters: id %d busy %v lapse %v, want held back by a waiter (zero lapse)", id, busy, lapse)
+	}
+	if id, busy, _ := tb.Take("qwen3", "gw-a"); id != 0 || busy == nil {
+		t.Fatalf("a lookup that did not join, behind every waiter: id %d busy %v, want held back", id, busy)
+	}
+	idB2, busy, _ := b2.Take()
+	if idB2 == 0 || busy != nil {
+		t.Fatalf("b2, with only its own picker's waiter ahead: id %d busy %v, want its turn", idB2, busy)
+	}
+	idB, busy, _ := b.Take()
+	if idB == 0 || busy != nil {
+		t.Fatalf("b: id %d busy %v, want its turn", idB, busy)
+	}
+	b.Leave()
+	b2.Leave()
+	b.Leave() // twice: harmless
+	if id, busy, lapse := cw.Take(); id != 0 || busy == nil || !lapse.Equal(c.t.Add(DefaultHold)) {
+		t.Fatalf("c while gw-b's turns are out: id %d busy %v lapse %v, want to wait for them", id, busy, lapse)
+	}
+	tb.Settle("gw-b", []uint64{idB2})
+	if id, _, _ := cw.Take(); id != 0 {
+		t.Fatalf("c with one of gw-b's turns still out: got turn %d", id)
+	}
+	tb.Settle("gw-b", []uint64{idB})
+	idC, busy, _ := cw.Take()
+	if idC == 0 || busy != nil {
+		t.Fatalf("c once gw-b's turns are settled: id %d busy %v, want its turn", idC, busy)
+	}
+	cw.Leave()
+	tb.Settle("gw-c", []uint64{idC})
+	if s := tb.Stats(); s.Waiting != 0 || s.Outstanding != 0 || len(tb.keys) != 0 {
+		t.Fatalf("after every waiter left and every turn settled: %+v, %d keys; want an empty table", s, len(tb.keys))
+	}
+}
