@@ -42,8 +42,8 @@ const DefaultHold = 50 * time.Millisecond
 // below DefaultHold, past which the turn waited for is a dead picker's;
 // and below the gateways' default lookup budget (50 ms) by the node's
 // 5 ms margin. Chosen on the bench's generator (docs/eval/pickertune.md):
-// 15, 25, 40, 60 and 100 ms give losses −0.324, −0.336, −0.341, −0.342
-// and −0.342, the gain ending where the hold bounds every wait.
+// 15, 25, 40, 60 and 100 ms give losses −0.461, −0.474, −0.479, −0.479
+// and −0.479, the gain ending where the hold bounds every wait.
 const DefaultWait = 40 * time.Millisecond
 
 // DefaultMaxTurns bounds the outstanding turns of a table.
