@@ -168,9 +168,11 @@ func TestServer_NotReadyUntilTokenizersLoad(t *testing.T) {
 	// The budget is not what this test is about: under a loaded -race run
 	// tokenizing can outlast the default 10 ms, and the lookup would fail
 	// open (TestLookupRoute_PromptTextTokenizingStopsAtTheBudget owns that).
+	// Set through the API, which drops the copy of the policy the service
+	// keeps for lookups (the ingest above read it).
 	pol := node.Policy()
 	pol.LookupTimeout = 10 * time.Second
-	if _, err := node.SetPolicy(ctx, pol); err != nil {
+	if _, err := ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: PolicyToPB(pol)}); err != nil {
 		t.Fatal(err)
 	}
 	loads := reg.Loads()
