@@ -48,12 +48,21 @@ func newGateway(t *testing.T, addrs ...string) *gateway.Gateway {
 // newGatewayFull is newGateway sending its full state every full.
 func newGatewayFull(t *testing.T, full time.Duration, addrs ...string) *gateway.Gateway {
 	t.Helper()
-	cl, err := client.New(client.Config{Addrs: addrs})
+	return newGatewayBudget(t, full, 0, addrs...)
+}
+
+// newGatewayBudget is newGatewayFull whose lookups may take budget (0: the
+// SDK's and the gateway's defaults, 50 ms): a test that asserts what a
+// decision saw gives it seconds, since on a loaded machine a lookup can
+// outlast 50 ms and fail open.
+func newGatewayBudget(t *testing.T, full, budget time.Duration, addrs ...string) *gateway.Gateway {
+	t.Helper()
+	cl, err := client.New(client.Config{Addrs: addrs, LookupTimeout: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	g, err := gateway.New(gateway.Config{Prompts: contentPrompts{}, Lookup: cl,
+	g, err := gateway.New(gateway.Config{Prompts: contentPrompts{}, Lookup: cl, LookupBudget: budget,
 		// A minute's max age: a loaded machine may take longer than the
 		// default 10 s between a pick and the test's last look at it.
 		Provisional: gateway.ProvisionalConfig{MaxAge: time.Minute, Push: client.PickShareConfig{FullStateInterval: full}}})
@@ -77,7 +86,7 @@ func newPatientGateway(t *testing.T, full time.Duration, addrs ...string) *gatew
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	g, err := gateway.New(gateway.Config{Prompts: contentPrompts{}, Lookup: cl, NoShareLoad: true,
+	g, err := gateway.New(gateway.Config{Prompts: contentPrompts{}, Lookup: cl, NoShareLoad: true, LookupBudget: 10 * time.Second,
 		Provisional: gateway.ProvisionalConfig{MaxAge: time.Minute,
 			Push: client.PickShareConfig{FullStateInterval: full, PushTimeout: 10 * time.Second}}})
 	if err != nil {
@@ -182,8 +191,18 @@ func TestProvisional_PickSeenOnEveryNode(t *testing.T) {
 	if _, err := n1.ic.ReportReplicaStats(ctx, &pb.ReportReplicaStatsRequest{Stats: st}); err != nil {
 		t.Fatal(err)
 	}
+	// The nodes' lookup budget is not what this test is about: on a
+	// loaded machine a lookup can outlast the default 10 ms and fail open.
+	pol, err := n1.ic.GetCachePolicy(ctx, &pb.GetCachePolicyRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.LookupTimeoutMs = 10000
+	if _, err := n1.ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: pol}); err != nil {
+		t.Fatal(err)
+	}
 	ga := newGateway(t, n1.grpc)
-	gb := newGateway(t, n3.grpc)
+	gb := newGatewayBudget(t, 100*time.Millisecond, 10*time.Second, n3.grpc) // its decision's lookup is asserted
 
 	t.Run("PickThroughOneNodeSeenOnEvery", func(t *testing.T) {
 		f := startPick(t, ga, 0, n1, n2, n3)
