@@ -138,11 +138,8 @@ func (rp *replay) step(ctx context.Context, i int, q *Request, t float64) error 
 	if err := rp.prepare(ctx, i, q, t); err != nil {
 		return err
 	}
-	if r, ok := rp.g.of(i).(*coreRouter); ok && r.takesTurns() {
-		r.shared.advance(t)
-		if !rp.askTurn(r, i, q, t) {
-			return nil
-		}
+	if r, ok := rp.g.of(i).(*coreRouter); ok && r.takesTurns() && !rp.askTurn(r, i, q, t) {
+		return nil
 	}
 	rp.serve(ctx, i, q, t)
 	return nil

@@ -29,12 +29,13 @@ type waiting struct {
 func (r *coreRouter) takesTurns() bool { return r.shared != nil && r.shared.turns != nil }
 
 // askTurn is request i's lookup at gateway r taking a turn at the node at
-// virtual time t (the shared state brought there): true, with the turn in
+// virtual time t, the shared state brought there first: true, with the turn in
 // r.turn (0 when the table granted none), when it goes at once; false
 // when another picker's turn or waiter holds it back, and it joined the
 // node's waiters (rp.waiting) for resume to decide.
 func (rp *replay) askTurn(r *coreRouter, i int, q *Request, t float64) bool {
 	s := r.shared
+	s.advance(t)
 	picker := r.gw.ProvisionalPickerID()
 	id, busy, lapse := s.turns.Take(BenchModel, picker)
 	if busy == nil {
@@ -56,7 +57,7 @@ func (rp *replay) askTurn(r *coreRouter, i int, q *Request, t float64) bool {
 // replay's own cancellation is an error.
 func (rp *replay) resume(ctx context.Context, until float64) error {
 	for len(rp.waiting) > 0 {
-		s := rp.waiting[0].r.shared // the gateways share one state
+		s := rp.env.shared
 		next := s.nextEvent()
 		for _, w := range rp.waiting {
 			next = min(next, w.lapse, w.since+s.turnWait)
