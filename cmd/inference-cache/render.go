@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,6 +37,7 @@ const maxRenderInput = 32 << 20
 func newRenderCmd() *cobra.Command {
 	var modelsDir, model, now string
 	var blockSize int
+	var idsOnly bool
 	cmd := &cobra.Command{
 		Use:   "render --models-dir DIR --model NAME [--now TIME] [--block-size N]",
 		Short: "Print the prompt, token ids and block hashes an engine prefills for an OpenAI request",
@@ -49,7 +51,9 @@ content fingerprint's block hashes at --block-size (in the hash domain of the
 request's cache_salt, when it has one).
 
 Put the output beside what the engine logged (its prompt, or the token ids of
-its KV events) to see why a prefix does not match. The request's own "model"
+its KV events) to see why a prefix does not match. --ids-only prints the token
+ids alone, comma-separated, as "lookup --tokens" takes them: the cluster then
+answers the key the proxy looked up. The request's own "model"
 is ignored: the files are --model's. strftime_now in a template formats --now.
 
 Bad input exits non-zero with a message naming the field as written.`,
@@ -57,6 +61,7 @@ Bad input exits non-zero with a message naming the field as written.`,
   echo '{"messages": [{"role": "user", "content": "What is 2+2?"}]}' |
     inference-cache render --models-dir .dev-cluster/models --model qwen3
   inference-cache render --models-dir .dev-cluster/models --model qwen3 --now 2026-01-15T10:00:00Z < .dev-cluster/chat-1.json
+  inference-cache lookup --model qwen3 --tokens "$(inference-cache render --models-dir .dev-cluster/models --model qwen3 --ids-only < .dev-cluster/chat-2.json)"
   echo '{"prompt": "Hello world"}' | inference-cache render --models-dir ./models --model mistral   # your own models`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -87,6 +92,14 @@ Bad input exits non-zero with a message naming the field as written.`,
 			if err != nil {
 				return err
 			}
+			if idsOnly {
+				ids := make([]string, len(out.TokenIDs))
+				for i, id := range out.TokenIDs {
+					ids[i] = strconv.FormatUint(uint64(id), 10)
+				}
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), strings.Join(ids, ","))
+				return err
+			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetEscapeHTML(false) // templates are full of <|special|> tokens
 			return enc.Encode(out)
@@ -97,6 +110,7 @@ Bad input exits non-zero with a message naming the field as written.`,
 	f.StringVar(&model, "model", "", "the model whose files render the request (required)")
 	f.StringVar(&now, "now", "", "the time strftime_now formats, RFC 3339 (default: the current time)")
 	f.IntVar(&blockSize, "block-size", 16, "tokens per block of the block hashes (the engine's --block-size)")
+	f.BoolVar(&idsOnly, "ids-only", false, "print only the token ids, comma-separated on one line: the value of lookup --tokens")
 	markPaths(f, "models-dir")
 	return cmd
 }

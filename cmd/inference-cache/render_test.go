@@ -132,6 +132,14 @@ func TestRenderCmd_TokenIDsAreTheReferenceTokenizersAndHashesTheirFingerprint(t 
 	if r.Prompt == nil || *r.Prompt != rendered || !slices.Equal(r.TokenIDs, ref("qwen3", rendered, false)) || r.Model != "qwen3" {
 		t.Fatalf("got %+v, want the reference ids of %q", r, rendered)
 	}
+	// --ids-only prints the same ids, as lookup --tokens parses them.
+	idsOut, err := runCLI(t, `{"messages": [{"role": "user", "content": "What is 2+2?"}]}`, "render", "--models-dir", dir, "--model", "qwen3", "--ids-only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := parseUints(strings.TrimSuffix(idsOut, "\n"), 32); err != nil || len(got) != len(r.TokenIDs) || !slices.EqualFunc(got, r.TokenIDs, func(a uint64, b uint32) bool { return a == uint64(b) }) {
+		t.Fatalf("--ids-only printed %q (%v), want the ids %v", idsOut, err, r.TokenIDs)
+	}
 	want, _ := fingerprint.Compute(r.TokenIDs, 4)
 	if len(r.BlockHashes) != 3 || len(want.BlockHashes) != 3 {
 		t.Fatalf("15 ids at block size 4: %d hashes, want 3", len(r.BlockHashes))

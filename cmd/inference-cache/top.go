@@ -19,7 +19,7 @@ func newTopCmd() *cobra.Command {
 		Short: "Live view of a cluster: node states, lookups per second by reason code, leader changes",
 		Long: `Polls Status on every --addr (and every member they report) each --interval and
 shows each node's Raft state, term, applied index and stale flag; lookups per
-second over the last interval with their reason-code mix; the leader (and since
+second since the line or frame before (one interval) with their reason-code mix; the leader (and since
 when, once a poll has seen it take over), its last change and how long the
 cluster had no leader around it (writes unavailable; measured between polls,
 so within one interval); and one line per picker (gateway) sharing its load:

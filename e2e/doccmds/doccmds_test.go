@@ -57,9 +57,15 @@ var docFiles = []string{"README.md", "docs/*.md", "clients/*/README.md", "client
 // run against `make run` (it builds an image, needs Kubernetes, …).
 var skipMarker = regexp.MustCompile(`^<!-- doc-commands: skip \((.+)\) -->$`)
 
+// outputMarker, on the lines right before a fence (one per line), names
+// text the block's output must hold: the claim the document makes about
+// what the command prints (a reason code, a replica).
+var outputMarker = regexp.MustCompile(`^<!-- doc-commands: output has \((.+)\) -->$`)
+
 // docBlock is one fenced code block of a document.
 type docBlock struct {
 	file, lang, text, skip string
+	wants                  []string // outputMarker texts
 	line                   int
 }
 
@@ -71,18 +77,24 @@ func docBlocks(t *testing.T, root, path string) []docBlock {
 	}
 	var out []docBlock
 	var cur *docBlock
+	var wants []string // the output markers just read
 	prev := ""
 	for i, line := range strings.Split(string(b), "\n") {
 		switch {
-		case cur == nil && strings.HasPrefix(line, "```"):
-			cur = &docBlock{file: path, lang: strings.TrimSpace(strings.TrimPrefix(line, "```")), line: i + 1}
-			if m := skipMarker.FindStringSubmatch(prev); m != nil {
-				cur.skip = m[1]
+		case cur == nil && outputMarker.MatchString(line):
+			wants = append(wants, outputMarker.FindStringSubmatch(line)[1])
+		case cur == nil:
+			if strings.HasPrefix(line, "```") {
+				cur = &docBlock{file: path, lang: strings.TrimSpace(strings.TrimPrefix(line, "```")), line: i + 1, wants: wants}
+				if m := skipMarker.FindStringSubmatch(prev); m != nil {
+					cur.skip = m[1]
+				}
 			}
-		case cur != nil && strings.HasPrefix(line, "```"):
+			wants = nil // markers belong to the fence right after them
+		case strings.HasPrefix(line, "```"):
 			out = append(out, *cur)
 			cur = nil
-		case cur != nil:
+		default:
 			cur.text += line + "\n"
 		}
 		prev = line
@@ -234,7 +246,12 @@ func TestDocCommands_RunAsPrintedAgainstMakeRun(t *testing.T) {
 						if strings.Contains(b.text, "python3 ") {
 							skipWithoutPythonClient(t)
 						}
-						runSnippet(t, work, name, "bash", b.text, 8*time.Minute)
+						out := runSnippet(t, work, name, "bash", b.text, 8*time.Minute)
+						for _, w := range b.wants {
+							if !strings.Contains(out, w) {
+								t.Errorf("%s: the document says its output has %q; it printed:\n%s", name, w, out)
+							}
+						}
 					})
 				}
 			}
@@ -308,8 +325,9 @@ func snippetEnv(work string) []string {
 }
 
 // runSnippet runs text with bash (-e -o pipefail) or /usr/bin/python3 in
-// work and fails the test on a non-zero exit or a run over limit.
-func runSnippet(t *testing.T, work, name, lang, text string, limit time.Duration) {
+// work and fails the test on a non-zero exit or a run over limit; it
+// returns what the snippet printed (stdout and stderr).
+func runSnippet(t *testing.T, work, name, lang, text string, limit time.Duration) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -327,6 +345,7 @@ func runSnippet(t *testing.T, work, name, lang, text string, limit time.Duration
 	if err != nil {
 		t.Errorf("%s: %v (limit %v)\n--- ran:\n%s\n--- output:\n%s", name, err, limit, text, out)
 	}
+	return string(out)
 }
 
 // runServing starts a serving command's example and passes when it is

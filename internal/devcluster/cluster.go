@@ -1,6 +1,7 @@
 package devcluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -24,7 +25,8 @@ type Config struct {
 	Dir, Host string
 	// PolicyFile and ModelsDir, when set, are passed to every node
 	// (--policy, --models-dir); the fleet uses ModelsDir when it holds
-	// localfleet.Model.
+	// localfleet.Model. With a fleet and no ModelsDir, the nodes get the
+	// directory the fleet's files are unpacked into.
 	PolicyFile, ModelsDir string
 	// BasePort: node i (from 0) listens on BasePort+10i+1..4 (gRPC, Raft,
 	// gossip, HTTP); the fleet follows (localfleet.Addrs).
@@ -84,6 +86,7 @@ type node struct {
 	proc     *proccluster.Proc
 	restarts int   // supervised restarts so far
 	logFrom  int64 // size of its log when the running process started: its lines follow
+	fleet    bool  // a process of the serving fleet (engine, subscriber, proxy), not a server node
 }
 
 // cluster is one dev run's processes and the view they report to.
@@ -95,6 +98,7 @@ type cluster struct {
 	exits      chan nodeExit
 	fleet      *fleet // nil without engines
 	modelsNote string
+	nodeModels string // --models-dir of every node: the given one, else the fleet's unpacked files
 	view       *topview.View
 }
 
@@ -184,6 +188,10 @@ func newCluster(c Config, out io.Writer) (*cluster, error) {
 			return nil, err
 		}
 		cl.modelsNote = "tokenizer and chat template in " + fm
+		// The nodes tokenize a lookup's prompt text with the fleet's
+		// files, so "lookup --model qwen3 --prompt …" keys it as the
+		// proxy does.
+		cl.nodeModels = fm
 		if cl.fleet, err = newFleet(cl.procs, byProc, c.Dir, c.Host, c.BasePort, cl.nodes, c.Engines, fm, c.PrefillTPS, c.DecodeTPS, c.KVBlocks); err != nil {
 			return nil, err
 		}
@@ -201,8 +209,8 @@ func (cl *cluster) addNodes(byProc map[*proccluster.Proc]*node) {
 	if cl.cfg.PolicyFile != "" {
 		extra = append(extra, "--policy", cl.cfg.PolicyFile)
 	}
-	if cl.cfg.ModelsDir != "" {
-		extra = append(extra, "--models-dir", cl.cfg.ModelsDir)
+	if m := cmp.Or(cl.cfg.ModelsDir, cl.nodeModels); m != "" {
+		extra = append(extra, "--models-dir", m)
 	}
 	for _, n := range cl.nodes {
 		n.proc = cl.procs.Add(proccluster.Spec{Name: n.ID, Args: proccluster.ServerArgs(n.Node, cl.cfg.Nodes, cl.nodeList(), extra...),

@@ -48,7 +48,7 @@ func newFleet(procs *proccluster.Cluster, byProc map[*proccluster.Proc]*node, di
 	f := &fleet{cfg: localfleet.Config{Dir: dir, ModelsDir: modelsDir, Cluster: grpcs, Engines: es, Proxy: proxy, SubMetrics: subMetrics,
 		PrefillTPS: prefillTPS, DecodeTPS: decodeTPS, KVBlocks: kvBlocks, Scrape: time.Second, HealthTimeout: healthTimeout}}
 	add := func(spec proccluster.Spec) *node {
-		n := &node{Node: proccluster.Node{ID: spec.Name}, proc: procs.Add(spec)}
+		n := &node{Node: proccluster.Node{ID: spec.Name}, proc: procs.Add(spec), fleet: true}
 		byProc[n.proc] = n
 		return n
 	}

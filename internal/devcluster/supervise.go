@@ -114,8 +114,16 @@ func (s *supervisor) died(e nodeExit, quick map[*node]int) bool {
 		s.say("%s failed %d times right after starting; left down (see %s)", e.n.ID, quick[e.n], e.n.proc.LogPath())
 		return false
 	}
-	s.say("%s restarts in %v; the other nodes keep serving", e.n.ID, s.delay)
+	s.say("%s restarts in %v; %s", e.n.ID, s.delay, othersServing(e.n))
 	return true
+}
+
+// othersServing says what goes on serving while n is down.
+func othersServing(n *node) string {
+	if n.fleet {
+		return "the cluster and the rest of the fleet keep serving"
+	}
+	return "the other nodes keep serving"
 }
 
 // restartLater hands n to restart after s.delay, unless ctx ends first.

@@ -103,3 +103,15 @@ func TestSupervisor_LeavesDownAProcessThatKeepsFailingAtStart(t *testing.T) {
 		t.Fatalf("restarts %d, want %d", n.restarts, maxQuickExits)
 	}
 }
+
+// A dead engine, subscriber or proxy is not a server node: its restart
+// line says the cluster and the rest of the fleet go on, not "the other
+// nodes".
+func TestOthersServing_NamesWhatGoesOn(t *testing.T) {
+	if got := othersServing(&node{Node: proccluster.Node{ID: "sim-1"}, fleet: true}); got != "the cluster and the rest of the fleet keep serving" {
+		t.Errorf("engine: %q", got)
+	}
+	if got := othersServing(&node{Node: proccluster.Node{ID: "node2"}}); got != "the other nodes keep serving" {
+		t.Errorf("server node: %q", got)
+	}
+}

@@ -86,9 +86,11 @@ func (v *View) print(out io.Writer, s Sample, r RunConfig, lines *int, lastPlain
 			fmt.Fprintf(out, "\033[%dA\033[J", *lines)
 		}
 		*lines, err = v.writeFrame(out, r.Every, terminalWidth(out))
+		v.shown()
 	case s.At.Sub(*lastPlain) >= r.PlainEvery:
 		*lastPlain = s.At
 		err = v.writeLine(out)
+		v.shown()
 	}
 	return err
 }

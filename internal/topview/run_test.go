@@ -43,7 +43,7 @@ func TestRun_OncePrintsTheSecondPollInEachMode(t *testing.T) {
 		mode Mode
 		want string
 	}{
-		{Plain, "top 13:00:01 | n1 Leader t2 applied 30 | n2 Follower t2 applied 30 | 20.0 lookups/s: PREFIX_MATCH 75%, NO_HINT 25% | leader n1 | pickers: gw-1 2 prefilling, 5 running on 3 replicas (120 ms ago);\n" +
+		{Plain, "top 13:00:01 | n1 Leader t2 applied 30 | n2 Follower t2 applied 30 | 20.0 lookups/s: PREFIX_MATCH 75%, NO_HINT 25% | leader n1 | pickers: gw-1 2 prefilling, 5 running on 3 replicas (120 ms ago)\n" +
 			"proxy http://p: 1.0 requests/s\n"},
 		{Terminal, "inference-cache top  13:00:01  (every 1ms; Ctrl-C quits)\n" +
 			"NODE  ADDR  STATE     TERM  APPLIED  STALE\n" +

@@ -122,8 +122,8 @@ type Sample struct {
 	Nodes []Node    `json:"nodes"`
 }
 
-// View folds polls into what the live view shows: rates and the
-// reason-code mix over the last interval, the leader and its last change,
+// View folds polls into what the live view shows: the lookup rate and
+// its reason-code mix since the last line shown, the leader and its last change,
 // and how long the cluster had no leader (writes unavailable) around that
 // change. Pure: the caller polls and passes each sample with its time.
 type View struct {
@@ -132,6 +132,10 @@ type View struct {
 	mu sync.Mutex
 
 	prev, cur *Sample
+	// base is the sample the rates count from: the poll of the last line
+	// printed, so a plain line printed every 10 s covers those 10 s, not
+	// the last poll's second (nil before the first poll).
+	base *Sample
 
 	leader      string        // leader id in the latest sample ("" = none)
 	known       string        // the last leader seen in any sample
@@ -144,8 +148,9 @@ type View struct {
 	hadChange   bool
 	interval    time.Duration
 
-	rate float64           // lookups per second, all nodes, last interval
-	mix  map[string]uint64 // lookups by reason code, last interval
+	rate  float64           // lookups per second, all nodes, since base
+	mix   map[string]uint64 // lookups by reason code, since base
+	rated bool              // rate and mix cover an interval (false at the first poll)
 
 	events []string // recent supervisor lines (dev), newest last
 	proxy  string   // the routing proxy's latest line (dev)
@@ -187,13 +192,15 @@ func (v *View) observe(s Sample) {
 		v.noLeaderAt = time.Time{}
 	}
 	v.leader = leader
-	v.rate, v.mix = 0, nil
-	if v.prev == nil {
+	v.rate, v.mix, v.rated = 0, nil, false
+	if v.base == nil {
+		v.base = &s
 		return
 	}
-	dt := s.At.Sub(v.prev.At).Seconds()
+	v.rated = true
+	dt := s.At.Sub(v.base.At).Seconds()
 	before := map[string]map[string]uint64{}
-	for _, n := range v.prev.Nodes {
+	for _, n := range v.base.Nodes {
 		if n.Err == "" {
 			before[n.Addr] = n.Calls
 		}
@@ -206,10 +213,12 @@ func (v *View) observe(s Sample) {
 			continue
 		}
 		for code, c := range n.Calls {
-			if c >= b[code] { // a restarted node's counters start over
-				mix[code] += c - b[code]
-				total += c - b[code]
+			d := c - b[code]
+			if c < b[code] { // a restarted node's counters start over from 0
+				d = c
 			}
+			mix[code] += d
+			total += d
 		}
 	}
 	if dt > 0 {
@@ -253,6 +262,25 @@ func (v *View) Unanswered() error {
 		return nil
 	}
 	return v.cur.Nodes[0].Cause
+}
+
+// rateText is the lookup rate since the last line shown and its mix,
+// "20.0<unit>PREFIX_MATCH 75%, NO_HINT 25%", or, at the first poll, that
+// the count starts there (no interval yet: a rate of 0 would read as no
+// traffic).
+func (v *View) rateText(unit string) string {
+	if !v.rated {
+		return "counted from this poll on"
+	}
+	return fmt.Sprintf("%.1f%s%s", v.rate, unit, v.mixText())
+}
+
+// shown marks the latest poll as the one the next line's rates count
+// from: a line printed every 10 s shows the lookups of those 10 s.
+func (v *View) shown() {
+	if v.cur != nil {
+		v.base = v.cur
+	}
 }
 
 // mixText is the reason-code mix as "PREFIX_MATCH 62%, NO_HINT 38%",
@@ -337,14 +365,17 @@ func (v *View) writeLine(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, " %s %s t%d applied %d%s |", n.ID, n.State, n.Term, n.Applied, stale)
 	}
-	fmt.Fprintf(&b, " %.1f lookups/s: %s | %s", v.rate, v.mixText(), v.leaderText())
+	fmt.Fprintf(&b, " %s | %s", v.rateText(" lookups/s: "), v.leaderText())
 	if ps, rest, _ := pickerLines(v.cur); len(ps) > 0 {
 		b.WriteString(" | pickers:")
-		for _, p := range ps {
-			fmt.Fprintf(&b, " %s %d prefilling, %d running on %d replicas (%d ms ago);", p.ID, p.Prefilling, p.Running, p.Replicas, p.AgeMs)
+		for i, p := range ps {
+			if i > 0 {
+				b.WriteString(";")
+			}
+			fmt.Fprintf(&b, " %s %d prefilling, %d running on %d replicas (%d ms ago)", p.ID, p.Prefilling, p.Running, p.Replicas, p.AgeMs)
 		}
 		if t := rest.text(); t != "" {
-			b.WriteString(" " + t)
+			b.WriteString("; " + t)
 		}
 	}
 	b.WriteString("\n")
@@ -377,7 +408,7 @@ func (v *View) writeFrame(w io.Writer, every time.Duration, width int) (int, err
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.Addr, n.State, n.Term, n.Applied, stale)
 		}
 		tw.Flush()
-		fmt.Fprintf(&b, "lookups %.1f/s  %s\n%s\n", v.rate, v.mixText(), v.leaderText())
+		fmt.Fprintf(&b, "lookups %s\n%s\n", v.rateText("/s  "), v.leaderText())
 		if ps, rest, answering := pickerLines(v.cur); len(ps) > 0 {
 			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "PICKER\tREPLICAS\tPREFILLING\tPREFILL TOKENS\tRUNNING\tAGE\tON NODES")

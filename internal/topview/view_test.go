@@ -42,9 +42,10 @@ func TestTopView_PlainLinesThroughALeaderChange(t *testing.T) {
 		if err := v.writeLine(&out); err != nil {
 			t.Fatal(err)
 		}
+		v.shown()
 	}
 	want := []string{
-		"top 13:00:00 | n1 Leader t2 applied 10 | n2 Follower t2 applied 10 | 0.0 lookups/s: no lookups | leader n1",
+		"top 13:00:00 | n1 Leader t2 applied 10 | n2 Follower t2 applied 10 | counted from this poll on | leader n1",
 		"top 13:00:01 | n1 Leader t2 applied 30 | n2 Follower t2 applied 30 | 20.0 lookups/s: PREFIX_MATCH 75%, NO_HINT 25% | leader n1",
 		"top 13:00:02 | a:1 down | n2 Candidate t3 applied 30 | 4.0 lookups/s: NO_HINT 100% | no leader for 0.0 s: writes unavailable",
 		"top 13:00:02 | a:1 down | n2 Leader t3 applied 31 | 4.0 lookups/s: PREFIX_MATCH 100% | leader n2 since 13:00:02; last change n1 → n2 at 13:00:02, writes unavailable ≈ 0.5 s (± 0.5 s poll)",
@@ -107,7 +108,7 @@ func TestTopView_FrameHoldsNodesDemoAndEvents(t *testing.T) {
 		"n1    a:1   Leader    2     7        no\n" +
 		"n2    a:2   Follower  2     5        yes (no leader contact for 3s)\n" +
 		"-     a:3   down      -     -        -\n" +
-		"lookups 0.0/s  no lookups\n" +
+		"lookups counted from this poll on\n" +
 		"leader n1\n" +
 		"demo fleet (4 engines, lookuproute): 10 requests\n" +
 		"  event c\n  event d\n  event e\n  event f\n  event g\n"
@@ -180,7 +181,7 @@ func TestTopView_OneLinePerPicker(t *testing.T) {
 	if err := v.writeLine(&out); err != nil {
 		t.Fatal(err)
 	}
-	if w := " | pickers: gw-a 2 prefilling, 7 running on 3 replicas (12 ms ago); gw-b 0 prefilling, 1 running on 1 replicas (5 ms ago);\n"; !strings.HasSuffix(out.String(), w) {
+	if w := " | pickers: gw-a 2 prefilling, 7 running on 3 replicas (12 ms ago); gw-b 0 prefilling, 1 running on 1 replicas (5 ms ago)\n"; !strings.HasSuffix(out.String(), w) {
 		t.Fatalf("line %q, want it to end %q", out.String(), w)
 	}
 }
@@ -236,5 +237,35 @@ func TestTopView_PickerLinesAreCapped(t *testing.T) {
 	}
 	if w := " p-03 1 prefilling, 3 running on 1 replicas (3 ms ago); " + more + "\n"; !strings.HasSuffix(line, w) {
 		t.Fatalf("line %q, want it to end %q", line, w)
+	}
+}
+
+// A plain line printed every 10 s counts the lookups of those 10 s: 30
+// lookups in the fourth second and none in the last one read 3.0/s, not
+// the last poll's 0 (dev prints a line every 10 s while it polls every
+// second). Expected figures by hand: 30 lookups / 10 s.
+func TestTopView_PlainLineCountsSinceTheLineBefore(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
+	v := &View{}
+	var out bytes.Buffer
+	var lines int
+	var lastPlain time.Time
+	r := RunConfig{Every: time.Second, PlainEvery: 10 * time.Second, Mode: Plain}
+	for i := 0; i <= 10; i++ {
+		calls := uint64(5)
+		if i >= 4 {
+			calls = 35
+		}
+		s := Sample{At: t0.Add(time.Duration(i) * time.Second), Nodes: []Node{
+			{Addr: "a:1", ID: "n1", State: "Leader", Term: 2, Calls: map[string]uint64{"PREFIX_MATCH": calls}}}}
+		v.observe(s)
+		if err := v.print(&out, s, r, &lines, &lastPlain); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "top 13:00:00 | n1 Leader t2 applied 0 | counted from this poll on | leader n1\n" +
+		"top 13:00:10 | n1 Leader t2 applied 0 | 3.0 lookups/s: PREFIX_MATCH 100% | leader n1\n"
+	if out.String() != want {
+		t.Fatalf("plain lines:\n%swant:\n%s", out.String(), want)
 	}
 }
