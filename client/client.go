@@ -93,8 +93,9 @@ type Config struct {
 	// refused request (INVALID_ARGUMENT etc.). When the period ends one
 	// call probes the node while the others keep skipping it; each failed
 	// probe doubles the period, up to 8x FailBackoff; a success ends it.
-	// Lookups and writes skip nodes separately. A node is still called
-	// when every node is skipped. 0 = DefaultFailBackoff (1 s).
+	// Lookups and writes skip nodes separately. A write still calls a
+	// node when every node is skipped; a lookup fails open at once,
+	// calling none. 0 = DefaultFailBackoff (1 s).
 	FailBackoff time.Duration
 	// WriteRetry is the total budget of one write (Ingest,
 	// ReportReplicaStats), all attempts and the jittered pauses between
@@ -251,7 +252,9 @@ func (c *Client) Stats() Stats {
 // LookupTimeout ends, or the request itself fails (e.g. invalid UTF-8 the encoder refuses, a
 // refused token: no retry, no node blamed), it returns a NO_HINT response
 // whose Detail is "client: <code>: <message>; failing open" (counted in
-// Stats.FailOpen).
+// Stats.FailOpen). While lookups skip every node it fails open at once,
+// calling none, except for the one lookup that probes a node whose skip
+// period ended: a cluster that is out costs requests no lookup budget.
 //
 // A lookup that takes a turn (take_turn, contract §5.13) goes to the first
 // usable node by address, so that every gateway listing the same nodes
@@ -267,7 +270,17 @@ func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *p
 		if req.GetTakeTurn() {
 			list, start = c.byAddr, 0
 		}
-		n, probe := c.pickIn(list, lookupTrack, start, prev, c.cfg.LookupTimeout)
+		n, probe, skipped := c.pickIn(list, lookupTrack, start, prev, c.cfg.LookupTimeout)
+		if skipped {
+			// Every node failed within its skip period: calling one anyway
+			// would cost the request the whole budget for as long as the
+			// cluster is out. Each node's probe, when its period ends, finds
+			// it back.
+			if lastErr == nil {
+				lastErr = errEveryNodeSkipped
+			}
+			break
+		}
 		if attempt > 0 {
 			c.lookupRetries.Add(1)
 		}
@@ -299,6 +312,11 @@ func (c *Client) LookupRoute(ctx context.Context, req *pb.LookupRouteRequest) *p
 	return &pb.LookupRouteResponse{ReasonCode: pb.ReasonCode_NO_HINT,
 		Detail: "client: " + st.Code().String() + ": " + st.Message() + "; failing open"}
 }
+
+// errEveryNodeSkipped is the cause of a lookup that failed open at once:
+// every node it could go to failed within its skip period
+// (Config.FailBackoff).
+var errEveryNodeSkipped = status.Error(codes.Unavailable, "every node is skipped after failing within the last FailBackoff")
 
 // RefusedLookup returns the gRPC code name of a fail-open LookupRoute
 // answer whose call the cluster refused for its credentials

@@ -322,3 +322,50 @@ func TestIngest_StickyWritesStayOnTheNodeThatAnswered(t *testing.T) {
 		t.Fatalf("a got %v, want w1..w4 (w4 failed) and nothing after", got)
 	}
 }
+
+// A cluster that hangs costs requests no lookup budget once each node
+// has failed: the lookups that follow fail open without calling any node
+// (the hung nodes count their calls), until a node's skip period ends and
+// one lookup probes it.
+func TestLookupRoute_FailsOpenAtOnceWhileEveryNodeIsSkipped(t *testing.T) {
+	a, b := &fake{name: "a", delay: time.Hour}, &fake{name: "b", delay: time.Hour}
+	c := newClient(t, Config{Addrs: []string{serve(t, a), serve(t, b)}, LookupTimeout: 300 * time.Millisecond, FailBackoff: time.Hour})
+	// The first two lookups each spend their budget on one hung node
+	// (a call that the budget ended while it dialled counts at neither).
+	for i := 0; i < 2; i++ {
+		if r := c.LookupRoute(context.Background(), &pb.LookupRouteRequest{}); r.ReasonCode != pb.ReasonCode_NO_HINT {
+			t.Fatalf("lookup %d: %v", i, r)
+		}
+	}
+	ca, cb := a.callCount(), b.callCount()
+	if ca > 1 || cb > 1 {
+		t.Fatalf("calls a=%d b=%d after two lookups, want at most one each", ca, cb)
+	}
+	for i := 0; i < 20; i++ {
+		r := c.LookupRoute(context.Background(), &pb.LookupRouteRequest{})
+		if r.ReasonCode != pb.ReasonCode_NO_HINT || !strings.Contains(r.Detail, "every node is skipped") || !strings.HasSuffix(r.Detail, "; failing open") {
+			t.Fatalf("lookup %d while both nodes are skipped: %v", i, r)
+		}
+	}
+	if a.callCount() != ca || b.callCount() != cb {
+		t.Errorf("calls a=%d b=%d, were %d and %d: the skipped nodes were called again", a.callCount(), b.callCount(), ca, cb)
+	}
+	if st := c.Stats(); st.FailOpen != 22 || st.Lookups != 22 {
+		t.Errorf("stats = %+v, want 22 fail-open of 22", st)
+	}
+	// The nodes answer again and their periods end: the next lookup
+	// probes one, which answers, and lookups use the nodes again.
+	for _, f := range []*fake{a, b} {
+		f.mu.Lock()
+		f.delay = 0
+		f.mu.Unlock()
+	}
+	for _, n := range c.nodes {
+		n.lookup.downUntil.Store(time.Now().UnixNano())
+	}
+	for i := 0; i < 4; i++ {
+		if r := c.LookupRoute(context.Background(), &pb.LookupRouteRequest{}); r.ReasonCode != pb.ReasonCode_PREFIX_MATCH {
+			t.Fatalf("lookup %d after the skip periods ended: %v", i, r)
+		}
+	}
+}

@@ -104,11 +104,14 @@ func (b *backoff) claim(now time.Time, hold time.Duration) (usable, probe bool) 
 // be nil) is avoided unless it is the only node. hold bounds the call
 // (see backoff.claim).
 func (c *Client) pick(track func(*node) *backoff, start uint64, skip *node, hold time.Duration) (*node, bool) {
-	return c.pickIn(c.nodes, track, start, skip, hold)
+	n, probe, _ := c.pickIn(c.nodes, track, start, skip, hold)
+	return n, probe
 }
 
-// pickIn is pick over list (c.nodes, or c.byAddr).
-func (c *Client) pickIn(list []*node, track func(*node) *backoff, start uint64, skip *node, hold time.Duration) (*node, bool) {
+// pickIn is pick over list (c.nodes, or c.byAddr); skipped reports that
+// track skips every node, so n is a fallback that failed within its
+// skip period.
+func (c *Client) pickIn(list []*node, track func(*node) *backoff, start uint64, skip *node, hold time.Duration) (n *node, probe, skipped bool) {
 	now := time.Now()
 	var fallback *node
 	for i := range list {
@@ -120,13 +123,13 @@ func (c *Client) pickIn(list []*node, track func(*node) *backoff, start uint64, 
 			fallback = n
 		}
 		if usable, probe := track(n).claim(now, hold); usable {
-			return n, probe
+			return n, probe, false
 		}
 	}
 	if fallback == nil {
-		return skip, false // the only node
+		return skip, false, true // the only node
 	}
-	return fallback, false
+	return fallback, false, true
 }
 
 func lookupTrack(n *node) *backoff { return &n.lookup }

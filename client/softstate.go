@@ -29,7 +29,7 @@ import (
 // state as Config.FailBackoff says, and the calls go to the next node by
 // address until it is back; any other answer shows the node up. The error is the call's.
 func softStateCall[T any](c *Client, call func(*node) (T, error)) (T, error) {
-	n, probe := c.pickIn(c.byAddr, lookupTrack, 0, nil, c.cfg.LookupTimeout)
+	n, probe, _ := c.pickIn(c.byAddr, lookupTrack, 0, nil, c.cfg.LookupTimeout)
 	resp, err := call(n)
 	switch status.Code(err) {
 	case codes.OK:

@@ -28,8 +28,8 @@ const (
 // errBodyTimeout is the read error of a body past its timeouts.
 var errBodyTimeout = errors.New("request body read timed out")
 
-// errOverBudget is the read error of a body without a Content-Length
-// whose bytes no longer fit in the bytes in flight.
+// errOverBudget is the read error of a body whose bytes, as they
+// arrive, no longer fit in the bytes in flight.
 var errOverBudget = errors.New("request body over the bytes in flight")
 
 // errDeadline is the error of a read past the connection's deadline.
@@ -37,16 +37,15 @@ var errDeadline = os.ErrDeadlineExceeded
 
 // bodyReader reads a request body within an idle and a total timeout by
 // moving the connection's read deadline before each read, marks its
-// connection as waiting for the client meanwhile (connlimit), and, for a
-// body without a Content-Length, holds its bytes in the bound on bodies
-// in flight as they arrive.
+// connection as waiting for the client meanwhile (connlimit), and holds
+// the body's bytes in the bound on bodies in flight as they arrive.
 type bodyReader struct {
 	ctx      context.Context // the request's
 	r        io.Reader
 	rc       *http.ResponseController
 	idle     time.Duration
 	deadline time.Time             // the total timeout's end; zero = none
-	adm      *admission.Controller // nil: the bytes were held up front
+	adm      *admission.Controller // the bound the bytes read are held in
 	held     int64                 // bytes held in adm
 }
 

@@ -51,18 +51,19 @@ func TestProxy_BodyOverTheBytesInFlightGets429(t *testing.T) {
 	// The stalled body must hold the bound for the whole test: no idle
 	// time-out ends it early on a loaded machine.
 	tp := newTestProxy(t, nil, Options{MaxBodyBytes: 1 << 10, MaxBodyBytesInFlight: 1 << 10, BodyIdleTimeout: time.Minute, BodyTimeout: 2 * time.Minute}, e)
-	// Hold the whole bound with a body that never ends.
+	// Hold all but 24 bytes of the bound with 1,000 bytes of a body that
+	// never ends: bytes are held as they arrive.
 	c, err := net.Dial("tcp", strings.TrimPrefix(tp.srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n{")
+	_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n{\"x\": \""+strings.Repeat("a", 993))
 	// Wait until the proxy holds the stalled body's bytes: a request sent
 	// before would take them first and the stalled body get the 429.
 	poll.Eventually(t, 30*time.Second, 5*time.Millisecond, func() (bool, string) {
-		if tp.adm.Hold(1) {
-			tp.adm.Release(1)
+		if tp.adm.Hold(25) {
+			tp.adm.Release(25)
 			return false, "the stalled body's bytes are not held"
 		}
 		return true, ""
@@ -74,6 +75,34 @@ func TestProxy_BodyOverTheBytesInFlightGets429(t *testing.T) {
 	}
 	if e.posts.Load() != 0 {
 		t.Errorf("the engine got %d requests", e.posts.Load())
+	}
+}
+
+// Bodies that declare the whole bound in their Content-Length and
+// trickle a byte hold only the bytes that arrived: another request is
+// served, not refused until their body timeouts end.
+func TestProxy_DeclaredButUnsentBodiesHoldNothing(t *testing.T) {
+	e := newEngine(t, "qwen3")
+	tp := newTestProxy(t, nil, Options{MaxBodyBytes: 1 << 20, MaxBodyBytesInFlight: 1 << 20, BodyIdleTimeout: time.Minute, BodyTimeout: 2 * time.Minute}, e)
+	for i := 0; i < 4; i++ {
+		c, err := net.Dial("tcp", strings.TrimPrefix(tp.srv.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = io.WriteString(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 262144\r\n\r\n{")
+	}
+	// Wait until the four bodies' first bytes are held.
+	poll.Eventually(t, 30*time.Second, 5*time.Millisecond, func() (bool, string) {
+		if tp.adm.Hold(1<<20 - 3) {
+			tp.adm.Release(1<<20 - 3)
+			return false, "the four bodies' first bytes are not held"
+		}
+		return true, ""
+	})
+	resp, body := tp.post(t, "/v1/chat/completions", tp.chat("hi", false))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s: want the request served beside four bodies that declare the whole bound and sent a byte each", resp.StatusCode, body)
 	}
 }
 

@@ -246,21 +246,17 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 	if r.ContentLength > p.maxBody {
 		return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, p.maxBody)}), false, false
 	}
-	br := &bodyReader{ctx: r.Context(), r: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, deadline: start.Add(p.bodyTotal)}
-	held := r.ContentLength
-	if held >= 0 {
-		if !p.adm.Hold(held) {
-			return p.shed(w, held), false, false
-		}
-	} else {
-		br.adm = p.adm
-	}
+	// A body's bytes are held in the bound as they arrive, never as its
+	// Content-Length declares them: a few clients declaring large bodies
+	// and trickling them would otherwise hold the whole bound, and every
+	// other request would be refused, until their body timeouts.
+	br := &bodyReader{ctx: r.Context(), r: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle, deadline: start.Add(p.bodyTotal), adm: p.adm}
 	relax := func() {}
 	if r.ContentLength >= admission.LargeBody {
 		relax = p.adm.Tighten() // a large body's copies are collected promptly until its answer starts
 	}
 	var release sync.Once
-	free := func() { release.Do(func() { p.adm.Release(max(held, 0) + br.held); relax() }) }
+	free := func() { release.Do(func() { p.adm.Release(br.held); relax() }) }
 	defer free()
 
 	var buf *bytes.Buffer
@@ -274,7 +270,8 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 			}
 		}()
 	} else {
-		buf = bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+		// Grown as the bytes arrive (doubling), not allocated as declared.
+		buf = bytes.NewBuffer(make([]byte, 0, maxPooledBody+bytes.MinRead))
 	}
 
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, io.NopCloser(br), p.maxBody))
@@ -322,7 +319,10 @@ func (p *Proxy) bodyFailed(w http.ResponseWriter, r *http.Request, err error, re
 	case errors.As(err, &tooBig):
 		return p.refuse(w, &openai.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over the limit of %d bytes", tooBig.Limit)})
 	case errors.Is(err, errOverBudget):
-		return p.shed(w, int64(read))
+		// The rest of the body is not read: the connection cannot carry
+		// another request.
+		w.Header().Set("Connection", "close")
+		return p.shed(w, max(r.ContentLength, int64(read)))
 	case errors.Is(err, errBodyTimeout):
 		p.m.BodyTimeouts.Inc()
 		w.Header().Set("Connection", "close")

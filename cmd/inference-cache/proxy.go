@@ -109,7 +109,8 @@ a backend. No healthy backend for the model: 503.
 Every phase has a bound. A body must arrive within --body-timeout, with no gap
 over --body-idle-timeout (else 408). Bodies held at once (read, being keyed, or
 kept for a retry until the answer starts) are bounded by
---max-body-bytes-in-flight: past it 429 with Retry-After. A stream whose
+--max-body-bytes-in-flight, their bytes counted as they arrive (not as a
+Content-Length declares them): past it 429 with Retry-After. A stream whose
 backend sends no response headers within --first-byte-timeout goes once to the
 next-best backend (504 if that one is silent too); an answer with no bytes for
 --stream-idle-timeout is cut. An answer cut after its headers (the backend
