@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
 	"github.com/inference-cache/inference-cache/fingerprint"
+	"github.com/inference-cache/inference-cache/ident"
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/policy"
 )
@@ -76,7 +78,10 @@ func durToU32(d, unit time.Duration) uint32 {
 // message is a whole replacement: a field left at its zero value means zero
 // (which most knobs refuse), not "keep the current value". The version is
 // ignored (the server sets it). The error is a *policy.FieldError naming
-// the knob (camelCase, as in contract §7.1), the value and the rule.
+// the message's field and its value as sent (block_size["m"],
+// lookup_timeout_ms=0) and the rule. A policy from a user must also meet
+// policy.CheckInput (see SetCachePolicy); one the cluster holds needs
+// only this.
 func PolicyFromPB(q *pb.CachePolicy) (policy.Policy, error) {
 	if q == nil {
 		return policy.Policy{}, &policy.FieldError{Field: "policy", Value: "", Reason: "is missing"}
@@ -88,7 +93,7 @@ func PolicyFromPB(q *pb.CachePolicy) (policy.Policy, error) {
 	case AffinityDisabled:
 		aff = false
 	default:
-		return policy.Policy{}, &policy.FieldError{Field: "affinityRouting", Value: q.GetAffinityRouting(), Reason: "must be Enabled or Disabled"}
+		return policy.Policy{}, &policy.FieldError{Field: "affinity_routing", Value: q.GetAffinityRouting(), Reason: "must be Enabled or Disabled"}
 	}
 	bs := make(map[string]uint32, len(q.GetBlockSize()))
 	for k, v := range q.GetBlockSize() {
@@ -116,9 +121,58 @@ func PolicyFromPB(q *pb.CachePolicy) (policy.Policy, error) {
 		EvictionBatch:        q.GetEvictionBatch(),
 	}
 	if err := p.Validate(); err != nil {
-		return policy.Policy{}, err
+		return policy.Policy{}, wireField(err, q)
 	}
 	return p, nil
+}
+
+// wireField is err with a *policy.FieldError's knob and value as the
+// CachePolicy message carries them (contract §9.4: the field as the user
+// wrote it): lookupTimeoutMs="0s" becomes lookup_timeout_ms=0,
+// blockSize.m becomes block_size["m"]. Other errors are returned as they
+// are.
+func wireField(err error, q *pb.CachePolicy) error {
+	var fe *policy.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	u := func(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
+	out := *fe
+	switch fe.Field {
+	case "lookupTimeoutMs":
+		out.Field, out.Value = "lookup_timeout_ms", u(q.GetLookupTimeoutMs())
+	case "evictionTTL":
+		out.Field, out.Value = "eviction_ttl_seconds", u(q.GetEvictionTtlSeconds())
+	case "sloTightThresholdMs":
+		out.Field, out.Value = "slo_tight_threshold_ms", u(q.GetSloTightThresholdMs())
+	case "statsFreshness":
+		out.Field, out.Value = "stats_freshness_seconds", u(q.GetStatsFreshnessSeconds())
+	case "maxStalenessMs":
+		out.Field, out.Value = "max_staleness_ms", u(q.GetMaxStalenessMs())
+	case "blockSize":
+		out.Field = "block_size"
+	default:
+		if m, ok := strings.CutPrefix(fe.Field, "blockSize."); ok {
+			out.Field = "block_size[" + strconv.Quote(m) + "]"
+		} else {
+			out.Field = snake(fe.Field)
+		}
+	}
+	return &out
+}
+
+// snake is a camelCase knob's proto field name: maxReplicas is
+// max_replicas.
+func snake(knob string) string {
+	var b strings.Builder
+	for _, r := range knob {
+		if unicode.IsUpper(r) {
+			b.WriteByte('_')
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // RequestError is a write request refused whole (INVALID_ARGUMENT): Limit
@@ -193,19 +247,11 @@ func checkRequestID(id string) *RequestError {
 	return nil
 }
 
-// hiddenChar names the first control character (C0, DEL, C1) or invisible
-// format character (zero-width space, bidi override, BOM: Unicode Cf) of v
-// and its byte offset, "" when there is none. Ids with them are refused:
-// they print as nothing, garble a terminal or reorder text, so two ids
-// that look alike in logs and the CLI could differ.
+// hiddenChar is ident.Hidden's reason for v, naming field ("" when v
+// has no hidden character).
 func hiddenChar(field, v string) string {
-	for i, r := range v {
-		switch {
-		case unicode.IsControl(r):
-			return fmt.Sprintf("%s holds control character %U at byte %d", field, r, i)
-		case unicode.Is(unicode.Cf, r):
-			return fmt.Sprintf("%s holds invisible format character %U at byte %d", field, r, i)
-		}
+	if h := ident.Hidden(v); h != "" {
+		return field + " " + h
 	}
 	return ""
 }

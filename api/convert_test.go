@@ -255,23 +255,23 @@ func TestPolicyPB_RoundTripAndEnums(t *testing.T) {
 		t.Fatalf("(-want +got):\n%s", d)
 	}
 	q.AffinityRouting = "enabled"
-	if _, err := PolicyFromPB(q); err == nil || !strings.Contains(err.Error(), "affinityRouting") {
+	if _, err := PolicyFromPB(q); err == nil || !strings.Contains(err.Error(), "affinity_routing") {
 		t.Fatalf("lower-case Enabled accepted: %v", err)
 	}
 	q.AffinityRouting = "Enabled"
 	q.EvictionPolicy = "FIFO"
 	var fe *policy.FieldError
-	if _, err := PolicyFromPB(q); !errors.As(err, &fe) || fe.Field != "evictionPolicy" {
+	if _, err := PolicyFromPB(q); !errors.As(err, &fe) || fe.Field != "eviction_policy" {
 		t.Fatalf("FIFO: %v", err)
 	}
 	q.EvictionPolicy = "LRU"
 	q.RankingVersion = "v3"
-	if _, err := PolicyFromPB(q); !errors.As(err, &fe) || fe.Field != "rankingVersion" {
+	if _, err := PolicyFromPB(q); !errors.As(err, &fe) || fe.Field != "ranking_version" {
 		t.Fatalf("v3: %v", err)
 	}
 	q.RankingVersion = "v2"
 	q.LookupTimeoutMs = 0
-	if _, err := PolicyFromPB(q); !errors.As(err, &fe) || fe.Field != "lookupTimeoutMs" {
+	if _, err := PolicyFromPB(q); !errors.As(err, &fe) || fe.Field != "lookup_timeout_ms" || fe.Value != "0" {
 		t.Fatalf("timeout 0: %v", err)
 	}
 	if _, err := PolicyFromPB(nil); err == nil {

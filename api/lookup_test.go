@@ -289,9 +289,26 @@ func TestSetCachePolicy_ValidatesAndVersions(t *testing.T) {
 	if err != nil || got.Version != 5 || got.MaxReplicas != 9 {
 		t.Fatalf("%v %v", got, err)
 	}
-	q.RankingVersion = "v9"
-	if _, err := s.SetCachePolicy(context.Background(), &pb.SetCachePolicyRequest{Policy: q}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "rankingVersion") {
-		t.Fatalf("v9: %v", err)
+	// Refusals name the message's field and the value as sent (contract
+	// §9.4), and the rules a user's policy must meet beyond Validate's.
+	for name, c := range map[string]struct {
+		edit func(*pb.CachePolicy)
+		want string
+	}{
+		"ranking version": {func(q *pb.CachePolicy) { q.RankingVersion = "v9" }, `ranking_version="v9"`},
+		"zero timeout":    {func(q *pb.CachePolicy) { q.LookupTimeoutMs = 0 }, `lookup_timeout_ms="0": must be between 1ms and 10s`},
+		"zero ttl":        {func(q *pb.CachePolicy) { q.EvictionTtlSeconds = 0 }, `eviction_ttl_seconds="0"`},
+		"infinite floor":  {func(q *pb.CachePolicy) { q.RoutingFloorScore = "+Inf" }, `routing_floor_score="+Inf"`},
+		"hex floor":       {func(q *pb.CachePolicy) { q.RoutingFloorScore = "0x1p-3" }, `routing_floor_score="0x1p-3"`},
+		"model id":        {func(q *pb.CachePolicy) { q.BlockSize = map[string]uint32{"m\x00": 16} }, `block_size="m\x00": model id holds control character U+0000 at byte 1`},
+		"block size":      {func(q *pb.CachePolicy) { q.BlockSize = map[string]uint32{"m": 0} }, `block_size["m"]="0"`},
+	} {
+		q := PolicyToPB(policy.Default())
+		c.edit(q)
+		_, err := s.SetCachePolicy(context.Background(), &pb.SetCachePolicyRequest{Policy: q})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT saying %s", name, err, c.want)
+		}
 	}
 }
 

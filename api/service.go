@@ -360,6 +360,9 @@ func (s *Service) GetCachePolicy(ctx context.Context, _ *pb.GetCachePolicyReques
 // the server set. An invalid knob is INVALID_ARGUMENT naming it.
 func (s *Service) SetCachePolicy(ctx context.Context, req *pb.SetCachePolicyRequest) (*pb.CachePolicy, error) {
 	p, err := PolicyFromPB(req.GetPolicy())
+	if err == nil {
+		err = wireField(p.CheckInput(), req.GetPolicy())
+	}
 	if err != nil {
 		return nil, StatusFromError(err)
 	}

@@ -3,10 +3,9 @@ package pickerload
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/inference-cache/inference-cache/ident"
 )
 
 // Limits and defaults of a report (contract §5.11, §9).
@@ -106,8 +105,8 @@ func (r *Report) Validate() error {
 		return &FieldError{"picker_id", "required (a name unique to the reporting picker)"}
 	case len(r.PickerID) > MaxPickerIDBytes:
 		return &FieldError{"picker_id", fmt.Sprintf("%d bytes, over the limit of %d", len(r.PickerID), MaxPickerIDBytes)}
-	case IDProblem(r.PickerID) != "":
-		return &FieldError{"picker_id", IDProblem(r.PickerID)}
+	case ident.Problem(r.PickerID) != "":
+		return &FieldError{"picker_id", ident.Problem(r.PickerID)}
 	case r.Sequence == 0:
 		return &FieldError{"sequence", "required: at least 1, increasing with every report of the picker"}
 	case r.Interval < 0, r.Interval != 0 && (r.Interval < MinInterval || r.Interval > MaxInterval):
@@ -125,8 +124,8 @@ func (r *Report) Validate() error {
 			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), "required"}
 		case len(id) > MaxReplicaIDBytes:
 			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), fmt.Sprintf("%d bytes, over the limit of %d", len(id), MaxReplicaIDBytes)}
-		case IDProblem(id) != "":
-			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), IDProblem(id)}
+		case ident.Problem(id) != "":
+			return &FieldError{fmt.Sprintf("loads[%d].replica_id", i), ident.Problem(id)}
 		}
 		first := -1
 		if seen != nil {
@@ -148,26 +147,4 @@ func (r *Report) Validate() error {
 		}
 	}
 	return nil
-}
-
-// IDProblem is the objection to a picker or replica id under the
-// identifier rules of contract §9.2 (valid UTF-8, no control or invisible
-// format characters, not blank), "" when none. Shared by every soft-state
-// store that takes pickers' ids.
-func IDProblem(v string) string {
-	if !utf8.ValidString(v) {
-		return "not valid UTF-8"
-	}
-	for i, r := range v {
-		switch {
-		case unicode.IsControl(r):
-			return fmt.Sprintf("holds control character %U at byte %d", r, i)
-		case unicode.Is(unicode.Cf, r):
-			return fmt.Sprintf("holds invisible format character %U at byte %d", r, i)
-		}
-	}
-	if strings.TrimSpace(v) == "" {
-		return "blank (only whitespace)"
-	}
-	return ""
 }

@@ -2,10 +2,12 @@ package policy
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"time"
 
 	"github.com/inference-cache/inference-cache/fingerprint"
+	"github.com/inference-cache/inference-cache/ident"
 )
 
 // EvictionPolicy names how the capacity bound (MaxResidencies) picks victims
@@ -158,6 +160,32 @@ type FieldError struct {
 
 func (e *FieldError) Error() string {
 	return fmt.Sprintf("policy field %s=%q: %s", e.Field, e.Value, e.Reason)
+}
+
+// decimal is the form of a new routingFloorScore: digits, an optional
+// fraction, nothing else.
+var decimal = regexp.MustCompile(`^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$`)
+
+// CheckInput is Validate plus the rules a policy from a user must also
+// meet (a YAML file, SetCachePolicy): routingFloorScore in decimal form
+// (ParseFloat alone takes "Inf", a floor that drops every match, and
+// "0x1p-3" or "1e9") and the model ids of blockSize under contract §9.2.
+// The FSM applies a committed policy with Validate alone: a command
+// written to the log under looser rules must apply the same on every
+// node and every version.
+func (p *Policy) CheckInput() error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if !decimal.MatchString(p.RoutingFloorScore) {
+		return &FieldError{"routingFloorScore", p.RoutingFloorScore, "must be a non-negative decimal string such as \"0.1\""}
+	}
+	for model := range p.BlockSize {
+		if msg := ident.Problem(model); msg != "" {
+			return &FieldError{"blockSize", model, "model id " + msg}
+		}
+	}
+	return nil
 }
 
 // Validate checks every knob against its allowed range and returns the first

@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -90,8 +92,19 @@ func LoadFile(path string) (Policy, error) {
 // The returned policy has Version 0 (the server sets versions).
 func Parse(name string, data []byte) (Policy, error) {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return Policy{}, &FileError{File: name, Line: yamlErrLine(err), Reason: "not valid YAML: " + yamlErrMsg(err)}
+	}
+	// A second document would be dropped without a word: the policy
+	// would not be what the file shows.
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		line := more.Line
+		if err != nil {
+			line = yamlErrLine(err)
+		}
+		return Policy{}, &FileError{File: name, Line: line, Reason: "holds more than one YAML document (---); a policy file is one"}
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return Policy{}, &FileError{File: name, Reason: "empty document: expected kind: CachePolicy and spec:"}
@@ -103,6 +116,7 @@ func Parse(name string, data []byte) (Policy, error) {
 	p := Default()
 	var kind, spec *yaml.Node
 	lines := map[string]int{}
+	written := map[string]string{} // each scalar knob's value as the file has it
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
@@ -130,10 +144,10 @@ func Parse(name string, data []byte) (Policy, error) {
 		}
 		return Policy{}, &FileError{File: name, Line: spec.Line, Field: "spec", Reason: "must be a mapping of knobs"}
 	}
-	if err := parseSpec(name, spec, &p, lines); err != nil {
+	if err := parseSpec(name, spec, &p, lines, written); err != nil {
 		return Policy{}, err
 	}
-	if err := p.Validate(); err != nil {
+	if err := p.CheckInput(); err != nil {
 		var fe *FieldError
 		if errors.As(err, &fe) {
 			field, key := fe.Field, fe.Field
@@ -143,7 +157,11 @@ func Parse(name string, data []byte) (Policy, error) {
 			if field == "maxStalenessMs" { // Validate's name for the maxStaleness knob
 				field, key = "maxStaleness", "maxStaleness"
 			}
-			return Policy{}, &FileError{File: name, Line: lines[key], Field: "spec." + field, Reason: fmt.Sprintf("%q %s", fe.Value, fe.Reason)}
+			value := fe.Value
+			if w, ok := written[field]; ok {
+				value = w // lookupTimeoutMs: 0, not Validate's "0s"
+			}
+			return Policy{}, &FileError{File: name, Line: lines[key], Field: "spec." + field, Reason: fmt.Sprintf("%q %s", value, fe.Reason)}
 		}
 		return Policy{}, &FileError{File: name, Reason: err.Error()}
 	}
@@ -156,12 +174,17 @@ var specFields = []string{"chainMatching", "minimumMatchedTokens", "routingFloor
 	"strategy", "tenantHotMinHitRate", "statsFreshness", "affinityRouting", "maxReplicas", "rankingVersion",
 	"blockSize", "maxStaleness", "evictionBatch"}
 
-func parseSpec(file string, spec *yaml.Node, p *Policy, lines map[string]int) error {
+// parseSpec sets p from the spec mapping, recording each knob's line in
+// lines and each scalar knob's value as written in written.
+func parseSpec(file string, spec *yaml.Node, p *Policy, lines map[string]int, written map[string]string) error {
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(spec.Content); i += 2 {
 		k, v := spec.Content[i], spec.Content[i+1]
 		field := k.Value
 		lines[field] = k.Line
+		if v.Kind == yaml.ScalarNode {
+			written[field] = v.Value
+		}
 		if seen[field] {
 			return &FileError{File: file, Line: k.Line, Field: "spec." + field, Reason: "given twice"}
 		}

@@ -104,7 +104,7 @@ func TestParse_ErrorsNameFileLineFieldReason(t *testing.T) {
 		{"negative", "kind: CachePolicy\nspec:\n  maxReplicas: -1\n", 3, "spec.maxReplicas", "non-negative integer"},
 		{"huge", "kind: CachePolicy\nspec:\n  minimumMatchedTokens: 99999999999\n", 3, "spec.minimumMatchedTokens", "over the maximum"},
 		{"out of range", "kind: CachePolicy\nspec:\n\n  maxReplicas: 65\n", 4, "spec.maxReplicas", "between 1 and 64"},
-		{"zero timeout", "kind: CachePolicy\nspec:\n  lookupTimeoutMs: 0\n", 3, "spec.lookupTimeoutMs", "between 1ms and 10s"},
+		{"zero timeout", "kind: CachePolicy\nspec:\n  lookupTimeoutMs: 0\n", 3, "spec.lookupTimeoutMs", `"0" must be between 1ms and 10s`},
 		{"bad duration", "kind: CachePolicy\nspec:\n  evictionTTL: ten minutes\n", 3, "spec.evictionTTL", "duration"},
 		{"staleness", "kind: CachePolicy\nspec:\n  maxStaleness: 1ms\n", 3, "spec.maxStaleness", "between 100ms and 1h"},
 		{"eviction batch", "kind: CachePolicy\nspec:\n  evictionBatch: 2\n", 3, "spec.evictionBatch", "must be 0 (= 64) or between 4 and 1024"},
@@ -112,8 +112,13 @@ func TestParse_ErrorsNameFileLineFieldReason(t *testing.T) {
 		{"not a bool", "kind: CachePolicy\nspec:\n  chainMatching: maybe\n", 3, "spec.chainMatching", "true or false"},
 		{"strategy knob", "kind: CachePolicy\nspec:\n  strategy:\n    hot: true\n", 4, "spec.strategy.hot", "unknown field"},
 		{"floor", "kind: CachePolicy\nspec:\n  routingFloorScore: abc\n", 3, "spec.routingFloorScore", "non-negative decimal"},
+		{"floor Inf", "kind: CachePolicy\nspec:\n  routingFloorScore: \"Inf\"\n", 3, "spec.routingFloorScore", "non-negative decimal"},
+		{"floor hex", "kind: CachePolicy\nspec:\n  routingFloorScore: \"0x1p-3\"\n", 3, "spec.routingFloorScore", "non-negative decimal"},
+		{"floor exponent", "kind: CachePolicy\nspec:\n  routingFloorScore: \"1e9\"\n", 3, "spec.routingFloorScore", "non-negative decimal"},
+		{"block size key", "kind: CachePolicy\nspec:\n  blockSize:\n    \"m\\0\": 16\n", 3, "spec.blockSize", "holds control character U+0000 at byte 1"},
 		{"twice", "kind: CachePolicy\nspec:\n  maxReplicas: 2\n  maxReplicas: 3\n", 4, "spec.maxReplicas", "twice"},
 		{"bad yaml", "kind: CachePolicy\nspec:\n  a: [\n", 0, "", "not valid YAML"},
+		{"two documents", "kind: CachePolicy\nspec:\n  maxReplicas: 2\n---\nkind: CachePolicy\nspec:\n  maxReplicas: 3\n", 4, "", "more than one YAML document"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/inference-cache/inference-cache/ident"
 	"github.com/inference-cache/inference-cache/pickerload"
 )
 
@@ -136,7 +137,7 @@ func (p *Push) Validate() error {
 	case p.Sequence == 0:
 		return &FieldError{"sequence", "required: at least 1, increasing with every push of the picker"}
 	}
-	if msg := pickerload.IDProblem(p.PickerID); msg != "" {
+	if msg := ident.Problem(p.PickerID); msg != "" {
 		return &FieldError{"picker_id", msg}
 	}
 	for i := range p.Picks {
@@ -161,7 +162,7 @@ func (k *Pick) validate(i int) error {
 			return &FieldError{f(id.name), fmt.Sprintf("%d bytes, over the limit of %d", len(id.v), MaxIDBytes)}
 		}
 		if id.v != "" {
-			if msg := pickerload.IDProblem(id.v); msg != "" {
+			if msg := ident.Problem(id.v); msg != "" {
 				return &FieldError{f(id.name), msg}
 			}
 		}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/raft"
 
@@ -40,16 +42,26 @@ func (n *Node) wait(ctx context.Context, f raft.Future) error {
 // be host:port with a port in 1..65535. Adding a server that is already a
 // member at the same address with the same suffrage changes nothing and
 // returns the latest index; a member id at another address is ErrInvalid
-// (remove it first: silently re-pointing a live voter would cost quorum).
+// (remove it first: silently re-pointing a live voter would cost quorum),
+// and so are an id that breaks NodeIDProblem and an address another
+// member has.
 // Servers announced by gossip are added by the leader automatically; this
 // is for operators.
 func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint64, error) {
 	if id == "" || addr == "" {
 		return 0, fmt.Errorf("%w: server id and address are required", ErrInvalid)
 	}
+	if p := NodeIDProblem(id); p != "" {
+		return 0, fmt.Errorf("%w: server id %q: %s", ErrInvalid, id, p)
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
 		return 0, fmt.Errorf("%w: raft address %q: want host:port with a port in 1..65535", ErrInvalid, addr)
+	}
+	if other, ok, err := n.configServerAt(addr); err != nil {
+		return 0, err
+	} else if ok && string(other.ID) != id {
+		return 0, fmt.Errorf("%w: raft address %s is already server %q's; two servers cannot share one address", ErrInvalid, addr, other.ID)
 	}
 	if s, ok, err := n.configServer(id); err != nil {
 		return 0, err
@@ -88,16 +100,48 @@ func (n *Node) AddServer(ctx context.Context, id, addr string, voter bool) (uint
 // configServer returns the server with this id in the local copy of the
 // Raft configuration.
 func (n *Node) configServer(id string) (raft.Server, bool, error) {
+	return n.findServer(func(s raft.Server) bool { return s.ID == raft.ServerID(id) })
+}
+
+// configServerAt is the server of the current configuration at Raft
+// address addr, if any.
+func (n *Node) configServerAt(addr string) (raft.Server, bool, error) {
+	return n.findServer(func(s raft.Server) bool { return s.Address == raft.ServerAddress(addr) })
+}
+
+// findServer is the first server of the current configuration that match
+// accepts.
+func (n *Node) findServer(match func(raft.Server) bool) (raft.Server, bool, error) {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return raft.Server{}, false, fmt.Errorf("%w: read configuration: %v", ErrInvalid, err)
 	}
 	for _, s := range cf.Configuration().Servers {
-		if s.ID == raft.ServerID(id) {
+		if match(s) {
 			return s, true, nil
 		}
 	}
 	return raft.Server{}, false, nil
+}
+
+// MaxNodeIDBytes bounds a server id (--node-id, AddServer's id): it
+// travels in gossip metadata and the Raft configuration (contract §9.2).
+const MaxNodeIDBytes = 128
+
+// NodeIDProblem is the objection to id as a server id under contract
+// §9.2 (at most MaxNodeIDBytes bytes, printable, no spaces), "" when
+// there is none. An id that breaks it would print garbled in status and
+// logs, or not at all.
+func NodeIDProblem(id string) string {
+	switch {
+	case len(id) > MaxNodeIDBytes:
+		return fmt.Sprintf("%d bytes, over the limit of %d", len(id), MaxNodeIDBytes)
+	case !utf8.ValidString(id):
+		return "not valid UTF-8"
+	case strings.IndexFunc(id, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0:
+		return "only printable characters without spaces"
+	}
+	return ""
 }
 
 // RemoveServer removes a server from the Raft configuration. Leader only.

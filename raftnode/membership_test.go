@@ -1,9 +1,11 @@
 package raftnode_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,4 +275,40 @@ func removeRunningFollower(t *testing.T) (c *clustertest.Cluster, l, other int, 
 		t.Fatal(err)
 	}
 	return c, l, other, id
+}
+
+// An operator's AddServer is refused, naming the rule and changing
+// nothing, for an id that breaks contract §9.2 (a space, a control
+// character, over 128 bytes) and for a Raft address another member
+// already has; raft itself would take the first and answer the second
+// with an internal error.
+func TestAddServer_RefusesBadIdsAndATakenAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
+	}
+	c := clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l := c.WaitLeader(15 * time.Second)
+	c.WaitVoters(3, 10*time.Second)
+	f := follower(c, l)
+	var taken string
+	for _, m := range c.Nodes[l].Status().Members {
+		if m.ID == c.Nodes[f].ID {
+			taken = m.RaftAddr
+		}
+	}
+	for _, tc := range []struct{ id, addr, want string }{
+		{"bad id", "127.0.0.1:5", "only printable characters without spaces"},
+		{"ctl\x01", "127.0.0.1:5", "only printable characters without spaces"},
+		{strings.Repeat("x", 129), "127.0.0.1:5", "129 bytes, over the limit of 128"},
+		{"dup", taken, "is already server"},
+	} {
+		_, err := c.Nodes[l].AddServer(c.Ctx(5*time.Second), tc.id, tc.addr, false)
+		if !errors.Is(err, raftnode.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("AddServer(%q, %q): %v, want ErrInvalid saying %q", tc.id, tc.addr, err, tc.want)
+		}
+	}
+	if n := len(c.Nodes[l].Status().Members); n != 3 {
+		t.Errorf("%d members after the refusals, want 3", n)
+	}
 }

@@ -55,7 +55,7 @@ func checkAddr(a string) error {
 // Texts of the failures explainAddr recognizes.
 const (
 	refusedText  = "nothing listens there (connection refused); is the cluster running? `make run` starts a local one on 127.0.0.1:7401,7411,7421"
-	httpPortText = "the address answers HTTP/1.1, not gRPC: it is likely the node's HTTP port (--http-addr, metrics and /readyz); use its --grpc-addr"
+	httpPortText = "the address answers HTTP/1.1, not gRPC: it is likely a node's HTTP port (--http-addr, metrics and /readyz) or a proxy's; use a node's --grpc-addr"
 	notGRPCText  = "is not a gRPC port of inference-cache"
 )
 

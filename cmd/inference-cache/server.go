@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -193,10 +192,6 @@ func applyPolicyFile(ctx context.Context, n *raftnode.Node, want policy.Policy, 
 	}
 }
 
-// maxNodeIDBytes bounds --node-id (it travels in gossip metadata and the
-// Raft configuration).
-const maxNodeIDBytes = 128
-
 // minDeadServerCleanup is the shortest --dead-server-cleanup grace.
 const minDeadServerCleanup = 10 * time.Second
 
@@ -209,10 +204,8 @@ func (o *serverOptions) validate() error {
 	switch {
 	case o.nodeID == "":
 		return errors.New("--node-id is required")
-	case len(o.nodeID) > maxNodeIDBytes:
-		return fmt.Errorf("--node-id is %d bytes, over the limit of %d", len(o.nodeID), maxNodeIDBytes)
-	case strings.IndexFunc(o.nodeID, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0:
-		return fmt.Errorf("--node-id %q: only printable characters without spaces", o.nodeID)
+	case raftnode.NodeIDProblem(o.nodeID) != "":
+		return fmt.Errorf("--node-id %q: %s", o.nodeID, raftnode.NodeIDProblem(o.nodeID))
 	case o.bootstrapExpect < 0:
 		return fmt.Errorf("--bootstrap-expect %d: must be 0 (join only) or the number of servers to bootstrap with", o.bootstrapExpect)
 	case o.tokenizerLoadTimeout < 0:

@@ -31,7 +31,7 @@ func TestClientCommands_UnreachableAndHTTPPortErrors(t *testing.T) {
 	defer web.Close()
 	httpAddr := strings.TrimPrefix(web.URL, "http://")
 	const refused = "nothing listens there (connection refused); is the cluster running? `make run` starts a local one on 127.0.0.1:7401,7411,7421"
-	const httpPort = "the address answers HTTP/1.1, not gRPC: it is likely the node's HTTP port (--http-addr, metrics and /readyz); use its --grpc-addr"
+	const httpPort = "the address answers HTTP/1.1, not gRPC: it is likely a node's HTTP port (--http-addr, metrics and /readyz) or a proxy's; use a node's --grpc-addr"
 	for _, c := range []struct {
 		args  []string
 		stdin string
