@@ -270,8 +270,14 @@ func (p *Proxy) serveCompletion(w http.ResponseWriter, r *http.Request, kind ope
 			}
 		}()
 	} else {
-		// Grown as the bytes arrive (doubling), not allocated as declared.
-		buf = bytes.NewBuffer(make([]byte, 0, maxPooledBody+bytes.MinRead))
+		// Grown as the bytes arrive (doubling), not allocated as declared:
+		// a body declared large starts at the pooled size, one of unknown
+		// length at the smallest read.
+		size := bytes.MinRead
+		if r.ContentLength > maxPooledBody {
+			size += maxPooledBody
+		}
+		buf = bytes.NewBuffer(make([]byte, 0, size))
 	}
 
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, io.NopCloser(br), p.maxBody))
