@@ -265,12 +265,11 @@ func (v *View) Unanswered() error {
 }
 
 // rateText is the lookup rate since the last line shown and its mix,
-// "20.0<unit>PREFIX_MATCH 75%, NO_HINT 25%", or, at the first poll, that
-// the count starts there (no interval yet: a rate of 0 would read as no
-// traffic).
-func (v *View) rateText(unit string) string {
+// "20.0<unit>PREFIX_MATCH 75%, NO_HINT 25%", or, at the first poll, first
+// (no interval yet: a rate of 0 would read as no traffic).
+func (v *View) rateText(unit, first string) string {
 	if !v.rated {
-		return "counted from this poll on"
+		return first
 	}
 	return fmt.Sprintf("%.1f%s%s", v.rate, unit, v.mixText())
 }
@@ -365,7 +364,7 @@ func (v *View) writeLine(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, " %s %s t%d applied %d%s |", n.ID, n.State, n.Term, n.Applied, stale)
 	}
-	fmt.Fprintf(&b, " %s | %s", v.rateText(" lookups/s: "), v.leaderText())
+	fmt.Fprintf(&b, " %s | %s", v.rateText(" lookups/s: ", "lookups counted from this poll on"), v.leaderText())
 	if ps, rest, _ := pickerLines(v.cur); len(ps) > 0 {
 		b.WriteString(" | pickers:")
 		for i, p := range ps {
@@ -408,7 +407,7 @@ func (v *View) writeFrame(w io.Writer, every time.Duration, width int) (int, err
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.Addr, n.State, n.Term, n.Applied, stale)
 		}
 		tw.Flush()
-		fmt.Fprintf(&b, "lookups %s\n%s\n", v.rateText("/s  "), v.leaderText())
+		fmt.Fprintf(&b, "lookups %s\n%s\n", v.rateText("/s  ", "counted from this poll on"), v.leaderText())
 		if ps, rest, answering := pickerLines(v.cur); len(ps) > 0 {
 			tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "PICKER\tREPLICAS\tPREFILLING\tPREFILL TOKENS\tRUNNING\tAGE\tON NODES")

@@ -45,7 +45,7 @@ func TestTopView_PlainLinesThroughALeaderChange(t *testing.T) {
 		v.shown()
 	}
 	want := []string{
-		"top 13:00:00 | n1 Leader t2 applied 10 | n2 Follower t2 applied 10 | counted from this poll on | leader n1",
+		"top 13:00:00 | n1 Leader t2 applied 10 | n2 Follower t2 applied 10 | lookups counted from this poll on | leader n1",
 		"top 13:00:01 | n1 Leader t2 applied 30 | n2 Follower t2 applied 30 | 20.0 lookups/s: PREFIX_MATCH 75%, NO_HINT 25% | leader n1",
 		"top 13:00:02 | a:1 down | n2 Candidate t3 applied 30 | 4.0 lookups/s: NO_HINT 100% | no leader for 0.0 s: writes unavailable",
 		"top 13:00:02 | a:1 down | n2 Leader t3 applied 31 | 4.0 lookups/s: PREFIX_MATCH 100% | leader n2 since 13:00:02; last change n1 → n2 at 13:00:02, writes unavailable ≈ 0.5 s (± 0.5 s poll)",
@@ -263,7 +263,7 @@ func TestTopView_PlainLineCountsSinceTheLineBefore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := "top 13:00:00 | n1 Leader t2 applied 0 | counted from this poll on | leader n1\n" +
+	want := "top 13:00:00 | n1 Leader t2 applied 0 | lookups counted from this poll on | leader n1\n" +
 		"top 13:00:10 | n1 Leader t2 applied 0 | 3.0 lookups/s: PREFIX_MATCH 100% | leader n1\n"
 	if out.String() != want {
 		t.Fatalf("plain lines:\n%swant:\n%s", out.String(), want)
