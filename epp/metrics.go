@@ -12,7 +12,9 @@ import (
 //   - inference_extension_scheduler_attempts_total{status, target_model_name,
 //     pod_name, namespace, port}: picks ("success", with the picked
 //     endpoint's replica id as pod_name and its port) and requests answered
-//     503 ("failure", the endpoint labels empty);
+//     503 ("failure", the endpoint labels empty); target_model_name is the
+//     request's model for the first 64 distinct models, "other" after
+//     them (a client's string must not grow the series without bound);
 //   - inference_extension_scheduler_e2e_duration_seconds: the time of one
 //     pick (decode, render, tokenize, fingerprint, lookup, pick), a
 //     histogram with the reference's buckets;
@@ -29,14 +31,19 @@ import (
 //     ERROR once a minute (gateway.RefusedLog): no retry fixes them;
 //   - no_key_picks_total: picks of requests without a key (no body, not an
 //     OpenAI completion, multimodal, no tokenizer for the model);
-//   - unavailable_total{cause}: requests answered 503 (empty_subset,
-//     no_eligible_endpoint) or 413 (body_too_large);
+//   - unavailable_total{cause}: requests the picker answered itself
+//     (empty_subset, no_eligible_endpoint: 503; unknown_model: 404;
+//     body_too_large: 413; over_capacity: 429; stream_idle: the stream
+//     ended idle);
 //   - served_elsewhere_total: responses the data plane reports served by an
 //     endpoint other than the pick (a retry down the fallbacks);
 //   - lookup_seconds: the lookups alone, a histogram;
 //   - streams_in_flight: ext_proc streams open.
 type Metrics struct {
+	// Attempts' target_model_name is models.label's: at most 64 distinct
+	// names, then "other".
 	Attempts        *prometheus.CounterVec
+	models          modelLabels
 	PickLatency     prometheus.Histogram
 	Picks           *prometheus.CounterVec
 	LookupRefused   *prometheus.CounterVec
@@ -73,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer, pool string, t *Table) *Metrics {
 		NoKey: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "no_key_picks_total",
 			Help: "Picks of requests without a key (no body, not an OpenAI completion, multimodal, no tokenizer)."}),
 		Unavailable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "unavailable_total",
-			Help: "Requests answered by the picker itself, by cause (empty_subset, no_eligible_endpoint: 503; body_too_large: 413)."}, []string{"cause"}),
+			Help: "Requests answered by the picker itself, by cause (empty_subset, no_eligible_endpoint: 503; unknown_model: 404; body_too_large: 413; over_capacity: 429; stream_idle: the stream ended idle)."}, []string{"cause"}),
 		ServedElsewhere: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "served_elsewhere_total",
 			Help: "Responses the data plane reports served by an endpoint other than the pick."}),
 		Lookup: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "lookup_seconds",

@@ -150,7 +150,7 @@ func (x *exchange) requestBody(b *extprocv3.HttpBody) (bool, error) {
 	if n := int64(len(b.GetBody())); !x.s.adm.Hold(n) {
 		x.s.m.Unavailable.WithLabelValues(causeOverCapacity).Inc()
 		return true, x.refuse(typev3.StatusCode_TooManyRequests, causeOverCapacity,
-			&openai.Error{Status: http.StatusTooManyRequests, Message: x.s.adm.BusyMessage(int64(x.body.Len()) + n)})
+			&openai.Error{Status: http.StatusTooManyRequests, Message: x.s.adm.BusyMessage(max(x.expect, int64(x.body.Len())+n))})
 	} else {
 		x.held += n
 	}
@@ -183,7 +183,7 @@ func (x *exchange) pick(eos bool) (bool, error) {
 	if refusal != "" {
 		keyed()
 		x.s.m.Unavailable.WithLabelValues(refusal).Inc()
-		x.s.m.Attempts.WithLabelValues(statusFailure, openai.Clip(model), "", "", "").Inc()
+		x.s.m.Attempts.WithLabelValues(statusFailure, x.s.m.models.label(model), "", "", "").Inc()
 		e := &openai.Error{Status: http.StatusServiceUnavailable, Message: "no endpoint of the pool is eligible for this request"}
 		code := typev3.StatusCode_ServiceUnavailable
 		switch refusal {
@@ -370,7 +370,7 @@ func (s *Server) record(d *gateway.Decision, model, addr string, took time.Durat
 	if i := strings.LastIndexByte(addr, ':'); i >= 0 {
 		port = addr[i+1:]
 	}
-	s.m.Attempts.WithLabelValues(statusSuccess, model, d.Replica, "", port).Inc()
+	s.m.Attempts.WithLabelValues(statusSuccess, s.m.models.label(model), d.Replica, "", port).Inc()
 	s.m.PickLatency.Observe(took.Seconds())
 	s.m.Picks.WithLabelValues(d.Reason).Inc()
 	if d.FailOpen {

@@ -302,3 +302,28 @@ func TestProcess_ModeNonePicksAtTheHeaders(t *testing.T) {
 		t.Fatalf("in flight %d after a response without body, want 0", n)
 	}
 }
+
+// A client's model names cannot grow the metrics without bound: 100
+// requests each naming another model make at most 64 target_model_name
+// series plus "other" (each distinct name was a series held for the
+// process's life).
+func TestProcess_ModelNamesMakeBoundedSeries(t *testing.T) {
+	r := newRig(t, &fakeLookup{resp: prefixMatch("b", 64)}, Options{})
+	for i := 0; i < 100; i++ {
+		x := start(t, r, extproctest.Request{Mode: fullDuplex, Path: "/v1/chat/completions", Body: chatBody(fmt.Sprintf("model-%03d-%s", i, strings.Repeat("x", 300)), 10)})
+		if x.Pick.Destination == "" {
+			t.Fatalf("request %d not picked: %+v", i, x.Pick)
+		}
+		_ = x.CloseSend()
+	}
+	if n := testutil.CollectAndCount(r.m.Attempts); n > maxModelLabels+1 {
+		t.Fatalf("%d scheduler_attempts_total series after 100 models, want at most %d", n, maxModelLabels+1)
+	}
+	var others float64
+	for _, id := range []string{"a", "b", "c", "d"} {
+		others += testutil.ToFloat64(r.m.Attempts.WithLabelValues(statusSuccess, otherModels, id, "", "8000"))
+	}
+	if others != 100-maxModelLabels {
+		t.Errorf("%v picks counted under %q, want %d", others, otherModels, 100-maxModelLabels)
+	}
+}

@@ -56,6 +56,9 @@ type stream struct {
 
 	tr  *translator
 	seq *sequencer
+	// frameDrops rate-limits the log of messages that are not [topic,
+	// seq, payload], from read or the listener.
+	frameDrops dropLog
 	// live carries the live messages: from read (the stream dials its
 	// endpoint) or, for an engine served by listen, from the listener.
 	live chan liveMsg
@@ -201,7 +204,9 @@ func (s *stream) read(ctx context.Context, out chan<- liveMsg) {
 			seq, payload, ok := liveFrames(msg.Frames)
 			if !ok {
 				s.m.decodeErrors.Inc()
-				s.log.Warn("engine message is not [topic, seq, payload]; skipped", "frames", len(msg.Frames))
+				if s.frameDrops.allow(time.Now(), dropFrames) {
+					s.log.Warn("engine message is not [topic, seq, payload]; skipped (logged at most once per 10 s; decode_errors_total counts each)", "frames", len(msg.Frames))
+				}
 				continue
 			}
 			select {

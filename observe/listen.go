@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 )
@@ -159,6 +160,8 @@ type route struct {
 	done <-chan struct{} // the engine stopped: drop instead of blocking
 	m    *engineMetrics
 	log  *slog.Logger
+	// drops is the stream's rate limit of message-level drop lines.
+	drops *dropLog
 }
 
 // routeKey names a route: rank r's socket and an exact topic or a pod.
@@ -335,7 +338,9 @@ func (l *listener) dispatch(rank int, frames [][]byte) {
 	seq, payload, ok := liveFrames(frames)
 	if !ok {
 		r.m.decodeErrors.Inc()
-		r.log.Warn("engine message is not [topic, seq, payload]; skipped", "frames", len(frames))
+		if r.drops == nil || r.drops.allow(time.Now(), dropFrames) {
+			r.log.Warn("engine message is not [topic, seq, payload]; skipped (logged at most once per 10 s; decode_errors_total counts each)", "frames", len(frames))
+		}
 		return
 	}
 	select {

@@ -12,6 +12,7 @@ import (
 	"github.com/inference-cache/inference-cache/internal/poll"
 	"github.com/inference-cache/inference-cache/internal/syncbuf"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -318,5 +319,26 @@ func TestListen_ReloadToAnotherAddressRebinds(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.ListenUnknownMessages); n != 0 {
 		t.Fatalf("unknown messages = %v, want 0", n)
+	}
+}
+
+// A flood of messages that are not [topic, seq, payload] is counted one
+// by one and logged once per 10 s per stream (contract §6.9), not once
+// per message.
+func TestListen_MalformedMessagesAreCountedEachAndLoggedOnce(t *testing.T) {
+	var logs syncbuf.Buffer
+	m := NewMetrics(prometheus.NewRegistry())
+	em := m.forEngine("e1")
+	live := make(chan liveMsg, 1)
+	r := &route{ch: live, done: make(chan struct{}), m: em, log: slog.New(slog.NewTextHandler(&logs, nil)), drops: &dropLog{}}
+	l := &listener{topics: map[routeKey]*route{{0, "kv"}: r}}
+	for i := 0; i < 500; i++ {
+		l.dispatch(0, [][]byte{[]byte("kv"), []byte("not an 8-byte seq")})
+	}
+	if n := testutil.ToFloat64(em.decodeErrors); n != 500 {
+		t.Errorf("decode_errors_total %v, want 500", n)
+	}
+	if n := strings.Count(logs.String(), "is not [topic, seq, payload]"); n != 1 {
+		t.Errorf("%d log lines for 500 malformed messages, want 1:\n%s", n, logs.String())
 	}
 }

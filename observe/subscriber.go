@@ -168,7 +168,7 @@ func (s *Subscriber) start(ctx context.Context, ec EngineConfig, replayTimeout, 
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); st.run(ectx) }()
 		if ec.servedByListen() && s.lis != nil {
-			s.lis.add(&e.cfg, r, &route{ch: st.live, done: ectx.Done(), m: em, log: st.log})
+			s.lis.add(&e.cfg, r, &route{ch: st.live, done: ectx.Done(), m: em, log: st.log, drops: &st.frameDrops})
 		}
 	}
 	// Logged once its streams (and listen routes) are in place.

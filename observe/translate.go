@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	pb "github.com/inference-cache/inference-cache/api/inferencecache/v1"
@@ -455,23 +456,38 @@ func (t *translator) removed(dst []*pb.BlockEvent, r *replica, e *Event, atMs in
 // dropLogEvery is the rate limit of each kind of drop log line, per stream.
 const dropLogEvery = 10 * time.Second
 
-// dropLog rate-limits the log lines of dropped or ignored engine events:
-// at most one line per kind every dropLogEvery per stream (the counters
-// count every one). The zero value is ready to use.
+// dropFrames is the drop kind of a message that is not [topic, seq,
+// payload].
+const dropFrames = "frames"
+
+// dropLog rate-limits the log lines of dropped or ignored engine events
+// and messages (contract §6.9): at most one line per kind every
+// dropLogEvery per stream (the counters count every one). The zero value
+// is ready to use; safe for concurrent use.
 type dropLog struct {
+	mu   sync.Mutex
 	last map[string]time.Time
 }
 
-// log writes msg at level for kind unless one was written less than
-// dropLogEvery before now, naming the engine and kind; args add what was
-// lost.
-func (d *dropLog) log(t *translator, now time.Time, level slog.Level, kind, msg string, args ...any) {
+// allow reports whether a line of kind may be written at now (none was
+// less than dropLogEvery before), and if so records it.
+func (d *dropLog) allow(now time.Time, kind string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.last == nil {
 		d.last = map[string]time.Time{}
 	}
 	if last, ok := d.last[kind]; ok && now.Sub(last) < dropLogEvery {
-		return
+		return false
 	}
 	d.last[kind] = now
-	t.log.Log(context.Background(), level, msg, append([]any{"engine", t.cfg.ReplicaID, "drop", kind}, args...)...)
+	return true
+}
+
+// log writes msg at level for kind unless allow refuses it, naming the
+// engine and kind; args add what was lost.
+func (d *dropLog) log(t *translator, now time.Time, level slog.Level, kind, msg string, args ...any) {
+	if d.allow(now, kind) {
+		t.log.Log(context.Background(), level, msg, append([]any{"engine", t.cfg.ReplicaID, "drop", kind}, args...)...)
+	}
 }
