@@ -331,11 +331,12 @@ class _Nodes:
             return Stats(**vars(self.stats))
 
     def pick(self, track: str, start: int, skip: Optional[Node], hold: float,
-             by_addr: bool = False) -> Tuple[Node, bool]:
+             by_addr: bool = False, usable_only: bool = False) -> Tuple[Optional[Node], bool]:
         """The first node from start (mod the count) that track does not skip,
-        and whether the call is its probe; all skipped: the first from start.
-        skip is avoided unless it is the only node. by_addr: among the nodes
-        by address instead of in their configured order."""
+        and whether the call is its probe; all skipped: the first from start,
+        or None with usable_only (a lookup then fails open at once). skip is
+        avoided unless it is the only node. by_addr: among the nodes by
+        address instead of in their configured order."""
         now = time.monotonic()
         fallback = None
         nodes = self.by_addr if by_addr else self.nodes
@@ -349,6 +350,8 @@ class _Nodes:
                 usable, probe = getattr(n, track).claim(now, hold)
                 if usable:
                     return n, probe
+        if usable_only:
+            return None, False
         return (fallback or skip), False
 
     def mark(self, n: Node, track: str, verb: str, *args) -> None:
@@ -401,6 +404,11 @@ class ClockWarner:
             server, skipped)
 
 
+#: The message of a lookup that failed open at once: every node it could go
+#: to failed within its skip period (fail_backoff), as the Go SDK says it.
+EVERY_NODE_SKIPPED = "every node is skipped after failing within the last FailBackoff"
+
+
 class LookupAttempts:
     """The retry rules of one lookup (Client.lookup_route), shared by the
     blocking and asyncio clients, which only make the calls: at most two
@@ -428,7 +436,16 @@ class LookupAttempts:
         if self._done or self._tries >= 2:
             return None
         start = 0 if self._turn else self._nodes.next()
-        n, probe = self._nodes.pick("lookup", start, self._prev, self._cfg.lookup_timeout, by_addr=self._turn)
+        n, probe = self._nodes.pick("lookup", start, self._prev, self._cfg.lookup_timeout, by_addr=self._turn,
+                                    usable_only=True)
+        if n is None:
+            # Every node failed within its skip period: calling one anyway
+            # would cost the request the whole budget while the cluster is
+            # out; each node's probe, when its period ends, finds it back.
+            if not self._tries:
+                self._code, self._msg = grpc.StatusCode.UNAVAILABLE, EVERY_NODE_SKIPPED
+            self._done = True
+            return None
         if self._tries:
             self._nodes.count("lookup_retries")
         self._tries += 1

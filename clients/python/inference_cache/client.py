@@ -85,7 +85,9 @@ class Client:
         the budget lookup_timeout; when that fails too, the budget ends, or
         the request itself fails (no retry, no node blamed), the answer is
         NO_HINT with detail "client: <Code>: <message>; failing open"
-        (counted in stats().fail_open). A lookup that takes a turn
+        (counted in stats().fail_open). While lookups skip every node it
+        fails open at once, calling none, except for the one lookup that
+        probes a node whose skip period ended. A lookup that takes a turn
         (take_turn, contract §5.13) goes to the first usable node by
         address, so that every gateway listing the same nodes takes its
         turns at one node."""

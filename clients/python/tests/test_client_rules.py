@@ -236,3 +236,31 @@ def test_bad_config_names_the_field(bad, msg):
 
 def test_addrs_may_be_one_comma_separated_string():
     assert ClientConfig(addrs="a:1, b:2").addrs == ["a:1", "b:2"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_lookups_fail_open_at_once_while_every_node_is_skipped(kind):
+    """Once each hung node has failed a lookup, the lookups that follow
+    call no node (their detail says every node is skipped) until a node's
+    skip period ends: a cluster that is out costs requests no budget."""
+    hung = [SilentListener(), SilentListener()]
+    opts = dict(lookup_timeout=0.3, fail_backoff=3600.0)
+    req = pb.LookupRouteRequest(prefix_hash=1)
+
+    async def run_async():
+        async with AsyncClient([h.addr for h in hung], **opts) as c:
+            return [await c.lookup_route(req) for _ in range(6)], c.stats()
+
+    try:
+        if kind == "sync":
+            with Client([h.addr for h in hung], **opts) as c:
+                resps, st = [c.lookup_route(req) for _ in range(6)], c.stats()
+        else:
+            resps, st = asyncio.run(run_async())
+    finally:
+        for h in hung:
+            h.stop()
+    assert all(r.reason_code == pb.NO_HINT and r.detail.endswith("; failing open") for r in resps)
+    assert all("DeadlineExceeded" in r.detail for r in resps[:2]), [r.detail for r in resps[:2]]
+    assert all("every node is skipped" in r.detail for r in resps[2:]), [r.detail for r in resps[2:]]
+    assert (st.lookups, st.fail_open) == (6, 6)
