@@ -1,6 +1,9 @@
 package raftnode_test
 
 import (
+	"testing"
+	"time"
+
 	"github.com/inference-cache/inference-cache/index"
 	"github.com/inference-cache/inference-cache/internal/clustertest"
 	"github.com/inference-cache/inference-cache/raftnode"
@@ -50,6 +53,17 @@ func reconcileRounds(c *clustertest.Cluster) uint64 {
 		n += c.Nodes[i].ReconcileRoundsForTest()
 	}
 	return n
+}
+
+// threeVoters starts a 3-node cluster and waits until it has a leader l
+// and three voters; f is a follower.
+func threeVoters(t *testing.T) (c *clustertest.Cluster, l, f int) {
+	t.Helper()
+	c = clustertest.New(t, 3, noExpire)
+	c.StartAll()
+	l = c.WaitLeader(15 * time.Second)
+	c.WaitVoters(3, 10*time.Second)
+	return c, l, follower(c, l)
 }
 
 func follower(c *clustertest.Cluster, leader int) int {

@@ -111,11 +111,7 @@ func TestRemoveServer_LiveProcessStaysOutRestartedOneIsReadded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
 	}
-	c := clustertest.New(t, 3, noExpire)
-	c.StartAll()
-	l := c.WaitLeader(15 * time.Second)
-	c.WaitVoters(3, 10*time.Second)
-	f := follower(c, l)
+	c, l, f := threeVoters(t)
 	id := c.Nodes[f].ID
 	if _, err := c.Nodes[l].RemoveServer(c.Ctx(5*time.Second), id); err != nil {
 		t.Fatal(err)
@@ -265,11 +261,7 @@ func TestRemoveServer_RestartedNodeLeadsAndDoesNotReaddTheLiveProcess(t *testing
 // and other, the node that is neither.
 func removeRunningFollower(t *testing.T) (c *clustertest.Cluster, l, other int, id string) {
 	t.Helper()
-	c = clustertest.New(t, 3, noExpire)
-	c.StartAll()
-	l = c.WaitLeader(15 * time.Second)
-	c.WaitVoters(3, 10*time.Second)
-	f := follower(c, l)
+	c, l, f := threeVoters(t)
 	other, id = 3-l-f, c.Nodes[f].ID
 	if _, err := c.Nodes[l].RemoveServer(c.Ctx(5*time.Second), id); err != nil {
 		t.Fatal(err)
@@ -286,11 +278,7 @@ func TestAddServer_RefusesBadIdsAndATakenAddress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster through elections, restarts or slow disks: the full tier runs it")
 	}
-	c := clustertest.New(t, 3, noExpire)
-	c.StartAll()
-	l := c.WaitLeader(15 * time.Second)
-	c.WaitVoters(3, 10*time.Second)
-	f := follower(c, l)
+	c, l, f := threeVoters(t)
 	var taken string
 	for _, m := range c.Nodes[l].Status().Members {
 		if m.ID == c.Nodes[f].ID {
