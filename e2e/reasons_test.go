@@ -89,10 +89,10 @@ func checkReasonCodes(t *testing.T, c *cluster) {
 			t.Errorf("%s policy after set: %v %v", p.id, got, err)
 		}
 	}
-	// Unknown enum strings in a policy are refused naming the knob.
+	// Unknown enum strings in a policy are refused naming the field and value as sent.
 	bad := proto.Clone(set).(*pb.CachePolicy)
 	bad.EvictionPolicy = "MRU"
-	if _, err := n1.ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: bad}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "evictionPolicy") {
+	if _, err := n1.ic.SetCachePolicy(ctx, &pb.SetCachePolicyRequest{Policy: bad}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `eviction_policy="MRU"`) {
 		t.Errorf("policy MRU: %v", err)
 	}
 	set.AffinityRouting = "Enabled"

@@ -59,26 +59,45 @@ func (p *peerAddrs) set(id, addr string) {
 }
 
 // saver writes the file whenever set asked for it, until stop closes; a
-// failed write is retried at the next change (the map is a hint only).
+// failed write is retried at the next change (the map is a hint only). A
+// change still unwritten when stop closes is written before it returns:
+// the node about to stop may be restarted where gossip cannot reach the
+// others, and then this file is all it knows of their addresses.
 func (p *peerAddrs) saver(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
+			p.flush()
 			return
 		case <-p.save:
 		}
-		p.mu.Lock()
-		b, _ := json.Marshal(p.grpc)
-		p.mu.Unlock()
-		tmp := p.path + ".tmp"
-		if os.WriteFile(tmp, b, 0o644) == nil {
-			_ = os.Rename(tmp, p.path)
-		}
+		p.write()
 		// Coalesce bursts (a whole cluster joining) into few writes.
 		select {
 		case <-stop:
+			p.flush()
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// flush writes the file if a change is waiting for it.
+func (p *peerAddrs) flush() {
+	select {
+	case <-p.save:
+		p.write()
+	default:
+	}
+}
+
+// write replaces the file with the map.
+func (p *peerAddrs) write() {
+	p.mu.Lock()
+	b, _ := json.Marshal(p.grpc)
+	p.mu.Unlock()
+	tmp := p.path + ".tmp"
+	if os.WriteFile(tmp, b, 0o644) == nil {
+		_ = os.Rename(tmp, p.path)
 	}
 }
