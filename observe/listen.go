@@ -338,7 +338,7 @@ func (l *listener) dispatch(rank int, frames [][]byte) {
 	seq, payload, ok := liveFrames(frames)
 	if !ok {
 		r.m.decodeErrors.Inc()
-		if r.drops == nil || r.drops.allow(time.Now(), dropFrames) {
+		if r.drops.allow(time.Now(), dropFrames) {
 			r.log.Warn("engine message is not [topic, seq, payload]; skipped (logged at most once per 10 s; decode_errors_total counts each)", "frames", len(frames))
 		}
 		return

@@ -64,7 +64,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	if err != nil && errors.Is(err, errDeadline) {
 		return n, errBodyTimeout
 	}
-	if n > 0 && b.adm != nil {
+	if n > 0 {
 		if !b.adm.Hold(int64(n)) {
 			return n, errOverBudget
 		}
